@@ -1,0 +1,82 @@
+/* The compute seam. Every kernel dtrain's layers need is declared here; kernels_cpu.c (OpenBLAS +
+ * OpenMP) implements them. A CUDA backend would implement the same functions.
+ *
+ * Memory layout (see docs/memory-layout.md): activations are NHWC float32, row-major, contiguous;
+ * convolution kernels are HWIO [KH, KW, C_in, C_out]; dense weights are [in, out]; biases [out].
+ * This is TensorFlow's layout, so flattening NHWC gives the same feature order as the source.
+ *
+ * Conventions (llm.c style): outputs first, then inputs; shapes in comments; backward functions
+ * OVERWRITE their outputs (parameter gradients are not accumulated); an input gradient pointer
+ * may be NULL when it is not needed (the first layer), which skips that work. */
+#ifndef DT_COMPUTE_KERNELS_H
+#define DT_COMPUTE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain.h"
+
+typedef enum { DT_PAD_VALID = 0, DT_PAD_SAME = 1 } dt_padding;
+
+/* Geometry of a sliding window (convolution or pooling) over one NHWC example. */
+typedef struct {
+    int in_h, in_w, in_c;
+    int out_h, out_w, out_c; /* pooling: out_c == in_c */
+    int k_h, k_w, stride_h, stride_w;
+    int pad_top, pad_left;   /* SAME splits padding as TensorFlow: the extra row/col goes bottom/right */
+} dt_window;
+
+/* Fills g; out_c is the number of filters (pass in_c for pooling). Fails with a message if the
+ * window does not fit (kernel larger than a VALID input, non-positive sizes). */
+int dt_window_init(dt_window *g, int in_h, int in_w, int in_c, int out_c, int k_h, int k_w,
+                   int stride_h, int stride_w, dt_padding pad, dt_error *err);
+
+/* Threads used by kernels (OpenBLAS and OpenMP). n <= 0: all cores. */
+void dt_kernels_set_threads(int n);
+int dt_kernels_get_threads(void);
+
+/* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major (cblas_sgemm). */
+void dt_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Scratch floats conv2d_forward/backward need for a batch of `batch` examples. */
+size_t conv2d_scratch_floats(const dt_window *g, int batch);
+
+/* out [N,OH,OW,OC] = conv(in [N,H,W,C], w [KH,KW,C,OC]) + b [OC] (b may be NULL) */
+void conv2d_forward(float *out, const float *in, const float *w, const float *b, int batch,
+                    const dt_window *g, float *scratch);
+/* din [N,H,W,C] (or NULL), dw [KH,KW,C,OC], db [OC] (or NULL) from dout [N,OH,OW,OC] */
+void conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                     const float *w, int batch, const dt_window *g, float *scratch);
+
+/* out [N,OH,OW,C] = max over window of in [N,H,W,C]; padding cells never win (SAME pads with -inf).
+ * argmax [N,OH,OW,C] records the winning input index within its example, for backward. */
+void maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *g);
+/* din [N,H,W,C] (overwritten) from dout [N,OH,OW,C] */
+void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch,
+                      const dt_window *g);
+
+/* out[n] = max(in[n], 0); out may alias in. */
+void relu_forward(float *out, const float *in, size_t n);
+/* din[n] = out[n] > 0 ? dout[n] : 0; din may alias dout. */
+void relu_backward(float *din, const float *dout, const float *out, size_t n);
+
+/* Inverted dropout: out = in * keep / (1 - rate), keep drawn from dt_hash64(seed, i) so the mask
+ * is the same for any thread count. mask [n] records keep (1) or drop (0). */
+void dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float rate, uint64_t seed);
+void dropout_backward(float *din, const float *dout, const uint8_t *mask, size_t n, float rate);
+
+/* out [N,O] = in [N,I] @ w [I,O] + b [O] (b may be NULL) */
+void dense_forward(float *out, const float *in, const float *w, const float *b, int batch,
+                   int in_dim, int out_dim);
+/* din [N,I] (or NULL), dw [I,O], db [O] (or NULL) from dout [N,O] */
+void dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                    const float *w, int batch, int in_dim, int out_dim);
+
+/* Fused, numerically stable softmax cross-entropy, mean over the batch.
+ * logits [N,K], labels [N] in [0,K). Writes dlogits [N,K] = (softmax - onehot) / N (dlogits may be
+ * NULL for evaluation), returns the mean loss; *correct = number of argmax matches (first max wins). */
+float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
+                   int *correct);
+
+#endif

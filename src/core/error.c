@@ -1,0 +1,76 @@
+#include "core/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dt_errorf(dt_error *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+int dt_error_prefix(dt_error *err, const char *fmt, ...) {
+    if (!err) return DT_EINVAL;
+    char prefix[256], old[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s%s", prefix, old);
+    return err->code;
+}
+
+const char *dt_strerror(int code) {
+    switch (code) {
+    case DT_OK: return "ok";
+    case DT_EINVAL: return "invalid argument";
+    case DT_ENOMEM: return "out of memory";
+    case DT_EIO: return "i/o error";
+    case DT_EFORMAT: return "bad format";
+    case DT_ESHAPE: return "shape mismatch";
+    case DT_ENET: return "network error";
+    case DT_ETIMEOUT: return "timed out";
+    case DT_EPROTO: return "protocol error";
+    case DT_EINTR: return "interrupted";
+    default: return "unknown error";
+    }
+}
+
+void *dt_malloc(size_t n, const char *what, dt_error *err) {
+    void *p = malloc(n ? n : 1);
+    if (!p) dt_errorf(err, DT_ENOMEM, "out of memory allocating %zu bytes for %s", n, what);
+    return p;
+}
+
+void *dt_calloc(size_t count, size_t size, const char *what, dt_error *err) {
+    if (size && count > (size_t)-1 / size) {
+        dt_errorf(err, DT_ENOMEM, "size overflow allocating %zu x %zu bytes for %s", count, size, what);
+        return NULL;
+    }
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) dt_errorf(err, DT_ENOMEM, "out of memory allocating %zu x %zu bytes for %s", count, size, what);
+    return p;
+}
+
+float *dt_alloc_floats(size_t count, const char *what, dt_error *err) {
+    if (count > ((size_t)-1 - 63) / sizeof(float)) {
+        dt_errorf(err, DT_ENOMEM, "size overflow allocating %zu floats for %s", count, what);
+        return NULL;
+    }
+    size_t bytes = (count * sizeof(float) + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (!p) {
+        dt_errorf(err, DT_ENOMEM, "out of memory allocating %zu floats for %s", count, what);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}

@@ -1,0 +1,3 @@
+#include "dtrain.h"
+
+const char *dt_version(void) { return DTRAIN_VERSION; }

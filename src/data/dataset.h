@@ -1,0 +1,62 @@
+/* Data sets: labelled images, either IDX files (MNIST, Fashion-MNIST; plain or gzip) held in memory
+ * as uint8, or image folders (JPEG/PNG) decoded on demand. Examples are always delivered as float32
+ * NHWC scaled by 1/255, at the model's input size. See docs/data.md. */
+#ifndef DT_DATA_DATASET_H
+#define DT_DATA_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain.h"
+
+typedef enum { DT_BAD_IMAGES_SKIP = 0, DT_BAD_IMAGES_FAIL = 1 } dt_bad_image_policy;
+
+typedef struct {
+    int h, w, c;                  /* the model's input; images are resized (bilinear) to h x w and
+                                     converted to c channels (1 = grey, 3 = RGB); IDX must match */
+    double validation_fraction;   /* image folders: held-out share (default 0.2); < 0: default.
+                                     IDX: ignored, the test file is the validation set */
+    uint64_t seed;                /* validation split shuffle */
+    dt_bad_image_policy bad_images;
+} dt_data_options;
+
+typedef struct dt_dataset dt_dataset;
+
+/* The splits a data path yields. validation and test may be the same object (IDX test file, or an
+ * image folder without a test/ subfolder): free with dt_data_splits_free, which handles that. */
+typedef struct {
+    dt_dataset *train, *validation, *test;
+} dt_data_splits;
+
+/* path is either
+ *  - a folder with train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz] and the t10k-* pair
+ *    (the test pair becomes validation and test), or
+ *  - an image folder: one subfolder per class (sorted names are classes 0..k-1), or Kaggle's flat
+ *    cat.123.jpg / dog.456.jpg naming (class = text before the first '.'); if it holds train/ and
+ *    test/ subfolders those are used, else the folder is split train/validation and test =
+ *    validation. */
+int dt_data_open(dt_data_splits *out, const char *path, const dt_data_options *opt, dt_error *err);
+void dt_data_splits_free(dt_data_splits *s);
+
+/* A single IDX pair (images idx3, labels idx1), plain or gzip (detected from the bytes). */
+int dt_dataset_open_idx(dt_dataset **out, const char *images_path, const char *labels_path,
+                        dt_error *err);
+/* Parses IDX bytes already in memory (the fuzz target's entry point). On success *out owns copies. */
+int dt_dataset_from_idx_bytes(dt_dataset **out, const uint8_t *images, size_t images_len,
+                              const uint8_t *labels, size_t labels_len, const char *source,
+                              dt_error *err);
+void dt_dataset_free(dt_dataset *ds);
+
+size_t dt_dataset_size(const dt_dataset *ds);
+int dt_dataset_num_classes(const dt_dataset *ds);
+const char *dt_dataset_class_name(const dt_dataset *ds, int k);   /* "0".."9" for IDX */
+void dt_dataset_dims(const dt_dataset *ds, int *h, int *w, int *c); /* delivered size */
+
+/* Decodes example i into x [h*w*c] floats and *label. Thread-safe for distinct outputs.
+ * Returns 0, or DT_EFORMAT naming the file if an image cannot be decoded. */
+int dt_dataset_get(const dt_dataset *ds, size_t i, float *x, int32_t *label, dt_error *err);
+
+/* Images that failed to decode so far (counted by dt_dataset_get). */
+size_t dt_dataset_bad_count(const dt_dataset *ds);
+
+#endif

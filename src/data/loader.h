@@ -1,0 +1,43 @@
+/* Batches from a data set, assembled by a background thread so decoding overlaps compute.
+ *
+ * Training order (shuffle = 1): epoch e visits a permutation of all examples drawn from
+ * (seed, e). With shard_count = n, shard i takes positions i, i+n, i+2n, ... of that permutation,
+ * so at step t the n shards' batches together are exactly positions [t*n*B, (t+1)*n*B): n workers
+ * with batch B see the same examples as one process with batch n*B. Training batches are always
+ * full (a short tail of an epoch is dropped); the stream runs on across epochs.
+ * Evaluation order (shuffle = 0): one pass in file order over the shard, the last batch may be
+ * short; dt_loader_next then reports 0 examples at the end. */
+#ifndef DT_DATA_LOADER_H
+#define DT_DATA_LOADER_H
+
+#include "data/dataset.h"
+
+typedef struct {
+    int batch_size;
+    int shuffle;             /* 1: training order (looping), 0: one evaluation pass */
+    uint64_t seed;
+    int shard_index, shard_count; /* 0 and 1 when not sharded */
+} dt_loader_options;
+
+typedef struct {
+    int n;                   /* examples in this batch (0: evaluation pass finished) */
+    const float *x;          /* [n, h, w, c], valid until the next dt_loader_next */
+    const int32_t *labels;   /* [n] */
+    int64_t epoch;           /* epoch the batch's first example belongs to */
+    int64_t index;           /* batch number since the loader started (or was last reset) */
+} dt_batch;
+
+typedef struct dt_loader dt_loader;
+
+int dt_loader_create(dt_loader **out, const dt_dataset *ds, const dt_loader_options *opt,
+                     dt_error *err);
+/* Blocks until the next batch is ready. A bad image under DT_BAD_IMAGES_SKIP is replaced by the next
+ * good example of the same shard (and counted); under FAIL the error is returned here. */
+int dt_loader_next(dt_loader *l, dt_batch *b, dt_error *err);
+/* Full batches per epoch for this shard in training order. */
+int64_t dt_loader_batches_per_epoch(const dt_loader *l);
+/* Repositions the training stream at batch `index` (resume from a checkpoint). */
+int dt_loader_seek(dt_loader *l, int64_t index, dt_error *err);
+void dt_loader_free(dt_loader *l);
+
+#endif
