@@ -1,0 +1,75 @@
+#include "compute/optim.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+
+int dt_opt_config_init(dt_opt_config *c, const char *name, float learning_rate, dt_error *err) {
+    memset(c, 0, sizeof *c);
+    c->learning_rate = learning_rate;
+    c->momentum = 0.9f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.999f;
+    c->epsilon = 1e-8f;
+    if (!(learning_rate > 0.0f) || !isfinite(learning_rate))
+        return dt_errorf(err, DT_EINVAL, "learning_rate must be a positive number, got %g",
+                         (double)learning_rate);
+    if (!strcmp(name, "sgd")) c->kind = DT_OPT_SGD;
+    else if (!strcmp(name, "momentum")) c->kind = DT_OPT_MOMENTUM;
+    else if (!strcmp(name, "adam")) c->kind = DT_OPT_ADAM;
+    else
+        return dt_errorf(err, DT_EINVAL, "optimizer: unknown name '%s' (expected sgd, momentum or adam)",
+                         name);
+    return DT_OK;
+}
+
+const char *dt_opt_name(dt_opt_kind kind) {
+    switch (kind) {
+    case DT_OPT_SGD: return "sgd";
+    case DT_OPT_MOMENTUM: return "momentum";
+    case DT_OPT_ADAM: return "adam";
+    }
+    return "?";
+}
+
+int dt_opt_slots(const dt_opt_config *c) {
+    switch (c->kind) {
+    case DT_OPT_SGD: return 0;
+    case DT_OPT_MOMENTUM: return 1;
+    case DT_OPT_ADAM: return 2;
+    }
+    return 0;
+}
+
+void dt_opt_apply(const dt_opt_config *c, float *params, const float *grads, float *state, size_t n,
+                  int64_t step) {
+    const float lr = c->learning_rate;
+    switch (c->kind) {
+    case DT_OPT_SGD:
+        for (size_t i = 0; i < n; i++) params[i] -= lr * grads[i];
+        break;
+    case DT_OPT_MOMENTUM: {
+        float *acc = state, mom = c->momentum;
+        for (size_t i = 0; i < n; i++) {
+            acc[i] = mom * acc[i] + grads[i];
+            params[i] -= lr * acc[i];
+        }
+        break;
+    }
+    case DT_OPT_ADAM: {
+        /* Bias correction folded into the step size, in double as TF computes the beta powers. */
+        double t = (double)step + 1.0;
+        float lr_t = (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));
+        float b1 = c->beta1, b2 = c->beta2, eps = c->epsilon;
+        float *m = state, *v = state + n;
+        for (size_t i = 0; i < n; i++) {
+            float g = grads[i];
+            m[i] = b1 * m[i] + (1.0f - b1) * g;
+            v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+            params[i] -= lr_t * m[i] / (sqrtf(v[i]) + eps);
+        }
+        break;
+    }
+    }
+}
