@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,6 +34,40 @@ typedef struct dt_error {
 
 const char *dt_strerror(int code);
 const char *dt_version(void);
+
+/* ---- Training on one machine (what `dtrain train` runs) ------------------------------------- */
+
+typedef struct dt_train_options {
+    const char *model_path;      /* model file (docs/model-format.md) */
+    const char *data_path;       /* IDX folder or image folder (docs/data.md) */
+    const char *optimizer;       /* "sgd", "momentum" or "adam" */
+    float learning_rate;
+    int batch_size;
+    int64_t train_steps;         /* > 0: stop after this many steps; else run `epochs` */
+    double epochs;
+    int64_t steps_to_validate;   /* log + validate every this many steps (and at every epoch end) */
+    uint64_t seed;               /* initialisation, shuffling, dropout */
+    int threads;                 /* compute threads; <= 0: all cores */
+    double validation_fraction;  /* image folders; < 0: default 0.2 */
+    int fail_on_bad_images;      /* 0: count and skip undecodable images; 1: stop with an error */
+    int progress;                /* 1: a live progress line with ETA on stderr (a terminal) */
+    const volatile int *stop;    /* if non-NULL and set (e.g. from SIGINT), training stops early */
+} dt_train_options;
+
+typedef struct dt_train_result {
+    int64_t steps;
+    double final_loss;           /* mean training loss over the last logging interval */
+    double validation_accuracy;
+    double test_accuracy, test_loss;
+    int64_t test_examples;
+    double seconds, examples_per_sec;
+    int64_t bad_images;
+} dt_train_result;
+
+/* Fills o with dtrain's defaults (adam, 0.001, batch 64, 1 epoch, steps_to_validate 1000, seed 1). */
+void dt_train_options_init(dt_train_options *o);
+/* Trains on this machine, logging to `log` (NULL: stdout); returns DT_EINTR if *stop was set. */
+int dt_train(const dt_train_options *o, FILE *log, dt_train_result *result, dt_error *err);
 
 #ifdef __cplusplus
 }

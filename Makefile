@@ -1,0 +1,40 @@
+# Convenience front end over CMake. The two commands the README promises:
+#   make train   build, then train the default model on Fashion-MNIST (the main job)
+#   make test    build, then run the test suite: a release build, then an ASan+UBSan build with
+#                the fuzz targets (clang), skipping the tests labelled slow there
+JOBS ?= $(shell nproc)
+DATA ?= /usr/share/datasets/fashion-mnist
+
+.PHONY: all deps build build-asan train test test-release test-asan bench clean
+
+all: build
+
+deps:
+	scripts/deps build test
+
+build: deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build -j $(JOBS)
+
+build-asan: deps
+	CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDTRAIN_SANITIZE=ON -DDTRAIN_FUZZ=ON >/dev/null
+	cmake --build build-asan -j $(JOBS)
+
+train: build
+	build/dtrain train --model models/fashion.model --data $(DATA)
+
+test-release: build
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+test-asan: build-asan
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) -LE slow
+
+test: test-release test-asan
+
+bench: build
+	scripts/deps bench
+	bench/run
+
+clean:
+	rm -rf build build-asan

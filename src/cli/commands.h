@@ -1,0 +1,12 @@
+/* dtrain subcommands. Each takes the arguments after its name and returns the process exit status;
+ * errors are printed as one line "dtrain <cmd>: <message>". */
+#ifndef DT_CLI_COMMANDS_H
+#define DT_CLI_COMMANDS_H
+
+int cmd_train(int argc, char **argv);
+
+/* Set by SIGINT/SIGTERM; long-running commands poll it and stop cleanly. */
+extern volatile int cli_stop;
+void cli_install_signal_handlers(void);
+
+#endif

@@ -1,0 +1,66 @@
+/* dtrain: command-line front end. A thin layer over libdtrain: parse flags, call, print. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "dtrain.h"
+
+volatile int cli_stop = 0;
+
+static void on_signal(int sig) {
+    (void)sig;
+    cli_stop = 1;
+}
+
+void cli_install_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static const struct {
+    const char *name;
+    int (*run)(int, char **);
+    const char *summary;
+} commands[] = {
+    {"train", cmd_train, "train a model (on this machine)"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dtrain <command> [flags]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "  %-10s %s\n\n", "version", "print the version");
+    fprintf(f, "Run 'dtrain <command> --help' for a command's flags.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        if (argc > 2) {
+            for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+                if (!strcmp(argv[2], commands[i].name)) {
+                    char *h[] = {"--help"};
+                    return commands[i].run(1, h);
+                }
+        }
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("dtrain %s\n", dt_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 2, argv + 2);
+    fprintf(stderr, "dtrain: unknown command '%s' (run 'dtrain --help')\n", cmd);
+    return 2;
+}
