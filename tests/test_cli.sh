@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The CLI's contract: help works, and every bad input gives ONE line on stderr naming what and
+# where, a non-zero exit status, and no crash (sanitizer builds would print a report and fail).
+set -u
+bin=${DTRAIN_BIN:-build/dtrain}
+data=${FASHION:-/usr/share/datasets/fashion-mnist}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+
+# expect_error NAME STATUS PATTERN CMD...: exit status STATUS, exactly one stderr line matching PATTERN
+expect_error() {
+  local name=$1 want=$2 pat=$3; shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"; local st=$?
+  local lines; lines=$(wc -l <"$tmp/err")
+  if [ "$st" -eq "$want" ] && [ "$lines" -eq 1 ] && grep -qE -- "$pat" "$tmp/err"; then ok "$name"
+  else bad "$name (status $st, want $want; $lines stderr lines: $(head -c 400 "$tmp/err"))"; fi
+}
+
+"$bin" --help >"$tmp/out" 2>&1 && grep -q "train" "$tmp/out" && ok "help lists commands" || bad "help lists commands"
+"$bin" train --help >"$tmp/out" 2>&1 && grep -q -- "--learning_rate" "$tmp/out" && grep -q -- "--steps_to_validate" "$tmp/out" \
+  && ok "train --help lists flags" || bad "train --help lists flags"
+
+expect_error "unknown command" 2 "unknown command 'trian'" "$bin" trian
+expect_error "unknown flag with suggestion" 2 "unknown flag --learnin_rate \(did you mean --learning_rate\?\)" \
+  "$bin" train --learnin_rate=0.1
+expect_error "flag value not a number" 2 "--batch_size: 'abc' is not an integer" "$bin" train --batch_size abc
+expect_error "negative seed" 2 "--seed" "$bin" train --seed=-1
+expect_error "bad_images value" 2 "--bad_images" "$bin" train --model models/fashion.model --data "$data" --bad_images=maybe
+expect_error "missing model flag" 1 "--model" "$bin" train --data "$data"
+expect_error "missing model file" 1 "$tmp/nope.model" "$bin" train --model "$tmp/nope.model" --data "$data"
+expect_error "batch size zero" 1 "--batch_size" "$bin" train --model models/fashion.model --data "$data" --batch_size 0
+
+printf 'model typo\ninput 28 28 1\nconv2d filters=8 kernel=3\nrelu\nflaten\ndense units=10\n' >"$tmp/typo.model"
+expect_error "model file typo names the line" 1 "typo.model:5" "$bin" train --model "$tmp/typo.model" --data "$data"
+
+expect_error "missing data folder" 1 "$tmp/nodata" "$bin" train --model models/fashion.model --data "$tmp/nodata"
+mkdir -p "$tmp/trunc"
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+  gzip -dc "$data/$f.gz" >"$tmp/trunc/$f"
+done
+head -c 100000 "$data/train-images-idx3-ubyte.gz" | gzip -dc 2>/dev/null >"$tmp/trunc/train-images-idx3-ubyte"
+expect_error "truncated IDX names the file" 1 "train-images-idx3-ubyte" \
+  "$bin" train --model models/fashion.model --data "$tmp/trunc"
+printf 'XXXXXXXXXXXXXXXX' >"$tmp/trunc/train-images-idx3-ubyte"
+expect_error "wrong IDX magic names the file" 1 "train-images-idx3-ubyte.*magic" \
+  "$bin" train --model models/fashion.model --data "$tmp/trunc"
+expect_error "model input does not fit the data" 1 "128|28" \
+  "$bin" train --model models/catdog.model --data "$data"
+
+mkdir -p "$tmp/imgs/cat" "$tmp/imgs/dog"
+echo "not an image" >"$tmp/imgs/cat/readme.jpg"
+expect_error "non-image in image folder (fail policy) names the file" 1 "readme.jpg" \
+  "$bin" train --model models/catdog.model --data "$tmp/imgs" --bad_images=fail --train_steps 1
+
+# A short real run: 60 steps on Fashion-MNIST must learn something (well above chance at 10%).
+if "$bin" train --model models/fashion.model --data "$data" --train_steps 60 --steps_to_validate 30 \
+     >"$tmp/out" 2>"$tmp/err"; then
+  acc=$(sed -n 's/^test accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
+  if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a > 0.55) }'; then ok "60 steps learn (test accuracy $acc)"
+  else bad "60 steps learn (test accuracy '$acc')"; cat "$tmp/out" "$tmp/err"; fi
+  grep -q "^step 30 " "$tmp/out" && ok "logs every --steps_to_validate" || bad "logs every --steps_to_validate"
+else
+  bad "short training run exits 0"; cat "$tmp/err"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
