@@ -34,7 +34,7 @@ test: test-release test-asan
 
 bench: build
 	scripts/deps bench
-	bench/run
+	bench/run train
 
 clean:
 	rm -rf build build-asan
