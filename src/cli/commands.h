@@ -4,6 +4,7 @@
 #define DT_CLI_COMMANDS_H
 
 int cmd_train(int argc, char **argv);
+int cmd_launch(int argc, char **argv);
 
 /* Set by SIGINT/SIGTERM; long-running commands poll it and stop cleanly. */
 extern volatile int cli_stop;

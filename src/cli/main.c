@@ -27,7 +27,8 @@ static const struct {
     int (*run)(int, char **);
     const char *summary;
 } commands[] = {
-    {"train", cmd_train, "train a model (on this machine)"},
+    {"train", cmd_train, "train a model: on this machine, or as one task of a cluster"},
+    {"launch", cmd_launch, "start a whole cluster (ps and workers) on this machine"},
 };
 
 static void usage(FILE *f) {

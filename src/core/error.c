@@ -24,7 +24,12 @@ int dt_error_prefix(dt_error *err, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s%s", prefix, old);
+    size_t lp = strnlen(prefix, sizeof prefix), lo = strnlen(old, sizeof old - 1);
+    if (lp > sizeof err->msg - 1) lp = sizeof err->msg - 1;
+    if (lo > sizeof err->msg - 1 - lp) lo = sizeof err->msg - 1 - lp;
+    memcpy(err->msg, prefix, lp);
+    memcpy(err->msg + lp, old, lo);
+    err->msg[lp + lo] = 0;
     return err->code;
 }
 

@@ -1,0 +1,302 @@
+/* dtrain launch: a whole cluster on 127.0.0.1. Starts N ps and M worker processes running
+ * `dtrain train` with the cluster flags filled in, prefixes each output line with the process's
+ * role and index, and exits with the first failure's status after stopping the others. Ctrl-C
+ * (SIGINT) or SIGTERM stops everything. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+
+#define MAX_PROCS 64
+
+typedef struct {
+    char label[16];
+    pid_t pid;
+    int fd[2];          /* stdout, stderr pipes (-1 once closed) */
+    char buf[2][4096];  /* partial line per stream */
+    size_t len[2];
+    int status, exited;
+} child;
+
+static double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A port the kernel says is free now; the child binds it moments later. */
+static int free_port(void) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(s);
+    return port;
+}
+
+static void flush_line(child *c, int k, int force) {
+    FILE *out = k == 0 ? stdout : stderr;
+    char *start = c->buf[k];
+    size_t left = c->len[k];
+    for (;;) {
+        char *nl = memchr(start, '\n', left);
+        if (!nl) break;
+        fprintf(out, "[%s] %.*s\n", c->label, (int)(nl - start), start);
+        left -= (size_t)(nl - start) + 1;
+        start = nl + 1;
+    }
+    if (force && left) {
+        fprintf(out, "[%s] %.*s\n", c->label, (int)left, start);
+        left = 0;
+    }
+    memmove(c->buf[k], start, left);
+    c->len[k] = left;
+    fflush(out);
+}
+
+static void pump(child *cs, int n, int timeout_ms) {
+    struct pollfd p[2 * MAX_PROCS];
+    int map[2 * MAX_PROCS], np = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 2; k++)
+            if (cs[i].fd[k] >= 0) {
+                p[np] = (struct pollfd){.fd = cs[i].fd[k], .events = POLLIN};
+                map[np++] = i * 2 + k;
+            }
+    if (np == 0) {
+        usleep((useconds_t)timeout_ms * 1000);
+        return;
+    }
+    if (poll(p, (nfds_t)np, timeout_ms) <= 0) return;
+    for (int j = 0; j < np; j++) {
+        if (!(p[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        child *c = &cs[map[j] / 2];
+        int k = map[j] % 2;
+        if (c->len[k] == sizeof c->buf[k]) flush_line(c, k, 1); /* overlong line: emit as is */
+        ssize_t r = read(c->fd[k], c->buf[k] + c->len[k], sizeof c->buf[k] - c->len[k]);
+        if (r > 0) {
+            c->len[k] += (size_t)r;
+            flush_line(c, k, 0);
+        } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+            flush_line(c, k, 1);
+            close(c->fd[k]);
+            c->fd[k] = -1;
+        }
+    }
+}
+
+static int reap(child *cs, int n) {
+    int newly = 0;
+    for (int i = 0; i < n; i++) {
+        if (cs[i].exited) continue;
+        int st;
+        if (waitpid(cs[i].pid, &st, WNOHANG) == cs[i].pid) {
+            cs[i].exited = 1;
+            cs[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            newly++;
+        }
+    }
+    return newly;
+}
+
+static void stop_all(child *cs, int n, double grace_sec) {
+    for (int i = 0; i < n; i++)
+        if (!cs[i].exited) kill(cs[i].pid, SIGTERM);
+    double deadline = mono() + grace_sec;
+    for (;;) {
+        reap(cs, n);
+        int alive = 0;
+        for (int i = 0; i < n; i++) alive += !cs[i].exited;
+        if (!alive) break;
+        if (mono() > deadline) {
+            for (int i = 0; i < n; i++)
+                if (!cs[i].exited) {
+                    fprintf(stderr, "dtrain launch: %s did not stop after SIGTERM; killing it\n", cs[i].label);
+                    kill(cs[i].pid, SIGKILL);
+                }
+            deadline = mono() + 5;
+        }
+        pump(cs, n, 50);
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 2; k++)
+            if (cs[i].fd[k] >= 0) {
+                flush_line(&cs[i], k, 1);
+                close(cs[i].fd[k]);
+                cs[i].fd[k] = -1;
+            }
+}
+
+static int parse_count(const char *flag, const char *v, int lo, int hi, int *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi) {
+        fprintf(stderr, "dtrain launch: %s must be an integer in %d..%d, got '%s'\n", flag, lo, hi, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int cmd_launch(int argc, char **argv) {
+    int n_ps = 1, n_workers = 2;
+    char **pass = calloc((size_t)argc + 8, sizeof *pass);
+    int n_pass = 0;
+    if (!pass) {
+        fprintf(stderr, "dtrain launch: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = NULL;
+        int *target = NULL;
+        const char *flag = NULL;
+        if (!strncmp(a, "--ps", 4) && (a[4] == 0 || a[4] == '=')) target = &n_ps, flag = "--ps";
+        else if (!strncmp(a, "--workers", 9) && (a[9] == 0 || a[9] == '=')) target = &n_workers, flag = "--workers";
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: dtrain launch [--ps N] [--workers M] [train flags]\n\n"
+                   "Starts a cluster on 127.0.0.1: N parameter servers (default 1) and M workers\n"
+                   "(default 2), each running `dtrain train` with the given flags and the cluster\n"
+                   "flags (--ps_hosts, --worker_hosts, --job_name, --task_index) on free ports.\n"
+                   "Output lines are prefixed with [ps0], [worker1], ... The exit status is the\n"
+                   "first failure's, after the others are stopped; Ctrl-C stops everything.\n"
+                   "See 'dtrain train --help' for the training flags.\n");
+            free(pass);
+            return 0;
+        }
+        if (target) {
+            const char *eq = strchr(a, '=');
+            if (eq) v = eq + 1;
+            else if (i + 1 < argc) v = argv[++i];
+            else {
+                fprintf(stderr, "dtrain launch: %s needs a value\n", flag);
+                free(pass);
+                return 2;
+            }
+            if (parse_count(flag, v, 1, 32, target)) {
+                free(pass);
+                return 2;
+            }
+            continue;
+        }
+        if (!strncmp(a, "--ps_hosts", 10) || !strncmp(a, "--worker_hosts", 14) || !strncmp(a, "--job_name", 10) ||
+            !strncmp(a, "--task_index", 12)) {
+            fprintf(stderr, "dtrain launch: %s is set by launch itself; use 'dtrain train' to join a cluster by hand\n", a);
+            free(pass);
+            return 2;
+        }
+        pass[n_pass++] = argv[i];
+    }
+
+    int n = n_ps + n_workers;
+    char ps_hosts[32 * 24] = "", worker_hosts[32 * 24] = "";
+    for (int i = 0; i < n; i++) {
+        int port = free_port();
+        if (port < 0) {
+            fprintf(stderr, "dtrain launch: could not find a free port on 127.0.0.1: %s\n", strerror(errno));
+            free(pass);
+            return 1;
+        }
+        char *list = i < n_ps ? ps_hosts : worker_hosts;
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof ps_hosts - len, "%s127.0.0.1:%d", len ? "," : "", port);
+    }
+
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) {
+        fprintf(stderr, "dtrain launch: cannot find its own executable: %s\n", strerror(errno));
+        free(pass);
+        return 1;
+    }
+    self[sl] = 0;
+
+    cli_install_signal_handlers();
+    child cs[MAX_PROCS];
+    memset(cs, 0, sizeof cs);
+    int started = 0, rc = 0;
+    for (int i = 0; i < n; i++) {
+        child *c = &cs[i];
+        int is_ps = i < n_ps, idx = is_ps ? i : i - n_ps;
+        snprintf(c->label, sizeof c->label, "%s%d", is_ps ? "ps" : "worker", idx);
+        int out[2], errp[2];
+        if (pipe(out) || pipe(errp)) {
+            fprintf(stderr, "dtrain launch: pipe: %s\n", strerror(errno));
+            rc = 1;
+            break;
+        }
+        char a_ps[sizeof ps_hosts + 16], a_wk[sizeof worker_hosts + 16], a_job[32], a_idx[32];
+        snprintf(a_ps, sizeof a_ps, "--ps_hosts=%s", ps_hosts);
+        snprintf(a_wk, sizeof a_wk, "--worker_hosts=%s", worker_hosts);
+        snprintf(a_job, sizeof a_job, "--job_name=%s", is_ps ? "ps" : "worker");
+        snprintf(a_idx, sizeof a_idx, "--task_index=%d", idx);
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "dtrain launch: fork: %s\n", strerror(errno));
+            close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
+            rc = 1;
+            break;
+        }
+        if (pid == 0) {
+            dup2(out[1], STDOUT_FILENO);
+            dup2(errp[1], STDERR_FILENO);
+            close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
+            char **args = calloc((size_t)n_pass + 8, sizeof *args);
+            if (!args) _exit(127);
+            int k = 0;
+            args[k++] = self;
+            args[k++] = "train";
+            for (int j = 0; j < n_pass; j++) args[k++] = pass[j];
+            args[k++] = a_ps;
+            args[k++] = a_wk;
+            args[k++] = a_job;
+            args[k++] = a_idx;
+            args[k] = NULL;
+            execv(self, args);
+            fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
+            _exit(127);
+        }
+        close(out[1]), close(errp[1]);
+        c->pid = pid;
+        c->fd[0] = out[0], c->fd[1] = errp[0];
+        started++;
+    }
+    free(pass);
+    fprintf(stderr, "dtrain launch: %d ps (%s), %d workers (%s)\n", n_ps, ps_hosts, n_workers, worker_hosts);
+
+    /* Run until every process has exited, or one fails, or we are told to stop. */
+    while (rc == 0) {
+        pump(cs, started, 100);
+        reap(cs, started);
+        int alive = 0;
+        for (int i = 0; i < started; i++) {
+            if (cs[i].exited && cs[i].status != 0 && rc == 0) {
+                fprintf(stderr, "dtrain launch: %s exited with status %d; stopping the others\n", cs[i].label,
+                        cs[i].status);
+                rc = cs[i].status;
+            }
+            alive += !cs[i].exited;
+        }
+        if (!alive) break;
+        if (cli_stop) {
+            fprintf(stderr, "dtrain launch: stopping all processes\n");
+            rc = 130;
+        }
+    }
+    stop_all(cs, started, 10.0);
+    return rc;
+}
