@@ -1,0 +1,478 @@
+/* CPU backend of compute/kernels.h: OpenBLAS sgemm for the matrix products, OpenMP for everything
+ * else. One thread pool only: OpenBLAS always runs single-threaded and the kernels split work across
+ * OpenMP threads themselves. Two spinning pools (OpenBLAS's pthreads and OpenMP's) on a small machine
+ * steal each other's cores, and single-threaded sgemm on cache-sized chunks is as fast per core as
+ * threaded sgemm on the whole matrix (see bench/bench_kernels.c).
+ *
+ * Convolution is im2col + GEMM, chunked: each thread gathers a block of R output positions into its
+ * own [R, KH*KW*C] scratch (sized to stay in L2) and multiplies it by the HWIO kernel viewed as
+ * [KH*KW*C, OC]; the result lands directly in NHWC. Backward recomputes the same chunks:
+ * dW += col^T @ dout, then dcol = dout @ W^T overwrites col and is scattered back (col2im). */
+#include "compute/kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+/* ---- threads ------------------------------------------------------------------------------- */
+
+static int g_threads;         /* OpenMP threads the kernels use; set once by init, then by the user */
+static int g_max_threads;     /* cores: the cap, and what scratch is sized for */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_once(void) {
+    g_max_threads = omp_get_num_procs();
+    if (g_max_threads < 1) g_max_threads = 1;
+    int t = omp_get_max_threads(); /* honours OMP_NUM_THREADS */
+    g_threads = t < 1 ? 1 : t > g_max_threads ? g_max_threads : t;
+    openblas_set_num_threads(1);
+}
+
+static inline int nthreads(void) {
+    pthread_once(&g_once, init_once);
+    return __atomic_load_n(&g_threads, __ATOMIC_RELAXED);
+}
+
+void dt_kernels_set_threads(int n) {
+    pthread_once(&g_once, init_once);
+    if (n <= 0 || n > g_max_threads) n = g_max_threads;
+    __atomic_store_n(&g_threads, n, __ATOMIC_RELAXED);
+}
+
+int dt_kernels_get_threads(void) { return nthreads(); }
+
+/* Parallel loops over fewer elements than this run on one thread: waking a thread costs more. */
+#define PAR_MIN_ELEMS 32768
+
+/* ---- window geometry ----------------------------------------------------------------------- */
+
+int dt_window_init(dt_window *g, int in_h, int in_w, int in_c, int out_c, int k_h, int k_w,
+                   int stride_h, int stride_w, dt_padding pad, dt_error *err) {
+    memset(g, 0, sizeof *g);
+    if (in_h <= 0 || in_w <= 0 || in_c <= 0)
+        return dt_errorf(err, DT_ESHAPE, "window: input %dx%dx%d must be positive", in_h, in_w, in_c);
+    if (out_c <= 0) return dt_errorf(err, DT_ESHAPE, "window: %d output channels, need > 0", out_c);
+    if (k_h <= 0 || k_w <= 0)
+        return dt_errorf(err, DT_ESHAPE, "window: kernel %dx%d must be positive", k_h, k_w);
+    if (stride_h <= 0 || stride_w <= 0)
+        return dt_errorf(err, DT_ESHAPE, "window: stride %dx%d must be positive", stride_h, stride_w);
+    if (pad != DT_PAD_VALID && pad != DT_PAD_SAME)
+        return dt_errorf(err, DT_EINVAL, "window: unknown padding %d", (int)pad);
+    /* argmax stores an index within one example as int32. */
+    if ((int64_t)in_h * in_w * in_c > INT32_MAX)
+        return dt_errorf(err, DT_ESHAPE, "window: input %dx%dx%d has more than 2^31 values", in_h,
+                         in_w, in_c);
+    int out_h, out_w, pad_top = 0, pad_left = 0;
+    if (pad == DT_PAD_VALID) {
+        if (k_h > in_h || k_w > in_w)
+            return dt_errorf(err, DT_ESHAPE,
+                             "window: kernel %dx%d is larger than the %dx%d input with VALID padding",
+                             k_h, k_w, in_h, in_w);
+        out_h = (in_h - k_h) / stride_h + 1;
+        out_w = (in_w - k_w) / stride_w + 1;
+    } else {
+        /* TensorFlow's SAME: out = ceil(in / stride); the odd padding cell goes bottom/right. */
+        out_h = (in_h + stride_h - 1) / stride_h;
+        out_w = (in_w + stride_w - 1) / stride_w;
+        int64_t ph = (int64_t)(out_h - 1) * stride_h + k_h - in_h;
+        int64_t pw = (int64_t)(out_w - 1) * stride_w + k_w - in_w;
+        pad_top = ph > 0 ? (int)(ph / 2) : 0;
+        pad_left = pw > 0 ? (int)(pw / 2) : 0;
+    }
+    if ((int64_t)out_h * out_w * out_c > INT32_MAX)
+        return dt_errorf(err, DT_ESHAPE, "window: output %dx%dx%d has more than 2^31 values", out_h,
+                         out_w, out_c);
+    *g = (dt_window){.in_h = in_h, .in_w = in_w, .in_c = in_c, .out_h = out_h, .out_w = out_w,
+                     .out_c = out_c, .k_h = k_h, .k_w = k_w, .stride_h = stride_h,
+                     .stride_w = stride_w, .pad_top = pad_top, .pad_left = pad_left};
+    return 0;
+}
+
+/* ---- GEMM ---------------------------------------------------------------------------------- */
+
+/* One single-threaded sgemm (OpenBLAS is pinned to one thread by init_once). */
+static inline void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                          int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void dt_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc) {
+    int nt = nthreads();
+    double flops = 2.0 * M * N * K;
+    if (nt <= 1 || omp_in_parallel() || flops < 2e6 || (M < 32 && N < 32)) {
+        sgemm1(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    /* Split the longer side of C into one block per thread (multiples of 16 keep the SIMD tiles
+     * whole); each block is an independent sgemm on a sub-matrix. */
+    int split_m = M >= N;
+    int len = split_m ? M : N;
+    int blk = (len + nt - 1) / nt;
+    blk = (blk + 15) & ~15;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num();
+        int lo = t * blk, hi = lo + blk < len ? lo + blk : len;
+        if (lo < hi) {
+            if (split_m) {
+                const float *a = trans_a ? A + lo : A + (size_t)lo * lda;
+                sgemm1(trans_a, trans_b, hi - lo, N, K, alpha, a, lda, B, ldb, beta,
+                       C + (size_t)lo * ldc, ldc);
+            } else {
+                const float *b = trans_b ? B + (size_t)lo * ldb : B + lo;
+                sgemm1(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
+            }
+        }
+    }
+}
+
+/* ---- convolution --------------------------------------------------------------------------- */
+
+/* Floats of col scratch one thread aims for: 128K floats = 512 KB, half a Zen 4 L2 (measured). */
+#define CONV_CHUNK_FLOATS (128 * 1024)
+
+static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static inline int is_pointwise(const dt_window *g) {
+    return g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1;
+}
+
+/* Output positions per im2col chunk. */
+static size_t conv_chunk_rows(const dt_window *g, int batch) {
+    size_t kkc = (size_t)g->k_h * g->k_w * g->in_c;
+    size_t rows = CONV_CHUNK_FLOATS / kkc;
+    if (rows < 32) rows = 32; /* a huge kernel: keep GEMM's M dimension useful */
+    size_t total = (size_t)(batch > 0 ? batch : 1) * g->out_h * g->out_w;
+    return rows < total ? rows : total;
+}
+
+/* Scratch layout (floats, each part 16-aligned), T = max threads:
+ *   col [T][R*KKC]   per-thread im2col / dcol chunk (absent for pointwise convs)
+ *   dw  [T-1][KKC*OC] per-thread dW partials (thread 0 writes dw itself)
+ *   db  [T][OC]      per-thread db partials */
+typedef struct {
+    size_t rows, col, dw, db; /* rows per chunk; offsets of each part per thread (strides) */
+    size_t dw_base, db_base, total;
+} conv_scratch;
+
+static conv_scratch conv_scratch_layout(const dt_window *g, int batch) {
+    pthread_once(&g_once, init_once);
+    size_t T = (size_t)g_max_threads, kkc = (size_t)g->k_h * g->k_w * g->in_c;
+    conv_scratch s;
+    s.rows = conv_chunk_rows(g, batch);
+    s.col = is_pointwise(g) ? 0 : round16(s.rows * kkc);
+    s.dw = round16(kkc * g->out_c);
+    s.db = round16((size_t)g->out_c);
+    s.dw_base = T * s.col;
+    s.db_base = s.dw_base + (T - 1) * s.dw;
+    s.total = s.db_base + T * s.db;
+    return s;
+}
+
+size_t conv2d_scratch_floats(const dt_window *g, int batch) { return conv_scratch_layout(g, batch).total; }
+
+/* col [p1-p0, KH*KW*C] = the input windows of output positions p0..p1 (p = (n*OH + oh)*OW + ow).
+ * Padding cells are zeros. One window row (KW*C floats) is contiguous in NHWC, so the gather is
+ * one copy per kernel row when the window is inside the image. */
+static void im2col(float *col, const float *in, const dt_window *g, size_t p0, size_t p1) {
+    const int H = g->in_h, W = g->in_w, C = g->in_c, KH = g->k_h, KW = g->k_w;
+    const size_t ohw = (size_t)g->out_h * g->out_w, kwc = (size_t)KW * C, kkc = KH * kwc;
+    const size_t img_size = (size_t)H * W * C;
+    size_t n = p0 / ohw, r = p0 % ohw;
+    int oh = (int)(r / g->out_w), ow = (int)(r % g->out_w);
+    for (size_t p = p0; p < p1; p++) {
+        const float *img = in + n * img_size;
+        float *dst = col + (p - p0) * kkc;
+        int ih0 = oh * g->stride_h - g->pad_top, iw0 = ow * g->stride_w - g->pad_left;
+        int inside_w = iw0 >= 0 && iw0 + KW <= W;
+        for (int kh = 0; kh < KH; kh++, dst += kwc) {
+            int ih = ih0 + kh;
+            if (ih < 0 || ih >= H) {
+                memset(dst, 0, kwc * sizeof(float));
+                continue;
+            }
+            const float *row = img + (size_t)ih * W * C;
+            if (inside_w) {
+                memcpy(dst, row + (size_t)iw0 * C, kwc * sizeof(float));
+            } else {
+                for (int kw = 0; kw < KW; kw++) {
+                    int iw = iw0 + kw;
+                    if (iw < 0 || iw >= W) memset(dst + (size_t)kw * C, 0, C * sizeof(float));
+                    else memcpy(dst + (size_t)kw * C, row + (size_t)iw * C, C * sizeof(float));
+                }
+            }
+        }
+        if (++ow == g->out_w) {
+            ow = 0;
+            if (++oh == g->out_h) oh = 0, n++;
+        }
+    }
+}
+
+/* din += scatter of dcol [p1-p0, KH*KW*C] (the adjoint of im2col; padding cells are dropped). */
+static void col2im(float *din, const float *dcol, const dt_window *g, size_t p0, size_t p1) {
+    const int H = g->in_h, W = g->in_w, C = g->in_c, KH = g->k_h, KW = g->k_w;
+    const size_t ohw = (size_t)g->out_h * g->out_w, kwc = (size_t)KW * C, kkc = KH * kwc;
+    const size_t img_size = (size_t)H * W * C;
+    size_t n = p0 / ohw, r = p0 % ohw;
+    int oh = (int)(r / g->out_w), ow = (int)(r % g->out_w);
+    for (size_t p = p0; p < p1; p++) {
+        float *img = din + n * img_size;
+        const float *src = dcol + (p - p0) * kkc;
+        int ih0 = oh * g->stride_h - g->pad_top, iw0 = ow * g->stride_w - g->pad_left;
+        int kw_lo = iw0 < 0 ? -iw0 : 0, kw_hi = iw0 + KW > W ? W - iw0 : KW;
+        for (int kh = 0; kh < KH; kh++, src += kwc) {
+            int ih = ih0 + kh;
+            if (ih < 0 || ih >= H) continue;
+            /* window column kw maps to image column iw0 + kw; only in-image columns receive */
+            float *d = img + ((size_t)ih * W + iw0 + kw_lo) * C;
+            const float *s = src + (size_t)kw_lo * C;
+            size_t len = (size_t)(kw_hi - kw_lo) * C;
+            for (size_t i = 0; i < len; i++) d[i] += s[i];
+        }
+        if (++ow == g->out_w) {
+            ow = 0;
+            if (++oh == g->out_h) oh = 0, n++;
+        }
+    }
+}
+
+void conv2d_forward(float *out, const float *in, const float *w, const float *b, int batch,
+                    const dt_window *g, float *scratch) {
+    const int KKC = g->k_h * g->k_w * g->in_c, OC = g->out_c;
+    const size_t total = (size_t)batch * g->out_h * g->out_w;
+    const conv_scratch s = conv_scratch_layout(g, batch);
+    const int pointwise = is_pointwise(g);
+    int nt = nthreads();
+    if ((size_t)nt > (total + s.rows - 1) / s.rows) nt = (int)((total + s.rows - 1) / s.rows);
+    if (nt < 1) nt = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads();
+        size_t a = total * t / T, z = total * (t + 1) / T;
+        float *col = scratch + (size_t)t * s.col;
+        for (size_t p0 = a; p0 < z; p0 += s.rows) {
+            size_t p1 = p0 + s.rows < z ? p0 + s.rows : z;
+            int R = (int)(p1 - p0);
+            const float *A = in + p0 * g->in_c;
+            if (!pointwise) {
+                im2col(col, in, g, p0, p1);
+                A = col;
+            }
+            float *o = out + p0 * OC;
+            sgemm1(0, 0, R, OC, KKC, 1.0f, A, KKC, w, OC, 0.0f, o, OC);
+            if (b)
+                for (int r = 0; r < R; r++)
+                    for (int c = 0; c < OC; c++) o[(size_t)r * OC + c] += b[c];
+        }
+    }
+}
+
+void conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                     const float *w, int batch, const dt_window *g, float *scratch) {
+    const int KKC = g->k_h * g->k_w * g->in_c, OC = g->out_c;
+    const size_t ohw = (size_t)g->out_h * g->out_w, img_size = (size_t)g->in_h * g->in_w * g->in_c;
+    const conv_scratch s = conv_scratch_layout(g, batch);
+    const int pointwise = is_pointwise(g);
+    const size_t ndw = (size_t)KKC * OC;
+    int nt = nthreads();
+    if (nt > batch) nt = batch; /* threads own whole examples so col2im never races */
+    if (nt < 1) nt = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads();
+        float *col = scratch + (size_t)t * s.col;
+        float *dwp = t == 0 ? dw : scratch + s.dw_base + (size_t)(t - 1) * s.dw;
+        float *dbp = scratch + s.db_base + (size_t)t * s.db;
+        memset(dwp, 0, ndw * sizeof(float));
+        memset(dbp, 0, OC * sizeof(float));
+        size_t n0 = (size_t)batch * t / T, n1 = (size_t)batch * (t + 1) / T;
+        if (din && !pointwise) memset(din + n0 * img_size, 0, (n1 - n0) * img_size * sizeof(float));
+        for (size_t p0 = n0 * ohw; p0 < n1 * ohw; p0 += s.rows) {
+            size_t p1 = p0 + s.rows < n1 * ohw ? p0 + s.rows : n1 * ohw;
+            int R = (int)(p1 - p0);
+            const float *dout_c = dout + p0 * OC;
+            if (db)
+                for (int r = 0; r < R; r++)
+                    for (int c = 0; c < OC; c++) dbp[c] += dout_c[(size_t)r * OC + c];
+            if (pointwise) {
+                /* col is the input itself, dcol is din itself (no overlap to scatter). */
+                sgemm1(1, 0, KKC, OC, R, 1.0f, in + p0 * KKC, KKC, dout_c, OC, 1.0f, dwp, OC);
+                if (din) sgemm1(0, 1, R, KKC, OC, 1.0f, dout_c, OC, w, OC, 0.0f, din + p0 * KKC, KKC);
+                continue;
+            }
+            im2col(col, in, g, p0, p1);
+            sgemm1(1, 0, KKC, OC, R, 1.0f, col, KKC, dout_c, OC, 1.0f, dwp, OC); /* dW += col^T dout */
+            if (din) {
+                sgemm1(0, 1, R, KKC, OC, 1.0f, dout_c, OC, w, OC, 0.0f, col, KKC); /* dcol = dout W^T */
+                col2im(din, col, g, p0, p1);
+            }
+        }
+#pragma omp barrier
+        /* Sum the partials; each thread reduces its own slice of dW. */
+        if (T > 1) {
+            size_t a = ndw * t / T, z = ndw * (t + 1) / T;
+            for (int u = 1; u < T; u++) {
+                const float *part = scratch + s.dw_base + (size_t)(u - 1) * s.dw;
+                for (size_t i = a; i < z; i++) dw[i] += part[i];
+            }
+        }
+        if (db && t == 0) {
+            for (int c = 0; c < OC; c++) {
+                float sum = 0.0f;
+                for (int u = 0; u < T; u++) sum += scratch[s.db_base + (size_t)u * s.db + c];
+                db[c] = sum;
+            }
+        }
+    }
+}
+
+/* ---- max pooling --------------------------------------------------------------------------- */
+
+void maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *g) {
+    const int H = g->in_h, W = g->in_w, C = g->in_c, OH = g->out_h, OW = g->out_w;
+    const size_t img_size = (size_t)H * W * C, rows = (size_t)batch * OH;
+    int nt = nthreads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * OW * C >= PAR_MIN_ELEMS)
+    for (size_t row = 0; row < rows; row++) {
+        size_t n = row / OH;
+        int oh = (int)(row % OH);
+        const float *img = in + n * img_size;
+        int ih0 = oh * g->stride_h - g->pad_top;
+        int kh_lo = ih0 < 0 ? -ih0 : 0, kh_hi = ih0 + g->k_h > H ? H - ih0 : g->k_h;
+        for (int ow = 0; ow < OW; ow++) {
+            size_t o_off = (row * OW + ow) * C;
+            float *o = out + o_off;
+            int32_t *am = argmax + o_off;
+            int iw0 = ow * g->stride_w - g->pad_left;
+            int kw_lo = iw0 < 0 ? -iw0 : 0, kw_hi = iw0 + g->k_w > W ? W - iw0 : g->k_w;
+            /* SAME padding cells are never read, which is the same as padding with -inf. The first
+             * in-image cell seeds the max; later cells win only if strictly larger (or NaN, which
+             * propagates as in PyTorch). */
+            int32_t first = ((ih0 + kh_lo) * W + iw0 + kw_lo) * C;
+            for (int c = 0; c < C; c++) o[c] = img[first + c], am[c] = first + c;
+            for (int kh = kh_lo; kh < kh_hi; kh++)
+                for (int kw = kw_lo; kw < kw_hi; kw++) {
+                    if (kh == kh_lo && kw == kw_lo) continue;
+                    int32_t idx = ((ih0 + kh) * W + iw0 + kw) * C;
+                    const float *v = img + idx;
+                    for (int c = 0; c < C; c++) {
+                        int win = v[c] > o[c] || v[c] != v[c];
+                        o[c] = win ? v[c] : o[c];
+                        am[c] = win ? idx + c : am[c];
+                    }
+                }
+        }
+    }
+}
+
+void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch,
+                      const dt_window *g) {
+    const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c;
+    const size_t out_size = (size_t)g->out_h * g->out_w * g->in_c;
+    int nt = nthreads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (batch * img_size >= PAR_MIN_ELEMS)
+    for (int n = 0; n < batch; n++) {
+        float *d = din + (size_t)n * img_size;
+        const float *go = dout + (size_t)n * out_size;
+        const int32_t *am = argmax + (size_t)n * out_size;
+        memset(d, 0, img_size * sizeof(float));
+        for (size_t i = 0; i < out_size; i++) d[am[i]] += go[i];
+    }
+}
+
+/* ---- element-wise -------------------------------------------------------------------------- */
+
+void relu_forward(float *out, const float *in, size_t n) {
+    int nt = nthreads();
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+}
+
+void relu_backward(float *din, const float *dout, const float *out, size_t n) {
+    int nt = nthreads();
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+void dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float rate, uint64_t seed) {
+    /* keep iff uniform [0,1) >= rate, the uniform built exactly as dt_rng_uniform builds it. */
+    float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
+    int nt = nthreads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)(dt_hash64(seed, i) >> 40) * (1.0f / 16777216.0f);
+        int keep = rate < 1.0f && u >= rate;
+        mask[i] = (uint8_t)keep;
+        out[i] = in[i] * (keep ? scale : 0.0f);
+    }
+}
+
+void dropout_backward(float *din, const float *dout, const uint8_t *mask, size_t n, float rate) {
+    float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
+    int nt = nthreads();
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) din[i] = dout[i] * (mask[i] ? scale : 0.0f);
+}
+
+/* ---- dense --------------------------------------------------------------------------------- */
+
+void dense_forward(float *out, const float *in, const float *w, const float *b, int batch,
+                   int in_dim, int out_dim) {
+    if (b)
+        for (int n = 0; n < batch; n++) memcpy(out + (size_t)n * out_dim, b, out_dim * sizeof(float));
+    dt_gemm(0, 0, batch, out_dim, in_dim, 1.0f, in, in_dim, w, out_dim, b ? 1.0f : 0.0f, out, out_dim);
+}
+
+void dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                    const float *w, int batch, int in_dim, int out_dim) {
+    dt_gemm(1, 0, in_dim, out_dim, batch, 1.0f, in, in_dim, dout, out_dim, 0.0f, dw, out_dim);
+    if (db) {
+        memset(db, 0, out_dim * sizeof(float));
+        for (int n = 0; n < batch; n++)
+            for (int o = 0; o < out_dim; o++) db[o] += dout[(size_t)n * out_dim + o];
+    }
+    if (din) dt_gemm(0, 1, batch, in_dim, out_dim, 1.0f, dout, out_dim, w, out_dim, 0.0f, din, in_dim);
+}
+
+/* ---- loss ---------------------------------------------------------------------------------- */
+
+float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
+                   int *correct) {
+    double loss = 0.0;
+    int hits = 0;
+    for (int n = 0; n < batch; n++) {
+        const float *x = logits + (size_t)n * classes;
+        int32_t y = labels[n];
+        int best = 0;
+        for (int k = 1; k < classes; k++)
+            if (x[k] > x[best]) best = k;
+        /* log-sum-exp around the max: exp never overflows, the largest term is exactly 1. */
+        float mx = x[best];
+        double sum = 0.0;
+        for (int k = 0; k < classes; k++) sum += exp((double)x[k] - mx);
+        int valid = y >= 0 && y < classes;
+        if (valid) {
+            loss += log(sum) - ((double)x[y] - mx);
+            hits += best == y;
+        } else {
+            loss = NAN; /* a label outside [0, classes): poison the loss rather than read out of bounds */
+        }
+        if (dlogits) {
+            float *d = dlogits + (size_t)n * classes;
+            double inv = 1.0 / (sum * batch);
+            for (int k = 0; k < classes; k++)
+                d[k] = (float)(exp((double)x[k] - mx) * inv - (k == y ? 1.0 / batch : 0.0));
+        }
+    }
+    if (correct) *correct = hits;
+    return batch > 0 ? (float)(loss / batch) : 0.0f;
+}
