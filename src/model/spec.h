@@ -49,7 +49,28 @@ typedef struct {
     int n_layers;
     dt_layer_spec *layers;      /* owned */
     char *text;                 /* the model file's text, owned (stored in checkpoints) */
+    size_t text_len;            /* bytes in text (text is also NUL-terminated) */
+    char source[256];           /* file name used in messages ("<source>:<line>: ...") */
+    int input_line;             /* line of the `input` line */
 } dt_model_spec;
+
+/* Limits, so a hostile file cannot request absurd memory or compute (docs/model-format.md). */
+#define DT_MODEL_MAX_DIM 65536                 /* any size, count, kernel, stride */
+#define DT_MODEL_MAX_LAYERS 1024
+#define DT_MODEL_MAX_PARAMS ((size_t)1 << 31)  /* total parameters */
+#define DT_MODEL_MAX_ACT ((size_t)1 << 28)     /* floats per example of any layer's output */
+#define DT_MODEL_MAX_PATCH ((size_t)1 << 28)   /* conv2d patch matrix per example: oh*ow*kh*kw*c */
+#define DT_MODEL_MAX_TEXT ((size_t)1 << 20)    /* bytes in a model file */
+
+/* Shapes of one layer for one example, worked out from the `input` line. A flat tensor is
+ * [1, 1, n]. Conv2d and maxpool also carry their window geometry (compute/kernels.h). */
+typedef struct {
+    int in_h, in_w, in_c;
+    int out_h, out_w, out_c;
+    int flat;                   /* the output is a flat vector (after flatten or dense) */
+    size_t n_weights, n_bias;   /* parameters of this layer */
+    dt_window win;              /* conv2d, maxpool */
+} dt_layer_shape;
 
 /* Parses text (len bytes, need not be NUL-terminated). source names the file in messages, which
  * read "<source>:<line>: <what is wrong>". On success *spec owns its memory: dt_model_spec_free. */
@@ -57,5 +78,18 @@ int dt_model_spec_parse(dt_model_spec *spec, const char *text, size_t len, const
                         dt_error *err);
 int dt_model_spec_load(dt_model_spec *spec, const char *path, dt_error *err);
 void dt_model_spec_free(dt_model_spec *spec);
+
+/* Deep copy; dst is overwritten (not freed first). */
+int dt_model_spec_copy(dt_model_spec *dst, const dt_model_spec *src, dt_error *err);
+
+/* Checks every layer's values and that the shapes fit, layer by layer, within the limits above;
+ * fills shapes[n_layers] (may be NULL) and *param_count (may be NULL). Messages name
+ * "<source>:<line>". dt_model_spec_parse already calls it; dt_net_build calls it again because a
+ * spec may also be built in code. */
+int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size_t *param_count,
+                         dt_error *err);
+
+/* "conv2d", "maxpool", ... as written in model files. */
+const char *dt_layer_kind_name(dt_layer_kind kind);
 
 #endif

@@ -1,0 +1,618 @@
+/* Model-file parser (format: docs/model-format.md). One pass over the lines fills dt_model_spec;
+ * dt_model_spec_shapes then walks the layers to check that every shape fits. Every message starts
+ * with "<source>:<line>: " so a user can jump to the fault. */
+#include "model/spec.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+#define MAX_TOKENS 32
+
+static const char *const kind_names[] = {
+    [DT_LAYER_CONV2D] = "conv2d", [DT_LAYER_MAXPOOL] = "maxpool", [DT_LAYER_RELU] = "relu",
+    [DT_LAYER_DROPOUT] = "dropout", [DT_LAYER_FLATTEN] = "flatten", [DT_LAYER_DENSE] = "dense",
+};
+#define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
+
+/* Prefix of auto-numbered layer names: conv1, pool1, relu1, dropout1, flatten1, dense1. */
+static const char *const name_prefix[] = {
+    [DT_LAYER_CONV2D] = "conv", [DT_LAYER_MAXPOOL] = "pool", [DT_LAYER_RELU] = "relu",
+    [DT_LAYER_DROPOUT] = "dropout", [DT_LAYER_FLATTEN] = "flatten", [DT_LAYER_DENSE] = "dense",
+};
+
+/* Options each layer kind accepts, NULL-terminated. */
+static const char *const conv_opts[] = {"filters", "kernel", "stride", "padding",
+                                        "use_bias", "weight_init", "bias_init", NULL};
+static const char *const pool_opts[] = {"size", "stride", "padding", NULL};
+static const char *const dropout_opts[] = {"rate", NULL};
+static const char *const dense_opts[] = {"units", "use_bias", "weight_init", "bias_init", NULL};
+static const char *const no_opts[] = {NULL};
+static const char *const *const kind_opts[] = {
+    [DT_LAYER_CONV2D] = conv_opts, [DT_LAYER_MAXPOOL] = pool_opts, [DT_LAYER_RELU] = no_opts,
+    [DT_LAYER_DROPOUT] = dropout_opts, [DT_LAYER_FLATTEN] = no_opts, [DT_LAYER_DENSE] = dense_opts,
+};
+
+static const char *const keywords[] = {"model", "input", "conv2d", "maxpool", "relu",
+                                       "dropout", "flatten", "dense", NULL};
+static const char *const init_names[] = {"truncated_normal", "constant", "glorot_uniform",
+                                         "he_uniform", NULL};
+static const char *const padding_names[] = {"same", "valid", NULL};
+static const char *const bool_names[] = {"true", "false", NULL};
+
+const char *dt_layer_kind_name(dt_layer_kind kind) {
+    return (int)kind >= 0 && (int)kind < N_KINDS ? kind_names[kind] : "?";
+}
+
+/* ---- suggestions for misspelled words ---- */
+
+/* Levenshtein distance, capped: words longer than 63 bytes never get a suggestion. */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return INT_MAX;
+    int prev[64], cur[64];
+    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, sizeof(int) * (lb + 1));
+    }
+    return prev[lb];
+}
+
+/* Writes " (did you mean 'x'?)" for the closest candidate within reach, or " (expected one of:
+ * a, b, c)" when nothing is close. */
+static void suggest(char *out, size_t cap, const char *word, const char *const *cands) {
+    const char *best = NULL;
+    int best_d = INT_MAX;
+    for (int i = 0; cands[i]; i++) {
+        int d = edit_distance(word, cands[i]);
+        if (d < best_d) best_d = d, best = cands[i];
+    }
+    size_t lw = strlen(word);
+    if (best && best_d <= 1 + (int)(lw / 4) && (size_t)best_d < lw) {
+        snprintf(out, cap, " (did you mean '%s'?)", best);
+        return;
+    }
+    size_t n = (size_t)snprintf(out, cap, " (expected one of:");
+    for (int i = 0; cands[i] && n < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s %s", i ? "," : "", cands[i]);
+    if (n < cap) snprintf(out + n, cap - n, ")");
+}
+
+static int find_word(const char *word, const char *const *list) {
+    for (int i = 0; list[i]; i++)
+        if (strcmp(word, list[i]) == 0) return i;
+    return -1;
+}
+
+/* ---- values ---- */
+
+/* Messages quote user text; keep quotes short so a huge token cannot crowd out the location. */
+#define Q(s) 40, (s)
+
+typedef struct {
+    const char *src;
+    int line;
+    dt_error *err;
+} ctx;
+
+#define FAIL(c, code, ...) fail_at((c), (code), __VA_ARGS__)
+__attribute__((format(printf, 3, 4))) static int fail_at(const ctx *c, int code, const char *fmt, ...) {
+    char what[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return dt_errorf(c->err, code, "%s:%d: %s", c->src, c->line, what);
+}
+
+/* Decimal integer in [lo, hi], nothing else. */
+static int parse_int(const char *s, long lo, long hi, long *out) {
+    if (!isdigit((unsigned char)*s)) return -1;
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, double *out) {
+    if (!*s || isspace((unsigned char)*s)) return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    /* strtod accepts "nan", "inf" and hex floats; only finite decimal numbers are wanted. */
+    if (*end || errno || !isfinite(v) || strpbrk(s, "xXnN")) return -1;
+    *out = v;
+    return 0;
+}
+
+/* "3" or "3x5" (height x width) */
+static int parse_pair(const ctx *c, const char *key, const char *v, long lo, int *h, int *w) {
+    char buf[64];
+    const char *x = strchr(v, 'x');
+    long a, b;
+    if (!x) {
+        if (parse_int(v, lo, DT_MODEL_MAX_DIM, &a) == 0) {
+            *h = *w = (int)a;
+            return 0;
+        }
+    } else if ((size_t)(x - v) < sizeof buf) {
+        memcpy(buf, v, (size_t)(x - v));
+        buf[x - v] = 0;
+        if (parse_int(buf, lo, DT_MODEL_MAX_DIM, &a) == 0 &&
+            parse_int(x + 1, lo, DT_MODEL_MAX_DIM, &b) == 0) {
+            *h = (int)a, *w = (int)b;
+            return 0;
+        }
+    }
+    return FAIL(c, DT_EFORMAT, "bad value '%.*s' for %s: expected N or HxW with integers from %ld to %d",
+                Q(v), key, lo, DT_MODEL_MAX_DIM);
+}
+
+static int parse_count(const ctx *c, const char *key, const char *v, int *out) {
+    long a;
+    if (parse_int(v, 1, DT_MODEL_MAX_DIM, &a) == 0) {
+        *out = (int)a;
+        return 0;
+    }
+    return FAIL(c, DT_EFORMAT, "bad value '%.*s' for %s: expected an integer from 1 to %d", Q(v), key,
+                DT_MODEL_MAX_DIM);
+}
+
+static int parse_choice(const ctx *c, const char *key, const char *v, const char *const *names, int *out) {
+    int i = find_word(v, names);
+    if (i >= 0) {
+        *out = i;
+        return 0;
+    }
+    char hint[256];
+    suggest(hint, sizeof hint, v, names);
+    return FAIL(c, DT_EFORMAT, "bad value '%.*s' for %s%s", Q(v), key, hint);
+}
+
+/* truncated_normal(STDDEV) | constant(VALUE) | glorot_uniform | he_uniform */
+static int parse_init(const ctx *c, const char *key, const char *v, dt_init *out) {
+    char name[64];
+    const char *open = strchr(v, '(');
+    size_t n = open ? (size_t)(open - v) : strlen(v);
+    if (n >= sizeof name) n = sizeof name - 1;
+    memcpy(name, v, n);
+    name[n] = 0;
+    int i = find_word(name, init_names);
+    if (i < 0) {
+        char hint[256];
+        suggest(hint, sizeof hint, name, init_names);
+        return FAIL(c, DT_EFORMAT, "unknown initialiser '%.*s' for %s%s", Q(name), key, hint);
+    }
+    static const dt_init_kind kinds[] = {DT_INIT_TRUNC_NORMAL, DT_INIT_CONSTANT, DT_INIT_GLOROT_UNIFORM,
+                                         DT_INIT_HE_UNIFORM};
+    out->kind = kinds[i];
+    out->value = 0;
+    int wants_arg = out->kind == DT_INIT_TRUNC_NORMAL || out->kind == DT_INIT_CONSTANT;
+    if (!wants_arg) {
+        if (open) return FAIL(c, DT_EFORMAT, "%s takes no argument: write '%s=%s'", name, key, name);
+        return 0;
+    }
+    const char *arg_name = out->kind == DT_INIT_TRUNC_NORMAL ? "STDDEV" : "VALUE";
+    size_t len = strlen(v);
+    if (!open || len < 2 || v[len - 1] != ')' || open >= v + len - 1)
+        return FAIL(c, DT_EFORMAT, "bad value '%.*s' for %s: write %s(%s)", Q(v), key, name, arg_name);
+    char num[64];
+    size_t an = (size_t)(v + len - 1 - (open + 1));
+    double x;
+    if (an >= sizeof num)
+        return FAIL(c, DT_EFORMAT, "bad number in '%.*s' for %s", Q(v), key);
+    memcpy(num, open + 1, an);
+    num[an] = 0;
+    if (parse_float(num, &x) != 0)
+        return FAIL(c, DT_EFORMAT, "bad number '%.*s' in %s(...) for %s", Q(num), name, key);
+    if (out->kind == DT_INIT_TRUNC_NORMAL && !(x > 0 && x <= 1e3))
+        return FAIL(c, DT_EFORMAT, "truncated_normal stddev %g out of range (0, 1000] for %s", x, key);
+    if (out->kind == DT_INIT_CONSTANT && !(fabs(x) <= 1e6))
+        return FAIL(c, DT_EFORMAT, "constant %g out of range [-1e6, 1e6] for %s", x, key);
+    out->value = (float)x;
+    return 0;
+}
+
+/* ---- one layer line ---- */
+
+static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, dt_layer_spec *L) {
+    memset(L, 0, sizeof *L);
+    L->kind = kind;
+    L->line = c->line;
+    L->stride_h = L->stride_w = 1;
+    L->padding = DT_PAD_VALID;
+    L->use_bias = 1;
+    L->weight_init.kind = DT_INIT_GLOROT_UNIFORM;
+    L->bias_init.kind = DT_INIT_CONSTANT;
+    const char *const *opts = kind_opts[kind];
+    const char *kname = kind_names[kind];
+    unsigned seen = 0;
+    int stride_given = 0;
+    for (int t = 1; t < ntok; t++) {
+        char *key = tok[t], *eq = strchr(key, '=');
+        if (!eq)
+            return FAIL(c, DT_EFORMAT, "expected key=value after '%s', got '%.*s'", kname, Q(key));
+        *eq = 0;
+        const char *v = eq + 1;
+        if (!*key) return FAIL(c, DT_EFORMAT, "missing option name before '=%.*s'", Q(v));
+        int o = find_word(key, opts);
+        if (o < 0) {
+            char hint[256];
+            if (!opts[0])
+                return FAIL(c, DT_EFORMAT, "unknown option '%.*s': %s takes no options", Q(key), kname);
+            suggest(hint, sizeof hint, key, opts);
+            return FAIL(c, DT_EFORMAT, "unknown option '%.*s' for %s%s", Q(key), kname, hint);
+        }
+        if (seen & (1u << o)) return FAIL(c, DT_EFORMAT, "duplicate option '%s'", key);
+        seen |= 1u << o;
+        if (!*v) return FAIL(c, DT_EFORMAT, "missing value for '%s'", key);
+        int rc = 0, choice = 0;
+        if (!strcmp(key, "filters")) rc = parse_count(c, key, v, &L->filters);
+        else if (!strcmp(key, "units")) rc = parse_count(c, key, v, &L->units);
+        else if (!strcmp(key, "kernel") || !strcmp(key, "size"))
+            rc = parse_pair(c, key, v, 1, &L->k_h, &L->k_w);
+        else if (!strcmp(key, "stride")) rc = parse_pair(c, key, v, 1, &L->stride_h, &L->stride_w), stride_given = 1;
+        else if (!strcmp(key, "padding")) {
+            rc = parse_choice(c, key, v, padding_names, &choice);
+            L->padding = choice == 0 ? DT_PAD_SAME : DT_PAD_VALID;
+        } else if (!strcmp(key, "use_bias")) {
+            rc = parse_choice(c, key, v, bool_names, &choice);
+            L->use_bias = choice == 0;
+        } else if (!strcmp(key, "weight_init")) rc = parse_init(c, key, v, &L->weight_init);
+        else if (!strcmp(key, "bias_init")) rc = parse_init(c, key, v, &L->bias_init);
+        else if (!strcmp(key, "rate")) {
+            double r;
+            if (parse_float(v, &r) != 0 || !(r >= 0 && r < 1))
+                return FAIL(c, DT_EFORMAT, "bad value '%.*s' for rate: expected a number in [0, 1)", Q(v));
+            L->rate = (float)r;
+        }
+        if (rc) return rc;
+    }
+    /* Required options. */
+    for (int o = 0; opts[o]; o++) {
+        int required = !strcmp(opts[o], "filters") || !strcmp(opts[o], "units") ||
+                       !strcmp(opts[o], "kernel") || !strcmp(opts[o], "size") || !strcmp(opts[o], "rate");
+        if (required && !(seen & (1u << o)))
+            return FAIL(c, DT_EFORMAT, "%s needs %s=", kname, opts[o]);
+    }
+    if (kind == DT_LAYER_MAXPOOL && !stride_given) L->stride_h = L->k_h, L->stride_w = L->k_w;
+    int bias_o = find_word("bias_init", opts);
+    if (!L->use_bias && bias_o >= 0 && (seen & (1u << bias_o)))
+        return FAIL(c, DT_EFORMAT, "bias_init given but use_bias=false");
+    return 0;
+}
+
+/* ---- the whole file ---- */
+
+static void default_name(char *name, size_t cap, const char *source) {
+    const char *base = strrchr(source, '/');
+    base = base ? base + 1 : source;
+    size_t n = strcspn(base, ".");
+    if (n == 0) base = "model", n = 5;
+    if (n >= cap) n = cap - 1;
+    memcpy(name, base, n);
+    name[n] = 0;
+}
+
+static int valid_name(const char *s) {
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("_-.", *s)) return 0;
+    return 1;
+}
+
+int dt_model_spec_parse(dt_model_spec *spec, const char *text, size_t len, const char *source,
+                        dt_error *err) {
+    memset(spec, 0, sizeof *spec);
+    if (!source) source = "<model>";
+    snprintf(spec->source, sizeof spec->source, "%s", source);
+    ctx c = {spec->source, 0, err};
+    if (len > DT_MODEL_MAX_TEXT)
+        return dt_errorf(err, DT_EFORMAT, "%s: model file is %zu bytes, more than the limit of %zu",
+                         source, len, DT_MODEL_MAX_TEXT);
+    int rc = 0;
+    char *work = NULL;
+    spec->text = dt_malloc(len + 1, "model text", err);
+    if (!spec->text) return DT_ENOMEM;
+    if (len) memcpy(spec->text, text, len);
+    spec->text[len] = 0;
+    spec->text_len = len;
+    work = dt_malloc(len + 1, "model text", err);
+    if (!work) {
+        rc = DT_ENOMEM;
+        goto fail;
+    }
+    memcpy(work, spec->text, len + 1);
+
+    int have_model = 0, have_input = 0, cap = 0, counters[N_KINDS] = {0};
+    char *p = work, *end = work + len;
+    while (p < end) {
+        c.line++;
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *eol = nl ? nl : end;
+        if (memchr(p, 0, (size_t)(eol - p))) {
+            rc = FAIL(&c, DT_EFORMAT, "NUL byte: this is not a text file");
+            goto fail;
+        }
+        *eol = 0;
+        char *hash = strchr(p, '#');
+        if (hash) *hash = 0;
+        char *tok[MAX_TOKENS];
+        int ntok = 0;
+        char *save = NULL;
+        for (char *s = strtok_r(p, " \t\r\f\v", &save); s; s = strtok_r(NULL, " \t\r\f\v", &save)) {
+            if (ntok == MAX_TOKENS) {
+                rc = FAIL(&c, DT_EFORMAT, "too many words on one line (at most %d)", MAX_TOKENS);
+                goto fail;
+            }
+            tok[ntok++] = s;
+        }
+        p = eol + 1;
+        if (ntok == 0) continue;
+        const char *kw = tok[0];
+        int k = find_word(kw, keywords);
+        if (k < 0) {
+            char hint[256];
+            suggest(hint, sizeof hint, kw, keywords);
+            rc = FAIL(&c, DT_EFORMAT, "unknown layer '%.*s'%s", Q(kw), hint);
+            goto fail;
+        }
+        if (k == 0) { /* model NAME */
+            if (have_model) { rc = FAIL(&c, DT_EFORMAT, "duplicate 'model' line"); goto fail; }
+            if (have_input || spec->n_layers) {
+                rc = FAIL(&c, DT_EFORMAT, "the 'model' line must come before 'input' and the layers");
+                goto fail;
+            }
+            if (ntok != 2) { rc = FAIL(&c, DT_EFORMAT, "expected 'model NAME'"); goto fail; }
+            if (strlen(tok[1]) >= sizeof spec->name || !valid_name(tok[1])) {
+                rc = FAIL(&c, DT_EFORMAT, "bad model name '%.*s': use at most %zu letters, digits, '_', '-' or '.'",
+                          Q(tok[1]), sizeof spec->name - 1);
+                goto fail;
+            }
+            strcpy(spec->name, tok[1]);
+            have_model = 1;
+            continue;
+        }
+        if (k == 1) { /* input H W C */
+            if (have_input) { rc = FAIL(&c, DT_EFORMAT, "duplicate 'input' line"); goto fail; }
+            if (spec->n_layers) {
+                rc = FAIL(&c, DT_EFORMAT, "the 'input' line must come before the layers");
+                goto fail;
+            }
+            if (ntok != 4) {
+                rc = FAIL(&c, DT_EFORMAT, "expected 'input HEIGHT WIDTH CHANNELS' (3 integers), got %d value%s",
+                          ntok - 1, ntok == 2 ? "" : "s");
+                goto fail;
+            }
+            int *dims[3] = {&spec->in_h, &spec->in_w, &spec->in_c};
+            static const char *const dn[3] = {"height", "width", "channels"};
+            for (int d = 0; d < 3; d++)
+                if ((rc = parse_count(&c, dn[d], tok[1 + d], dims[d]))) goto fail;
+            have_input = 1;
+            spec->input_line = c.line;
+            continue;
+        }
+        dt_layer_kind kind = (dt_layer_kind)(k - 2);
+        if (!have_input) {
+            rc = FAIL(&c, DT_EFORMAT, "%s before the 'input HEIGHT WIDTH CHANNELS' line", kind_names[kind]);
+            goto fail;
+        }
+        if (spec->n_layers == DT_MODEL_MAX_LAYERS) {
+            rc = FAIL(&c, DT_EFORMAT, "too many layers (at most %d)", DT_MODEL_MAX_LAYERS);
+            goto fail;
+        }
+        if (spec->n_layers == cap) {
+            int ncap = cap ? cap * 2 : 16;
+            dt_layer_spec *nl2 = realloc(spec->layers, sizeof *nl2 * (size_t)ncap);
+            if (!nl2) { rc = dt_errorf(err, DT_ENOMEM, "out of memory for model layers"); goto fail; }
+            spec->layers = nl2, cap = ncap;
+        }
+        dt_layer_spec *L = &spec->layers[spec->n_layers];
+        if ((rc = parse_layer(&c, kind, tok, ntok, L))) goto fail;
+        snprintf(L->name, sizeof L->name, "%s%d", name_prefix[kind], ++counters[kind]);
+        spec->n_layers++;
+    }
+    if (!have_input) {
+        c.line = c.line ? c.line : 1;
+        rc = FAIL(&c, DT_EFORMAT, "missing 'input HEIGHT WIDTH CHANNELS' line");
+        goto fail;
+    }
+    if (!have_model) default_name(spec->name, sizeof spec->name, source);
+    if ((rc = dt_model_spec_shapes(spec, NULL, NULL, err))) goto fail;
+    free(work);
+    return 0;
+fail:
+    free(work);
+    dt_model_spec_free(spec);
+    return rc;
+}
+
+int dt_model_spec_load(dt_model_spec *spec, const char *path, dt_error *err) {
+    memset(spec, 0, sizeof *spec);
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_errorf(err, DT_EIO, "cannot open model file '%s': %s", path, strerror(errno));
+    char *buf = dt_malloc(DT_MODEL_MAX_TEXT + 1, "model file", err);
+    if (!buf) {
+        fclose(f);
+        return DT_ENOMEM;
+    }
+    size_t n = fread(buf, 1, DT_MODEL_MAX_TEXT + 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    int rc;
+    if (bad) rc = dt_errorf(err, DT_EIO, "cannot read model file '%s'", path);
+    else rc = dt_model_spec_parse(spec, buf, n, path, err); /* rejects n > DT_MODEL_MAX_TEXT */
+    free(buf);
+    return rc;
+}
+
+void dt_model_spec_free(dt_model_spec *spec) {
+    if (!spec) return;
+    free(spec->layers);
+    free(spec->text);
+    spec->layers = NULL;
+    spec->text = NULL;
+    spec->n_layers = 0;
+    spec->text_len = 0;
+}
+
+int dt_model_spec_copy(dt_model_spec *dst, const dt_model_spec *src, dt_error *err) {
+    *dst = *src;
+    dst->layers = NULL;
+    dst->text = NULL;
+    if (src->n_layers > 0) {
+        dst->layers = dt_calloc((size_t)src->n_layers, sizeof *dst->layers, "model layers", err);
+        if (!dst->layers) return DT_ENOMEM;
+        memcpy(dst->layers, src->layers, sizeof *dst->layers * (size_t)src->n_layers);
+    }
+    if (src->text) {
+        dst->text = dt_malloc(src->text_len + 1, "model text", err);
+        if (!dst->text) {
+            free(dst->layers);
+            dst->layers = NULL;
+            return DT_ENOMEM;
+        }
+        memcpy(dst->text, src->text, src->text_len);
+        dst->text[src->text_len] = 0;
+    }
+    return 0;
+}
+
+/* ---- shapes ---- */
+
+static int in_range(int v) { return v >= 1 && v <= DT_MODEL_MAX_DIM; }
+
+/* a * b, saturating at SIZE_MAX */
+static size_t mul_sat(size_t a, size_t b) {
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+static int check_init(const ctx *c, const dt_init *in, const char *what) {
+    int ok = 0;
+    switch (in->kind) {
+    case DT_INIT_TRUNC_NORMAL: ok = in->value > 0 && in->value <= 1e3f; break;
+    case DT_INIT_CONSTANT: ok = fabsf(in->value) <= 1e6f; break;
+    case DT_INIT_GLOROT_UNIFORM:
+    case DT_INIT_HE_UNIFORM: ok = 1; break;
+    }
+    return ok ? 0 : FAIL(c, DT_EINVAL, "bad %s", what);
+}
+
+int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size_t *param_count,
+                         dt_error *err) {
+    ctx c = {spec->source[0] ? spec->source : spec->name, spec->input_line > 0 ? spec->input_line : 1, err};
+    if (!in_range(spec->in_h) || !in_range(spec->in_w) || !in_range(spec->in_c))
+        return FAIL(&c, DT_EINVAL, "input %dx%dx%d: each size must be from 1 to %d", spec->in_h,
+                    spec->in_w, spec->in_c, DT_MODEL_MAX_DIM);
+    if (spec->n_layers <= 0 || !spec->layers)
+        return FAIL(&c, DT_ESHAPE, "no layers: a model ends with a dense layer whose units are the classes");
+    if (spec->n_layers > DT_MODEL_MAX_LAYERS)
+        return FAIL(&c, DT_EINVAL, "too many layers (at most %d)", DT_MODEL_MAX_LAYERS);
+    int h = spec->in_h, w = spec->in_w, ch = spec->in_c, flat = 0, flat_line = 0;
+    size_t total = 0;
+    if (mul_sat(mul_sat((size_t)h, (size_t)w), (size_t)ch) > DT_MODEL_MAX_ACT)
+        return FAIL(&c, DT_ESHAPE, "input %dx%dx%d has more than %zu values per example", h, w, ch,
+                    DT_MODEL_MAX_ACT);
+    for (int i = 0; i < spec->n_layers; i++) {
+        const dt_layer_spec *L = &spec->layers[i];
+        c.line = L->line;
+        dt_layer_shape s;
+        memset(&s, 0, sizeof s);
+        s.in_h = h, s.in_w = w, s.in_c = ch;
+        const char *kn = dt_layer_kind_name(L->kind);
+        switch (L->kind) {
+        case DT_LAYER_CONV2D:
+        case DT_LAYER_MAXPOOL: {
+            int conv = L->kind == DT_LAYER_CONV2D;
+            if (flat)
+                return FAIL(&c, DT_ESHAPE, "%s needs an [H,W,C] input, but its input was flattened at line %d",
+                            kn, flat_line);
+            if (!in_range(L->k_h) || !in_range(L->k_w) || !in_range(L->stride_h) ||
+                !in_range(L->stride_w) || (conv && !in_range(L->filters)) ||
+                (L->padding != DT_PAD_SAME && L->padding != DT_PAD_VALID))
+                return FAIL(&c, DT_EINVAL, "%s: sizes must be from 1 to %d", kn, DT_MODEL_MAX_DIM);
+            int oc = conv ? L->filters : ch;
+            dt_error werr;
+            if (dt_window_init(&s.win, h, w, ch, oc, L->k_h, L->k_w, L->stride_h, L->stride_w, L->padding,
+                               &werr) != 0)
+                return FAIL(&c, DT_ESHAPE, "%s: %s", kn, werr.msg);
+            h = s.win.out_h, w = s.win.out_w, ch = oc;
+            if (conv) {
+                size_t patch = mul_sat(mul_sat(mul_sat((size_t)h, (size_t)w), mul_sat((size_t)L->k_h, (size_t)L->k_w)),
+                                       (size_t)s.in_c);
+                if (patch > DT_MODEL_MAX_PATCH)
+                    return FAIL(&c, DT_ESHAPE, "conv2d: %dx%d kernel over a %dx%dx%d input is too large "
+                                "(more than %zu patch values per example)", L->k_h, L->k_w, s.in_h, s.in_w,
+                                s.in_c, DT_MODEL_MAX_PATCH);
+                s.n_weights = mul_sat(mul_sat((size_t)L->k_h, (size_t)L->k_w), mul_sat((size_t)s.in_c, (size_t)oc));
+                s.n_bias = L->use_bias ? (size_t)oc : 0;
+            }
+            break;
+        }
+        case DT_LAYER_RELU: break;
+        case DT_LAYER_DROPOUT:
+            if (!(L->rate >= 0 && L->rate < 1))
+                return FAIL(&c, DT_EINVAL, "dropout rate %g is not in [0, 1)", (double)L->rate);
+            break;
+        case DT_LAYER_FLATTEN:
+            if (!flat) {
+                ch = h * w * ch; /* bounded by DT_MODEL_MAX_ACT, fits an int */
+                h = w = 1;
+                flat = 1, flat_line = L->line;
+            }
+            break;
+        case DT_LAYER_DENSE:
+            if (!flat)
+                return FAIL(&c, DT_ESHAPE,
+                            "dense needs a flat input but gets [%d,%d,%d]: add a 'flatten' line before it",
+                            h, w, ch);
+            if (!in_range(L->units)) return FAIL(&c, DT_EINVAL, "dense: units must be from 1 to %d", DT_MODEL_MAX_DIM);
+            s.n_weights = mul_sat((size_t)ch, (size_t)L->units);
+            s.n_bias = L->use_bias ? (size_t)L->units : 0;
+            ch = L->units;
+            break;
+        default: return FAIL(&c, DT_EINVAL, "unknown layer kind %d", (int)L->kind);
+        }
+        if (s.n_weights || s.n_bias) {
+            int rc;
+            if ((rc = check_init(&c, &L->weight_init, "weight_init"))) return rc;
+            if (L->use_bias && (rc = check_init(&c, &L->bias_init, "bias_init"))) return rc;
+        }
+        s.out_h = h, s.out_w = w, s.out_c = ch, s.flat = flat;
+        if (mul_sat(mul_sat((size_t)h, (size_t)w), (size_t)ch) > DT_MODEL_MAX_ACT)
+            return FAIL(&c, DT_ESHAPE, "%s output %dx%dx%d has more than %zu values per example", kn, h, w, ch,
+                        DT_MODEL_MAX_ACT);
+        total += s.n_weights > DT_MODEL_MAX_PARAMS ? DT_MODEL_MAX_PARAMS + 1 : s.n_weights;
+        total += s.n_bias;
+        if (total > DT_MODEL_MAX_PARAMS)
+            return FAIL(&c, DT_ESHAPE, "too many parameters: more than %zu by this %s layer", DT_MODEL_MAX_PARAMS, kn);
+        if (shapes) shapes[i] = s;
+    }
+    const dt_layer_spec *last = &spec->layers[spec->n_layers - 1];
+    c.line = last->line;
+    if (last->kind != DT_LAYER_DENSE)
+        return FAIL(&c, DT_ESHAPE,
+                    "the model must end with a dense layer whose units are the classes, not %s "
+                    "(softmax cross-entropy is applied to its output)",
+                    dt_layer_kind_name(last->kind));
+    if (last->units < 2)
+        return FAIL(&c, DT_ESHAPE, "the last dense layer gives the classes: it needs units >= 2, got %d",
+                    last->units);
+    if (param_count) *param_count = total;
+    return 0;
+}
