@@ -1,0 +1,608 @@
+#include "cluster/cluster.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/error.h"
+
+/* ---- small text helpers ---- */
+
+static int is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
+
+static void trim(const char **s, size_t *len) {
+    while (*len && is_blank(**s)) (*s)++, (*len)--;
+    while (*len && is_blank((*s)[*len - 1])) (*len)--;
+}
+
+/* Quotes untrusted text for a message: at most 64 characters, non-printables as '?'. */
+static const char *quote(char out[80], const char *s, size_t len) {
+    size_t n = 0;
+    out[n++] = '"';
+    for (size_t i = 0; i < len && n < 66; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        out[n++] = (ch >= 32 && ch < 127) ? (char)ch : '?';
+    }
+    if (len > 64) out[n++] = '.', out[n++] = '.', out[n++] = '.';
+    out[n++] = '"';
+    out[n] = '\0';
+    return out;
+}
+
+static int is_name_char(char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '.' || ch == '-' || ch == '_';
+}
+
+static int is_v6_char(char ch) {
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F') ||
+           ch == ':' || ch == '.';
+}
+
+const char *dt_job_name(dt_job job) {
+    switch (job) {
+    case DT_JOB_PS: return "ps";
+    case DT_JOB_WORKER: return "worker";
+    case DT_JOB_EVALUATOR: return "evaluator";
+    default: return "none";
+    }
+}
+
+/* ---- addresses ---- */
+
+int dt_addr_parse(dt_addr *a, const char *text, size_t len, const char *field, dt_error *err) {
+    char q[80];
+    memset(a, 0, sizeof *a);
+    trim(&text, &len);
+    if (len == 0) return dt_errorf(err, DT_EINVAL, "%s: empty address (expected host:port)", field);
+    const char *colon; /* the host/port separator */
+    if (text[0] == '[') {
+        const char *close = memchr(text, ']', len);
+        if (!close)
+            return dt_errorf(err, DT_EINVAL, "%s: %s: missing ']' after the IPv6 address", field,
+                             quote(q, text, len));
+        if (close == text + 1)
+            return dt_errorf(err, DT_EINVAL, "%s: %s: empty host", field, quote(q, text, len));
+        for (const char *p = text + 1; p < close; p++)
+            if (!is_v6_char(*p))
+                return dt_errorf(err, DT_EINVAL, "%s: %s: bad character in IPv6 address", field,
+                                 quote(q, text, len));
+        colon = close + 1;
+        if (colon >= text + len || *colon != ':')
+            return dt_errorf(err, DT_EINVAL, "%s: %s: missing port (expected [v6]:port)", field,
+                             quote(q, text, len));
+    } else {
+        colon = NULL;
+        for (size_t i = 0; i < len; i++)
+            if (text[i] == ':') {
+                if (colon)
+                    return dt_errorf(err, DT_EINVAL,
+                                     "%s: %s: more than one ':' (write IPv6 as [addr]:port)",
+                                     field, quote(q, text, len));
+                colon = text + i;
+            }
+        if (!colon)
+            return dt_errorf(err, DT_EINVAL, "%s: %s: missing port (expected host:port)", field,
+                             quote(q, text, len));
+        if (colon == text)
+            return dt_errorf(err, DT_EINVAL, "%s: %s: empty host", field, quote(q, text, len));
+        for (const char *p = text; p < colon; p++)
+            if (!is_name_char(*p))
+                return dt_errorf(err, DT_EINVAL, "%s: %s: bad character '%c' in host", field,
+                                 quote(q, text, len), (*p >= 32 && *p < 127) ? *p : '?');
+    }
+    size_t host_len = (size_t)(colon - text);
+    if (host_len >= DT_HOST_MAX)
+        return dt_errorf(err, DT_EINVAL, "%s: %s: host longer than %d characters", field,
+                         quote(q, text, len), DT_HOST_MAX - 1);
+    const char *port = colon + 1;
+    size_t port_len = len - host_len - 1;
+    if (port_len == 0)
+        return dt_errorf(err, DT_EINVAL, "%s: %s: missing port after ':'", field, quote(q, text, len));
+    long value = 0;
+    for (size_t i = 0; i < port_len; i++) {
+        if (port[i] < '0' || port[i] > '9')
+            return dt_errorf(err, DT_EINVAL, "%s: %s: port %s is not a number", field,
+                             quote(q, text, len), quote((char[80]){0}, port, port_len));
+        if (value <= 65535) value = value * 10 + (port[i] - '0');
+    }
+    if (value < 1 || value > 65535)
+        return dt_errorf(err, DT_EINVAL, "%s: %s: port out of range (1..65535)", field,
+                         quote(q, text, len));
+    memcpy(a->host, text, host_len);
+    a->host[host_len] = '\0';
+    a->port = (int)value;
+    return 0;
+}
+
+int dt_addr_is_loopback(const dt_addr *a) {
+    return strcasecmp(a->host, "localhost") == 0 || strncmp(a->host, "127.", 4) == 0 ||
+           strcmp(a->host, "[::1]") == 0;
+}
+
+static int endpoint(char *buf, size_t n, const char *host, int port) {
+    int w = snprintf(buf, n, "tcp://%s:%d", host, port);
+    return (w < 0 || (size_t)w >= n) ? DT_EINVAL : 0;
+}
+
+int dt_addr_connect_endpoint(const dt_addr *a, char *buf, size_t n) {
+    return endpoint(buf, n, a->host, a->port);
+}
+
+int dt_addr_bind_endpoint(const dt_addr *a, char *buf, size_t n) {
+    if (!dt_addr_is_loopback(a)) return endpoint(buf, n, "*", a->port);
+    /* ZeroMQ binds to interfaces and IP addresses, not to names. */
+    return endpoint(buf, n, strcasecmp(a->host, "localhost") == 0 ? "127.0.0.1" : a->host, a->port);
+}
+
+/* ---- building a definition ---- */
+
+/* Addresses with the label of where they came from, so a duplicate names both fields. */
+typedef struct {
+    dt_addr addr;
+    char label[48];
+} entry;
+
+typedef struct {
+    entry *e;
+    int n, cap;
+} entries;
+
+static int entries_push(entries *l, const char *label_fmt, const char *name, int index,
+                        dt_error *err) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 8;
+        entry *e = realloc(l->e, (size_t)cap * sizeof *e);
+        if (!e) return dt_errorf(err, DT_ENOMEM, "out of memory for the cluster address list");
+        l->e = e;
+        l->cap = cap;
+    }
+    memset(&l->e[l->n], 0, sizeof l->e[l->n]);
+    snprintf(l->e[l->n].label, sizeof l->e[l->n].label, label_fmt, name, index);
+    l->n++;
+    return 0;
+}
+
+static int check_duplicates(const entries *all, dt_error *err) {
+    for (int i = 0; i < all->n; i++)
+        for (int j = 0; j < i; j++) {
+            const dt_addr *a = &all->e[i].addr, *b = &all->e[j].addr;
+            if (a->port == b->port && strcasecmp(a->host, b->host) == 0)
+                return dt_errorf(err, DT_EINVAL, "%s: duplicate address %s:%d (also %s)",
+                                 all->e[i].label, a->host, a->port, all->e[j].label);
+        }
+    return 0;
+}
+
+static int copy_list(dt_addr **out, const entries *all, int first, int n, dt_error *err) {
+    *out = NULL;
+    if (n == 0) return 0;
+    *out = dt_calloc((size_t)n, sizeof **out, "the cluster address list", err);
+    if (!*out) return DT_ENOMEM;
+    for (int i = 0; i < n; i++) (*out)[i] = all->e[first + i].addr;
+    return 0;
+}
+
+/* all holds ps entries [0, n_ps), then workers, then evaluators. */
+static int finish(dt_cluster *c, const entries *all, int n_ps, int n_workers, int n_evaluators,
+                  dt_error *err) {
+    int rc = check_duplicates(all, err);
+    if (rc) return rc;
+    if ((rc = copy_list(&c->ps, all, 0, n_ps, err)) ||
+        (rc = copy_list(&c->workers, all, n_ps, n_workers, err)) ||
+        (rc = copy_list(&c->evaluators, all, n_ps + n_workers, n_evaluators, err)))
+        return rc;
+    c->n_ps = n_ps;
+    c->n_workers = n_workers;
+    c->n_evaluators = n_evaluators;
+    c->distributed = 1;
+    c->is_chief = c->job == DT_JOB_WORKER && c->task_index == 0;
+    return 0;
+}
+
+void dt_cluster_single(dt_cluster *c) {
+    memset(c, 0, sizeof *c);
+    c->job = DT_JOB_NONE;
+    c->is_chief = 1;
+    c->source = "single process";
+}
+
+void dt_cluster_free(dt_cluster *c) {
+    if (!c) return;
+    free(c->ps);
+    free(c->workers);
+    free(c->evaluators);
+    dt_cluster_single(c);
+}
+
+/* Leaves c single and frees what was built if rc is an error. */
+static int done(dt_cluster *c, entries *all, int rc) {
+    free(all->e);
+    if (rc) dt_cluster_free(c);
+    return rc;
+}
+
+/* ---- flags ---- */
+
+static int parse_host_list(entries *all, const char *list, const char *flag, int *n_out,
+                           dt_error *err) {
+    const char *s = list;
+    size_t len = strlen(list);
+    trim(&s, &len);
+    if (len == 0) return dt_errorf(err, DT_EINVAL, "%s: empty list (expected host:port,...)", flag);
+    int n = 0;
+    const char *p = s, *end = s + len;
+    for (;;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma ? comma : end;
+        if (n == DT_CLUSTER_MAX_TASKS)
+            return dt_errorf(err, DT_EINVAL, "%s: more than %d addresses", flag,
+                             DT_CLUSTER_MAX_TASKS);
+        int rc = entries_push(all, "%s[%d]", flag, n, err);
+        if (rc) return rc;
+        entry *e = &all->e[all->n - 1];
+        if ((rc = dt_addr_parse(&e->addr, p, (size_t)(stop - p), e->label, err))) return rc;
+        n++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    *n_out = n;
+    return 0;
+}
+
+/* Strict decimal int; negative values parse (so they can be refused by name). */
+static int parse_index(const char *s, size_t len, long long *out) {
+    trim(&s, &len);
+    size_t i = 0;
+    int neg = 0;
+    if (i < len && (s[i] == '-' || s[i] == '+')) neg = s[i++] == '-';
+    if (i == len) return -1;
+    long long v = 0;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        if (v < 1000000000LL) v = v * 10 + (s[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+static int check_index(long long index, int n, const char *field, const char *job, dt_error *err) {
+    if (index < 0) return dt_errorf(err, DT_EINVAL, "%s: %lld is negative", field, index);
+    if (index >= n)
+        return dt_errorf(err, DT_EINVAL, "%s: %lld is out of range for job %s (%d task%s: 0..%d)",
+                         field, index, job, n, n == 1 ? "" : "s", n - 1);
+    return 0;
+}
+
+int dt_cluster_from_flags(dt_cluster *c, const char *ps_hosts, const char *worker_hosts,
+                          const char *job_name, const char *task_index, dt_error *err) {
+    dt_cluster_single(c);
+    entries all = {0};
+    int rc, n_ps = 0, n_workers = 0;
+    if (!worker_hosts)
+        return dt_errorf(err, DT_EINVAL,
+                         "--worker_hosts: missing (needed with --ps_hosts, --job_name, --task_index)");
+    if (ps_hosts && (rc = parse_host_list(&all, ps_hosts, "--ps_hosts", &n_ps, err)))
+        return done(c, &all, rc);
+    if ((rc = parse_host_list(&all, worker_hosts, "--worker_hosts", &n_workers, err)))
+        return done(c, &all, rc);
+    char q[80];
+    if (!job_name)
+        return done(c, &all, dt_errorf(err, DT_EINVAL, "--job_name: missing (ps or worker)"));
+    if (strcmp(job_name, "ps") == 0) {
+        c->job = DT_JOB_PS;
+        if (n_ps == 0)
+            return done(c, &all, dt_errorf(err, DT_EINVAL,
+                                           "--job_name: ps, but --ps_hosts is missing"));
+    } else if (strcmp(job_name, "worker") == 0) {
+        c->job = DT_JOB_WORKER;
+    } else {
+        return done(c, &all, dt_errorf(err, DT_EINVAL, "--job_name: unknown job %s (ps or worker)",
+                                       quote(q, job_name, strlen(job_name))));
+    }
+    long long index = 0;
+    if (task_index && parse_index(task_index, strlen(task_index), &index))
+        return done(c, &all, dt_errorf(err, DT_EINVAL, "--task_index: %s is not an integer",
+                                       quote(q, task_index, strlen(task_index))));
+    if ((rc = check_index(index, c->job == DT_JOB_PS ? n_ps : n_workers, "--task_index", job_name,
+                          err)))
+        return done(c, &all, rc);
+    c->task_index = (int)index;
+    c->source = "flags";
+    return done(c, &all, finish(c, &all, n_ps, n_workers, 0, err));
+}
+
+/* ---- TF_CONFIG ---- */
+
+/* cluster.<key>: absent -> *n = 0; otherwise a non-empty array of "host:port" strings. */
+static int tf_list(entries *all, json_t *cluster, const char *key, int *n_out, dt_error *err) {
+    *n_out = 0;
+    json_t *arr = json_object_get(cluster, key);
+    if (!arr) return 0;
+    if (!json_is_array(arr))
+        return dt_errorf(err, DT_EFORMAT,
+                         "TF_CONFIG cluster.%s: wrong type (expected an array of \"host:port\")",
+                         key);
+    size_t n = json_array_size(arr);
+    if (n == 0) return dt_errorf(err, DT_EINVAL, "TF_CONFIG cluster.%s: empty list", key);
+    if (n > DT_CLUSTER_MAX_TASKS)
+        return dt_errorf(err, DT_EINVAL, "TF_CONFIG cluster.%s: more than %d addresses", key,
+                         DT_CLUSTER_MAX_TASKS);
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(arr, i);
+        int rc = entries_push(all, "TF_CONFIG cluster.%s[%d]", key, (int)i, err);
+        if (rc) return rc;
+        entry *e = &all->e[all->n - 1];
+        if (!json_is_string(s))
+            return dt_errorf(err, DT_EFORMAT, "%s: wrong type (expected a \"host:port\" string)",
+                             e->label);
+        if ((rc = dt_addr_parse(&e->addr, json_string_value(s), json_string_length(s), e->label,
+                                err)))
+            return rc;
+    }
+    *n_out = (int)n;
+    return 0;
+}
+
+static int tf_parse(dt_cluster *c, entries *all, json_t *root, dt_error *err) {
+    if (!json_is_object(root))
+        return dt_errorf(err, DT_EFORMAT, "TF_CONFIG: wrong type (expected a JSON object)");
+    json_t *cluster = json_object_get(root, "cluster"), *task = json_object_get(root, "task");
+    if (cluster && !json_is_object(cluster))
+        return dt_errorf(err, DT_EFORMAT, "TF_CONFIG cluster: wrong type (expected an object)");
+    if (task && !json_is_object(task))
+        return dt_errorf(err, DT_EFORMAT, "TF_CONFIG task: wrong type (expected an object)");
+    int empty_cluster = !cluster || json_object_size(cluster) == 0;
+    if (empty_cluster && !task) return 0; /* as TensorFlow: no cluster, a local process */
+    if (empty_cluster)
+        return dt_errorf(err, DT_EINVAL, "TF_CONFIG cluster: missing or empty, but task is given");
+    if (!task) return dt_errorf(err, DT_EINVAL, "TF_CONFIG task: missing (which task is this?)");
+
+    /* Entries in the order ps, chief, worker, evaluator, so the lists come out contiguous. */
+    int rc, n_ps, n_chief, n_master, n_worker, n_eval;
+    if ((rc = tf_list(all, cluster, "ps", &n_ps, err))) return rc;
+    if (json_object_get(cluster, "chief") && json_object_get(cluster, "master"))
+        return dt_errorf(err, DT_EINVAL,
+                         "TF_CONFIG cluster.master: given together with cluster.chief (use one)");
+    if ((rc = tf_list(all, cluster, "chief", &n_chief, err))) return rc;
+    if ((rc = tf_list(all, cluster, "master", &n_master, err))) return rc;
+    const char *chief_key = n_master ? "master" : "chief";
+    n_chief += n_master;
+    if (n_chief > 1)
+        return dt_errorf(err, DT_EINVAL, "TF_CONFIG cluster.%s: %d chiefs (at most one)",
+                         chief_key, n_chief);
+    if ((rc = tf_list(all, cluster, "worker", &n_worker, err))) return rc;
+    if ((rc = tf_list(all, cluster, "evaluator", &n_eval, err))) return rc;
+    if (n_chief + n_worker == 0)
+        return dt_errorf(err, DT_EINVAL, "TF_CONFIG cluster: no chief and no worker");
+
+    json_t *type = json_object_get(task, "type"), *jindex = json_object_get(task, "index");
+    if (!type) return dt_errorf(err, DT_EINVAL, "TF_CONFIG task.type: missing");
+    if (!json_is_string(type))
+        return dt_errorf(err, DT_EFORMAT, "TF_CONFIG task.type: wrong type (expected a string)");
+    if (jindex && !json_is_integer(jindex))
+        return dt_errorf(err, DT_EFORMAT, "TF_CONFIG task.index: wrong type (expected an integer)");
+    long long index = jindex ? (long long)json_integer_value(jindex) : 0;
+    const char *t = json_string_value(type);
+    char q[80];
+    if (strcmp(t, "chief") == 0 || strcmp(t, "master") == 0) {
+        if (n_chief == 0)
+            return dt_errorf(err, DT_EINVAL, "TF_CONFIG task.type: %s, but the cluster has no %s",
+                             t, t);
+        if ((rc = check_index(index, 1, "TF_CONFIG task.index", t, err))) return rc;
+        c->job = DT_JOB_WORKER;
+        c->task_index = 0;
+    } else if (strcmp(t, "worker") == 0) {
+        if ((rc = check_index(index, n_worker, "TF_CONFIG task.index", t, err))) return rc;
+        c->job = DT_JOB_WORKER;
+        c->task_index = (int)index + n_chief; /* the chief is worker 0 */
+    } else if (strcmp(t, "ps") == 0) {
+        if (n_ps == 0)
+            return dt_errorf(err, DT_EINVAL, "TF_CONFIG task.type: ps, but cluster.ps is missing");
+        if ((rc = check_index(index, n_ps, "TF_CONFIG task.index", t, err))) return rc;
+        c->job = DT_JOB_PS;
+        c->task_index = (int)index;
+    } else if (strcmp(t, "evaluator") == 0) {
+        /* Often not listed in the cluster; then there is one, index 0. */
+        if ((rc = check_index(index, n_eval ? n_eval : 1, "TF_CONFIG task.index", t, err)))
+            return rc;
+        c->job = DT_JOB_EVALUATOR;
+        c->task_index = (int)index;
+    } else {
+        return dt_errorf(err, DT_EINVAL,
+                         "TF_CONFIG task.type: unknown job %s (chief, master, worker, ps or evaluator)",
+                         quote(q, t, json_string_length(type)));
+    }
+    c->source = "TF_CONFIG";
+    return finish(c, all, n_ps, n_chief + n_worker, n_eval, err);
+}
+
+int dt_cluster_from_tf_config(dt_cluster *c, const char *text, size_t len, dt_error *err) {
+    dt_cluster_single(c);
+    const char *s = text;
+    size_t n = len;
+    trim(&s, &n);
+    if (n == 0) return 0;
+    json_error_t jerr;
+    json_t *root = json_loadb(s, n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return dt_errorf(err, DT_EFORMAT, "TF_CONFIG: not valid JSON: line %d column %d: %s",
+                         jerr.line, jerr.column, jerr.text);
+    entries all = {0};
+    int rc = tf_parse(c, &all, root, err);
+    json_decref(root);
+    return done(c, &all, rc);
+}
+
+/* ---- local ---- */
+
+int dt_cluster_local(dt_cluster *c, int n_ps, int n_workers, const int *ports, dt_job job,
+                     int task_index, dt_error *err) {
+    dt_cluster_single(c);
+    if (n_ps < 0 || n_ps > DT_CLUSTER_MAX_TASKS)
+        return dt_errorf(err, DT_EINVAL, "--ps: %d ps tasks (0..%d)", n_ps, DT_CLUSTER_MAX_TASKS);
+    if (n_workers < 1 || n_workers > DT_CLUSTER_MAX_TASKS)
+        return dt_errorf(err, DT_EINVAL, "--workers: %d workers (1..%d)", n_workers,
+                         DT_CLUSTER_MAX_TASKS);
+    entries all = {0};
+    int rc = 0;
+    for (int i = 0; i < n_ps + n_workers && !rc; i++) {
+        int is_ps = i < n_ps;
+        if ((rc = entries_push(&all, "local %s %d", is_ps ? "ps" : "worker", is_ps ? i : i - n_ps,
+                               err)))
+            break;
+        entry *e = &all.e[all.n - 1];
+        if (ports[i] < 1 || ports[i] > 65535)
+            rc = dt_errorf(err, DT_EINVAL, "%s: port %d out of range (1..65535)", e->label, ports[i]);
+        snprintf(e->addr.host, sizeof e->addr.host, "127.0.0.1");
+        e->addr.port = ports[i];
+    }
+    if (rc) return done(c, &all, rc);
+    c->job = job;
+    if (job == DT_JOB_PS || job == DT_JOB_WORKER) {
+        if ((rc = check_index(task_index, job == DT_JOB_PS ? n_ps : n_workers, "task index",
+                              dt_job_name(job), err)))
+            return done(c, &all, rc);
+        c->task_index = task_index;
+    } else if (job != DT_JOB_NONE) {
+        return done(c, &all, dt_errorf(err, DT_EINVAL, "job: %s is not part of a local cluster",
+                                       dt_job_name(job)));
+    }
+    c->source = "local";
+    return done(c, &all, finish(c, &all, n_ps, n_workers, 0, err));
+}
+
+/* ---- precedence and argv ---- */
+
+int dt_cluster_resolve(dt_cluster *c, const char *ps_hosts, const char *worker_hosts,
+                       const char *job_name, const char *task_index, const char *tf_config,
+                       dt_error *err) {
+    if (ps_hosts || worker_hosts || job_name || task_index)
+        return dt_cluster_from_flags(c, ps_hosts, worker_hosts, job_name, task_index, err);
+    if (tf_config) return dt_cluster_from_tf_config(c, tf_config, strlen(tf_config), err);
+    dt_cluster_single(c);
+    return 0;
+}
+
+int dt_cluster_from_args(dt_cluster *c, int *argc, char **argv, dt_error *err) {
+    static const char *const names[4] = {"--ps_hosts", "--worker_hosts", "--job_name",
+                                         "--task_index"};
+    const char *value[4] = {0};
+    dt_cluster_single(c);
+    int n = *argc;
+    unsigned char *used = dt_calloc(n > 0 ? (size_t)n : 1, 1, "argument flags", err);
+    if (!used) return DT_ENOMEM;
+    int rc = 0;
+    for (int i = 1; i < n && !rc; i++) {
+        const char *arg = argv[i];
+        if (!arg || strcmp(arg, "--") == 0) break;
+        for (int f = 0; f < 4; f++) {
+            size_t len = strlen(names[f]);
+            if (strncmp(arg, names[f], len) != 0 || (arg[len] != '\0' && arg[len] != '=')) continue;
+            if (value[f]) {
+                rc = dt_errorf(err, DT_EINVAL, "%s: given twice", names[f]);
+                break;
+            }
+            used[i] = 1;
+            if (arg[len] == '=') {
+                value[f] = arg + len + 1;
+            } else if (i + 1 < n && argv[i + 1] && strncmp(argv[i + 1], "--", 2) != 0) {
+                value[f] = argv[++i];
+                used[i] = 1;
+            } else {
+                rc = dt_errorf(err, DT_EINVAL, "%s: missing value", names[f]);
+            }
+            break;
+        }
+    }
+    if (!rc) rc = dt_cluster_resolve(c, value[0], value[1], value[2], value[3], getenv("TF_CONFIG"), err);
+    if (!rc) { /* consume only on success, keeping the order of the rest */
+        int out = 0;
+        for (int i = 0; i < n; i++)
+            if (!used[i]) argv[out++] = argv[i];
+        if (out < n) argv[out] = NULL; /* argv[n] is already NULL in main's argv */
+        *argc = out;
+    }
+    free(used);
+    return rc;
+}
+
+/* ---- describing ---- */
+
+const dt_addr *dt_cluster_self(const dt_cluster *c) {
+    if (!c->distributed) return NULL;
+    switch (c->job) {
+    case DT_JOB_PS: return c->task_index < c->n_ps ? &c->ps[c->task_index] : NULL;
+    case DT_JOB_WORKER: return c->task_index < c->n_workers ? &c->workers[c->task_index] : NULL;
+    case DT_JOB_EVALUATOR:
+        return c->task_index < c->n_evaluators ? &c->evaluators[c->task_index] : NULL;
+    default: return NULL;
+    }
+}
+
+/* Appends to buf at *used, never past n; a truncated line stays NUL-terminated. */
+static void append(char *buf, size_t n, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t n, size_t *used, const char *fmt, ...) {
+    if (*used >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *used, n - *used, fmt, ap);
+    va_end(ap);
+    if (w > 0) *used = (size_t)w >= n - *used ? n : *used + (size_t)w;
+}
+
+static void append_list(char *buf, size_t n, size_t *used, const char *name, const dt_addr *a,
+                        int count) {
+    enum { SHOWN = 8 };
+    append(buf, n, used, " %s=[", name);
+    for (int i = 0; i < count && i < SHOWN; i++)
+        append(buf, n, used, "%s%s:%d", i ? "," : "", a[i].host, a[i].port);
+    if (count > SHOWN) append(buf, n, used, ",... %d more", count - SHOWN);
+    append(buf, n, used, "]");
+}
+
+void dt_cluster_describe(const dt_cluster *c, char *buf, size_t n) {
+    if (!buf || n == 0) return;
+    buf[0] = '\0';
+    size_t used = 0;
+    if (!c->distributed) {
+        append(buf, n, &used, "single process (no cluster)");
+        return;
+    }
+    switch (c->job) {
+    case DT_JOB_PS: append(buf, n, &used, "ps %d of %d;", c->task_index, c->n_ps); break;
+    case DT_JOB_WORKER:
+        append(buf, n, &used, "worker %d of %d (%s);", c->task_index, c->n_workers,
+               c->is_chief ? "chief" : "not chief");
+        break;
+    case DT_JOB_EVALUATOR:
+        append(buf, n, &used, "evaluator %d (not in the training cluster);", c->task_index);
+        break;
+    default: append(buf, n, &used, "cluster of %d ps, %d workers;", c->n_ps, c->n_workers); break;
+    }
+    append_list(buf, n, &used, "ps", c->ps, c->n_ps);
+    append_list(buf, n, &used, "workers", c->workers, c->n_workers);
+    if (c->n_evaluators) append_list(buf, n, &used, "evaluators", c->evaluators, c->n_evaluators);
+    append(buf, n, &used, "; from %s", c->source);
+}
+
+int dt_cluster_format_hosts(const dt_cluster *c, dt_job job, char *buf, size_t n, dt_error *err) {
+    const dt_addr *a = job == DT_JOB_PS ? c->ps : job == DT_JOB_WORKER ? c->workers : c->evaluators;
+    int count = job == DT_JOB_PS ? c->n_ps : job == DT_JOB_WORKER ? c->n_workers : c->n_evaluators;
+    if (job == DT_JOB_NONE) count = 0;
+    if (!buf || n == 0) return dt_errorf(err, DT_EINVAL, "%s hosts: no buffer", dt_job_name(job));
+    buf[0] = '\0';
+    size_t used = 0;
+    for (int i = 0; i < count; i++) {
+        int w = snprintf(buf + used, n - used, "%s%s:%d", i ? "," : "", a[i].host, a[i].port);
+        if (w < 0 || (size_t)w >= n - used)
+            return dt_errorf(err, DT_EINVAL, "%s hosts: list longer than %zu bytes",
+                             dt_job_name(job), n - 1);
+        used += (size_t)w;
+    }
+    return 0;
+}
