@@ -6,7 +6,7 @@
  * floats goes whole to the ps with the smallest load so far (first minimum wins; load += its
  * floats, i.e. bytes / 4). A variable larger than share is cut into contiguous slices: ps tasks in
  * index order each take what fits up to share, until the variable is placed. Then no ps ends above
- * total/k + (1 - 1/k) * (largest unsplit variable).
+ * max(share, total/k + (1 - 1/k) * (largest unsplit variable)).
  * Round robin: variable i goes whole to ps i % k (TensorFlow's default; no splitting).
  *
  * Shards: each ps stores its slices contiguously in one buffer (its "shard"), in flat-offset order.
