@@ -5,6 +5,7 @@
 
 #include "cluster/placement.h"
 #include "core/error.h"
+#include "core/rng.h"
 #include "test.h"
 
 typedef struct {
@@ -36,7 +37,7 @@ static const var FASHION[] = {
 };
 #define NVARS(a) ((int)(sizeof(a) / sizeof(a[0])))
 
-/* Checks the invariants any placement must hold; returns the number of floats covered. */
+/* Checks the invariants any placement must hold. */
 static void check_invariants(const dt_placement *p, const dt_param_view *views, int n_views) {
     size_t flat = 0, total = 0;
     for (int i = 0; i < n_views; i++) {
@@ -270,6 +271,38 @@ static void test_edges(void) {
     dt_placement_free(&p);
 }
 
+/* Random models: the invariants and the documented bound max(share, total/k + (1-1/k)*s), s the
+ * largest variable left whole, hold for every one. */
+static void test_random_bound(void) {
+    dt_rng r;
+    dt_rng_seed(&r, 42);
+    int violations = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        int n = 1 + (int)dt_rng_below(&r, 12), k = 1 + (int)dt_rng_below(&r, 6);
+        dt_param_view views[12];
+        size_t off = 0;
+        for (int i = 0; i < n; i++) {
+            memset(&views[i], 0, sizeof views[i]);
+            snprintf(views[i].name, sizeof views[i].name, "v%d", i);
+            /* sizes spread over 1 .. 100000, one in four large */
+            views[i].count = 1 + (size_t)dt_rng_below(&r, dt_rng_below(&r, 4) ? 1000 : 100000);
+            views[i].offset = off;
+            off += views[i].count + (size_t)dt_rng_below(&r, 3); /* small gaps */
+        }
+        dt_placement p;
+        CHECK(dt_placement_compute(&p, views, n, k, DT_PLACE_GREEDY, NULL) == 0);
+        check_invariants(&p, views, n);
+        size_t s = 0;
+        for (int i = 0; i < n; i++)
+            if (views[i].count <= p.share && views[i].count > s) s = views[i].count;
+        double bound = (double)p.total / k + (1.0 - 1.0 / k) * (double)s;
+        if (bound < (double)p.share) bound = (double)p.share;
+        for (int i = 0; i < k; i++) violations += (double)p.shard_count[i] > bound + 1e-9;
+        dt_placement_free(&p);
+    }
+    CHECK_MSG(violations == 0, "%d shards above the bound", violations);
+}
+
 static void test_print(void) {
     dt_param_view views[16];
     make_views(views, CATS, NVARS(CATS));
@@ -305,6 +338,7 @@ int main(void) {
     RUN(test_gather_scatter_locate);
     RUN(test_refusals);
     RUN(test_edges);
+    RUN(test_random_bound);
     RUN(test_print);
     return test_summary();
 }
