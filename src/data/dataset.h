@@ -59,4 +59,21 @@ int dt_dataset_get(const dt_dataset *ds, size_t i, float *x, int32_t *label, dt_
 /* Images that failed to decode so far (counted by dt_dataset_get). */
 size_t dt_dataset_bad_count(const dt_dataset *ds);
 
+/* How the loader treats examples that fail to decode (see dt_data_options.bad_images). IDX: FAIL. */
+dt_bad_image_policy dt_dataset_bad_images(const dt_dataset *ds);
+
+/* Image decoding and resizing, used by image folders; exposed for tests and fuzzing.
+ * dt_image_decode: a JPEG or PNG (recognised by its first bytes, not its name) into 8-bit pixels
+ * *pixels [*h, *w, channels] (channels 1 = grey, 3 = RGB; alpha is dropped), malloc'ed, free with
+ * free(). Images over max_pixels (0: DT_IMAGE_MAX_PIXELS) are refused before allocating. A truncated
+ * or corrupt file is an error (DT_EFORMAT naming source), never a partly grey image. */
+#define DT_IMAGE_MAX_PIXELS ((size_t)1 << 26)
+int dt_image_decode(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, size_t len,
+                    int channels, size_t max_pixels, const char *source, dt_error *err);
+/* Bilinear resize with half-pixel centres (OpenCV INTER_LINEAR, torch interpolate with
+ * align_corners=False, no antialiasing), each result divided by divisor (255: values in [0, 1]):
+ * out [oh, ow, c] from in [ih, iw, c]. Returns 0 or DT_ENOMEM. */
+int dt_resize_bilinear(float *out, int oh, int ow, const uint8_t *in, int ih, int iw, int c,
+                       float divisor, dt_error *err);
+
 #endif

@@ -17,6 +17,8 @@ typedef struct {
     int shuffle;             /* 1: training order (looping), 0: one evaluation pass */
     uint64_t seed;
     int shard_index, shard_count; /* 0 and 1 when not sharded */
+    int decode_threads;      /* threads decoding one batch of an image folder; <= 0: 1 (the loader
+                                thread alone; see docs/data.md for the measurements) */
 } dt_loader_options;
 
 typedef struct {
@@ -36,7 +38,9 @@ int dt_loader_create(dt_loader **out, const dt_dataset *ds, const dt_loader_opti
 int dt_loader_next(dt_loader *l, dt_batch *b, dt_error *err);
 /* Full batches per epoch for this shard in training order. */
 int64_t dt_loader_batches_per_epoch(const dt_loader *l);
-/* Repositions the training stream at batch `index` (resume from a checkpoint). */
+/* Repositions the training stream at batch `index` (resume from a checkpoint): the next batch is
+ * the one that would have been number `index`. Invalidates the batch last returned. In evaluation
+ * order it moves to shard position index * batch_size. */
 int dt_loader_seek(dt_loader *l, int64_t index, dt_error *err);
 void dt_loader_free(dt_loader *l);
 
