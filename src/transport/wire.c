@@ -1,0 +1,282 @@
+#include "transport/wire.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+
+/* Byte offsets of the header fields (docs/protocol.md has the same table). */
+enum {
+    OFF_MAGIC = 0, OFF_VERSION = 4, OFF_TYPE = 6, OFF_FLAGS = 7, OFF_ROLE = 8, OFF_RSV0 = 9,
+    OFF_TASK = 10, OFF_REQUEST = 12, OFF_GSTEP = 16, OFF_LSTEP = 24, OFF_PAYLOAD = 32,
+    OFF_SHARD = 40, OFF_STATUS = 44, OFF_SHARD_FLOATS = 48, OFF_OPT_KIND = 56, OFF_OPT_SLOTS = 57,
+    OFF_INIT = 58, OFF_RSV1 = 59, OFF_LR = 60, OFF_MOMENTUM = 64, OFF_BETA1 = 68, OFF_BETA2 = 72,
+    OFF_EPSILON = 76, OFF_COUNT_A = 80, OFF_COUNT_B = 88,
+};
+_Static_assert(OFF_COUNT_B + 8 == DT_WIRE_HEADER_SIZE, "header layout and size disagree");
+
+#define OPT_KINDS 3 /* sgd, momentum, adam: dt_opt_kind values 0..2 */
+
+static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_f32(uint8_t *p, float f) {
+    uint32_t v;
+    memcpy(&v, &f, 4);
+    put_u32(p, v);
+}
+static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t get_u32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static float get_f32(const uint8_t *p) {
+    uint32_t v = get_u32(p);
+    float f;
+    memcpy(&f, &v, 4);
+    return f;
+}
+
+dt_wire_header dt_wire_header_make(dt_msg_type type, dt_wire_role role, uint16_t task,
+                                   uint32_t request_id) {
+    dt_wire_header h;
+    memset(&h, 0, sizeof h);
+    h.version = DT_WIRE_VERSION;
+    h.type = (uint8_t)type;
+    h.role = (uint8_t)role;
+    h.task = task;
+    h.request_id = request_id;
+    return h;
+}
+
+void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
+    memset(out, 0, DT_WIRE_HEADER_SIZE);
+    memcpy(out + OFF_MAGIC, DT_WIRE_MAGIC, 4);
+    put_u16(out + OFF_VERSION, DT_WIRE_VERSION);
+    out[OFF_TYPE] = h->type;
+    out[OFF_FLAGS] = h->flags;
+    out[OFF_ROLE] = h->role;
+    put_u16(out + OFF_TASK, h->task);
+    put_u32(out + OFF_REQUEST, h->request_id);
+    put_u64(out + OFF_GSTEP, (uint64_t)h->global_step);
+    put_u64(out + OFF_LSTEP, (uint64_t)h->local_step);
+    put_u64(out + OFF_PAYLOAD, h->payload_bytes);
+    put_u32(out + OFF_SHARD, h->shard);
+    put_u32(out + OFF_STATUS, (uint32_t)h->status);
+    put_u64(out + OFF_SHARD_FLOATS, h->shard_floats);
+    out[OFF_OPT_KIND] = h->opt_kind;
+    out[OFF_OPT_SLOTS] = h->opt_slots;
+    out[OFF_INIT] = h->initialised;
+    put_f32(out + OFF_LR, h->learning_rate);
+    put_f32(out + OFF_MOMENTUM, h->momentum);
+    put_f32(out + OFF_BETA1, h->beta1);
+    put_f32(out + OFF_BETA2, h->beta2);
+    put_f32(out + OFF_EPSILON, h->epsilon);
+    put_u64(out + OFF_COUNT_A, h->count_a);
+    put_u64(out + OFF_COUNT_B, h->count_b);
+}
+
+int dt_wire_type_has_payload(uint8_t type) {
+    return type == DT_MSG_INIT || type == DT_MSG_PARAMS || type == DT_MSG_PUSH || type == DT_MSG_ERROR;
+}
+
+/* The optimizer fields of INIT and WELCOME: a known kind, its slot count, finite values. */
+static int check_optimizer(const dt_wire_header *h, dt_error *err) {
+    static const uint8_t slots[OPT_KINDS] = {0, 1, 2};
+    if (h->opt_kind >= OPT_KINDS)
+        return dt_errorf(err, DT_EFORMAT, "%s header: unknown optimizer kind %u (byte %d)",
+                         dt_wire_type_name(h->type), h->opt_kind, OFF_OPT_KIND);
+    if (h->opt_slots != slots[h->opt_kind])
+        return dt_errorf(err, DT_EFORMAT, "%s header: optimizer kind %u has %u state slots, header says %u",
+                         dt_wire_type_name(h->type), h->opt_kind, slots[h->opt_kind], h->opt_slots);
+    const float v[5] = {h->learning_rate, h->momentum, h->beta1, h->beta2, h->epsilon};
+    static const char *names[5] = {"learning_rate", "momentum", "beta1", "beta2", "epsilon"};
+    for (int i = 0; i < 5; i++)
+        if (!isfinite(v[i]))
+            return dt_errorf(err, DT_EFORMAT, "%s header: %s is not a finite number",
+                             dt_wire_type_name(h->type), names[i]);
+    return DT_OK;
+}
+
+int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *err) {
+    const uint8_t *p = buf;
+    memset(out, 0, sizeof *out);
+    /* Magic and version first, at offsets fixed for every version, so a peer of another version
+     * is told so even if its header has another size. */
+    if (len < OFF_VERSION + 2)
+        return dt_errorf(err, DT_EFORMAT, "message header truncated: %zu bytes, expected %u", len,
+                         DT_WIRE_HEADER_SIZE);
+    if (memcmp(p + OFF_MAGIC, DT_WIRE_MAGIC, 4) != 0)
+        return dt_errorf(err, DT_EFORMAT,
+                         "not a dtrain message: bad magic %02x %02x %02x %02x (expected \"DTRN\")",
+                         p[0], p[1], p[2], p[3]);
+    uint16_t version = get_u16(p + OFF_VERSION);
+    if (version != DT_WIRE_VERSION)
+        return dt_errorf(err, DT_EPROTO,
+                         "peer speaks dtrain protocol version %u, this program speaks version %u",
+                         version, DT_WIRE_VERSION);
+    if (len != DT_WIRE_HEADER_SIZE)
+        return dt_errorf(err, DT_EFORMAT, "message header %s: %zu bytes, expected %u",
+                         len < DT_WIRE_HEADER_SIZE ? "truncated" : "too long", len, DT_WIRE_HEADER_SIZE);
+    dt_wire_header h;
+    h.version = version;
+    h.type = p[OFF_TYPE];
+    h.flags = p[OFF_FLAGS];
+    h.role = p[OFF_ROLE];
+    h.task = get_u16(p + OFF_TASK);
+    h.request_id = get_u32(p + OFF_REQUEST);
+    h.global_step = (int64_t)get_u64(p + OFF_GSTEP);
+    h.local_step = (int64_t)get_u64(p + OFF_LSTEP);
+    h.payload_bytes = get_u64(p + OFF_PAYLOAD);
+    h.shard = get_u32(p + OFF_SHARD);
+    h.status = (int32_t)get_u32(p + OFF_STATUS);
+    h.shard_floats = get_u64(p + OFF_SHARD_FLOATS);
+    h.opt_kind = p[OFF_OPT_KIND];
+    h.opt_slots = p[OFF_OPT_SLOTS];
+    h.initialised = p[OFF_INIT];
+    h.learning_rate = get_f32(p + OFF_LR);
+    h.momentum = get_f32(p + OFF_MOMENTUM);
+    h.beta1 = get_f32(p + OFF_BETA1);
+    h.beta2 = get_f32(p + OFF_BETA2);
+    h.epsilon = get_f32(p + OFF_EPSILON);
+    h.count_a = get_u64(p + OFF_COUNT_A);
+    h.count_b = get_u64(p + OFF_COUNT_B);
+
+    if (h.type < 1 || h.type > DT_MSG_TYPE_MAX)
+        return dt_errorf(err, DT_EFORMAT, "unknown message type %u (byte %d)", h.type, OFF_TYPE);
+    const char *tn = dt_wire_type_name(h.type);
+    if (h.flags != 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: unknown flags 0x%02x (byte %d)", tn, h.flags,
+                         OFF_FLAGS);
+    if (h.role > DT_ROLE_MAX)
+        return dt_errorf(err, DT_EFORMAT, "%s header: unknown sender role %u (byte %d)", tn, h.role,
+                         OFF_ROLE);
+    if (p[OFF_RSV0] != 0 || p[OFF_RSV1] != 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: reserved bytes %d/%d are not zero", tn, OFF_RSV0,
+                         OFF_RSV1);
+    if (h.global_step < 0 || h.local_step < 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: negative step (global %lld, local %lld)", tn,
+                         (long long)h.global_step, (long long)h.local_step);
+    if (!dt_wire_type_has_payload(h.type) && h.payload_bytes != 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: claims a payload of %llu bytes, this type has none",
+                         tn, (unsigned long long)h.payload_bytes);
+    if (h.shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
+        return dt_errorf(err, DT_EFORMAT, "%s header: shard of %llu floats is beyond the limit %llu", tn,
+                         (unsigned long long)h.shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
+    if (h.initialised > 1)
+        return dt_errorf(err, DT_EFORMAT, "%s header: initialised flag is %u, expected 0 or 1", tn,
+                         h.initialised);
+    if (h.type == DT_MSG_INIT || h.type == DT_MSG_WELCOME) {
+        int rc = check_optimizer(&h, err);
+        if (rc) return rc;
+    }
+    *out = h;
+    return DT_OK;
+}
+
+uint32_t dt_wire_peek_request_id(const void *buf, size_t len) {
+    const uint8_t *p = buf;
+    if (len < OFF_REQUEST + 4 || memcmp(p + OFF_MAGIC, DT_WIRE_MAGIC, 4) != 0) return 0;
+    return get_u32(p + OFF_REQUEST);
+}
+
+int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_error *err) {
+    const char *tn = dt_wire_type_name(h->type);
+    if (shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
+        return dt_errorf(err, DT_EINVAL, "shard of %llu floats is beyond the protocol limit",
+                         (unsigned long long)shard_floats);
+    uint64_t want;
+    switch (h->type) {
+    case DT_MSG_PUSH:
+    case DT_MSG_PARAMS: want = shard_floats * 4; break;
+    case DT_MSG_INIT:
+        /* opt_slots <= 2 was checked by decode; recheck so a hand-made header cannot overflow. */
+        if (h->opt_slots > DT_WIRE_MAX_SLOTS)
+            return dt_errorf(err, DT_EFORMAT, "INIT header: %u optimizer slots, at most %u", h->opt_slots,
+                             DT_WIRE_MAX_SLOTS);
+        want = (1 + (uint64_t)h->opt_slots) * shard_floats * 4;
+        break;
+    case DT_MSG_ERROR:
+        if (h->payload_bytes > DT_WIRE_MAX_ERROR_TEXT)
+            return dt_errorf(err, DT_EFORMAT, "ERROR text of %llu bytes is beyond the limit %u",
+                             (unsigned long long)h->payload_bytes, DT_WIRE_MAX_ERROR_TEXT);
+        return DT_OK;
+    default: want = 0; break;
+    }
+    if (h->payload_bytes != want)
+        return dt_errorf(err, DT_EFORMAT, "%s payload of %llu bytes, expected %llu (shard of %llu floats)",
+                         tn, (unsigned long long)h->payload_bytes, (unsigned long long)want,
+                         (unsigned long long)shard_floats);
+    return DT_OK;
+}
+
+uint64_t dt_wire_max_frame(uint64_t shard_floats) {
+    uint64_t init = (1 + (uint64_t)DT_WIRE_MAX_SLOTS) * shard_floats * 4;
+    uint64_t m = DT_WIRE_HEADER_SIZE > DT_WIRE_MAX_ERROR_TEXT ? DT_WIRE_HEADER_SIZE : DT_WIRE_MAX_ERROR_TEXT;
+    return init > m ? init : m;
+}
+
+void dt_wire_error_text(char *out, size_t n, const void *payload, size_t len) {
+    if (n == 0) return;
+    const unsigned char *p = payload;
+    size_t k = len < n - 1 ? len : n - 1;
+    for (size_t i = 0; i < k; i++) out[i] = (p[i] >= 0x20 && p[i] < 0x7f) ? (char)p[i] : '?';
+    out[k] = '\0';
+}
+
+const char *dt_wire_type_name(uint8_t type) {
+    switch (type) {
+    case DT_MSG_HELLO: return "HELLO";
+    case DT_MSG_WELCOME: return "WELCOME";
+    case DT_MSG_INIT: return "INIT";
+    case DT_MSG_ACK: return "ACK";
+    case DT_MSG_PULL: return "PULL";
+    case DT_MSG_PARAMS: return "PARAMS";
+    case DT_MSG_PUSH: return "PUSH";
+    case DT_MSG_PUSH_ACK: return "PUSH_ACK";
+    case DT_MSG_STATUS: return "STATUS";
+    case DT_MSG_STATUS_REPLY: return "STATUS_REPLY";
+    case DT_MSG_SHUTDOWN: return "SHUTDOWN";
+    case DT_MSG_ERROR: return "ERROR";
+    case DT_MSG_TOKEN: return "TOKEN";
+    case DT_MSG_HEARTBEAT: return "HEARTBEAT";
+    }
+    return "unknown";
+}
+
+const char *dt_wire_role_name(uint8_t role) {
+    switch (role) {
+    case DT_ROLE_NONE: return "none";
+    case DT_ROLE_PS: return "ps";
+    case DT_ROLE_WORKER: return "worker";
+    case DT_ROLE_CHIEF: return "chief";
+    }
+    return "unknown";
+}
+
+const char *dt_wire_status_name(int32_t status) {
+    switch (status) {
+    case DT_WIRE_OK: return "ok";
+    case DT_WIRE_STALE: return "stale";
+    case DT_WIRE_E_VERSION: return "version mismatch";
+    case DT_WIRE_E_MALFORMED: return "malformed message";
+    case DT_WIRE_E_NOT_READY: return "not initialised";
+    case DT_WIRE_E_SHARD: return "shard size mismatch";
+    case DT_WIRE_E_ROLE: return "role not allowed";
+    case DT_WIRE_E_UNSUPPORTED: return "unsupported";
+    case DT_WIRE_E_BUSY: return "busy";
+    case DT_WIRE_E_BAD_VALUE: return "bad value";
+    case DT_WIRE_E_SHUTDOWN: return "shutting down";
+    }
+    return "unknown status";
+}

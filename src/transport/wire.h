@@ -1,0 +1,125 @@
+/* The dtrain wire protocol (docs/protocol.md documents every byte).
+ *
+ * A message is one ZeroMQ multipart message: a fixed 96-byte little-endian header frame, then at
+ * most one payload frame (raw float32 for INIT/PARAMS/PUSH, UTF-8 text for ERROR). The header
+ * carries every field any message needs at a fixed offset; a type leaves the fields it does not
+ * use at zero. The format is independent of the socket security (CURVE) and of ZMTP heartbeats, so
+ * both can be switched on without touching it.
+ *
+ * This module is pure (no sockets): encode, decode and the bounds checks, so the decoder can be
+ * fuzzed and every refusal tested without a network. Decoding checks the header's size, magic and
+ * version first (a peer of another version gets a message naming both versions), then every field;
+ * dt_wire_check_payload bounds the payload from the shard size the receiver already knows, before
+ * anything is allocated or copied for it. */
+#ifndef DT_TRANSPORT_WIRE_H
+#define DT_TRANSPORT_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain.h"
+
+#define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
+#define DT_WIRE_VERSION 1u
+#define DT_WIRE_HEADER_SIZE 96u
+#define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
+#define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
+/* Largest shard a header may describe: 2^32 floats (16 GiB). Bounds every payload size product. */
+#define DT_WIRE_MAX_SHARD_FLOATS (UINT64_C(1) << 32)
+
+typedef enum {
+    DT_MSG_HELLO = 1,      /* client -> ps: version and role check; shard_floats = expected (0 any) */
+    DT_MSG_WELCOME = 2,    /* ps -> client: shard_floats, initialised, global_step, optimizer */
+    DT_MSG_INIT = 3,       /* chief -> ps: payload params[n] ++ state[slots*n]; optimizer in header */
+    DT_MSG_ACK = 4,        /* ps -> client: INIT or SHUTDOWN done; global_step */
+    DT_MSG_PULL = 5,       /* client -> ps: global_step = oldest step wanted (0: current) */
+    DT_MSG_PARAMS = 6,     /* ps -> client: payload params[n]; global_step = their step */
+    DT_MSG_PUSH = 7,       /* client -> ps: payload grads[n]; local_step = the worker's step */
+    DT_MSG_PUSH_ACK = 8,   /* ps -> client: status OK or STALE; global_step after the push */
+    DT_MSG_STATUS = 9,     /* client -> ps */
+    DT_MSG_STATUS_REPLY = 10, /* ps -> client: initialised, global_step, counters */
+    DT_MSG_SHUTDOWN = 11,  /* chief -> ps: training is over; ps replies ACK and exits 0 */
+    DT_MSG_ERROR = 12,     /* either way: status = DT_WIRE_E_*, payload = text */
+    DT_MSG_TOKEN = 13,     /* reserved for sync mode (a step barrier token); v1 ps: UNSUPPORTED */
+    DT_MSG_HEARTBEAT = 14, /* either way: liveness probe, answered with HEARTBEAT + global_step */
+} dt_msg_type;
+#define DT_MSG_TYPE_MAX 14
+
+/* The sender's role. Only the chief may INIT or SHUTDOWN a ps. */
+typedef enum { DT_ROLE_NONE = 0, DT_ROLE_PS = 1, DT_ROLE_WORKER = 2, DT_ROLE_CHIEF = 3 } dt_wire_role;
+#define DT_ROLE_MAX 3
+
+/* header.status: a reply's outcome (PUSH_ACK) or an ERROR's cause. */
+enum {
+    DT_WIRE_OK = 0,
+    DT_WIRE_STALE = 1,           /* PUSH_ACK: gradient older than the ps's step, dropped and counted */
+    DT_WIRE_E_VERSION = 100,     /* other protocol version */
+    DT_WIRE_E_MALFORMED = 101,   /* bad header or payload */
+    DT_WIRE_E_NOT_READY = 102,   /* ps not initialised by the chief yet */
+    DT_WIRE_E_SHARD = 103,       /* shard size differs from what the peer expects */
+    DT_WIRE_E_ROLE = 104,        /* only the chief may do this */
+    DT_WIRE_E_UNSUPPORTED = 105, /* known type this peer does not serve */
+    DT_WIRE_E_BUSY = 106,        /* too many deferred requests */
+    DT_WIRE_E_BAD_VALUE = 107,   /* a field's value is refused (optimizer config, step) */
+    DT_WIRE_E_SHUTDOWN = 108,    /* ps is shutting down: deferred requests are answered with this */
+};
+
+typedef struct {
+    uint16_t version;       /* filled by decode; encode always writes DT_WIRE_VERSION */
+    uint8_t type;           /* dt_msg_type */
+    uint8_t flags;          /* none defined in v1: must be 0 */
+    uint8_t role;           /* dt_wire_role of the sender */
+    uint16_t task;          /* sender's task index */
+    uint32_t request_id;    /* chosen by the requester, echoed in the reply */
+    int64_t global_step;    /* >= 0 */
+    int64_t local_step;     /* >= 0 */
+    uint64_t payload_bytes; /* size of the payload frame; 0: no payload frame */
+    uint32_t shard;         /* ps index the message is for / from */
+    int32_t status;         /* DT_WIRE_OK / STALE / E_* */
+    uint64_t shard_floats;  /* HELLO: expected (0 any); WELCOME, INIT: the shard size */
+    uint8_t opt_kind;       /* INIT, WELCOME: dt_opt_kind */
+    uint8_t opt_slots;      /* INIT, WELCOME: state floats per parameter, <= DT_WIRE_MAX_SLOTS */
+    uint8_t initialised;    /* WELCOME, STATUS_REPLY: 0 or 1 */
+    float learning_rate, momentum, beta1, beta2, epsilon; /* INIT, WELCOME */
+    uint64_t count_a;       /* STATUS_REPLY: updates applied; PUSH_ACK: stale pushes so far */
+    uint64_t count_b;       /* STATUS_REPLY: pulls served */
+} dt_wire_header;
+
+/* A zeroed header of the given type (version set). */
+dt_wire_header dt_wire_header_make(dt_msg_type type, dt_wire_role role, uint16_t task,
+                                   uint32_t request_id);
+
+/* out [DT_WIRE_HEADER_SIZE] */
+void dt_wire_encode(uint8_t *out, const dt_wire_header *h);
+
+/* Decodes and validates one header frame of len bytes. Checks, in this order: at least the magic
+ * and version are present, the magic, the version (message names both versions), the exact size,
+ * the type, flags, role, reserved bytes, steps >= 0, payload presence per type, the optimizer
+ * fields. Returns DT_EPROTO for a version mismatch, DT_EFORMAT otherwise. */
+int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *err);
+
+/* The request id of a header that failed to decode (so the refusal can be matched by the peer):
+ * bytes 12..15 if the frame is long enough and starts with the magic, else 0. Every protocol
+ * version keeps the magic, version and request id at these offsets. */
+uint32_t dt_wire_peek_request_id(const void *buf, size_t len);
+
+/* Whether a message of this type carries a payload frame. */
+int dt_wire_type_has_payload(uint8_t type);
+
+/* Bounds h->payload_bytes for a receiver whose peer shard holds shard_floats floats: PUSH and
+ * PARAMS exactly shard_floats*4, INIT exactly (1 + opt_slots)*shard_floats*4, ERROR at most
+ * DT_WIRE_MAX_ERROR_TEXT, others 0. Call before receiving or allocating anything for the payload. */
+int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_error *err);
+
+/* The largest frame a receiver with this shard size can legitimately get (for ZMQ_MAXMSGSIZE). */
+uint64_t dt_wire_max_frame(uint64_t shard_floats);
+
+/* Copies an ERROR payload into out (NUL-terminated, at most n-1 bytes), replacing bytes that are
+ * not printable ASCII by '?', so a peer's text is safe to print. */
+void dt_wire_error_text(char *out, size_t n, const void *payload, size_t len);
+
+const char *dt_wire_type_name(uint8_t type);   /* "PUSH"; "unknown" for other values */
+const char *dt_wire_role_name(uint8_t role);   /* "ps", "worker", "chief", "none" */
+const char *dt_wire_status_name(int32_t status);
+
+#endif

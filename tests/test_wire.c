@@ -1,0 +1,373 @@
+/* The wire protocol: byte layout, round trip of every message type, and every refusal (magic,
+ * version, size, type, fields, payload bounds), in memory and through real ZeroMQ sockets. */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "test.h"
+#include "transport/wire.h"
+#include "transport/zmq_io.h"
+
+/* A header with every field set to a distinct value valid for its type. */
+static dt_wire_header sample(uint8_t type) {
+    dt_wire_header h = dt_wire_header_make((dt_msg_type)type, DT_ROLE_WORKER, 513, 0xA1B2C3D4u);
+    h.global_step = 0x0102030405060708LL;
+    h.local_step = 77;
+    h.shard = 3;
+    h.status = -5;
+    h.shard_floats = 1000;
+    h.initialised = 1;
+    h.count_a = 0xFFFFFFFFFFull + type;
+    h.count_b = 42;
+    if (type == DT_MSG_INIT || type == DT_MSG_WELCOME) {
+        h.opt_kind = 2;
+        h.opt_slots = 2;
+        h.learning_rate = 1e-4f;
+        h.momentum = 0.9f;
+        h.beta1 = 0.9f;
+        h.beta2 = 0.999f;
+        h.epsilon = 1e-8f;
+    }
+    if (dt_wire_type_has_payload(type)) h.payload_bytes = type == DT_MSG_ERROR ? 17 : 4000;
+    return h;
+}
+
+static int same(const dt_wire_header *a, const dt_wire_header *b) {
+    return a->type == b->type && a->flags == b->flags && a->role == b->role && a->task == b->task &&
+           a->request_id == b->request_id && a->global_step == b->global_step &&
+           a->local_step == b->local_step && a->payload_bytes == b->payload_bytes && a->shard == b->shard &&
+           a->status == b->status && a->shard_floats == b->shard_floats && a->opt_kind == b->opt_kind &&
+           a->opt_slots == b->opt_slots && a->initialised == b->initialised &&
+           a->learning_rate == b->learning_rate && a->momentum == b->momentum && a->beta1 == b->beta1 &&
+           a->beta2 == b->beta2 && a->epsilon == b->epsilon && a->count_a == b->count_a &&
+           a->count_b == b->count_b && b->version == DT_WIRE_VERSION;
+}
+
+static void test_round_trip_every_type(void) {
+    for (int t = 1; t <= DT_MSG_TYPE_MAX; t++) {
+        dt_wire_header h = sample((uint8_t)t), d;
+        uint8_t buf[DT_WIRE_HEADER_SIZE];
+        dt_wire_encode(buf, &h);
+        dt_error e = {0};
+        int rc = dt_wire_decode(&d, buf, sizeof buf, &e);
+        CHECK_MSG(rc == DT_OK, "type %d: %s", t, e.msg);
+        CHECK_MSG(same(&h, &d), "type %s did not round-trip", dt_wire_type_name((uint8_t)t));
+        CHECK(strcmp(dt_wire_type_name((uint8_t)t), "unknown") != 0);
+    }
+}
+
+/* The documented offsets (docs/protocol.md), checked byte by byte. */
+static void test_byte_layout(void) {
+    dt_wire_header h = sample(DT_MSG_PUSH);
+    uint8_t b[DT_WIRE_HEADER_SIZE];
+    dt_wire_encode(b, &h);
+    CHECK(memcmp(b, "DTRN", 4) == 0);
+    CHECK(b[4] == DT_WIRE_VERSION && b[5] == 0);
+    CHECK(b[6] == DT_MSG_PUSH && b[7] == 0 && b[8] == DT_ROLE_WORKER && b[9] == 0);
+    CHECK(b[10] == 0x01 && b[11] == 0x02);                       /* task 513, little endian */
+    CHECK(b[12] == 0xD4 && b[13] == 0xC3 && b[14] == 0xB2 && b[15] == 0xA1);
+    CHECK(b[16] == 0x08 && b[23] == 0x01);                       /* global step */
+    CHECK(b[24] == 77);
+    CHECK(b[32] == 0xA0 && b[33] == 0x0F);                       /* payload 4000 */
+    CHECK(b[40] == 3);
+    CHECK(b[44] == 0xFB && b[47] == 0xFF);                       /* status -5 */
+    CHECK(b[48] == 0xE8 && b[49] == 0x03);                       /* shard floats 1000 */
+    CHECK(b[58] == 1);
+    CHECK(b[88] == 42);
+    dt_wire_header init = sample(DT_MSG_INIT);
+    dt_wire_encode(b, &init);
+    float lr;
+    memcpy(&lr, b + 60, 4); /* little-endian host: the IEEE bits as written */
+    CHECK(b[56] == 2 && b[57] == 2 && lr == 1e-4f);
+}
+
+static int decode_fails(const uint8_t *b, size_t len, int want_rc, const char *needle) {
+    dt_wire_header d;
+    dt_error e = {0};
+    int rc = dt_wire_decode(&d, b, len, &e);
+    if (rc != want_rc) {
+        fprintf(stderr, "  decode rc %d, expected %d (%s)\n", rc, want_rc, e.msg);
+        return 0;
+    }
+    if (needle && !strstr(e.msg, needle)) {
+        fprintf(stderr, "  message \"%s\" lacks \"%s\"\n", e.msg, needle);
+        return 0;
+    }
+    return 1;
+}
+
+static void test_refusals(void) {
+    dt_wire_header h = sample(DT_MSG_PULL);
+    uint8_t good[DT_WIRE_HEADER_SIZE], b[DT_WIRE_HEADER_SIZE + 8];
+    dt_wire_encode(good, &h);
+
+    memcpy(b, good, sizeof good);
+    b[0] = 'X';
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "magic"));
+
+    memcpy(b, good, sizeof good);
+    b[4] = 2; /* version 2, and another size: the version is what is reported */
+    CHECK(decode_fails(b, 40, DT_EPROTO, "version 2"));
+    CHECK(decode_fails(b, sizeof good, DT_EPROTO, "this program speaks version 1"));
+
+    CHECK(decode_fails(good, 0, DT_EFORMAT, "truncated"));
+    CHECK(decode_fails(good, 3, DT_EFORMAT, "truncated"));
+    CHECK(decode_fails(good, DT_WIRE_HEADER_SIZE - 1, DT_EFORMAT, "truncated"));
+    memcpy(b, good, sizeof good);
+    CHECK(decode_fails(b, DT_WIRE_HEADER_SIZE + 8, DT_EFORMAT, "too long"));
+
+    const uint8_t bad_types[] = {0, DT_MSG_TYPE_MAX + 1, 255};
+    for (size_t i = 0; i < sizeof bad_types; i++) {
+        memcpy(b, good, sizeof good);
+        b[6] = bad_types[i];
+        CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "unknown message type"));
+    }
+    memcpy(b, good, sizeof good);
+    b[7] = 0x80;
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "flags"));
+    memcpy(b, good, sizeof good);
+    b[8] = 9;
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "role"));
+    memcpy(b, good, sizeof good);
+    b[59] = 1;
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "reserved"));
+    memcpy(b, good, sizeof good);
+    b[23] = 0x80; /* global step negative */
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "negative step"));
+    memcpy(b, good, sizeof good);
+    b[32] = 4; /* a PULL with a payload */
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "has none"));
+    memcpy(b, good, sizeof good);
+    b[58] = 2;
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "initialised"));
+    memcpy(b, good, sizeof good);
+    b[55] = 0x01; /* shard floats 2^56 */
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "beyond the limit"));
+
+    dt_wire_header init = sample(DT_MSG_INIT);
+    dt_wire_encode(good, &init);
+    memcpy(b, good, sizeof good);
+    b[56] = 7;
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "optimizer kind"));
+    memcpy(b, good, sizeof good);
+    b[57] = 1; /* adam with 1 slot */
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "state slots"));
+    memcpy(b, good, sizeof good);
+    b[63] = 0x7F, b[62] = 0xC0; /* learning rate NaN */
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "learning_rate"));
+
+    CHECK(dt_wire_peek_request_id(good, sizeof good) == 0xA1B2C3D4u);
+    CHECK(dt_wire_peek_request_id(good, 10) == 0);
+}
+
+/* Payload bounds come from the shard size the receiver knows, decided from the header alone. */
+static void test_payload_bounds(void) {
+    dt_error e = {0};
+    dt_wire_header h = sample(DT_MSG_PUSH);
+    h.payload_bytes = 1000 * 4;
+    CHECK(dt_wire_check_payload(&h, 1000, &e) == DT_OK);
+    h.payload_bytes = 1000 * 4 + 4;
+    CHECK(dt_wire_check_payload(&h, 1000, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "expected 4000");
+    h.payload_bytes = UINT64_C(1) << 62;
+    CHECK(dt_wire_check_payload(&h, 1000, &e) == DT_EFORMAT);
+    h.payload_bytes = 996;
+    CHECK(dt_wire_check_payload(&h, 1000, &e) == DT_EFORMAT);
+
+    dt_wire_header init = sample(DT_MSG_INIT); /* adam: params + 2 slots */
+    init.payload_bytes = 3 * 1000 * 4;
+    CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_OK);
+    init.payload_bytes = 1000 * 4;
+    CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_EFORMAT);
+    init.opt_slots = 200; /* a hand-made header: no overflow, refused */
+    init.payload_bytes = 201 * 1000 * 4;
+    CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_EFORMAT);
+
+    dt_wire_header er = sample(DT_MSG_ERROR);
+    er.payload_bytes = DT_WIRE_MAX_ERROR_TEXT;
+    CHECK(dt_wire_check_payload(&er, 0, &e) == DT_OK);
+    er.payload_bytes = DT_WIRE_MAX_ERROR_TEXT + 1;
+    CHECK(dt_wire_check_payload(&er, 0, &e) == DT_EFORMAT);
+
+    dt_wire_header st = sample(DT_MSG_STATUS);
+    CHECK(dt_wire_check_payload(&st, 1000, &e) == DT_OK);
+    h.payload_bytes = 4;
+    CHECK(dt_wire_check_payload(&h, DT_WIRE_MAX_SHARD_FLOATS + 1, &e) == DT_EINVAL);
+
+    CHECK(dt_wire_max_frame(1000) == 12000);
+    CHECK(dt_wire_max_frame(1) == DT_WIRE_MAX_ERROR_TEXT);
+}
+
+static void test_error_text(void) {
+    char out[8];
+    dt_wire_error_text(out, sizeof out, "ab\ncd\xff" "efgh", 10);
+    CHECK(strcmp(out, "ab?cd?e") == 0);
+    dt_wire_error_text(out, sizeof out, "", 0);
+    CHECK(out[0] == '\0');
+}
+
+/* --- through sockets: dt_wire_send / dt_wire_recv over inproc and tcp --- */
+
+static int wait_in(void *s, int ms) {
+    zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+    return zmq_poll(&it, 1, ms) == 1;
+}
+
+static void send_raw(void *s, const void *a, size_t na, const void *b, size_t nb, int more_frames) {
+    zmq_send(s, a, na, b || more_frames ? ZMQ_SNDMORE : 0);
+    if (b) zmq_send(s, b, nb, more_frames ? ZMQ_SNDMORE : 0);
+    if (more_frames) zmq_send(s, "x", 1, 0);
+}
+
+static void test_socket_round_trip_and_refusals(void) {
+    void *ctx = zmq_ctx_new();
+    dt_error e = {0};
+    void *srv = dt_zsock_open(ctx, ZMQ_ROUTER, dt_wire_max_frame(1000), 0, -1, &e);
+    void *cli = dt_zsock_open(ctx, ZMQ_DEALER, 4000, 0, 1000, &e);
+    CHECK(srv && cli);
+    CHECK(zmq_bind(srv, "inproc://wire") == 0);
+    CHECK(zmq_connect(cli, "inproc://wire") == 0);
+
+    /* A PUSH with its payload arrives whole, identity first. */
+    float g[1000];
+    for (int i = 0; i < 1000; i++) g[i] = (float)i * 0.5f;
+    zmq_msg_t m;
+    zmq_msg_init_size(&m, sizeof g);
+    memcpy(zmq_msg_data(&m), g, sizeof g);
+    dt_wire_header h = sample(DT_MSG_PUSH);
+    CHECK(dt_wire_send(cli, NULL, &h, &m, 0, &e) == DT_OK);
+    CHECK(h.payload_bytes == sizeof g);
+    CHECK(wait_in(srv, 2000));
+    dt_wire_in in;
+    CHECK(dt_wire_recv(srv, 1, &in, &e) == DT_OK);
+    CHECK(in.has_identity && same(&h, &in.hdr));
+    CHECK(zmq_msg_size(&in.payload) == sizeof g && memcmp(zmq_msg_data(&in.payload), g, sizeof g) == 0);
+    /* Reply through the identity. */
+    dt_wire_header r = sample(DT_MSG_PUSH_ACK);
+    CHECK(dt_wire_send(srv, &in.identity, &r, NULL, ZMQ_DONTWAIT, &e) == DT_OK);
+    dt_wire_in_close(&in);
+    CHECK(wait_in(cli, 2000));
+    CHECK(dt_wire_recv(cli, 0, &in, &e) == DT_OK && in.hdr.type == DT_MSG_PUSH_ACK);
+    dt_wire_in_close(&in);
+
+    /* Nothing queued: a non-blocking receive says so. */
+    CHECK(dt_wire_recv(cli, 0, &in, &e) == DT_ETIMEOUT);
+    dt_wire_in_close(&in);
+
+    uint8_t hb[DT_WIRE_HEADER_SIZE];
+    /* Header claims 2^40 payload bytes, frame has 4: refused from the sizes, nothing allocated. */
+    dt_wire_header big = sample(DT_MSG_PUSH);
+    big.payload_bytes = UINT64_C(1) << 40;
+    dt_wire_encode(hb, &big);
+    send_raw(cli, hb, sizeof hb, "abcd", 4, 0);
+    CHECK(wait_in(srv, 2000));
+    CHECK(dt_wire_recv(srv, 1, &in, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "payload frame has 4");
+    CHECK(in.has_identity && in.hdr.request_id == 0xA1B2C3D4u); /* still answerable */
+    dt_wire_in_close(&in);
+
+    /* A payload announced but missing. */
+    dt_wire_header nopay = sample(DT_MSG_PUSH);
+    dt_wire_encode(hb, &nopay);
+    send_raw(cli, hb, sizeof hb, NULL, 0, 0);
+    CHECK(wait_in(srv, 2000));
+    CHECK(dt_wire_recv(srv, 1, &in, &e) == DT_EFORMAT);
+    dt_wire_in_close(&in);
+
+    /* Three frames: refused, drained, and the next message is read cleanly. */
+    dt_wire_header st = sample(DT_MSG_STATUS);
+    dt_wire_encode(hb, &st);
+    send_raw(cli, hb, sizeof hb, "pp", 2, 1);
+    CHECK(dt_wire_send(cli, NULL, &st, NULL, 0, &e) == DT_OK);
+    CHECK(wait_in(srv, 2000));
+    CHECK(dt_wire_recv(srv, 1, &in, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "frames");
+    dt_wire_in_close(&in);
+    CHECK(dt_wire_recv(srv, 1, &in, &e) == DT_OK && in.hdr.type == DT_MSG_STATUS);
+    dt_wire_in_close(&in);
+
+    /* Another version and a truncated header. */
+    dt_wire_encode(hb, &st);
+    hb[4] = 9;
+    send_raw(cli, hb, sizeof hb, NULL, 0, 0);
+    send_raw(cli, hb, 5, NULL, 0, 0);
+    CHECK(wait_in(srv, 2000));
+    CHECK(dt_wire_recv(srv, 1, &in, &e) == DT_EPROTO);
+    CHECK_CONTAINS(e.msg, "version 9");
+    dt_wire_in_close(&in);
+    CHECK(dt_wire_recv(srv, 1, &in, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "truncated");
+    dt_wire_in_close(&in);
+
+    /* An ERROR reply carries the text. */
+    CHECK(dt_wire_send(cli, NULL, &st, NULL, 0, &e) == DT_OK);
+    CHECK(wait_in(srv, 2000));
+    CHECK(dt_wire_recv(srv, 1, &in, &e) == DT_OK);
+    CHECK(dt_wire_send_error(srv, &in.identity, sample(DT_MSG_STATUS_REPLY), DT_WIRE_E_NOT_READY,
+                             "not ready: %d", 7) == DT_OK);
+    dt_wire_in_close(&in);
+    CHECK(wait_in(cli, 2000));
+    CHECK(dt_wire_recv(cli, 0, &in, &e) == DT_OK);
+    CHECK(in.hdr.type == DT_MSG_ERROR && in.hdr.status == DT_WIRE_E_NOT_READY);
+    char text[64];
+    dt_wire_error_text(text, sizeof text, zmq_msg_data(&in.payload), zmq_msg_size(&in.payload));
+    CHECK(strcmp(text, "not ready: 7") == 0);
+    dt_wire_in_close(&in);
+
+    zmq_close(cli);
+    zmq_close(srv);
+    zmq_ctx_term(ctx);
+}
+
+/* A frame beyond the socket's bound is dropped by libzmq before it is allocated (the connection
+ * goes); the receiver keeps serving others. */
+static void test_oversized_frame_dropped(void) {
+    void *ctx = zmq_ctx_new();
+    dt_error e = {0};
+    void *srv = dt_zsock_open(ctx, ZMQ_ROUTER, 1024, 0, -1, &e);
+    CHECK(zmq_bind(srv, "tcp://127.0.0.1:*") == 0);
+    char ep[128];
+    size_t len = sizeof ep;
+    zmq_getsockopt(srv, ZMQ_LAST_ENDPOINT, ep, &len);
+    void *bad = dt_zsock_open(ctx, ZMQ_DEALER, 1024, 0, 2000, &e);
+    void *good = dt_zsock_open(ctx, ZMQ_DEALER, 1024, 0, 2000, &e);
+    CHECK(zmq_connect(bad, ep) == 0 && zmq_connect(good, ep) == 0);
+    static char huge[1 << 20];
+    dt_wire_header h = sample(DT_MSG_PUSH);
+    h.payload_bytes = sizeof huge;
+    uint8_t hb[DT_WIRE_HEADER_SIZE];
+    dt_wire_encode(hb, &h);
+    zmq_send(bad, hb, sizeof hb, ZMQ_SNDMORE);
+    zmq_send(bad, huge, sizeof huge, 0);
+    dt_wire_header st = sample(DT_MSG_STATUS);
+    CHECK(dt_wire_send(good, NULL, &st, NULL, 0, &e) == DT_OK);
+    int got_status = 0, got_push = 0;
+    int64_t end = dt_clock_ms() + 1500;
+    while (dt_clock_ms() < end) {
+        if (!wait_in(srv, 100)) continue;
+        dt_wire_in in;
+        if (dt_wire_recv(srv, 1, &in, &e) == DT_OK) {
+            got_status += in.hdr.type == DT_MSG_STATUS;
+            got_push += in.hdr.type == DT_MSG_PUSH;
+        }
+        dt_wire_in_close(&in);
+    }
+    CHECK(got_status == 1);
+    CHECK(got_push == 0);
+    zmq_close(bad);
+    zmq_close(good);
+    zmq_close(srv);
+    zmq_ctx_term(ctx);
+}
+
+int main(void) {
+    RUN(test_round_trip_every_type);
+    RUN(test_byte_layout);
+    RUN(test_refusals);
+    RUN(test_payload_bounds);
+    RUN(test_error_text);
+    RUN(test_socket_round_trip_and_refusals);
+    RUN(test_oversized_frame_dropped);
+    return test_summary();
+}
