@@ -1,5 +1,6 @@
 /* Single-machine training loop: the C counterpart of the source's single-machine script. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
