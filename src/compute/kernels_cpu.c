@@ -12,6 +12,9 @@
 
 #include <cblas.h>
 #include <math.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <omp.h>
 #include <pthread.h>
 #include <string.h>
@@ -137,7 +140,9 @@ void dt_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const f
 /* ---- convolution --------------------------------------------------------------------------- */
 
 /* Floats of col scratch one thread aims for: 128K floats = 512 KB, half a Zen 4 L2 (measured). */
+#ifndef CONV_CHUNK_FLOATS
 #define CONV_CHUNK_FLOATS (128 * 1024)
+#endif
 
 static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -179,6 +184,47 @@ static conv_scratch conv_scratch_layout(const dt_window *g, int batch) {
 
 size_t conv2d_scratch_floats(const dt_window *g, int batch) { return conv_scratch_layout(g, batch).total; }
 
+/* Short copies, fills and adds for im2col/col2im: a window row is KW*C floats (3 for a 3x3 kernel on
+ * one channel, 96 on 32), too short for memcpy's call and dispatch to pay off. With AVX-512 a
+ * masked load/store covers the tail, so 3 or 9 floats are one instruction. */
+static inline void copy_floats(float *restrict d, const float *restrict s, size_t n) {
+#if defined(__AVX512F__)
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_loadu_ps(s + i));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(d + i, m, _mm512_maskz_loadu_ps(m, s + i));
+    }
+#else
+    memcpy(d, s, n * sizeof(float));
+#endif
+}
+
+static inline void zero_floats(float *d, size_t n) {
+#if defined(__AVX512F__)
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_setzero_ps());
+    if (i < n) _mm512_mask_storeu_ps(d + i, (__mmask16)((1u << (n - i)) - 1), _mm512_setzero_ps());
+#else
+    memset(d, 0, n * sizeof(float));
+#endif
+}
+
+static inline void add_floats(float *restrict d, const float *restrict s, size_t n) {
+#if defined(__AVX512F__)
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(d + i, _mm512_add_ps(_mm512_loadu_ps(d + i), _mm512_loadu_ps(s + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + i), _mm512_maskz_loadu_ps(m, s + i));
+        _mm512_mask_storeu_ps(d + i, m, v);
+    }
+#else
+    for (size_t i = 0; i < n; i++) d[i] += s[i];
+#endif
+}
+
 /* col [p1-p0, KH*KW*C] = the input windows of output positions p0..p1 (p = (n*OH + oh)*OW + ow).
  * Padding cells are zeros. One window row (KW*C floats) is contiguous in NHWC, so the gather is
  * one copy per kernel row when the window is inside the image. */
@@ -196,17 +242,17 @@ static void im2col(float *col, const float *in, const dt_window *g, size_t p0, s
         for (int kh = 0; kh < KH; kh++, dst += kwc) {
             int ih = ih0 + kh;
             if (ih < 0 || ih >= H) {
-                memset(dst, 0, kwc * sizeof(float));
+                zero_floats(dst, kwc);
                 continue;
             }
             const float *row = img + (size_t)ih * W * C;
             if (inside_w) {
-                memcpy(dst, row + (size_t)iw0 * C, kwc * sizeof(float));
+                copy_floats(dst, row + (size_t)iw0 * C, kwc);
             } else {
                 for (int kw = 0; kw < KW; kw++) {
                     int iw = iw0 + kw;
-                    if (iw < 0 || iw >= W) memset(dst + (size_t)kw * C, 0, C * sizeof(float));
-                    else memcpy(dst + (size_t)kw * C, row + (size_t)iw * C, C * sizeof(float));
+                    if (iw < 0 || iw >= W) zero_floats(dst + (size_t)kw * C, C);
+                    else copy_floats(dst + (size_t)kw * C, row + (size_t)iw * C, C);
                 }
             }
         }
@@ -235,8 +281,7 @@ static void col2im(float *din, const float *dcol, const dt_window *g, size_t p0,
             /* window column kw maps to image column iw0 + kw; only in-image columns receive */
             float *d = img + ((size_t)ih * W + iw0 + kw_lo) * C;
             const float *s = src + (size_t)kw_lo * C;
-            size_t len = (size_t)(kw_hi - kw_lo) * C;
-            for (size_t i = 0; i < len; i++) d[i] += s[i];
+            add_floats(d, s, (size_t)(kw_hi - kw_lo) * C);
         }
         if (++ow == g->out_w) {
             ow = 0;
