@@ -293,6 +293,50 @@ static void test_conv_chunked(void) {
     dt_kernels_set_threads(saved);
 }
 
+/* Gradients are bit-identical for any thread count (fixed pieces, partials summed in order), so
+ * a training run is reproducible whatever --threads says. Same for dense (dt_gemm splits rows or
+ * columns of C, never the summed dimension). */
+static void test_thread_count_independence(void) {
+    int saved = dt_kernels_get_threads();
+    dt_window g;
+    CHECK(dt_window_init(&g, 14, 15, 8, 16, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
+    int N = 37;
+    dt_rng r;
+    dt_rng_seed(&r, 77);
+    size_t nin = (size_t)N * 14 * 15 * 8, nw = 3 * 3 * 8 * 16, nout = (size_t)N * 14 * 15 * 16;
+    float *in = randn(nin, &r, 1), *w = randn(nw, &r, 1), *dout = randn(nout, &r, 1);
+    float *scratch = dt_alloc_floats(conv2d_scratch_floats(&g, N), "t", NULL);
+    float *din[2], *dw[2], db[2][16], *out[2];
+    for (int t = 0; t < 2; t++) {
+        dt_kernels_set_threads(t + 1);
+        din[t] = dt_alloc_floats(nin, "t", NULL), dw[t] = dt_alloc_floats(nw, "t", NULL);
+        out[t] = dt_alloc_floats(nout, "t", NULL);
+        conv2d_forward(out[t], in, w, w, N, &g, scratch);
+        conv2d_backward(din[t], dw[t], db[t], dout, in, w, N, &g, scratch);
+    }
+    CHECK(memcmp(out[0], out[1], nout * sizeof(float)) == 0);
+    CHECK(memcmp(din[0], din[1], nin * sizeof(float)) == 0);
+    CHECK(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0);
+    CHECK(memcmp(db[0], db[1], sizeof db[0]) == 0);
+    /* dense at a size dt_gemm splits */
+    int B = 64, I = 500, O = 130;
+    float *x = randn((size_t)B * I, &r, 1), *wd = randn((size_t)I * O, &r, 1), *go = randn((size_t)B * O, &r, 1);
+    float *dx[2], *dwd[2], *y[2];
+    for (int t = 0; t < 2; t++) {
+        dt_kernels_set_threads(t + 1);
+        dx[t] = dt_alloc_floats((size_t)B * I, "t", NULL), dwd[t] = dt_alloc_floats((size_t)I * O, "t", NULL);
+        y[t] = dt_alloc_floats((size_t)B * O, "t", NULL);
+        dense_forward(y[t], x, wd, NULL, B, I, O);
+        dense_backward(dx[t], dwd[t], NULL, go, x, wd, B, I, O);
+    }
+    CHECK(memcmp(y[0], y[1], (size_t)B * O * sizeof(float)) == 0);
+    CHECK(memcmp(dx[0], dx[1], (size_t)B * I * sizeof(float)) == 0);
+    CHECK(memcmp(dwd[0], dwd[1], (size_t)I * O * sizeof(float)) == 0);
+    dt_kernels_set_threads(saved);
+    for (int t = 0; t < 2; t++) free(din[t]), free(dw[t]), free(out[t]), free(dx[t]), free(dwd[t]), free(y[t]);
+    free(in), free(w), free(dout), free(scratch), free(x), free(wd), free(go);
+}
+
 /* ---- max pooling --------------------------------------------------------------------------- */
 
 /* -inf padding, scan order kh then kw, strictly greater wins (so the first max wins). */
@@ -700,6 +744,7 @@ int main(void) {
     RUN(test_gemm);
     RUN(test_conv_small_geometries);
     RUN(test_conv_chunked);
+    RUN(test_thread_count_independence);
     RUN(test_maxpool_geometries);
     RUN(test_maxpool_ties_and_padding);
     RUN(test_relu);

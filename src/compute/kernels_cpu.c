@@ -159,26 +159,32 @@ static size_t conv_chunk_rows(const dt_window *g, int batch) {
     return rows < total ? rows : total;
 }
 
-/* Scratch layout (floats, each part 16-aligned), T = max threads:
- *   col [T][R*KKC]   per-thread im2col / dcol chunk (absent for pointwise convs)
- *   dw  [T-1][KKC*OC] per-thread dW partials (thread 0 writes dw itself)
- *   db  [T][OC]      per-thread db partials */
+/* Backward splits the batch into this many pieces of whole examples (fewer if the batch is
+ * smaller), whatever the thread count: each piece sums its own dW/db partial and the partials are
+ * added in piece order, so gradients are bit-identical for any thread count and any timing. */
+#define CONV_BWD_PIECES 16
+
+/* Scratch layout (floats, each part 16-aligned), T = max threads, P = CONV_BWD_PIECES:
+ *   col [T][R*KKC]    per-thread im2col / dcol chunk (absent for pointwise convs)
+ *   dw  [P][KKC*OC]   per-piece dW partials
+ *   db  [P][OC]       per-piece db partials */
 typedef struct {
-    size_t rows, col, dw, db; /* rows per chunk; offsets of each part per thread (strides) */
+    size_t rows, col, dw, db; /* rows per chunk; size of one thread's / piece's part */
     size_t dw_base, db_base, total;
 } conv_scratch;
 
 static conv_scratch conv_scratch_layout(const dt_window *g, int batch) {
     pthread_once(&g_once, init_once);
     size_t T = (size_t)g_max_threads, kkc = (size_t)g->k_h * g->k_w * g->in_c;
+    size_t P = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 1) : CONV_BWD_PIECES;
     conv_scratch s;
     s.rows = conv_chunk_rows(g, batch);
     s.col = is_pointwise(g) ? 0 : round16(s.rows * kkc);
     s.dw = round16(kkc * g->out_c);
     s.db = round16((size_t)g->out_c);
     s.dw_base = T * s.col;
-    s.db_base = s.dw_base + (T - 1) * s.dw;
-    s.total = s.db_base + T * s.db;
+    s.db_base = s.dw_base + P * s.dw;
+    s.total = s.db_base + P * s.db;
     return s;
 }
 
@@ -290,6 +296,11 @@ static void col2im(float *din, const float *dcol, const dt_window *g, size_t p0,
     }
 }
 
+/* Work is handed out dynamically in pieces (a core shared with another process falls behind
+ * without stalling the rest); at least PIECES_PER_THREAD pieces per thread keep the last ones
+ * short. */
+#define PIECES_PER_THREAD 4
+
 void conv2d_forward(float *out, const float *in, const float *w, const float *b, int batch,
                     const dt_window *g, float *scratch) {
     const int KKC = g->k_h * g->k_w * g->in_c, OC = g->out_c;
@@ -297,27 +308,26 @@ void conv2d_forward(float *out, const float *in, const float *w, const float *b,
     const conv_scratch s = conv_scratch_layout(g, batch);
     const int pointwise = is_pointwise(g);
     int nt = nthreads();
-    if ((size_t)nt > (total + s.rows - 1) / s.rows) nt = (int)((total + s.rows - 1) / s.rows);
-    if (nt < 1) nt = 1;
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        size_t a = total * t / T, z = total * (t + 1) / T;
-        float *col = scratch + (size_t)t * s.col;
-        for (size_t p0 = a; p0 < z; p0 += s.rows) {
-            size_t p1 = p0 + s.rows < z ? p0 + s.rows : z;
-            int R = (int)(p1 - p0);
-            const float *A = in + p0 * g->in_c;
-            if (!pointwise) {
-                im2col(col, in, g, p0, p1);
-                A = col;
-            }
-            float *o = out + p0 * OC;
-            sgemm1(0, 0, R, OC, KKC, 1.0f, A, KKC, w, OC, 0.0f, o, OC);
-            if (b)
-                for (int r = 0; r < R; r++)
-                    for (int c = 0; c < OC; c++) o[(size_t)r * OC + c] += b[c];
+    size_t rows = (total + (size_t)nt * PIECES_PER_THREAD - 1) / ((size_t)nt * PIECES_PER_THREAD);
+    if (rows < 64) rows = 64;
+    if (rows > s.rows) rows = s.rows;
+    const size_t nchunks = (total + rows - 1) / rows;
+    if ((size_t)nt > nchunks) nt = nchunks > 0 ? (int)nchunks : 1;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t p0 = k * rows, p1 = p0 + rows < total ? p0 + rows : total;
+        int R = (int)(p1 - p0);
+        const float *A = in + p0 * g->in_c;
+        if (!pointwise) {
+            float *col = scratch + (size_t)omp_get_thread_num() * s.col;
+            im2col(col, in, g, p0, p1);
+            A = col;
         }
+        float *o = out + p0 * OC;
+        sgemm1(0, 0, R, OC, KKC, 1.0f, A, KKC, w, OC, 0.0f, o, OC);
+        if (b)
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < OC; c++) o[(size_t)r * OC + c] += b[c];
     }
 }
 
@@ -328,56 +338,57 @@ void conv2d_backward(float *din, float *dw, float *db, const float *dout, const 
     const conv_scratch s = conv_scratch_layout(g, batch);
     const int pointwise = is_pointwise(g);
     const size_t ndw = (size_t)KKC * OC;
+    /* Pieces are groups of whole examples, so the scatters (col2im) of different threads never
+     * touch the same din. */
+    const size_t npieces = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 0) : CONV_BWD_PIECES;
     int nt = nthreads();
-    if (nt > batch) nt = batch; /* threads own whole examples so col2im never races */
-    if (nt < 1) nt = 1;
+    if ((size_t)nt > npieces) nt = npieces > 0 ? (int)npieces : 1;
 #pragma omp parallel num_threads(nt)
     {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        float *col = scratch + (size_t)t * s.col;
-        float *dwp = t == 0 ? dw : scratch + s.dw_base + (size_t)(t - 1) * s.dw;
-        float *dbp = scratch + s.db_base + (size_t)t * s.db;
-        memset(dwp, 0, ndw * sizeof(float));
-        memset(dbp, 0, OC * sizeof(float));
-        size_t n0 = (size_t)batch * t / T, n1 = (size_t)batch * (t + 1) / T;
-        if (din && !pointwise) memset(din + n0 * img_size, 0, (n1 - n0) * img_size * sizeof(float));
-        for (size_t p0 = n0 * ohw; p0 < n1 * ohw; p0 += s.rows) {
-            size_t p1 = p0 + s.rows < n1 * ohw ? p0 + s.rows : n1 * ohw;
-            int R = (int)(p1 - p0);
-            const float *dout_c = dout + p0 * OC;
-            if (db)
-                for (int r = 0; r < R; r++)
-                    for (int c = 0; c < OC; c++) dbp[c] += dout_c[(size_t)r * OC + c];
-            if (pointwise) {
-                /* col is the input itself, dcol is din itself (no overlap to scatter). */
-                sgemm1(1, 0, KKC, OC, R, 1.0f, in + p0 * KKC, KKC, dout_c, OC, 1.0f, dwp, OC);
-                if (din) sgemm1(0, 1, R, KKC, OC, 1.0f, dout_c, OC, w, OC, 0.0f, din + p0 * KKC, KKC);
-                continue;
-            }
-            im2col(col, in, g, p0, p1);
-            sgemm1(1, 0, KKC, OC, R, 1.0f, col, KKC, dout_c, OC, 1.0f, dwp, OC); /* dW += col^T dout */
-            if (din) {
-                sgemm1(0, 1, R, KKC, OC, 1.0f, dout_c, OC, w, OC, 0.0f, col, KKC); /* dcol = dout W^T */
-                col2im(din, col, g, p0, p1);
-            }
-        }
-#pragma omp barrier
-        /* Sum the partials; each thread reduces its own slice of dW. */
-        if (T > 1) {
-            size_t a = ndw * t / T, z = ndw * (t + 1) / T;
-            for (int u = 1; u < T; u++) {
-                const float *part = scratch + s.dw_base + (size_t)(u - 1) * s.dw;
-                for (size_t i = a; i < z; i++) dw[i] += part[i];
+        float *col = scratch + (size_t)omp_get_thread_num() * s.col;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t piece = 0; piece < npieces; piece++) {
+            float *dwp = scratch + s.dw_base + piece * s.dw, *dbp = scratch + s.db_base + piece * s.db;
+            memset(dwp, 0, ndw * sizeof(float));
+            memset(dbp, 0, OC * sizeof(float));
+            size_t n0 = (size_t)batch * piece / npieces, n1 = (size_t)batch * (piece + 1) / npieces;
+            if (din && !pointwise) memset(din + n0 * img_size, 0, (n1 - n0) * img_size * sizeof(float));
+            for (size_t p0 = n0 * ohw; p0 < n1 * ohw; p0 += s.rows) {
+                size_t p1 = p0 + s.rows < n1 * ohw ? p0 + s.rows : n1 * ohw;
+                int R = (int)(p1 - p0);
+                const float *dout_c = dout + p0 * OC;
+                if (db)
+                    for (int r = 0; r < R; r++)
+                        for (int c = 0; c < OC; c++) dbp[c] += dout_c[(size_t)r * OC + c];
+                if (pointwise) {
+                    /* col is the input itself, dcol is din itself (no overlap to scatter). */
+                    sgemm1(1, 0, KKC, OC, R, 1.0f, in + p0 * KKC, KKC, dout_c, OC, 1.0f, dwp, OC);
+                    if (din)
+                        sgemm1(0, 1, R, KKC, OC, 1.0f, dout_c, OC, w, OC, 0.0f, din + p0 * KKC, KKC);
+                    continue;
+                }
+                im2col(col, in, g, p0, p1);
+                sgemm1(1, 0, KKC, OC, R, 1.0f, col, KKC, dout_c, OC, 1.0f, dwp, OC); /* dW += col^T dout */
+                if (din) {
+                    sgemm1(0, 1, R, KKC, OC, 1.0f, dout_c, OC, w, OC, 0.0f, col, KKC); /* dcol = dout W^T */
+                    col2im(din, col, g, p0, p1);
+                }
             }
         }
-        if (db && t == 0) {
-            for (int c = 0; c < OC; c++) {
-                float sum = 0.0f;
-                for (int u = 0; u < T; u++) sum += scratch[s.db_base + (size_t)u * s.db + c];
-                db[c] = sum;
-            }
+        /* Sum the partials in piece order (the implicit barrier above has them all ready). */
+#pragma omp for schedule(static)
+        for (size_t i = 0; i < ndw; i++) {
+            float sum = 0.0f;
+            for (size_t piece = 0; piece < npieces; piece++) sum += scratch[s.dw_base + piece * s.dw + i];
+            dw[i] = sum;
         }
     }
+    if (db)
+        for (int c = 0; c < OC; c++) {
+            float sum = 0.0f;
+            for (size_t piece = 0; piece < npieces; piece++) sum += scratch[s.db_base + piece * s.db + c];
+            db[c] = sum;
+        }
 }
 
 /* ---- max pooling --------------------------------------------------------------------------- */
