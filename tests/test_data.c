@@ -745,6 +745,27 @@ static void test_bad_images(void) {
         CHECK(bad_rows == 0);
     }
     dt_loader_free(l);
+
+    /* Decoding a batch on several threads changes nothing: same rows, same order, both orders. */
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        dt_loader *one, *three;
+        dt_loader_options a = {.batch_size = 6, .shuffle = shuffle, .seed = 4, .shard_count = 1};
+        dt_loader_options c = a;
+        c.decode_threads = 3;
+        CHECK(dt_loader_create(&one, s.train, &a, &e) == 0);
+        CHECK(dt_loader_create(&three, s.train, &c, &e) == 0);
+        int same = 1;
+        for (int t = 0; t < 4; t++) {
+            dt_batch b1, b3;
+            CHECK(dt_loader_next(one, &b1, &e) == 0);
+            CHECK(dt_loader_next(three, &b3, &e) == 0);
+            same &= b1.n == b3.n && memcmp(b1.labels, b3.labels, sizeof(int32_t) * (size_t)b1.n) == 0 &&
+                    memcmp(b1.x, b3.x, sizeof(float) * 48 * (size_t)b1.n) == 0;
+        }
+        CHECK(same);
+        dt_loader_free(one);
+        dt_loader_free(three);
+    }
     dt_data_splits_free(&s);
 
     /* under FAIL the loader's error names the file */
