@@ -1,0 +1,327 @@
+#include "supervisor/ckpt_index.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "supervisor/fsutil.h"
+
+void dt_ckpt_free_paths(char **paths, int n) {
+    for (int i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+}
+
+void dt_ckpt_index_free(dt_ckpt_index *idx) {
+    if (!idx) return;
+    free(idx->model_checkpoint_path);
+    dt_ckpt_free_paths(idx->paths, idx->n_paths);
+    memset(idx, 0, sizeof *idx);
+}
+
+static char *dup_n(const char *s, size_t n, dt_error *err) {
+    char *d = dt_malloc(n + 1, "checkpoint path", err);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+/* Appends a copy of s to idx->paths. */
+static int push_path(dt_ckpt_index *idx, const char *s, dt_error *err) {
+    if (idx->n_paths >= DT_CKPT_MAX_PATHS)
+        return dt_errorf(err, DT_EFORMAT, "more than %d checkpoint paths", DT_CKPT_MAX_PATHS);
+    char **p = realloc(idx->paths, (size_t)(idx->n_paths + 1) * sizeof *p);
+    if (!p) return dt_errorf(err, DT_ENOMEM, "out of memory growing the checkpoint list");
+    idx->paths = p;
+    if (!(p[idx->n_paths] = dup_n(s, strlen(s), err))) return DT_ENOMEM;
+    idx->n_paths++;
+    return 0;
+}
+
+/* Moves (or adds) idx->model_checkpoint_path to the end of the list. */
+static int newest_last(dt_ckpt_index *idx, dt_error *err) {
+    const char *m = idx->model_checkpoint_path;
+    for (int i = 0; i < idx->n_paths; i++) {
+        if (strcmp(idx->paths[i], m) != 0) continue;
+        char *keep = idx->paths[i];
+        memmove(idx->paths + i, idx->paths + i + 1, (size_t)(idx->n_paths - i - 1) * sizeof *idx->paths);
+        idx->paths[idx->n_paths - 1] = keep;
+        return 0;
+    }
+    return push_path(idx, m, err);
+}
+
+/* ---- Parser: the subset of protobuf text format a CheckpointState uses ------------------------ */
+
+typedef struct {
+    const char *s, *end, *label;
+    int line;
+    dt_error *err;
+} lexer;
+
+static void skip_space(lexer *lx) {
+    while (lx->s < lx->end) {
+        char c = *lx->s;
+        if (c == '\n') lx->line++;
+        if (c == '#') {
+            while (lx->s < lx->end && *lx->s != '\n') lx->s++;
+        } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v') {
+            lx->s++;
+        } else {
+            break;
+        }
+    }
+}
+
+static int is_ident(char c, int first) {
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!first && c >= '0' && c <= '9');
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* One or more adjacent quoted literals (concatenated, as the text format allows), unescaped. */
+static int parse_string(lexer *lx, char *out, size_t cap, size_t *len) {
+    size_t n = 0;
+    int pieces = 0;
+    for (;;) {
+        skip_space(lx);
+        if (lx->s >= lx->end || (*lx->s != '"' && *lx->s != '\'')) break;
+        char q = *lx->s++;
+        pieces++;
+        for (;;) {
+            if (lx->s >= lx->end || *lx->s == '\n')
+                return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: unterminated string", lx->label, lx->line);
+            char c = *lx->s++;
+            if (c == q) break;
+            int v = (unsigned char)c;
+            if (c == '\\') {
+                if (lx->s >= lx->end)
+                    return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: unterminated string", lx->label, lx->line);
+                char e = *lx->s++;
+                switch (e) {
+                case 'n': v = '\n'; break;
+                case 't': v = '\t'; break;
+                case 'r': v = '\r'; break;
+                case 'a': v = '\a'; break;
+                case 'b': v = '\b'; break;
+                case 'f': v = '\f'; break;
+                case 'v': v = '\v'; break;
+                case '\\': case '\'': case '"': case '?': v = e; break;
+                case 'x': {
+                    int h = lx->s < lx->end ? hexval(*lx->s) : -1;
+                    if (h < 0)
+                        return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: \\x without hex digits", lx->label, lx->line);
+                    v = h;
+                    lx->s++;
+                    if (lx->s < lx->end && (h = hexval(*lx->s)) >= 0) v = v * 16 + h, lx->s++;
+                    break;
+                }
+                default:
+                    if (e >= '0' && e <= '7') {
+                        v = e - '0';
+                        for (int k = 0; k < 2 && lx->s < lx->end && *lx->s >= '0' && *lx->s <= '7'; k++)
+                            v = v * 8 + (*lx->s++ - '0');
+                        if (v > 255)
+                            return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: octal escape above \\377", lx->label, lx->line);
+                    } else {
+                        return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: unknown escape \\%c", lx->label, lx->line,
+                                         (e >= 32 && e < 127) ? e : '?');
+                    }
+                }
+            }
+            if (v == 0) return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: NUL byte in a path", lx->label, lx->line);
+            if (n + 1 >= cap)
+                return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: path longer than %zu bytes", lx->label, lx->line, cap - 1);
+            out[n++] = (char)v;
+        }
+    }
+    if (!pieces) return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: expected a quoted string", lx->label, lx->line);
+    out[n] = 0;
+    *len = n;
+    return 0;
+}
+
+/* A number (the timestamps TensorFlow writes); the value is not needed, only its validity. */
+static int parse_number(lexer *lx) {
+    skip_space(lx);
+    char tok[64];
+    size_t n = 0;
+    while (lx->s < lx->end && n < sizeof tok - 1 && strchr("0123456789+-.eEinfatyINFATY", *lx->s) && *lx->s)
+        tok[n++] = *lx->s++;
+    tok[n] = 0;
+    char *endp;
+    if (n == 0 || (strtod(tok, &endp), *endp != 0))
+        return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: expected a number", lx->label, lx->line);
+    return 0;
+}
+
+int dt_ckpt_index_parse(dt_ckpt_index *out, const char *text, size_t len, const char *label, dt_error *err) {
+    memset(out, 0, sizeof *out);
+    if (len > DT_CKPT_INDEX_MAX_BYTES)
+        return dt_errorf(err, DT_EFORMAT, "%s: %zu bytes, more than the %zu allowed", label, len, DT_CKPT_INDEX_MAX_BYTES);
+    lexer lx = {text, text + len, label, 1, err};
+    char *buf = dt_malloc(DT_PATH_MAX, "checkpoint index path", err);
+    if (!buf) return DT_ENOMEM;
+    int rc = 0, seen_preserved = 0;
+    for (;;) {
+        skip_space(&lx);
+        if (lx.s >= lx.end) break;
+        int line = lx.line;
+        const char *name = lx.s;
+        while (lx.s < lx.end && is_ident(*lx.s, lx.s == name)) lx.s++;
+        size_t nl = (size_t)(lx.s - name);
+        if (nl == 0) {
+            char c = *lx.s;
+            rc = dt_errorf(err, DT_EFORMAT, "%s:%d: expected a field name, found '%c'", label, line,
+                           (c >= 32 && c < 127) ? c : '?');
+            break;
+        }
+        skip_space(&lx);
+        if (lx.s >= lx.end || *lx.s != ':') {
+            rc = dt_errorf(err, DT_EFORMAT, "%s:%d: expected ':' after %.*s", label, line, (int)(nl > 64 ? 64 : nl), name);
+            break;
+        }
+        lx.s++;
+#define IS(lit) (nl == sizeof(lit) - 1 && memcmp(name, lit, nl) == 0)
+        size_t pl = 0;
+        if (IS("model_checkpoint_path") || IS("all_model_checkpoint_paths")) {
+            if ((rc = parse_string(&lx, buf, DT_PATH_MAX, &pl))) break;
+            if (pl == 0) {
+                rc = dt_errorf(err, DT_EFORMAT, "%s:%d: empty checkpoint path", label, line);
+                break;
+            }
+            if (IS("model_checkpoint_path")) {
+                if (out->model_checkpoint_path) {
+                    rc = dt_errorf(err, DT_EFORMAT, "%s:%d: model_checkpoint_path given twice", label, line);
+                    break;
+                }
+                if (!(out->model_checkpoint_path = dup_n(buf, pl, err))) rc = DT_ENOMEM;
+            } else if ((rc = push_path(out, buf, err))) {
+                if (rc == DT_EFORMAT) dt_error_prefix(err, "%s:%d: ", label, line);
+            }
+            if (rc) break;
+        } else if (IS("all_model_checkpoint_timestamps") || IS("last_preserved_timestamp")) {
+            if (IS("last_preserved_timestamp") && seen_preserved++) {
+                rc = dt_errorf(err, DT_EFORMAT, "%s:%d: last_preserved_timestamp given twice", label, line);
+                break;
+            }
+            if ((rc = parse_number(&lx))) break;
+        } else {
+            rc = dt_errorf(err, DT_EFORMAT, "%s:%d: unknown field \"%.*s\" (not a checkpoint index?)", label, line,
+                           (int)(nl > 64 ? 64 : nl), name);
+            break;
+        }
+#undef IS
+        skip_space(&lx);
+        if (lx.s < lx.end && (*lx.s == ';' || *lx.s == ',')) lx.s++;
+    }
+    free(buf);
+    if (!rc && !out->model_checkpoint_path)
+        rc = dt_errorf(err, DT_EFORMAT, "%s: no model_checkpoint_path (empty or not a checkpoint index)", label);
+    if (!rc) rc = newest_last(out, err);
+    if (rc) dt_ckpt_index_free(out);
+    return rc;
+}
+
+int dt_ckpt_index_read(dt_ckpt_index *out, const char *logdir, dt_error *err) {
+    memset(out, 0, sizeof *out);
+    char path[DT_PATH_MAX];
+    int rc = dt_path_join(path, sizeof path, logdir, DT_CKPT_INDEX_FILE, err);
+    if (rc) return rc;
+    if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
+    uint8_t *text;
+    size_t len;
+    if ((rc = dt_read_file(&text, &len, path, DT_CKPT_INDEX_MAX_BYTES, err))) return rc;
+    rc = dt_ckpt_index_parse(out, (const char *)text, len, path, err);
+    free(text);
+    return rc;
+}
+
+/* ---- Writer --------------------------------------------------------------------------------- */
+
+/* Appends `field: "escaped"\n`; escapes as protobuf's text format does (octal for non-printables). */
+static void put_field(char *out, size_t *n, const char *field, const char *s) {
+    *n += (size_t)sprintf(out + *n, "%s: \"", field);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            out[(*n)++] = '\\';
+            out[(*n)++] = (char)*p;
+        } else if (*p < 32 || *p >= 127) {
+            *n += (size_t)sprintf(out + *n, "\\%03o", *p);
+        } else {
+            out[(*n)++] = (char)*p;
+        }
+    }
+    out[(*n)++] = '"';
+    out[(*n)++] = '\n';
+    out[*n] = 0;
+}
+
+int dt_ckpt_index_format(const dt_ckpt_index *idx, char **text, dt_error *err) {
+    *text = NULL;
+    if (!idx->model_checkpoint_path || !idx->model_checkpoint_path[0])
+        return dt_errorf(err, DT_EINVAL, "checkpoint index: no newest checkpoint to write");
+    if (idx->n_paths < 0 || idx->n_paths > DT_CKPT_MAX_PATHS)
+        return dt_errorf(err, DT_EINVAL, "checkpoint index: %d paths (at most %d)", idx->n_paths, DT_CKPT_MAX_PATHS);
+    size_t cap = 64 + 4 * strlen(idx->model_checkpoint_path);
+    for (int i = 0; i < idx->n_paths; i++) {
+        const char *p = idx->paths[i];
+        if (!p || !p[0] || p[0] == '/')
+            return dt_errorf(err, DT_EINVAL, "checkpoint index: entry %d \"%.64s\" is empty or absolute (must be relative to the logdir)",
+                             i, p ? p : "");
+        cap += 64 + 4 * strlen(p);
+    }
+    if (idx->model_checkpoint_path[0] == '/')
+        return dt_errorf(err, DT_EINVAL, "checkpoint index: \"%.64s\" is absolute (must be relative to the logdir)",
+                         idx->model_checkpoint_path);
+    char *out = dt_malloc(cap, "checkpoint index text", err);
+    if (!out) return DT_ENOMEM;
+    size_t n = 0;
+    put_field(out, &n, "model_checkpoint_path", idx->model_checkpoint_path);
+    for (int i = 0; i < idx->n_paths; i++) put_field(out, &n, "all_model_checkpoint_paths", idx->paths[i]);
+    *text = out;
+    return 0;
+}
+
+int dt_ckpt_index_write(const dt_ckpt_index *idx, const char *logdir, dt_error *err) {
+    char path[DT_PATH_MAX], *text;
+    int rc = dt_path_join(path, sizeof path, logdir, DT_CKPT_INDEX_FILE, err);
+    if (!rc) rc = dt_ckpt_index_format(idx, &text, err);
+    if (rc) return rc;
+    rc = dt_atomic_write_file(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+int dt_ckpt_index_add(dt_ckpt_index *idx, const char *path, int max_to_keep, char ***dropped, int *n_dropped,
+                      dt_error *err) {
+    *dropped = NULL;
+    *n_dropped = 0;
+    if (!path || !path[0] || strlen(path) >= DT_PATH_MAX)
+        return dt_errorf(err, DT_EINVAL, "checkpoint index: empty or too long checkpoint path");
+    char *m = dup_n(path, strlen(path), err);
+    if (!m) return DT_ENOMEM;
+    free(idx->model_checkpoint_path);
+    idx->model_checkpoint_path = m;
+    int rc = newest_last(idx, err);
+    if (rc) return rc;
+    int drop = max_to_keep > 0 && idx->n_paths > max_to_keep ? idx->n_paths - max_to_keep : 0;
+    if (!drop) return 0;
+    char **d = dt_calloc((size_t)drop, sizeof *d, "dropped checkpoint list", err);
+    if (!d) return DT_ENOMEM;
+    memcpy(d, idx->paths, (size_t)drop * sizeof *d);
+    memmove(idx->paths, idx->paths + drop, (size_t)(idx->n_paths - drop) * sizeof *idx->paths);
+    idx->n_paths -= drop;
+    *dropped = d;
+    *n_dropped = drop;
+    return 0;
+}
