@@ -271,6 +271,12 @@ static void test_conv_small_geometries(void) {
         {2, 9, 8, 2, 3, 3, 3, 3, 2, DT_PAD_SAME},   /* stride 3 */
         {1, 5, 5, 2, 2, 5, 5, 1, 1, DT_PAD_VALID},  /* one output position */
         {2, 5, 5, 2, 3, 1, 1, 2, 2, DT_PAD_SAME},   /* 1x1 strided: im2col path */
+        /* 3x3 stride 1 with >= 8 channels in and out: the Winograd path */
+        {2, 5, 7, 8, 8, 3, 3, 1, 1, DT_PAD_SAME},   /* odd sizes: clipped 2x2 tiles */
+        {1, 6, 5, 9, 10, 3, 3, 1, 1, DT_PAD_VALID}, /* VALID: din is a full correlation */
+        {3, 1, 1, 8, 8, 3, 3, 1, 1, DT_PAD_SAME},   /* 1x1 image: one tile, mostly padding */
+        {1, 3, 4, 8, 9, 3, 3, 1, 1, DT_PAD_VALID},  /* one output row */
+        {2, 4, 4, 16, 8, 3, 3, 1, 1, DT_PAD_SAME},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(cases[i], 1, 10 + i);
 }
