@@ -50,10 +50,21 @@ expect_error "wrong IDX magic names the file" 1 "train-images-idx3-ubyte.*magic"
 expect_error "model input does not fit the data" 1 "128|28" \
   "$bin" train --model models/catdog.model --data "$data"
 
+# A small image folder: 4x4 RGB PNGs in two classes, plus one file that is not an image. Under
+# --bad_images=fail the run must stop naming that file; under skip it must count it and finish.
+png='iVBORw0KGgoAAAANSUhEUgAAAAQAAAAECAIAAAAmkwkpAAAAEElEQVR4nGM4kWIERwzEcQBCchXhIRsTawAAAABJRU5ErkJggg=='
 mkdir -p "$tmp/imgs/cat" "$tmp/imgs/dog"
+for i in 1 2 3 4; do
+  echo "$png" | base64 -d >"$tmp/imgs/cat/c$i.png"
+  echo "$png" | base64 -d >"$tmp/imgs/dog/d$i.png"
+done
 echo "not an image" >"$tmp/imgs/cat/readme.jpg"
+printf 'model tiny\ninput 8 8 3\nconv2d filters=4 kernel=3\nrelu\nflatten\ndense units=2\n' >"$tmp/tiny.model"
 expect_error "non-image in image folder (fail policy) names the file" 1 "readme.jpg" \
-  "$bin" train --model models/catdog.model --data "$tmp/imgs" --bad_images=fail --train_steps 1
+  "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --bad_images=fail --batch_size 1 --epochs 1
+if "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --batch_size 1 --epochs 1 >"$tmp/out" 2>"$tmp/err" \
+   && grep -q "skipped 1 undecodable" "$tmp/out"; then ok "non-image skipped and reported"
+else bad "non-image skipped and reported: $(cat "$tmp/out" "$tmp/err" | tail -3)"; fi
 
 # A short real run: 60 steps on Fashion-MNIST must learn something (well above chance at 10%).
 if "$bin" train --model models/fashion.model --data "$data" --train_steps 60 --steps_to_validate 30 \

@@ -50,11 +50,13 @@ static void test_adam(void) {
         float g[N];
         for (int i = 0; i < N; i++) g[i] = (float)(0.3 * (i + 1) * (s % 2 ? -1 : 1) + 0.01 * s);
         dt_opt_apply(&c, p, g, st, N, s);
-        double t = s + 1, lr_t = 1e-3 * sqrt(1 - pow(0.999, t)) / (1 - pow(0.9, t));
+        /* The hyperparameters are float32 in TF as here: use their float values exactly. */
+        const double b1 = 0.9f, b2 = 0.999f, lr = 1e-3f, eps = 1e-8f;
+        double t = s + 1, lr_t = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
         for (int i = 0; i < N; i++) {
-            m[i] = 0.9 * m[i] + 0.1 * g[i];
-            v[i] = 0.999 * v[i] + 0.001 * (double)g[i] * g[i];
-            pd[i] -= lr_t * m[i] / (sqrt(v[i]) + 1e-8);
+            m[i] = b1 * m[i] + (double)(1.0f - 0.9f) * g[i];
+            v[i] = b2 * v[i] + (double)(1.0f - 0.999f) * (double)g[i] * g[i];
+            pd[i] -= lr_t * m[i] / (sqrt(v[i]) + eps);
         }
         if (s == 0) {
             /* First step: m/(sqrt v) = sign(g), so every parameter moves by exactly lr. */
@@ -63,8 +65,8 @@ static void test_adam(void) {
     }
     for (int i = 0; i < N; i++) {
         CHECK_NEAR(p[i], pd[i], 1e-6);
-        CHECK_NEAR(st[i], m[i], 1e-6);
-        CHECK_NEAR(st[N + i], v[i], 1e-7);
+        CHECK_NEAR(st[i], m[i], 1e-7); /* m cancels (signs alternate): absolute, gradients are O(1) */
+        CHECK_NEAR(st[N + i], v[i], 1e-5 * v[i] + 1e-12); /* float32 vs double running sums */
     }
 
     float a[N], b[N], sa[2 * N] = {0}, s1[N] = {0}, s2[N] = {0}, g[N];

@@ -21,7 +21,7 @@
 #define MAX_PROCS 64
 
 typedef struct {
-    char label[16];
+    char label[24];
     pid_t pid;
     int fd[2];          /* stdout, stderr pipes (-1 once closed) */
     char buf[2][4096];  /* partial line per stream */
