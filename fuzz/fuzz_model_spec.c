@@ -1,0 +1,60 @@
+/* libFuzzer target for the model-file parser: any bytes must give either a spec or one error
+ * message naming the source, never a crash, leak or sanitizer report. A spec that parses and is
+ * small is also built into a network (max_batch 1) and run forward and backward once, so the
+ * shape walk and the buffers sized from it are exercised too. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/net.h"
+#include "model/spec.h"
+
+/* Keep each input cheap: the fuzzer's time goes to the parser, not to big convolutions. */
+#define FUZZ_MAX_PARAMS 100000
+#define FUZZ_MAX_ACT 100000
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    dt_model_spec spec;
+    dt_error err;
+    err.msg[0] = 0;
+    if (dt_model_spec_parse(&spec, (const char *)data, size, "fuzz.model", &err) != 0) {
+        /* every failure names the source */
+        if (strncmp(err.msg, "fuzz.model", 10) != 0 && err.code != DT_ENOMEM) __builtin_trap();
+        return 0;
+    }
+    dt_layer_shape shapes[DT_MODEL_MAX_LAYERS];
+    size_t params = 0, act = (size_t)spec.in_h * spec.in_w * spec.in_c;
+    if (dt_model_spec_shapes(&spec, shapes, &params, &err) != 0) __builtin_trap(); /* parse checked it */
+    for (int i = 0; i < spec.n_layers; i++) {
+        size_t a = (size_t)shapes[i].out_h * shapes[i].out_w * shapes[i].out_c;
+        if (a > act) act = a;
+        if (spec.layers[i].kind == DT_LAYER_CONV2D) {
+            size_t patch = (size_t)shapes[i].out_h * shapes[i].out_w * spec.layers[i].k_h * spec.layers[i].k_w *
+                           shapes[i].in_c;
+            if (patch > act) act = patch;
+        }
+    }
+    if (params <= FUZZ_MAX_PARAMS && act <= FUZZ_MAX_ACT) {
+        dt_net *net = NULL;
+        if (dt_net_build(&net, &spec, 1, &err) == 0) {
+            if (dt_net_param_count(net) != params) __builtin_trap();
+            dt_net_init_params(net, 1);
+            size_t n = dt_net_input_size(net);
+            float *x = dt_alloc_floats(n, "fuzz input", NULL);
+            if (x) {
+                for (size_t i = 0; i < n; i++) x[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+                int32_t label = 0;
+                if (dt_net_forward(net, x, 1, 1, 3)) {
+                    dt_net_loss(net, &label, NULL);
+                    dt_net_backward(net);
+                }
+                free(x);
+            }
+            dt_net_free(net);
+        }
+    }
+    dt_model_spec_free(&spec);
+    return 0;
+}
