@@ -8,13 +8,13 @@
  * their terms cancel from demanding more than float32 can give: their error is set by the size of
  * the terms, not of the sum. Fixtures need no torch: regenerate them only when the formula or the
  * models change. */
-#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/net.h"
+#include "supervisor/safetensors.h"
 #include "test.h"
 
 #define INPUT_ID 1000u
@@ -42,68 +42,20 @@ static void fill(float *dst, size_t n, uint32_t t, double scale, uint32_t salt) 
     }
 }
 
-/* ---- a minimal safetensors reader (F32 only) ---- */
+/* ---- fixture access, through the library's safetensors reader ---- */
 
-typedef struct {
-    json_t *header;
-    unsigned char *data;
-    size_t data_len;
-} st_file;
-
-static int st_open(st_file *f, const char *path) {
-    memset(f, 0, sizeof *f);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return -1;
-    unsigned char len8[8];
-    uint64_t hlen = 0;
-    int ok = fread(len8, 1, 8, fp) == 8;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
-    char *hdr = NULL;
-    if (ok && hlen < (1u << 24)) {
-        hdr = malloc(hlen);
-        ok = hdr && fread(hdr, 1, hlen, fp) == hlen;
-        if (ok) f->header = json_loadb(hdr, hlen, 0, NULL);
-        ok = ok && f->header;
-    } else ok = 0;
-    free(hdr);
-    if (ok) {
-        long here = ftell(fp);
-        fseek(fp, 0, SEEK_END);
-        f->data_len = (size_t)(ftell(fp) - here);
-        fseek(fp, here, SEEK_SET);
-        f->data = malloc(f->data_len ? f->data_len : 1);
-        ok = f->data && fread(f->data, 1, f->data_len, fp) == f->data_len;
+/* Copies F32 tensor `name` to a new array; *n = its element count. NULL if absent. */
+static float *st_get(const dt_st_file *f, const char *name, size_t *n) {
+    const dt_st_info *t = dt_st_find(f, name);
+    if (!t || t->dtype != DT_ST_F32) return NULL;
+    float *out = malloc(t->count ? t->count * sizeof *out : sizeof *out);
+    dt_error err;
+    if (out && dt_st_read(f, name, DT_ST_F32, out, t->count, &err) != 0) {
+        free(out);
+        return NULL;
     }
-    fclose(fp);
-    return ok ? 0 : -1;
-}
-
-static void st_close(st_file *f) {
-    json_decref(f->header);
-    free(f->data);
-}
-
-/* Copies tensor `name` to a new float array; *n = its element count. NULL if absent. */
-static float *st_get(const st_file *f, const char *name, size_t *n) {
-    json_t *t = json_object_get(f->header, name);
-    if (!t) return NULL;
-    json_t *off = json_object_get(t, "data_offsets");
-    const char *dtype = json_string_value(json_object_get(t, "dtype"));
-    if (!dtype || strcmp(dtype, "F32") != 0 || json_array_size(off) != 2) return NULL;
-    size_t b = (size_t)json_integer_value(json_array_get(off, 0)), e = (size_t)json_integer_value(json_array_get(off, 1));
-    if (b > e || e > f->data_len || (e - b) % 4) return NULL;
-    *n = (e - b) / 4;
-    float *out = malloc((e - b) ? e - b : 4);
-    for (size_t i = 0; i < *n; i++) { /* little endian on disk */
-        const unsigned char *p = f->data + b + 4 * i;
-        uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        memcpy(&out[i], &u, 4);
-    }
+    *n = (size_t)t->count;
     return out;
-}
-
-static const char *st_meta(const st_file *f, const char *key) {
-    return json_string_value(json_object_get(json_object_get(f->header, "__metadata__"), key));
 }
 
 /* ---- comparison ---- */
@@ -133,21 +85,21 @@ static void check_tensor(const char *model, const char *name, const float *ours,
 
 static void run_model(const char *model, const char *model_path, const char *fixture_path,
                       size_t expect_params) {
-    st_file f;
-    if (st_open(&f, fixture_path) != 0) {
-        CHECK_MSG(0, "cannot read fixture %s", fixture_path);
+    dt_st_file *f = NULL;
+    dt_error err = {0};
+    if (dt_st_open(&f, fixture_path, &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
         return;
     }
-    const char *mp = st_meta(&f, "model");
+    const char *mp = dt_st_meta_get(f, "model");
     CHECK(mp && strcmp(mp, model_path) == 0);
-    int batch = st_meta(&f, "batch") ? atoi(st_meta(&f, "batch")) : 0;
+    int batch = dt_st_meta_get(f, "batch") ? atoi(dt_st_meta_get(f, "batch")) : 0;
     CHECK(batch >= 1 && batch <= 16);
     dt_net *net = NULL;
-    dt_error err = {0};
     int rc = dt_net_load(&net, model_path, batch > 0 ? batch : 1, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (rc || batch < 1) {
-        st_close(&f);
+        dt_st_close(f);
         return;
     }
     if (expect_params) CHECK(dt_net_param_count(net) == expect_params);
@@ -158,9 +110,9 @@ static void run_model(const char *model, const char *model_path, const char *fix
         const dt_param_view *pv = dt_net_view(net, v);
         char key[80];
         snprintf(key, sizeof key, "scale/%s", pv->name);
-        const char *scale = st_meta(&f, key);
+        const char *scale = dt_st_meta_get(f, key);
         snprintf(key, sizeof key, "salt/%s", pv->name);
-        const char *salt = st_meta(&f, key);
+        const char *salt = dt_st_meta_get(f, key);
         CHECK_MSG(scale && salt, "%s: fixture has no scale/salt for %s", model, pv->name);
         if (!scale || !salt) continue;
         fill(params + pv->offset, pv->count, (uint32_t)v, strtod(scale, NULL), (uint32_t)strtoul(salt, NULL, 10));
@@ -173,10 +125,10 @@ static void run_model(const char *model, const char *model_path, const char *fix
     int32_t *labels = malloc((size_t)batch * sizeof *labels);
     int classes = dt_net_num_classes(net);
     for (int i = 0; i < batch; i++) labels[i] = (int32_t)(raw_hash(LABEL_ID, (uint32_t)i, 0) % (uint32_t)classes);
-    float *probe = st_get(&f, "input_probe", &n);
+    float *probe = st_get(f, "input_probe", &n);
     CHECK(probe && n == 16 && memcmp(probe, x, 16 * sizeof *x) == 0);
     free(probe);
-    float *flabels = st_get(&f, "labels", &n);
+    float *flabels = st_get(f, "labels", &n);
     CHECK(flabels && n == (size_t)batch);
     for (int i = 0; flabels && i < batch; i++) CHECK(flabels[i] == (float)labels[i]);
     free(flabels);
@@ -189,7 +141,7 @@ static void run_model(const char *model, const char *model_path, const char *fix
     dt_net_backward(net);
 
     double *ref = malloc(sizeof(double) * (in_n > dt_net_param_count(net) ? in_n : dt_net_param_count(net)));
-    float *rl = st_get(&f, "logits", &n);
+    float *rl = st_get(f, "logits", &n);
     CHECK(rl && n == (size_t)batch * (size_t)classes);
     if (rl && logits && n == (size_t)batch * (size_t)classes) {
         for (size_t i = 0; i < n; i++) ref[i] = rl[i];
@@ -204,7 +156,7 @@ static void run_model(const char *model, const char *model_path, const char *fix
         CHECK(correct == ref_correct);
     }
     free(rl);
-    float *rloss = st_get(&f, "loss", &n);
+    float *rloss = st_get(f, "loss", &n);
     CHECK(rloss && n == 1);
     if (rloss) {
         ref[0] = rloss[0];
@@ -217,7 +169,7 @@ static void run_model(const char *model, const char *model_path, const char *fix
         const dt_param_view *pv = dt_net_view(net, v);
         char key[96];
         snprintf(key, sizeof key, "grad/%s", pv->name);
-        float *g = st_get(&f, key, &n);
+        float *g = st_get(f, key, &n);
         if (g) {
             CHECK_MSG(n == pv->count, "%s: %s has %zu values, view %zu", model, key, n, pv->count);
             if (n == pv->count) {
@@ -230,9 +182,9 @@ static void run_model(const char *model, const char *model_path, const char *fix
         /* a large dense kernel's gradient, stored as its factors: grad[i][o] = sum_b in[b][i] dout[b][o] */
         size_t na, nb;
         snprintf(key, sizeof key, "grad/%s:in", pv->name);
-        float *a = st_get(&f, key, &na);
+        float *a = st_get(f, key, &na);
         snprintf(key, sizeof key, "grad/%s:dout", pv->name);
-        float *d = st_get(&f, key, &nb);
+        float *d = st_get(f, key, &nb);
         int I = pv->shape[0], O = pv->shape[1];
         CHECK_MSG(a && d && pv->ndim == 2 && na == (size_t)batch * I && nb == (size_t)batch * O,
                   "%s: fixture lacks the gradient of %s", model, pv->name);
@@ -252,7 +204,7 @@ static void run_model(const char *model, const char *model_path, const char *fix
     free(x);
     free(labels);
     dt_net_free(net);
-    st_close(&f);
+    dt_st_close(f);
 }
 
 static void test_fashion(void) {
