@@ -1,0 +1,38 @@
+/* libFuzzer target: bytes as a safetensors file. The reader must refuse (saying why) or accept
+ * without crashing, leaking or reading past the input; an accepted file must be self-consistent:
+ * tensors tile the data section exactly, lookups find every tensor, and reads stay in bounds. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "supervisor/safetensors.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    dt_st_file *f = NULL;
+    dt_error err = {0};
+    if (dt_st_open_memory(&f, data, size, "fuzz", &err) != 0) {
+        if (f || err.msg[0] == '\0' || memchr(err.msg, '\0', sizeof err.msg) == NULL) __builtin_trap();
+        return 0;
+    }
+    size_t at = 0;
+    for (int i = 0; i < dt_st_num_tensors(f); i++) {
+        const dt_st_info *t = dt_st_tensor_at(f, i);
+        if (t->offset != at || t->nbytes != t->count * dt_st_dtype_size(t->dtype)) __builtin_trap();
+        at += t->nbytes;
+        if (dt_st_find(f, t->name) != t) __builtin_trap();
+        if (t->nbytes <= 4096) {
+            uint8_t buf[4096];
+            if (dt_st_read(f, t->name, t->dtype, buf, t->count, &err) != 0) __builtin_trap();
+            if (t->nbytes && memcmp(buf, t->data, t->nbytes) != 0) __builtin_trap();
+        }
+    }
+    if (at > size) __builtin_trap();
+    for (int i = 0; i < dt_st_num_meta(f); i++) {
+        const char *k, *v;
+        dt_st_meta_at(f, i, &k, &v);
+        if (!k || !v || dt_st_meta_get(f, k) != v) __builtin_trap();
+    }
+    dt_st_close(f);
+    return 0;
+}
