@@ -150,10 +150,17 @@ static inline int is_pointwise(const dt_window *g) {
     return g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1;
 }
 
+/* OpenBLAS (0.3.21, SkylakeX/Cooperlake kernels) multiplies matrices with M*N*K up to 1e6 with
+ * unpacked "small matrix" kernels: 100-110 GFLOP/s per core for the short K of a first layer
+ * (9 or 27), against 45-80 for the packed path on the same rows (bench/bench_kernels). */
+#define SMALL_GEMM_MNK 1000000
+
 /* Output positions per im2col chunk. */
 static size_t conv_chunk_rows(const dt_window *g, int batch) {
     size_t kkc = (size_t)g->k_h * g->k_w * g->in_c;
     size_t rows = CONV_CHUNK_FLOATS / kkc;
+    size_t small = SMALL_GEMM_MNK / (kkc * g->out_c);
+    if (small >= 256 && small < rows) rows = small; /* short K: stay on the small-matrix kernels */
     if (rows < 32) rows = 32; /* a huge kernel: keep GEMM's M dimension useful */
     size_t total = (size_t)(batch > 0 ? batch : 1) * g->out_h * g->out_w;
     return rows < total ? rows : total;
@@ -179,7 +186,7 @@ static conv_scratch conv_scratch_layout(const dt_window *g, int batch) {
     size_t P = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 1) : CONV_BWD_PIECES;
     conv_scratch s;
     s.rows = conv_chunk_rows(g, batch);
-    s.col = is_pointwise(g) ? 0 : round16(s.rows * kkc);
+    s.col = is_pointwise(g) ? 0 : round16(s.rows * kkc + 16); /* + slack for copy_floats_over */
     s.dw = round16(kkc * g->out_c);
     s.db = round16((size_t)g->out_c);
     s.dw_base = T * s.col;
@@ -229,45 +236,85 @@ static inline void add_floats(float *restrict d, const float *restrict s, size_t
 #endif
 }
 
+/* Like copy_floats/zero_floats, but may also write up to 15 floats past d + n (never reading past
+ * s + n): im2col fills col strictly in order, so whatever lands past the end is overwritten by
+ * the next copy, and the col scratch has 16 floats of slack. Full-width stores avoid masked
+ * stores, which are slow on AMD. */
+static inline void copy_floats_over(float *d, const float *s, size_t n) {
+#if defined(__AVX512F__)
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_loadu_ps(s + i));
+    if (i < n) _mm512_storeu_ps(d + i, _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), s + i));
+#else
+    memcpy(d, s, n * sizeof(float));
+#endif
+}
+
+static inline void zero_floats_over(float *d, size_t n) {
+#if defined(__AVX512F__)
+    for (size_t i = 0; i < n; i += 16) _mm512_storeu_ps(d + i, _mm512_setzero_ps());
+#else
+    memset(d, 0, n * sizeof(float));
+#endif
+}
+
+/* Output columns ow in [lo, hi) have their whole window inside the image horizontally. */
+static inline void inside_cols(const dt_window *g, int *lo, int *hi) {
+    const int sw = g->stride_w, pl = g->pad_left, span = g->in_w - g->k_w + pl;
+    *lo = (pl + sw - 1) / sw;
+    *hi = span >= 0 ? span / sw + 1 : 0;
+    if (*hi > g->out_w) *hi = g->out_w;
+    if (*lo > *hi) *lo = *hi;
+}
+
 /* col [p1-p0, KH*KW*C] = the input windows of output positions p0..p1 (p = (n*OH + oh)*OW + ow).
- * Padding cells are zeros. One window row (KW*C floats) is contiguous in NHWC, so the gather is
- * one copy per kernel row when the window is inside the image. */
+ * Padding cells are zeros. One window row (KW*C floats) is contiguous in NHWC, so inside the image
+ * it is one copy. Walks one output row at a time (bounds worked out once per row) and writes col
+ * strictly in order (see copy_floats_over). */
 static void im2col(float *col, const float *in, const dt_window *g, size_t p0, size_t p1) {
-    const int H = g->in_h, W = g->in_w, C = g->in_c, KH = g->k_h, KW = g->k_w;
-    const size_t ohw = (size_t)g->out_h * g->out_w, kwc = (size_t)KW * C, kkc = KH * kwc;
-    const size_t img_size = (size_t)H * W * C;
-    size_t n = p0 / ohw, r = p0 % ohw;
-    int oh = (int)(r / g->out_w), ow = (int)(r % g->out_w);
-    for (size_t p = p0; p < p1; p++) {
+    const int H = g->in_h, W = g->in_w, C = g->in_c, KH = g->k_h, KW = g->k_w, OW = g->out_w;
+    const size_t ohw = (size_t)g->out_h * OW, kwc = (size_t)KW * C, kkc = KH * kwc;
+    const size_t img_size = (size_t)H * W * C, step = (size_t)g->stride_w * C;
+    int lo, hi;
+    inside_cols(g, &lo, &hi);
+    for (size_t p = p0; p < p1;) {
+        const size_t n = p / ohw, r = p % ohw;
+        const int oh = (int)(r / OW), ow_a = (int)(r % OW);
+        const int ow_b = (size_t)(OW - ow_a) < p1 - p ? OW : ow_a + (int)(p1 - p);
+        const int ih0 = oh * g->stride_h - g->pad_top;
+        /* kernel rows [kh_lo, kh_hi) fall inside the image */
+        const int kh_lo = ih0 < 0 ? (-ih0 < KH ? -ih0 : KH) : 0;
+        const int kh_hi = ih0 + KH > H ? (H - ih0 > kh_lo ? H - ih0 : kh_lo) : KH;
         const float *img = in + n * img_size;
-        float *dst = col + (p - p0) * kkc;
-        int ih0 = oh * g->stride_h - g->pad_top, iw0 = ow * g->stride_w - g->pad_left;
-        int inside_w = iw0 >= 0 && iw0 + KW <= W;
-        for (int kh = 0; kh < KH; kh++, dst += kwc) {
-            int ih = ih0 + kh;
-            if (ih < 0 || ih >= H) {
-                zero_floats(dst, kwc);
-                continue;
-            }
-            const float *row = img + (size_t)ih * W * C;
-            if (inside_w) {
-                copy_floats(dst, row + (size_t)iw0 * C, kwc);
+        float *d = col + (p - p0) * kkc;
+        for (int ow = ow_a; ow < ow_b; ow++) {
+            if (kh_lo > 0) zero_floats_over(d, (size_t)kh_lo * kwc);
+            if (ow >= lo && ow < hi) {
+                const float *src = img + (size_t)ow * step - (size_t)g->pad_left * C; /* iw0 >= 0 */
+                for (int kh = kh_lo; kh < kh_hi; kh++)
+                    copy_floats_over(d + (size_t)kh * kwc, src + (size_t)(ih0 + kh) * W * C, kwc);
             } else {
-                for (int kw = 0; kw < KW; kw++) {
-                    int iw = iw0 + kw;
-                    if (iw < 0 || iw >= W) zero_floats(dst + (size_t)kw * C, C);
-                    else copy_floats(dst + (size_t)kw * C, row + (size_t)iw * C, C);
+                const int iw0 = ow * g->stride_w - g->pad_left;
+                for (int kh = kh_lo; kh < kh_hi; kh++) {
+                    const float *row = img + (size_t)(ih0 + kh) * W * C;
+                    for (int kw = 0; kw < KW; kw++) {
+                        const int iw = iw0 + kw;
+                        float *dk = d + (size_t)kh * kwc + (size_t)kw * C;
+                        if (iw < 0 || iw >= W) zero_floats_over(dk, C);
+                        else copy_floats_over(dk, row + (size_t)iw * C, C);
+                    }
                 }
             }
+            if (kh_hi < KH) zero_floats_over(d + (size_t)kh_hi * kwc, (size_t)(KH - kh_hi) * kwc);
+            d += kkc;
         }
-        if (++ow == g->out_w) {
-            ow = 0;
-            if (++oh == g->out_h) oh = 0, n++;
-        }
+        p += (size_t)(ow_b - ow_a);
     }
 }
 
-/* din += scatter of dcol [p1-p0, KH*KW*C] (the adjoint of im2col; padding cells are dropped). */
+/* din += scatter of dcol [p1-p0, KH*KW*C] (the adjoint of im2col; padding cells are dropped).
+ * Position by position: consecutive windows overlap, and interleaving kernel rows keeps the
+ * read-modify-writes of one din cell apart. */
 static void col2im(float *din, const float *dcol, const dt_window *g, size_t p0, size_t p1) {
     const int H = g->in_h, W = g->in_w, C = g->in_c, KH = g->k_h, KW = g->k_w;
     const size_t ohw = (size_t)g->out_h * g->out_w, kwc = (size_t)KW * C, kkc = KH * kwc;
