@@ -10,32 +10,25 @@
 #include "core/rng.h"
 #include "model/net.h"
 
-/* Training FLOPs per example: forward 2*MACs of conv and dense layers, backward twice that, except
- * that the first layer computes no input gradient. Pool/relu/loss are not counted. */
+/* Training FLOPs per example: forward 2*MACs of conv and dense layers (MACs = weights used per
+ * output position x positions), backward twice that, except that the first layer computes no input
+ * gradient. Pool/relu/loss are not counted. */
 static double train_flops_per_example(const dt_model_spec *s) {
-    int h = s->in_h, w = s->in_w, c = s->in_c, first = 1;
+    dt_layer_shape *sh = calloc((size_t)s->n_layers, sizeof *sh);
+    if (!sh || dt_model_spec_shapes(s, sh, NULL, NULL)) {
+        free(sh);
+        return 0;
+    }
     double total = 0;
+    int first = 1;
     for (int i = 0; i < s->n_layers; i++) {
-        const dt_layer_spec *l = &s->layers[i];
-        dt_window g;
-        double macs = 0;
-        if (l->kind == DT_LAYER_CONV2D || l->kind == DT_LAYER_MAXPOOL) {
-            int oc = l->kind == DT_LAYER_CONV2D ? l->filters : c;
-            if (dt_window_init(&g, h, w, c, oc, l->k_h, l->k_w, l->stride_h, l->stride_w, l->padding, NULL))
-                return 0;
-            if (l->kind == DT_LAYER_CONV2D) macs = (double)g.out_h * g.out_w * l->k_h * l->k_w * c * oc;
-            h = g.out_h, w = g.out_w, c = oc;
-        } else if (l->kind == DT_LAYER_DENSE) {
-            macs = (double)h * w * c * l->units;
-            h = w = 1, c = l->units;
-        } else if (l->kind == DT_LAYER_FLATTEN) {
-            c = h * w * c, h = w = 1;
-        }
+        double macs = (double)sh[i].n_weights * sh[i].out_h * sh[i].out_w;
         if (macs > 0) {
             total += 2 * macs * (first ? 2 : 3);
             first = 0;
         }
     }
+    free(sh);
     return total;
 }
 
