@@ -34,8 +34,9 @@ void *dt_zsock_open(void *ctx, int type, uint64_t max_frame, int linger_ms, int 
     if (!rc) rc = set_int(s, ZMQ_LINGER, linger_ms, "ZMQ_LINGER", err);
     if (!rc) rc = set_int(s, ZMQ_SNDTIMEO, send_timeout_ms, "ZMQ_SNDTIMEO", err);
     if (!rc && type == ZMQ_DEALER) {
-        rc = set_int(s, ZMQ_IMMEDIATE, 1, "ZMQ_IMMEDIATE", err);
-        if (!rc) rc = set_int(s, ZMQ_RECONNECT_IVL, 50, "ZMQ_RECONNECT_IVL", err);
+        /* Not ZMQ_IMMEDIATE: with it libzmq discards replies already received but not yet read
+         * when the peer disconnects (a ps acknowledging SHUTDOWN and exiting). */
+        rc = set_int(s, ZMQ_RECONNECT_IVL, 50, "ZMQ_RECONNECT_IVL", err);
         if (!rc) rc = set_int(s, ZMQ_RECONNECT_IVL_MAX, 1000, "ZMQ_RECONNECT_IVL_MAX", err);
     }
     if (rc) {

@@ -20,9 +20,9 @@ int64_t dt_clock_ms(void);
 
 /* A new ZMQ_ROUTER (ps) or ZMQ_DEALER (client) socket. Frames larger than max_frame bytes make
  * libzmq drop the connection before it allocates them (ZMQ_MAXMSGSIZE); linger_ms bounds how long
- * zmq_close keeps unsent messages. DEALERs also get ZMQ_IMMEDIATE (queue only on live
- * connections, so a missing ps is noticed instead of buffered for) and reconnect backoff
- * 50 ms doubling to 1 s. send_timeout_ms bounds blocking sends (-1: never block). */
+ * zmq_close keeps unsent messages. DEALERs reconnect with backoff from 50 ms doubling to 1 s and
+ * queue messages while disconnected (up to the high-water mark). send_timeout_ms bounds blocking
+ * sends (-1: never block). */
 void *dt_zsock_open(void *ctx, int type, uint64_t max_frame, int linger_ms, int send_timeout_ms,
                     dt_error *err);
 

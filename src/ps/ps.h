@@ -1,0 +1,55 @@
+/* The parameter server: one process (or thread) that holds one shard of the model's parameters and
+ * their optimizer state, applies the workers' gradients and serves the parameters back.
+ *
+ * Life of a ps (docs/protocol.md):
+ *   1. binds cfg->endpoint (a ZeroMQ ROUTER) and answers HELLO/STATUS/HEARTBEAT right away;
+ *   2. refuses PULL and PUSH (ERROR "not initialised") until the chief sends INIT with the initial
+ *      parameters, optimizer state, optimizer configuration and starting global step;
+ *   3. async mode: applies each PUSH on arrival with dt_opt_apply and increments its global step;
+ *      serves PULLs (a PULL may ask for a minimum step: the reply waits until the shard gets there);
+ *   4. returns 0 when the chief sends SHUTDOWN (after acknowledging it).
+ *
+ * Global step: every ps counts the updates applied to its own shard, starting from the step INIT
+ * gave. A worker pushes to every ps, so the counts agree once in-flight pushes have landed; ps 0's
+ * count is the cluster's global step (TensorFlow keeps global_step on ps 0 too). Every reply
+ * carries the shard's step, so a client can check that the shards it pulled belong together.
+ *
+ * No signal handler is installed here: the caller's handler sets *cfg->stop and dt_ps_serve returns
+ * DT_EINTR within poll_ms. Every wait is a zmq_poll with a timeout. */
+#ifndef DT_PS_PS_H
+#define DT_PS_PS_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain.h"
+
+typedef struct {
+    int64_t global_step;    /* at return */
+    uint64_t pushes;        /* gradients applied */
+    uint64_t pulls;         /* PARAMS replies sent */
+    uint64_t refused;       /* requests answered with ERROR (malformed, wrong version, not ready...) */
+    int initialised;
+} dt_ps_stats;
+
+typedef struct {
+    const char *endpoint;   /* ZeroMQ bind endpoint "tcp://host:port" (host "*": all interfaces; port "*": a free one) */
+    int ps_index;           /* this ps's task index (checked against nothing, sent in every reply) */
+    size_t shard_floats;    /* parameters this ps holds (> 0, <= DT_WIRE_MAX_SHARD_FLOATS) */
+    int poll_ms;            /* how often *stop is checked; <= 0: 100 */
+    volatile sig_atomic_t *stop; /* may be NULL; set non-zero (e.g. by a signal handler) to stop */
+    FILE *log;              /* one line per notable event (init, refusals, shutdown); NULL: quiet */
+    /* Called once after binding with the actual endpoint (port resolved for "*"), e.g. for a
+     * launcher or a test that binds port 0. May be NULL. */
+    void (*on_bound)(void *user, const char *endpoint);
+    void *user;
+    dt_ps_stats *stats;     /* filled at return if non-NULL */
+} dt_ps_config;
+
+/* Serves until SHUTDOWN from the chief (returns 0), *stop (DT_EINTR), or a fatal socket error.
+ * Fails up front if the endpoint cannot be bound (message names it). */
+int dt_ps_serve(const dt_ps_config *cfg, dt_error *err);
+
+#endif

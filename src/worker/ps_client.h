@@ -1,0 +1,81 @@
+/* The worker's side of the parameter servers: one connection (ZeroMQ DEALER) per ps task, requests
+ * sent to all shards at once and their replies gathered, every wait bounded by a deadline.
+ *
+ * Shards: ps i holds shard_floats[i] parameters. The caller passes one buffer per shard (for a
+ * placement that gives each ps one contiguous range of the flat parameter buffer, these are just
+ * pointers into it, and nothing is copied twice). Gradients are sent zero-copy from the caller's
+ * buffers: they must stay unchanged until dt_ps_client_push_all returns (or, if it failed, until
+ * dt_ps_client_close). Parameters are received straight into the caller's buffers.
+ *
+ * Not thread-safe: one client per worker thread. */
+#ifndef DT_WORKER_PS_CLIENT_H
+#define DT_WORKER_PS_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute/optim.h"
+#include "dtrain.h"
+#include "transport/wire.h"
+
+typedef struct dt_ps_client dt_ps_client;
+
+typedef struct {
+    int n_ps;
+    const char *const *endpoints; /* [n_ps] ZeroMQ connect endpoints, "tcp://host:port", ps task order */
+    const size_t *shard_floats;   /* [n_ps] floats each ps holds (> 0) */
+    dt_wire_role role;            /* DT_ROLE_CHIEF (may INIT and SHUTDOWN) or DT_ROLE_WORKER */
+    int task;                     /* worker task index, sent in every message (the ps logs it) */
+    int connect_timeout_ms;       /* open: how long to retry each ps; <= 0: 10000 */
+    int request_timeout_ms;       /* any other call: how long to wait for all replies; <= 0: 60000 */
+} dt_ps_client_config;
+
+typedef struct {
+    int initialised;
+    int64_t global_step;          /* the shard's step (updates applied) */
+    uint64_t pushes, pulls;       /* served by that ps so far */
+} dt_ps_shard_status;
+
+typedef struct {
+    int64_t global_step;          /* ps 0's step after this push: the cluster's global step */
+    int n_stale;                  /* shards that dropped the gradient as stale (sync mode) */
+} dt_push_result;
+
+/* Connects to every ps and checks it with HELLO (protocol version, shard size). A ps that is not
+ * up yet is retried (ZeroMQ reconnects with backoff from 50 ms doubling to 1 s; HELLO is resent
+ * every second) until connect_timeout_ms; then fails naming the address. Every ps is tried in
+ * parallel. */
+int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_error *err);
+void dt_ps_client_close(dt_ps_client *c);
+
+int dt_ps_client_n_ps(const dt_ps_client *c);
+/* What the latest reply from ps i said (WELCOME after open, then STATUS/PUSH/PULL replies). */
+const dt_ps_shard_status *dt_ps_client_shard(const dt_ps_client *c, int ps);
+
+/* Chief only: sends every ps its initial parameters (params[i], shard_floats[i] floats), optimizer
+ * state (state[i], slots * shard_floats[i] floats slot-major; state == NULL: zeros) and the
+ * optimizer configuration; global_step is the starting step (0, or a restored checkpoint's). */
+int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *const *params,
+                      const float *const *state, int64_t global_step, dt_error *err);
+
+/* Polls STATUS until every ps is initialised or timeout_ms passes (then fails naming the first ps
+ * still waiting). */
+int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err);
+
+/* Pulls every shard into params[i]. min_step > 0 asks each ps to answer once its step reaches
+ * min_step (bounded by the request timeout). steps (may be NULL) receives each shard's step [n_ps]. */
+int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
+                          dt_error *err);
+
+/* Pushes grads[i] (shard_floats[i] floats) to every ps, tagged with local_step; waits for every
+ * acknowledgement. res may be NULL. */
+int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,
+                          dt_push_result *res, dt_error *err);
+
+/* Fresh STATUS of every ps into out[n_ps] (may be NULL: only refreshes dt_ps_client_shard). */
+int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err);
+
+/* Chief only: tells every ps that training is over; each acknowledges and exits. */
+int dt_ps_client_shutdown(dt_ps_client *c, dt_error *err);
+
+#endif

@@ -1,0 +1,646 @@
+/* The parameter server and its client on 127.0.0.1: ps tasks run in threads (fast) and, where the
+ * exit status matters, in forked processes. Every wait is bounded: a broken ps makes a check fail
+ * within seconds, never a hang. Ports are chosen by the kernel (bind to port 0 / "*"). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "compute/optim.h"
+#include "ps/ps.h"
+#include "test.h"
+#include "transport/wire.h"
+#include "transport/zmq_io.h"
+#include "worker/ps_client.h"
+
+/* ---------- helpers ---------- */
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A port nobody listens on right now (the kernel's pick; closed again at once). */
+static int free_port(void) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(s, (struct sockaddr *)&a, &len) != 0) {
+        if (s >= 0) close(s);
+        return -1;
+    }
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+typedef struct {
+    dt_ps_config cfg;
+    dt_ps_stats stats;
+    volatile sig_atomic_t stop;
+    char bind_ep[64];
+    char endpoint[128];    /* as bound, for clients */
+    atomic_int bound;
+    int start_delay_ms;
+    int rc;
+    dt_error err;
+    pthread_t th;
+} ps_thread;
+
+static void on_bound(void *user, const char *ep) {
+    ps_thread *t = user;
+    snprintf(t->endpoint, sizeof t->endpoint, "%s", ep);
+    atomic_store(&t->bound, 1);
+}
+
+static void *ps_main(void *arg) {
+    ps_thread *t = arg;
+    if (t->start_delay_ms) sleep_ms(t->start_delay_ms);
+    t->rc = dt_ps_serve(&t->cfg, &t->err);
+    atomic_store(&t->bound, 1); /* a failed bind must not leave the starter waiting */
+    return NULL;
+}
+
+/* Starts a ps thread serving n floats; bind_ep NULL: a free loopback port. Waits (bounded) until
+ * it is bound unless it starts with a delay. */
+static void ps_start(ps_thread *t, int index, size_t n, const char *bind_ep, int delay_ms) {
+    memset(t, 0, sizeof *t);
+    snprintf(t->bind_ep, sizeof t->bind_ep, "%s", bind_ep ? bind_ep : "tcp://127.0.0.1:*");
+    t->cfg = (dt_ps_config){.endpoint = t->bind_ep, .ps_index = index, .shard_floats = n, .poll_ms = 20,
+                            .stop = &t->stop, .on_bound = on_bound, .user = t, .stats = &t->stats,
+                            .log = getenv("DT_TEST_VERBOSE") ? stderr : NULL};
+    t->start_delay_ms = delay_ms;
+    atomic_init(&t->bound, 0);
+    pthread_create(&t->th, NULL, ps_main, t);
+    if (delay_ms) return;
+    for (int i = 0; i < 500 && !atomic_load(&t->bound); i++) sleep_ms(10);
+}
+
+/* Stops the ps (if still running) and joins it; returns its dt_ps_serve status. */
+static int ps_stop(ps_thread *t) {
+    t->stop = 1;
+    pthread_join(t->th, NULL);
+    return t->rc;
+}
+
+static dt_ps_client *client(int n_ps, ps_thread *ps, const size_t *sizes, dt_wire_role role, int task) {
+    const char *eps[8];
+    for (int i = 0; i < n_ps; i++) eps[i] = ps[i].endpoint;
+    dt_ps_client_config cc = {.n_ps = n_ps, .endpoints = eps, .shard_floats = sizes, .role = role,
+                              .task = task, .connect_timeout_ms = 3000, .request_timeout_ms = 3000};
+    dt_ps_client *c = NULL;
+    dt_error e = {0};
+    if (dt_ps_client_open(&c, &cc, &e)) fprintf(stderr, "  open: %s\n", e.msg);
+    return c;
+}
+
+static void fill(float *x, size_t n, float scale, int seed) {
+    for (size_t i = 0; i < n; i++) x[i] = scale * (float)((int)((i * 2654435761u + (unsigned)seed * 97u) % 2001u) - 1000) / 1000.0f;
+}
+
+/* ---------- tests ---------- */
+
+static void test_init_then_pull(void) {
+    enum { N = 1000 };
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    size_t sizes[1] = {N};
+    dt_ps_client *w = client(1, &ps, sizes, DT_ROLE_WORKER, 1);
+    dt_ps_client *chief = client(1, &ps, sizes, DT_ROLE_CHIEF, 0);
+    CHECK(w && chief);
+    if (!w || !chief) goto out;
+    CHECK(dt_ps_client_shard(w, 0)->initialised == 0);
+
+    /* Before INIT: pulls and pushes are refused, and waiting for readiness times out clearly. */
+    static float p[N], got[N], g[N];
+    float *dst[1] = {got};
+    dt_error e = {0};
+    CHECK(dt_ps_client_pull_all(w, dst, 0, NULL, &e) == DT_EPROTO);
+    CHECK_CONTAINS(e.msg, "not initialised");
+    CHECK_CONTAINS(e.msg, ps.endpoint);
+    const float *gs[1] = {g};
+    CHECK(dt_ps_client_push_all(w, gs, 0, NULL, &e) == DT_EPROTO);
+    int64_t t0 = dt_clock_ms();
+    CHECK(dt_ps_client_wait_ready(w, 200, &e) == DT_ETIMEOUT);
+    CHECK(dt_clock_ms() - t0 < 2000);
+    CHECK_CONTAINS(e.msg, "chief");
+    CHECK_CONTAINS(e.msg, ps.endpoint);
+
+    /* A worker may not initialise. */
+    fill(p, N, 1.0f, 1);
+    const float *src[1] = {p};
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.1f, NULL);
+    CHECK(dt_ps_client_init(w, &opt, src, NULL, 0, &e) == DT_EINVAL);
+
+    CHECK(dt_ps_client_init(chief, &opt, src, NULL, 5, &e) == DT_OK);
+    CHECK(dt_ps_client_wait_ready(w, 2000, &e) == DT_OK);
+    int64_t steps[1] = {-1};
+    CHECK(dt_ps_client_pull_all(w, dst, 0, steps, &e) == DT_OK);
+    CHECK(memcmp(got, p, sizeof p) == 0);
+    CHECK(steps[0] == 5);
+    dt_ps_shard_status st[1];
+    CHECK(dt_ps_client_status(w, st, &e) == DT_OK);
+    CHECK(st[0].initialised == 1 && st[0].global_step == 5 && st[0].pulls == 1 && st[0].pushes == 0);
+out:
+    dt_ps_client_close(w);
+    dt_ps_client_close(chief);
+    CHECK(ps_stop(&ps) == DT_EINTR);
+    CHECK(ps.stats.refused == 2); /* the pull and the push; the worker's INIT never left the client */
+}
+
+/* Async pushes apply the optimizer exactly as dt_opt_apply on a local copy (bit for bit: same
+ * code, same order), for SGD and Adam, over two ps shards of different sizes. */
+static void check_optimizer_exact(const char *name) {
+    enum { N0 = 700, N1 = 333, STEPS = 4 };
+    ps_thread ps[2];
+    ps_start(&ps[0], 0, N0, NULL, 0);
+    ps_start(&ps[1], 1, N1, NULL, 0);
+    size_t sizes[2] = {N0, N1};
+    dt_ps_client *c = client(2, ps, sizes, DT_ROLE_CHIEF, 0);
+    CHECK(c != NULL);
+    if (!c) goto out;
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, name, 0.01f, NULL);
+    int slots = dt_opt_slots(&opt);
+    static float p0[N0], p1[N1], s0[2 * N0], s1[2 * N1], g0[N0], g1[N1], r0[N0], r1[N1];
+    fill(p0, N0, 1.0f, 3);
+    fill(p1, N1, 1.0f, 4);
+    fill(s0, (size_t)slots * N0, 0.01f, 5); /* non-zero state: checks that INIT carries it */
+    for (int i = 0; i < slots * N0; i++) s0[i] = fabsf(s0[i]);
+    fill(s1, (size_t)slots * N1, 0.01f, 6);
+    for (int i = 0; i < slots * N1; i++) s1[i] = fabsf(s1[i]);
+    const float *src[2] = {p0, p1}, *state[2] = {s0, s1};
+    dt_error e = {0};
+    CHECK(dt_ps_client_init(c, &opt, src, state, 10, &e) == DT_OK);
+    for (int t = 0; t < STEPS; t++) {
+        fill(g0, N0, 0.5f, 100 + t);
+        fill(g1, N1, 0.5f, 200 + t);
+        const float *gs[2] = {g0, g1};
+        dt_push_result res;
+        CHECK(dt_ps_client_push_all(c, gs, t, &res, &e) == DT_OK);
+        CHECK(res.global_step == 11 + t && res.n_stale == 0);
+        dt_opt_apply(&opt, p0, g0, s0, N0, 10 + t);
+        dt_opt_apply(&opt, p1, g1, s1, N1, 10 + t);
+    }
+    float *dst[2] = {r0, r1};
+    int64_t steps[2];
+    CHECK(dt_ps_client_pull_all(c, dst, 0, steps, &e) == DT_OK);
+    CHECK_MSG(memcmp(r0, p0, sizeof r0) == 0 && memcmp(r1, p1, sizeof r1) == 0, "%s: shards differ from dt_opt_apply", name);
+    CHECK(steps[0] == 10 + STEPS && steps[1] == 10 + STEPS);
+out:
+    dt_ps_client_close(c);
+    ps_stop(&ps[0]);
+    ps_stop(&ps[1]);
+}
+
+static void test_async_sgd_exact(void) { check_optimizer_exact("sgd"); }
+static void test_async_adam_exact(void) { check_optimizer_exact("adam"); }
+
+typedef struct {
+    ps_thread *ps;
+    int n_ps, task, pushes, failures;
+    const size_t *sizes;
+} pusher;
+
+static void *pusher_main(void *arg) {
+    pusher *u = arg;
+    dt_ps_client *c = client(u->n_ps, u->ps, u->sizes, DT_ROLE_WORKER, u->task);
+    if (!c) {
+        u->failures = u->pushes;
+        return NULL;
+    }
+    static float zeros[2000]; /* read-only, shared by both pushers */
+    const float *gs[2] = {zeros, zeros};
+    float buf0[2000], buf1[2000];
+    float *dst[2] = {buf0, buf1};
+    dt_error e = {0};
+    for (int i = 0; i < u->pushes; i++) {
+        if (dt_ps_client_push_all(c, gs, i, NULL, &e)) u->failures++;
+        if (dt_ps_client_pull_all(c, dst, 0, NULL, &e)) u->failures++;
+    }
+    dt_ps_client_close(c);
+    return NULL;
+}
+
+/* Two workers pushing at the same time: every push is counted, on every shard. */
+static void test_concurrent_pushes_counted(void) {
+    enum { PUSHES = 60 };
+    ps_thread ps[2];
+    ps_start(&ps[0], 0, 2000, NULL, 0);
+    ps_start(&ps[1], 1, 1500, NULL, 0);
+    size_t sizes[2] = {2000, 1500};
+    dt_ps_client *chief = client(2, ps, sizes, DT_ROLE_CHIEF, 0);
+    CHECK(chief != NULL);
+    if (!chief) goto out;
+    static float p0[2000], p1[1500];
+    const float *src[2] = {p0, p1};
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.1f, NULL);
+    dt_error e = {0};
+    CHECK(dt_ps_client_init(chief, &opt, src, NULL, 0, &e) == DT_OK);
+    pusher u[2];
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) {
+        u[k] = (pusher){.ps = ps, .n_ps = 2, .task = k + 1, .pushes = PUSHES, .sizes = sizes};
+        pthread_create(&th[k], NULL, pusher_main, &u[k]);
+    }
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    CHECK(u[0].failures == 0 && u[1].failures == 0);
+    dt_ps_shard_status st[2];
+    CHECK(dt_ps_client_status(chief, st, &e) == DT_OK);
+    CHECK_MSG(st[0].global_step == 2 * PUSHES && st[1].global_step == 2 * PUSHES, "steps %lld %lld",
+              (long long)st[0].global_step, (long long)st[1].global_step);
+    CHECK(st[0].pushes == 2 * PUSHES && st[0].pulls == 2 * PUSHES);
+out:
+    dt_ps_client_close(chief);
+    ps_stop(&ps[0]);
+    ps_stop(&ps[1]);
+    CHECK(ps[0].stats.pushes == 2 * PUSHES && ps[1].stats.global_step == 2 * PUSHES);
+}
+
+/* A worker started before its ps retries and connects once the ps appears. */
+static void test_client_before_ps(void) {
+    int port = free_port();
+    CHECK(port > 0);
+    char bind_ep[64];
+    snprintf(bind_ep, sizeof bind_ep, "tcp://127.0.0.1:%d", port);
+    ps_thread ps;
+    ps_start(&ps, 0, 100, bind_ep, 400);
+    snprintf(ps.endpoint, sizeof ps.endpoint, "%s", bind_ep);
+    size_t sizes[1] = {100};
+    int64_t t0 = dt_clock_ms();
+    dt_ps_client *c = client(1, &ps, sizes, DT_ROLE_WORKER, 1);
+    int64_t took = dt_clock_ms() - t0;
+    CHECK(c != NULL);
+    CHECK_MSG(took >= 300 && took < 2500, "connected after %lld ms", (long long)took);
+    dt_ps_client_close(c);
+    ps_stop(&ps);
+}
+
+/* No ps at all: the client gives up after its timeout, naming the address. */
+static void test_no_ps_times_out(void) {
+    int port = free_port();
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    const char *eps[1] = {ep};
+    size_t sizes[1] = {10};
+    dt_ps_client_config cc = {.n_ps = 1, .endpoints = eps, .shard_floats = sizes, .role = DT_ROLE_WORKER,
+                              .task = 1, .connect_timeout_ms = 300, .request_timeout_ms = 300};
+    dt_ps_client *c = NULL;
+    dt_error e = {0};
+    int64_t t0 = dt_clock_ms();
+    CHECK(dt_ps_client_open(&c, &cc, &e) == DT_ETIMEOUT);
+    int64_t took = dt_clock_ms() - t0;
+    CHECK(c == NULL);
+    CHECK_MSG(took >= 280 && took < 1500, "gave up after %lld ms", (long long)took);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    CHECK_CONTAINS(e.msg, addr);
+    CHECK_CONTAINS(e.msg, "no answer");
+}
+
+/* A raw DEALER speaking to the ps: requests the client API would never send. */
+static void *raw_open(void *ctx, const char *ep) {
+    void *s = dt_zsock_open(ctx, ZMQ_DEALER, 1 << 20, 0, 2000, NULL);
+    zmq_connect(s, ep);
+    return s;
+}
+
+static int raw_reply(void *s, dt_wire_in *in) {
+    zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+    if (zmq_poll(&it, 1, 3000) != 1) return DT_ETIMEOUT;
+    return dt_wire_recv(s, 0, in, NULL);
+}
+
+static int raw_error_says(dt_wire_in *in, int32_t status, const char *needle) {
+    char text[DT_WIRE_MAX_ERROR_TEXT + 1];
+    dt_wire_error_text(text, sizeof text, zmq_msg_data(&in->payload), zmq_msg_size(&in->payload));
+    int ok = in->hdr.type == DT_MSG_ERROR && in->hdr.status == status && strstr(text, needle);
+    if (!ok) fprintf(stderr, "  reply %s status %d text \"%s\"\n", dt_wire_type_name(in->hdr.type), in->hdr.status, text);
+    return ok;
+}
+
+/* Refusals on a live ps: wrong version, lying payload length, wrong shard index, wrong role,
+ * wrong shard size; the ps keeps serving afterwards. */
+static void test_ps_refusals(void) {
+    enum { N = 64 };
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    void *ctx = zmq_ctx_new();
+    void *s = raw_open(ctx, ps.endpoint);
+    dt_wire_in in;
+    uint8_t hb[DT_WIRE_HEADER_SIZE];
+
+    dt_wire_header h = dt_wire_header_make(DT_MSG_HELLO, DT_ROLE_WORKER, 1, 7);
+    dt_wire_encode(hb, &h);
+    hb[4] = 2; /* version 2 */
+    zmq_send(s, hb, sizeof hb, 0);
+    CHECK(raw_reply(s, &in) == DT_OK);
+    CHECK(raw_error_says(&in, DT_WIRE_E_VERSION, "version 2, this program speaks version 1"));
+    CHECK(in.hdr.request_id == 7);
+    dt_wire_in_close(&in);
+
+    /* INIT from a worker, then from the chief with a payload length that lies. */
+    h = dt_wire_header_make(DT_MSG_INIT, DT_ROLE_WORKER, 1, 8);
+    h.shard_floats = N;
+    zmq_msg_t m;
+    zmq_msg_init_size(&m, N * 4);
+    memset(zmq_msg_data(&m), 0, N * 4);
+    dt_wire_send(s, NULL, &h, &m, 0, NULL);
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_ROLE, "only the chief"));
+    dt_wire_in_close(&in);
+    h.role = DT_ROLE_CHIEF;
+    h.request_id = 9;
+    h.payload_bytes = UINT64_C(1) << 45;
+    dt_wire_encode(hb, &h);
+    zmq_send(s, hb, sizeof hb, ZMQ_SNDMORE);
+    zmq_send(s, "abcd", 4, 0);
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_MALFORMED, "payload"));
+    dt_wire_in_close(&in);
+    /* Right length for another shard size. */
+    h.request_id = 10;
+    zmq_msg_init_size(&m, 2 * N * 4);
+    memset(zmq_msg_data(&m), 0, 2 * N * 4);
+    h.shard_floats = 2 * N;
+    dt_wire_send(s, NULL, &h, &m, 0, NULL);
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_SHARD, "holds 64"));
+    dt_wire_in_close(&in);
+
+    /* Addressed to ps 1. */
+    h = dt_wire_header_make(DT_MSG_STATUS, DT_ROLE_WORKER, 1, 11);
+    h.shard = 1;
+    dt_wire_send(s, NULL, &h, NULL, 0, NULL);
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_SHARD, "same order"));
+    dt_wire_in_close(&in);
+
+    /* A reply type sent as a request, the reserved TOKEN, an unknown type. */
+    h = dt_wire_header_make(DT_MSG_WELCOME, DT_ROLE_WORKER, 1, 12);
+    dt_wire_send(s, NULL, &h, NULL, 0, NULL);
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_MALFORMED, "reply"));
+    dt_wire_in_close(&in);
+    h = dt_wire_header_make(DT_MSG_TOKEN, DT_ROLE_WORKER, 1, 13);
+    dt_wire_send(s, NULL, &h, NULL, 0, NULL);
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_UNSUPPORTED, "TOKEN"));
+    dt_wire_in_close(&in);
+    dt_wire_encode(hb, &h);
+    hb[6] = 99;
+    zmq_send(s, hb, sizeof hb, 0);
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_MALFORMED, "unknown message type 99"));
+    dt_wire_in_close(&in);
+
+    /* A non-chief SHUTDOWN is refused; the ps is still serving. */
+    h = dt_wire_header_make(DT_MSG_SHUTDOWN, DT_ROLE_WORKER, 1, 14);
+    dt_wire_send(s, NULL, &h, NULL, 0, NULL);
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_ROLE, "chief"));
+    dt_wire_in_close(&in);
+    h = dt_wire_header_make(DT_MSG_HEARTBEAT, DT_ROLE_WORKER, 1, 15);
+    dt_wire_send(s, NULL, &h, NULL, 0, NULL);
+    CHECK(raw_reply(s, &in) == DT_OK && in.hdr.type == DT_MSG_HEARTBEAT && in.hdr.request_id == 15);
+    dt_wire_in_close(&in);
+
+    /* A client expecting another shard size is refused at HELLO. */
+    size_t wrong[1] = {N + 1};
+    dt_ps_client *c = client(1, &ps, wrong, DT_ROLE_WORKER, 1);
+    CHECK(c == NULL);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    CHECK(ps_stop(&ps) == DT_EINTR);
+    CHECK(ps.stats.refused >= 10);
+}
+
+/* A ps of another protocol version (a fake one here) is refused by the client with both versions
+ * named. */
+static void *fake_ps_main(void *arg) {
+    void *srv = arg;
+    zmq_pollitem_t it = {.socket = srv, .events = ZMQ_POLLIN};
+    if (zmq_poll(&it, 1, 3000) != 1) return NULL;
+    zmq_msg_t id;
+    zmq_msg_init(&id);
+    zmq_msg_recv(&id, srv, 0);
+    char drop[256];
+    while (zmq_recv(srv, drop, sizeof drop, ZMQ_DONTWAIT) >= 0) {}
+    dt_wire_header w = dt_wire_header_make(DT_MSG_WELCOME, DT_ROLE_PS, 0, 1);
+    uint8_t hb[DT_WIRE_HEADER_SIZE];
+    dt_wire_encode(hb, &w);
+    hb[4] = 3; /* version 3 */
+    zmq_msg_send(&id, srv, ZMQ_SNDMORE);
+    zmq_send(srv, hb, sizeof hb, 0);
+    return NULL;
+}
+
+static void test_client_refuses_other_version(void) {
+    void *ctx = zmq_ctx_new();
+    void *srv = dt_zsock_open(ctx, ZMQ_ROUTER, 4096, 0, -1, NULL);
+    zmq_bind(srv, "tcp://127.0.0.1:*");
+    char ep[128];
+    size_t len = sizeof ep;
+    zmq_getsockopt(srv, ZMQ_LAST_ENDPOINT, ep, &len);
+    pthread_t th;
+    pthread_create(&th, NULL, fake_ps_main, srv);
+    const char *eps[1] = {ep};
+    size_t sizes[1] = {10};
+    dt_ps_client_config cc = {.n_ps = 1, .endpoints = eps, .shard_floats = sizes, .role = DT_ROLE_WORKER,
+                              .connect_timeout_ms = 3000, .request_timeout_ms = 3000};
+    dt_ps_client *c = NULL;
+    dt_error e = {0};
+    CHECK(dt_ps_client_open(&c, &cc, &e) == DT_EPROTO);
+    CHECK_CONTAINS(e.msg, "version 3");
+    CHECK_CONTAINS(e.msg, "version 1");
+    CHECK_CONTAINS(e.msg, ep);
+    pthread_join(th, NULL);
+    zmq_close(srv);
+    zmq_ctx_term(ctx);
+}
+
+/* A PULL asking for a later step waits until a push gets the shard there. */
+static void test_pull_waits_for_step(void) {
+    enum { N = 32 };
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    size_t sizes[1] = {N};
+    dt_ps_client *chief = client(1, &ps, sizes, DT_ROLE_CHIEF, 0);
+    CHECK(chief != NULL);
+    if (!chief) {
+        ps_stop(&ps);
+        return;
+    }
+    static float p[N], g[N];
+    for (int i = 0; i < N; i++) p[i] = 1.0f, g[i] = 1.0f;
+    const float *src[1] = {p};
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
+    dt_error e = {0};
+    CHECK(dt_ps_client_init(chief, &opt, src, NULL, 3, &e) == DT_OK);
+    void *ctx = zmq_ctx_new();
+    void *s = raw_open(ctx, ps.endpoint);
+    dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, DT_ROLE_WORKER, 1, 21);
+    h.global_step = 4;
+    dt_wire_send(s, NULL, &h, NULL, 0, NULL);
+    zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+    CHECK(zmq_poll(&it, 1, 200) == 0); /* deferred: the shard is at step 3 */
+    const float *gs[1] = {g};
+    CHECK(dt_ps_client_push_all(chief, gs, 3, NULL, &e) == DT_OK);
+    dt_wire_in in;
+    CHECK(raw_reply(s, &in) == DT_OK);
+    CHECK(in.hdr.type == DT_MSG_PARAMS && in.hdr.global_step == 4 && in.hdr.request_id == 21);
+    float got[N];
+    if (zmq_msg_size(&in.payload) == sizeof got) memcpy(got, zmq_msg_data(&in.payload), sizeof got);
+    CHECK(zmq_msg_size(&in.payload) == sizeof got && got[0] == 0.5f && got[N - 1] == 0.5f);
+    dt_wire_in_close(&in);
+    /* A deferred pull still waiting at shutdown is answered, not left hanging. */
+    h.global_step = 100;
+    h.request_id = 22;
+    dt_wire_send(s, NULL, &h, NULL, 0, NULL);
+    /* The ps handles one connection's requests in order: once this STATUS is answered, the PULL
+     * is known to be waiting. */
+    dt_wire_header q = dt_wire_header_make(DT_MSG_STATUS, DT_ROLE_WORKER, 1, 23);
+    dt_wire_send(s, NULL, &q, NULL, 0, NULL);
+    CHECK(raw_reply(s, &in) == DT_OK && in.hdr.type == DT_MSG_STATUS_REPLY && in.hdr.request_id == 23);
+    dt_wire_in_close(&in);
+    CHECK(dt_ps_client_shutdown(chief, &e) == DT_OK);
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_SHUTDOWN, "shutting down"));
+    dt_wire_in_close(&in);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    dt_ps_client_close(chief);
+    CHECK(ps_stop(&ps) == DT_OK);
+}
+
+/* ---------- forked ps processes: exit statuses ---------- */
+
+static volatile sig_atomic_t child_stop;
+static int child_fd = -1;
+static void on_term(int sig) { (void)sig; child_stop = 1; }
+static void child_on_bound(void *user, const char *ep) {
+    (void)user;
+    (void)!write(child_fd, ep, strlen(ep));
+    close(child_fd);
+    child_fd = -1;
+}
+
+/* Forks a ps serving n floats on a free port; the child sends its endpoint back through a pipe
+ * and exits 0 on SHUTDOWN or SIGTERM/SIGINT, 1 on any failure. */
+static pid_t fork_ps(size_t n, char *endpoint, size_t cap) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        child_fd = fds[1];
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_term;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        alarm(20); /* never outlive a broken parent */
+        dt_ps_config cfg = {.endpoint = "tcp://127.0.0.1:*", .shard_floats = n, .poll_ms = 1000,
+                            .stop = &child_stop, .on_bound = child_on_bound};
+        dt_error e = {0};
+        int rc = dt_ps_serve(&cfg, &e);
+        if (rc != DT_OK && rc != DT_EINTR) fprintf(stderr, "child ps: %s\n", e.msg);
+        _exit(rc == DT_OK || rc == DT_EINTR ? 0 : 1);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    int64_t end = dt_clock_ms() + 5000;
+    while (len + 1 < cap && dt_clock_ms() < end) {
+        struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0) continue;
+        ssize_t r = read(fds[0], endpoint + len, cap - 1 - len);
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    endpoint[len] = '\0';
+    close(fds[0]);
+    if (pid > 0 && len == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
+/* The child's exit status, or -1 if it did not exit within ms (it is then killed and reaped). */
+static int wait_exit(pid_t pid, int ms) {
+    int status = 0;
+    for (int i = 0; i < ms / 10; i++) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        sleep_ms(10);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+/* The chief's SHUTDOWN ends the ps process with status 0 (the source's ps never exits). */
+static void test_fork_shutdown_exits_0(void) {
+    char ep[128];
+    pid_t pid = fork_ps(50, ep, sizeof ep);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    ps_thread fake; /* only .endpoint is read by client() */
+    snprintf(fake.endpoint, sizeof fake.endpoint, "%s", ep);
+    size_t sizes[1] = {50};
+    dt_ps_client *c = client(1, &fake, sizes, DT_ROLE_CHIEF, 0);
+    CHECK(c != NULL);
+    dt_error e = {0};
+    static float p[50];
+    const float *src[1] = {p};
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 1e-3f, NULL);
+    if (c) {
+        CHECK(dt_ps_client_init(c, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK_MSG(dt_ps_client_shutdown(c, &e) == DT_OK, "%s", e.msg);
+    }
+    int64_t t0 = dt_clock_ms();
+    CHECK(wait_exit(pid, 5000) == 0);
+    CHECK(dt_clock_ms() - t0 < 3000);
+    /* Nobody answers any more: the next request fails within the request timeout. */
+    if (c) CHECK(dt_ps_client_status(c, NULL, &e) == DT_ETIMEOUT);
+    dt_ps_client_close(c);
+}
+
+/* SIGTERM ends a ps cleanly (the caller's handler sets the stop flag) and promptly, even with a
+ * long poll interval. */
+static void test_fork_sigterm_exits_0(void) {
+    char ep[128];
+    pid_t pid = fork_ps(50, ep, sizeof ep);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    ps_thread fake;
+    snprintf(fake.endpoint, sizeof fake.endpoint, "%s", ep);
+    size_t sizes[1] = {50};
+    dt_ps_client *c = client(1, &fake, sizes, DT_ROLE_WORKER, 1);
+    CHECK(c != NULL); /* it is up and answering */
+    dt_ps_client_close(c);
+    int64_t t0 = dt_clock_ms();
+    kill(pid, SIGTERM);
+    CHECK(wait_exit(pid, 5000) == 0);
+    CHECK(dt_clock_ms() - t0 < 2000);
+}
+
+int main(void) {
+    /* Forking tests first, while this process has no threads or ZeroMQ contexts. */
+    RUN(test_fork_shutdown_exits_0);
+    RUN(test_fork_sigterm_exits_0);
+    RUN(test_init_then_pull);
+    RUN(test_async_sgd_exact);
+    RUN(test_async_adam_exact);
+    RUN(test_concurrent_pushes_counted);
+    RUN(test_client_before_ps);
+    RUN(test_no_ps_times_out);
+    RUN(test_ps_refusals);
+    RUN(test_client_refuses_other_version);
+    RUN(test_pull_waits_for_step);
+    return test_summary();
+}
