@@ -1,0 +1,37 @@
+/* libFuzzer target for the wire decoder: the first bytes are a header frame, the rest its payload.
+ * Input: [1 byte: shard size selector][header bytes (up to 96 + 8)][payload...]. Every decoded
+ * header is re-encoded and must decode to the same fields; the payload bound must hold before
+ * the payload is touched. */
+#include <stdint.h>
+#include <string.h>
+
+#include "transport/wire.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    static const uint64_t shards[4] = {0, 1, 1000, DT_WIRE_MAX_SHARD_FLOATS};
+    uint64_t shard = shards[data[0] & 3];
+    data++, size--;
+    /* The selector's high bits pick how long the header frame is (exactly 96 most of the time). */
+    size_t head = DT_WIRE_HEADER_SIZE;
+    if (data[-1] & 0x80) head = (size_t)((data[-1] >> 2) & 0x1f) * 4; /* 0..124 */
+    if (head > size) head = size;
+    dt_wire_header h;
+    dt_error err;
+    (void)dt_wire_peek_request_id(data, head);
+    if (dt_wire_decode(&h, data, head, &err) != DT_OK) return 0;
+    uint8_t again[DT_WIRE_HEADER_SIZE];
+    dt_wire_encode(again, &h);
+    if (memcmp(again, data, DT_WIRE_HEADER_SIZE) != 0) __builtin_trap(); /* decode is exact */
+    size_t payload = size - head;
+    if (h.payload_bytes != payload) return 0; /* dt_wire_recv refuses a size mismatch */
+    if (dt_wire_check_payload(&h, shard, &err) != DT_OK) return 0;
+    if (h.type == DT_MSG_ERROR) {
+        char text[DT_WIRE_MAX_ERROR_TEXT + 1];
+        dt_wire_error_text(text, sizeof text, data + head, payload);
+        if (strlen(text) > DT_WIRE_MAX_ERROR_TEXT) __builtin_trap();
+    } else if (payload > (1 + (uint64_t)DT_WIRE_MAX_SLOTS) * shard * 4) {
+        __builtin_trap(); /* a payload beyond the largest legal one passed the check */
+    }
+    return 0;
+}
