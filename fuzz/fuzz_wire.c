@@ -1,5 +1,6 @@
 /* libFuzzer target for the wire decoder: the first bytes are a header frame, the rest its payload.
- * Input: [1 byte: shard size selector][header bytes (up to 96 + 8)][payload...]. Every decoded
+ * Input: [1 byte: selector][header frame][payload...]; the selector picks the receiver's shard size
+ * and, with its high bit, a header frame length other than DT_WIRE_HEADER_SIZE. Every decoded
  * header is re-encoded and must decode to the same fields; the payload bound must hold before
  * the payload is touched. */
 #include <stdint.h>
@@ -12,7 +13,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const uint64_t shards[4] = {0, 1, 1000, DT_WIRE_MAX_SHARD_FLOATS};
     uint64_t shard = shards[data[0] & 3];
     data++, size--;
-    /* The selector's high bits pick how long the header frame is (exactly 96 most of the time). */
     size_t head = DT_WIRE_HEADER_SIZE;
     if (data[-1] & 0x80) head = (size_t)((data[-1] >> 2) & 0x1f) * 4; /* 0..124 */
     if (head > size) head = size;

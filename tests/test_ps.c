@@ -514,6 +514,40 @@ static void test_pull_waits_for_step(void) {
     CHECK(ps_stop(&ps) == DT_OK);
 }
 
+/* Workers say DONE; the chief waits (bounded) until the expected number of distinct workers did. */
+static void test_done_and_wait_done(void) {
+    ps_thread ps[2];
+    ps_start(&ps[0], 0, 10, NULL, 0);
+    ps_start(&ps[1], 1, 20, NULL, 0);
+    size_t sizes[2] = {10, 20};
+    dt_ps_client *chief = client(2, ps, sizes, DT_ROLE_CHIEF, 0);
+    dt_ps_client *w1 = client(2, ps, sizes, DT_ROLE_WORKER, 1);
+    dt_ps_client *w2 = client(2, ps, sizes, DT_ROLE_WORKER, 2);
+    CHECK(chief && w1 && w2);
+    dt_error e = {0};
+    if (chief && w1 && w2) {
+        CHECK(dt_ps_client_wait_done(chief, 0, 0, &e) == DT_OK);
+        int64_t t0 = dt_clock_ms();
+        CHECK(dt_ps_client_wait_done(chief, 2, 200, &e) == DT_ETIMEOUT);
+        CHECK(dt_clock_ms() - t0 < 2000);
+        CHECK_CONTAINS(e.msg, "only 0 of 2 worker(s) finished");
+        CHECK(dt_ps_client_done(w1, &e) == DT_OK);
+        CHECK(dt_ps_client_done(w1, &e) == DT_OK); /* a resent DONE counts once */
+        CHECK(dt_ps_client_wait_done(chief, 2, 200, &e) == DT_ETIMEOUT);
+        CHECK_CONTAINS(e.msg, "only 1 of 2");
+        CHECK(dt_ps_client_done(w2, &e) == DT_OK);
+        CHECK(dt_ps_client_wait_done(chief, 2, 2000, &e) == DT_OK);
+        dt_ps_shard_status st[2];
+        CHECK(dt_ps_client_status(chief, st, &e) == DT_OK);
+        CHECK(st[0].workers_done == 2 && st[1].workers_done == 2);
+    }
+    dt_ps_client_close(chief);
+    dt_ps_client_close(w1);
+    dt_ps_client_close(w2);
+    ps_stop(&ps[0]);
+    ps_stop(&ps[1]);
+}
+
 /* ---------- forked ps processes: exit statuses ---------- */
 
 static volatile sig_atomic_t child_stop;
@@ -642,5 +676,6 @@ int main(void) {
     RUN(test_ps_refusals);
     RUN(test_client_refuses_other_version);
     RUN(test_pull_waits_for_step);
+    RUN(test_done_and_wait_done);
     return test_summary();
 }

@@ -20,6 +20,7 @@ static dt_wire_header sample(uint8_t type) {
     h.initialised = 1;
     h.count_a = 0xFFFFFFFFFFull + type;
     h.count_b = 42;
+    h.count_c = 0x1122334455667788ull;
     if (type == DT_MSG_INIT || type == DT_MSG_WELCOME) {
         h.opt_kind = 2;
         h.opt_slots = 2;
@@ -41,7 +42,7 @@ static int same(const dt_wire_header *a, const dt_wire_header *b) {
            a->opt_slots == b->opt_slots && a->initialised == b->initialised &&
            a->learning_rate == b->learning_rate && a->momentum == b->momentum && a->beta1 == b->beta1 &&
            a->beta2 == b->beta2 && a->epsilon == b->epsilon && a->count_a == b->count_a &&
-           a->count_b == b->count_b && b->version == DT_WIRE_VERSION;
+           a->count_b == b->count_b && a->count_c == b->count_c && b->version == DT_WIRE_VERSION;
 }
 
 static void test_round_trip_every_type(void) {
@@ -75,6 +76,7 @@ static void test_byte_layout(void) {
     CHECK(b[48] == 0xE8 && b[49] == 0x03);                       /* shard floats 1000 */
     CHECK(b[58] == 1);
     CHECK(b[88] == 42);
+    CHECK(b[96] == 0x88 && b[103] == 0x11);
     dt_wire_header init = sample(DT_MSG_INIT);
     dt_wire_encode(b, &init);
     float lr;

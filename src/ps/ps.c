@@ -39,6 +39,8 @@ typedef struct {
     int64_t snap_step;        /* -1: no snapshot */
     pending_pull *pending;
     int n_pending;
+    uint8_t *done;            /* [65536 / 8] bitmap of worker tasks that sent DONE (lazily allocated) */
+    uint64_t n_done;
 } ps_t;
 
 static void ps_log(ps_t *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -265,6 +267,7 @@ static void handle(ps_t *ps, dt_wire_in *in) {
         dt_wire_header r = reply_to(ps, DT_MSG_STATUS_REPLY, h);
         r.count_a = ps->pushes;
         r.count_b = ps->pulls;
+        r.count_c = ps->n_done;
         dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
         return;
     }
@@ -281,6 +284,26 @@ static void handle(ps_t *ps, dt_wire_in *in) {
         dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
         ps->shutdown = 1;
         serve_pending(ps);
+        return;
+    }
+    case DT_MSG_DONE: {
+        /* Counted per distinct worker task, so a resent DONE is not counted twice. */
+        if (h->role != DT_ROLE_WORKER && h->role != DT_ROLE_CHIEF) {
+            refuse(ps, id, in, DT_WIRE_E_ROLE, "only workers send DONE");
+            return;
+        }
+        if (!ps->done && !(ps->done = dt_calloc(65536 / 8, 1, "ps done set", NULL))) {
+            refuse(ps, id, in, DT_WIRE_E_BUSY, "out of memory for the done set");
+            return;
+        }
+        uint8_t bit = (uint8_t)(1u << (h->task & 7));
+        if (!(ps->done[h->task >> 3] & bit)) {
+            ps->done[h->task >> 3] |= bit;
+            ps->n_done++;
+            ps_log(ps, "worker %u finished (%llu done)", h->task, (unsigned long long)ps->n_done);
+        }
+        dt_wire_header r = reply_to(ps, DT_MSG_ACK, h);
+        dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
         return;
     }
     case DT_MSG_TOKEN:
@@ -329,6 +352,7 @@ static void ps_close(ps_t *ps) {
     free(ps->params);
     free(ps->state);
     free(ps->scratch);
+    free(ps->done);
 }
 
 int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {

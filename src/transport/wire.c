@@ -11,9 +11,9 @@ enum {
     OFF_TASK = 10, OFF_REQUEST = 12, OFF_GSTEP = 16, OFF_LSTEP = 24, OFF_PAYLOAD = 32,
     OFF_SHARD = 40, OFF_STATUS = 44, OFF_SHARD_FLOATS = 48, OFF_OPT_KIND = 56, OFF_OPT_SLOTS = 57,
     OFF_INIT = 58, OFF_RSV1 = 59, OFF_LR = 60, OFF_MOMENTUM = 64, OFF_BETA1 = 68, OFF_BETA2 = 72,
-    OFF_EPSILON = 76, OFF_COUNT_A = 80, OFF_COUNT_B = 88,
+    OFF_EPSILON = 76, OFF_COUNT_A = 80, OFF_COUNT_B = 88, OFF_COUNT_C = 96,
 };
-_Static_assert(OFF_COUNT_B + 8 == DT_WIRE_HEADER_SIZE, "header layout and size disagree");
+_Static_assert(OFF_COUNT_C + 8 == DT_WIRE_HEADER_SIZE, "header layout and size disagree");
 
 #define OPT_KINDS 3 /* sgd, momentum, adam: dt_opt_kind values 0..2 */
 
@@ -84,6 +84,7 @@ void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
     put_f32(out + OFF_EPSILON, h->epsilon);
     put_u64(out + OFF_COUNT_A, h->count_a);
     put_u64(out + OFF_COUNT_B, h->count_b);
+    put_u64(out + OFF_COUNT_C, h->count_c);
 }
 
 int dt_wire_type_has_payload(uint8_t type) {
@@ -151,6 +152,7 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     h.epsilon = get_f32(p + OFF_EPSILON);
     h.count_a = get_u64(p + OFF_COUNT_A);
     h.count_b = get_u64(p + OFF_COUNT_B);
+    h.count_c = get_u64(p + OFF_COUNT_C);
 
     if (h.type < 1 || h.type > DT_MSG_TYPE_MAX)
         return dt_errorf(err, DT_EFORMAT, "unknown message type %u (byte %d)", h.type, OFF_TYPE);
@@ -250,6 +252,7 @@ const char *dt_wire_type_name(uint8_t type) {
     case DT_MSG_ERROR: return "ERROR";
     case DT_MSG_TOKEN: return "TOKEN";
     case DT_MSG_HEARTBEAT: return "HEARTBEAT";
+    case DT_MSG_DONE: return "DONE";
     }
     return "unknown";
 }

@@ -1,6 +1,6 @@
 /* The dtrain wire protocol (docs/protocol.md documents every byte).
  *
- * A message is one ZeroMQ multipart message: a fixed 96-byte little-endian header frame, then at
+ * A message is one ZeroMQ multipart message: a fixed 104-byte little-endian header frame, then at
  * most one payload frame (raw float32 for INIT/PARAMS/PUSH, UTF-8 text for ERROR). The header
  * carries every field any message needs at a fixed offset; a type leaves the fields it does not
  * use at zero. The format is independent of the socket security (CURVE) and of ZMTP heartbeats, so
@@ -21,7 +21,7 @@
 
 #define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
 #define DT_WIRE_VERSION 1u
-#define DT_WIRE_HEADER_SIZE 96u
+#define DT_WIRE_HEADER_SIZE 104u
 #define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
 #define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
 /* Largest shard a header may describe: 2^32 floats (16 GiB). Bounds every payload size product. */
@@ -42,8 +42,9 @@ typedef enum {
     DT_MSG_ERROR = 12,     /* either way: status = DT_WIRE_E_*, payload = text */
     DT_MSG_TOKEN = 13,     /* reserved for sync mode (a step barrier token); v1 ps: UNSUPPORTED */
     DT_MSG_HEARTBEAT = 14, /* either way: liveness probe, answered with HEARTBEAT + global_step */
+    DT_MSG_DONE = 15,      /* worker -> ps: this worker has finished training; ps replies ACK */
 } dt_msg_type;
-#define DT_MSG_TYPE_MAX 14
+#define DT_MSG_TYPE_MAX 15
 
 /* The sender's role. Only the chief may INIT or SHUTDOWN a ps. */
 typedef enum { DT_ROLE_NONE = 0, DT_ROLE_PS = 1, DT_ROLE_WORKER = 2, DT_ROLE_CHIEF = 3 } dt_wire_role;
@@ -83,6 +84,7 @@ typedef struct {
     float learning_rate, momentum, beta1, beta2, epsilon; /* INIT, WELCOME */
     uint64_t count_a;       /* STATUS_REPLY: updates applied; PUSH_ACK: stale pushes so far */
     uint64_t count_b;       /* STATUS_REPLY: pulls served */
+    uint64_t count_c;       /* STATUS_REPLY: distinct workers that sent DONE */
 } dt_wire_header;
 
 /* A zeroed header of the given type (version set). */

@@ -392,6 +392,7 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
 static int on_status(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
     c->ps[i].st.pushes = in->hdr.count_a;
     c->ps[i].st.pulls = in->hdr.count_b;
+    c->ps[i].st.workers_done = in->hdr.count_c;
     return DT_OK;
 }
 
@@ -509,4 +510,37 @@ int dt_ps_client_shutdown(dt_ps_client *c, dt_error *err) {
         }
     }
     return gather(c, deadline, "SHUTDOWN", NULL, NULL, err);
+}
+
+int dt_ps_client_done(dt_ps_client *c, dt_error *err) {
+    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
+    for (int i = 0; i < c->n_ps; i++) {
+        dt_wire_header h = dt_wire_header_make(DT_MSG_DONE, 0, 0, 0);
+        int rc = send_req(c, i, &h, DT_MSG_ACK, NULL, deadline, err);
+        if (rc) {
+            clear_awaits(c);
+            return rc;
+        }
+    }
+    return gather(c, deadline, "DONE", NULL, NULL, err);
+}
+
+int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_error *err) {
+    if (n_workers <= 0) return DT_OK;
+    int64_t deadline = dt_clock_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        int rc = dt_ps_client_status(c, NULL, err), behind = -1;
+        if (rc) return rc;
+        for (int i = 0; i < c->n_ps && behind < 0; i++)
+            if (c->ps[i].st.workers_done < (uint64_t)n_workers) behind = i;
+        if (behind < 0) return DT_OK;
+        int64_t left = deadline - dt_clock_ms();
+        if (left <= 0) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "only %llu of %d worker(s) finished within %d ms (still training, or gone?)",
+                     (unsigned long long)c->ps[behind].st.workers_done, n_workers, timeout_ms);
+            return fail_ps(c, behind, err, DT_ETIMEOUT, "", msg);
+        }
+        zmq_poll(NULL, 0, left < READY_POLL_MS ? (long)left : READY_POLL_MS); /* a bounded sleep */
+    }
 }

@@ -34,6 +34,7 @@ typedef struct {
     int initialised;
     int64_t global_step;          /* the shard's step (updates applied) */
     uint64_t pushes, pulls;       /* served by that ps so far */
+    uint64_t workers_done;        /* distinct workers that told it they finished (DONE) */
 } dt_ps_shard_status;
 
 typedef struct {
@@ -74,6 +75,14 @@ int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t lo
 
 /* Fresh STATUS of every ps into out[n_ps] (may be NULL: only refreshes dt_ps_client_shard). */
 int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err);
+
+/* A worker that has finished training tells every ps (so the chief knows when it may end the
+ * cluster without cutting off a worker still pushing). */
+int dt_ps_client_done(dt_ps_client *c, dt_error *err);
+
+/* Chief: polls STATUS until every ps has heard DONE from at least n_workers workers, or
+ * timeout_ms passes (then fails saying how many finished). n_workers <= 0 returns at once. */
+int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_error *err);
 
 /* Chief only: tells every ps that training is over; each acknowledges and exits. */
 int dt_ps_client_shutdown(dt_ps_client *c, dt_error *err);
