@@ -235,6 +235,7 @@ int main(int argc, char **argv) {
     int nsizes = argc > 2 ? argc - 2 : 2;
     const char **names = argc > 2 ? (const char **)argv + 2 : dflt;
 
+    alarm((unsigned)(60 + seconds * (2 * MAX_CLIENTS * nsizes + 1) * 2));  // bounded, whatever happens
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

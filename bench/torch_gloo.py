@@ -4,7 +4,7 @@ loopback, of the same bytes as dtrain's parameters (fashion 1,686,568 B, catdog 
 usage: torch_gloo.py [SECONDS_PER_SIZE] [SIZE...] -> one JSON line per size, median and p90 ms.
 SIZE is fashion, catdog or a number of float32 values. One thread per process, as dtrain's workers
 talk to the ps from one thread. The whole run is bounded: past the deadline every child is killed."""
-import json, os, socket, sys, time
+import datetime, json, os, signal, socket, sys, time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -23,7 +23,8 @@ def pct(xs, q):
 
 def rank_main(rank, port, sizes, seconds, queue):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))  # a dead peer ends the wait
     for name, n in sizes:
         x = torch.ones(n, dtype=torch.float32)
         for _ in range(10):  # warm up: connections, allocator, caches
@@ -57,6 +58,7 @@ def main():
     sizes = [(s, SIZES[s] if s in SIZES else int(s)) for s in names]
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback, like the dtrain cluster
     os.environ["OMP_NUM_THREADS"] = "1"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup below on kill too
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     deadline = time.monotonic() + 60 + len(sizes) * seconds * 3
