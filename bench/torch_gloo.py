@@ -2,7 +2,7 @@
 """Communication baseline for bench/run pushpull: torch.distributed gloo all_reduce, 2 processes on
 loopback, of the same bytes as dtrain's parameters (fashion 1,686,568 B, catdog 8,504,712 B).
 usage: torch_gloo.py [SECONDS_PER_SIZE] [SIZE...] -> one JSON line per size, median and p90 ms.
-SIZE is fashion, catdog or a number of float32 values. One thread per process, as dtrain's workers
+SIZE is fashion, catdog or a byte count (a multiple of 4), as for bench_tcp. One thread per process, as dtrain's workers
 talk to the ps from one thread. The whole run is bounded: past the deadline every child is killed."""
 import datetime, json, os, signal, socket, sys, time
 import torch
@@ -55,7 +55,9 @@ def rank_main(rank, port, sizes, seconds, queue):
 def main():
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
     names = sys.argv[2:] or list(SIZES)
-    sizes = [(s, SIZES[s] if s in SIZES else int(s)) for s in names]
+    sizes = [(s, SIZES[s] if s in SIZES else int(s) // 4) for s in names]
+    if any(n <= 0 for _, n in sizes):
+        sys.exit("torch_gloo.py: SIZE: want fashion, catdog or a byte count >= 4")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback, like the dtrain cluster
     os.environ["OMP_NUM_THREADS"] = "1"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup below on kill too
