@@ -195,6 +195,11 @@ static void check_optimizer_exact(const char *name) {
     CHECK(dt_ps_client_pull_all(c, dst, 0, steps, &e) == DT_OK);
     CHECK_MSG(memcmp(r0, p0, sizeof r0) == 0 && memcmp(r1, p1, sizeof r1) == 0, "%s: shards differ from dt_opt_apply", name);
     CHECK(steps[0] == 10 + STEPS && steps[1] == 10 + STEPS);
+    const float *views[2] = {NULL, NULL};
+    steps[0] = steps[1] = -1;
+    CHECK(dt_ps_client_pull_views(c, 0, views, steps, &e) == DT_OK);
+    CHECK(views[0] && views[1] && memcmp(views[0], p0, sizeof p0) == 0 && memcmp(views[1], p1, sizeof p1) == 0);
+    CHECK(steps[0] == 10 + STEPS && steps[1] == 10 + STEPS);
 out:
     dt_ps_client_close(c);
     ps_stop(&ps[0]);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdalign.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -16,6 +17,17 @@
 #define BATCH 64              /* messages handled per poll wake-up before checking *stop */
 #define LOG_REFUSALS 20       /* refusals logged one by one; later ones only counted */
 #define SHUTDOWN_LINGER_MS 1000
+#define SNAP_POOL 8           /* snapshot buffers; more in flight at once fall back to a copy */
+
+/* A snapshot of the shard at one step, sent zero-copy to every puller of that step. refs counts
+ * the ps's own reference (while it is the current snapshot) plus each message libzmq still holds;
+ * libzmq's I/O thread drops its references, hence the atomic. A buffer with refs == 0 is reused:
+ * the pool keeps the allocator (and the kernel's page faults) out of the steady state. */
+typedef struct {
+    atomic_int refs;
+    int64_t step;
+    float *data;              /* [n] */
+} snap_buf;
 
 typedef struct {
     zmq_msg_t identity;
@@ -33,10 +45,10 @@ typedef struct {
     int slots, initialised, shutdown;
     int64_t step;
     uint64_t pushes, pulls, refused;
-    /* PARAMS replies share one snapshot per step (zmq_msg_copy is a reference, not a copy), so
-     * n workers pulling the same step cost one memcpy and pushes never tear a reply in flight. */
-    zmq_msg_t snap;
-    int64_t snap_step;        /* -1: no snapshot */
+    /* PARAMS replies share one snapshot per step, so n workers pulling the same step cost one
+     * memcpy, and pushes never tear a reply in flight. */
+    snap_buf snaps[SNAP_POOL];
+    int n_snaps, cur;         /* cur: snapshot of the current step, -1 if none */
     pending_pull *pending;
     int n_pending;
     uint8_t *done;            /* [65536 / 8] bitmap of worker tasks that sent DONE (lazily allocated) */
@@ -78,20 +90,49 @@ static void refuse(ps_t *ps, zmq_msg_t *identity, const dt_wire_in *in, int32_t 
     dt_wire_send_error(ps->sock, identity, r, status, "%s", msg);
 }
 
-static int send_params(ps_t *ps, zmq_msg_t *identity, const dt_wire_header *req) {
-    if (ps->snap_step != ps->step) {
-        zmq_msg_close(&ps->snap);
-        if (zmq_msg_init_size(&ps->snap, ps->n * sizeof(float)) != 0) {
-            zmq_msg_init(&ps->snap);
-            ps->snap_step = -1;
-            return DT_ENOMEM;
+static void snap_release(void *data, void *hint) {
+    (void)data;
+    atomic_fetch_sub(&((snap_buf *)hint)->refs, 1);
+}
+
+/* Drops the ps's reference to the current snapshot (the step moved on). */
+static void snap_retire(ps_t *ps) {
+    if (ps->cur >= 0) atomic_fetch_sub(&ps->snaps[ps->cur].refs, 1);
+    ps->cur = -1;
+}
+
+/* The payload of a PARAMS reply at the current step. */
+static int params_msg(ps_t *ps, zmq_msg_t *m) {
+    const size_t bytes = ps->n * sizeof(float);
+    if (ps->cur < 0 || ps->snaps[ps->cur].step != ps->step) {
+        snap_retire(ps);
+        for (int i = 0; i < ps->n_snaps && ps->cur < 0; i++)
+            if (atomic_load(&ps->snaps[i].refs) == 0) ps->cur = i;
+        if (ps->cur < 0 && ps->n_snaps < SNAP_POOL &&
+            (ps->snaps[ps->n_snaps].data = dt_alloc_floats(ps->n, "ps snapshot", NULL)))
+            ps->cur = ps->n_snaps++;
+        if (ps->cur < 0) { /* every buffer still in flight: a plain copy */
+            if (zmq_msg_init_size(m, bytes) != 0) return DT_ENOMEM;
+            memcpy(zmq_msg_data(m), ps->params, bytes);
+            return DT_OK;
         }
-        memcpy(zmq_msg_data(&ps->snap), ps->params, ps->n * sizeof(float));
-        ps->snap_step = ps->step;
+        snap_buf *b = &ps->snaps[ps->cur];
+        memcpy(b->data, ps->params, bytes);
+        b->step = ps->step;
+        atomic_store(&b->refs, 1);
     }
+    snap_buf *b = &ps->snaps[ps->cur];
+    atomic_fetch_add(&b->refs, 1);
+    if (zmq_msg_init_data(m, b->data, bytes, snap_release, b) != 0) {
+        atomic_fetch_sub(&b->refs, 1);
+        return DT_ENOMEM;
+    }
+    return DT_OK;
+}
+
+static int send_params(ps_t *ps, zmq_msg_t *identity, const dt_wire_header *req) {
     zmq_msg_t m;
-    zmq_msg_init(&m);
-    zmq_msg_copy(&m, &ps->snap);
+    if (params_msg(ps, &m)) return DT_ENOMEM;
     dt_wire_header r = reply_to(ps, DT_MSG_PARAMS, req);
     ps->pulls++;
     return dt_wire_send(ps->sock, identity, &r, &m, ZMQ_DONTWAIT, NULL);
@@ -185,7 +226,7 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
            dt_opt_name(opt.kind), (double)opt.learning_rate);
     ps->initialised = 1;
     ps->step = h->global_step;
-    ps->snap_step = -1;
+    snap_retire(ps); /* same step number, new values */
     dt_wire_header r = reply_to(ps, DT_MSG_ACK, h);
     dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
     serve_pending(ps);
@@ -319,8 +360,7 @@ static void handle(ps_t *ps, dt_wire_in *in) {
 static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
     ps->cfg = cfg;
     ps->n = cfg->shard_floats;
-    ps->snap_step = -1;
-    zmq_msg_init(&ps->snap);
+    ps->cur = -1;
     if (!cfg->endpoint || !*cfg->endpoint)
         return dt_errorf(err, DT_EINVAL, "ps %d: no endpoint to bind", cfg->ps_index);
     if (cfg->shard_floats == 0 || cfg->shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
@@ -346,9 +386,9 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
 static void ps_close(ps_t *ps) {
     for (int i = 0; i < ps->n_pending; i++) zmq_msg_close(&ps->pending[i].identity);
     free(ps->pending);
-    zmq_msg_close(&ps->snap);
     if (ps->sock) zmq_close(ps->sock);
     if (ps->ctx) zmq_ctx_term(ps->ctx); /* waits at most the socket linger to flush the last replies */
+    for (int i = 0; i < ps->n_snaps; i++) free(ps->snaps[i].data); /* libzmq holds none after term */
     free(ps->params);
     free(ps->state);
     free(ps->scratch);

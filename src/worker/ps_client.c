@@ -1,6 +1,7 @@
 #include "worker/ps_client.h"
 
 #include <errno.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,8 @@ typedef struct {
     dt_ps_shard_status st;
     await_t await[MAX_AWAIT];
     int n_await;
+    zmq_msg_t held;           /* the last PARAMS payload, kept for dt_ps_client_pull_views */
+    float *aligned;           /* [n] copy of a PARAMS payload libzmq left misaligned (rare) */
 } ps_conn;
 
 struct dt_ps_client {
@@ -199,9 +202,11 @@ const dt_ps_shard_status *dt_ps_client_shard(const dt_ps_client *c, int ps) {
 
 void dt_ps_client_close(dt_ps_client *c) {
     if (!c) return;
-    for (int i = 0; i < c->n_ps; i++) {
+    for (int i = 0; i < c->n_ps && c->ps; i++) {
         if (c->ps[i].sock) zmq_close(c->ps[i].sock);
+        zmq_msg_close(&c->ps[i].held);
         free(c->ps[i].endpoint);
+        free(c->ps[i].aligned);
     }
     /* Terminating the context releases every zero-copy frame still queued (linger is 0). */
     if (c->ctx) zmq_ctx_term(c->ctx);
@@ -313,6 +318,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         rc = dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
         goto fail;
     }
+    for (int i = 0; i < c->n_ps; i++) zmq_msg_init(&c->ps[i].held);
     for (int i = 0; i < c->n_ps; i++) {
         ps_conn *p = &c->ps[i];
         const char *ep = cfg->endpoints[i];
@@ -431,71 +437,119 @@ int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err) {
     }
 }
 
+/* Where the replies of a push and/or pull go. */
 typedef struct {
-    float *const *dst;
-    int64_t *steps;
-} pull_ctx;
+    dt_push_result res;
+    const float **views;      /* [n_ps] */
+} xfer_ctx;
 
-static int on_params(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
-    pull_ctx *pc = user;
-    /* Size checked against the shard by on_message (dt_wire_check_payload). */
-    memcpy(pc->dst[i], zmq_msg_data(&in->payload), c->ps[i].n * sizeof(float));
-    if (pc->steps) pc->steps[i] = in->hdr.global_step;
+/* PARAMS: keeps the payload (no copy) and points views[i] at it. PUSH_ACK: counts the outcome. */
+static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+    xfer_ctx *x = user;
+    ps_conn *p = &c->ps[i];
+    if (in->hdr.type == DT_MSG_PUSH_ACK) {
+        if (i == 0) x->res.global_step = in->hdr.global_step;
+        if (in->hdr.status == DT_WIRE_STALE) x->res.n_stale++;
+        else if (in->hdr.status != DT_WIRE_OK)
+            return fail_ps(c, i, err, DT_EPROTO, "PUSH", dt_wire_status_name(in->hdr.status));
+        return DT_OK;
+    }
+    zmq_msg_close(&p->held);
+    zmq_msg_init(&p->held);
+    zmq_msg_move(&p->held, &in->payload); /* size checked against the shard by on_message */
+    const float *data = zmq_msg_data(&p->held);
+    if ((uintptr_t)data % alignof(float) != 0) { /* libzmq promises no alignment: copy if needed */
+        if (!p->aligned && !(p->aligned = dt_alloc_floats(p->n, "aligned parameter shard", err))) return DT_ENOMEM;
+        memcpy(p->aligned, data, p->n * sizeof(float));
+        data = p->aligned;
+    }
+    x->views[i] = data;
     return DT_OK;
 }
 
-int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
-                          dt_error *err) {
+static int send_pulls(dt_ps_client *c, int64_t min_step, int64_t deadline, dt_error *err) {
     if (min_step < 0) return dt_errorf(err, DT_EINVAL, "pull: min_step %lld < 0", (long long)min_step);
-    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
     for (int i = 0; i < c->n_ps; i++) {
         dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, 0, 0, 0);
         h.global_step = min_step;
         int rc = send_req(c, i, &h, DT_MSG_PARAMS, NULL, deadline, err);
-        if (rc) {
-            clear_awaits(c);
-            return rc;
-        }
+        if (rc) return rc;
     }
-    pull_ctx pc = {params, steps};
-    return gather(c, deadline, "PULL", on_params, &pc, err);
-}
-
-static int on_push_ack(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
-    dt_push_result *res = user;
-    if (i == 0) res->global_step = in->hdr.global_step;
-    if (in->hdr.status == DT_WIRE_STALE) res->n_stale++;
-    else if (in->hdr.status != DT_WIRE_OK)
-        return fail_ps(c, i, err, DT_EPROTO, "PUSH", dt_wire_status_name(in->hdr.status));
     return DT_OK;
 }
 
-int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,
-                          dt_push_result *res, dt_error *err) {
+/* Gradients go zero-copy: libzmq sends straight from the caller's buffers and release_inflight
+ * tells when it is done with them. */
+static int send_pushes(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t deadline,
+                       dt_error *err) {
     if (local_step < 0) return dt_errorf(err, DT_EINVAL, "push: local_step %lld < 0", (long long)local_step);
-    dt_push_result r = {0};
-    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
-    int rc = DT_OK;
-    for (int i = 0; i < c->n_ps && !rc; i++) {
+    for (int i = 0; i < c->n_ps; i++) {
         zmq_msg_t m;
         atomic_fetch_add(&c->inflight, 1);
         if (zmq_msg_init_data(&m, (void *)grads[i], c->ps[i].n * sizeof(float), release_inflight, c) != 0) {
             atomic_fetch_sub(&c->inflight, 1);
-            rc = dt_errorf(err, DT_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(errno));
-            break;
+            return dt_errorf(err, DT_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(errno));
         }
         dt_wire_header h = dt_wire_header_make(DT_MSG_PUSH, 0, 0, 0);
         h.local_step = local_step;
-        rc = send_req(c, i, &h, DT_MSG_PUSH_ACK, &m, deadline, err);
+        int rc = send_req(c, i, &h, DT_MSG_PUSH_ACK, &m, deadline, err);
+        if (rc) return rc;
     }
+    return DT_OK;
+}
+
+/* One call for push, pull or both: sends everything, then gathers every reply. */
+static int xfer(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t min_step,
+                const float **views, int64_t *steps, dt_push_result *res, dt_error *err) {
+    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
+    xfer_ctx x = {.views = views};
+    /* The previous views end here; freeing them first lets the allocator hand the same (already
+     * mapped) memory to the next payload instead of fresh pages to fault in. */
+    for (int i = 0; i < c->n_ps; i++) {
+        zmq_msg_close(&c->ps[i].held);
+        zmq_msg_init(&c->ps[i].held);
+    }
+    int rc = grads ? send_pushes(c, grads, local_step, deadline, err) : DT_OK;
+    if (!rc && views) rc = send_pulls(c, min_step, deadline, err);
     if (rc) {
         clear_awaits(c);
         return rc;
     }
-    if ((rc = gather(c, deadline, "PUSH", on_push_ack, &r, err))) return rc;
-    if ((rc = wait_inflight(c, deadline, err))) return rc;
-    if (res) *res = r;
+    const char *what = grads && views ? "PUSH+PULL" : grads ? "PUSH" : "PULL";
+    if ((rc = gather(c, deadline, what, on_xfer, &x, err))) return rc;
+    if (grads && (rc = wait_inflight(c, deadline, err))) return rc;
+    if (steps)
+        for (int i = 0; i < c->n_ps; i++) steps[i] = c->ps[i].st.global_step;
+    if (res) *res = x.res;
     return DT_OK;
+}
+
+int dt_ps_client_pull_views(dt_ps_client *c, int64_t min_step, const float **views, int64_t *steps,
+                            dt_error *err) {
+    return xfer(c, NULL, 0, min_step, views, steps, NULL, err);
+}
+
+int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
+                          dt_error *err) {
+    const float *views[c->n_ps];
+    int rc = dt_ps_client_pull_views(c, min_step, views, steps, err);
+    for (int i = 0; i < c->n_ps; i++) {
+        if (!rc) memcpy(params[i], views[i], c->ps[i].n * sizeof(float));
+        zmq_msg_close(&c->ps[i].held); /* the copy is the caller's now */
+        zmq_msg_init(&c->ps[i].held);
+    }
+    return rc;
+}
+
+int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,
+                          dt_push_result *res, dt_error *err) {
+    return xfer(c, grads, local_step, 0, NULL, NULL, res, err);
+}
+
+int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t local_step,
+                           int64_t min_step, const float **views, int64_t *steps, dt_push_result *res,
+                           dt_error *err) {
+    return xfer(c, grads, local_step, min_step, views, steps, res, err);
 }
 
 int dt_ps_client_shutdown(dt_ps_client *c, dt_error *err) {

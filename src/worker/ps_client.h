@@ -68,10 +68,24 @@ int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err);
 int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
                           dt_error *err);
 
+/* The same without the copy: views[i] points at shard i as received (shard_floats[i] floats),
+ * valid until the next call on this client. For a caller that scatters the shards into its own
+ * layout anyway (one copy instead of two). */
+int dt_ps_client_pull_views(dt_ps_client *c, int64_t min_step, const float **views, int64_t *steps,
+                            dt_error *err);
+
 /* Pushes grads[i] (shard_floats[i] floats) to every ps, tagged with local_step; waits for every
  * acknowledgement. res may be NULL. */
 int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,
                           dt_push_result *res, dt_error *err);
+
+/* A push and the following pull in one exchange: every PUSH and then every PULL are sent before
+ * any reply is awaited, saving a round trip per step. Each ps handles one connection's requests
+ * in order, so the parameters reflect this push (and, with min_step, wait for that step: the
+ * barrier of sync mode). views as for dt_ps_client_pull_views; steps, res may be NULL. */
+int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t local_step,
+                           int64_t min_step, const float **views, int64_t *steps, dt_push_result *res,
+                           dt_error *err);
 
 /* Fresh STATUS of every ps into out[n_ps] (may be NULL: only refreshes dt_ps_client_shard). */
 int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err);
