@@ -90,11 +90,13 @@ static int ps_stop(ps_thread *t) {
     return t->rc;
 }
 
+static int request_ms = 3000; /* clients' request timeout */
+
 static dt_ps_client *client(int n_ps, ps_thread *ps, const size_t *sizes, dt_wire_role role, int task) {
     const char *eps[8];
     for (int i = 0; i < n_ps; i++) eps[i] = ps[i].endpoint;
     dt_ps_client_config cc = {.n_ps = n_ps, .endpoints = eps, .shard_floats = sizes, .role = role,
-                              .task = task, .connect_timeout_ms = 3000, .request_timeout_ms = 3000};
+                              .task = task, .connect_timeout_ms = 3000, .request_timeout_ms = request_ms};
     dt_ps_client *c = NULL;
     dt_error e = {0};
     if (dt_ps_client_open(&c, &cc, &e)) fprintf(stderr, "  open: %s\n", e.msg);
@@ -630,7 +632,9 @@ static void test_fork_shutdown_exits_0(void) {
     ps_thread fake; /* only .endpoint is read by client() */
     snprintf(fake.endpoint, sizeof fake.endpoint, "%s", ep);
     size_t sizes[1] = {50};
+    request_ms = 1000; /* the last check waits for this timeout */
     dt_ps_client *c = client(1, &fake, sizes, DT_ROLE_CHIEF, 0);
+    request_ms = 3000;
     CHECK(c != NULL);
     dt_error e = {0};
     static float p[50];
@@ -644,8 +648,11 @@ static void test_fork_shutdown_exits_0(void) {
     int64_t t0 = dt_clock_ms();
     CHECK(wait_exit(pid, 5000) == 0);
     CHECK(dt_clock_ms() - t0 < 3000);
-    /* Nobody answers any more: the next request fails within the request timeout. */
-    if (c) CHECK(dt_ps_client_status(c, NULL, &e) == DT_ETIMEOUT);
+    /* Nobody answers any more: the next request fails within the request timeout, naming the ps. */
+    if (c) {
+        CHECK(dt_ps_client_status(c, NULL, &e) == DT_ETIMEOUT);
+        CHECK_CONTAINS(e.msg, ep);
+    }
     dt_ps_client_close(c);
 }
 
