@@ -466,6 +466,99 @@ static void test_maxpool_ties_and_padding(void) {
     CHECK(out[0] == 7 && am[0] == 1 && out[2] == 9 && am[2] == 6 && out[3] == 9 && am[3] == 8);
 }
 
+/* ---- fused conv + max pool ----------------------------------------------------------------- */
+
+typedef struct {
+    conv_case c;
+    int pk, ps;
+    dt_padding ppad;
+} fused_case;
+
+/* The fused kernels against conv2d_* followed by maxpool_* (both checked above). */
+static void check_fused(fused_case fc, uint64_t seed) {
+    conv_case cc = fc.c;
+    dt_window g, pg;
+    CHECK(dt_window_init(&g, cc.H, cc.W, cc.C, cc.OC, cc.KH, cc.KW, cc.SH, cc.SW, cc.pad, NULL) == 0);
+    CHECK(dt_window_init(&pg, g.out_h, g.out_w, cc.OC, cc.OC, fc.pk, fc.pk, fc.ps, fc.ps, fc.ppad, NULL) == 0);
+    char name[160];
+    snprintf(name, sizeof name, "fused N%d %dx%dx%d->%d k%d s%d, pool %d/%d %s", cc.N, cc.H, cc.W, cc.C,
+             cc.OC, cc.KH, cc.SH, fc.pk, fc.ps, fc.ppad == DT_PAD_SAME ? "SAME" : "VALID");
+    CHECK_MSG(conv2d_maxpool_fusable(&g, &pg), "%s not fusable", name);
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    size_t nin = (size_t)cc.N * cc.H * cc.W * cc.C, nw = (size_t)cc.KH * cc.KW * cc.C * cc.OC;
+    size_t nconv = (size_t)cc.N * g.out_h * g.out_w * cc.OC, npool = (size_t)cc.N * pg.out_h * pg.out_w * cc.OC;
+    float *in = randn(nin, &r, 1), *w = randn(nw, &r, 0.5f), *b = randn(cc.OC, &r, 1), *dout = randn(npool, &r, 1);
+    size_t sc = conv2d_scratch_floats(&g, cc.N), fsc = conv2d_maxpool_scratch_floats(&g, &pg, cc.N);
+    float *scratch = dt_alloc_floats(sc, "t", NULL), *fscratch = dt_alloc_floats(fsc, "t", NULL);
+    float *conv = dt_alloc_floats(nconv, "t", NULL), *dconv = dt_alloc_floats(nconv, "t", NULL);
+    float *pool = dt_alloc_floats(npool, "t", NULL), *fpool = dt_alloc_floats(npool, "t", NULL);
+    int32_t *am = malloc(npool * sizeof(int32_t)), *fam = malloc(npool * sizeof(int32_t));
+    float *din = dt_alloc_floats(nin, "t", NULL), *fdin = dt_alloc_floats(nin, "t", NULL);
+    float *dw = dt_alloc_floats(nw, "t", NULL), *fdw = dt_alloc_floats(nw, "t", NULL), *fdw2 = dt_alloc_floats(nw, "t", NULL);
+    float *db = dt_alloc_floats(cc.OC, "t", NULL), *fdb = dt_alloc_floats(cc.OC, "t", NULL);
+
+    conv2d_forward(conv, in, w, b, cc.N, &g, scratch);
+    maxpool_forward(pool, am, conv, cc.N, &pg);
+    for (size_t i = 0; i < npool; i++) fpool[i] = NAN;
+    conv2d_maxpool_forward(fpool, fam, in, w, b, cc.N, &g, &pg, fscratch);
+    double worst = 0;
+    for (size_t i = 0; i < npool; i++) {
+        double e = fabs((double)fpool[i] - pool[i]) / (1 + fabs(pool[i]));
+        if (!(e <= worst)) worst = e;
+    }
+    CHECK_MSG(worst < 1e-5, "%s forward %g", name, worst);
+    CHECK_MSG(memcmp(am, fam, npool * sizeof(int32_t)) == 0, "%s argmax", name);
+
+    maxpool_backward(dconv, dout, am, cc.N, &pg);
+    conv2d_backward(din, dw, db, dconv, in, w, cc.N, &g, scratch);
+    for (size_t i = 0; i < nin; i++) fdin[i] = NAN;
+    conv2d_maxpool_backward(fdin, fdw, fdb, dout, fam, in, w, cc.N, &g, &pg, fscratch);
+    double tol = 1e-5 * (1.0 + sqrt((double)nconv / cc.OC / 100.0));
+    double e_in = 0, e_w = 0, e_b = 0;
+    for (size_t i = 0; i < nin; i++) e_in = fmax(e_in, fabs((double)fdin[i] - din[i]) / (1 + fabs(din[i])));
+    for (size_t i = 0; i < nw; i++) e_w = fmax(e_w, fabs((double)fdw[i] - dw[i]) / (1 + fabs(dw[i])));
+    for (int i = 0; i < cc.OC; i++) e_b = fmax(e_b, fabs((double)fdb[i] - db[i]) / (1 + fabs(db[i])));
+    int finite = 1;
+    for (size_t i = 0; i < nin; i++) finite &= isfinite(fdin[i]);
+    CHECK_MSG(finite && e_in < tol && e_w < tol && e_b < tol, "%s backward: din %g dw %g db %g", name,
+              e_in, e_w, e_b);
+    conv2d_maxpool_backward(NULL, fdw2, NULL, dout, fam, in, w, cc.N, &g, &pg, fscratch);
+    CHECK_MSG(memcmp(fdw, fdw2, nw * sizeof(float)) == 0, "%s din==NULL changes dw", name);
+    free(in), free(w), free(b), free(dout), free(scratch), free(fscratch), free(conv), free(dconv);
+    free(pool), free(fpool), free(am), free(fam), free(din), free(fdin), free(dw), free(fdw), free(fdw2);
+    free(db), free(fdb);
+}
+
+static void test_conv_maxpool_fused(void) {
+    fused_case cases[] = {
+        {{2, 20, 20, 3, 8, 3, 3, 1, 1, DT_PAD_SAME}, 2, 2, DT_PAD_SAME},   /* cats-vs-dogs block */
+        {{3, 7, 9, 1, 4, 3, 3, 1, 1, DT_PAD_SAME}, 2, 2, DT_PAD_SAME},     /* odd: pool pads bottom/right */
+        {{2, 7, 7, 2, 5, 3, 3, 1, 1, DT_PAD_SAME}, 2, 2, DT_PAD_VALID},    /* last conv row unread */
+        {{2, 11, 10, 3, 6, 3, 3, 1, 1, DT_PAD_VALID}, 2, 3, DT_PAD_VALID}, /* pool k < stride: gaps */
+        {{2, 10, 9, 2, 4, 3, 3, 2, 2, DT_PAD_SAME}, 2, 2, DT_PAD_SAME},    /* strided conv */
+        {{2, 6, 6, 4, 4, 1, 1, 1, 1, DT_PAD_VALID}, 2, 2, DT_PAD_VALID},   /* pointwise conv */
+        {{2, 64, 70, 3, 32, 3, 3, 1, 1, DT_PAD_SAME}, 2, 2, DT_PAD_SAME},  /* several groups per image */
+        {{2, 9, 9, 3, 4, 3, 3, 1, 1, DT_PAD_SAME}, 3, 3, DT_PAD_SAME},     /* pool pad on top too */
+    };
+    int saved = dt_kernels_get_threads();
+    for (int t = 1; t <= 2; t++) {
+        dt_kernels_set_threads(t);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_fused(cases[i], 300 + i);
+    }
+    dt_kernels_set_threads(saved);
+    /* Not fusable: overlapping pool windows, a Winograd conv, a pool over something else. */
+    dt_window g, pg;
+    CHECK(dt_window_init(&g, 8, 8, 3, 4, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
+    CHECK(dt_window_init(&pg, 8, 8, 4, 4, 3, 3, 2, 2, DT_PAD_SAME, NULL) == 0);
+    CHECK(!conv2d_maxpool_fusable(&g, &pg));
+    CHECK(dt_window_init(&pg, 8, 8, 5, 5, 2, 2, 2, 2, DT_PAD_SAME, NULL) == 0);
+    CHECK(!conv2d_maxpool_fusable(&g, &pg));
+    CHECK(dt_window_init(&g, 8, 8, 16, 16, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
+    CHECK(dt_window_init(&pg, 8, 8, 16, 16, 2, 2, 2, 2, DT_PAD_SAME, NULL) == 0);
+    CHECK(!conv2d_maxpool_fusable(&g, &pg));
+}
+
 /* ---- element-wise -------------------------------------------------------------------------- */
 
 static void test_relu(void) {
@@ -753,6 +846,7 @@ int main(void) {
     RUN(test_thread_count_independence);
     RUN(test_maxpool_geometries);
     RUN(test_maxpool_ties_and_padding);
+    RUN(test_conv_maxpool_fused);
     RUN(test_relu);
     RUN(test_dropout);
     RUN(test_dense);

@@ -56,6 +56,23 @@ void maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, co
 void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch,
                       const dt_window *g);
 
+/* Fused conv2d + maxpool (optional; a net may always run the two separately). The conv output
+ * [N,OH,OW,OC] is never stored: each chunk of conv rows is pooled while in cache, and backward
+ * rebuilds the conv gradient chunk by chunk from the pooled gradient and argmax. Results equal
+ * conv2d_* followed by maxpool_* (to float rounding); argmax indexes the conv output within its
+ * example exactly as maxpool_forward's does. Allowed when conv2d_maxpool_fusable says so: the pool
+ * reads the conv output, its windows do not overlap (k <= stride), and the conv runs as im2col
+ * (a first layer with few channels, where the saving is largest). */
+int conv2d_maxpool_fusable(const dt_window *conv, const dt_window *pool);
+size_t conv2d_maxpool_scratch_floats(const dt_window *conv, const dt_window *pool, int batch);
+/* out [N,PH,PW,OC], argmax [N,PH,PW,OC] from in [N,H,W,C], w [KH,KW,C,OC], b [OC] (or NULL) */
+void conv2d_maxpool_forward(float *out, int32_t *argmax, const float *in, const float *w, const float *b,
+                            int batch, const dt_window *conv, const dt_window *pool, float *scratch);
+/* din [N,H,W,C] (or NULL), dw [KH,KW,C,OC], db [OC] (or NULL) from dout [N,PH,PW,OC] */
+void conv2d_maxpool_backward(float *din, float *dw, float *db, const float *dout, const int32_t *argmax,
+                             const float *in, const float *w, int batch, const dt_window *conv,
+                             const dt_window *pool, float *scratch);
+
 /* out[n] = max(in[n], 0); out may alias in. */
 void relu_forward(float *out, const float *in, size_t n);
 /* din[n] = out[n] > 0 ? dout[n] : 0; din may alias dout. */

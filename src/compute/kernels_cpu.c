@@ -756,41 +756,46 @@ void conv2d_backward(float *din, float *dw, float *db, const float *dout, const 
 
 /* ---- max pooling --------------------------------------------------------------------------- */
 
-void maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *g) {
-    const int H = g->in_h, W = g->in_w, C = g->in_c, OH = g->out_h, OW = g->out_w;
-    const size_t img_size = (size_t)H * W * C, rows = (size_t)batch * OH;
-    int nt = nthreads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (rows * OW * C >= PAR_MIN_ELEMS)
-    for (size_t row = 0; row < rows; row++) {
-        size_t n = row / OH;
-        int oh = (int)(row % OH);
-        const float *img = in + n * img_size;
-        int ih0 = oh * g->stride_h - g->pad_top;
-        int kh_lo = ih0 < 0 ? -ih0 : 0, kh_hi = ih0 + g->k_h > H ? H - ih0 : g->k_h;
-        for (int ow = 0; ow < OW; ow++) {
-            size_t o_off = (row * OW + ow) * C;
-            float *o = out + o_off;
-            int32_t *am = argmax + o_off;
-            int iw0 = ow * g->stride_w - g->pad_left;
-            int kw_lo = iw0 < 0 ? -iw0 : 0, kw_hi = iw0 + g->k_w > W ? W - iw0 : g->k_w;
-            /* SAME padding cells are never read, which is the same as padding with -inf. The first
-             * in-image cell seeds the max; later cells win only if strictly larger (or NaN, which
-             * propagates as in PyTorch). */
-            int32_t first = ((ih0 + kh_lo) * W + iw0 + kw_lo) * C;
-            for (int c = 0; c < C; c++) o[c] = img[first + c], am[c] = first + c;
-            for (int kh = kh_lo; kh < kh_hi; kh++)
-                for (int kw = kw_lo; kw < kw_hi; kw++) {
-                    if (kh == kh_lo && kw == kw_lo) continue;
-                    int32_t idx = ((ih0 + kh) * W + iw0 + kw) * C;
-                    const float *v = img + idx;
-                    for (int c = 0; c < C; c++) {
-                        int win = v[c] > o[c] || v[c] != v[c];
-                        o[c] = win ? v[c] : o[c];
-                        am[c] = win ? idx + c : am[c];
-                    }
+/* One output row oh of one example: o/am [OW, C]. src holds the example's input from element
+ * src_off on (element idx of the example is src[idx - src_off]), so the fused conv + pool can pass
+ * a chunk of conv rows. argmax is always the index within the whole example. */
+static void maxpool_row(float *o, int32_t *am, const float *src, size_t src_off, const dt_window *g,
+                        int oh) {
+    const int H = g->in_h, W = g->in_w, C = g->in_c, OW = g->out_w;
+    const int ih0 = oh * g->stride_h - g->pad_top;
+    const int kh_lo = ih0 < 0 ? -ih0 : 0, kh_hi = ih0 + g->k_h > H ? H - ih0 : g->k_h;
+    for (int ow = 0; ow < OW; ow++, o += C, am += C) {
+        int iw0 = ow * g->stride_w - g->pad_left;
+        int kw_lo = iw0 < 0 ? -iw0 : 0, kw_hi = iw0 + g->k_w > W ? W - iw0 : g->k_w;
+        /* SAME padding cells are never read, which is the same as padding with -inf. The first
+         * in-image cell seeds the max; later cells win only if strictly larger (or NaN, which
+         * propagates as in PyTorch). */
+        int32_t first = ((ih0 + kh_lo) * W + iw0 + kw_lo) * C;
+        const float *f = src + (first - src_off);
+        for (int c = 0; c < C; c++) o[c] = f[c], am[c] = first + c;
+        for (int kh = kh_lo; kh < kh_hi; kh++)
+            for (int kw = kw_lo; kw < kw_hi; kw++) {
+                if (kh == kh_lo && kw == kw_lo) continue;
+                int32_t idx = ((ih0 + kh) * W + iw0 + kw) * C;
+                const float *v = src + (idx - src_off);
+                for (int c = 0; c < C; c++) {
+                    int win = v[c] > o[c] || v[c] != v[c];
+                    o[c] = win ? v[c] : o[c];
+                    am[c] = win ? idx + c : am[c];
                 }
-        }
+            }
     }
+}
+
+void maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *g) {
+    const int OH = g->out_h;
+    const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c, rows = (size_t)batch * OH;
+    const size_t row_size = (size_t)g->out_w * g->in_c;
+    int nt = nthreads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * row_size >= PAR_MIN_ELEMS)
+    for (size_t row = 0; row < rows; row++)
+        maxpool_row(out + row * row_size, argmax + row * row_size, in + (row / OH) * img_size, 0, g,
+                    (int)(row % OH));
 }
 
 void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch,
@@ -806,6 +811,168 @@ void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int 
         memset(d, 0, img_size * sizeof(float));
         for (size_t i = 0; i < out_size; i++) d[am[i]] += go[i];
     }
+}
+
+/* ---- fused convolution + max pooling ------------------------------------------------------ */
+/* The conv output of a first layer is the biggest tensor of a step (cats-vs-dogs: 128x128x32 per
+ * example, 134 MB at batch 64); pooling it right after it is computed, a few rows at a time, keeps
+ * it in cache: it is never written to or read back from memory, and backward rebuilds each chunk of
+ * the conv gradient from the pooled gradient and argmax in cache too. */
+
+int conv2d_maxpool_fusable(const dt_window *conv, const dt_window *pool) {
+    return pool->in_h == conv->out_h && pool->in_w == conv->out_w && pool->in_c == conv->out_c &&
+           pool->out_c == pool->in_c && pool->k_h <= pool->stride_h && pool->k_w <= pool->stride_w &&
+           !use_winograd(conv);
+}
+
+/* Work unit: pooled rows [r0, r1) of one example, computed from conv rows [cr0, cr1). Groups
+ * hold about one GEMM chunk of conv positions; with pool k <= stride their conv rows never
+ * overlap. Scratch: the conv scratch, then per thread a cbuf [group conv rows * OW * OC]. */
+typedef struct {
+    conv_scratch cs;
+    int prows, groups;
+    size_t cbuf, cbuf_base, total;
+} fused_scratch;
+
+static fused_scratch fused_layout(const dt_window *cg, const dt_window *pg, int batch) {
+    fused_scratch f;
+    f.cs = conv_scratch_layout(cg, batch);
+    size_t per_prow = (size_t)pg->stride_h * cg->out_w; /* conv positions per pooled row */
+    size_t prows = f.cs.rows / per_prow;
+    if (prows < 1) prows = 1;
+    if (prows > (size_t)pg->out_h) prows = (size_t)pg->out_h;
+    f.prows = (int)prows;
+    f.groups = (pg->out_h + f.prows - 1) / f.prows;
+    size_t crows = prows * pg->stride_h;
+    if (crows > (size_t)cg->out_h) crows = (size_t)cg->out_h;
+    f.cbuf = round16(crows * cg->out_w * cg->out_c);
+    f.cbuf_base = f.cs.total;
+    f.total = f.cbuf_base + (size_t)g_max_threads * f.cbuf;
+    return f;
+}
+
+size_t conv2d_maxpool_scratch_floats(const dt_window *conv, const dt_window *pool, int batch) {
+    return fused_layout(conv, pool, batch).total;
+}
+
+/* Conv rows [cr0, cr1) that pooled rows [r0, r1) read. */
+static inline void fused_conv_rows(const dt_window *cg, const dt_window *pg, int r0, int r1, int *cr0,
+                                   int *cr1) {
+    int a = r0 * pg->stride_h - pg->pad_top, z = (r1 - 1) * pg->stride_h - pg->pad_top + pg->k_h;
+    *cr0 = a < 0 ? 0 : a;
+    *cr1 = z > cg->out_h ? cg->out_h : z;
+}
+
+void conv2d_maxpool_forward(float *out, int32_t *argmax, const float *in, const float *w, const float *b,
+                            int batch, const dt_window *cg, const dt_window *pg, float *scratch) {
+    const int KKC = cg->k_h * cg->k_w * cg->in_c, OC = cg->out_c, OW = cg->out_w, PH = pg->out_h;
+    const fused_scratch f = fused_layout(cg, pg, batch);
+    const int pointwise = is_pointwise(cg);
+    const size_t units = (size_t)batch * f.groups, prow_size = (size_t)pg->out_w * OC;
+    int nt = nthreads();
+    if ((size_t)nt > units) nt = units > 0 ? (int)units : 1;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (size_t u = 0; u < units; u++) {
+        const int t = omp_get_thread_num();
+        float *col = scratch + (size_t)t * f.cs.col, *cbuf = scratch + f.cbuf_base + (size_t)t * f.cbuf;
+        const size_t n = u / f.groups;
+        const int r0 = (int)(u % f.groups) * f.prows, r1 = r0 + f.prows < PH ? r0 + f.prows : PH;
+        int cr0, cr1;
+        fused_conv_rows(cg, pg, r0, r1, &cr0, &cr1);
+        const size_t p0 = (n * cg->out_h + cr0) * OW, p1 = (n * cg->out_h + cr1) * OW;
+        for (size_t q0 = p0; q0 < p1; q0 += f.cs.rows) {
+            size_t q1 = q0 + f.cs.rows < p1 ? q0 + f.cs.rows : p1;
+            const float *A = in + q0 * cg->in_c;
+            if (!pointwise) {
+                im2col(col, in, cg, q0, q1);
+                A = col;
+            }
+            float *o = cbuf + (q0 - p0) * OC;
+            sgemm1(0, 0, (int)(q1 - q0), OC, KKC, 1.0f, A, KKC, w, OC, 0.0f, o, OC);
+            if (b)
+                for (size_t r = 0; r < q1 - q0; r++)
+                    for (int c = 0; c < OC; c++) o[r * OC + c] += b[c];
+        }
+        for (int r = r0; r < r1; r++) {
+            size_t o_off = (n * PH + r) * prow_size;
+            maxpool_row(out + o_off, argmax + o_off, cbuf, (size_t)cr0 * OW * OC, pg, r);
+        }
+    }
+}
+
+void conv2d_maxpool_backward(float *din, float *dw, float *db, const float *dout, const int32_t *argmax,
+                             const float *in, const float *w, int batch, const dt_window *cg,
+                             const dt_window *pg, float *scratch) {
+    const int KKC = cg->k_h * cg->k_w * cg->in_c, OC = cg->out_c, OW = cg->out_w, PH = pg->out_h;
+    const fused_scratch f = fused_layout(cg, pg, batch);
+    const conv_scratch *s = &f.cs;
+    const int pointwise = is_pointwise(cg);
+    const size_t img_size = (size_t)cg->in_h * cg->in_w * cg->in_c, ndw = (size_t)KKC * OC;
+    const size_t prow_size = (size_t)pg->out_w * OC;
+    const size_t npieces = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 0) : CONV_BWD_PIECES;
+    int nt = nthreads();
+    if ((size_t)nt > npieces) nt = npieces > 0 ? (int)npieces : 1;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();
+        float *col = scratch + (size_t)t * s->col, *cbuf = scratch + f.cbuf_base + (size_t)t * f.cbuf;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t piece = 0; piece < npieces; piece++) {
+            float *dwp = scratch + s->dw_base + piece * s->dw, *dbp = scratch + s->db_base + piece * s->db;
+            memset(dwp, 0, ndw * sizeof(float));
+            memset(dbp, 0, OC * sizeof(float));
+            size_t n0 = (size_t)batch * piece / npieces, n1 = (size_t)batch * (piece + 1) / npieces;
+            /* conv rows no pool window reads get no gradient: zero all, then accumulate */
+            if (din) memset(din + n0 * img_size, 0, (n1 - n0) * img_size * sizeof(float));
+            for (size_t n = n0; n < n1; n++)
+                for (int gi = 0; gi < f.groups; gi++) {
+                    const int r0 = gi * f.prows, r1 = r0 + f.prows < PH ? r0 + f.prows : PH;
+                    int cr0, cr1;
+                    fused_conv_rows(cg, pg, r0, r1, &cr0, &cr1);
+                    const size_t p0 = (n * cg->out_h + cr0) * OW, p1 = (n * cg->out_h + cr1) * OW;
+                    const size_t off = (size_t)cr0 * OW * OC;
+                    /* dconv for these rows: the pooled gradient routed through argmax */
+                    memset(cbuf, 0, (p1 - p0) * OC * sizeof(float));
+                    for (int r = r0; r < r1; r++) {
+                        const size_t o_off = (n * PH + r) * prow_size;
+                        const float *go = dout + o_off;
+                        const int32_t *am = argmax + o_off;
+                        for (size_t j = 0; j < prow_size; j++) cbuf[am[j] - off] += go[j];
+                        if (db)
+                            for (size_t j = 0; j < prow_size; j += OC)
+                                for (int c = 0; c < OC; c++) dbp[c] += go[j + c];
+                    }
+                    for (size_t q0 = p0; q0 < p1; q0 += s->rows) {
+                        const size_t q1 = q0 + s->rows < p1 ? q0 + s->rows : p1;
+                        const int R = (int)(q1 - q0);
+                        const float *dc = cbuf + (q0 - p0) * OC;
+                        if (pointwise) {
+                            sgemm1(1, 0, KKC, OC, R, 1.0f, in + q0 * KKC, KKC, dc, OC, 1.0f, dwp, OC);
+                            if (din) sgemm1(0, 1, R, KKC, OC, 1.0f, dc, OC, w, OC, 1.0f, din + q0 * KKC, KKC);
+                            continue;
+                        }
+                        im2col(col, in, cg, q0, q1);
+                        sgemm1(1, 0, KKC, OC, R, 1.0f, col, KKC, dc, OC, 1.0f, dwp, OC);
+                        if (din) {
+                            sgemm1(0, 1, R, KKC, OC, 1.0f, dc, OC, w, OC, 0.0f, col, KKC);
+                            col2im(din, col, cg, q0, q1);
+                        }
+                    }
+                }
+        }
+#pragma omp for schedule(static)
+        for (size_t i = 0; i < ndw; i++) {
+            float sum = 0.0f;
+            for (size_t piece = 0; piece < npieces; piece++) sum += scratch[s->dw_base + piece * s->dw + i];
+            dw[i] = sum;
+        }
+    }
+    if (db)
+        for (int c = 0; c < OC; c++) {
+            float sum = 0.0f;
+            for (size_t piece = 0; piece < npieces; piece++) sum += scratch[s->db_base + piece * s->db + c];
+            db[c] = sum;
+        }
 }
 
 /* ---- element-wise -------------------------------------------------------------------------- */
