@@ -52,6 +52,15 @@ typedef struct dt_train_options {
     int fail_on_bad_images;      /* 0: count and skip undecodable images; 1: stop with an error */
     int progress;                /* 1: a live progress line with ETA on stderr (a terminal) */
     const volatile int *stop;    /* if non-NULL and set (e.g. from SIGINT), training stops early */
+
+    /* The cluster, as the source's flags (docs/cluster.md). All NULL: the TF_CONFIG environment
+     * variable if set, else this machine alone. job_name "ps" serves until the chief ends
+     * training; "worker" trains its shard of the data (worker 0 is the chief). */
+    const char *ps_hosts, *worker_hosts, *job_name, *task_index;
+    int issync;                  /* 0: asynchronous (the source's default); 1: sync replicas */
+    const char *placement;       /* "greedy" (default) or "round_robin" */
+    int connect_timeout_ms;      /* how long a worker retries the ps tasks (default 60000) */
+    int dry_run;                 /* print the cluster and the placement, then return */
 } dt_train_options;
 
 typedef struct dt_train_result {
@@ -64,7 +73,8 @@ typedef struct dt_train_result {
     int64_t bad_images;
 } dt_train_result;
 
-/* Fills o with dtrain's defaults (adam, 0.001, batch 64, 1 epoch, steps_to_validate 1000, seed 1). */
+/* Fills o with dtrain's defaults (adam, 0.001, batch 64, 1 epoch, steps_to_validate 1000, seed 1,
+ * asynchronous, greedy placement). */
 void dt_train_options_init(dt_train_options *o);
 /* Trains on this machine, logging to `log` (NULL: stdout); returns DT_EINTR if *stop was set. */
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *result, dt_error *err);

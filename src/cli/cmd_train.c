@@ -10,7 +10,7 @@ int cmd_train(int argc, char **argv) {
     dt_train_options o;
     dt_train_options_init(&o);
     const char *bad_images = "skip";
-    double epochs = o.epochs;
+    double epochs = o.epochs, connect_timeout = o.connect_timeout_ms / 1000.0;
     flag_def defs[] = {
         {"model", FLAG_STRING, &o.model_path, "model file (see docs/model-format.md)"},
         {"data", FLAG_STRING, &o.data_path, "IDX folder or image folder (see docs/data.md)"},
@@ -25,6 +25,14 @@ int cmd_train(int argc, char **argv) {
         {"validation_fraction", FLAG_DOUBLE, &o.validation_fraction,
          "held-out share of an image folder; negative: 0.2 (IDX uses its test file)"},
         {"bad_images", FLAG_STRING, &bad_images, "skip (count and report) or fail on undecodable images"},
+        {"ps_hosts", FLAG_STRING, &o.ps_hosts, "cluster: comma-separated host:port of the ps tasks"},
+        {"worker_hosts", FLAG_STRING, &o.worker_hosts, "cluster: comma-separated host:port of the workers"},
+        {"job_name", FLAG_STRING, &o.job_name, "cluster: this process's job, ps or worker"},
+        {"task_index", FLAG_STRING, &o.task_index, "cluster: this process's index in its job (default 0)"},
+        {"issync", FLAG_INT, &o.issync, "0: asynchronous updates, 1: synchronous replicas"},
+        {"placement", FLAG_STRING, &o.placement, "variables over ps tasks: greedy or round_robin"},
+        {"connect_timeout", FLAG_DOUBLE, &connect_timeout, "seconds a worker retries its ps tasks"},
+        {"dry_run", FLAG_BOOL, &o.dry_run, "print the cluster and the placement of variables, then exit"},
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
     dt_error err = {0};
@@ -34,8 +42,12 @@ int cmd_train(int argc, char **argv) {
     }
     if (help) {
         printf("usage: dtrain train --model FILE --data PATH [flags]\n\n"
-               "Trains a model on this machine and prints step, loss, training and validation\n"
-               "accuracy every --steps_to_validate steps, then the test accuracy.\n\nflags:\n");
+               "Trains a model and prints step, loss, training and validation accuracy every\n"
+               "--steps_to_validate steps, then the test accuracy. Alone on this machine by default;\n"
+               "with --ps_hosts/--worker_hosts/--job_name/--task_index (or TF_CONFIG) as one task of\n"
+               "a cluster: a ps serves its share of the variables until the chief (worker 0) ends\n"
+               "training. The cluster's traffic is NOT authenticated: use it on trusted networks only.\n\n"
+               "flags:\n");
         flags_print_help(stdout, defs, n);
         return 0;
     }
@@ -45,6 +57,12 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     o.epochs = epochs;
+    if (!(connect_timeout > 0) || connect_timeout > 86400) {
+        fprintf(stderr, "dtrain train: --connect_timeout must be in (0, 86400] seconds, got %g\n", connect_timeout);
+        return 2;
+    }
+    o.connect_timeout_ms = (int)(connect_timeout * 1000.0 + 0.5);
+    if (o.connect_timeout_ms < 1) o.connect_timeout_ms = 1;
     o.progress = isatty(STDERR_FILENO);
     o.stop = &cli_stop;
     cli_install_signal_handlers();

@@ -1,18 +1,25 @@
-/* Single-machine training loop: the C counterpart of the source's single-machine script. */
+/* The training driver: the C counterpart of the source's script, single-machine or distributed.
+ * It resolves the cluster, then either serves as a ps or trains with an updater: local (the
+ * optimizer runs here) or remote (the ps tasks hold the variables). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster/cluster.h"
+#include "cluster/placement.h"
 #include "compute/kernels.h"
 #include "compute/optim.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "model/net.h"
+#include "ps/ps.h"
 #include "train/evaluate.h"
 #include "train/progress.h"
+#include "train/updater.h"
+#include "worker/remote.h"
 
 void dt_train_options_init(dt_train_options *o) {
     memset(o, 0, sizeof *o);
@@ -23,6 +30,8 @@ void dt_train_options_init(dt_train_options *o) {
     o->steps_to_validate = 1000;
     o->seed = 1;
     o->validation_fraction = -1.0;
+    o->placement = "greedy";
+    o->connect_timeout_ms = 60000;
 }
 
 static double now_sec(void) {
@@ -33,7 +42,6 @@ static double now_sec(void) {
 
 static int check_options(const dt_train_options *o, dt_error *err) {
     if (!o->model_path || !*o->model_path) return dt_errorf(err, DT_EINVAL, "--model: no model file given");
-    if (!o->data_path || !*o->data_path) return dt_errorf(err, DT_EINVAL, "--data: no data path given");
     if (o->batch_size < 1 || o->batch_size > 65536)
         return dt_errorf(err, DT_EINVAL, "--batch_size must be in 1..65536, got %d", o->batch_size);
     if (o->train_steps <= 0 && !(o->epochs > 0 && isfinite(o->epochs)))
@@ -44,23 +52,102 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     if (o->validation_fraction >= 1.0)
         return dt_errorf(err, DT_EINVAL, "--validation_fraction must be below 1, got %g",
                          o->validation_fraction);
+    if (o->issync != 0 && o->issync != 1)
+        return dt_errorf(err, DT_EINVAL, "--issync must be 0 or 1, got %d", o->issync);
+    if (o->issync)
+        return dt_errorf(err, DT_EINVAL, "--issync=1: synchronous replicas are not available yet; "
+                                         "use --issync=0 (asynchronous)");
+    if (o->connect_timeout_ms < 1)
+        return dt_errorf(err, DT_EINVAL, "--connect_timeout must be positive");
     return DT_OK;
+}
+
+/* ---- Local updater: the optimizer runs here on the whole flat buffer. ---- */
+
+typedef struct {
+    dt_updater base;
+    dt_opt_config opt;
+    float *state;
+} local_updater;
+
+static int local_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err) {
+    dt_net_init_params(net, seed);
+    *global_step = 0;
+    return DT_OK;
+}
+
+static int local_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
+    local_updater *l = (local_updater *)u;
+    dt_opt_apply(&l->opt, dt_net_params(net), dt_net_grads(net), l->state, dt_net_param_count(net), local_step);
+    *global_step = local_step + 1;
+    return DT_OK;
+}
+
+static int local_finish(dt_updater *u, dt_error *err) { return DT_OK; }
+
+static void local_free(dt_updater *u) {
+    local_updater *l = (local_updater *)u;
+    if (l) free(l->state);
+    free(l);
+}
+
+static int local_updater_create(dt_updater **out, const dt_opt_config *opt, size_t n_params, dt_error *err) {
+    *out = NULL;
+    local_updater *l = dt_calloc(1, sizeof *l, "updater", err);
+    if (!l) return DT_ENOMEM;
+    l->base = (dt_updater){local_start, local_apply, local_finish, local_free};
+    l->opt = *opt;
+    size_t n_state = n_params * (size_t)dt_opt_slots(opt);
+    if (!(l->state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) {
+        free(l);
+        return DT_ENOMEM;
+    }
+    *out = &l->base;
+    return DT_OK;
+}
+
+/* ---- A ps task: hold its shard until the chief ends training. ---- */
+
+static int serve_ps(const dt_cluster *c, const dt_placement *pl, const dt_train_options *o, FILE *log,
+                    dt_error *err) {
+    char endpoint[DT_ENDPOINT_MAX];
+    if (dt_addr_bind_endpoint(&c->ps[c->task_index], endpoint, sizeof endpoint))
+        return dt_errorf(err, DT_EINVAL, "--ps_hosts[%d]: address too long", c->task_index);
+    dt_ps_stats stats;
+    dt_ps_config cfg = {.endpoint = endpoint,
+                        .ps_index = c->task_index,
+                        .shard_floats = pl->shard_count[c->task_index],
+                        .stop = (volatile sig_atomic_t *)o->stop,
+                        .log = log,
+                        .stats = &stats};
+    int rc = dt_ps_serve(&cfg, err);
+    if (rc == 0)
+        fprintf(log, "ps %d: training over at global step %lld (%llu pushes, %llu pulls); exiting\n",
+                c->task_index, (long long)stats.global_step, (unsigned long long)stats.pushes,
+                (unsigned long long)stats.pulls);
+    return rc;
 }
 
 /* Everything a run owns, so one cleanup path frees it whatever failed. */
 typedef struct {
+    dt_cluster cluster;
+    dt_placement placement;
     dt_net *net;
     dt_data_splits data;
     dt_loader *loader;
-    float *opt_state;
+    dt_updater *updater;
 } run_state;
 
 static void run_free(run_state *r) {
+    if (r->updater) r->updater->free(r->updater);
     dt_loader_free(r->loader);
     dt_data_splits_free(&r->data);
     dt_net_free(r->net);
-    free(r->opt_state);
+    dt_placement_free(&r->placement);
+    dt_cluster_free(&r->cluster);
 }
+
+static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err);
 
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
     dt_train_result local_res;
@@ -72,92 +159,162 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
 
     dt_opt_config opt;
     if ((rc = dt_opt_config_init(&opt, o->optimizer, o->learning_rate, err))) return rc;
+    dt_place_strategy strategy;
+    if ((rc = dt_place_strategy_parse(o->placement ? o->placement : "greedy", &strategy, err))) return rc;
     dt_kernels_set_threads(o->threads);
 
     run_state r = {0};
+    dt_cluster_single(&r.cluster);
+    if ((rc = dt_cluster_resolve(&r.cluster, o->ps_hosts, o->worker_hosts, o->job_name, o->task_index,
+                                 getenv("TF_CONFIG"), err)))
+        goto out;
+    if (r.cluster.distributed && r.cluster.n_ps < 1) {
+        rc = dt_errorf(err, DT_EINVAL, "--ps_hosts: a cluster needs at least one ps task");
+        goto out;
+    }
+    if (r.cluster.job == DT_JOB_EVALUATOR) {
+        rc = dt_errorf(err, DT_EINVAL, "TF_CONFIG: task type evaluator is not supported by 'dtrain train'");
+        goto out;
+    }
     if ((rc = dt_net_load(&r.net, o->model_path, o->batch_size, err))) goto out;
-    const dt_model_spec *spec = dt_net_spec(r.net);
+    if (r.cluster.distributed) {
+        if ((rc = dt_placement_compute(&r.placement, dt_net_view(r.net, 0), dt_net_num_views(r.net),
+                                       r.cluster.n_ps, strategy, err)))
+            goto out;
+        char desc[512];
+        dt_cluster_describe(&r.cluster, desc, sizeof desc);
+        fprintf(log, "cluster: %s\n", desc);
+    }
+    if (o->dry_run) {
+        fprintf(log, "model %s: %zu parameters in %d variables\n", dt_net_spec(r.net)->name,
+                dt_net_param_count(r.net), dt_net_num_views(r.net));
+        if (r.cluster.distributed) dt_placement_print(&r.placement, log);
+        goto out;
+    }
+    if (r.cluster.job == DT_JOB_PS) {
+        rc = serve_ps(&r.cluster, &r.placement, o, log, err);
+        goto out;
+    }
+    rc = train_loop(&r, o, log, res, err);
+    if (rc == 0 || rc == DT_EINTR) {
+        /* End of training for this process; the chief also ends the cluster. */
+        dt_error ferr = {0};
+        int frc = r.updater ? r.updater->finish(r.updater, &ferr) : 0;
+        if (frc && rc == 0) {
+            *err = ferr;
+            rc = frc;
+        }
+    }
+out:
+    run_free(&r);
+    return rc;
+}
+
+static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
+    int rc;
+    const dt_cluster *c = &r->cluster;
+    if (!o->data_path || !*o->data_path) return dt_errorf(err, DT_EINVAL, "--data: no data path given");
+    dt_opt_config opt;
+    if ((rc = dt_opt_config_init(&opt, o->optimizer, o->learning_rate, err))) return rc;
+    const dt_model_spec *spec = dt_net_spec(r->net);
     dt_data_options dopt = {.h = spec->in_h, .w = spec->in_w, .c = spec->in_c,
                             .validation_fraction = o->validation_fraction, .seed = o->seed,
                             .bad_images = o->fail_on_bad_images ? DT_BAD_IMAGES_FAIL : DT_BAD_IMAGES_SKIP};
-    if ((rc = dt_data_open(&r.data, o->data_path, &dopt, err))) goto out;
-    int classes = dt_net_num_classes(r.net), data_classes = dt_dataset_num_classes(r.data.train);
-    if (data_classes > classes) {
-        rc = dt_errorf(err, DT_ESHAPE, "%s has %d classes but model %s ends in a dense layer of %d units",
-                       o->data_path, data_classes, o->model_path, classes);
-        goto out;
-    }
+    if ((rc = dt_data_open(&r->data, o->data_path, &dopt, err))) return rc;
+    int classes = dt_net_num_classes(r->net), data_classes = dt_dataset_num_classes(r->data.train);
+    if (data_classes > classes)
+        return dt_errorf(err, DT_ESHAPE, "%s has %d classes but model %s ends in a dense layer of %d units",
+                         o->data_path, data_classes, o->model_path, classes);
 
-    size_t n_params = dt_net_param_count(r.net);
-    size_t n_state = n_params * (size_t)dt_opt_slots(&opt);
-    if (!(r.opt_state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) {
-        rc = DT_ENOMEM;
-        goto out;
-    }
-    dt_net_init_params(r.net, o->seed);
-
+    /* Worker i of n trains on shard i of every epoch's permutation (docs/data.md). */
+    int n_workers = c->distributed ? c->n_workers : 1, shard = c->distributed ? c->task_index : 0;
     dt_loader_options lo = {.batch_size = o->batch_size, .shuffle = 1, .seed = o->seed,
-                            .shard_index = 0, .shard_count = 1};
-    if ((rc = dt_loader_create(&r.loader, r.data.train, &lo, err))) goto out;
-    int64_t per_epoch = dt_loader_batches_per_epoch(r.loader);
-    if (per_epoch < 1) {
-        rc = dt_errorf(err, DT_EINVAL, "%s: %zu training examples, fewer than one batch of %d",
-                       o->data_path, dt_dataset_size(r.data.train), o->batch_size);
-        goto out;
-    }
-    int64_t total = o->train_steps > 0 ? o->train_steps : (int64_t)ceil(o->epochs * (double)per_epoch);
+                            .shard_index = shard, .shard_count = n_workers};
+    if ((rc = dt_loader_create(&r->loader, r->data.train, &lo, err))) return rc;
+    int64_t per_epoch = dt_loader_batches_per_epoch(r->loader);
+    if (per_epoch < 1)
+        return dt_errorf(err, DT_EINVAL, "%s: %zu training examples, fewer than one batch of %d for each of %d workers",
+                         o->data_path, dt_dataset_size(r->data.train), o->batch_size, n_workers);
+    /* Global steps per epoch: asynchronous workers each advance the global step once per batch. */
+    int64_t global_per_epoch = per_epoch * n_workers;
+    int64_t total = o->train_steps > 0 ? o->train_steps : (int64_t)ceil(o->epochs * (double)global_per_epoch);
 
+    if (c->distributed) {
+        dt_remote_config rc_cfg = {.cluster = c,
+                                   .placement = &r->placement,
+                                   .opt = opt,
+                                   .connect_timeout_ms = o->connect_timeout_ms,
+                                   .n_workers_to_wait = c->n_workers - 1,
+                                   .log = log};
+        rc = dt_remote_updater_create(&r->updater, &rc_cfg, err);
+    } else {
+        rc = local_updater_create(&r->updater, &opt, dt_net_param_count(r->net), err);
+    }
+    if (rc) return rc;
+
+    int64_t global_step = 0;
+    if ((rc = r->updater->start(r->updater, r->net, o->seed, &global_step, err))) return rc;
+    char role[64] = "";
+    if (c->distributed) snprintf(role, sizeof role, ", worker %d of %d%s", c->task_index, c->n_workers,
+                                 c->is_chief ? " (chief)" : "");
     fprintf(log, "dtrain %s: model %s (%zu parameters), %zu training / %zu validation / %zu test examples, "
-                 "%s lr %g, batch %d, %lld steps (%.2f epochs), %d threads\n",
-            dt_version(), spec->name, n_params, dt_dataset_size(r.data.train),
-            dt_dataset_size(r.data.validation), dt_dataset_size(r.data.test), dt_opt_name(opt.kind),
-            (double)opt.learning_rate, o->batch_size, (long long)total, (double)total / (double)per_epoch,
-            dt_kernels_get_threads());
+                 "%s lr %g, batch %d, %lld global steps (%.2f epochs), %d threads%s\n",
+            dt_version(), spec->name, dt_net_param_count(r->net), dt_dataset_size(r->data.train),
+            dt_dataset_size(r->data.validation), dt_dataset_size(r->data.test), dt_opt_name(opt.kind),
+            (double)opt.learning_rate, o->batch_size, (long long)total, (double)total / (double)global_per_epoch,
+            dt_kernels_get_threads(), role);
     fflush(log);
 
+    /* Only the chief validates and tests: the others would repeat the same numbers. */
+    int evaluates = c->is_chief;
     dt_progress prog;
     dt_progress_init(&prog, o->progress, total);
     double t_start = now_sec(), t_interval = t_start;
     double loss_sum = 0;
-    int64_t correct_sum = 0, seen = 0, interval_examples = 0;
-    for (int64_t step = 0; step < total; step++) {
+    int64_t correct_sum = 0, seen = 0, interval_examples = 0, local_step = 0, last_log = global_step;
+    while (global_step < total) {
         if (o->stop && *o->stop) {
-            rc = dt_errorf(err, DT_EINTR, "training stopped by a signal at step %lld", (long long)step);
+            rc = dt_errorf(err, DT_EINTR, "training stopped by a signal at global step %lld", (long long)global_step);
             break;
         }
         dt_batch b;
-        if ((rc = dt_loader_next(r.loader, &b, err))) break;
-        dt_net_forward(r.net, b.x, b.n, 1, dt_hash64(o->seed, (uint64_t)step));
+        if ((rc = dt_loader_next(r->loader, &b, err))) break;
+        dt_net_forward(r->net, b.x, b.n, 1, dt_hash64(o->seed, (uint64_t)(local_step * n_workers + shard)));
         int correct = 0;
-        float loss = dt_net_loss(r.net, b.labels, &correct);
+        float loss = dt_net_loss(r->net, b.labels, &correct);
         if (!isfinite(loss)) {
-            rc = dt_errorf(err, DT_EINVAL, "loss became %g at step %lld: lower --learning_rate",
-                           (double)loss, (long long)step + 1);
+            rc = dt_errorf(err, DT_EINVAL, "loss became %g at global step %lld: lower --learning_rate",
+                           (double)loss, (long long)global_step + 1);
             break;
         }
-        dt_net_backward(r.net);
-        dt_opt_apply(&opt, dt_net_params(r.net), dt_net_grads(r.net), r.opt_state, n_params, step);
+        dt_net_backward(r->net);
+        if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? global_step : local_step, &global_step, err)))
+            break;
+        local_step++;
         loss_sum += loss * b.n;
         correct_sum += correct;
         seen += b.n;
         interval_examples += b.n;
-        res->steps = step + 1;
-        dt_progress_update(&prog, step + 1, (double)(step + 1) / (double)per_epoch);
+        res->steps = global_step;
+        dt_progress_update(&prog, global_step < total ? global_step : total, (double)global_step / (double)global_per_epoch);
 
-        int epoch_end = (step + 1) % per_epoch == 0;
-        if ((step + 1) % o->steps_to_validate == 0 || epoch_end || step + 1 == total) {
+        int epoch_end = local_step % per_epoch == 0;
+        if (global_step / o->steps_to_validate > last_log / o->steps_to_validate || epoch_end || global_step >= total) {
+            last_log = global_step;
             double t = now_sec();
             double ex_per_sec = interval_examples / (t - t_interval);
-            dt_eval_result val;
-            if ((rc = dt_evaluate(r.net, r.data.validation, NULL, &val, err))) break;
             dt_progress_clear(&prog);
-            fprintf(log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f  val_loss %.4f  val_acc %.4f  "
-                         "%.0f examples/sec\n",
-                    (long long)(step + 1), (double)(step + 1) / (double)per_epoch, loss_sum / seen,
-                    (double)correct_sum / seen, val.loss, val.accuracy, ex_per_sec);
-            fflush(log);
+            fprintf(log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f", (long long)global_step,
+                    (double)global_step / (double)global_per_epoch, loss_sum / seen, (double)correct_sum / seen);
             res->final_loss = loss_sum / seen;
-            res->validation_accuracy = val.accuracy;
+            if (evaluates) {
+                dt_eval_result val;
+                if ((rc = dt_evaluate(r->net, r->data.validation, NULL, &val, err))) break;
+                fprintf(log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
+                res->validation_accuracy = val.accuracy;
+            }
+            fprintf(log, "  %.0f examples/sec\n", ex_per_sec);
+            fflush(log);
             loss_sum = 0;
             correct_sum = seen = interval_examples = 0;
             t_interval = now_sec(); /* validation time is not training time */
@@ -165,25 +322,25 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
     }
     dt_progress_clear(&prog);
     res->seconds = now_sec() - t_start;
-    res->examples_per_sec = (double)res->steps * o->batch_size / res->seconds;
-    if (rc) goto out;
+    res->examples_per_sec = (double)local_step * o->batch_size / res->seconds;
+    if (rc) return rc;
 
-    dt_eval_result test;
-    if ((rc = dt_evaluate(r.net, r.data.test, NULL, &test, err))) goto out;
-    res->test_accuracy = test.accuracy;
-    res->test_loss = test.loss;
-    res->test_examples = test.examples;
-    res->bad_images = (int64_t)dt_dataset_bad_count(r.data.train);
-    if (r.data.validation != r.data.train) res->bad_images += (int64_t)dt_dataset_bad_count(r.data.validation);
-    if (r.data.test != r.data.validation) res->bad_images += (int64_t)dt_dataset_bad_count(r.data.test);
+    res->bad_images = (int64_t)dt_dataset_bad_count(r->data.train);
+    if (r->data.validation != r->data.train) res->bad_images += (int64_t)dt_dataset_bad_count(r->data.validation);
     if (res->bad_images)
         fprintf(log, "skipped %lld undecodable images (use --bad_images=fail to stop on them)\n",
                 (long long)res->bad_images);
-    fprintf(log, "test accuracy %.4f  test loss %.4f  (%lld examples)\n", test.accuracy, test.loss,
-            (long long)test.examples);
-    fprintf(log, "trained %lld steps in %.1f s (%.0f examples/sec)\n", (long long)res->steps,
-            res->seconds, res->examples_per_sec);
-out:
-    run_free(&r);
-    return rc;
+    if (evaluates) {
+        dt_eval_result test;
+        if ((rc = dt_evaluate(r->net, r->data.test, NULL, &test, err))) return rc;
+        res->test_accuracy = test.accuracy;
+        res->test_loss = test.loss;
+        res->test_examples = test.examples;
+        fprintf(log, "test accuracy %.4f  test loss %.4f  (%lld examples)\n", test.accuracy, test.loss,
+                (long long)test.examples);
+    }
+    fprintf(log, "trained %lld local steps in %.1f s (%.0f examples/sec); global step %lld\n",
+            (long long)local_step, res->seconds, res->examples_per_sec, (long long)global_step);
+    fflush(log);
+    return DT_OK;
 }

@@ -1,0 +1,27 @@
+/* How a step's gradients become new parameters. The training loop (train.c) is the same on one
+ * machine and on a cluster worker; only the updater differs:
+ *   local  (train.c):           the optimizer runs here on the whole flat buffer;
+ *   remote (worker/remote.c):   gradients go to the ps tasks holding each slice, and the fresh
+ *                               parameters come back.
+ * A small vtable rather than if/else in the loop, so each side owns its own state. */
+#ifndef DT_TRAIN_UPDATER_H
+#define DT_TRAIN_UPDATER_H
+
+#include <stdint.h>
+
+#include "model/net.h"
+
+typedef struct dt_updater dt_updater;
+struct dt_updater {
+    /* Makes the net's parameters the starting ones (initialise from the seed, or wait for the chief
+     * and pull) and returns the global step training starts at. */
+    int (*start)(dt_updater *u, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err);
+    /* Applies the net's gradients (from the last backward, computed at local_step); on return the
+     * net holds current parameters and *global_step is the cluster's step after this update. */
+    int (*apply)(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err);
+    /* Training is over for this process (the chief also ends the cluster). */
+    int (*finish)(dt_updater *u, dt_error *err);
+    void (*free)(dt_updater *u);
+};
+
+#endif

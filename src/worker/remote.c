@@ -1,0 +1,120 @@
+#include "worker/remote.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "worker/ps_client.h"
+
+typedef struct {
+    dt_updater base;              /* first, so a dt_updater * is a remote * */
+    dt_remote_config cfg;
+    dt_ps_client *client;
+    int n_ps;
+    float **grads;                /* [n_ps] gradient shards, sent zero-copy */
+    const float **views;          /* [n_ps] received parameter shards (valid until the next call) */
+    int64_t *steps;               /* [n_ps] the step each shard belongs to */
+    char **endpoints;
+} remote;
+
+/* The received shards become the net's parameters; ps 0's step is the cluster's global step. */
+static void views_into_net(remote *r, dt_net *net, int64_t *global_step) {
+    for (int p = 0; p < r->n_ps; p++) dt_placement_scatter(r->cfg.placement, p, dt_net_params(net), r->views[p]);
+    *global_step = r->steps[0];
+}
+
+static int remote_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err) {
+    remote *r = (remote *)u;
+    int rc;
+    if (r->cfg.cluster->is_chief) {
+        int ready = 1;
+        for (int p = 0; p < r->n_ps; p++) ready &= dt_ps_client_shard(r->client, p)->initialised;
+        if (!ready) {
+            /* First start of the cluster: the chief alone initialises (TF's Supervisor). */
+            dt_net_init_params(net, seed);
+            /* The gradient buffers are free now: use them to send the initial shards. */
+            for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_params(net));
+            if ((rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, NULL, 0, err)))
+                return rc;
+            if (r->cfg.log) fprintf(r->cfg.log, "chief: initialised %d ps task(s) from seed %llu\n", r->n_ps,
+                                    (unsigned long long)seed);
+        }
+    } else {
+        if ((rc = dt_ps_client_wait_ready(r->client, r->cfg.connect_timeout_ms, err)))
+            return dt_error_prefix(err, "waiting for the chief to initialise the model: ");
+    }
+    if ((rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err))) return rc;
+    views_into_net(r, net, global_step);
+    return DT_OK;
+}
+
+static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
+    remote *r = (remote *)u;
+    for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_grads(net));
+    /* Push and pull in one round trip per ps. */
+    int rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, local_step, 0, r->views, r->steps,
+                                    NULL, err);
+    if (rc) return rc;
+    views_into_net(r, net, global_step);
+    return DT_OK;
+}
+
+static int remote_finish(dt_updater *u, dt_error *err) {
+    remote *r = (remote *)u;
+    if (!r->cfg.cluster->is_chief) return dt_ps_client_done(r->client, err);
+    int rc = dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, err);
+    if (rc && r->cfg.log) fprintf(r->cfg.log, "chief: %s; ending the cluster anyway\n", err->msg);
+    return dt_ps_client_shutdown(r->client, err);
+}
+
+static void remote_free(dt_updater *u) {
+    remote *r = (remote *)u;
+    if (!r) return;
+    dt_ps_client_close(r->client);
+    for (int p = 0; p < r->n_ps; p++) {
+        if (r->grads) free(r->grads[p]);
+        if (r->endpoints) free(r->endpoints[p]);
+    }
+    free(r->grads), free(r->endpoints), free(r->views), free(r->steps);
+    free(r);
+}
+
+int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_error *err) {
+    *out = NULL;
+    remote *r = dt_calloc(1, sizeof *r, "remote updater", err);
+    if (!r) return DT_ENOMEM;
+    r->base = (dt_updater){remote_start, remote_apply, remote_finish, remote_free};
+    r->cfg = *cfg;
+    r->n_ps = cfg->placement->n_ps;
+    int rc = DT_ENOMEM;
+    if (!(r->views = dt_calloc((size_t)r->n_ps, sizeof *r->views, "shard pointers", err)) ||
+        !(r->steps = dt_calloc((size_t)r->n_ps, sizeof *r->steps, "shard steps", err)) ||
+        !(r->grads = dt_calloc((size_t)r->n_ps, sizeof *r->grads, "shard pointers", err)) ||
+        !(r->endpoints = dt_calloc((size_t)r->n_ps, sizeof *r->endpoints, "endpoints", err)))
+        goto fail;
+    for (int p = 0; p < r->n_ps; p++) {
+        size_t n = cfg->placement->shard_count[p];
+        if (!(r->grads[p] = dt_alloc_floats(n, "gradient shard", err)) ||
+            !(r->endpoints[p] = dt_malloc(DT_ENDPOINT_MAX, "endpoint", err)))
+            goto fail;
+        if (dt_addr_connect_endpoint(&cfg->cluster->ps[p], r->endpoints[p], DT_ENDPOINT_MAX)) {
+            rc = dt_errorf(err, DT_EINVAL, "--ps_hosts[%d]: address too long", p);
+            goto fail;
+        }
+    }
+    dt_ps_client_config cc = {
+        .n_ps = r->n_ps,
+        .endpoints = (const char *const *)r->endpoints,
+        .shard_floats = cfg->placement->shard_count,
+        .role = cfg->cluster->is_chief ? DT_ROLE_CHIEF : DT_ROLE_WORKER,
+        .task = cfg->cluster->task_index,
+        .connect_timeout_ms = cfg->connect_timeout_ms,
+        .request_timeout_ms = cfg->request_timeout_ms,
+    };
+    if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;
+    *out = &r->base;
+    return DT_OK;
+fail:
+    remote_free(&r->base);
+    return rc;
+}
