@@ -64,42 +64,51 @@ static double sgemm_peak(int threads) {
     return 2.0 * n * n * n / best / 1e9;
 }
 
-typedef enum { L_CONV, L_POOL, L_RELU, L_DENSE, L_XENT } layer_kind;
+typedef enum { L_CONV, L_POOL, L_RELU, L_DENSE, L_XENT, L_CONVPOOL } layer_kind;
 
 typedef struct {
     const char *name;
     layer_kind kind;
     int h, w, c, oc, k, s; /* conv/pool: input h,w,c; oc; kernel; stride. dense: c = in, oc = out */
     int first;             /* first layer: no input gradient */
+    int pk, ps;            /* L_CONVPOOL: the 2x2 stride-2 SAME pool after the conv */
 } layer;
 
 static const layer fashion[] = {
-    {"conv1 3x3 1->32", L_CONV, 28, 28, 1, 32, 3, 1, 1},
-    {"relu1", L_RELU, 28, 28, 32, 32, 0, 0, 0},
-    {"pool1 2x2", L_POOL, 28, 28, 32, 32, 2, 2, 0},
-    {"conv2 3x3 32->64", L_CONV, 14, 14, 32, 64, 3, 1, 0},
-    {"relu2", L_RELU, 14, 14, 64, 64, 0, 0, 0},
-    {"pool2 2x2", L_POOL, 14, 14, 64, 64, 2, 2, 0},
-    {"dense1 3136->128", L_DENSE, 1, 1, 3136, 128, 0, 0, 0},
-    {"relu3", L_RELU, 1, 1, 128, 128, 0, 0, 0},
-    {"dense2 128->10", L_DENSE, 1, 1, 128, 10, 0, 0, 0},
-    {"softmax xent", L_XENT, 1, 1, 10, 10, 0, 0, 0},
+    {"conv1 3x3 1->32", L_CONV, 28, 28, 1, 32, 3, 1, 1, 0, 0},
+    {"relu1", L_RELU, 28, 28, 32, 32, 0, 0, 0, 0, 0},
+    {"pool1 2x2", L_POOL, 28, 28, 32, 32, 2, 2, 0, 0, 0},
+    {"conv2 3x3 32->64", L_CONV, 14, 14, 32, 64, 3, 1, 0, 0, 0},
+    {"relu2", L_RELU, 14, 14, 64, 64, 0, 0, 0, 0, 0},
+    {"pool2 2x2", L_POOL, 14, 14, 64, 64, 2, 2, 0, 0, 0},
+    {"dense1 3136->128", L_DENSE, 1, 1, 3136, 128, 0, 0, 0, 0, 0},
+    {"relu3", L_RELU, 1, 1, 128, 128, 0, 0, 0, 0, 0},
+    {"dense2 128->10", L_DENSE, 1, 1, 128, 10, 0, 0, 0, 0, 0},
+    {"softmax xent", L_XENT, 1, 1, 10, 10, 0, 0, 0, 0, 0},
 };
 
 static const layer catdog[] = {
-    {"conv1 3x3 3->32", L_CONV, 128, 128, 3, 32, 3, 1, 1},
-    {"pool1 2x2", L_POOL, 128, 128, 32, 32, 2, 2, 0},
-    {"relu1", L_RELU, 64, 64, 32, 32, 0, 0, 0},
-    {"conv2 3x3 32->32", L_CONV, 64, 64, 32, 32, 3, 1, 0},
-    {"pool2 2x2", L_POOL, 64, 64, 32, 32, 2, 2, 0},
-    {"relu2", L_RELU, 32, 32, 32, 32, 0, 0, 0},
-    {"conv3 3x3 32->64", L_CONV, 32, 32, 32, 64, 3, 1, 0},
-    {"pool3 2x2", L_POOL, 32, 32, 64, 64, 2, 2, 0},
-    {"relu3", L_RELU, 16, 16, 64, 64, 0, 0, 0},
-    {"dense1 16384->128", L_DENSE, 1, 1, 16384, 128, 0, 0, 0},
-    {"relu4", L_RELU, 1, 1, 128, 128, 0, 0, 0},
-    {"dense2 128->2", L_DENSE, 1, 1, 128, 2, 0, 0, 0},
-    {"softmax xent", L_XENT, 1, 1, 2, 2, 0, 0, 0},
+    {"conv1 3x3 3->32", L_CONV, 128, 128, 3, 32, 3, 1, 1, 0, 0},
+    {"pool1 2x2", L_POOL, 128, 128, 32, 32, 2, 2, 0, 0, 0},
+    {"relu1", L_RELU, 64, 64, 32, 32, 0, 0, 0, 0, 0},
+    {"conv2 3x3 32->32", L_CONV, 64, 64, 32, 32, 3, 1, 0, 0, 0},
+    {"pool2 2x2", L_POOL, 64, 64, 32, 32, 2, 2, 0, 0, 0},
+    {"relu2", L_RELU, 32, 32, 32, 32, 0, 0, 0, 0, 0},
+    {"conv3 3x3 32->64", L_CONV, 32, 32, 32, 64, 3, 1, 0, 0, 0},
+    {"pool3 2x2", L_POOL, 32, 32, 64, 64, 2, 2, 0, 0, 0},
+    {"relu3", L_RELU, 16, 16, 64, 64, 0, 0, 0, 0, 0},
+    {"dense1 16384->128", L_DENSE, 1, 1, 16384, 128, 0, 0, 0, 0, 0},
+    {"relu4", L_RELU, 1, 1, 128, 128, 0, 0, 0, 0, 0},
+    {"dense2 128->2", L_DENSE, 1, 1, 128, 2, 0, 0, 0, 0, 0},
+    {"softmax xent", L_XENT, 1, 1, 2, 2, 0, 0, 0, 0, 0},
+};
+
+/* What the fused conv + maxpool kernels save on the first block (not part of the totals above). */
+static const layer fashion_fused[] = {
+    {"conv1+pool1 fused", L_CONVPOOL, 28, 28, 1, 32, 3, 1, 1, 2, 2},
+};
+static const layer catdog_fused[] = {
+    {"conv1+pool1 fused", L_CONVPOOL, 128, 128, 3, 32, 3, 1, 1, 2, 2},
 };
 
 typedef struct {
@@ -109,17 +118,25 @@ typedef struct {
 /* Times forward and backward of one layer separately (best of reps). */
 static layer_time bench_layer(const layer *L, int batch, int reps) {
     layer_time res = {1e30, 1e30, 0};
-    dt_window g;
+    dt_window g, pg;
     dt_error err = {0};
     size_t nin = (size_t)batch * L->h * L->w * L->c, nout = nin, nw = 0;
-    if (L->kind == L_CONV || L->kind == L_POOL) {
-        int oc = L->kind == L_CONV ? L->oc : L->c;
+    if (L->kind == L_CONV || L->kind == L_POOL || L->kind == L_CONVPOOL) {
+        int oc = L->kind == L_POOL ? L->c : L->oc;
         if (dt_window_init(&g, L->h, L->w, L->c, oc, L->k, L->k, L->s, L->s, DT_PAD_SAME, &err)) {
             fprintf(stderr, "%s: %s\n", L->name, err.msg);
             exit(1);
         }
         nout = (size_t)batch * g.out_h * g.out_w * oc;
-        if (L->kind == L_CONV) nw = (size_t)L->k * L->k * L->c * oc;
+        if (L->kind != L_POOL) nw = (size_t)L->k * L->k * L->c * oc;
+        if (L->kind == L_CONVPOOL) {
+            if (dt_window_init(&pg, g.out_h, g.out_w, oc, oc, L->pk, L->pk, L->ps, L->ps, DT_PAD_SAME, &err) ||
+                !conv2d_maxpool_fusable(&g, &pg)) {
+                fprintf(stderr, "%s: cannot fuse %s\n", L->name, err.msg);
+                exit(1);
+            }
+            nout = (size_t)batch * pg.out_h * pg.out_w * oc;
+        }
     } else if (L->kind == L_DENSE) {
         nout = (size_t)batch * L->oc;
         nw = (size_t)L->c * L->oc;
@@ -130,6 +147,7 @@ static layer_time bench_layer(const layer *L, int batch, int reps) {
     int32_t *idx = malloc(sizeof(int32_t) * (nout > (size_t)batch ? nout : (size_t)batch));
     float *scratch = NULL;
     if (L->kind == L_CONV) scratch = rand_floats(conv2d_scratch_floats(&g, batch), 9);
+    if (L->kind == L_CONVPOOL) scratch = rand_floats(conv2d_maxpool_scratch_floats(&g, &pg, batch), 9);
     for (int i = 0; i < batch; i++) idx[i] = i % L->oc;
     float *dinp = L->first ? NULL : din;
     for (int r = 0; r < reps + 1; r++) { /* the first round warms caches and thread pools */
@@ -140,6 +158,7 @@ static layer_time bench_layer(const layer *L, int batch, int reps) {
         case L_RELU: relu_forward(out, in, nin); break;
         case L_DENSE: dense_forward(out, in, w, b, batch, L->c, L->oc); break;
         case L_XENT: softmax_xent(dout, in, idx, batch, L->c, NULL); break;
+        case L_CONVPOOL: conv2d_maxpool_forward(out, idx, in, w, b, batch, &g, &pg, scratch); break;
         }
         double t1 = now();
         switch (L->kind) {
@@ -148,13 +167,17 @@ static layer_time bench_layer(const layer *L, int batch, int reps) {
         case L_RELU: relu_backward(din, dout, out, nin); break;
         case L_DENSE: dense_backward(dinp, dw, db, dout, in, w, batch, L->c, L->oc); break;
         case L_XENT: break;
+        case L_CONVPOOL:
+            conv2d_maxpool_backward(dinp, dw, db, dout, idx, in, w, batch, &g, &pg, scratch);
+            break;
         }
         double t2 = now();
         if (r > 0 && t1 - t0 < res.fwd_s) res.fwd_s = t1 - t0;
         if (r > 0 && t2 - t1 < res.bwd_s) res.bwd_s = t2 - t1;
     }
-    if (L->kind == L_CONV || L->kind == L_DENSE) {
-        double macs = L->kind == L_CONV ? (double)nout * L->k * L->k * L->c : (double)batch * L->c * L->oc;
+    if (L->kind == L_CONVPOOL) nout = (size_t)batch * g.out_h * g.out_w * L->oc; /* conv FLOPs */
+    if (L->kind == L_CONV || L->kind == L_DENSE || L->kind == L_CONVPOOL) {
+        double macs = L->kind != L_DENSE ? (double)nout * L->k * L->k * L->c : (double)batch * L->c * L->oc;
         res.flops = 2.0 * macs * (L->first ? 2 : 3); /* forward, dW, and din unless first */
     }
     free(in), free(out), free(dout), free(din), free(w), free(dw), free(b), free(db), free(idx);
@@ -162,8 +185,8 @@ static layer_time bench_layer(const layer *L, int batch, int reps) {
     return res;
 }
 
-static void bench_model(const char *name, const layer *layers, int nl, int batch, int threads,
-                        int reps, double peak) {
+static void bench_model(const char *name, const layer *layers, int nl, const layer *fused, int nf,
+                        int batch, int threads, int reps, double peak) {
     dt_kernels_set_threads(threads);
     printf("\n%s  batch %d  threads %d\n", name, batch, dt_kernels_get_threads());
     printf("  %-20s %9s %9s %9s %9s %7s\n", "layer", "fwd ms", "bwd ms", "total ms", "GFLOP/s", "%peak");
@@ -181,6 +204,11 @@ static void bench_model(const char *name, const layer *layers, int nl, int batch
     }
     printf("  %-20s %29.3f %9.1f %6.1f%%   => %.0f images/s (kernels only)\n", "TOTAL", total * 1e3,
            flops / total / 1e9, 100.0 * flops / total / 1e9 / peak, batch / total);
+    for (int i = 0; i < nf; i++) {
+        layer_time t = bench_layer(&fused[i], batch, reps);
+        printf("  %-20s %9.3f %9.3f %9.3f   (instead of conv1 + pool1)\n", fused[i].name, t.fwd_s * 1e3,
+               t.bwd_s * 1e3, (t.fwd_s + t.bwd_s) * 1e3);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -209,11 +237,11 @@ int main(int argc, char **argv) {
     for (int bi = 0; bi < nb; bi++)
         for (int ti = 0; ti < nt; ti++) {
             if (!strcmp(which, "all") || !strcmp(which, "fashion"))
-                bench_model("fashion", fashion, sizeof fashion / sizeof fashion[0], batches[bi],
-                            tlist[ti], reps, peak);
+                bench_model("fashion", fashion, sizeof fashion / sizeof fashion[0], fashion_fused, 1,
+                            batches[bi], tlist[ti], reps, peak);
             if (!strcmp(which, "all") || !strcmp(which, "catdog"))
-                bench_model("catdog", catdog, sizeof catdog / sizeof catdog[0], batches[bi], tlist[ti],
-                            reps, peak);
+                bench_model("catdog", catdog, sizeof catdog / sizeof catdog[0], catdog_fused, 1,
+                            batches[bi], tlist[ti], reps, peak);
         }
     return 0;
 }
