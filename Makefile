@@ -1,5 +1,6 @@
 # Convenience front end over CMake. The two commands the README promises:
-#   make train   build, then train the default model on Fashion-MNIST (the main job)
+#   make train   build, then train the default model on Fashion-MNIST with a local cluster
+#                (1 ps, 2 asynchronous workers on 127.0.0.1): the main job
 #   make test    build, then run the test suite: a release build, then an ASan+UBSan build with
 #                the fuzz targets (clang), skipping the tests labelled slow there
 JOBS ?= $(shell nproc)
@@ -21,7 +22,7 @@ build-asan: deps
 	cmake --build build-asan -j $(JOBS)
 
 train: build
-	build/dtrain train --model models/fashion.model --data $(DATA)
+	build/dtrain launch --ps 1 --workers 2 --model models/fashion.model --data $(DATA)
 
 test-release: build
 	cd build && ctest --output-on-failure -j $(JOBS)
