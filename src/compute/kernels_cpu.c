@@ -4,10 +4,13 @@
  * steal each other's cores, and single-threaded sgemm on cache-sized chunks is as fast per core as
  * threaded sgemm on the whole matrix (see bench/bench_kernels.c).
  *
- * Convolution is im2col + GEMM, chunked: each thread gathers a block of R output positions into its
- * own [R, KH*KW*C] scratch (sized to stay in L2) and multiplies it by the HWIO kernel viewed as
- * [KH*KW*C, OC]; the result lands directly in NHWC. Backward recomputes the same chunks:
- * dW += col^T @ dout, then dcol = dout @ W^T overwrites col and is scattered back (col2im). */
+ * Convolution: 3x3 stride-1 layers with >= 8 channels run Winograd F(2x2, 3x3) (2.25x fewer
+ * multiplies, as 16 GEMMs per chunk of tiles); the others run chunked im2col + GEMM: each thread
+ * gathers a block of R output positions into its own [R, KH*KW*C] scratch (sized to stay in L2)
+ * and multiplies it by the HWIO kernel viewed as [KH*KW*C, OC]; the result lands directly in
+ * NHWC. Backward recomputes the same chunks: dW += col^T @ dout, then dcol = dout @ W^T
+ * overwrites col and is scattered back (col2im). Gradients are summed in fixed pieces, so they are
+ * bit-identical for any thread count. docs/memory-layout.md has the details and measurements. */
 #include "compute/kernels.h"
 
 #include <cblas.h>
