@@ -35,7 +35,65 @@ typedef struct dt_error {
 const char *dt_strerror(int code);
 const char *dt_version(void);
 
-/* ---- Training on one machine (what `dtrain train` runs) ------------------------------------- */
+/* ---- Building blocks of your own training program (examples/) --------------------------------
+ * A single-machine program becomes distributed with three changes (examples/train_distributed.c):
+ *   1. the cluster from the command line: dt_cluster_from_args (also picks this worker's data shard);
+ *   2. a ps only serves: if (dt_cluster_is_ps(cluster)) return dt_serve(cluster, net, &err);
+ *   3. the optimizer wrapped for the cluster: dt_optimizer_distribute. */
+
+/* A network built from a model file (docs/model-format.md): parameters in one flat buffer. */
+typedef struct dt_net dt_net;
+int dt_net_load(dt_net **out, const char *model_path, int max_batch, dt_error *err);
+void dt_net_free(dt_net *net);
+size_t dt_net_param_count(const dt_net *net);
+/* x [batch, height, width, channels] (NHWC), batch <= max_batch; training turns dropout on (mask
+ * from seed). Returns logits [batch, classes], owned by net, valid until the next forward. */
+const float *dt_net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed);
+/* Mean softmax cross-entropy of the last forward; *correct = argmax matches. */
+float dt_net_loss(dt_net *net, const int32_t *labels, int *correct);
+/* Gradients of the last loss with respect to every parameter. */
+void dt_net_backward(dt_net *net);
+
+/* The cluster: the source's flags (--ps_hosts, --worker_hosts, --job_name, --task_index) or the
+ * TF_CONFIG environment variable; neither means a single process. */
+typedef struct dt_cluster dt_cluster;
+/* Takes the four cluster flags out of argv (the rest stay, in order) and reads TF_CONFIG. */
+int dt_cluster_from_args(dt_cluster **out, int *argc, char **argv, dt_error *err);
+void dt_cluster_delete(dt_cluster *c);
+int dt_cluster_is_ps(const dt_cluster *c);
+int dt_cluster_is_chief(const dt_cluster *c);
+/* A ps task: holds its share of net's variables (and their optimizer state) and applies the
+ * workers' updates until the chief ends training; then returns 0. */
+int dt_serve(const dt_cluster *c, const dt_net *net, const volatile int *stop, dt_error *err);
+
+/* Training batches of a data path (docs/data.md) for net's input: shuffled per epoch from seed;
+ * with a cluster (non-NULL), only this worker's shard. */
+typedef struct dt_batches dt_batches;
+int dt_batches_open(dt_batches **out, const char *data_path, const dt_net *net, int batch_size,
+                    uint64_t seed, const dt_cluster *cluster, dt_error *err);
+int dt_batches_next(dt_batches *b, const float **x, const int32_t **labels, int *n, dt_error *err);
+/* Accuracy of net on the data path's test split. */
+int dt_batches_test_accuracy(dt_batches *b, dt_net *net, double *accuracy, dt_error *err);
+void dt_batches_free(dt_batches *b);
+
+/* An optimizer ("sgd", "momentum", "adam": TensorFlow's formulas) over net's parameters. */
+typedef struct dt_optimizer dt_optimizer;
+int dt_optimizer_new(dt_optimizer **out, const char *name, float learning_rate, const dt_net *net,
+                     dt_error *err);
+/* Wraps *opt for the cluster: the variables and the optimizer's state live on the ps tasks, each
+ * update is pushed there and the new parameters pulled back. issync: 0 asynchronous. */
+int dt_optimizer_distribute(dt_optimizer **opt, const dt_cluster *c, const dt_net *net, int issync,
+                            dt_error *err);
+/* Sets net's starting parameters: initialised from seed (the chief, or a single process), or
+ * pulled once the chief has initialised them. *global_step: where training starts. */
+int dt_optimizer_start(dt_optimizer *o, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err);
+/* Applies the gradients of the last dt_net_backward; *global_step: the step after the update. */
+int dt_optimizer_apply(dt_optimizer *o, dt_net *net, int64_t *global_step, dt_error *err);
+/* Training is over for this process (on a cluster the chief then ends it: the ps tasks exit). */
+int dt_optimizer_finish(dt_optimizer *o, dt_error *err);
+void dt_optimizer_free(dt_optimizer *o);
+
+/* ---- Training as `dtrain train` does it -------------------------------------------------------- */
 
 typedef struct dt_train_options {
     const char *model_path;      /* model file (docs/model-format.md) */

@@ -133,7 +133,7 @@ static void test_from_args(void) {
     char **argv = make_argv(args, argc);
     dt_cluster c;
     dt_error err = {0};
-    CHECK(dt_cluster_from_args(&c, &argc, argv, &err) == 0);
+    CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == 0);
     CHECK(c.n_ps == 1 && c.n_workers == 2 && c.job == DT_JOB_WORKER && c.task_index == 1);
     /* the rest stays, in order; nothing after "--" is looked at */
     CHECK(argc == 5);
@@ -147,7 +147,7 @@ static void test_from_args(void) {
     const char *neg[] = {"prog", "--worker_hosts=a:1", "--job_name=worker", "--task_index", "-1"};
     argc = 5;
     argv = make_argv(neg, argc);
-    CHECK(dt_cluster_from_args(&c, &argc, argv, &err) == DT_EINVAL);
+    CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == DT_EINVAL);
     CHECK_CONTAINS(err.msg, "--task_index");
     CHECK_CONTAINS(err.msg, "negative");
     CHECK(argc == 5 && strcmp(argv[1], "--worker_hosts=a:1") == 0); /* untouched on failure */
@@ -156,14 +156,14 @@ static void test_from_args(void) {
     const char *missing[] = {"prog", "--worker_hosts=a:1", "--job_name"};
     argc = 3;
     argv = make_argv(missing, argc);
-    CHECK(dt_cluster_from_args(&c, &argc, argv, &err) == DT_EINVAL);
+    CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == DT_EINVAL);
     CHECK_CONTAINS(err.msg, "--job_name: missing value");
     free(argv);
 
     const char *twice[] = {"prog", "--worker_hosts=a:1", "--job_name=worker", "--job_name", "ps"};
     argc = 5;
     argv = make_argv(twice, argc);
-    CHECK(dt_cluster_from_args(&c, &argc, argv, &err) == DT_EINVAL);
+    CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == DT_EINVAL);
     CHECK_CONTAINS(err.msg, "--job_name: given twice");
     free(argv);
 
@@ -171,7 +171,7 @@ static void test_from_args(void) {
     const char *other[] = {"prog", "--ps_hosts_file=x", "--task_indexes=3"};
     argc = 3;
     argv = make_argv(other, argc);
-    CHECK(dt_cluster_from_args(&c, &argc, argv, &err) == 0);
+    CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == 0);
     CHECK(!c.distributed && c.is_chief && argc == 3);
     free(argv);
 
@@ -179,7 +179,7 @@ static void test_from_args(void) {
     const char *lone[] = {"prog", "--task_index=1"};
     argc = 2;
     argv = make_argv(lone, argc);
-    CHECK(dt_cluster_from_args(&c, &argc, argv, &err) == DT_EINVAL);
+    CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == DT_EINVAL);
     CHECK_CONTAINS(err.msg, "--worker_hosts");
     free(argv);
 }
@@ -193,7 +193,7 @@ static void test_precedence(void) {
     char **argv = make_argv(plain, argc);
     dt_cluster c;
     dt_error err = {0};
-    CHECK(dt_cluster_from_args(&c, &argc, argv, &err) == 0);
+    CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == 0);
     CHECK(strcmp(c.source, "TF_CONFIG") == 0 && c.job == DT_JOB_PS && c.n_workers == 2);
     dt_cluster_free(&c);
     free(argv);
@@ -202,7 +202,7 @@ static void test_precedence(void) {
                                 "--task_index=2"};
     argc = 4;
     argv = make_argv(with_flags, argc);
-    CHECK(dt_cluster_from_args(&c, &argc, argv, &err) == 0);
+    CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == 0);
     CHECK(strcmp(c.source, "flags") == 0 && c.n_workers == 3 && c.n_ps == 0 && c.task_index == 2);
     CHECK(argc == 1);
     dt_cluster_free(&c);
@@ -211,7 +211,7 @@ static void test_precedence(void) {
     setenv("TF_CONFIG", "  ", 1); /* blank: as if unset */
     argc = 2;
     argv = make_argv(plain, argc);
-    CHECK(dt_cluster_from_args(&c, &argc, argv, &err) == 0);
+    CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == 0);
     CHECK(!c.distributed && c.is_chief && strcmp(c.source, "single process") == 0);
     free(argv);
     unsetenv("TF_CONFIG");

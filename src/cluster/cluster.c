@@ -487,7 +487,7 @@ int dt_cluster_resolve(dt_cluster *c, const char *ps_hosts, const char *worker_h
     return 0;
 }
 
-int dt_cluster_from_args(dt_cluster *c, int *argc, char **argv, dt_error *err) {
+int dt_cluster_parse_args(dt_cluster *c, int *argc, char **argv, dt_error *err) {
     static const char *const names[4] = {"--ps_hosts", "--worker_hosts", "--job_name",
                                          "--task_index"};
     const char *value[4] = {0};

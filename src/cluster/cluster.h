@@ -34,7 +34,7 @@ typedef struct {
     int port;               /* 1..65535 */
 } dt_addr;
 
-typedef struct {
+typedef struct dt_cluster {
     int distributed;        /* 0: single process, every list empty, is_chief = 1 */
     int n_ps;
     dt_addr *ps;            /* [n_ps], owned */
@@ -74,11 +74,11 @@ int dt_cluster_resolve(dt_cluster *c, const char *ps_hosts, const char *worker_h
                        const char *job_name, const char *task_index, const char *tf_config,
                        dt_error *err);
 
-/* Change 1 of 3 for a user's program: consumes --ps_hosts, --worker_hosts, --job_name and
+/* Behind the public dt_cluster_from_args (include/dtrain.h), change 1 of 3 for a user's program: consumes --ps_hosts, --worker_hosts, --job_name and
  * --task_index (as `--flag=value` or `--flag value`) from argv, reads getenv("TF_CONFIG"), and
  * resolves as above. Other arguments stay in argv in their order; *argc is updated and
  * argv[*argc] = NULL. Scanning stops at "--". On failure argv is left unchanged. */
-int dt_cluster_from_args(dt_cluster *c, int *argc, char **argv, dt_error *err);
+int dt_cluster_parse_args(dt_cluster *c, int *argc, char **argv, dt_error *err);
 
 void dt_cluster_free(dt_cluster *c);
 

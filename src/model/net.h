@@ -17,19 +17,17 @@ typedef struct {
     int shape[4];       /* conv kernels HWIO, dense kernels [in, out], biases [out] */
 } dt_param_view;
 
-typedef struct dt_net dt_net;
+/* dt_net, dt_net_load, dt_net_free, dt_net_param_count, dt_net_forward, dt_net_loss and
+ * dt_net_backward are public: include/dtrain.h. */
 
 /* Builds the network; the spec is copied. Fails naming the model line if a shape does not fit. */
 int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_error *err);
-int dt_net_load(dt_net **out, const char *model_path, int max_batch, dt_error *err);
-void dt_net_free(dt_net *net);
 
 const dt_model_spec *dt_net_spec(const dt_net *net);
 int dt_net_max_batch(const dt_net *net);
 int dt_net_num_classes(const dt_net *net);
 size_t dt_net_input_size(const dt_net *net);   /* floats per example: in_h * in_w * in_c */
 
-size_t dt_net_param_count(const dt_net *net);
 float *dt_net_params(dt_net *net);             /* [param_count] */
 float *dt_net_grads(dt_net *net);              /* [param_count], written by dt_net_backward */
 int dt_net_num_views(const dt_net *net);
@@ -38,16 +36,5 @@ const dt_param_view *dt_net_view(const dt_net *net, int i);
 /* Initialises every parameter from its layer's initialiser, drawing from a stream seeded by
  * (seed, view index), so the result does not depend on thread count or build order. */
 void dt_net_init_params(dt_net *net, uint64_t seed);
-
-/* x [batch, in_h, in_w, in_c], batch <= max_batch. training turns dropout on (mask from seed).
- * Returns logits [batch, classes] (owned by net, valid until the next forward). */
-const float *dt_net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed);
-
-/* Loss of the last forward: mean softmax cross-entropy; *correct = argmax matches. Also stores
- * dlogits for dt_net_backward. */
-float dt_net_loss(dt_net *net, const int32_t *labels, int *correct);
-
-/* Backward through the last forward; overwrites dt_net_grads(). */
-void dt_net_backward(dt_net *net);
 
 #endif

@@ -15,7 +15,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "model/net.h"
-#include "ps/ps.h"
+#include "train/serve.h"
 #include "train/evaluate.h"
 #include "train/progress.h"
 #include "train/updater.h"
@@ -60,72 +60,6 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     if (o->connect_timeout_ms < 1)
         return dt_errorf(err, DT_EINVAL, "--connect_timeout must be positive");
     return DT_OK;
-}
-
-/* ---- Local updater: the optimizer runs here on the whole flat buffer. ---- */
-
-typedef struct {
-    dt_updater base;
-    dt_opt_config opt;
-    float *state;
-} local_updater;
-
-static int local_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err) {
-    dt_net_init_params(net, seed);
-    *global_step = 0;
-    return DT_OK;
-}
-
-static int local_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
-    local_updater *l = (local_updater *)u;
-    dt_opt_apply(&l->opt, dt_net_params(net), dt_net_grads(net), l->state, dt_net_param_count(net), local_step);
-    *global_step = local_step + 1;
-    return DT_OK;
-}
-
-static int local_finish(dt_updater *u, dt_error *err) { return DT_OK; }
-
-static void local_free(dt_updater *u) {
-    local_updater *l = (local_updater *)u;
-    if (l) free(l->state);
-    free(l);
-}
-
-static int local_updater_create(dt_updater **out, const dt_opt_config *opt, size_t n_params, dt_error *err) {
-    *out = NULL;
-    local_updater *l = dt_calloc(1, sizeof *l, "updater", err);
-    if (!l) return DT_ENOMEM;
-    l->base = (dt_updater){local_start, local_apply, local_finish, local_free};
-    l->opt = *opt;
-    size_t n_state = n_params * (size_t)dt_opt_slots(opt);
-    if (!(l->state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) {
-        free(l);
-        return DT_ENOMEM;
-    }
-    *out = &l->base;
-    return DT_OK;
-}
-
-/* ---- A ps task: hold its shard until the chief ends training. ---- */
-
-static int serve_ps(const dt_cluster *c, const dt_placement *pl, const dt_train_options *o, FILE *log,
-                    dt_error *err) {
-    char endpoint[DT_ENDPOINT_MAX];
-    if (dt_addr_bind_endpoint(&c->ps[c->task_index], endpoint, sizeof endpoint))
-        return dt_errorf(err, DT_EINVAL, "--ps_hosts[%d]: address too long", c->task_index);
-    dt_ps_stats stats;
-    dt_ps_config cfg = {.endpoint = endpoint,
-                        .ps_index = c->task_index,
-                        .shard_floats = pl->shard_count[c->task_index],
-                        .stop = (volatile sig_atomic_t *)o->stop,
-                        .log = log,
-                        .stats = &stats};
-    int rc = dt_ps_serve(&cfg, err);
-    if (rc == 0)
-        fprintf(log, "ps %d: training over at global step %lld (%llu pushes, %llu pulls); exiting\n",
-                c->task_index, (long long)stats.global_step, (unsigned long long)stats.pushes,
-                (unsigned long long)stats.pulls);
-    return rc;
 }
 
 /* Everything a run owns, so one cleanup path frees it whatever failed. */
@@ -192,7 +126,7 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
         goto out;
     }
     if (r.cluster.job == DT_JOB_PS) {
-        rc = serve_ps(&r.cluster, &r.placement, o, log, err);
+        rc = dt_serve_task(&r.cluster, &r.placement, o->stop, log, err);
         goto out;
     }
     rc = train_loop(&r, o, log, res, err);
@@ -248,7 +182,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
                                    .log = log};
         rc = dt_remote_updater_create(&r->updater, &rc_cfg, err);
     } else {
-        rc = local_updater_create(&r->updater, &opt, dt_net_param_count(r->net), err);
+        rc = dt_local_updater_create(&r->updater, &opt, dt_net_param_count(r->net), err);
     }
     if (rc) return rc;
 

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "compute/optim.h"
 #include "model/net.h"
 
 typedef struct dt_updater dt_updater;
@@ -23,5 +24,8 @@ struct dt_updater {
     int (*finish)(dt_updater *u, dt_error *err);
     void (*free)(dt_updater *u);
 };
+
+/* The local updater: opt over all n_params parameters, state held here. */
+int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, size_t n_params, dt_error *err);
 
 #endif

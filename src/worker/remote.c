@@ -85,6 +85,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
     if (!r) return DT_ENOMEM;
     r->base = (dt_updater){remote_start, remote_apply, remote_finish, remote_free};
     r->cfg = *cfg;
+    if (r->cfg.request_timeout_ms <= 0) r->cfg.request_timeout_ms = 60000;
     r->n_ps = cfg->placement->n_ps;
     int rc = DT_ENOMEM;
     if (!(r->views = dt_calloc((size_t)r->n_ps, sizeof *r->views, "shard pointers", err)) ||

@@ -1,0 +1,48 @@
+/* The local updater: the optimizer runs in this process on the whole flat buffer. */
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "train/updater.h"
+
+typedef struct {
+    dt_updater base;
+    dt_opt_config opt;
+    float *state;
+} local_updater;
+
+static int local_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err) {
+    dt_net_init_params(net, seed);
+    *global_step = 0;
+    return DT_OK;
+}
+
+static int local_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
+    local_updater *l = (local_updater *)u;
+    dt_opt_apply(&l->opt, dt_net_params(net), dt_net_grads(net), l->state, dt_net_param_count(net), local_step);
+    *global_step = local_step + 1;
+    return DT_OK;
+}
+
+static int local_finish(dt_updater *u, dt_error *err) { return DT_OK; }
+
+static void local_free(dt_updater *u) {
+    local_updater *l = (local_updater *)u;
+    if (l) free(l->state);
+    free(l);
+}
+
+int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, size_t n_params, dt_error *err) {
+    *out = NULL;
+    local_updater *l = dt_calloc(1, sizeof *l, "updater", err);
+    if (!l) return DT_ENOMEM;
+    l->base = (dt_updater){local_start, local_apply, local_finish, local_free};
+    l->opt = *opt;
+    size_t n_state = n_params * (size_t)dt_opt_slots(opt);
+    if (!(l->state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) {
+        free(l);
+        return DT_ENOMEM;
+    }
+    *out = &l->base;
+    return DT_OK;
+}
+

@@ -1,0 +1,25 @@
+/* A ps task of a cluster: hold its shard until the chief ends training. */
+#include "core/error.h"
+#include "ps/ps.h"
+#include "train/serve.h"
+
+int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const volatile int *stop, FILE *log,
+                  dt_error *err) {
+    char endpoint[DT_ENDPOINT_MAX];
+    if (dt_addr_bind_endpoint(&c->ps[c->task_index], endpoint, sizeof endpoint))
+        return dt_errorf(err, DT_EINVAL, "--ps_hosts[%d]: address too long", c->task_index);
+    dt_ps_stats stats;
+    dt_ps_config cfg = {.endpoint = endpoint,
+                        .ps_index = c->task_index,
+                        .shard_floats = pl->shard_count[c->task_index],
+                        .stop = (volatile sig_atomic_t *)stop,
+                        .log = log,
+                        .stats = &stats};
+    int rc = dt_ps_serve(&cfg, err);
+    if (rc == 0)
+        fprintf(log, "ps %d: training over at global step %lld (%llu pushes, %llu pulls); exiting\n",
+                c->task_index, (long long)stats.global_step, (unsigned long long)stats.pushes,
+                (unsigned long long)stats.pulls);
+    return rc;
+}
+

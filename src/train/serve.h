@@ -1,0 +1,15 @@
+/* The ps role of a training process (`dtrain train --job_name=ps`, or dt_serve). */
+#ifndef DT_TRAIN_SERVE_H
+#define DT_TRAIN_SERVE_H
+
+#include <stdio.h>
+
+#include "cluster/cluster.h"
+#include "cluster/placement.h"
+
+/* Serves shard c->task_index of the placement on this ps's address until the chief sends SHUTDOWN
+ * (returns 0) or *stop is set (DT_EINTR). Logs to log. */
+int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const volatile int *stop, FILE *log,
+                  dt_error *err);
+
+#endif

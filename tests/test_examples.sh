@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# examples/: the distributed program differs from the single-machine one only in the three marked
+# changes, and both train (the distributed one as 1 ps + 2 workers on 127.0.0.1, all exiting 0).
+set -u
+bindir=$(dirname "${DTRAIN_BIN:-build/dtrain}")
+data=${FASHION:-/usr/share/datasets/fashion-mnist}
+tmp=$(mktemp -d)
+ln -s "$(cd "$data" && pwd)" "$tmp/data"
+trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+
+# Every line only in the distributed version is a CHANGE line (its header comment aside).
+extra=$(diff examples/train_single.c examples/train_distributed.c | grep '^>' | grep -v 'CHANGE' |
+        grep -vE '^> ( \*|/\*)' | grep -vE '^> *$')
+removed=$(diff examples/train_single.c examples/train_distributed.c | grep '^<' | grep -vE '^< ( \*|/\*)' |
+          grep -v 'dt_batches_open')
+[ -z "$extra" ] && [ -z "$removed" ] && ok "examples differ only in the marked changes" \
+  || bad "examples differ only in the marked changes: $extra $removed"
+
+"$bindir/train_single" models/fashion.model "$tmp/data" 100 >"$tmp/single" 2>&1 &&
+  awk '/^test accuracy/ { exit !($3 > 0.5) }' "$tmp/single" && ok "single-machine example trains" \
+  || { bad "single-machine example trains"; cat "$tmp/single"; }
+
+port=$(( 20000 + RANDOM % 20000 ))
+P="--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2))"
+"$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=ps >"$tmp/ps" 2>&1 & p0=$!
+"$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=worker --task_index=1 >"$tmp/w1" 2>&1 & p2=$!
+"$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=worker --task_index=0 >"$tmp/w0" 2>&1 & p1=$!
+( sleep 120; kill -KILL $p0 $p1 $p2 2>/dev/null ) & guard=$!
+wait $p0; s0=$?; wait $p1; s1=$?; wait $p2; s2=$?
+kill $guard 2>/dev/null
+[ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $s2 -eq 0 ] && ok "distributed example: ps and workers exit 0" \
+  || { bad "distributed example: ps and workers exit 0 ($s0 $s1 $s2)"; tail -3 "$tmp/ps" "$tmp/w0" "$tmp/w1"; }
+awk '/^test accuracy/ { exit !($3 > 0.5) }' "$tmp/w0" && ok "distributed example trains" || bad "distributed example trains"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
