@@ -172,6 +172,7 @@ int cmd_launch(int argc, char **argv) {
                    "Starts a cluster on 127.0.0.1: N parameter servers (default 1) and M workers\n"
                    "(default 2), each running `dtrain train` with the given flags and the cluster\n"
                    "flags (--ps_hosts, --worker_hosts, --job_name, --task_index) on free ports.\n"
+                   "Unless --threads is given, each worker gets cores/M compute threads, a ps one.\n"
                    "Output lines are prefixed with [ps0], [worker1], ... The exit status is the\n"
                    "first failure's, after the others are stopped; Ctrl-C stops everything.\n"
                    "See 'dtrain train --help' for the training flags.\n");
@@ -201,6 +202,15 @@ int cmd_launch(int argc, char **argv) {
         }
         pass[n_pass++] = argv[i];
     }
+
+    /* Several processes share this machine's cores: unless told otherwise, each worker gets its
+     * share of them and a ps one thread, and OpenMP threads spin only briefly before sleeping
+     * (libgomp's default spin wait starves the other processes; it reads this at start). */
+    int threads_given = 0;
+    for (int i = 0; i < n_pass; i++) threads_given |= !strncmp(pass[i], "--threads", 9);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int worker_threads = (int)(cores / n_workers) > 1 ? (int)(cores / n_workers) : 1;
+    setenv("GOMP_SPINCOUNT", "10000", 0);
 
     int n = n_ps + n_workers;
     char ps_hosts[32 * 24] = "", worker_hosts[32 * 24] = "";
@@ -239,7 +249,8 @@ int cmd_launch(int argc, char **argv) {
             rc = 1;
             break;
         }
-        char a_ps[sizeof ps_hosts + 16], a_wk[sizeof worker_hosts + 16], a_job[32], a_idx[32];
+        char a_ps[sizeof ps_hosts + 16], a_wk[sizeof worker_hosts + 16], a_job[32], a_idx[32], a_thr[32];
+        snprintf(a_thr, sizeof a_thr, "--threads=%d", is_ps ? 1 : worker_threads);
         snprintf(a_ps, sizeof a_ps, "--ps_hosts=%s", ps_hosts);
         snprintf(a_wk, sizeof a_wk, "--worker_hosts=%s", worker_hosts);
         snprintf(a_job, sizeof a_job, "--job_name=%s", is_ps ? "ps" : "worker");
@@ -265,6 +276,7 @@ int cmd_launch(int argc, char **argv) {
             args[k++] = a_wk;
             args[k++] = a_job;
             args[k++] = a_idx;
+            if (!threads_given) args[k++] = a_thr;
             args[k] = NULL;
             execv(self, args);
             fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
