@@ -348,10 +348,10 @@ static void test_ps_refusals(void) {
 
     dt_wire_header h = dt_wire_header_make(DT_MSG_HELLO, DT_ROLE_WORKER, 1, 7);
     dt_wire_encode(hb, &h);
-    hb[4] = 2; /* version 2 */
+    hb[4] = 1; /* version 1 (before sync replicas) */
     zmq_send(s, hb, sizeof hb, 0);
     CHECK(raw_reply(s, &in) == DT_OK);
-    CHECK(raw_error_says(&in, DT_WIRE_E_VERSION, "version 2, this program speaks version 1"));
+    CHECK(raw_error_says(&in, DT_WIRE_E_VERSION, "version 1, this program speaks version 2"));
     CHECK(in.hdr.request_id == 7);
     dt_wire_in_close(&in);
 
@@ -460,7 +460,7 @@ static void test_client_refuses_other_version(void) {
     dt_error e = {0};
     CHECK(dt_ps_client_open(&c, &cc, &e) == DT_EPROTO);
     CHECK_CONTAINS(e.msg, "version 3");
-    CHECK_CONTAINS(e.msg, "version 1");
+    CHECK_CONTAINS(e.msg, "version 2");
     CHECK_CONTAINS(e.msg, ep);
     pthread_join(th, NULL);
     zmq_close(srv);
@@ -551,6 +551,83 @@ static void test_done_and_wait_done(void) {
     dt_ps_client_close(chief);
     dt_ps_client_close(w1);
     dt_ps_client_close(w2);
+    ps_stop(&ps[0]);
+    ps_stop(&ps[1]);
+}
+
+/* A checkpoint round trip: FETCH returns each shard's parameters, Adam state and step exactly as a
+ * local replica computes them; a fresh ps INITed from that (a restore) continues bit for bit. */
+static void test_fetch_state_and_restore(void) {
+    enum { N0 = 500, N1 = 300 };
+    ps_thread ps[2];
+    ps_start(&ps[0], 0, N0, NULL, 0);
+    ps_start(&ps[1], 1, N1, NULL, 0);
+    size_t sizes[2] = {N0, N1};
+    dt_ps_client *c = client(2, ps, sizes, DT_ROLE_CHIEF, 0);
+    dt_ps_client *w = client(2, ps, sizes, DT_ROLE_WORKER, 1);
+    CHECK(c && w);
+    if (!c || !w) goto out;
+    static float p0[N0], p1[N1], s0[2 * N0], s1[2 * N1], g0[N0], g1[N1];
+    static float f0[N0], f1[N1], fs0[2 * N0], fs1[2 * N1];
+    float *fp[2] = {f0, f1}, *fs[2] = {fs0, fs1};
+    dt_opt_config adam, sgd;
+    dt_opt_config_init(&adam, "adam", 0.01f, NULL);
+    dt_opt_config_init(&sgd, "sgd", 0.01f, NULL);
+    dt_error e = {0};
+    CHECK(dt_ps_client_fetch_state(w, &adam, fp, fs, NULL, &e) == DT_EPROTO);
+    CHECK_CONTAINS(e.msg, "not initialised");
+    fill(p0, N0, 1.0f, 7);
+    fill(p1, N1, 1.0f, 8);
+    fill(s0, 2 * N0, 0.01f, 9);
+    fill(s1, 2 * N1, 0.01f, 10);
+    for (int i = 0; i < 2 * N0; i++) s0[i] = fabsf(s0[i]);
+    for (int i = 0; i < 2 * N1; i++) s1[i] = fabsf(s1[i]);
+    const float *src[2] = {p0, p1}, *st[2] = {s0, s1}, *gs[2] = {g0, g1};
+    CHECK(dt_ps_client_init(c, &adam, src, st, 7, &e) == DT_OK);
+    for (int t = 0; t < 3; t++) {
+        fill(g0, N0, 0.5f, 300 + t);
+        fill(g1, N1, 0.5f, 400 + t);
+        CHECK(dt_ps_client_push_all(w, gs, 7 + t, NULL, &e) == DT_OK);
+        dt_opt_apply(&adam, p0, g0, s0, N0, 7 + t);
+        dt_opt_apply(&adam, p1, g1, s1, N1, 7 + t);
+    }
+    int64_t steps[2] = {-1, -1};
+    CHECK(dt_ps_client_fetch_state(w, &adam, fp, fs, steps, &e) == DT_OK); /* any role may read */
+    CHECK(steps[0] == 10 && steps[1] == 10);
+    CHECK(memcmp(f0, p0, sizeof p0) == 0 && memcmp(f1, p1, sizeof p1) == 0);
+    CHECK(memcmp(fs0, s0, sizeof s0) == 0 && memcmp(fs1, s1, sizeof s1) == 0);
+    CHECK(dt_ps_client_fetch_state(w, &adam, fp, NULL, NULL, &e) == DT_OK); /* parameters only */
+    CHECK(dt_ps_client_fetch_state(w, &sgd, fp, NULL, NULL, &e) == DT_EPROTO);
+    CHECK_CONTAINS(e.msg, "holds adam optimizer state, the caller expects sgd");
+    CHECK(strstr(e.msg, ps[0].endpoint) || strstr(e.msg, ps[1].endpoint)); /* names the ps */
+
+    /* Restore into fresh ps tasks (a restarted cluster) and take one more step on both sides. */
+    dt_ps_client_close(c);
+    dt_ps_client_close(w);
+    c = w = NULL;
+    ps_stop(&ps[0]);
+    ps_stop(&ps[1]);
+    ps_start(&ps[0], 0, N0, NULL, 0);
+    ps_start(&ps[1], 1, N1, NULL, 0);
+    c = client(2, ps, sizes, DT_ROLE_CHIEF, 0);
+    CHECK(c != NULL);
+    if (!c) goto out;
+    const float *rp[2] = {f0, f1}, *rs[2] = {fs0, fs1};
+    CHECK(dt_ps_client_init(c, &adam, rp, rs, steps[0], &e) == DT_OK);
+    fill(g0, N0, 0.5f, 500);
+    fill(g1, N1, 0.5f, 501);
+    dt_push_result res;
+    CHECK(dt_ps_client_push_all(c, gs, 10, &res, &e) == DT_OK);
+    CHECK(res.global_step == 11);
+    dt_opt_apply(&adam, p0, g0, s0, N0, 10);
+    dt_opt_apply(&adam, p1, g1, s1, N1, 10);
+    CHECK(dt_ps_client_fetch_state(c, &adam, fp, fs, steps, &e) == DT_OK);
+    CHECK(steps[0] == 11 && steps[1] == 11);
+    CHECK(memcmp(f0, p0, sizeof p0) == 0 && memcmp(f1, p1, sizeof p1) == 0);
+    CHECK(memcmp(fs0, s0, sizeof s0) == 0 && memcmp(fs1, s1, sizeof s1) == 0);
+out:
+    dt_ps_client_close(c);
+    dt_ps_client_close(w);
     ps_stop(&ps[0]);
     ps_stop(&ps[1]);
 }
@@ -689,5 +766,6 @@ int main(void) {
     RUN(test_client_refuses_other_version);
     RUN(test_pull_waits_for_step);
     RUN(test_done_and_wait_done);
+    RUN(test_fetch_state_and_restore);
     return test_summary();
 }

@@ -21,7 +21,14 @@ static dt_wire_header sample(uint8_t type) {
     h.count_a = 0xFFFFFFFFFFull + type;
     h.count_b = 42;
     h.count_c = 0x1122334455667788ull;
-    if (type == DT_MSG_INIT || type == DT_MSG_WELCOME) {
+    if (type == DT_MSG_INIT) { /* sync: aggregate 2 of 3 replicas, staleness 1 */
+        h.count_a = 2;
+        h.count_b = 3;
+        h.count_c = 1;
+    }
+    if (type == DT_MSG_PULL) h.flags = DT_WIRE_F_EXACT;
+    if (type == DT_MSG_PUSH) h.flags = DT_WIRE_F_SYNC;
+    if (type == DT_MSG_INIT || type == DT_MSG_WELCOME || type == DT_MSG_STATE) {
         h.opt_kind = 2;
         h.opt_slots = 2;
         h.learning_rate = 1e-4f;
@@ -65,7 +72,7 @@ static void test_byte_layout(void) {
     dt_wire_encode(b, &h);
     CHECK(memcmp(b, "DTRN", 4) == 0);
     CHECK(b[4] == DT_WIRE_VERSION && b[5] == 0);
-    CHECK(b[6] == DT_MSG_PUSH && b[7] == 0 && b[8] == DT_ROLE_WORKER && b[9] == 0);
+    CHECK(b[6] == DT_MSG_PUSH && b[7] == DT_WIRE_F_SYNC && b[8] == DT_ROLE_WORKER && b[9] == 0);
     CHECK(b[10] == 0x01 && b[11] == 0x02);                       /* task 513, little endian */
     CHECK(b[12] == 0xD4 && b[13] == 0xC3 && b[14] == 0xB2 && b[15] == 0xA1);
     CHECK(b[16] == 0x08 && b[23] == 0x01);                       /* global step */
@@ -109,9 +116,9 @@ static void test_refusals(void) {
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "magic"));
 
     memcpy(b, good, sizeof good);
-    b[4] = 2; /* version 2, and another size: the version is what is reported */
-    CHECK(decode_fails(b, 40, DT_EPROTO, "version 2"));
-    CHECK(decode_fails(b, sizeof good, DT_EPROTO, "this program speaks version 1"));
+    b[4] = 1; /* version 1, and another size: the version is what is reported */
+    CHECK(decode_fails(b, 40, DT_EPROTO, "version 1"));
+    CHECK(decode_fails(b, sizeof good, DT_EPROTO, "this program speaks version 2"));
 
     CHECK(decode_fails(good, 0, DT_EFORMAT, "truncated"));
     CHECK(decode_fails(good, 3, DT_EFORMAT, "truncated"));
@@ -128,6 +135,14 @@ static void test_refusals(void) {
     memcpy(b, good, sizeof good);
     b[7] = 0x80;
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "flags"));
+    memcpy(b, good, sizeof good);
+    b[7] = DT_WIRE_F_SYNC; /* a PULL may be EXACT, not SYNC */
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "flags 0x02"));
+    dt_wire_header stat = sample(DT_MSG_STATUS);
+    stat.flags = DT_WIRE_F_EXACT;
+    uint8_t sb[DT_WIRE_HEADER_SIZE];
+    dt_wire_encode(sb, &stat);
+    CHECK(decode_fails(sb, sizeof sb, DT_EFORMAT, "STATUS header: unknown flags 0x01"));
     memcpy(b, good, sizeof good);
     b[8] = 9;
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "role"));
@@ -159,6 +174,31 @@ static void test_refusals(void) {
     b[63] = 0x7F, b[62] = 0xC0; /* learning rate NaN */
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "learning_rate"));
 
+    /* INIT's sync configuration: aggregate <= total <= limit, staleness <= limit, async all zero. */
+    dt_wire_header bad = sample(DT_MSG_INIT);
+    uint8_t ib[DT_WIRE_HEADER_SIZE];
+    bad.count_b = 1; /* total below aggregate */
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "total_num_replicas 1 must be in 2.."));
+    bad.count_b = DT_WIRE_MAX_REPLICAS + 1;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "total_num_replicas"));
+    bad = sample(DT_MSG_INIT);
+    bad.count_c = DT_WIRE_MAX_STALENESS + 1;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "staleness"));
+    bad = sample(DT_MSG_INIT);
+    bad.count_a = 0; /* asynchronous, yet a total */
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "asynchronous"));
+    bad.count_b = bad.count_c = 0;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_OK, NULL));
+    dt_wire_header state = sample(DT_MSG_STATE);
+    state.opt_slots = 1; /* adam with 1 slot */
+    dt_wire_encode(ib, &state);
+    CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "STATE header: optimizer kind 2 has 2 state slots"));
+
     CHECK(dt_wire_peek_request_id(good, sizeof good) == 0xA1B2C3D4u);
     CHECK(dt_wire_peek_request_id(good, 10) == 0);
 }
@@ -185,6 +225,15 @@ static void test_payload_bounds(void) {
     init.opt_slots = 200; /* a hand-made header: no overflow, refused */
     init.payload_bytes = 201 * 1000 * 4;
     CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_EFORMAT);
+
+    dt_wire_header state = sample(DT_MSG_STATE); /* as INIT */
+    state.payload_bytes = 3 * 1000 * 4;
+    CHECK(dt_wire_check_payload(&state, 1000, &e) == DT_OK);
+    state.payload_bytes = 2 * 1000 * 4;
+    CHECK(dt_wire_check_payload(&state, 1000, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "STATE payload");
+    dt_wire_header fetch = sample(DT_MSG_FETCH);
+    CHECK(fetch.payload_bytes == 0 && dt_wire_check_payload(&fetch, 1000, &e) == DT_OK);
 
     dt_wire_header er = sample(DT_MSG_ERROR);
     er.payload_bytes = DT_WIRE_MAX_ERROR_TEXT;

@@ -187,6 +187,35 @@ static int check_payload(ps_t *ps, zmq_msg_t *id, const dt_wire_in *in) {
     return 0;
 }
 
+/* The optimizer fields of WELCOME and STATE (all zero before INIT: sgd, 0 slots). */
+static void put_optimizer(const ps_t *ps, dt_wire_header *r) {
+    r->opt_kind = (uint8_t)ps->opt.kind;
+    r->opt_slots = (uint8_t)ps->slots;
+    r->learning_rate = ps->opt.learning_rate;
+    r->momentum = ps->opt.momentum;
+    r->beta1 = ps->opt.beta1;
+    r->beta2 = ps->opt.beta2;
+    r->epsilon = ps->opt.epsilon;
+}
+
+/* The whole shard for a checkpoint: parameters, then the optimizer state slot-major, as INIT takes
+ * them back (a restore is an INIT with this payload and step). */
+static void on_fetch(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
+    if (!check_ready(ps, id, in)) return;
+    const size_t pbytes = ps->n * sizeof(float), sbytes = (size_t)ps->slots * pbytes;
+    zmq_msg_t m;
+    if (zmq_msg_init_size(&m, pbytes + sbytes) != 0) {
+        refuse(ps, id, in, DT_WIRE_E_BUSY, "out of memory for a STATE reply");
+        return;
+    }
+    char *d = zmq_msg_data(&m);
+    memcpy(d, ps->params, pbytes);
+    if (sbytes) memcpy(d + pbytes, ps->state, sbytes);
+    dt_wire_header r = reply_to(ps, DT_MSG_STATE, &in->hdr);
+    put_optimizer(ps, &r);
+    dt_wire_send(ps->sock, id, &r, &m, ZMQ_DONTWAIT, NULL);
+}
+
 static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     const dt_wire_header *h = &in->hdr;
     char msg[256];
@@ -291,19 +320,14 @@ static void handle(ps_t *ps, dt_wire_in *in) {
             return;
         }
         dt_wire_header r = reply_to(ps, DT_MSG_WELCOME, h);
-        r.opt_kind = (uint8_t)ps->opt.kind; /* all zero (sgd, 0 slots) before INIT */
-        r.opt_slots = (uint8_t)ps->slots;
-        r.learning_rate = ps->opt.learning_rate;
-        r.momentum = ps->opt.momentum;
-        r.beta1 = ps->opt.beta1;
-        r.beta2 = ps->opt.beta2;
-        r.epsilon = ps->opt.epsilon;
+        put_optimizer(ps, &r);
         dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
         return;
     }
     case DT_MSG_INIT: on_init(ps, id, in); return;
     case DT_MSG_PULL: on_pull(ps, id, in); return;
     case DT_MSG_PUSH: on_push(ps, id, in); return;
+    case DT_MSG_FETCH: on_fetch(ps, id, in); return;
     case DT_MSG_STATUS: {
         dt_wire_header r = reply_to(ps, DT_MSG_STATUS_REPLY, h);
         r.count_a = ps->pushes;

@@ -88,7 +88,37 @@ void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
 }
 
 int dt_wire_type_has_payload(uint8_t type) {
-    return type == DT_MSG_INIT || type == DT_MSG_PARAMS || type == DT_MSG_PUSH || type == DT_MSG_ERROR;
+    return type == DT_MSG_INIT || type == DT_MSG_PARAMS || type == DT_MSG_PUSH || type == DT_MSG_ERROR ||
+           type == DT_MSG_STATE;
+}
+
+/* The flags a type may carry. */
+static uint8_t allowed_flags(uint8_t type) {
+    switch (type) {
+    case DT_MSG_PULL: return DT_WIRE_F_EXACT;
+    case DT_MSG_PUSH: return DT_WIRE_F_SYNC;
+    default: return 0;
+    }
+}
+
+/* INIT's sync configuration: all zero (asynchronous), or 1 <= aggregate <= total <= the replica
+ * limit and a staleness within its limit. */
+static int check_sync_config(const dt_wire_header *h, dt_error *err) {
+    if (h->count_a == 0) {
+        if (h->count_b || h->count_c)
+            return dt_errorf(err, DT_EFORMAT, "INIT header: asynchronous (replicas_to_aggregate 0) with "
+                             "total_num_replicas %llu, staleness %llu (must be 0)",
+                             (unsigned long long)h->count_b, (unsigned long long)h->count_c);
+        return DT_OK;
+    }
+    if (h->count_b < h->count_a || h->count_b > DT_WIRE_MAX_REPLICAS)
+        return dt_errorf(err, DT_EFORMAT, "INIT header: total_num_replicas %llu must be in %llu..%u "
+                         "(replicas_to_aggregate..limit)", (unsigned long long)h->count_b,
+                         (unsigned long long)h->count_a, DT_WIRE_MAX_REPLICAS);
+    if (h->count_c > DT_WIRE_MAX_STALENESS)
+        return dt_errorf(err, DT_EFORMAT, "INIT header: staleness %llu beyond the limit %u",
+                         (unsigned long long)h->count_c, DT_WIRE_MAX_STALENESS);
+    return DT_OK;
 }
 
 /* The optimizer fields of INIT and WELCOME: a known kind, its slot count, finite values. */
@@ -157,7 +187,7 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     if (h.type < 1 || h.type > DT_MSG_TYPE_MAX)
         return dt_errorf(err, DT_EFORMAT, "unknown message type %u (byte %d)", h.type, OFF_TYPE);
     const char *tn = dt_wire_type_name(h.type);
-    if (h.flags != 0)
+    if (h.flags & ~allowed_flags(h.type))
         return dt_errorf(err, DT_EFORMAT, "%s header: unknown flags 0x%02x (byte %d)", tn, h.flags,
                          OFF_FLAGS);
     if (h.role > DT_ROLE_MAX)
@@ -178,8 +208,12 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     if (h.initialised > 1)
         return dt_errorf(err, DT_EFORMAT, "%s header: initialised flag is %u, expected 0 or 1", tn,
                          h.initialised);
-    if (h.type == DT_MSG_INIT || h.type == DT_MSG_WELCOME) {
+    if (h.type == DT_MSG_INIT || h.type == DT_MSG_WELCOME || h.type == DT_MSG_STATE) {
         int rc = check_optimizer(&h, err);
+        if (rc) return rc;
+    }
+    if (h.type == DT_MSG_INIT) {
+        int rc = check_sync_config(&h, err);
         if (rc) return rc;
     }
     *out = h;
@@ -202,9 +236,10 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
     case DT_MSG_PUSH:
     case DT_MSG_PARAMS: want = shard_floats * 4; break;
     case DT_MSG_INIT:
+    case DT_MSG_STATE:
         /* opt_slots <= 2 was checked by decode; recheck so a hand-made header cannot overflow. */
         if (h->opt_slots > DT_WIRE_MAX_SLOTS)
-            return dt_errorf(err, DT_EFORMAT, "INIT header: %u optimizer slots, at most %u", h->opt_slots,
+            return dt_errorf(err, DT_EFORMAT, "%s header: %u optimizer slots, at most %u", tn, h->opt_slots,
                              DT_WIRE_MAX_SLOTS);
         want = (1 + (uint64_t)h->opt_slots) * shard_floats * 4;
         break;
@@ -253,6 +288,8 @@ const char *dt_wire_type_name(uint8_t type) {
     case DT_MSG_TOKEN: return "TOKEN";
     case DT_MSG_HEARTBEAT: return "HEARTBEAT";
     case DT_MSG_DONE: return "DONE";
+    case DT_MSG_FETCH: return "FETCH";
+    case DT_MSG_STATE: return "STATE";
     }
     return "unknown";
 }
@@ -280,6 +317,7 @@ const char *dt_wire_status_name(int32_t status) {
     case DT_WIRE_E_BUSY: return "busy";
     case DT_WIRE_E_BAD_VALUE: return "bad value";
     case DT_WIRE_E_SHUTDOWN: return "shutting down";
+    case DT_WIRE_E_GONE: return "step no longer kept";
     }
     return "unknown status";
 }

@@ -20,12 +20,20 @@
 #include "dtrain.h"
 
 #define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
-#define DT_WIRE_VERSION 1u
+#define DT_WIRE_VERSION 2u              /* 2: sync replicas, FETCH/STATE (docs/protocol.md) */
 #define DT_WIRE_HEADER_SIZE 104u
 #define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
 #define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
 /* Largest shard a header may describe: 2^32 floats (16 GiB). Bounds every payload size product. */
 #define DT_WIRE_MAX_SHARD_FLOATS (UINT64_C(1) << 32)
+/* Sync mode (INIT): at most this many replicas (worker task indices are u16) and this staleness
+ * bound (a ps holds at most (staleness + 1) * replicas_to_aggregate gradients). */
+#define DT_WIRE_MAX_REPLICAS 65536u
+#define DT_WIRE_MAX_STALENESS 64u
+
+/* header.flags (other bits must be 0) */
+#define DT_WIRE_F_EXACT 0x01u  /* PULL: global_step is the exact step wanted, not a minimum */
+#define DT_WIRE_F_SYNC 0x02u   /* PUSH: a sync-mode gradient; local_step = the step it is for */
 
 typedef enum {
     DT_MSG_HELLO = 1,      /* client -> ps: version and role check; shard_floats = expected (0 any) */
@@ -43,8 +51,10 @@ typedef enum {
     DT_MSG_TOKEN = 13,     /* reserved for sync mode (a step barrier token); v1 ps: UNSUPPORTED */
     DT_MSG_HEARTBEAT = 14, /* either way: liveness probe, answered with HEARTBEAT + global_step */
     DT_MSG_DONE = 15,      /* worker -> ps: this worker has finished training; ps replies ACK */
+    DT_MSG_FETCH = 16,     /* client -> ps: the whole shard state, for a checkpoint */
+    DT_MSG_STATE = 17,     /* ps -> client: payload params[n] ++ state[slots*n]; optimizer, global_step */
 } dt_msg_type;
-#define DT_MSG_TYPE_MAX 15
+#define DT_MSG_TYPE_MAX 17
 
 /* The sender's role. Only the chief may INIT or SHUTDOWN a ps. */
 typedef enum { DT_ROLE_NONE = 0, DT_ROLE_PS = 1, DT_ROLE_WORKER = 2, DT_ROLE_CHIEF = 3 } dt_wire_role;
@@ -63,12 +73,13 @@ enum {
     DT_WIRE_E_BUSY = 106,        /* too many deferred requests */
     DT_WIRE_E_BAD_VALUE = 107,   /* a field's value is refused (optimizer config, step) */
     DT_WIRE_E_SHUTDOWN = 108,    /* ps is shutting down: deferred requests are answered with this */
+    DT_WIRE_E_GONE = 109,        /* PULL of an exact step the ps no longer keeps */
 };
 
 typedef struct {
     uint16_t version;       /* filled by decode; encode always writes DT_WIRE_VERSION */
     uint8_t type;           /* dt_msg_type */
-    uint8_t flags;          /* none defined in v1: must be 0 */
+    uint8_t flags;          /* DT_WIRE_F_* allowed for the type; others 0 */
     uint8_t role;           /* dt_wire_role of the sender */
     uint16_t task;          /* sender's task index */
     uint32_t request_id;    /* chosen by the requester, echoed in the reply */
@@ -78,13 +89,14 @@ typedef struct {
     uint32_t shard;         /* ps index the message is for / from */
     int32_t status;         /* DT_WIRE_OK / STALE / E_* */
     uint64_t shard_floats;  /* HELLO: expected (0 any); WELCOME, INIT: the shard size */
-    uint8_t opt_kind;       /* INIT, WELCOME: dt_opt_kind */
-    uint8_t opt_slots;      /* INIT, WELCOME: state floats per parameter, <= DT_WIRE_MAX_SLOTS */
+    uint8_t opt_kind;       /* INIT, WELCOME, STATE: dt_opt_kind */
+    uint8_t opt_slots;      /* INIT, WELCOME, STATE: state floats per parameter, <= DT_WIRE_MAX_SLOTS */
     uint8_t initialised;    /* WELCOME, STATUS_REPLY: 0 or 1 */
-    float learning_rate, momentum, beta1, beta2, epsilon; /* INIT, WELCOME */
-    uint64_t count_a;       /* STATUS_REPLY: updates applied; PUSH_ACK: stale pushes so far */
-    uint64_t count_b;       /* STATUS_REPLY: pulls served */
-    uint64_t count_c;       /* STATUS_REPLY: distinct workers that sent DONE */
+    float learning_rate, momentum, beta1, beta2, epsilon; /* INIT, WELCOME, STATE */
+    /* Per type (docs/protocol.md): STATUS_REPLY updates applied / PARAMS replies / workers done;
+     * INIT replicas_to_aggregate (0: async) / total_num_replicas / staleness; PUSH_ACK this
+     * worker's stale gradients so far; PARAMS microseconds the PULL waited at the ps. */
+    uint64_t count_a, count_b, count_c;
 } dt_wire_header;
 
 /* A zeroed header of the given type (version set). */
@@ -96,8 +108,8 @@ void dt_wire_encode(uint8_t *out, const dt_wire_header *h);
 
 /* Decodes and validates one header frame of len bytes. Checks, in this order: at least the magic
  * and version are present, the magic, the version (message names both versions), the exact size,
- * the type, flags, role, reserved bytes, steps >= 0, payload presence per type, the optimizer
- * fields. Returns DT_EPROTO for a version mismatch, DT_EFORMAT otherwise. */
+ * the type, flags (per type), role, reserved bytes, steps >= 0, payload presence per type, the
+ * optimizer fields, INIT's sync configuration. Returns DT_EPROTO for a version mismatch, DT_EFORMAT otherwise. */
 int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *err);
 
 /* The request id of a header that failed to decode (so the refusal can be matched by the peer):
@@ -109,7 +121,7 @@ uint32_t dt_wire_peek_request_id(const void *buf, size_t len);
 int dt_wire_type_has_payload(uint8_t type);
 
 /* Bounds h->payload_bytes for a receiver whose peer shard holds shard_floats floats: PUSH and
- * PARAMS exactly shard_floats*4, INIT exactly (1 + opt_slots)*shard_floats*4, ERROR at most
+ * PARAMS exactly shard_floats*4, INIT and STATE exactly (1 + opt_slots)*shard_floats*4, ERROR at most
  * DT_WIRE_MAX_ERROR_TEXT, others 0. Call before receiving or allocating anything for the payload. */
 int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_error *err);
 

@@ -338,11 +338,8 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
             goto fail;
         }
         strcpy(p->endpoint, ep);
-        /* A client receives PARAMS (n floats), short replies and ERROR text, nothing larger. */
-        uint64_t max_frame = (uint64_t)n * sizeof(float);
-        if (max_frame < DT_WIRE_MAX_ERROR_TEXT) max_frame = DT_WIRE_MAX_ERROR_TEXT;
-        if (max_frame < DT_WIRE_HEADER_SIZE) max_frame = DT_WIRE_HEADER_SIZE;
-        if (!(p->sock = dt_zsock_open(c->ctx, ZMQ_DEALER, max_frame, 0, c->request_timeout_ms, err))) {
+        /* The largest reply is STATE (parameters and up to 2 optimizer slots). */
+        if (!(p->sock = dt_zsock_open(c->ctx, ZMQ_DEALER, dt_wire_max_frame(n), 0, c->request_timeout_ms, err))) {
             rc = dt_error_prefix(err, "ps %d at %s: ", i, ep);
             goto fail;
         }
@@ -550,6 +547,47 @@ int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t l
                            int64_t min_step, const float **views, int64_t *steps, dt_push_result *res,
                            dt_error *err) {
     return xfer(c, grads, local_step, min_step, views, steps, res, err);
+}
+
+/* Where STATE replies go. */
+typedef struct {
+    const dt_opt_config *opt;
+    float *const *params, *const *state;
+} fetch_ctx;
+
+static int on_state(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+    fetch_ctx *f = user;
+    const dt_wire_header *h = &in->hdr;
+    if (h->opt_kind != (uint8_t)f->opt->kind) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "holds %s optimizer state, the caller expects %s (same --optimizer everywhere?)",
+                 dt_opt_name((dt_opt_kind)h->opt_kind), dt_opt_name(f->opt->kind));
+        return fail_ps(c, i, err, DT_EPROTO, "FETCH", msg);
+    }
+    /* The slot count matches the kind (checked by decode) and the size the slots (by on_message). */
+    const char *d = zmq_msg_data(&in->payload);
+    size_t pbytes = c->ps[i].n * sizeof(float);
+    memcpy(f->params[i], d, pbytes);
+    if (f->state && h->opt_slots) memcpy(f->state[i], d + pbytes, (size_t)h->opt_slots * pbytes);
+    return DT_OK;
+}
+
+int dt_ps_client_fetch_state(dt_ps_client *c, const dt_opt_config *opt, float *const *params,
+                             float *const *state, int64_t *steps, dt_error *err) {
+    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
+    for (int i = 0; i < c->n_ps; i++) {
+        dt_wire_header h = dt_wire_header_make(DT_MSG_FETCH, 0, 0, 0);
+        int rc = send_req(c, i, &h, DT_MSG_STATE, NULL, deadline, err);
+        if (rc) {
+            clear_awaits(c);
+            return rc;
+        }
+    }
+    fetch_ctx f = {.opt = opt, .params = params, .state = state};
+    int rc = gather(c, deadline, "FETCH", on_state, &f, err);
+    if (!rc && steps)
+        for (int i = 0; i < c->n_ps; i++) steps[i] = c->ps[i].st.global_step;
+    return rc;
 }
 
 int dt_ps_client_shutdown(dt_ps_client *c, dt_error *err) {

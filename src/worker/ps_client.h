@@ -59,6 +59,18 @@ const dt_ps_shard_status *dt_ps_client_shard(const dt_ps_client *c, int ps);
 int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *const *params,
                       const float *const *state, int64_t global_step, dt_error *err);
 
+/* Reads every ps's whole shard for a checkpoint: parameters into params[i] (shard_floats[i]
+ * floats), optimizer state into state[i] (dt_opt_slots(opt) * shard_floats[i] floats, slot-major as
+ * INIT takes it; state may be NULL) and each shard's global step into steps[i] (may be NULL).
+ * opt is the optimizer the caller expects: a ps holding another kind is refused (DT_EPROTO), and
+ * so is one not initialised yet. Any role may fetch. Restoring is dt_ps_client_init with the same
+ * buffers and step. Each shard is read at one step, but shards may be at different steps (async
+ * mode, or sync with backup workers or staleness): compare steps[] and fetch again if they must agree. In sync
+ * mode with replicas_to_aggregate == total_num_replicas, a worker calling this between its steps
+ * and staleness 0 always gets one step, since no ps can move on without that worker's gradient. */
+int dt_ps_client_fetch_state(dt_ps_client *c, const dt_opt_config *opt, float *const *params,
+                             float *const *state, int64_t *steps, dt_error *err);
+
 /* Polls STATUS until every ps is initialised or timeout_ms passes (then fails naming the first ps
  * still waiting). */
 int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err);
