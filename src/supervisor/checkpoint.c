@@ -1,0 +1,501 @@
+#include "supervisor/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "supervisor/ckpt_index.h"
+#include "supervisor/fsutil.h"
+
+#define MAX_SLOTS 2
+#define NAME_CAP 80 /* a view name (< 48) + "/" + a slot name */
+
+const char *dt_ckpt_slot_name(dt_opt_kind kind, int slot) {
+    static const char *const momentum[] = {"momentum"}, *const adam[] = {"adam_m", "adam_v"};
+    if (kind == DT_OPT_MOMENTUM && slot == 0) return momentum[0];
+    if (kind == DT_OPT_ADAM && slot >= 0 && slot < 2) return adam[slot];
+    return "?";
+}
+
+void dt_ckpt_file_name(char *out, size_t cap, int64_t global_step) {
+    snprintf(out, cap, DT_CKPT_PREFIX "%" PRId64 DT_CKPT_SUFFIX, global_step);
+}
+
+static int run_slots(const dt_ckpt_run *run) { return run->opt ? dt_opt_slots(run->opt) : 0; }
+
+/* ---- Metadata ------------------------------------------------------------------------------- */
+
+/* JSON text of obj (malloc'd), consuming obj. */
+static char *dump(json_t *obj) {
+    char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(obj);
+    return s;
+}
+
+static char *optimizer_json(const dt_opt_config *o) {
+    json_t *j = json_pack("{s:s, s:f}", "name", dt_opt_name(o->kind), "learning_rate", (double)o->learning_rate);
+    if (j && o->kind == DT_OPT_MOMENTUM) json_object_set_new(j, "momentum", json_real(o->momentum));
+    if (j && o->kind == DT_OPT_ADAM) {
+        json_object_set_new(j, "beta1", json_real(o->beta1));
+        json_object_set_new(j, "beta2", json_real(o->beta2));
+        json_object_set_new(j, "epsilon", json_real(o->epsilon));
+    }
+    return dump(j);
+}
+
+/* Where the data stream stands after global_step updates: each worker has consumed about
+ * global_step / n_workers batches of its shard (exactly that on one machine). */
+static char *data_position_json(const dt_ckpt_run *run, int64_t global_step) {
+    int n = run->n_workers > 0 ? run->n_workers : 1;
+    int64_t batches = global_step / n, per = run->batches_per_epoch;
+    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:i, s:i, s:f}", "batches_per_worker", (json_int_t)batches,
+                          "epoch", (json_int_t)(per > 0 ? batches / per : 0), "batch_in_epoch",
+                          (json_int_t)(per > 0 ? batches % per : batches), "batches_per_epoch", (json_int_t)per,
+                          "batch_size", run->batch_size, "workers", n, "validation_fraction",
+                          run->validation_fraction);
+    return dump(j);
+}
+
+/* dtrain draws nothing from a running generator: initialisation, shuffles and dropout masks are
+ * functions of (seed, counter), so the seed and the data position are the whole RNG state. */
+static char *rng_json(const dt_ckpt_run *run) {
+    char seed[24];
+    snprintf(seed, sizeof seed, "%" PRIu64, run->seed);
+    json_t *j = json_pack("{s:s, s:s}", "seed", seed, "scheme",
+                          "counter-based: init (seed, variable), shuffle (seed, epoch), dropout (seed, "
+                          "batch number); resumes from the data position");
+    return dump(j);
+}
+
+/* ---- Saving --------------------------------------------------------------------------------- */
+
+static void warn(FILE *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(FILE *log, const char *fmt, ...) {
+    if (!log) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(log, fmt, ap);
+    va_end(ap);
+    fflush(log);
+}
+
+int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params, const float *state,
+                 int64_t global_step, int max_to_keep, FILE *log, char *name_out, size_t name_cap,
+                 dt_error *err) {
+    if (!logdir || !logdir[0]) return dt_errorf(err, DT_EINVAL, "checkpoint: no log folder given");
+    if (global_step < 0) return dt_errorf(err, DT_EINVAL, "checkpoint: negative global step %" PRId64, global_step);
+    int slots = run_slots(run), n_views = dt_net_num_views(run->net);
+    if (slots > MAX_SLOTS) return dt_errorf(err, DT_EINVAL, "checkpoint: %d optimizer slots", slots);
+    if (slots && !state) return dt_errorf(err, DT_EINVAL, "checkpoint: optimizer state missing");
+    size_t n = dt_net_param_count(run->net);
+    int rc = dt_mkdirs(logdir, err);
+    if (rc) return rc;
+
+    int cap = n_views * (1 + slots) + 1, nt = 0;
+    dt_st_tensor *t = dt_calloc((size_t)cap, sizeof *t, "checkpoint tensor list", err);
+    char *names = dt_calloc((size_t)cap, NAME_CAP, "checkpoint tensor names", err);
+    char *meta_opt = run->opt ? optimizer_json(run->opt) : NULL, *meta_data = data_position_json(run, global_step),
+         *meta_rng = rng_json(run);
+    if (!t || !names || (run->opt && !meta_opt) || !meta_data || !meta_rng) {
+        rc = t && names ? dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory for the metadata") : DT_ENOMEM;
+        goto out;
+    }
+    /* Each parameter followed by its slots, as TensorFlow lists a variable's slots beside it. */
+    for (int v = 0; v < n_views; v++) {
+        const dt_param_view *pv = dt_net_view(run->net, v);
+        if (pv->count == 0) continue;
+        for (int s = -1; s < slots; s++) {
+            char *name = names + (size_t)nt * NAME_CAP;
+            if (s < 0) snprintf(name, NAME_CAP, "%s", pv->name);
+            else snprintf(name, NAME_CAP, "%s/%s", pv->name, dt_ckpt_slot_name(run->opt->kind, s));
+            dt_st_tensor *x = &t[nt++];
+            x->name = name;
+            x->dtype = DT_ST_F32;
+            x->ndim = pv->ndim;
+            for (int d = 0; d < pv->ndim; d++) x->shape[d] = pv->shape[d];
+            x->data = s < 0 ? params + pv->offset : state + (size_t)s * n + pv->offset;
+        }
+    }
+    t[nt++] = (dt_st_tensor){.name = DT_CKPT_STEP_TENSOR, .dtype = DT_ST_I64, .ndim = 0, .data = &global_step};
+
+    const dt_model_spec *spec = dt_net_spec(run->net);
+    dt_st_meta meta[5];
+    int nm = 0;
+    meta[nm++] = (dt_st_meta){"dtrain_version", dt_version()};
+    meta[nm++] = (dt_st_meta){"model", spec->text ? spec->text : ""};
+    if (meta_opt) meta[nm++] = (dt_st_meta){"optimizer", meta_opt};
+    meta[nm++] = (dt_st_meta){"data_position", meta_data};
+    meta[nm++] = (dt_st_meta){"rng_state", meta_rng};
+
+    char name[64], path[DT_PATH_MAX];
+    dt_ckpt_file_name(name, sizeof name, global_step);
+    if ((rc = dt_path_join(path, sizeof path, logdir, name, err))) goto out;
+    if ((rc = dt_st_write(path, t, nt, meta, nm, err))) goto out;
+
+    /* Only now, with the file complete, does the index name it. */
+    dt_ckpt_index idx;
+    dt_error ierr = {0};
+    if (dt_ckpt_index_read(&idx, logdir, &ierr)) {
+        warn(log, "warning: %s; writing a new index that names only %s\n", ierr.msg, name);
+        memset(&idx, 0, sizeof idx);
+    }
+    char **dropped = NULL;
+    int n_dropped = 0;
+    rc = dt_ckpt_index_add(&idx, name, max_to_keep, &dropped, &n_dropped, err);
+    if (!rc) rc = dt_ckpt_index_write(&idx, logdir, err);
+    dt_ckpt_index_free(&idx);
+    for (int i = 0; i < n_dropped && !rc; i++) {
+        char old[DT_PATH_MAX];
+        if (strcmp(dropped[i], name) == 0 || dt_path_join(old, sizeof old, logdir, dropped[i], NULL)) continue;
+        if (unlink(old) != 0 && errno != ENOENT) warn(log, "warning: could not delete old checkpoint %s: %s\n", old, strerror(errno));
+    }
+    dt_ckpt_free_paths(dropped, n_dropped);
+    if (!rc && name_out) snprintf(name_out, name_cap, "%s", name);
+out:
+    free(t);
+    free(names);
+    free(meta_opt);
+    free(meta_data);
+    free(meta_rng);
+    return rc;
+}
+
+/* ---- Finding the newest good checkpoint ----------------------------------------------------- */
+
+/* Step of "model.ckpt-<digits>.safetensors", or -1 for any other name. */
+static int64_t step_of_name(const char *name) {
+    size_t lp = strlen(DT_CKPT_PREFIX), ls = strlen(DT_CKPT_SUFFIX), n = strlen(name);
+    if (n <= lp + ls || strncmp(name, DT_CKPT_PREFIX, lp) != 0 || strcmp(name + n - ls, DT_CKPT_SUFFIX) != 0)
+        return -1;
+    int64_t step = 0;
+    for (size_t i = lp; i < n - ls; i++) {
+        if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+typedef struct {
+    int64_t step;
+    char *name;
+} candidate;
+
+static int cmp_step_desc(const void *a, const void *b) {
+    const candidate *x = a, *y = b;
+    return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
+}
+
+/* The checkpoint files in logdir, newest first (used when there is no readable index). */
+static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error *err) {
+    *out = NULL;
+    *n_out = 0;
+    DIR *d = opendir(logdir);
+    if (!d) return 0;
+    candidate *c = NULL;
+    int n = 0, rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t step = step_of_name(e->d_name);
+        if (step < 0) continue;
+        candidate *g = realloc(c, (size_t)(n + 1) * sizeof *g);
+        char *name = g ? strdup(e->d_name) : NULL;
+        if (!g || !name) {
+            if (g) c = g;
+            rc = dt_errorf(err, DT_ENOMEM, "out of memory listing %s", logdir);
+            break;
+        }
+        c = g;
+        c[n++] = (candidate){step, name};
+        if (n >= DT_CKPT_MAX_PATHS) break;
+    }
+    closedir(d);
+    if (rc) {
+        for (int i = 0; i < n; i++) free(c[i].name);
+        free(c);
+        return rc;
+    }
+    if (n) qsort(c, (size_t)n, sizeof *c, cmp_step_desc);
+    *out = c;
+    *n_out = n;
+    return 0;
+}
+
+int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
+                        dt_error *err) {
+    *out = NULL;
+    candidate *c = NULL;
+    int n = 0, rc;
+    dt_ckpt_index idx;
+    dt_error ierr = {0};
+    if (dt_ckpt_index_read(&idx, logdir, &ierr)) {
+        warn(log, "warning: %s; looking for checkpoint files in %s instead\n", ierr.msg, logdir);
+        memset(&idx, 0, sizeof idx);
+        if ((rc = scan_folder(&c, &n, logdir, err))) return rc;
+    } else if (idx.n_paths == 0) {
+        /* No index: a first checkpoint whose index write was cut short, or none at all. */
+        if ((rc = scan_folder(&c, &n, logdir, err))) return rc;
+    } else {
+        if (!(c = dt_calloc((size_t)idx.n_paths, sizeof *c, "checkpoint list", err))) {
+            dt_ckpt_index_free(&idx);
+            return DT_ENOMEM;
+        }
+        for (int i = idx.n_paths - 1; i >= 0; i--) {
+            c[n++] = (candidate){0, idx.paths[i]};
+            idx.paths[i] = NULL;
+        }
+    }
+    dt_ckpt_index_free(&idx);
+
+    rc = 0;
+    int tried = 0;
+    char first_bad[DT_PATH_MAX] = "";
+    for (int i = 0; i < n && rc == 0; i++) {
+        char path[DT_PATH_MAX];
+        if (dt_path_join(path, sizeof path, logdir, c[i].name, NULL)) continue;
+        tried++;
+        dt_st_file *f = NULL;
+        dt_error ferr = {0};
+        if (dt_st_open(&f, path, &ferr) == 0) {
+            if (!dt_st_has_checksum(f))
+                warn(log, "warning: %s carries no checksum (not written by dtrain); using it anyway\n", path);
+            *out = f;
+            snprintf(path_out, path_cap, "%s", path);
+            rc = 1;
+            break;
+        }
+        if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", path);
+        warn(log, "warning: skipping checkpoint: %s%s\n", ferr.msg,
+             i + 1 < n ? "; trying the one before it" : "");
+    }
+    for (int i = 0; i < n; i++) free(c[i].name);
+    free(c);
+    if (rc == 0 && tried > 0)
+        return dt_errorf(err, DT_EFORMAT,
+                         "%s: none of its %d checkpoint(s) is usable (newest: %s); move them away to start from scratch",
+                         logdir, tried, first_bad);
+    return rc;
+}
+
+/* ---- Reading and checking ------------------------------------------------------------------- */
+
+const char *dt_ckpt_model_text(const dt_st_file *f) { return dt_st_meta_get(f, "model"); }
+
+/* A metadata value that is a JSON object (NULL if absent); malformed JSON is an error. */
+static int meta_object(json_t **out, const dt_st_file *f, const char *label, const char *key, dt_error *err) {
+    *out = NULL;
+    const char *s = dt_st_meta_get(f, key);
+    if (!s) return 0;
+    json_error_t je;
+    json_t *j = json_loads(s, 0, &je);
+    if (!j || !json_is_object(j)) {
+        json_decref(j);
+        return dt_errorf(err, DT_EFORMAT, "%s: metadata \"%s\" is not a JSON object", label, key);
+    }
+    *out = j;
+    return 0;
+}
+
+static int64_t get_int(json_t *o, const char *k, int64_t dflt) {
+    json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+int dt_ckpt_read_info(const dt_st_file *f, const char *label, dt_ckpt_info *info, dt_error *err) {
+    memset(info, 0, sizeof *info);
+    info->validation_fraction = -1;
+    info->global_step = -1;
+    const dt_st_info *gs = dt_st_find(f, DT_CKPT_STEP_TENSOR);
+    if (gs) {
+        int64_t step;
+        int rc = dt_st_read(f, DT_CKPT_STEP_TENSOR, DT_ST_I64, &step, 1, err);
+        if (rc) return rc;
+        if (step < 0) return dt_errorf(err, DT_EFORMAT, "%s: negative global_step %" PRId64, label, step);
+        info->global_step = step;
+    }
+    json_t *o = NULL;
+    int rc = meta_object(&o, f, label, "optimizer", err);
+    if (rc) return rc;
+    if (o) {
+        const char *name = json_string_value(json_object_get(o, "name"));
+        if (name) snprintf(info->optimizer, sizeof info->optimizer, "%s", name);
+        json_t *lr = json_object_get(o, "learning_rate");
+        if (json_is_number(lr)) info->learning_rate = (float)json_number_value(lr);
+        json_decref(o);
+    }
+    if ((rc = meta_object(&o, f, label, "data_position", err))) return rc;
+    if (o) {
+        int64_t bs = get_int(o, "batch_size", 0), nw = get_int(o, "workers", 0);
+        info->batch_size = bs > 0 && bs <= 65536 ? (int)bs : 0;
+        info->n_workers = nw > 0 && nw <= 65536 ? (int)nw : 0;
+        info->batches_per_epoch = get_int(o, "batches_per_epoch", 0);
+        json_t *vf = json_object_get(o, "validation_fraction");
+        if (json_is_number(vf)) info->validation_fraction = json_number_value(vf);
+        json_decref(o);
+    }
+    if ((rc = meta_object(&o, f, label, "rng_state", err))) return rc;
+    if (o) {
+        const char *s = json_string_value(json_object_get(o, "seed"));
+        char *end;
+        if (s && *s) {
+            errno = 0;
+            unsigned long long v = strtoull(s, &end, 10);
+            if (*end || errno || s[0] == '-') {
+                json_decref(o);
+                return dt_errorf(err, DT_EFORMAT, "%s: metadata rng_state: seed \"%.40s\" is not a number", label, s);
+            }
+            info->seed = v;
+            info->has_seed = 1;
+        }
+        json_decref(o);
+    }
+    return 0;
+}
+
+static void shape_str(char *out, size_t cap, const int64_t *shape, int ndim) {
+    size_t k = 0;
+    k += (size_t)snprintf(out + k, cap - k, "[");
+    for (int d = 0; d < ndim && k < cap; d++) k += (size_t)snprintf(out + k, cap - k, "%s%" PRId64, d ? "," : "", shape[d]);
+    if (k < cap) snprintf(out + k, cap - k, "]");
+}
+
+/* The first line where two model texts differ, ignoring comments and trailing blanks, into out
+ * ("" if they agree). */
+static void first_model_difference(char *out, size_t cap, const char *a, const char *b) {
+    out[0] = 0;
+    if (!a || !b) return;
+    int line = 1;
+    for (;;) {
+        const char *ea = a + strcspn(a, "\n"), *eb = b + strcspn(b, "\n");
+        size_t la = strcspn(a, "#\n\r"), lb = strcspn(b, "#\n\r");
+        while (la && (a[la - 1] == ' ' || a[la - 1] == '\t')) la--;
+        while (lb && (b[lb - 1] == ' ' || b[lb - 1] == '\t')) lb--;
+        if (la != lb || memcmp(a, b, la) != 0) {
+            snprintf(out, cap, "; model line %d is '%.*s' in the checkpoint, '%.*s' here", line, (int)(la > 60 ? 60 : la),
+                     a, (int)(lb > 60 ? 60 : lb), b);
+            return;
+        }
+        if (!*ea && !*eb) return;
+        a = *ea ? ea + 1 : ea;
+        b = *eb ? eb + 1 : eb;
+        line++;
+    }
+}
+
+/* Is name a variable of the run, or one of its slots? Returns the view index or -1; *slot = -1
+ * for the parameter itself. */
+static int find_variable(const dt_ckpt_run *run, const char *name, int *slot) {
+    int nv = dt_net_num_views(run->net);
+    for (int v = 0; v < nv; v++) {
+        const char *vn = dt_net_view(run->net, v)->name;
+        size_t l = strlen(vn);
+        if (strncmp(name, vn, l) != 0) continue;
+        if (name[l] == 0) {
+            *slot = -1;
+            return v;
+        }
+        if (name[l] != '/') continue;
+        for (int k = 0; k < MAX_SLOTS; k++) {
+            if (strcmp(name + l + 1, dt_ckpt_slot_name(DT_OPT_MOMENTUM, k)) == 0 ||
+                strcmp(name + l + 1, dt_ckpt_slot_name(DT_OPT_ADAM, k)) == 0) {
+                *slot = k;
+                return v;
+            }
+        }
+    }
+    return -1;
+}
+
+int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run, float *params, float *state,
+                 int64_t *global_step, dt_error *err) {
+    const dt_model_spec *spec = dt_net_spec(run->net);
+    const char *here = spec->source[0] ? spec->source : spec->name;
+    int nv = dt_net_num_views(run->net), slots = state ? run_slots(run) : 0;
+    size_t n = dt_net_param_count(run->net);
+
+    /* Variables first: another model is the likeliest mistake, and the most useful to explain. */
+    char diffs[768] = "";
+    size_t dl = 0;
+    int n_diff = 0;
+    for (int v = 0; v < nv; v++) {
+        const dt_param_view *pv = dt_net_view(run->net, v);
+        if (pv->count == 0) continue;
+        const dt_st_info *ti = dt_st_find(f, pv->name);
+        char want[96], have[96] = "";
+        int64_t sh[4];
+        for (int d = 0; d < pv->ndim; d++) sh[d] = pv->shape[d];
+        shape_str(want, sizeof want, sh, pv->ndim);
+        if (ti) shape_str(have, sizeof have, ti->shape, ti->ndim);
+        int same = ti && ti->dtype == DT_ST_F32 && strcmp(want, have) == 0;
+        if (same) continue;
+        if (n_diff++ < 3 && dl < sizeof diffs) {
+            if (!ti) dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl, "%s%s %s is missing from the checkpoint",
+                                             dl ? "; " : "", pv->name, want);
+            else dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl, "%s%s is %s %s in the checkpoint, F32 %s here",
+                                         dl ? "; " : "", pv->name, dt_st_dtype_name(ti->dtype), have, want);
+        }
+    }
+    for (int i = 0; i < dt_st_num_tensors(f); i++) {
+        const dt_st_info *ti = dt_st_tensor_at(f, i);
+        int slot;
+        if (strcmp(ti->name, DT_CKPT_STEP_TENSOR) == 0 || find_variable(run, ti->name, &slot) >= 0) continue;
+        if (n_diff++ < 3 && dl < sizeof diffs)
+            dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl, "%sthe checkpoint has %s, which %s lacks",
+                                   dl ? "; " : "", ti->name, here);
+    }
+    if (n_diff) {
+        char mdiff[200];
+        first_model_difference(mdiff, sizeof mdiff, dt_ckpt_model_text(f), spec->text);
+        return dt_errorf(err, DT_ESHAPE, "%s is a checkpoint of another model than %s: %s%s%s", label, here, diffs,
+                         n_diff > 3 ? " (and more)" : "", mdiff);
+    }
+
+    const dt_st_info *gs = dt_st_find(f, DT_CKPT_STEP_TENSOR);
+    if (!gs || gs->dtype != DT_ST_I64 || gs->count != 1)
+        return dt_errorf(err, DT_EFORMAT, "%s: no I64 scalar \"%s\" tensor", label, DT_CKPT_STEP_TENSOR);
+    int64_t step;
+    int rc = dt_st_read(f, DT_CKPT_STEP_TENSOR, DT_ST_I64, &step, 1, err);
+    if (rc) return rc;
+    if (step < 0) return dt_errorf(err, DT_EFORMAT, "%s: negative global_step %" PRId64, label, step);
+
+    /* Optimizer state: every slot of this run's optimizer must be there. */
+    for (int k = 0; k < slots; k++) {
+        const dt_param_view *pv0 = NULL;
+        for (int v = 0; v < nv && !pv0; v++)
+            if (dt_net_view(run->net, v)->count) pv0 = dt_net_view(run->net, v);
+        char name[NAME_CAP];
+        snprintf(name, sizeof name, "%s/%s", pv0 ? pv0->name : "", dt_ckpt_slot_name(run->opt->kind, k));
+        if (pv0 && !dt_st_find(f, name)) {
+            const char *had = "";
+            dt_ckpt_info info;
+            if (dt_ckpt_read_info(f, label, &info, NULL) == 0 && info.optimizer[0]) had = info.optimizer;
+            return dt_errorf(err, DT_EINVAL,
+                             "%s was trained with optimizer %s, which has no %s state; this run uses %s "
+                             "(pass --optimizer=%s to resume it)",
+                             label, had[0] ? had : "(unknown)", dt_ckpt_slot_name(run->opt->kind, k),
+                             dt_opt_name(run->opt->kind), had[0] ? had : "...");
+        }
+    }
+
+    for (int v = 0; v < nv; v++) {
+        const dt_param_view *pv = dt_net_view(run->net, v);
+        if (pv->count == 0) continue;
+        if ((rc = dt_st_read(f, pv->name, DT_ST_F32, params + pv->offset, pv->count, err))) return rc;
+        for (int k = 0; k < slots; k++) {
+            char name[NAME_CAP];
+            snprintf(name, sizeof name, "%s/%s", pv->name, dt_ckpt_slot_name(run->opt->kind, k));
+            const dt_st_info *ti = dt_st_find(f, name);
+            if (!ti || ti->count != pv->count)
+                return dt_errorf(err, DT_EFORMAT, "%s: optimizer state %s is missing or not the size of %s", label, name,
+                                 pv->name);
+            if ((rc = dt_st_read(f, name, DT_ST_F32, state + (size_t)k * n + pv->offset, pv->count, err))) return rc;
+        }
+    }
+    if (global_step) *global_step = step;
+    return 0;
+}

@@ -1,0 +1,91 @@
+/* Checkpoints of a training run (docs/checkpoint-format.md): a net's parameters, its optimizer's
+ * state and the global step, in one safetensors file `<logdir>/model.ckpt-<step>.safetensors`, with
+ * the `checkpoint` index beside it. This layer knows the tensor names (one per parameter view, one
+ * per optimizer slot of each view, `global_step`) and the metadata keys; the file format, the
+ * checksum, atomic writes and the index are the layers below (safetensors.h, ckpt_index.h).
+ *
+ * Training state is exchanged in the net's flat layout whatever the cluster looks like:
+ *   params [n]          the flat parameter buffer (dt_net_params);
+ *   state  [slots * n]  slot-major over the flat buffer: slot k of flat float i at state[k*n + i]
+ *                       (the local optimizer's own layout; a ps shard's state maps to it slot by
+ *                       slot with dt_placement_scatter). */
+#ifndef DT_SUPERVISOR_CHECKPOINT_H
+#define DT_SUPERVISOR_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "compute/optim.h"
+#include "dtrain.h"
+#include "model/net.h"
+#include "supervisor/safetensors.h"
+
+#define DT_CKPT_PREFIX "model.ckpt-"
+#define DT_CKPT_SUFFIX ".safetensors"
+#define DT_CKPT_STEP_TENSOR "global_step"
+
+/* What a run is, for the metadata of its checkpoints and to check a checkpoint fits it. */
+typedef struct {
+    const dt_net *net;              /* variables (views) and the model spec (its text is stored) */
+    const dt_opt_config *opt;       /* NULL: parameters only (saving then stores no slots) */
+    uint64_t seed;                  /* everything random derives from it (core/rng.h) */
+    int batch_size;                 /* per worker */
+    int n_workers;                  /* 1 on a single machine */
+    int64_t batches_per_epoch;      /* per worker */
+    double validation_fraction;     /* as given (< 0: the data layer's default) */
+} dt_ckpt_run;
+
+/* The metadata of a checkpoint, parsed (fields from files without them keep the defaults shown). */
+typedef struct {
+    char optimizer[16];             /* "" when absent */
+    float learning_rate;            /* 0 */
+    uint64_t seed;                  /* 0; has_seed says whether it was there */
+    int has_seed;
+    int batch_size, n_workers;      /* 0 */
+    int64_t batches_per_epoch;      /* 0 */
+    double validation_fraction;     /* -1 */
+    int64_t global_step;            /* the global_step tensor; -1 if absent */
+} dt_ckpt_info;
+
+/* Slot tensor name suffix of optimizer slot k ("momentum"; "adam_m", "adam_v"). */
+const char *dt_ckpt_slot_name(dt_opt_kind kind, int slot);
+
+/* "model.ckpt-<step>.safetensors" into out. */
+void dt_ckpt_file_name(char *out, size_t cap, int64_t global_step);
+
+/* Writes <logdir>/model.ckpt-<step>.safetensors (atomic; logdir created with its parents), then the
+ * index naming it as the newest, then deletes the files that retention (max_to_keep, <= 0: keep
+ * all) dropped; in that order, so the index never names an incomplete file. An index that cannot
+ * be parsed is replaced by one naming only this checkpoint (a warning on log, which may be NULL).
+ * params [n], state [slots * n] (NULL if run->opt is NULL or has no slots). name_out (may be
+ * NULL) receives the file's name. */
+int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params, const float *state,
+                 int64_t global_step, int max_to_keep, FILE *log, char *name_out, size_t name_cap,
+                 dt_error *err);
+
+/* Opens the newest checkpoint of logdir that reads back whole and passes its checksum. Candidates:
+ * the index's entries, newest first; without a readable index (a warning if it is damaged), the
+ * model.ckpt-<step>.safetensors files of logdir, highest step first. A candidate that is missing,
+ * truncated or fails its checksum gets a warning on log naming it and why, and the one before it is
+ * tried. Returns 1 with *out open and its path in path_out; 0 when logdir holds no checkpoint (or
+ * does not exist); DT_EFORMAT when there are checkpoints but none is usable (naming them). */
+int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
+                        dt_error *err);
+
+/* Parses the metadata and global step of an open checkpoint. Fails (naming label) only on
+ * malformed values; missing keys keep the defaults. */
+int dt_ckpt_read_info(const dt_st_file *f, const char *label, dt_ckpt_info *info, dt_error *err);
+
+/* Checks that the checkpoint holds exactly run's variables (names, dtypes, shapes) and, if run->opt
+ * has slots, that optimizer's state, then copies them: params [n] (views' offsets), state
+ * [slots * n] (may be NULL to skip), *global_step (may be NULL). A checkpoint of another model is
+ * refused with a message saying what differs (the first few variables, and the model text's first
+ * differing line); one of another optimizer says which. label names the file in messages. */
+int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run, float *params, float *state,
+                 int64_t *global_step, dt_error *err);
+
+/* The model file text stored in the checkpoint (NULL if absent). */
+const char *dt_ckpt_model_text(const dt_st_file *f);
+
+#endif

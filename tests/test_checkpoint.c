@@ -1,0 +1,461 @@
+/* Checkpoints (src/supervisor/checkpoint.h): round trip of parameters, optimizer state, step and
+ * metadata; retention and the index; damaged newest checkpoints; another model or optimizer
+ * refused; a writer killed at random moments never leaves an index naming an incomplete file. */
+#include <dirent.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/net.h"
+#include "supervisor/checkpoint.h"
+#include "supervisor/ckpt_index.h"
+#include "supervisor/fsutil.h"
+#include "supervisor/supervisor.h"
+#include "test.h"
+
+static const char *MODEL_A = "model small\ninput 6 6 1\nconv2d filters=3 kernel=3\nrelu\nflatten\ndense units=4\n";
+/* Same layer names, another conv width: conv1/kernel differs, and dense1/kernel with it. */
+static const char *MODEL_B = "model small\ninput 6 6 1\nconv2d filters=5 kernel=3\nrelu\nflatten\ndense units=4\n";
+
+static char tmpdir[256];
+
+static dt_net *build(const char *text) {
+    dt_model_spec spec;
+    dt_error err = {0};
+    dt_net *net = NULL;
+    CHECK(dt_model_spec_parse(&spec, text, strlen(text), "small.model", &err) == 0);
+    CHECK(dt_net_build(&net, &spec, 4, &err) == 0);
+    dt_model_spec_free(&spec);
+    return net;
+}
+
+static void fill(float *x, size_t n, uint64_t seed) {
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) x[i] = dt_rng_uniform(&r) - 0.5f;
+}
+
+static void subdir(char *out, size_t cap, const char *name) {
+    snprintf(out, cap, "%s/%s", tmpdir, name);
+}
+
+static int file_exists(const char *dir, const char *name) {
+    char p[DT_PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* A run description over net with optimizer opt. */
+static dt_ckpt_run run_of(const dt_net *net, const dt_opt_config *opt) {
+    return (dt_ckpt_run){.net = net, .opt = opt, .seed = 77, .batch_size = 4, .n_workers = 1,
+                         .batches_per_epoch = 10, .validation_fraction = -1};
+}
+
+static void save_steps(const char *dir, const dt_ckpt_run *run, const float *p, const float *s, int from, int to,
+                       int keep) {
+    dt_error err = {0};
+    for (int step = from; step <= to; step++)
+        CHECK_MSG(dt_ckpt_save(dir, run, p, s, step, keep, NULL, NULL, 0, &err) == 0, "%s", err.msg);
+}
+
+static void test_round_trip(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_error err = {0};
+    CHECK(dt_opt_config_init(&opt, "adam", 0.01f, &err) == 0);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    float *p2 = dt_alloc_floats(n, "p2", NULL), *s2 = dt_alloc_floats(2 * n, "s2", NULL);
+    fill(p, n, 1), fill(s, 2 * n, 2);
+    char dir[512], name[64];
+    subdir(dir, sizeof dir, "rt/nested");
+    dt_ckpt_run run = run_of(net, &opt);
+    CHECK_MSG(dt_ckpt_save(dir, &run, p, s, 1234, 5, NULL, name, sizeof name, &err) == 0, "%s", err.msg);
+    CHECK(strcmp(name, "model.ckpt-1234.safetensors") == 0);
+
+    dt_st_file *f = NULL;
+    char path[DT_PATH_MAX];
+    CHECK(dt_ckpt_open_latest(&f, path, sizeof path, dir, NULL, &err) == 1);
+    if (!f) return;
+    CHECK_CONTAINS(path, "model.ckpt-1234.safetensors");
+    /* One tensor per view, two slots each, and the step. */
+    CHECK(dt_st_num_tensors(f) == 3 * 4 + 1);
+    const dt_st_info *k = dt_st_find(f, "conv1/kernel");
+    CHECK(k && k->ndim == 4 && k->shape[0] == 3 && k->shape[1] == 3 && k->shape[2] == 1 && k->shape[3] == 3);
+    const dt_st_info *v = dt_st_find(f, "dense1/kernel/adam_v");
+    CHECK(v && v->ndim == 2 && v->shape[0] == 4 * 4 * 3 && v->shape[1] == 4);
+    const dt_st_info *g = dt_st_find(f, "global_step");
+    CHECK(g && g->dtype == DT_ST_I64 && g->ndim == 0);
+    CHECK(dt_st_has_checksum(f));
+    CHECK(strcmp(dt_ckpt_model_text(f), MODEL_A) == 0);
+    CHECK_CONTAINS(dt_st_meta_get(f, "dtrain_version"), dt_version());
+
+    dt_ckpt_info info;
+    CHECK(dt_ckpt_read_info(f, path, &info, &err) == 0);
+    CHECK(info.global_step == 1234 && info.seed == 77 && info.has_seed && info.batch_size == 4);
+    CHECK(info.n_workers == 1 && info.batches_per_epoch == 10 && strcmp(info.optimizer, "adam") == 0);
+    CHECK(info.learning_rate == 0.01f);
+    CHECK_CONTAINS(dt_st_meta_get(f, "data_position"), "\"epoch\":123");
+    CHECK_CONTAINS(dt_st_meta_get(f, "data_position"), "\"batch_in_epoch\":4");
+
+    int64_t step = -1;
+    CHECK_MSG(dt_ckpt_load(f, path, &run, p2, s2, &step, &err) == 0, "%s", err.msg);
+    CHECK(step == 1234);
+    CHECK(memcmp(p, p2, n * sizeof *p) == 0);
+    CHECK(memcmp(s, s2, 2 * n * sizeof *s) == 0);
+    /* Slot k of a view sits at k*n + offset: the adam_v tensor is the second half's slice. */
+    const dt_param_view *dv = NULL;
+    for (int i = 0; i < dt_net_num_views(net); i++)
+        if (!strcmp(dt_net_view(net, i)->name, "dense1/kernel")) dv = dt_net_view(net, i);
+    float first;
+    memcpy(&first, v->data, 4);
+    CHECK(dv && first == s[n + dv->offset]);
+    dt_st_close(f);
+
+    /* The index names it, as the newest. */
+    dt_ckpt_index idx;
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0);
+    CHECK(idx.n_paths == 1 && strcmp(idx.model_checkpoint_path, "model.ckpt-1234.safetensors") == 0);
+    dt_ckpt_index_free(&idx);
+
+    /* Parameters only (sgd: no slots; eval: no state). */
+    dt_opt_config sgd;
+    dt_opt_config_init(&sgd, "sgd", 0.1f, &err);
+    dt_ckpt_run r2 = run_of(net, &sgd);
+    char dir2[512];
+    subdir(dir2, sizeof dir2, "rt_sgd");
+    CHECK(dt_ckpt_save(dir2, &r2, p, NULL, 5, 5, NULL, NULL, 0, &err) == 0);
+    CHECK(dt_ckpt_open_latest(&f, path, sizeof path, dir2, NULL, &err) == 1);
+    CHECK(f && dt_st_num_tensors(f) == 4 + 1);
+    memset(p2, 0, n * sizeof *p2);
+    dt_ckpt_run eval = {.net = net};
+    CHECK(f && dt_ckpt_load(f, path, &eval, p2, NULL, &step, &err) == 0 && step == 5);
+    CHECK(memcmp(p, p2, n * sizeof *p) == 0);
+    dt_st_close(f);
+    free(p), free(s), free(p2), free(s2);
+    dt_net_free(net);
+}
+
+static void test_retention(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "momentum", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(n, "s", NULL);
+    fill(p, n, 3), fill(s, n, 4);
+    char dir[512];
+    subdir(dir, sizeof dir, "keep");
+    dt_ckpt_run run = run_of(net, &opt);
+    save_steps(dir, &run, p, s, 0, 6, 3);
+    dt_ckpt_index idx;
+    dt_error err = {0};
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0);
+    CHECK(idx.n_paths == 3);
+    for (int i = 0; i < idx.n_paths; i++) {
+        char want[64];
+        dt_ckpt_file_name(want, sizeof want, 4 + i);
+        CHECK(strcmp(idx.paths[i], want) == 0);
+        CHECK(file_exists(dir, want));
+    }
+    dt_ckpt_index_free(&idx);
+    CHECK(!file_exists(dir, "model.ckpt-3.safetensors") && !file_exists(dir, "model.ckpt-0.safetensors"));
+    /* Re-saving a kept step moves it to the end without dropping anything. */
+    save_steps(dir, &run, p, s, 5, 5, 3);
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0);
+    CHECK(idx.n_paths == 3 && strcmp(idx.model_checkpoint_path, "model.ckpt-5.safetensors") == 0);
+    dt_ckpt_index_free(&idx);
+    free(p), free(s);
+    dt_net_free(net);
+}
+
+/* Flips one byte of a file at offset from its end, or truncates it to keep bytes. */
+static void damage(const char *dir, const char *name, long flip_from_end, long keep) {
+    char path[DT_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (keep >= 0) {
+        CHECK(truncate(path, keep) == 0);
+        return;
+    }
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (!f) return;
+    fseek(f, -flip_from_end, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -flip_from_end, SEEK_END);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+/* Reads what open_latest printed as warnings. */
+static int latest_with_log(const char *dir, char *path, size_t cap, char *logbuf, size_t logcap, dt_error *err) {
+    FILE *log = tmpfile();
+    dt_st_file *f = NULL;
+    int rc = dt_ckpt_open_latest(&f, path, cap, dir, log, err);
+    dt_st_close(f);
+    rewind(log);
+    size_t got = fread(logbuf, 1, logcap - 1, log);
+    logbuf[got] = 0;
+    fclose(log);
+    return rc;
+}
+
+static void test_damaged_newest(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 5), fill(s, 2 * n, 6);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512], path[DT_PATH_MAX], log[4096];
+    dt_error err = {0};
+
+    subdir(dir, sizeof dir, "flip");
+    save_steps(dir, &run, p, s, 10, 12, 5);
+    damage(dir, "model.ckpt-12.safetensors", 100, -1);  /* a byte inside a tensor */
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_CONTAINS(path, "model.ckpt-11.safetensors");
+    CHECK_CONTAINS(log, "warning");
+    CHECK_CONTAINS(log, "model.ckpt-12.safetensors");
+    CHECK_CONTAINS(log, "checksum");
+
+    subdir(dir, sizeof dir, "trunc");
+    save_steps(dir, &run, p, s, 10, 12, 5);
+    damage(dir, "model.ckpt-12.safetensors", 0, 1000);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_CONTAINS(path, "model.ckpt-11.safetensors");
+    CHECK_CONTAINS(log, "model.ckpt-12.safetensors");
+
+    /* The two newest damaged: the third is used, with a warning for each. */
+    damage(dir, "model.ckpt-11.safetensors", 3, -1);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_CONTAINS(path, "model.ckpt-10.safetensors");
+    CHECK_CONTAINS(log, "model.ckpt-11.safetensors");
+
+    /* A listed file that is gone: skipped too. */
+    subdir(dir, sizeof dir, "gone");
+    save_steps(dir, &run, p, s, 1, 2, 5);
+    char gone[DT_PATH_MAX];
+    snprintf(gone, sizeof gone, "%s/model.ckpt-2.safetensors", dir);
+    unlink(gone);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_CONTAINS(path, "model.ckpt-1.safetensors");
+
+    /* None usable: an error naming the folder, not a silent fresh start. */
+    damage(dir, "model.ckpt-1.safetensors", 0, 7);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == DT_EFORMAT);
+    CHECK_CONTAINS(err.msg, dir);
+    CHECK_CONTAINS(err.msg, "none of its 2 checkpoint(s)");
+
+    /* No folder, or an empty one: nothing to restore. */
+    subdir(dir, sizeof dir, "absent");
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 0);
+
+    /* No index (lost, or never written): the files themselves, highest step first. A damaged index
+     * is the same, with a warning. */
+    subdir(dir, sizeof dir, "noindex");
+    save_steps(dir, &run, p, s, 8, 9, 5);
+    save_steps(dir, &run, p, s, 10, 10, 5);
+    char ip[DT_PATH_MAX];
+    snprintf(ip, sizeof ip, "%s/checkpoint", dir);
+    unlink(ip);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_CONTAINS(path, "model.ckpt-10.safetensors");
+    FILE *fi = fopen(ip, "w");
+    fputs("model_checkpoint_path: \"model.ckpt-9.safetensors\"\nbogus_field: 1\n", fi);
+    fclose(fi);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_CONTAINS(path, "model.ckpt-10.safetensors");
+    CHECK_CONTAINS(log, "checkpoint:2");
+    /* Saving over a damaged index replaces it, with a warning. */
+    FILE *wl = tmpfile();
+    CHECK(dt_ckpt_save(dir, &run, p, s, 11, 5, wl, NULL, 0, &err) == 0);
+    rewind(wl);
+    size_t got = fread(log, 1, sizeof log - 1, wl);
+    log[got] = 0;
+    fclose(wl);
+    CHECK_CONTAINS(log, "writing a new index");
+    dt_ckpt_index idx;
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0 && idx.n_paths == 1);
+    dt_ckpt_index_free(&idx);
+    free(p), free(s);
+    dt_net_free(net);
+}
+
+static void test_refusals(void) {
+    dt_net *a = build(MODEL_A), *b = build(MODEL_B);
+    dt_opt_config adam, mom;
+    dt_opt_config_init(&adam, "adam", 0.01f, NULL);
+    dt_opt_config_init(&mom, "momentum", 0.01f, NULL);
+    size_t na = dt_net_param_count(a), nb = dt_net_param_count(b);
+    float *p = dt_alloc_floats(na, "p", NULL), *s = dt_alloc_floats(2 * na, "s", NULL);
+    float *pb = dt_alloc_floats(nb, "pb", NULL), *sb = dt_alloc_floats(2 * nb, "sb", NULL);
+    fill(p, na, 7), fill(s, 2 * na, 8);
+    memset(pb, 0, nb * sizeof *pb);
+    char dir[512], path[DT_PATH_MAX];
+    subdir(dir, sizeof dir, "refuse");
+    dt_ckpt_run ra = run_of(a, &adam), rb = run_of(b, &adam), rm = run_of(a, &mom);
+    dt_error err = {0};
+    CHECK(dt_ckpt_save(dir, &ra, p, s, 3, 5, NULL, NULL, 0, &err) == 0);
+    dt_st_file *f = NULL;
+    CHECK(dt_ckpt_open_latest(&f, path, sizeof path, dir, NULL, &err) == 1);
+    if (!f) return;
+
+    /* Another model: says which variable differs, how, and the model line. */
+    CHECK(dt_ckpt_load(f, path, &rb, pb, sb, NULL, &err) == DT_ESHAPE);
+    CHECK_CONTAINS(err.msg, "another model");
+    CHECK_CONTAINS(err.msg, "conv1/kernel is F32 [3,3,1,3] in the checkpoint, F32 [3,3,1,5] here");
+    CHECK_CONTAINS(err.msg, "model line 3");
+    CHECK_CONTAINS(err.msg, "conv2d filters=5");
+    for (size_t i = 0; i < nb; i++)
+        if (pb[i] != 0) { CHECK(!"a refused checkpoint wrote parameters"); break; }
+
+    /* Another optimizer: says which. */
+    CHECK(dt_ckpt_load(f, path, &rm, p, s, NULL, &err) == DT_EINVAL);
+    CHECK_CONTAINS(err.msg, "optimizer adam");
+    CHECK_CONTAINS(err.msg, "momentum");
+    dt_st_close(f);
+    free(p), free(s), free(pb), free(sb);
+    dt_net_free(a), dt_net_free(b);
+}
+
+/* A child saves checkpoints as fast as it can (retention 2) and is SIGKILLed at a random moment;
+ * every time, every checkpoint the index names opens whole with a good checksum. */
+static void test_killed_writer(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 9), fill(s, 2 * n, 10);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512];
+    subdir(dir, sizeof dir, "killed");
+    srand((unsigned)time(NULL));
+    for (int round = 0; round < 6; round++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (int step = round * 100000;; step++)
+                if (dt_ckpt_save(dir, &run, p, s, step, 2, NULL, NULL, 0, NULL)) _exit(3);
+        }
+        usleep((useconds_t)(20000 + rand() % 60000));
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        CHECK(WIFSIGNALED(st));
+        dt_ckpt_index idx;
+        dt_error err = {0};
+        CHECK_MSG(dt_ckpt_index_read(&idx, dir, &err) == 0, "%s", err.msg);
+        CHECK(idx.n_paths >= 1 && idx.n_paths <= 2);
+        for (int i = 0; i < idx.n_paths; i++) {
+            char path[DT_PATH_MAX];
+            snprintf(path, sizeof path, "%s/%s", dir, idx.paths[i]);
+            dt_st_file *f = NULL;
+            CHECK_MSG(dt_st_open(&f, path, &err) == 0, "round %d: %s", round, err.msg);
+            dt_st_close(f);
+        }
+        dt_ckpt_index_free(&idx);
+    }
+    free(p), free(s);
+    dt_net_free(net);
+}
+
+/* The supervisor: restore, save at start unless just restored, periodic saves, final save. */
+typedef struct {
+    float *p, *s;
+    size_t n;
+    int64_t step;
+    int calls, finals;
+} fake_state;
+
+static int fake_snapshot(void *user, float *params, float *state, int64_t *step, int final, dt_error *err) {
+    fake_state *f = user;
+    memcpy(params, f->p, f->n * sizeof(float));
+    if (state) memcpy(state, f->s, 2 * f->n * sizeof(float));
+    *step = f->step;
+    f->calls++;
+    f->finals += final;
+    return 0;
+}
+
+static void test_supervisor(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    fake_state fs = {dt_alloc_floats(n, "p", NULL), dt_alloc_floats(2 * n, "s", NULL), n, 0, 0, 0};
+    fill(fs.p, n, 11), fill(fs.s, 2 * n, 12);
+    char dir[512], sum[512];
+    subdir(dir, sizeof dir, "sv/ckpt");
+    subdir(sum, sizeof sum, "sv/summary");
+    dt_supervisor_config cfg = {.logdir = dir, .save_secs = 0.05, .max_to_keep = 5, .summary_dir = sum,
+                                .run = run_of(net, &opt), .snapshot = fake_snapshot, .user = &fs};
+    dt_supervisor *sv = NULL;
+    dt_error err = {0};
+    const float *rp, *rs;
+    int64_t rstep;
+    CHECK_MSG(dt_supervisor_open(&sv, &cfg, &err) == 0, "%s", err.msg);
+    if (!sv) return;
+    CHECK(dt_supervisor_restored(sv, &rp, &rs, &rstep) == 0);
+    CHECK(dt_supervisor_started(sv, 0, &err) == 0 && dt_supervisor_saves(sv) == 1);
+    fs.step = 7;
+    CHECK(dt_supervisor_step(sv, 7, &err) == 0 && dt_supervisor_saves(sv) == 1); /* not due yet */
+    usleep(60000);
+    CHECK(dt_supervisor_step(sv, 7, &err) == 0 && dt_supervisor_saves(sv) == 2);
+    fs.step = 9;
+    fs.p[0] = 42.0f;
+    float *out = dt_alloc_floats(n, "out", NULL);
+    int64_t fstep = 0;
+    CHECK(dt_supervisor_final(sv, out, &fstep, &err) == 0 && fstep == 9 && out[0] == 42.0f);
+    CHECK(dt_supervisor_saves(sv) == 3 && fs.finals == 1);
+    CHECK_CONTAINS(dt_supervisor_last_checkpoint(sv), "model.ckpt-9.safetensors");
+    dt_supervisor_summary_train(sv, 9, 0.5, 0.75, 10, 40);
+    dt_supervisor_summary_test(sv, 9, 0.6, 0.7);
+    dt_supervisor_close(sv);
+    CHECK(file_exists(dir, "model.ckpt-0.safetensors") && file_exists(dir, "model.ckpt-7.safetensors"));
+
+    /* Reopened: restores step 9 with its state, and does not save that step again at start. */
+    CHECK(dt_supervisor_open(&sv, &cfg, &err) == 0);
+    CHECK(dt_supervisor_restored(sv, &rp, &rs, &rstep) == 1 && rstep == 9);
+    CHECK(rp && rp[0] == 42.0f && memcmp(rp + 1, fs.p + 1, (n - 1) * sizeof(float)) == 0);
+    CHECK(rs && memcmp(rs, fs.s, 2 * n * sizeof(float)) == 0);
+    CHECK(dt_supervisor_started(sv, 9, &err) == 0 && dt_supervisor_saves(sv) == 0);
+    dt_supervisor_close(sv);
+
+    /* Both summary folders got an event file. */
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/train", sum);
+    DIR *d = opendir(sub);
+    int found = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, "events.out.tfevents.")) found++;
+    if (d) closedir(d);
+    CHECK(found >= 1);
+    free(fs.p), free(fs.s), free(out);
+    dt_net_free(net);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dtrain_test_checkpoint.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(test_round_trip);
+    RUN(test_retention);
+    RUN(test_damaged_newest);
+    RUN(test_refusals);
+    RUN(test_killed_writer);
+    RUN(test_supervisor);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return test_summary();
+}
