@@ -29,6 +29,8 @@ static const struct {
 } commands[] = {
     {"train", cmd_train, "train a model: on this machine, or as one task of a cluster"},
     {"launch", cmd_launch, "start a whole cluster (ps and workers) on this machine"},
+    {"eval", cmd_eval, "restore the newest checkpoint and print test accuracy and a confusion matrix"},
+    {"inspect", cmd_inspect, "list a checkpoint's tensors and metadata, or an event file's records"},
 };
 
 static void usage(FILE *f) {

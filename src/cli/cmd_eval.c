@@ -1,0 +1,143 @@
+/* dtrain eval: restore the newest good checkpoint of --logdir (no cluster needed) and print the
+ * test loss, accuracy and confusion matrix, as the source's restore-and-test script did. The model
+ * comes from the checkpoint's metadata unless --model is given. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "compute/kernels.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "flags.h"
+#include "model/net.h"
+#include "supervisor/checkpoint.h"
+#include "supervisor/fsutil.h"
+#include "train/evaluate.h"
+
+/* Rows: true class; columns: predicted class. */
+static void print_confusion(const int64_t *cm, int classes, const dt_dataset *ds) {
+    int64_t max = 0;
+    for (int i = 0; i < classes * classes; i++)
+        if (cm[i] > max) max = cm[i];
+    int w = snprintf(NULL, 0, "%" PRId64, max), lw = 4;
+    for (int k = 0; k < classes; k++) {
+        int l = (int)strlen(dt_dataset_class_name(ds, k));
+        if (l > lw) lw = l;
+        if (l > w) w = l < 12 ? l : 12;
+    }
+    printf("confusion matrix (rows: true class, columns: predicted)\n%*s", lw, "");
+    for (int k = 0; k < classes; k++) printf(" %*.*s", w, w, dt_dataset_class_name(ds, k));
+    printf("\n");
+    for (int t = 0; t < classes; t++) {
+        printf("%*s", lw, dt_dataset_class_name(ds, t));
+        for (int p = 0; p < classes; p++) printf(" %*" PRId64, w, cm[(size_t)t * classes + p]);
+        printf("\n");
+    }
+}
+
+static int fail(const char *msg) {
+    fprintf(stderr, "dtrain eval: %s\n", msg);
+    return 1;
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *logdir = "./checkpoint", *data = NULL, *model = NULL, *file = NULL;
+    int batch_size = 0, threads = 0;
+    flag_def defs[] = {
+        {"logdir", FLAG_STRING, &logdir, "folder of checkpoints; the newest good one is restored"},
+        {"checkpoint", FLAG_STRING, &file, "evaluate this checkpoint file instead of the newest in --logdir"},
+        {"data", FLAG_STRING, &data, "IDX folder or image folder; its test split is evaluated"},
+        {"model", FLAG_STRING, &model, "model file; default: the model stored in the checkpoint"},
+        {"batch_size", FLAG_INT, &batch_size, "examples per forward pass; 0: the training batch size"},
+        {"threads", FLAG_INT, &threads, "compute threads; 0: all cores"},
+    };
+    int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
+    dt_error err = {0};
+    if (flags_parse(defs, n, argc, argv, &help, &err)) {
+        fprintf(stderr, "dtrain eval: %s\n", err.msg);
+        return 2;
+    }
+    if (help) {
+        printf("usage: dtrain eval --logdir DIR --data PATH [--model FILE] [flags]\n\n"
+               "Restores the newest good checkpoint of DIR (a damaged one is skipped with a warning)\n"
+               "and prints its global step, the test loss and accuracy and a confusion matrix.\n\n"
+               "flags:\n");
+        flags_print_help(stdout, defs, n);
+        return 0;
+    }
+    if (!data || !*data) return fail("--data: no data path given");
+    dt_kernels_set_threads(threads);
+
+    dt_st_file *f = NULL;
+    char path[DT_PATH_MAX];
+    int rc;
+    if (file) {
+        snprintf(path, sizeof path, "%s", file);
+        rc = dt_st_open(&f, path, &err);
+    } else {
+        rc = dt_ckpt_open_latest(&f, path, sizeof path, logdir, stderr, &err);
+        if (rc == 0) rc = dt_errorf(&err, DT_EINVAL, "%s: no checkpoint found (train with --logdir %s first)", logdir, logdir);
+    }
+    if (rc < 0) return fail(err.msg);
+
+    dt_model_spec spec;
+    dt_net *net = NULL;
+    dt_data_splits splits = {0};
+    int64_t *cm = NULL;
+    dt_ckpt_info info;
+    int status = 1;
+    if ((rc = dt_ckpt_read_info(f, path, &info, &err))) goto out;
+    if (model) {
+        rc = dt_model_spec_load(&spec, model, &err);
+    } else {
+        const char *text = dt_ckpt_model_text(f);
+        if (!text) {
+            rc = dt_errorf(&err, DT_EINVAL, "%s holds no model text: pass --model", path);
+            goto out;
+        }
+        char label[DT_PATH_MAX + 16];
+        snprintf(label, sizeof label, "%s (model)", path);
+        rc = dt_model_spec_parse(&spec, text, strlen(text), label, &err);
+    }
+    if (rc) goto out;
+    /* The training batch size by default: the same batches give the same sums, so the accuracy and
+     * loss printed here are those the training run printed for this checkpoint. */
+    int batch = batch_size > 0 ? batch_size : info.batch_size > 0 ? info.batch_size : 64;
+    rc = dt_net_build(&net, &spec, batch, &err);
+    dt_model_spec_free(&spec);
+    if (rc) goto out;
+    dt_ckpt_run run = {.net = net};
+    int64_t step = 0;
+    if ((rc = dt_ckpt_load(f, path, &run, dt_net_params(net), NULL, &step, &err))) goto out;
+
+    const dt_model_spec *ms = dt_net_spec(net);
+    dt_data_options dopt = {.h = ms->in_h, .w = ms->in_w, .c = ms->in_c,
+                            .validation_fraction = info.validation_fraction,
+                            .seed = info.has_seed ? info.seed : 1,
+                            .bad_images = DT_BAD_IMAGES_SKIP};
+    if ((rc = dt_data_open(&splits, data, &dopt, &err))) goto out;
+    int classes = dt_net_num_classes(net);
+    if (dt_dataset_num_classes(splits.test) > classes) {
+        rc = dt_errorf(&err, DT_ESHAPE, "%s has %d classes but the model ends in %d units", data,
+                       dt_dataset_num_classes(splits.test), classes);
+        goto out;
+    }
+    if (!(cm = dt_calloc((size_t)classes * classes, sizeof *cm, "confusion matrix", &err))) goto out;
+    dt_eval_result res;
+    if ((rc = dt_evaluate(net, splits.test, cm, &res, &err))) goto out;
+    printf("checkpoint %s: model %s, global step %" PRId64 "\n", path, ms->name, step);
+    printf("test accuracy %.4f  test loss %.4f  (%lld examples)\n", res.accuracy, res.loss, (long long)res.examples);
+    print_confusion(cm, classes, splits.test);
+    if (dt_dataset_bad_count(splits.test))
+        printf("skipped %zu undecodable images\n", dt_dataset_bad_count(splits.test));
+    status = 0;
+out:
+    if (status) fprintf(stderr, "dtrain eval: %s\n", err.msg);
+    free(cm);
+    dt_data_splits_free(&splits);
+    dt_net_free(net);
+    dt_st_close(f);
+    return status;
+}

@@ -1,0 +1,182 @@
+/* dtrain inspect: what a file holds, without a cluster or a model.
+ *   a checkpoint (safetensors): global step, every tensor's dtype, shape and value range, metadata;
+ *   an event file: every record (offset, wall time, step, file version or scalars);
+ *   a log folder: its index, then the newest good checkpoint. */
+#include <inttypes.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "commands.h"
+#include "core/error.h"
+#include "supervisor/checkpoint.h"
+#include "supervisor/ckpt_index.h"
+#include "supervisor/events.h"
+#include "supervisor/fsutil.h"
+#include "supervisor/safetensors.h"
+
+#define MAX_EVENT_FILE ((size_t)1 << 32)
+
+static void print_indented(const char *text) {
+    while (*text) {
+        size_t l = strcspn(text, "\n");
+        printf("    | %.*s\n", (int)l, text);
+        text += l;
+        if (*text) text++;
+    }
+}
+
+static void list_checkpoint(const dt_st_file *f, const char *path) {
+    size_t bytes = 0;
+    for (int i = 0; i < dt_st_num_tensors(f); i++) bytes += dt_st_tensor_at(f, i)->nbytes;
+    printf("%s: safetensors, %d tensors, %zu data bytes, %s\n", path, dt_st_num_tensors(f), bytes,
+           dt_st_has_checksum(f) ? "crc32c checksum verified" : "no checksum");
+    dt_ckpt_info info;
+    if (dt_ckpt_read_info(f, path, &info, NULL) == 0 && info.global_step >= 0)
+        printf("global_step: %" PRId64 "\n", info.global_step);
+    printf("%-32s %-5s %-16s %10s %12s %12s %12s\n", "tensor", "dtype", "shape", "elements", "min", "max", "mean");
+    for (int i = 0; i < dt_st_num_tensors(f); i++) {
+        const dt_st_info *t = dt_st_tensor_at(f, i);
+        char shape[64];
+        size_t k = (size_t)snprintf(shape, sizeof shape, "[");
+        for (int d = 0; d < t->ndim && k < sizeof shape; d++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%" PRId64, d ? "," : "", t->shape[d]);
+        if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
+        printf("%-32s %-5s %-16s %10" PRIu64, t->name, dt_st_dtype_name(t->dtype), shape, t->count);
+        if (t->dtype == DT_ST_F32 && t->count > 0) {
+            /* The data may be unaligned in the file image: copy element by element. */
+            double lo = INFINITY, hi = -INFINITY, sum = 0;
+            for (uint64_t j = 0; j < t->count; j++) {
+                float v;
+                memcpy(&v, t->data + j * 4, 4);
+                lo = v < lo ? v : lo;
+                hi = v > hi ? v : hi;
+                sum += v;
+            }
+            printf(" %12.5g %12.5g %12.5g", lo, hi, sum / (double)t->count);
+        } else if (t->dtype == DT_ST_I64 && t->count == 1) {
+            int64_t v;
+            memcpy(&v, t->data, 8);
+            printf(" %12" PRId64, v);
+        }
+        printf("\n");
+    }
+    if (dt_st_num_meta(f)) printf("metadata:\n");
+    for (int i = 0; i < dt_st_num_meta(f); i++) {
+        const char *key, *value;
+        dt_st_meta_at(f, i, &key, &value);
+        if (strchr(value, '\n')) {
+            printf("  %s:\n", key);
+            print_indented(value);
+        } else {
+            printf("  %s: %s\n", key, value);
+        }
+    }
+}
+
+/* Lists every record; returns 1 (after printing the good ones) at a damaged record. */
+static int list_events(const uint8_t *buf, size_t n, const char *path, dt_error *err) {
+    size_t pos = 0;
+    int count = 0;
+    printf("%s: TensorBoard event file\n%-10s %-18s %10s  %s\n", path, "offset", "wall_time", "step", "record");
+    for (;;) {
+        size_t at = pos, len;
+        const uint8_t *data;
+        int rc = dt_record_next(buf, n, &pos, &data, &len, path, err);
+        if (rc < 0) return 1;
+        if (rc == 0) break;
+        dt_event ev;
+        if (dt_event_decode(&ev, data, len, err)) {
+            dt_error_prefix(err, "%s: record at offset %zu: ", path, at);
+            return 1;
+        }
+        printf("%-10zu %-18.6f %10" PRId64 "  ", at, ev.wall_time, ev.step);
+        if (ev.kind == DT_EVENT_KIND_FILE_VERSION) printf("file_version %s\n", ev.file_version);
+        else if (ev.kind == DT_EVENT_KIND_SUMMARY) {
+            for (int i = 0; i < ev.n_values; i++) {
+                if (ev.values[i].has_simple_value) printf("%s%s = %.9g", i ? ", " : "", ev.values[i].tag, (double)ev.values[i].simple_value);
+                else printf("%s%s (not a scalar)", i ? ", " : "", ev.values[i].tag);
+            }
+            printf("\n");
+        } else printf("(other event)\n");
+        dt_event_free(&ev);
+        count++;
+    }
+    printf("%d records\n", count);
+    return 0;
+}
+
+static int inspect_folder(const char *dir, dt_error *err) {
+    dt_ckpt_index idx;
+    int rc = dt_ckpt_index_read(&idx, dir, err);
+    if (rc) {
+        fprintf(stderr, "dtrain inspect: warning: %s\n", err->msg);
+    } else if (idx.n_paths) {
+        printf("%s/%s: newest %s; kept, oldest first:\n", dir, DT_CKPT_INDEX_FILE, idx.model_checkpoint_path);
+        for (int i = 0; i < idx.n_paths; i++) printf("  %s\n", idx.paths[i]);
+        dt_ckpt_index_free(&idx);
+    }
+    dt_st_file *f = NULL;
+    char path[DT_PATH_MAX];
+    rc = dt_ckpt_open_latest(&f, path, sizeof path, dir, stderr, err);
+    if (rc < 0) return 1;
+    if (rc == 0) {
+        dt_errorf(err, DT_EINVAL, "%s: no checkpoint in this folder", dir);
+        return 1;
+    }
+    list_checkpoint(f, path);
+    dt_st_close(f);
+    return 0;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    if (argc == 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+        printf("usage: dtrain inspect FILE\n\n"
+               "FILE is a checkpoint (model.ckpt-<step>.safetensors: global step, tensors with dtype,\n"
+               "shape and value range, metadata), a TensorBoard event file (every record: offset,\n"
+               "wall time, step, values) or a log folder (its checkpoint index and newest checkpoint).\n"
+               "Both CRCs of every event record and a checkpoint's checksum are verified.\n");
+        return 0;
+    }
+    if (argc != 1 || argv[0][0] == '-') {
+        fprintf(stderr, "dtrain inspect: expected one FILE (run 'dtrain inspect --help')\n");
+        return 2;
+    }
+    const char *path = argv[0];
+    dt_error err = {0};
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "dtrain inspect: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    int status;
+    if (S_ISDIR(st.st_mode)) {
+        status = inspect_folder(path, &err);
+    } else {
+        uint8_t *buf = NULL;
+        size_t n = 0;
+        if (dt_read_file(&buf, &n, path, MAX_EVENT_FILE, &err)) {
+            fprintf(stderr, "dtrain inspect: %s\n", err.msg);
+            return 1;
+        }
+        /* A safetensors file starts with its header length, then '{'; a record with its length,
+         * then a masked CRC: byte 8 tells them apart. */
+        if (n >= 9 && buf[8] == '{') {
+            dt_st_file *f = NULL;
+            status = dt_st_open_memory(&f, buf, n, path, &err) ? 1 : 0;
+            if (!status) list_checkpoint(f, path);
+            dt_st_close(f);
+        } else if (n >= DT_RECORD_OVERHEAD) {
+            status = list_events(buf, n, path, &err);
+        } else {
+            dt_errorf(&err, DT_EFORMAT, "%s: %zu bytes: neither a safetensors checkpoint nor an event file", path, n);
+            status = 1;
+        }
+        free(buf);
+    }
+    if (status) fprintf(stderr, "dtrain inspect: %s\n", err.msg);
+    return status;
+}
