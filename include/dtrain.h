@@ -119,6 +119,14 @@ typedef struct dt_train_options {
     const char *placement;       /* "greedy" (default) or "round_robin" */
     int connect_timeout_ms;      /* how long a worker retries the ps tasks (default 60000) */
     int dry_run;                 /* print the cluster and the placement, then return */
+
+    /* The supervisor (the chief, or the single process; docs/checkpoint-format.md): restores the
+     * newest good checkpoint of logdir if there is one, saves one at start, every save_model_secs
+     * and at the end, keeping max_to_keep; TensorBoard summaries in summary_dir/{train,test}. */
+    const char *logdir;          /* default "./checkpoint"; NULL or "": no checkpoints, no restore */
+    double save_model_secs;      /* default 60; <= 0: only at start and at the end */
+    int max_to_keep;             /* default 5; <= 0: keep all */
+    const char *summary_dir;     /* default "./summary_log"; NULL or "": no summaries */
 } dt_train_options;
 
 typedef struct dt_train_result {
@@ -129,10 +137,12 @@ typedef struct dt_train_result {
     int64_t test_examples;
     double seconds, examples_per_sec;
     int64_t bad_images;
+    int64_t start_step;          /* global step training started at (a restored checkpoint's, or 0) */
 } dt_train_result;
 
 /* Fills o with dtrain's defaults (adam, 0.001, batch 64, 1 epoch, steps_to_validate 1000, seed 1,
- * asynchronous, greedy placement). */
+ * asynchronous, greedy placement, checkpoints in ./checkpoint every 60 s keeping 5, summaries in
+ * ./summary_log). */
 void dt_train_options_init(dt_train_options *o);
 /* Trains on this machine, logging to `log` (NULL: stdout); returns DT_EINTR if *stop was set. */
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *result, dt_error *err);

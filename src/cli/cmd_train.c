@@ -33,6 +33,10 @@ int cmd_train(int argc, char **argv) {
         {"placement", FLAG_STRING, &o.placement, "variables over ps tasks: greedy or round_robin"},
         {"connect_timeout", FLAG_DOUBLE, &connect_timeout, "seconds a worker retries its ps tasks"},
         {"dry_run", FLAG_BOOL, &o.dry_run, "print the cluster and the placement of variables, then exit"},
+        {"logdir", FLAG_STRING, &o.logdir, "checkpoints: restored from at start, saved to by the chief; '' for none"},
+        {"save_model_secs", FLAG_DOUBLE, &o.save_model_secs, "seconds between checkpoints (also at start and end); 0: only those"},
+        {"max_to_keep", FLAG_INT, &o.max_to_keep, "checkpoints kept in --logdir; 0: all"},
+        {"summary_dir", FLAG_STRING, &o.summary_dir, "TensorBoard event files in <dir>/train and <dir>/test; '' for none"},
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
     dt_error err = {0};
@@ -46,7 +50,9 @@ int cmd_train(int argc, char **argv) {
                "--steps_to_validate steps, then the test accuracy. Alone on this machine by default;\n"
                "with --ps_hosts/--worker_hosts/--job_name/--task_index (or TF_CONFIG) as one task of\n"
                "a cluster: a ps serves its share of the variables until the chief (worker 0) ends\n"
-               "training. The cluster's traffic is NOT authenticated: use it on trusted networks only.\n\n"
+               "training. The cluster's traffic is NOT authenticated: use it on trusted networks only.\n"
+               "The chief (or the single process) restores the newest good checkpoint in --logdir and\n"
+               "resumes at its global step; it saves checkpoints and TensorBoard summaries as it goes.\n\n"
                "flags:\n");
         flags_print_help(stdout, defs, n);
         return 0;

@@ -1,5 +1,6 @@
 /* The local updater: the optimizer runs in this process on the whole flat buffer. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "train/updater.h"
@@ -8,18 +9,37 @@ typedef struct {
     dt_updater base;
     dt_opt_config opt;
     float *state;
+    int64_t step;     /* updates applied: the global step */
 } local_updater;
 
 static int local_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err) {
     dt_net_init_params(net, seed);
-    *global_step = 0;
+    *global_step = ((local_updater *)u)->step = 0;
+    return DT_OK;
+}
+
+static int local_restore(dt_updater *u, dt_net *net, const float *state, int64_t step, int64_t *global_step,
+                         dt_error *err) {
+    local_updater *l = (local_updater *)u;
+    memcpy(l->state, state, dt_net_param_count(net) * (size_t)dt_opt_slots(&l->opt) * sizeof(float));
+    *global_step = l->step = step;
+    return DT_OK;
+}
+
+static int local_snapshot(dt_updater *u, dt_net *net, float *params, float *state, int64_t *global_step, int final,
+                          dt_error *err) {
+    local_updater *l = (local_updater *)u;
+    size_t n = dt_net_param_count(net);
+    memcpy(params, dt_net_params(net), n * sizeof(float));
+    if (state) memcpy(state, l->state, n * (size_t)dt_opt_slots(&l->opt) * sizeof(float));
+    *global_step = l->step;
     return DT_OK;
 }
 
 static int local_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
     local_updater *l = (local_updater *)u;
     dt_opt_apply(&l->opt, dt_net_params(net), dt_net_grads(net), l->state, dt_net_param_count(net), local_step);
-    *global_step = local_step + 1;
+    *global_step = l->step = local_step + 1;
     return DT_OK;
 }
 
@@ -35,7 +55,7 @@ int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, size_t n
     *out = NULL;
     local_updater *l = dt_calloc(1, sizeof *l, "updater", err);
     if (!l) return DT_ENOMEM;
-    l->base = (dt_updater){local_start, local_apply, local_finish, local_free};
+    l->base = (dt_updater){local_start, local_apply, local_finish, local_free, local_restore, local_snapshot};
     l->opt = *opt;
     size_t n_state = n_params * (size_t)dt_opt_slots(opt);
     if (!(l->state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) {

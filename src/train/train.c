@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "model/net.h"
+#include "supervisor/supervisor.h"
 #include "train/serve.h"
 #include "train/evaluate.h"
 #include "train/progress.h"
@@ -32,6 +33,10 @@ void dt_train_options_init(dt_train_options *o) {
     o->validation_fraction = -1.0;
     o->placement = "greedy";
     o->connect_timeout_ms = 60000;
+    o->logdir = "./checkpoint";
+    o->save_model_secs = 60;
+    o->max_to_keep = 5;
+    o->summary_dir = "./summary_log";
 }
 
 static double now_sec(void) {
@@ -70,9 +75,12 @@ typedef struct {
     dt_data_splits data;
     dt_loader *loader;
     dt_updater *updater;
+    dt_opt_config opt;
+    dt_supervisor *supervisor;    /* the chief's checkpoints and summaries; NULL elsewhere */
 } run_state;
 
 static void run_free(run_state *r) {
+    dt_supervisor_close(r->supervisor);
     if (r->updater) r->updater->free(r->updater);
     dt_loader_free(r->loader);
     dt_data_splits_free(&r->data);
@@ -144,6 +152,13 @@ out:
     return rc;
 }
 
+/* The supervisor's view of the training state: whatever the updater holds, in the flat layout. */
+static int snapshot(void *user, float *params, float *state, int64_t *global_step, int final, dt_error *err) {
+    run_state *r = user;
+    if (!r->updater->snapshot) return dt_errorf(err, DT_EINVAL, "this updater cannot take checkpoints");
+    return r->updater->snapshot(r->updater, r->net, params, state, global_step, final, err);
+}
+
 static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
     int rc;
     const dt_cluster *c = &r->cluster;
@@ -186,8 +201,31 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
     }
     if (rc) return rc;
 
-    int64_t global_step = 0;
-    if ((rc = r->updater->start(r->updater, r->net, o->seed, &global_step, err))) return rc;
+    /* The chief restores the newest good checkpoint, or the updater initialises. */
+    r->opt = opt;
+    if (c->is_chief) {
+        dt_supervisor_config sc = {.logdir = o->logdir, .save_secs = o->save_model_secs, .max_to_keep = o->max_to_keep,
+                                   .summary_dir = o->summary_dir, .snapshot = snapshot, .user = r, .log = log,
+                                   .run = {.net = r->net, .opt = &r->opt, .seed = o->seed, .batch_size = o->batch_size,
+                                           .n_workers = n_workers, .batches_per_epoch = per_epoch,
+                                           .validation_fraction = o->validation_fraction}};
+        if ((rc = dt_supervisor_open(&r->supervisor, &sc, err))) return rc;
+    }
+    int64_t global_step = 0, restored_step;
+    const float *restored_params, *restored_state;
+    if (dt_supervisor_restored(r->supervisor, &restored_params, &restored_state, &restored_step) &&
+        r->updater->restore) {
+        memcpy(dt_net_params(r->net), restored_params, dt_net_param_count(r->net) * sizeof(float));
+        rc = r->updater->restore(r->updater, r->net, restored_state, restored_step, &global_step, err);
+    } else {
+        rc = r->updater->start(r->updater, r->net, o->seed, &global_step, err);
+    }
+    if (rc) return rc;
+    /* Resuming: each worker has consumed global_step / n_workers batches of its shard (exactly so on
+     * one machine, where data order and dropout then continue bit for bit). */
+    int64_t local_step = global_step / n_workers, first_local_step = local_step;
+    if (local_step > 0 && (rc = dt_loader_seek(r->loader, local_step, err))) return rc;
+    res->start_step = global_step;
     char role[64] = "";
     if (c->distributed) snprintf(role, sizeof role, ", worker %d of %d%s", c->task_index, c->n_workers,
                                  c->is_chief ? " (chief)" : "");
@@ -198,6 +236,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
             (double)opt.learning_rate, o->batch_size, (long long)total, (double)total / (double)global_per_epoch,
             dt_kernels_get_threads(), role);
     fflush(log);
+    if ((rc = dt_supervisor_started(r->supervisor, global_step, err))) return rc;
 
     /* Only the chief validates and tests: the others would repeat the same numbers. */
     int evaluates = c->is_chief;
@@ -205,7 +244,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
     dt_progress_init(&prog, o->progress, total);
     double t_start = now_sec(), t_interval = t_start;
     double loss_sum = 0;
-    int64_t correct_sum = 0, seen = 0, interval_examples = 0, local_step = 0, last_log = global_step;
+    int64_t correct_sum = 0, seen = 0, interval_examples = 0, last_log = global_step;
     while (global_step < total) {
         if (o->stop && *o->stop) {
             rc = dt_errorf(err, DT_EINTR, "training stopped by a signal at global step %lld", (long long)global_step);
@@ -230,22 +269,28 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
         seen += b.n;
         interval_examples += b.n;
         res->steps = global_step;
+        if ((rc = dt_supervisor_step(r->supervisor, global_step, err))) break;
         dt_progress_update(&prog, global_step < total ? global_step : total, (double)global_step / (double)global_per_epoch);
 
         int epoch_end = local_step % per_epoch == 0;
         if (global_step / o->steps_to_validate > last_log / o->steps_to_validate || epoch_end || global_step >= total) {
-            last_log = global_step;
             double t = now_sec();
             double ex_per_sec = interval_examples / (t - t_interval);
+            double steps_per_sec = (double)(global_step - last_log) / (t - t_interval);
+            last_log = global_step;
             dt_progress_clear(&prog);
             fprintf(log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f", (long long)global_step,
                     (double)global_step / (double)global_per_epoch, loss_sum / seen, (double)correct_sum / seen);
             res->final_loss = loss_sum / seen;
+            /* Summaries: the cluster's rates (all workers' steps), this worker's batches. */
+            dt_supervisor_summary_train(r->supervisor, global_step, loss_sum / seen, (double)correct_sum / seen,
+                                        steps_per_sec, steps_per_sec * o->batch_size);
             if (evaluates) {
                 dt_eval_result val;
                 if ((rc = dt_evaluate(r->net, r->data.validation, NULL, &val, err))) break;
                 fprintf(log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
                 res->validation_accuracy = val.accuracy;
+                dt_supervisor_summary_test(r->supervisor, global_step, val.loss, val.accuracy);
             }
             fprintf(log, "  %.0f examples/sec\n", ex_per_sec);
             fflush(log);
@@ -256,8 +301,16 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
     }
     dt_progress_clear(&prog);
     res->seconds = now_sec() - t_start;
-    res->examples_per_sec = (double)local_step * o->batch_size / res->seconds;
+    res->examples_per_sec = (double)(local_step - first_local_step) * o->batch_size / res->seconds;
+    if (rc == DT_EINTR && !c->distributed) {
+        /* Stopped on one machine: keep what was trained (a cluster is stopped as a whole, its ps
+         * tasks too, so only its periodic checkpoints count). */
+        dt_error serr = {0};
+        if (dt_supervisor_final(r->supervisor, NULL, NULL, &serr)) fprintf(log, "warning: %s\n", serr.msg);
+    }
     if (rc) return rc;
+    /* The final checkpoint (a cluster's after every worker finished) is what the test below sees. */
+    if ((rc = dt_supervisor_final(r->supervisor, dt_net_params(r->net), &global_step, err))) return rc;
 
     res->bad_images = (int64_t)dt_dataset_bad_count(r->data.train);
     if (r->data.validation != r->data.train) res->bad_images += (int64_t)dt_dataset_bad_count(r->data.validation);
@@ -274,7 +327,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
                 (long long)test.examples);
     }
     fprintf(log, "trained %lld local steps in %.1f s (%.0f examples/sec); global step %lld\n",
-            (long long)local_step, res->seconds, res->examples_per_sec, (long long)global_step);
+            (long long)(local_step - first_local_step), res->seconds, res->examples_per_sec, (long long)global_step);
     fflush(log);
     return DT_OK;
 }

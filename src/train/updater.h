@@ -23,6 +23,16 @@ struct dt_updater {
     /* Training is over for this process (the chief also ends the cluster). */
     int (*finish)(dt_updater *u, dt_error *err);
     void (*free)(dt_updater *u);
+    /* Checkpoints (src/supervisor/); state is in the flat layout: slot k of flat float i at
+     * state[k*n + i]. restore: like start, but from a checkpoint: the net holds its parameters,
+     * state and step its optimizer state and global step (a cluster's chief gives every ps its
+     * shard back, unless the ps tasks already hold a model: then it pulls that). snapshot: the
+     * current parameters [n], optimizer state [slots * n] (NULL: skip) and *global_step, between
+     * steps; final: training is over (a chief first waits for the other workers). */
+    int (*restore)(dt_updater *u, dt_net *net, const float *state, int64_t step, int64_t *global_step,
+                   dt_error *err);
+    int (*snapshot)(dt_updater *u, dt_net *net, float *params, float *state, int64_t *global_step, int final,
+                    dt_error *err);
 };
 
 /* The local updater: opt over all n_params parameters, state held here. */

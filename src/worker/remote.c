@@ -48,6 +48,102 @@ static int remote_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *glob
     return DT_OK;
 }
 
+/* Gathers flat-layout optimizer state [slots * n] into per-shard slot-major buffers (*out[p] of
+ * slots * shard_count[p] floats, one allocation), as INIT and STATE carry it. */
+static float **shard_buffers(const dt_placement *pl, int slots, dt_error *err) {
+    size_t total = 0;
+    for (int p = 0; p < pl->n_ps; p++) total += pl->shard_count[p] * (size_t)slots;
+    float **b = dt_calloc((size_t)pl->n_ps + 1, sizeof *b, "shard state pointers", err);
+    if (!b) return NULL;
+    if (!(b[pl->n_ps] = dt_alloc_floats(total ? total : 1, "shard optimizer state", err))) {
+        free(b);
+        return NULL;
+    }
+    size_t off = 0;
+    for (int p = 0; p < pl->n_ps; p++) {
+        b[p] = b[pl->n_ps] + off;
+        off += pl->shard_count[p] * (size_t)slots;
+    }
+    return b;
+}
+
+static void free_shard_buffers(const dt_placement *pl, float **b) {
+    if (b) free(b[pl->n_ps]);
+    free(b);
+}
+
+static int remote_restore(dt_updater *u, dt_net *net, const float *state, int64_t step, int64_t *global_step,
+                          dt_error *err) {
+    remote *r = (remote *)u;
+    const dt_placement *pl = r->cfg.placement;
+    int ready = 1, rc = 0;
+    for (int p = 0; p < r->n_ps; p++) ready &= dt_ps_client_shard(r->client, p)->initialised;
+    if (!r->cfg.cluster->is_chief || ready) {
+        /* The ps tasks outlived the chief: what they hold is newer than any checkpoint. */
+        if (ready && r->cfg.log)
+            fprintf(r->cfg.log, "chief: the ps tasks already hold the model (step %lld); not restoring step %lld\n",
+                    (long long)dt_ps_client_shard(r->client, 0)->global_step, (long long)step);
+        return remote_start(u, net, 0, global_step, err);
+    }
+    size_t n = dt_net_param_count(net);
+    int slots = dt_opt_slots(&r->cfg.opt);
+    float **st = shard_buffers(pl, slots, err);
+    if (!st) return DT_ENOMEM;
+    for (int p = 0; p < r->n_ps; p++) {
+        dt_placement_gather(pl, p, r->grads[p], dt_net_params(net));
+        for (int k = 0; k < slots; k++)
+            dt_placement_gather(pl, p, st[p] + (size_t)k * pl->shard_count[p], state + (size_t)k * n);
+    }
+    rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, (const float *const *)st, step, err);
+    free_shard_buffers(pl, st);
+    if (rc) return rc;
+    if (r->cfg.log) fprintf(r->cfg.log, "chief: gave %d ps task(s) their shards back at global step %lld\n", r->n_ps,
+                            (long long)step);
+    if ((rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err))) return rc;
+    views_into_net(r, net, global_step);
+    return DT_OK;
+}
+
+/* Several ps tasks apply pushes independently, so a fetch can catch them at different steps. The
+ * chief fetches between its own steps and fetches again until every shard has applied the same
+ * number of updates (docs/checkpoint-format.md says what that guarantees). */
+#define SNAPSHOT_TRIES 20
+
+static int remote_snapshot(dt_updater *u, dt_net *net, float *params, float *state, int64_t *global_step, int final,
+                           dt_error *err) {
+    remote *r = (remote *)u;
+    const dt_placement *pl = r->cfg.placement;
+    int rc;
+    if (final && r->cfg.n_workers_to_wait > 0 &&
+        dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, err) && r->cfg.log)
+        fprintf(r->cfg.log, "chief: %s; taking the final checkpoint anyway\n", err->msg);
+    size_t n = dt_net_param_count(net);
+    int slots = state ? dt_opt_slots(&r->cfg.opt) : 0;
+    float **st = slots ? shard_buffers(pl, slots, err) : NULL;
+    if (slots && !st) return DT_ENOMEM;
+    /* The gradient buffers are free between steps: they receive the parameter shards. */
+    for (int t = 0; t < SNAPSHOT_TRIES; t++) {
+        if ((rc = dt_ps_client_fetch_state(r->client, &r->cfg.opt, r->grads, st, r->steps, err))) break;
+        int agree = 1;
+        for (int p = 1; p < r->n_ps; p++) agree &= r->steps[p] == r->steps[0];
+        if (agree) break;
+        if (t == SNAPSHOT_TRIES - 1 && r->cfg.log)
+            fprintf(r->cfg.log, "chief: warning: shards at different steps after %d fetches (ps 0 at %lld, ps %d at "
+                                "%lld); checkpoint at ps 0's step\n",
+                    SNAPSHOT_TRIES, (long long)r->steps[0], r->n_ps - 1, (long long)r->steps[r->n_ps - 1]);
+    }
+    if (!rc) {
+        for (int p = 0; p < r->n_ps; p++) {
+            dt_placement_scatter(pl, p, params, r->grads[p]);
+            for (int k = 0; k < slots; k++)
+                dt_placement_scatter(pl, p, state + (size_t)k * n, st[p] + (size_t)k * pl->shard_count[p]);
+        }
+        *global_step = r->steps[0];
+    }
+    free_shard_buffers(pl, st);
+    return rc;
+}
+
 static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
     remote *r = (remote *)u;
     for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_grads(net));
@@ -83,7 +179,8 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
     *out = NULL;
     remote *r = dt_calloc(1, sizeof *r, "remote updater", err);
     if (!r) return DT_ENOMEM;
-    r->base = (dt_updater){remote_start, remote_apply, remote_finish, remote_free};
+    r->base = (dt_updater){remote_start, remote_apply, remote_finish, remote_free, remote_restore,
+                           remote_snapshot};
     r->cfg = *cfg;
     if (r->cfg.request_timeout_ms <= 0) r->cfg.request_timeout_ms = 60000;
     r->n_ps = cfg->placement->n_ps;
