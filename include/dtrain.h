@@ -116,6 +116,16 @@ typedef struct dt_train_options {
      * training; "worker" trains its shard of the data (worker 0 is the chief). */
     const char *ps_hosts, *worker_hosts, *job_name, *task_index;
     int issync;                  /* 0: asynchronous (the source's default); 1: sync replicas */
+    /* Sync replicas (issync 1): each step applies the mean of replicas_to_aggregate workers'
+     * gradients (0: every worker); total_num_replicas (0: replicas_to_aggregate) must be the number
+     * of workers, more than replicas_to_aggregate means backup workers whose late gradients are
+     * dropped and counted; a worker may run at most staleness steps ahead (0: fully synchronous). */
+    int replicas_to_aggregate, total_num_replicas, staleness;
+    /* Testing: worker debug_delay_worker (-1, the default: every worker) sleeps debug_step_delay_ms
+     * before each update; the chief (or a single process) writes its final parameters to
+     * debug_dump_params (raw float32) if set. */
+    int debug_step_delay_ms, debug_delay_worker;
+    const char *debug_dump_params;
     const char *placement;       /* "greedy" (default) or "round_robin" */
     int connect_timeout_ms;      /* how long a worker retries the ps tasks (default 60000) */
     int dry_run;                 /* print the cluster and the placement, then return */

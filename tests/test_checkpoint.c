@@ -415,7 +415,7 @@ static void test_supervisor(void) {
     CHECK(dt_supervisor_final(sv, out, &fstep, &err) == 0 && fstep == 9 && out[0] == 42.0f);
     CHECK(dt_supervisor_saves(sv) == 3 && fs.finals == 1);
     CHECK_CONTAINS(dt_supervisor_last_checkpoint(sv), "model.ckpt-9.safetensors");
-    dt_supervisor_summary_train(sv, 9, 0.5, 0.75, 10, 40);
+    dt_supervisor_summary_train(sv, 9, 0.5, 0.75);
     dt_supervisor_summary_test(sv, 9, 0.6, 0.7);
     dt_supervisor_close(sv);
     CHECK(file_exists(dir, "model.ckpt-0.safetensors") && file_exists(dir, "model.ckpt-7.safetensors"));

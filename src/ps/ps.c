@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "compute/optim.h"
@@ -16,15 +17,18 @@
 #define MAX_PENDING 4096      /* deferred PULLs (waiting for a later step), bounded */
 #define BATCH 64              /* messages handled per poll wake-up before checking *stop */
 #define LOG_REFUSALS 20       /* refusals logged one by one; later ones only counted */
+#define LOG_STALE 3           /* stale gradients logged one by one per worker; later ones counted */
 #define SHUTDOWN_LINGER_MS 1000
 #define SNAP_POOL 8           /* snapshot buffers; more in flight at once fall back to a copy */
+#define SNAP_KEEP 4           /* sync mode: steps whose snapshot is kept for EXACT pulls */
 
 /* A snapshot of the shard at one step, sent zero-copy to every puller of that step. refs counts
- * the ps's own reference (while it is the current snapshot) plus each message libzmq still holds;
+ * the ps's own reference (while it keeps the snapshot) plus each message libzmq still holds;
  * libzmq's I/O thread drops its references, hence the atomic. A buffer with refs == 0 is reused:
  * the pool keeps the allocator (and the kernel's page faults) out of the steady state. */
 typedef struct {
     atomic_int refs;
+    int kept;                 /* the ps holds a reference (only the ps thread reads this) */
     int64_t step;
     float *data;              /* [n] */
 } snap_buf;
@@ -32,7 +36,17 @@ typedef struct {
 typedef struct {
     zmq_msg_t identity;
     dt_wire_header req;
+    int64_t since_us;         /* when it arrived (its barrier wait is reported in the reply) */
 } pending_pull;
+
+/* Sync mode: the gradients received for one step, held as received (no copy) until
+ * replicas_to_aggregate of them are in; then summed in worker-index order. */
+typedef struct {
+    int64_t step;             /* -1: empty */
+    int count;
+    uint16_t *worker;         /* [aggregate] */
+    zmq_msg_t *grad;          /* [aggregate] payloads */
+} accum;
 
 typedef struct {
     const dt_ps_config *cfg;
@@ -44,16 +58,29 @@ typedef struct {
     dt_opt_config opt;
     int slots, initialised, shutdown;
     int64_t step;
-    uint64_t pushes, pulls, refused;
+    uint64_t pushes, updates, pulls, refused;
     /* PARAMS replies share one snapshot per step, so n workers pulling the same step cost one
-     * memcpy, and pushes never tear a reply in flight. */
+     * memcpy, and pushes never tear a reply in flight. Sync mode keeps the last SNAP_KEEP steps, so a
+     * worker can pull every shard at one step (EXACT) even if this ps has moved on. */
     snap_buf snaps[SNAP_POOL];
-    int n_snaps, cur;         /* cur: snapshot of the current step, -1 if none */
+    int n_snaps;
     pending_pull *pending;
     int n_pending;
     uint8_t *done;            /* [65536 / 8] bitmap of worker tasks that sent DONE (lazily allocated) */
     uint64_t n_done;
+    /* Sync replicas (INIT's configuration): aggregate == 0 means asynchronous. */
+    int aggregate, total, staleness;
+    accum *acc;               /* [staleness + 1], step t in acc[t % (staleness + 1)] */
+    float *sum;               /* [n] the mean gradient of a step */
+    uint64_t *stale;          /* [total] stale gradients per worker */
+    uint64_t n_stale;
 } ps_t;
+
+static int64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static void ps_log(ps_t *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ps_log(ps_t *ps, const char *fmt, ...) {
@@ -95,33 +122,56 @@ static void snap_release(void *data, void *hint) {
     atomic_fetch_sub(&((snap_buf *)hint)->refs, 1);
 }
 
-/* Drops the ps's reference to the current snapshot (the step moved on). */
-static void snap_retire(ps_t *ps) {
-    if (ps->cur >= 0) atomic_fetch_sub(&ps->snaps[ps->cur].refs, 1);
-    ps->cur = -1;
+static void snap_unkeep(snap_buf *b) {
+    if (!b->kept) return;
+    b->kept = 0;
+    atomic_fetch_sub(&b->refs, 1);
 }
 
-/* The payload of a PARAMS reply at the current step. */
-static int params_msg(ps_t *ps, zmq_msg_t *m) {
+/* Drops the snapshots the ps no longer needs: steps before the keep window (async: all but the
+ * current step), or all of them (all = 1: INIT replaced the values). */
+static void snap_trim(ps_t *ps, int all) {
+    int64_t oldest = ps->step - (ps->aggregate ? SNAP_KEEP - 1 : 0);
+    for (int i = 0; i < ps->n_snaps; i++)
+        if (all || ps->snaps[i].step < oldest) snap_unkeep(&ps->snaps[i]);
+}
+
+static snap_buf *snap_find(ps_t *ps, int64_t step) {
+    for (int i = 0; i < ps->n_snaps; i++)
+        if (ps->snaps[i].kept && ps->snaps[i].step == step) return &ps->snaps[i];
+    return NULL;
+}
+
+/* The snapshot of the current step, made if needed; NULL if every buffer is in flight. */
+static snap_buf *snap_current(ps_t *ps) {
+    snap_buf *b = snap_find(ps, ps->step);
+    if (b) return b;
+    snap_trim(ps, 0);
+    for (int i = 0; i < ps->n_snaps && !b; i++)
+        if (atomic_load(&ps->snaps[i].refs) == 0) b = &ps->snaps[i];
+    if (!b && ps->n_snaps < SNAP_POOL &&
+        (ps->snaps[ps->n_snaps].data = dt_alloc_floats(ps->n, "ps snapshot", NULL)))
+        b = &ps->snaps[ps->n_snaps++];
+    if (!b) return NULL;
+    memcpy(b->data, ps->params, ps->n * sizeof(float));
+    b->step = ps->step;
+    b->kept = 1;
+    atomic_store(&b->refs, 1);
+    return b;
+}
+
+/* The payload of a PARAMS reply at `step` (the current one, or a kept one): DT_OK, DT_ENOMEM, or
+ * 1 if that step is no longer kept. */
+static int params_msg(ps_t *ps, int64_t step, zmq_msg_t *m) {
     const size_t bytes = ps->n * sizeof(float);
-    if (ps->cur < 0 || ps->snaps[ps->cur].step != ps->step) {
-        snap_retire(ps);
-        for (int i = 0; i < ps->n_snaps && ps->cur < 0; i++)
-            if (atomic_load(&ps->snaps[i].refs) == 0) ps->cur = i;
-        if (ps->cur < 0 && ps->n_snaps < SNAP_POOL &&
-            (ps->snaps[ps->n_snaps].data = dt_alloc_floats(ps->n, "ps snapshot", NULL)))
-            ps->cur = ps->n_snaps++;
-        if (ps->cur < 0) { /* every buffer still in flight: a plain copy */
-            if (zmq_msg_init_size(m, bytes) != 0) return DT_ENOMEM;
-            memcpy(zmq_msg_data(m), ps->params, bytes);
-            return DT_OK;
-        }
-        snap_buf *b = &ps->snaps[ps->cur];
-        memcpy(b->data, ps->params, bytes);
-        b->step = ps->step;
-        atomic_store(&b->refs, 1);
+    snap_buf *b = step == ps->step ? snap_current(ps) : snap_find(ps, step);
+    if (!b) {
+        if (step != ps->step) return 1;
+        /* every buffer still in flight: a plain copy */
+        if (zmq_msg_init_size(m, bytes) != 0) return DT_ENOMEM;
+        memcpy(zmq_msg_data(m), ps->params, bytes);
+        return DT_OK;
     }
-    snap_buf *b = &ps->snaps[ps->cur];
     atomic_fetch_add(&b->refs, 1);
     if (zmq_msg_init_data(m, b->data, bytes, snap_release, b) != 0) {
         atomic_fetch_sub(&b->refs, 1);
@@ -130,13 +180,33 @@ static int params_msg(ps_t *ps, zmq_msg_t *m) {
     return DT_OK;
 }
 
-static int send_params(ps_t *ps, zmq_msg_t *identity, const dt_wire_header *req) {
+/* Answers a PULL with the parameters at the step it asked for: the current step, or for an EXACT
+ * pull of an earlier step its kept snapshot (else ERROR 109). waited_us goes to the reply. */
+static void send_params(ps_t *ps, zmq_msg_t *identity, const dt_wire_header *req, int64_t waited_us) {
+    int64_t step = (req->flags & DT_WIRE_F_EXACT) ? req->global_step : ps->step;
     zmq_msg_t m;
-    if (params_msg(ps, &m)) return DT_ENOMEM;
-    dt_wire_header r = reply_to(ps, DT_MSG_PARAMS, req);
+    int rc = params_msg(ps, step, &m);
+    dt_wire_header r = reply_to(ps, rc ? DT_MSG_ERROR : DT_MSG_PARAMS, req);
+    if (rc == 1) {
+        dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_GONE,
+                           "ps %d: step %lld is no longer kept (now at step %lld, keeping the last %d)",
+                           ps->cfg->ps_index, (long long)step, (long long)ps->step, SNAP_KEEP);
+        return;
+    }
+    if (rc) {
+        dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BUSY, "ps %d: out of memory for a snapshot",
+                           ps->cfg->ps_index);
+        return;
+    }
+    r.global_step = step;
+    r.count_a = waited_us > 0 ? (uint64_t)waited_us : 0;
     ps->pulls++;
-    return dt_wire_send(ps->sock, identity, &r, &m, ZMQ_DONTWAIT, NULL);
+    dt_wire_send(ps->sock, identity, &r, &m, ZMQ_DONTWAIT, NULL);
 }
+
+/* Whether a PULL can be answered now: a minimum step reached, or an exact step reached (a passed
+ * exact step is answered too: from its snapshot, or with ERROR 109). */
+static int pull_ready(const ps_t *ps, const dt_wire_header *req) { return req->global_step <= ps->step; }
 
 /* Answers the deferred PULLs whose step has been reached (all of them with an ERROR when the ps
  * is shutting down). */
@@ -148,14 +218,15 @@ static void serve_pending(ps_t *ps) {
             dt_wire_header r = reply_to(ps, DT_MSG_ERROR, &p->req);
             dt_wire_send_error(ps->sock, &p->identity, r, DT_WIRE_E_SHUTDOWN,
                                "ps %d is shutting down (training is over)", ps->cfg->ps_index);
-        } else if (p->req.global_step <= ps->step) {
-            send_params(ps, &p->identity, &p->req);
+        } else if (pull_ready(ps, &p->req)) {
+            send_params(ps, &p->identity, &p->req, now_us() - p->since_us);
         } else {
             if (kept != i) { /* zmq_msg_t must be moved, not copied */
                 pending_pull *dst = &ps->pending[kept];
                 zmq_msg_init(&dst->identity);
                 zmq_msg_move(&dst->identity, &p->identity);
                 dst->req = p->req;
+                dst->since_us = p->since_us;
             }
             kept++;
             continue;
@@ -196,6 +267,62 @@ static void put_optimizer(const ps_t *ps, dt_wire_header *r) {
     r->beta1 = ps->opt.beta1;
     r->beta2 = ps->opt.beta2;
     r->epsilon = ps->opt.epsilon;
+}
+
+static void sync_free(ps_t *ps) {
+    for (int i = 0; ps->acc && i <= ps->staleness; i++) {
+        for (int k = 0; k < ps->acc[i].count; k++) zmq_msg_close(&ps->acc[i].grad[k]);
+        free(ps->acc[i].worker);
+        free(ps->acc[i].grad);
+    }
+    free(ps->acc);
+    free(ps->sum);
+    free(ps->stale);
+    ps->acc = NULL, ps->sum = NULL, ps->stale = NULL;
+    ps->aggregate = ps->total = ps->staleness = 0;
+}
+
+/* Sets the sync configuration from INIT (aggregate 0: asynchronous); held gradients are dropped.
+ * Stale counts survive a re-INIT with the same number of replicas. */
+static int sync_configure(ps_t *ps, int aggregate, int total, int staleness) {
+    uint64_t *keep = NULL;
+    if (aggregate && total == ps->total && ps->stale) keep = ps->stale, ps->stale = NULL;
+    sync_free(ps);
+    if (!aggregate) {
+        free(keep);
+        return DT_OK;
+    }
+    ps->aggregate = aggregate, ps->total = total, ps->staleness = staleness;
+    ps->stale = keep ? keep : dt_calloc((size_t)total, sizeof *ps->stale, "ps stale counts", NULL);
+    ps->sum = dt_alloc_floats(ps->n, "ps gradient mean", NULL);
+    ps->acc = dt_calloc((size_t)staleness + 1, sizeof *ps->acc, "ps accumulators", NULL);
+    if (!ps->scratch) ps->scratch = dt_alloc_floats(ps->n, "ps gradient scratch", NULL);
+    if (!ps->stale || !ps->sum || !ps->acc || !ps->scratch) {
+        sync_free(ps);
+        return DT_ENOMEM;
+    }
+    for (int i = 0; i <= staleness; i++) {
+        ps->acc[i].step = -1;
+        ps->acc[i].worker = dt_calloc((size_t)aggregate, sizeof *ps->acc[i].worker, "ps accumulator", NULL);
+        ps->acc[i].grad = dt_calloc((size_t)aggregate, sizeof *ps->acc[i].grad, "ps accumulator", NULL);
+        if (!ps->acc[i].worker || !ps->acc[i].grad) {
+            sync_free(ps);
+            return DT_ENOMEM;
+        }
+    }
+    return DT_OK;
+}
+
+/* One line: how many stale gradients each worker sent (TensorFlow drops them silently). */
+static void log_stale_summary(ps_t *ps) {
+    if (!ps->aggregate) return;
+    char line[512];
+    int len = snprintf(line, sizeof line, "stale gradients dropped: %llu", (unsigned long long)ps->n_stale);
+    for (int w = 0; w < ps->total && len < (int)sizeof line - 40; w++)
+        len += snprintf(line + len, sizeof line - (size_t)len, "%sworker %d: %llu", w ? ", " : " (", w,
+                        (unsigned long long)ps->stale[w]);
+    if (len < (int)sizeof line - 2) snprintf(line + len, sizeof line - (size_t)len, ")");
+    ps_log(ps, "%s", line);
 }
 
 /* The whole shard for a checkpoint: parameters, then the optimizer state slot-major, as INIT takes
@@ -246,45 +373,158 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         ps->state = st;
         ps->slots = slots;
     }
+    /* Bounds checked by the decoder: aggregate <= total <= DT_WIRE_MAX_REPLICAS, staleness <= its limit. */
+    if (sync_configure(ps, (int)h->count_a, (int)h->count_b, (int)h->count_c)) {
+        refuse(ps, id, in, DT_WIRE_E_BUSY, "out of memory for the sync accumulators");
+        return;
+    }
     const char *data = zmq_msg_data(&in->payload);
     memcpy(ps->params, data, ps->n * sizeof(float));
     memcpy(ps->state, data + ps->n * sizeof(float), (size_t)slots * ps->n * sizeof(float));
     ps->opt = opt;
-    ps_log(ps, "%s by the chief (worker %u) at global step %lld: %zu floats, %s, learning rate %g",
+    char mode[128] = "asynchronous";
+    if (ps->aggregate)
+        snprintf(mode, sizeof mode, "sync replicas: mean of %d of %d workers' gradients per step, staleness %d",
+                 ps->aggregate, ps->total, ps->staleness);
+    ps_log(ps, "%s by the chief (worker %u) at global step %lld: %zu floats, %s, learning rate %g, %s",
            ps->initialised ? "re-initialised" : "initialised", h->task, (long long)h->global_step, ps->n,
-           dt_opt_name(opt.kind), (double)opt.learning_rate);
+           dt_opt_name(opt.kind), (double)opt.learning_rate, mode);
     ps->initialised = 1;
     ps->step = h->global_step;
-    snap_retire(ps); /* same step number, new values */
+    snap_trim(ps, 1); /* same step numbers, new values */
     dt_wire_header r = reply_to(ps, DT_MSG_ACK, h);
     dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
     serve_pending(ps);
 }
 
-static void on_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
-    if (!check_ready(ps, id, in) || !check_payload(ps, id, in)) return;
-    const float *g = zmq_msg_data(&in->payload);
-    if ((uintptr_t)g % alignof(float) != 0) { /* libzmq gives no alignment promise: copy if needed */
-        if (!ps->scratch && !(ps->scratch = dt_alloc_floats(ps->n, "ps gradient scratch", NULL))) {
-            refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, "out of memory for a misaligned gradient");
+/* A gradient's payload as aligned floats (libzmq promises no alignment: copied if needed); NULL if
+ * the copy cannot be allocated. */
+static const float *grad_floats(ps_t *ps, zmq_msg_t *m) {
+    const float *g = zmq_msg_data(m);
+    if ((uintptr_t)g % alignof(float) == 0) return g;
+    if (!ps->scratch && !(ps->scratch = dt_alloc_floats(ps->n, "ps gradient scratch", NULL))) return NULL;
+    memcpy(ps->scratch, g, ps->n * sizeof(float));
+    return ps->scratch;
+}
+
+static void push_ack(ps_t *ps, zmq_msg_t *id, const dt_wire_header *req, int32_t status, uint64_t stale) {
+    dt_wire_header r = reply_to(ps, DT_MSG_PUSH_ACK, req);
+    r.status = status;
+    r.count_a = stale;
+    dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
+}
+
+/* Applies the mean of the current step's gradients, summed in worker-index order (so the result
+ * does not depend on arrival order), and moves to the next step. */
+static void apply_sync_step(ps_t *ps) {
+    accum *a = &ps->acc[ps->step % (ps->staleness + 1)];
+    for (int i = 1; i < a->count; i++) /* insertion sort by worker index; count is small */
+        for (int j = i; j > 0 && a->worker[j - 1] > a->worker[j]; j--) {
+            uint16_t w = a->worker[j];
+            a->worker[j] = a->worker[j - 1], a->worker[j - 1] = w;
+            zmq_msg_t t;
+            zmq_msg_init(&t);
+            zmq_msg_move(&t, &a->grad[j]);
+            zmq_msg_move(&a->grad[j], &a->grad[j - 1]);
+            zmq_msg_move(&a->grad[j - 1], &t);
+        }
+    const size_t n = ps->n;
+    float *sum = ps->sum;
+    memcpy(sum, zmq_msg_data(&a->grad[0]), n * sizeof(float));
+    for (int k = 1; k < a->count; k++) {
+        const float *g = grad_floats(ps, &a->grad[k]); /* scratch exists in sync mode */
+        for (size_t i = 0; i < n; i++) sum[i] += g[i];
+    }
+    const float div = (float)a->count;
+    for (size_t i = 0; i < n; i++) sum[i] /= div;
+    /* Kept for EXACT pulls of this step from workers that see another shard ahead. */
+    snap_current(ps);
+    dt_opt_apply(&ps->opt, ps->params, sum, ps->state, n, ps->step);
+    for (int k = 0; k < a->count; k++) zmq_msg_close(&a->grad[k]);
+    a->count = 0;
+    a->step = -1;
+    ps->step++;
+    ps->updates++;
+    serve_pending(ps);
+}
+
+/* A sync-mode gradient for step t = local_step: stale (t < step) is dropped and counted; fresh is
+ * held for its step; a complete step (replicas_to_aggregate gradients) is applied at once. */
+static void on_sync_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
+    const dt_wire_header *h = &in->hdr;
+    char msg[256];
+    if (h->task >= ps->total) {
+        snprintf(msg, sizeof msg, "gradient from worker %u, but the chief declared %d replicas (--total_num_replicas)",
+                 h->task, ps->total);
+        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
+        return;
+    }
+    const int64_t t = h->local_step;
+    if (t < ps->step) {
+        uint64_t k = ++ps->stale[h->task];
+        ps->n_stale++;
+        if (k <= LOG_STALE)
+            ps_log(ps, "stale gradient from worker %u for step %lld (now at step %lld): dropped%s", h->task,
+                   (long long)t, (long long)ps->step, k == LOG_STALE ? "; further ones from it are counted" : "");
+        push_ack(ps, id, h, DT_WIRE_STALE, k);
+        return;
+    }
+    if (t > ps->step + ps->staleness) {
+        snprintf(msg, sizeof msg, "gradient for step %lld, but this ps is at step %lld and staleness %d allows at most %lld",
+                 (long long)t, (long long)ps->step, ps->staleness, (long long)(ps->step + ps->staleness));
+        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
+        return;
+    }
+    accum *a = &ps->acc[t % (ps->staleness + 1)];
+    for (int k = 0; k < a->count; k++)
+        if (a->worker[k] == h->task) {
+            snprintf(msg, sizeof msg, "second gradient from worker %u for step %lld", h->task, (long long)t);
+            refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
             return;
         }
-        memcpy(ps->scratch, g, ps->n * sizeof(float));
-        g = ps->scratch;
+    a->step = t;
+    a->worker[a->count] = h->task;
+    zmq_msg_init(&a->grad[a->count]);
+    zmq_msg_move(&a->grad[a->count], &in->payload);
+    a->count++;
+    ps->pushes++;
+    push_ack(ps, id, h, DT_WIRE_OK, ps->stale[h->task]);
+    /* With staleness, later steps may already be complete too. */
+    while (ps->acc[ps->step % (ps->staleness + 1)].count >= ps->aggregate) apply_sync_step(ps);
+}
+
+static void on_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
+    if (!check_ready(ps, id, in) || !check_payload(ps, id, in)) return;
+    int sync = (in->hdr.flags & DT_WIRE_F_SYNC) != 0;
+    if (sync != (ps->aggregate > 0)) {
+        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE,
+               sync ? "synchronous gradient, but the chief initialised this ps for asynchronous training "
+                      "(give every task the same --issync)"
+                    : "asynchronous gradient, but the chief initialised this ps for sync replicas "
+                      "(give every task the same --issync)");
+        return;
+    }
+    if (sync) {
+        on_sync_push(ps, id, in);
+        return;
+    }
+    const float *g = grad_floats(ps, &in->payload);
+    if (!g) {
+        refuse(ps, id, in, DT_WIRE_E_BUSY, "out of memory for a misaligned gradient");
+        return;
     }
     dt_opt_apply(&ps->opt, ps->params, g, ps->state, ps->n, ps->step);
     ps->step++;
     ps->pushes++;
-    dt_wire_header r = reply_to(ps, DT_MSG_PUSH_ACK, &in->hdr);
-    r.status = DT_WIRE_OK;
-    dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
+    ps->updates++;
+    push_ack(ps, id, &in->hdr, DT_WIRE_OK, 0);
     if (ps->n_pending) serve_pending(ps);
 }
 
 static void on_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     if (!check_ready(ps, id, in)) return;
-    if (in->hdr.global_step <= ps->step) {
-        if (send_params(ps, id, &in->hdr)) refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, "out of memory for a snapshot");
+    if (pull_ready(ps, &in->hdr)) {
+        send_params(ps, id, &in->hdr, 0);
         return;
     }
     if (ps->n_pending >= MAX_PENDING) {
@@ -299,6 +539,7 @@ static void on_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     zmq_msg_init(&p->identity);
     zmq_msg_copy(&p->identity, id);
     p->req = in->hdr;
+    p->since_us = now_us();
 }
 
 static void handle(ps_t *ps, dt_wire_in *in) {
@@ -330,7 +571,7 @@ static void handle(ps_t *ps, dt_wire_in *in) {
     case DT_MSG_FETCH: on_fetch(ps, id, in); return;
     case DT_MSG_STATUS: {
         dt_wire_header r = reply_to(ps, DT_MSG_STATUS_REPLY, h);
-        r.count_a = ps->pushes;
+        r.count_a = ps->updates;
         r.count_b = ps->pulls;
         r.count_c = ps->n_done;
         dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
@@ -343,8 +584,10 @@ static void handle(ps_t *ps, dt_wire_in *in) {
     }
     case DT_MSG_SHUTDOWN: {
         if (!check_chief(ps, id, in)) return;
-        ps_log(ps, "shutdown by the chief (worker %u) at global step %lld after %llu pushes, %llu pulls",
-               h->task, (long long)ps->step, (unsigned long long)ps->pushes, (unsigned long long)ps->pulls);
+        ps_log(ps, "shutdown by the chief (worker %u) at global step %lld after %llu pushes, %llu updates, %llu pulls",
+               h->task, (long long)ps->step, (unsigned long long)ps->pushes, (unsigned long long)ps->updates,
+               (unsigned long long)ps->pulls);
+        log_stale_summary(ps);
         dt_wire_header r = reply_to(ps, DT_MSG_ACK, h);
         dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
         ps->shutdown = 1;
@@ -384,7 +627,6 @@ static void handle(ps_t *ps, dt_wire_in *in) {
 static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
     ps->cfg = cfg;
     ps->n = cfg->shard_floats;
-    ps->cur = -1;
     if (!cfg->endpoint || !*cfg->endpoint)
         return dt_errorf(err, DT_EINVAL, "ps %d: no endpoint to bind", cfg->ps_index);
     if (cfg->shard_floats == 0 || cfg->shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
@@ -408,6 +650,7 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
 }
 
 static void ps_close(ps_t *ps) {
+    sync_free(ps);
     for (int i = 0; i < ps->n_pending; i++) zmq_msg_close(&ps->pending[i].identity);
     free(ps->pending);
     if (ps->sock) zmq_close(ps->sock);
@@ -458,6 +701,8 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
     if (cfg->stats) {
         cfg->stats->global_step = ps.step;
         cfg->stats->pushes = ps.pushes;
+        cfg->stats->updates = ps.updates;
+        cfg->stats->stale = ps.n_stale;
         cfg->stats->pulls = ps.pulls;
         cfg->stats->refused = ps.refused;
         cfg->stats->initialised = ps.initialised;

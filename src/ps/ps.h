@@ -5,8 +5,13 @@
  *   1. binds cfg->endpoint (a ZeroMQ ROUTER) and answers HELLO/STATUS/HEARTBEAT right away;
  *   2. refuses PULL and PUSH (ERROR "not initialised") until the chief sends INIT with the initial
  *      parameters, optimizer state, optimizer configuration and starting global step;
- *   3. async mode: applies each PUSH on arrival with dt_opt_apply and increments its global step;
- *      serves PULLs (a PULL may ask for a minimum step: the reply waits until the shard gets there);
+ *   3. async mode (INIT's replicas_to_aggregate 0): applies each PUSH on arrival with dt_opt_apply
+ *      and increments its global step. Sync replicas: holds each step's gradients until
+ *      replicas_to_aggregate of them are in, applies their mean once (summed in worker-index order)
+ *      and increments the step; a gradient for a step already applied is stale: dropped, counted per
+ *      worker and logged. PULLs may ask for a minimum step (the reply waits until the shard gets
+ *      there: the barrier) or an exact one (sync mode keeps the last few steps' snapshots), so a
+ *      worker can get every shard at the same step;
  *   4. returns 0 when the chief sends SHUTDOWN (after acknowledging it).
  *
  * Global step: every ps counts the updates applied to its own shard, starting from the step INIT
@@ -28,7 +33,9 @@
 
 typedef struct {
     int64_t global_step;    /* at return */
-    uint64_t pushes;        /* gradients applied */
+    uint64_t pushes;        /* gradients accepted (async: each applied; sync: each added to its step) */
+    uint64_t updates;       /* optimizer updates applied (async: = pushes; sync: one per step) */
+    uint64_t stale;         /* sync: stale gradients dropped (per worker in the log) */
     uint64_t pulls;         /* PARAMS replies sent */
     uint64_t refused;       /* requests answered with ERROR (malformed, wrong version, not ready...) */
     int initialised;

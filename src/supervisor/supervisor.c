@@ -16,6 +16,8 @@ struct dt_supervisor {
     int slots, restored, saves;
     int64_t restored_step, saved_step; /* saved_step: -1 before the first save */
     double next_save;          /* monotonic seconds */
+    int64_t rate_step;         /* global step and time of the last training summary (or start) */
+    double rate_time;
     char last[DT_PATH_MAX];
     dt_summary *summary;
 };
@@ -125,7 +127,10 @@ static int save(dt_supervisor *s, int final, int64_t *step, dt_error *err) {
 }
 
 int dt_supervisor_started(dt_supervisor *s, int64_t global_step, dt_error *err) {
-    if (!s || !checkpoints_on(s)) return 0;
+    if (!s) return 0;
+    s->rate_step = global_step;
+    s->rate_time = mono();
+    if (!checkpoints_on(s)) return 0;
     s->next_save = mono() + s->cfg.save_secs;
     if (s->restored && s->restored_step == global_step) return 0;
     int64_t at;
@@ -165,11 +170,15 @@ static void summary_failed(dt_supervisor *s, const dt_error *e) {
     s->summary = NULL;
 }
 
-void dt_supervisor_summary_train(dt_supervisor *s, int64_t global_step, double cost, double accuracy,
-                                 double steps_per_sec, double examples_per_sec) {
+void dt_supervisor_summary_train(dt_supervisor *s, int64_t global_step, double cost, double accuracy) {
+    if (!s || !s->summary) return;
+    double now = mono(), dt = now - s->rate_time;
+    double steps_per_sec = dt > 0 ? (double)(global_step - s->rate_step) / dt : 0;
+    s->rate_step = global_step;
+    s->rate_time = now;
     dt_error e = {0};
-    if (s && s->summary &&
-        dt_summary_train(s->summary, global_step, cost, accuracy, steps_per_sec, examples_per_sec, &e))
+    if (dt_summary_train(s->summary, global_step, cost, accuracy, steps_per_sec,
+                         steps_per_sec * s->cfg.examples_per_step, &e))
         summary_failed(s, &e);
 }
 

@@ -26,6 +26,7 @@ typedef struct {
     int max_to_keep;          /* <= 0: keep all */
     const char *summary_dir;  /* event files in <summary_dir>/{train,test}; NULL or "": none */
     dt_ckpt_run run;          /* the run (net, optimizer, seed, data stream) */
+    int examples_per_step;    /* examples in one global step (summaries' examples/sec) */
     dt_snapshot_fn snapshot;
     void *user;
     FILE *log;                /* restore and save lines, warnings; NULL: quiet */
@@ -47,9 +48,10 @@ int dt_supervisor_step(dt_supervisor *s, int64_t global_step, dt_error *err);
  * copies its parameters into params_out [n] (may be NULL), so that what the run reports is what
  * the checkpoint holds; *global_step (may be NULL) gets its step. */
 int dt_supervisor_final(dt_supervisor *s, float *params_out, int64_t *global_step, dt_error *err);
-/* Summaries (no-ops without a summary_dir). */
-void dt_supervisor_summary_train(dt_supervisor *s, int64_t global_step, double cost, double accuracy,
-                                 double steps_per_sec, double examples_per_sec);
+/* Summaries (no-ops without a summary_dir). The training summary adds global_step/sec and
+ * examples/sec: global steps since the previous one (or the start) over the wall time between
+ * them, as TensorFlow's step counter (the whole cluster's rate, validation time included). */
+void dt_supervisor_summary_train(dt_supervisor *s, int64_t global_step, double cost, double accuracy);
 void dt_supervisor_summary_test(dt_supervisor *s, int64_t global_step, double cost, double accuracy);
 /* Last checkpoint written or restored ("" if none), and the number written. */
 const char *dt_supervisor_last_checkpoint(const dt_supervisor *s);

@@ -40,6 +40,8 @@ struct dt_ps_client {
     int connect_timeout_ms, request_timeout_ms;
     uint32_t next_id;
     atomic_int inflight;      /* zero-copy gradient frames libzmq still references */
+    int aggregate, total, staleness; /* sync replicas; aggregate 0: asynchronous */
+    dt_ps_client_stats stats;
 };
 
 /* What a gather call does with each expected reply. */
@@ -196,6 +198,8 @@ static int wait_inflight(dt_ps_client *c, int64_t deadline, dt_error *err) {
 
 int dt_ps_client_n_ps(const dt_ps_client *c) { return c->n_ps; }
 
+const dt_ps_client_stats *dt_ps_client_get_stats(const dt_ps_client *c) { return &c->stats; }
+
 const dt_ps_shard_status *dt_ps_client_shard(const dt_ps_client *c, int ps) {
     return ps >= 0 && ps < c->n_ps ? &c->ps[ps].st : NULL;
 }
@@ -308,6 +312,20 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
     c->task = (uint16_t)cfg->task;
     c->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 10000;
     c->request_timeout_ms = cfg->request_timeout_ms > 0 ? cfg->request_timeout_ms : 60000;
+    if (cfg->replicas_to_aggregate < 0 || cfg->total_num_replicas < 0 || cfg->staleness < 0 ||
+        (cfg->replicas_to_aggregate > 0 &&
+         (cfg->total_num_replicas < cfg->replicas_to_aggregate || cfg->total_num_replicas > (int)DT_WIRE_MAX_REPLICAS ||
+          cfg->staleness > (int)DT_WIRE_MAX_STALENESS))) {
+        free(c);
+        return dt_errorf(err, DT_EINVAL, "ps client: sync configuration aggregate %d, total %d, staleness %d "
+                         "(need 1 <= aggregate <= total <= %u, staleness <= %u)", cfg->replicas_to_aggregate,
+                         cfg->total_num_replicas, cfg->staleness, DT_WIRE_MAX_REPLICAS, DT_WIRE_MAX_STALENESS);
+    }
+    if (cfg->replicas_to_aggregate > 0) {
+        c->aggregate = cfg->replicas_to_aggregate;
+        c->total = cfg->total_num_replicas;
+        c->staleness = cfg->staleness;
+    }
     atomic_init(&c->inflight, 0);
     int rc = DT_OK;
     if (!(c->ps = dt_calloc((size_t)cfg->n_ps, sizeof *c->ps, "ps client connections", err))) {
@@ -383,6 +401,9 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
         h.beta1 = opt->beta1;
         h.beta2 = opt->beta2;
         h.epsilon = opt->epsilon;
+        h.count_a = (uint64_t)c->aggregate;
+        h.count_b = (uint64_t)c->total;
+        h.count_c = (uint64_t)c->staleness;
         int rc = send_req(c, i, &h, DT_MSG_ACK, &m, deadline, err);
         if (rc) {
             clear_awaits(c);
@@ -451,6 +472,8 @@ static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error 
             return fail_ps(c, i, err, DT_EPROTO, "PUSH", dt_wire_status_name(in->hdr.status));
         return DT_OK;
     }
+    int64_t waited = in->hdr.count_a > INT64_MAX ? INT64_MAX : (int64_t)in->hdr.count_a;
+    if (waited > x->res.wait_us) x->res.wait_us = waited;
     zmq_msg_close(&p->held);
     zmq_msg_init(&p->held);
     zmq_msg_move(&p->held, &in->payload); /* size checked against the shard by on_message */
@@ -464,12 +487,18 @@ static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error 
     return DT_OK;
 }
 
+/* A PULL to ps i: step is the minimum wanted, or with exact the very step (sync mode). */
+static int send_pull(dt_ps_client *c, int i, int64_t step, int exact, int64_t deadline, dt_error *err) {
+    dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, 0, 0, 0);
+    h.global_step = step;
+    if (exact) h.flags = DT_WIRE_F_EXACT;
+    return send_req(c, i, &h, DT_MSG_PARAMS, NULL, deadline, err);
+}
+
 static int send_pulls(dt_ps_client *c, int64_t min_step, int64_t deadline, dt_error *err) {
     if (min_step < 0) return dt_errorf(err, DT_EINVAL, "pull: min_step %lld < 0", (long long)min_step);
     for (int i = 0; i < c->n_ps; i++) {
-        dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, 0, 0, 0);
-        h.global_step = min_step;
-        int rc = send_req(c, i, &h, DT_MSG_PARAMS, NULL, deadline, err);
+        int rc = send_pull(c, i, min_step, 0, deadline, err);
         if (rc) return rc;
     }
     return DT_OK;
@@ -489,9 +518,43 @@ static int send_pushes(dt_ps_client *c, const float *const *grads, int64_t local
         }
         dt_wire_header h = dt_wire_header_make(DT_MSG_PUSH, 0, 0, 0);
         h.local_step = local_step;
+        if (c->aggregate) h.flags = DT_WIRE_F_SYNC;
         int rc = send_req(c, i, &h, DT_MSG_PUSH_ACK, &m, deadline, err);
         if (rc) return rc;
     }
+    return DT_OK;
+}
+
+/* Sync mode with several ps: a shard may come back a step ahead of another (with backup workers a
+ * ps can move on while this worker's PULLs are in flight). The shards behind are pulled again at
+ * exactly the newest step seen: a ps answers an EXACT pull when it reaches that step, or from its
+ * snapshot if it has passed it, so one round makes every shard the same step. */
+static int same_step(dt_ps_client *c, int64_t deadline, xfer_ctx *x, dt_error *err) {
+    int64_t newest = 0;
+    for (int i = 0; i < c->n_ps; i++)
+        if (c->ps[i].st.global_step > newest) newest = c->ps[i].st.global_step;
+    int behind = 0;
+    for (int i = 0; i < c->n_ps; i++) {
+        if (c->ps[i].st.global_step == newest) continue;
+        int rc = send_pull(c, i, newest, 1, deadline, err);
+        if (rc) {
+            clear_awaits(c);
+            return rc;
+        }
+        behind++;
+    }
+    if (!behind) return DT_OK;
+    x->res.repulled += behind;
+    c->stats.repulls += (uint64_t)behind;
+    int rc = gather(c, deadline, "PULL (exact step)", on_xfer, x, err);
+    if (rc) return rc;
+    for (int i = 0; i < c->n_ps; i++)
+        if (c->ps[i].st.global_step != newest) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "answered an exact pull of step %lld with step %lld", (long long)newest,
+                     (long long)c->ps[i].st.global_step);
+            return fail_ps(c, i, err, DT_EPROTO, "PULL", msg);
+        }
     return DT_OK;
 }
 
@@ -515,6 +578,23 @@ static int xfer(dt_ps_client *c, const float *const *grads, int64_t local_step, 
     const char *what = grads && views ? "PUSH+PULL" : grads ? "PUSH" : "PULL";
     if ((rc = gather(c, deadline, what, on_xfer, &x, err))) return rc;
     if (grads && (rc = wait_inflight(c, deadline, err))) return rc;
+    if (views) {
+        /* Every reply carries its shard's step: check it against what was asked. */
+        for (int i = 0; i < c->n_ps; i++)
+            if (c->ps[i].st.global_step < min_step) {
+                char msg[128];
+                snprintf(msg, sizeof msg, "answered a pull for step >= %lld with step %lld", (long long)min_step,
+                         (long long)c->ps[i].st.global_step);
+                return fail_ps(c, i, err, DT_EPROTO, "PULL", msg);
+            }
+        if (c->aggregate && c->n_ps > 1 && (rc = same_step(c, deadline, &x, err))) return rc;
+        c->stats.pulls++;
+        c->stats.wait_us += x.res.wait_us;
+    }
+    if (grads) {
+        c->stats.pushes++;
+        c->stats.stale_pushes += x.res.n_stale > 0;
+    }
     if (steps)
         for (int i = 0; i < c->n_ps; i++) steps[i] = c->ps[i].st.global_step;
     if (res) *res = x.res;

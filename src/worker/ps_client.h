@@ -28,6 +28,11 @@ typedef struct {
     int task;                     /* worker task index, sent in every message (the ps logs it) */
     int connect_timeout_ms;       /* open: how long to retry each ps; <= 0: 10000 */
     int request_timeout_ms;       /* any other call: how long to wait for all replies; <= 0: 60000 */
+    /* Sync replicas; replicas_to_aggregate 0: asynchronous. The chief sends this configuration to
+     * every ps in INIT; every client tags its pushes as sync gradients, and each of its pulls
+     * returns every shard at one step (shards that come back at different steps are pulled again
+     * at the newest of them, exactly). */
+    int replicas_to_aggregate, total_num_replicas, staleness;
 } dt_ps_client_config;
 
 typedef struct {
@@ -40,7 +45,16 @@ typedef struct {
 typedef struct {
     int64_t global_step;          /* ps 0's step after this push: the cluster's global step */
     int n_stale;                  /* shards that dropped the gradient as stale (sync mode) */
+    int repulled;                 /* shards pulled again to get one step (sync mode, several ps) */
+    int64_t wait_us;              /* longest time a ps held this call's PULL (the barrier) */
 } dt_push_result;
+
+/* Totals over a client's life. */
+typedef struct {
+    uint64_t pushes, stale_pushes;/* pushes; those that at least one ps dropped as stale */
+    uint64_t pulls, repulls;      /* pull calls; shards pulled again at a common step */
+    int64_t wait_us;              /* sum over pulls of the longest time a ps held the PULL */
+} dt_ps_client_stats;
 
 /* Connects to every ps and checks it with HELLO (protocol version, shard size). A ps that is not
  * up yet is retried (ZeroMQ reconnects with backoff from 50 ms doubling to 1 s; HELLO is resent
@@ -50,6 +64,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
 void dt_ps_client_close(dt_ps_client *c);
 
 int dt_ps_client_n_ps(const dt_ps_client *c);
+const dt_ps_client_stats *dt_ps_client_get_stats(const dt_ps_client *c);
 /* What the latest reply from ps i said (WELCOME after open, then STATUS/PUSH/PULL replies). */
 const dt_ps_shard_status *dt_ps_client_shard(const dt_ps_client *c, int ps);
 
@@ -76,7 +91,8 @@ int dt_ps_client_fetch_state(dt_ps_client *c, const dt_opt_config *opt, float *c
 int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err);
 
 /* Pulls every shard into params[i]. min_step > 0 asks each ps to answer once its step reaches
- * min_step (bounded by the request timeout). steps (may be NULL) receives each shard's step [n_ps]. */
+ * min_step (bounded by the request timeout). steps (may be NULL) receives each shard's step [n_ps];
+ * every step is checked (>= min_step; in sync mode all equal). */
 int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
                           dt_error *err);
 
@@ -86,8 +102,8 @@ int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_ste
 int dt_ps_client_pull_views(dt_ps_client *c, int64_t min_step, const float **views, int64_t *steps,
                             dt_error *err);
 
-/* Pushes grads[i] (shard_floats[i] floats) to every ps, tagged with local_step; waits for every
- * acknowledgement. res may be NULL. */
+/* Pushes grads[i] (shard_floats[i] floats) to every ps, tagged with local_step (sync mode: the step
+ * the gradient is for); waits for every acknowledgement. res may be NULL. */
 int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,
                           dt_push_result *res, dt_error *err);
 

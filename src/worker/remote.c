@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "worker/ps_client.h"
@@ -15,7 +16,19 @@ typedef struct {
     const float **views;          /* [n_ps] received parameter shards (valid until the next call) */
     int64_t *steps;               /* [n_ps] the step each shard belongs to */
     char **endpoints;
+    int sync;
+    int64_t iter;                 /* sync: the step this worker's next gradient is for */
+    /* Where the time goes: compute (between updates, including the debug delay), exchange (push
+     * and pull), and within it waiting at the barrier (reported by the ps tasks). */
+    double t_last, compute_s, exchange_s, wait_s;
+    int64_t updates, stale;
 } remote;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* The received shards become the net's parameters; ps 0's step is the cluster's global step. */
 static void views_into_net(remote *r, dt_net *net, int64_t *global_step) {
@@ -45,6 +58,8 @@ static int remote_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *glob
     }
     if ((rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err))) return rc;
     views_into_net(r, net, global_step);
+    r->iter = *global_step;
+    r->t_last = now_s();
     return DT_OK;
 }
 
@@ -101,6 +116,8 @@ static int remote_restore(dt_updater *u, dt_net *net, const float *state, int64_
                             (long long)step);
     if ((rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err))) return rc;
     views_into_net(r, net, global_step);
+    r->iter = *global_step;
+    r->t_last = now_s();
     return DT_OK;
 }
 
@@ -146,17 +163,60 @@ static int remote_snapshot(dt_updater *u, dt_net *net, float *params, float *sta
 
 static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
     remote *r = (remote *)u;
+    if (r->cfg.step_delay_ms > 0) {
+        struct timespec ts = {r->cfg.step_delay_ms / 1000, (long)(r->cfg.step_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    double t0 = now_s();
     for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_grads(net));
+    /* Sync: the gradient is for step iter; the pull waits until step iter - staleness has been
+     * applied (staleness 0: this very step, the barrier). Async: tagged with the caller's step. */
+    int64_t tag = r->sync ? r->iter : local_step;
+    int64_t min_step = r->sync ? tag + 1 - r->cfg.staleness : 0;
+    if (min_step < 0) min_step = 0;
+    dt_push_result res;
     /* Push and pull in one round trip per ps. */
-    int rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, local_step, 0, r->views, r->steps,
-                                    NULL, err);
+    int rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, tag, min_step, r->views, r->steps,
+                                    &res, err);
     if (rc) return rc;
     views_into_net(r, net, global_step);
+    double t1 = now_s();
+    r->compute_s += t0 - r->t_last;
+    r->exchange_s += t1 - t0;
+    r->wait_s += (double)res.wait_us * 1e-6;
+    r->t_last = t1;
+    r->updates++;
+    if (res.n_stale) {
+        r->stale++;
+        if (r->cfg.log && r->stale <= 3)
+            fprintf(r->cfg.log, "worker %d: gradient for step %lld arrived stale at %d of %d ps task(s) (now at "
+                    "step %lld): dropped%s\n", r->cfg.cluster->task_index, (long long)tag, res.n_stale, r->n_ps,
+                    (long long)*global_step, r->stale == 3 ? "; further ones are counted" : "");
+    }
+    /* Next: the step after this one, or the cluster's step if it moved on without us (backup workers). */
+    if (r->sync) r->iter = *global_step > tag + 1 ? *global_step : tag + 1;
     return DT_OK;
+}
+
+/* One line per worker: how many updates, where the time went, how many gradients were stale. */
+static void log_summary(remote *r) {
+    if (!r->cfg.log || r->updates == 0) return;
+    const dt_ps_client_stats *st = dt_ps_client_get_stats(r->client);
+    double n = (double)r->updates;
+    fprintf(r->cfg.log, "worker %d: %lld updates (%s): per step compute %.1f ms, exchange %.1f ms (waiting at the "
+            "barrier %.1f ms, transfer and apply %.1f ms); stale gradients dropped: %lld of %lld",
+            r->cfg.cluster->task_index, (long long)r->updates, r->sync ? "sync replicas" : "asynchronous",
+            1e3 * r->compute_s / n, 1e3 * r->exchange_s / n, 1e3 * r->wait_s / n, 1e3 * (r->exchange_s - r->wait_s) / n,
+            (long long)r->stale, (long long)r->updates);
+    if (r->sync && r->n_ps > 1) fprintf(r->cfg.log, "; shards pulled again for one step: %llu",
+                                        (unsigned long long)st->repulls);
+    fputc('\n', r->cfg.log);
+    fflush(r->cfg.log);
 }
 
 static int remote_finish(dt_updater *u, dt_error *err) {
     remote *r = (remote *)u;
+    log_summary(r);
     if (!r->cfg.cluster->is_chief) return dt_ps_client_done(r->client, err);
     int rc = dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, err);
     if (rc && r->cfg.log) fprintf(r->cfg.log, "chief: %s; ending the cluster anyway\n", err->msg);
@@ -208,7 +268,11 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .task = cfg->cluster->task_index,
         .connect_timeout_ms = cfg->connect_timeout_ms,
         .request_timeout_ms = cfg->request_timeout_ms,
+        .replicas_to_aggregate = cfg->replicas_to_aggregate,
+        .total_num_replicas = cfg->total_num_replicas,
+        .staleness = cfg->staleness,
     };
+    r->sync = cfg->replicas_to_aggregate > 0;
     if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;
     *out = &r->base;
     return DT_OK;

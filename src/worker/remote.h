@@ -1,6 +1,8 @@
 /* The remote updater: a worker's side of training with parameter servers. Gradients are cut into
  * the ps shards by the placement and pushed to every ps at once; fresh parameters are pulled back
- * into the net's flat buffer. The chief initialises the ps tasks; other workers wait (bounded). */
+ * into the net's flat buffer. The chief initialises the ps tasks; other workers wait (bounded).
+ * At the end each worker logs where its time went (compute, exchange, waiting at the barrier) and
+ * how many of its gradients arrived stale. */
 #ifndef DT_WORKER_REMOTE_H
 #define DT_WORKER_REMOTE_H
 
@@ -18,6 +20,12 @@ typedef struct {
     int connect_timeout_ms;       /* retrying the ps tasks, and waiting for the chief to initialise */
     int request_timeout_ms;       /* any single request (<= 0: 60000) */
     int n_workers_to_wait;        /* chief: workers (besides itself) whose end it waits for */
+    /* Sync replicas (docs/protocol.md); replicas_to_aggregate 0: asynchronous. Each step this
+     * worker pushes the gradient for its step t and waits until the ps tasks have applied step
+     * t - staleness (staleness 0: the step itself, TensorFlow's token barrier), then computes on
+     * the parameters it pulled, every shard at one step. */
+    int replicas_to_aggregate, total_num_replicas, staleness;
+    int step_delay_ms;            /* testing: sleep before each push (a slow worker) */
     FILE *log;
 } dt_remote_config;
 
