@@ -31,6 +31,7 @@ void dt_train_options_init(dt_train_options *o) {
     o->steps_to_validate = 1000;
     o->seed = 1;
     o->validation_fraction = -1.0;
+    o->debug_delay_worker = -1;
     o->placement = "greedy";
     o->connect_timeout_ms = 60000;
     o->logdir = "./checkpoint";
@@ -59,12 +60,32 @@ static int check_options(const dt_train_options *o, dt_error *err) {
                          o->validation_fraction);
     if (o->issync != 0 && o->issync != 1)
         return dt_errorf(err, DT_EINVAL, "--issync must be 0 or 1, got %d", o->issync);
-    if (o->issync)
-        return dt_errorf(err, DT_EINVAL, "--issync=1: synchronous replicas are not available yet; "
-                                         "use --issync=0 (asynchronous)");
+    if (o->replicas_to_aggregate < 0 || o->total_num_replicas < 0)
+        return dt_errorf(err, DT_EINVAL, "--replicas_to_aggregate and --total_num_replicas must not be negative");
+    if (o->staleness < 0 || o->staleness > 64)
+        return dt_errorf(err, DT_EINVAL, "--staleness must be in 0..64, got %d", o->staleness);
+    if (!o->issync && (o->replicas_to_aggregate || o->total_num_replicas || o->staleness))
+        return dt_errorf(err, DT_EINVAL, "--replicas_to_aggregate, --total_num_replicas and --staleness need "
+                                         "--issync=1 (asynchronous training is unbounded)");
+    if (o->total_num_replicas && o->replicas_to_aggregate > o->total_num_replicas)
+        return dt_errorf(err, DT_EINVAL, "--replicas_to_aggregate=%d is more than --total_num_replicas=%d",
+                         o->replicas_to_aggregate, o->total_num_replicas);
+    if (o->debug_step_delay_ms < 0)
+        return dt_errorf(err, DT_EINVAL, "--debug_step_delay_ms must not be negative");
     if (o->connect_timeout_ms < 1)
         return dt_errorf(err, DT_EINVAL, "--connect_timeout must be positive");
     return DT_OK;
+}
+
+/* --debug_dump_params: the final parameters as raw little-endian float32, for tests that compare
+ * runs bit for bit. */
+static int dump_params(const char *path, const dt_net *net, dt_error *err) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return dt_errorf(err, DT_EIO, "--debug_dump_params: cannot create %s", path);
+    size_t n = dt_net_param_count(net);
+    int bad = fwrite(dt_net_params((dt_net *)net), sizeof(float), n, f) != n;
+    bad |= fclose(f) != 0;
+    return bad ? dt_errorf(err, DT_EIO, "--debug_dump_params: cannot write %s", path) : DT_OK;
 }
 
 /* Everything a run owns, so one cleanup path frees it whatever failed. */
@@ -184,8 +205,20 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
     if (per_epoch < 1)
         return dt_errorf(err, DT_EINVAL, "%s: %zu training examples, fewer than one batch of %d for each of %d workers",
                          o->data_path, dt_dataset_size(r->data.train), o->batch_size, n_workers);
-    /* Global steps per epoch: asynchronous workers each advance the global step once per batch. */
-    int64_t global_per_epoch = per_epoch * n_workers;
+    /* Sync replicas: every step averages replicas_to_aggregate gradients (default: every worker);
+     * total_num_replicas counts the workers pushing, backup workers included. */
+    int sync = c->distributed && o->issync, aggregate = 0, replicas = 0;
+    if (sync) {
+        aggregate = o->replicas_to_aggregate ? o->replicas_to_aggregate : n_workers;
+        replicas = o->total_num_replicas ? o->total_num_replicas : aggregate;
+        if (replicas != n_workers)
+            return dt_errorf(err, DT_EINVAL, "--total_num_replicas=%d (default: --replicas_to_aggregate) but the "
+                             "cluster has %d workers: with backup workers set --total_num_replicas=%d", replicas,
+                             n_workers, n_workers);
+    }
+    /* Global steps per epoch: asynchronous workers each advance the global step once per batch;
+     * a sync step takes one batch from every worker (n*B examples). */
+    int64_t global_per_epoch = sync ? per_epoch : per_epoch * n_workers;
     int64_t total = o->train_steps > 0 ? o->train_steps : (int64_t)ceil(o->epochs * (double)global_per_epoch);
 
     if (c->distributed) {
@@ -194,6 +227,11 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
                                    .opt = opt,
                                    .connect_timeout_ms = o->connect_timeout_ms,
                                    .n_workers_to_wait = c->n_workers - 1,
+                                   .replicas_to_aggregate = aggregate,
+                                   .total_num_replicas = replicas,
+                                   .staleness = o->staleness,
+                                   .step_delay_ms = o->debug_delay_worker < 0 || o->debug_delay_worker == c->task_index
+                                                        ? o->debug_step_delay_ms : 0,
                                    .log = log};
         rc = dt_remote_updater_create(&r->updater, &rc_cfg, err);
     } else {
@@ -222,9 +260,9 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
         rc = r->updater->start(r->updater, r->net, o->seed, &global_step, err);
     }
     if (rc) return rc;
-    /* Resuming: each worker has consumed global_step / n_workers batches of its shard (exactly so on
+    /* Resuming: each worker has consumed global_step (sync) or global_step / n_workers batches of its shard (exactly so on
      * one machine, where data order and dropout then continue bit for bit). */
-    int64_t local_step = global_step / n_workers, first_local_step = local_step;
+    int64_t local_step = sync ? global_step : global_step / n_workers, first_local_step = local_step;
     if (local_step > 0 && (rc = dt_loader_seek(r->loader, local_step, err))) return rc;
     res->start_step = global_step;
     char role[64] = "";
@@ -321,6 +359,8 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
         res->test_accuracy = test.accuracy;
         res->test_loss = test.loss;
         res->test_examples = test.examples;
+        if (o->debug_dump_params && *o->debug_dump_params && (rc = dump_params(o->debug_dump_params, r->net, err)))
+            return rc;
         fprintf(log, "test accuracy %.4f  test loss %.4f  (%lld examples)\n", test.accuracy, test.loss,
                 (long long)test.examples);
     }
