@@ -488,9 +488,9 @@ static void on_sync_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     zmq_msg_move(&a->grad[a->count], &in->payload);
     a->count++;
     ps->pushes++;
-    push_ack(ps, id, h, DT_WIRE_OK, ps->stale[h->task]);
     /* With staleness, later steps may already be complete too. */
     while (ps->acc[ps->step % (ps->staleness + 1)].count >= ps->aggregate) apply_sync_step(ps);
+    push_ack(ps, id, h, DT_WIRE_OK, ps->stale[h->task]);
 }
 
 static void on_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
