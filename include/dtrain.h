@@ -150,7 +150,7 @@ typedef struct dt_train_result {
     int64_t start_step;          /* global step training started at (a restored checkpoint's, or 0) */
 } dt_train_result;
 
-/* Fills o with dtrain's defaults (adam, 0.001, batch 64, 1 epoch, steps_to_validate 1000, seed 1,
+/* Fills o with dtrain's defaults (adam, 0.002, batch 64, 1 epoch, steps_to_validate 1000, seed 1,
  * asynchronous, greedy placement, checkpoints in ./checkpoint every 60 s keeping 5, summaries in
  * ./summary_log). */
 void dt_train_options_init(dt_train_options *o);

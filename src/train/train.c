@@ -25,7 +25,7 @@
 void dt_train_options_init(dt_train_options *o) {
     memset(o, 0, sizeof *o);
     o->optimizer = "adam";
-    o->learning_rate = 0.001f;
+    o->learning_rate = 0.002f;
     o->batch_size = 64;
     o->epochs = 1.0;
     o->steps_to_validate = 1000;
