@@ -112,7 +112,7 @@ def checkpoint(path, step):
     assert meta["model"].startswith("model "), meta["model"][:40]
     assert json.loads(meta["optimizer"])["name"] == "adam"
     pos = json.loads(meta["data_position"])
-    assert pos["batches_per_worker"] == step // pos["workers"], pos
+    assert pos["batches_per_worker"] == (step if pos["sync"] else step // pos["workers"]), pos
     assert "seed" in json.loads(meta["rng_state"])
     print("ok: %s: %d parameters with Adam slots, global_step %d (%s)" % (path, len(params), step, backend))
 

@@ -50,14 +50,16 @@ static char *optimizer_json(const dt_opt_config *o) {
 }
 
 /* Where the data stream stands after global_step updates: each worker has consumed about
- * global_step / n_workers batches of its shard (exactly that on one machine). */
+ * global_step / n_workers batches of its shard when asynchronous (exactly that on one machine),
+ * global_step with sync replicas. */
 static char *data_position_json(const dt_ckpt_run *run, int64_t global_step) {
     int n = run->n_workers > 0 ? run->n_workers : 1;
-    int64_t batches = global_step / n, per = run->batches_per_epoch;
-    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:i, s:i, s:f}", "batches_per_worker", (json_int_t)batches,
+    int64_t batches = run->sync ? global_step : global_step / n, per = run->batches_per_epoch;
+    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:i, s:i, s:b, s:f}", "batches_per_worker", (json_int_t)batches,
                           "epoch", (json_int_t)(per > 0 ? batches / per : 0), "batch_in_epoch",
                           (json_int_t)(per > 0 ? batches % per : batches), "batches_per_epoch", (json_int_t)per,
-                          "batch_size", run->batch_size, "workers", n, "validation_fraction",
+                          "batch_size", run->batch_size, "workers", n, "sync", run->sync ? 1 : 0,
+                          "validation_fraction",
                           run->validation_fraction);
     return dump(j);
 }

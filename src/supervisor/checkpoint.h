@@ -32,6 +32,7 @@ typedef struct {
     uint64_t seed;                  /* everything random derives from it (core/rng.h) */
     int batch_size;                 /* per worker */
     int n_workers;                  /* 1 on a single machine */
+    int sync;                       /* sync replicas: every worker takes one batch per global step */
     int64_t batches_per_epoch;      /* per worker */
     double validation_fraction;     /* as given (< 0: the data layer's default) */
 } dt_ckpt_run;

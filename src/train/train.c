@@ -244,9 +244,9 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
     if (c->is_chief) {
         dt_supervisor_config sc = {.logdir = o->logdir, .save_secs = o->save_model_secs, .max_to_keep = o->max_to_keep,
                                    .summary_dir = o->summary_dir, .snapshot = snapshot, .user = r, .log = log,
-                                   .examples_per_step = o->batch_size,
+                                   .examples_per_step = sync ? o->batch_size * aggregate : o->batch_size,
                                    .run = {.net = r->net, .opt = &r->opt, .seed = o->seed, .batch_size = o->batch_size,
-                                           .n_workers = n_workers, .batches_per_epoch = per_epoch,
+                                           .n_workers = n_workers, .sync = sync, .batches_per_epoch = per_epoch,
                                            .validation_fraction = o->validation_fraction}};
         if ((rc = dt_supervisor_open(&r->supervisor, &sc, err))) return rc;
     }
@@ -263,7 +263,11 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
     /* Resuming: each worker has consumed global_step (sync) or global_step / n_workers batches of its shard (exactly so on
      * one machine, where data order and dropout then continue bit for bit). */
     int64_t local_step = sync ? global_step : global_step / n_workers, first_local_step = local_step;
-    if (local_step > 0 && (rc = dt_loader_seek(r->loader, local_step, err))) return rc;
+    if (local_step > 0) {
+        if ((rc = dt_loader_seek(r->loader, local_step, err))) return rc;
+        fprintf(log, "resuming the data stream at batch %lld (epoch %lld, batch %lld of %lld)\n", (long long)local_step,
+                (long long)(local_step / per_epoch), (long long)(local_step % per_epoch), (long long)per_epoch);
+    }
     res->start_step = global_step;
     char role[64] = "";
     if (c->distributed) snprintf(role, sizeof role, ", worker %d of %d%s", c->task_index, c->n_workers,
