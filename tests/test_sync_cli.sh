@@ -53,12 +53,12 @@ d = np.abs(a - b)
 print("max %.3g norm %.3g" % (d.max() / np.abs(a).max(), np.linalg.norm(a - b) / np.linalg.norm(a)))
 PY
 }
-within_1e6() { awk -v m="$1" -v n="$2" 'BEGIN { exit !(m <= 1e-6 && n <= 1e-6) }'; }
+within() { awk -v m="$1" -v n="$2" -v tm="$3" 'BEGIN { exit !(m <= tm && n <= 1e-6) }'; }
 
 # (a) 2 sync workers x 16 = 1 process x 32: the same examples, the mean of the two workers' means
 # against the mean over 32; only the grouping of the float sums differs.
-check_a() { # name model steps extra-flags...
-  local name=$1 model=$2 steps=$3; shift 3
+check_a() { # name model steps max-tolerance extra-flags...
+  local name=$1 model=$2 steps=$3 tol=$4; shift 4
   log=a_single.log; run "$bin" train --model "$model" "${common[@]}" --train_steps "$steps" "$@" --batch_size 32 \
     --debug_dump_params a_single.bin
   log=a_sync.log; run "$bin" launch --ps 1 --workers 2 --model "$model" "${common[@]}" --train_steps "$steps" "$@" \
@@ -66,14 +66,17 @@ check_a() { # name model steps extra-flags...
   local out m n
   out=$(compare a_single.bin a_sync.bin)
   read -r _ m _ n <<<"$out"
-  if [ -s a_single.bin ] && [ -s a_sync.bin ] && { [ "$out" = identical ] || within_1e6 "$m" "$n"; }; then
+  if [ -s a_single.bin ] && [ -s a_sync.bin ] && { [ "$out" = identical ] || within "$m" "$n" "$tol"; }; then
     ok "(a) $name: 2 sync workers x 16 = 1 process x 32 ($out, relative)"
   else bad "(a) $name ($out)"; tail -n 5 a_single.log a_sync.log; fi
   grep -q "global step $steps" a_sync.log || bad "(a) $name: $steps global steps"
 }
-check_a "dense model, 20 SGD steps" mlp.model 20 --optimizer sgd --learning_rate 0.05
-check_a "dense model, 20 Adam steps" mlp.model 20
-check_a "fashion conv model, first SGD step" "$src/models/fashion.model" 1 --optimizer sgd --learning_rate 0.05
+# Tolerances: the norm of the difference <= 1e-6 of the parameters' norm, and the largest difference
+# <= 1e-6 of the largest parameter; for Adam 1e-5 (its update divides by the gradient's running
+# size, which magnifies rounding in small gradients: measured 5e-7 at lr 0.001, 1e-6 at 0.002).
+check_a "dense model, 20 SGD steps" mlp.model 20 1e-6 --optimizer sgd --learning_rate 0.05
+check_a "dense model, 20 Adam steps" mlp.model 20 1e-5 --optimizer adam --learning_rate 0.002
+check_a "fashion conv model, first SGD step" "$src/models/fashion.model" 1 1e-6 --optimizer sgd --learning_rate 0.05
 
 # Through the ps the arithmetic is the optimizer's own: 1 sync worker = 1 process, bit for bit (Adam).
 log=single_adam.log; run "$bin" train --model "$src/models/fashion.model" "${common[@]}" --batch_size 32 \

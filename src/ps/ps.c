@@ -428,18 +428,27 @@ static void apply_sync_step(ps_t *ps) {
             zmq_msg_move(&a->grad[j], &a->grad[j - 1]);
             zmq_msg_move(&a->grad[j - 1], &t);
         }
+    /* mean = ((g0 + g1) + g2 ...) / count; the division rides on the last addition's pass, and a
+     * single gradient is its own mean (no copy). grad_floats: scratch exists in sync mode. */
     const size_t n = ps->n;
-    float *sum = ps->sum;
-    memcpy(sum, zmq_msg_data(&a->grad[0]), n * sizeof(float));
-    for (int k = 1; k < a->count; k++) {
-        const float *g = grad_floats(ps, &a->grad[k]); /* scratch exists in sync mode */
-        for (size_t i = 0; i < n; i++) sum[i] += g[i];
+    const float *mean = ps->sum;
+    if (a->count == 1) {
+        mean = grad_floats(ps, &a->grad[0]);
+    } else {
+        float *sum = ps->sum;
+        const float div = (float)a->count;
+        memcpy(sum, zmq_msg_data(&a->grad[0]), n * sizeof(float));
+        for (int k = 1; k < a->count; k++) {
+            const float *g = grad_floats(ps, &a->grad[k]);
+            if (k < a->count - 1)
+                for (size_t i = 0; i < n; i++) sum[i] += g[i];
+            else
+                for (size_t i = 0; i < n; i++) sum[i] = (sum[i] + g[i]) / div;
+        }
     }
-    const float div = (float)a->count;
-    for (size_t i = 0; i < n; i++) sum[i] /= div;
     /* Kept for EXACT pulls of this step from workers that see another shard ahead. */
     snap_current(ps);
-    dt_opt_apply(&ps->opt, ps->params, sum, ps->state, n, ps->step);
+    dt_opt_apply(&ps->opt, ps->params, mean, ps->state, n, ps->step);
     for (int k = 0; k < a->count; k++) zmq_msg_close(&a->grad[k]);
     a->count = 0;
     a->step = -1;

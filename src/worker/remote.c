@@ -214,6 +214,13 @@ static void log_summary(remote *r) {
     fflush(r->cfg.log);
 }
 
+void dt_remote_get_timing(const dt_updater *u, dt_remote_timing *out) {
+    const remote *r = (const remote *)u;
+    *out = (dt_remote_timing){.updates = r->updates, .stale = r->stale, .compute_s = r->compute_s,
+                              .exchange_s = r->exchange_s, .wait_s = r->wait_s,
+                              .repulls = dt_ps_client_get_stats(r->client)->repulls};
+}
+
 static int remote_finish(dt_updater *u, dt_error *err) {
     remote *r = (remote *)u;
     log_summary(r);

@@ -31,4 +31,15 @@ typedef struct {
 
 int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_error *err);
 
+/* Where a remote updater's time went so far (what its end-of-training log line says). */
+typedef struct {
+    int64_t updates;              /* gradients pushed */
+    int64_t stale;                /* of which at least one ps dropped as stale */
+    double compute_s;             /* between updates: batches, forward, backward (and any delay) */
+    double exchange_s;            /* pushing and pulling, placement copies included */
+    double wait_s;                /* of exchange_s: PULLs held at the ps (the barrier) */
+    uint64_t repulls;             /* shards pulled again to get one step */
+} dt_remote_timing;
+void dt_remote_get_timing(const dt_updater *remote_updater, dt_remote_timing *out);
+
 #endif
