@@ -28,7 +28,7 @@ P="--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$
 "$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=ps >"$tmp/ps" 2>&1 & p0=$!
 "$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=worker --task_index=1 >"$tmp/w1" 2>&1 & p2=$!
 "$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=worker --task_index=0 >"$tmp/w0" 2>&1 & p1=$!
-( sleep 120; kill -KILL $p0 $p1 $p2 2>/dev/null ) & guard=$!
+( sleep 400; kill -KILL $p0 $p1 $p2 2>/dev/null ) & guard=$!
 wait $p0; s0=$?; wait $p1; s1=$?; wait $p2; s2=$?
 kill $guard 2>/dev/null
 [ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $s2 -eq 0 ] && ok "distributed example: ps and workers exit 0" \
