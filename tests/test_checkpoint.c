@@ -344,7 +344,20 @@ static void test_killed_writer(void) {
             for (int step = round * 100000;; step++)
                 if (dt_ckpt_save(dir, &run, p, s, step, 2, NULL, NULL, 0, NULL)) _exit(3);
         }
-        usleep((useconds_t)(20000 + rand() % 60000));
+        /* Kill at a random moment once the first save of this round is in the index (a loaded
+         * machine may take a while to get there). */
+        char want[64], ip[DT_PATH_MAX];
+        dt_ckpt_file_name(want, sizeof want, round * 100000);
+        snprintf(ip, sizeof ip, "%s/checkpoint", dir);
+        for (int i = 0; i < 3000; i++) {
+            uint8_t *text = NULL;
+            size_t len = 0;
+            int seen = dt_read_file(&text, &len, ip, 1 << 20, NULL) == 0 && strstr((char *)text, want);
+            free(text);
+            if (seen) break;
+            usleep(2000);
+        }
+        usleep((useconds_t)(rand() % 60000));
         kill(pid, SIGKILL);
         int st;
         waitpid(pid, &st, 0);
@@ -394,7 +407,7 @@ static void test_supervisor(void) {
     char dir[512], sum[512];
     subdir(dir, sizeof dir, "sv/ckpt");
     subdir(sum, sizeof sum, "sv/summary");
-    dt_supervisor_config cfg = {.logdir = dir, .save_secs = 0.05, .max_to_keep = 5, .summary_dir = sum,
+    dt_supervisor_config cfg = {.logdir = dir, .save_secs = 0.5, .max_to_keep = 5, .summary_dir = sum,
                                 .run = run_of(net, &opt), .snapshot = fake_snapshot, .user = &fs};
     dt_supervisor *sv = NULL;
     dt_error err = {0};
@@ -406,7 +419,7 @@ static void test_supervisor(void) {
     CHECK(dt_supervisor_started(sv, 0, &err) == 0 && dt_supervisor_saves(sv) == 1);
     fs.step = 7;
     CHECK(dt_supervisor_step(sv, 7, &err) == 0 && dt_supervisor_saves(sv) == 1); /* not due yet */
-    usleep(60000);
+    usleep(600000);
     CHECK(dt_supervisor_step(sv, 7, &err) == 0 && dt_supervisor_saves(sv) == 2);
     fs.step = 9;
     fs.p[0] = 42.0f;
