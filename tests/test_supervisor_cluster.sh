@@ -2,7 +2,8 @@
 # The supervisor on a launched cluster (2 ps, 2 asynchronous workers, a small model on a Fashion-MNIST
 # subset): the chief checkpoints every shard's parameters and Adam state at one step; started again
 # with more steps, it gives every ps its shard back at the checkpoint's step and training resumes
-# there; `dtrain eval` on the result prints the test line the chief reported; only the chief writes.
+# there; `dtrain eval` on the result prints the test line the chief reported; only the chief writes;
+# with sync replicas a stop and restore changes nothing, bit for bit.
 set -u
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
@@ -63,6 +64,15 @@ want=$(sed -n 's/^\[worker0\] \(test accuracy.*\)/\1/p' "$tmp/2.out")
 check "eval after the resumed run prints the chief's test line ($want)" grep -qxF "$want" "$tmp/eval2"
 ev=$(ls "$tmp/sum/train"/events.out.tfevents.* | wc -l)
 check "one train event file per run (the chief's)" test "$ev" -eq 2
+
+# Sync replicas are deterministic: 20 steps, then the same command with 40, ends bit-identical to
+# 40 steps in one go (every shard's parameters and Adam state restored exactly, data resumed).
+sync() { run --issync=1 --summary_dir= "$@"; }
+sync --train_steps 40 --logdir "$tmp/s40" >"$tmp/s40.out" 2>&1
+sync --train_steps 20 --logdir "$tmp/s20" >"$tmp/s20.out" 2>&1
+sync --train_steps 40 --logdir "$tmp/s20" >"$tmp/s20b.out" 2>&1
+check "sync: 20 + restore + 20 steps == 40 steps, bit for bit, on 2 ps" \
+  cmp -s "$tmp/s40/model.ckpt-40.safetensors" "$tmp/s20/model.ckpt-40.safetensors"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
