@@ -61,13 +61,13 @@ done
 echo "not an image" >"$tmp/imgs/cat/readme.jpg"
 printf 'model tiny\ninput 8 8 3\nconv2d filters=4 kernel=3\nrelu\nflatten\ndense units=2\n' >"$tmp/tiny.model"
 expect_error "non-image in image folder (fail policy) names the file" 1 "readme.jpg" \
-  "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --bad_images=fail --batch_size 1 --epochs 1 --logdir= --summary_dir=
-if "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --batch_size 1 --epochs 1 --logdir= --summary_dir= >"$tmp/out" 2>"$tmp/err" \
+  "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --logdir= --summary_dir= --bad_images=fail --batch_size 1 --epochs 1 --logdir= --summary_dir=
+if "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --logdir= --summary_dir= --batch_size 1 --epochs 1 --logdir= --summary_dir= >"$tmp/out" 2>"$tmp/err" \
    && grep -q "skipped 1 undecodable" "$tmp/out"; then ok "non-image skipped and reported"
 else bad "non-image skipped and reported: $(cat "$tmp/out" "$tmp/err" | tail -3)"; fi
 
 # A short real run: 60 steps on Fashion-MNIST must learn something (well above chance at 10%).
-if "$bin" train --model models/fashion.model --data "$data" --train_steps 60 --steps_to_validate 30 --logdir= --summary_dir= \
+if "$bin" train --model models/fashion.model --data "$data" --logdir= --summary_dir= --train_steps 60 --steps_to_validate 30 --logdir= --summary_dir= \
      >"$tmp/out" 2>"$tmp/err"; then
   acc=$(sed -n 's/^test accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
   if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a > 0.55) }'; then ok "60 steps learn (test accuracy $acc)"

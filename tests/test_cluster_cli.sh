@@ -16,7 +16,7 @@ bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 leftovers() { pgrep -f "$tmp/" >/dev/null; }
 
 # 1 ps + 2 workers, asynchronous, a short run: every process exits 0, the ps exits by itself.
-if timeout 300 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" \
+if timeout 300 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= \
      --train_steps 40 --steps_to_validate 20 --logdir= --summary_dir= >"$tmp/out" 2>&1; then
   ok "launch 1 ps + 2 workers exits 0"
 else
@@ -27,8 +27,22 @@ grep -q '^\[worker0\] test accuracy' "$tmp/out" && ok "chief reports test accura
 grep -q '^\[worker1\] trained' "$tmp/out" && ok "worker 1 finishes" || bad "worker 1 finishes"
 leftovers && bad "no process left behind" || ok "no process left behind"
 
+# Ctrl-C (SIGINT) to launch stops every process, promptly, with status 130.
+timeout 300 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= --epochs 50 \
+  >"$tmp/int" 2>&1 &
+lpid=$!
+for _ in $(seq 1 100); do grep -q '^\[worker0\] dtrain' "$tmp/int" 2>/dev/null && break; sleep 0.2; done
+kill -INT $lpid
+t0=$(date +%s)
+wait $lpid; st=$?
+took=$(( $(date +%s) - t0 ))
+[ $st -eq 130 ] && [ $took -le 20 ] && ok "SIGINT stops the launched cluster (${took}s)" \
+  || { bad "SIGINT stops the launched cluster (status $st, ${took}s)"; tail -5 "$tmp/int"; }
+sleep 0.5
+leftovers && bad "no process left behind after SIGINT" || ok "no process left behind after SIGINT"
+
 # 2 ps: the placement splits the variables, and both ps serve and exit.
-if timeout 300 "$bin" launch --ps 2 --workers 2 --model models/fashion.model --data "$tmp/data" \
+if timeout 300 "$bin" launch --ps 2 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= \
      --train_steps 20 --logdir= --summary_dir= >"$tmp/out2" 2>&1 && grep -q '^\[ps1\] .*exiting' "$tmp/out2"; then
   ok "launch with 2 ps tasks exits 0"
 else
@@ -51,7 +65,7 @@ expect() {
   if "$@" >"$tmp/o" 2>"$tmp/e"; then bad "$name (exit 0)"; return; fi
   grep -qE -- "$pat" "$tmp/e" && [ "$(wc -l <"$tmp/e")" -eq 1 ] && ok "$name" || bad "$name: $(cat "$tmp/e")"
 }
-m="--model models/fashion.model --data $tmp/data"
+m="--model models/fashion.model --data $tmp/data --logdir= --summary_dir="
 expect "bad port" "--ps_hosts" "$bin" train $m --ps_hosts=127.0.0.1:99999 --worker_hosts=127.0.0.1:5 --job_name=worker
 expect "empty worker list" "--worker_hosts" "$bin" train $m --ps_hosts=127.0.0.1:4 --worker_hosts= --job_name=worker
 expect "duplicate address" "duplicate" "$bin" train $m --ps_hosts=127.0.0.1:4 --worker_hosts=127.0.0.1:4 --job_name=worker

@@ -8,7 +8,7 @@ tmp=$(mktemp -d)
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
 trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
 fail=0
-timeout 900 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --epochs 1 \
+timeout 900 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= --epochs 1 \
   --logdir= --summary_dir= >"$tmp/out" 2>&1 || { echo "FAIL: launch exited $?"; fail=1; }
 cat "$tmp/out"
 acc=$(sed -n 's/^\[worker0\] test accuracy \([0-9.]*\).*/\1/p' "$tmp/out")

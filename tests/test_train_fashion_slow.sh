@@ -6,7 +6,7 @@ bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-if ! "$bin" train --model models/fashion.model --data "$data" --epochs 1 --logdir= --summary_dir= >"$out"; then
+if ! "$bin" train --model models/fashion.model --data "$data" --logdir= --summary_dir= --epochs 1 --logdir= --summary_dir= >"$out"; then
   echo "FAIL: training exited non-zero"; echo "0 passed, 1 failed"; exit 1
 fi
 cat "$out"
