@@ -48,7 +48,7 @@ typedef enum {
     DT_MSG_STATUS_REPLY = 10, /* ps -> client: initialised, global_step, counters */
     DT_MSG_SHUTDOWN = 11,  /* chief -> ps: training is over; ps replies ACK and exits 0 */
     DT_MSG_ERROR = 12,     /* either way: status = DT_WIRE_E_*, payload = text */
-    DT_MSG_TOKEN = 13,     /* reserved for sync mode (a step barrier token); v1 ps: UNSUPPORTED */
+    DT_MSG_TOKEN = 13,     /* reserved, unused: the sync barrier is a held PULL; a ps answers UNSUPPORTED */
     DT_MSG_HEARTBEAT = 14, /* either way: liveness probe, answered with HEARTBEAT + global_step */
     DT_MSG_DONE = 15,      /* worker -> ps: this worker has finished training; ps replies ACK */
     DT_MSG_FETCH = 16,     /* client -> ps: the whole shard state, for a checkpoint */
