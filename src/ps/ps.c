@@ -428,8 +428,10 @@ static void apply_sync_step(ps_t *ps) {
             zmq_msg_move(&a->grad[j], &a->grad[j - 1]);
             zmq_msg_move(&a->grad[j - 1], &t);
         }
-    /* mean = ((g0 + g1) + g2 ...) / count; the division rides on the last addition's pass, and a
-     * single gradient is its own mean (no copy). grad_floats: scratch exists in sync mode. */
+    /* mean = ((g0 + g1) + g2 ...) / count in count - 1 passes: the first reads g0 and g1 where they
+     * arrived, the division rides on the last; a single gradient is its own mean (no copy).
+     * grad_floats may use the scratch buffer (it exists in sync mode), so a misaligned g0 goes to
+     * sum first. */
     const size_t n = ps->n;
     const float *mean = ps->sum;
     if (a->count == 1) {
@@ -437,13 +439,17 @@ static void apply_sync_step(ps_t *ps) {
     } else {
         float *sum = ps->sum;
         const float div = (float)a->count;
-        memcpy(sum, zmq_msg_data(&a->grad[0]), n * sizeof(float));
+        const float *g0 = zmq_msg_data(&a->grad[0]);
+        if ((uintptr_t)g0 % alignof(float) != 0) {
+            memcpy(sum, g0, n * sizeof(float));
+            g0 = sum;
+        }
         for (int k = 1; k < a->count; k++) {
-            const float *g = grad_floats(ps, &a->grad[k]);
+            const float *g = grad_floats(ps, &a->grad[k]), *acc = k == 1 ? g0 : sum;
             if (k < a->count - 1)
-                for (size_t i = 0; i < n; i++) sum[i] += g[i];
+                for (size_t i = 0; i < n; i++) sum[i] = acc[i] + g[i];
             else
-                for (size_t i = 0; i < n; i++) sum[i] = (sum[i] + g[i]) / div;
+                for (size_t i = 0; i < n; i++) sum[i] = (acc[i] + g[i]) / div;
         }
     }
     /* Kept for EXACT pulls of this step from workers that see another shard ahead. */
