@@ -81,7 +81,8 @@ typedef struct dt_optimizer dt_optimizer;
 int dt_optimizer_new(dt_optimizer **out, const char *name, float learning_rate, const dt_net *net,
                      dt_error *err);
 /* Wraps *opt for the cluster: the variables and the optimizer's state live on the ps tasks, each
- * update is pushed there and the new parameters pulled back. issync: 0 asynchronous. */
+ * update is pushed there and the new parameters pulled back. issync: 0 asynchronous, 1
+ * synchronous replicas (each step applies the mean of every worker's gradient: docs/protocol.md). */
 int dt_optimizer_distribute(dt_optimizer **opt, const dt_cluster *c, const dt_net *net, int issync,
                             dt_error *err);
 /* Sets net's starting parameters: initialised from seed (the chief, or a single process), or

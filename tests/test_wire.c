@@ -412,7 +412,42 @@ static void test_oversized_frame_dropped(void) {
     zmq_ctx_term(ctx);
 }
 
-int main(void) {
+/* `test_wire --write-corpus DIR` writes the fuzz seed corpus (fuzz/corpus/wire) for this protocol
+ * version: one valid message of each type in the fuzz target's input format ([selector byte]
+ * [header][payload]), so the seeds follow the protocol when its version changes. */
+static int write_corpus(const char *dir) {
+    for (int t = 1; t <= DT_MSG_TYPE_MAX; t++) {
+        dt_wire_header h = dt_wire_header_make((dt_msg_type)t, t % 2 ? DT_ROLE_WORKER : DT_ROLE_PS, 1, 7);
+        uint8_t buf[1 + DT_WIRE_HEADER_SIZE + 4 * 8 + 16];
+        size_t payload = 0;
+        h.shard_floats = 4;
+        if (t == DT_MSG_INIT || t == DT_MSG_WELCOME || t == DT_MSG_STATE) {
+            h.opt_kind = 2, h.opt_slots = 2, h.learning_rate = 0.001f, h.beta1 = 0.9f, h.beta2 = 0.999f,
+            h.epsilon = 1e-8f, h.momentum = 0.9f;
+        }
+        if (t == DT_MSG_INIT || t == DT_MSG_STATE) payload = 4 * 3 * sizeof(float);
+        if (t == DT_MSG_PARAMS || t == DT_MSG_PUSH) payload = 4 * sizeof(float);
+        if (t == DT_MSG_ERROR) payload = 5, h.status = DT_WIRE_E_NOT_READY;
+        h.payload_bytes = payload;
+        buf[0] = 2; /* selector: shard of 1000 floats */
+        dt_wire_encode(buf + 1, &h);
+        memset(buf + 1 + DT_WIRE_HEADER_SIZE, 0, payload);
+        if (t == DT_MSG_ERROR) memcpy(buf + 1 + DT_WIRE_HEADER_SIZE, "oops!", 5);
+        char path[512];
+        snprintf(path, sizeof path, "%s/type%02d", dir, t);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(buf, 1, 1 + DT_WIRE_HEADER_SIZE + payload, f) != 1 + DT_WIRE_HEADER_SIZE + payload) {
+            fprintf(stderr, "test_wire: cannot write %s\n", path);
+            if (f) fclose(f);
+            return 1;
+        }
+        fclose(f);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--write-corpus")) return write_corpus(argv[2]);
     RUN(test_round_trip_every_type);
     RUN(test_byte_layout);
     RUN(test_refusals);

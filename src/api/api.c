@@ -131,14 +131,16 @@ int dt_optimizer_new(dt_optimizer **out, const char *name, float learning_rate, 
 int dt_optimizer_distribute(dt_optimizer **opt, const dt_cluster *c, const dt_net *net, int issync, dt_error *err) {
     if (!c || !c->distributed) return DT_OK; /* a single process keeps its local optimizer */
     if (c->job != DT_JOB_WORKER) return dt_errorf(err, DT_EINVAL, "dt_optimizer_distribute: this process is not a worker");
-    if (issync) return dt_errorf(err, DT_EINVAL, "dt_optimizer_distribute: synchronous replicas are not available yet");
     dt_optimizer *o = *opt;
     dt_updater *remote = NULL;
     dt_placement pl;
     int rc = dt_placement_compute(&pl, dt_net_view(net, 0), dt_net_num_views(net), c->n_ps, DT_PLACE_GREEDY, err);
     if (rc) return rc;
     dt_remote_config cfg = {.cluster = c, .placement = &o->placement, .opt = o->config,
-                            .connect_timeout_ms = 60000, .n_workers_to_wait = c->n_workers - 1, .log = stdout};
+                            .connect_timeout_ms = 60000, .n_workers_to_wait = c->n_workers - 1, .log = stdout,
+                            /* Sync: every worker's gradient is aggregated each step (no backups). */
+                            .replicas_to_aggregate = issync ? c->n_workers : 0,
+                            .total_num_replicas = issync ? c->n_workers : 0};
     /* The placement must outlive the remote updater: it moves into the optimizer first. */
     dt_placement_free(&o->placement);
     o->placement = pl;
