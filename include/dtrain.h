@@ -138,6 +138,10 @@ typedef struct dt_train_options {
     double save_model_secs;      /* default 60; <= 0: only at start and at the end */
     int max_to_keep;             /* default 5; <= 0: keep all */
     const char *summary_dir;     /* default "./summary_log"; NULL or "": no summaries */
+
+    /* Security (docs/security.md): auth "none" (NULL, the default: trusted networks only) or
+     * "curve" (ZeroMQ CURVE, authenticated and encrypted) with the keys folder `keys`. */
+    const char *auth, *keys;
 } dt_train_options;
 
 typedef struct dt_train_result {

@@ -42,7 +42,7 @@ int dt_serve(const dt_cluster *c, const dt_net *net, const volatile int *stop, d
     dt_placement pl;
     int rc = dt_placement_compute(&pl, dt_net_view(net, 0), dt_net_num_views(net), c->n_ps, DT_PLACE_GREEDY, err);
     if (rc) return rc;
-    rc = dt_serve_task(c, &pl, stop, stdout, err);
+    rc = dt_serve_task(c, &pl, NULL, stop, stdout, err); /* the public API has no --auth yet */
     dt_placement_free(&pl);
     return rc;
 }

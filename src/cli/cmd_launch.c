@@ -12,11 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "commands.h"
+#include "transport/auth.h"
 
 #define MAX_PROCS 64
 
@@ -152,6 +154,44 @@ static int parse_count(const char *flag, const char *v, int lo, int hi, int *out
     return 0;
 }
 
+/* --auth=curve without --keys: a throwaway key set for this cluster in a private temp folder
+ * (server and client pairs, the client's public key authorized), removed when launch ends. */
+static int make_keys(char *dir, size_t cap) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, cap, "%s/dtrain-keys-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "dtrain launch: cannot create a keys folder %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    char auth_dir[4200], from[4300], to[4300], key[DT_Z85_KEY_LEN + 1];
+    snprintf(auth_dir, sizeof auth_dir, "%s/authorized", dir);
+    snprintf(from, sizeof from, "%s/client.key", dir);
+    snprintf(to, sizeof to, "%s/client.key", auth_dir);
+    dt_error err = {0};
+    FILE *f = NULL;
+    if (dt_auth_keygen(dir, "server", &err) || dt_auth_keygen(dir, "client", &err) ||
+        dt_auth_read_key(key, from, 0, &err)) {
+        fprintf(stderr, "dtrain launch: %s\n", err.msg);
+        return -1;
+    }
+    if (mkdir(auth_dir, 0700) != 0 || !(f = fopen(to, "w")) || fprintf(f, "%s\n", key) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "dtrain launch: cannot authorize the client key in %s\n", auth_dir);
+        return -1;
+    }
+    return 0;
+}
+
+static void remove_keys(const char *dir) {
+    const char *files[] = {"server.key", "server.secret", "client.key", "client.secret", "authorized/client.key",
+                           "authorized"};
+    char p[4300];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        if (unlink(p) != 0) rmdir(p);
+    }
+    rmdir(dir);
+}
+
 int cmd_launch(int argc, char **argv) {
     int n_ps = 1, n_workers = 2;
     char **pass = calloc((size_t)argc + 8, sizeof *pass);
@@ -175,6 +215,9 @@ int cmd_launch(int argc, char **argv) {
                    "Unless --threads is given, each worker gets cores/M compute threads, a ps one.\n"
                    "Output lines are prefixed with [ps0], [worker1], ... The exit status is the\n"
                    "first failure's, after the others are stopped; Ctrl-C stops everything.\n"
+                   "With --auth=curve and no --keys, launch makes a throwaway key set for the\n"
+                   "cluster in a private temp folder (removed at the end); with --keys=DIR every\n"
+                   "process uses DIR (docs/security.md).\n"
                    "See 'dtrain train --help' for the training flags.\n");
             free(pass);
             return 0;
@@ -203,6 +246,23 @@ int cmd_launch(int argc, char **argv) {
         pass[n_pass++] = argv[i];
     }
 
+    int curve = 0, keys_given = 0;
+    for (int i = 0; i < n_pass; i++) {
+        curve |= !strcmp(pass[i], "--auth=curve") || (!strcmp(pass[i], "--auth") && i + 1 < n_pass &&
+                                                      !strcmp(pass[i + 1], "curve"));
+        keys_given |= !strncmp(pass[i], "--keys", 6);
+    }
+    char keys_dir[4096] = "", keys_arg[4200];
+    if (curve && !keys_given) {
+        if (make_keys(keys_dir, sizeof keys_dir)) {
+            if (keys_dir[0]) remove_keys(keys_dir);
+            free(pass);
+            return 1;
+        }
+        snprintf(keys_arg, sizeof keys_arg, "--keys=%s", keys_dir);
+        pass[n_pass++] = keys_arg;
+    }
+
     /* Several processes share this machine's cores: unless told otherwise, each worker gets its
      * share of them and a ps one thread, and OpenMP threads spin only briefly before sleeping
      * (libgomp's default spin wait starves the other processes; it reads this at start). */
@@ -218,6 +278,7 @@ int cmd_launch(int argc, char **argv) {
         int port = free_port();
         if (port < 0) {
             fprintf(stderr, "dtrain launch: could not find a free port on 127.0.0.1: %s\n", strerror(errno));
+            if (keys_dir[0]) remove_keys(keys_dir);
             free(pass);
             return 1;
         }
@@ -230,6 +291,7 @@ int cmd_launch(int argc, char **argv) {
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl <= 0) {
         fprintf(stderr, "dtrain launch: cannot find its own executable: %s\n", strerror(errno));
+        if (keys_dir[0]) remove_keys(keys_dir);
         free(pass);
         return 1;
     }
@@ -310,5 +372,6 @@ int cmd_launch(int argc, char **argv) {
         }
     }
     stop_all(cs, started, 10.0);
+    if (keys_dir[0]) remove_keys(keys_dir);
     return rc;
 }

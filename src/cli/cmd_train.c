@@ -9,7 +9,7 @@
 int cmd_train(int argc, char **argv) {
     dt_train_options o;
     dt_train_options_init(&o);
-    const char *bad_images = "skip";
+    const char *bad_images = "skip", *auth = "none";
     double epochs = o.epochs, connect_timeout = o.connect_timeout_ms / 1000.0;
     flag_def defs[] = {
         {"model", FLAG_STRING, &o.model_path, "model file (see docs/model-format.md)"},
@@ -47,6 +47,9 @@ int cmd_train(int argc, char **argv) {
         {"save_model_secs", FLAG_DOUBLE, &o.save_model_secs, "seconds between checkpoints (also at start and end); 0: only those"},
         {"max_to_keep", FLAG_INT, &o.max_to_keep, "checkpoints kept in --logdir; 0: all"},
         {"summary_dir", FLAG_STRING, &o.summary_dir, "TensorBoard event files in <dir>/train and <dir>/test; '' for none"},
+        {"auth", FLAG_STRING, &auth, "cluster: none (trusted networks only) or curve (authenticated, encrypted)"},
+        {"keys", FLAG_STRING, &o.keys, "--auth=curve: keys folder (ps: server.secret, authorized/*.key; worker: "
+                                       "client.secret, server.key; see dtrain keygen)"},
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
     dt_error err = {0};
@@ -60,7 +63,8 @@ int cmd_train(int argc, char **argv) {
                "--steps_to_validate steps, then the test accuracy. Alone on this machine by default;\n"
                "with --ps_hosts/--worker_hosts/--job_name/--task_index (or TF_CONFIG) as one task of\n"
                "a cluster: a ps serves its share of the variables until the chief (worker 0) ends\n"
-               "training. The cluster's traffic is NOT authenticated: use it on trusted networks only.\n"
+               "training. By default the cluster's traffic is neither authenticated nor encrypted: use\n"
+               "it on trusted networks only, or --auth=curve with --keys (docs/security.md).\n"
                "The chief (or the single process) restores the newest good checkpoint in --logdir and\n"
                "resumes at its global step; it saves checkpoints and TensorBoard summaries as it goes.\n\n"
                "flags:\n");
@@ -73,6 +77,7 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     o.epochs = epochs;
+    o.auth = auth;
     if (!(connect_timeout > 0) || connect_timeout > 86400) {
         fprintf(stderr, "dtrain train: --connect_timeout must be in (0, 86400] seconds, got %g\n", connect_timeout);
         return 2;

@@ -11,6 +11,7 @@
 
 #include "compute/optim.h"
 #include "core/error.h"
+#include "transport/auth.h"
 #include "transport/wire.h"
 #include "transport/zmq_io.h"
 
@@ -52,6 +53,7 @@ typedef struct {
     const dt_ps_config *cfg;
     size_t n;                 /* shard floats */
     void *ctx, *sock;
+    dt_zap *zap;              /* --auth=curve: the ZAP handler thread */
     float *params;            /* [n] */
     float *state;             /* [slots * n], slot-major as dt_opt_apply wants */
     float *scratch;           /* [n] aligned copy of a misaligned gradient frame (rare) */
@@ -653,6 +655,10 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
     if (!(ps->ctx = zmq_ctx_new())) return dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
     ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, dt_wire_max_frame(ps->n), SHUTDOWN_LINGER_MS, -1, err);
     if (!ps->sock) return dt_error_prefix(err, "ps %d: ", cfg->ps_index);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "ps %d: ", cfg->ps_index);
+    if (dt_auth_server_start(&ps->zap, ps->ctx, ps->sock, cfg->auth, cfg->log, prefix, err))
+        return dt_error_prefix(err, "%s", prefix);
     if (zmq_bind(ps->sock, cfg->endpoint) != 0)
         return dt_errorf(err, DT_ENET, "ps %d: cannot bind %s: %s", cfg->ps_index, cfg->endpoint,
                          zmq_strerror(errno));
@@ -668,6 +674,7 @@ static void ps_close(ps_t *ps) {
     sync_free(ps);
     for (int i = 0; i < ps->n_pending; i++) zmq_msg_close(&ps->pending[i].identity);
     free(ps->pending);
+    dt_auth_server_stop(ps->zap);
     if (ps->sock) zmq_close(ps->sock);
     if (ps->ctx) zmq_ctx_term(ps->ctx); /* waits at most the socket linger to flush the last replies */
     for (int i = 0; i < ps->n_snaps; i++) free(ps->snaps[i].data); /* libzmq holds none after term */

@@ -53,6 +53,7 @@ typedef struct {
     void (*on_bound)(void *user, const char *endpoint);
     void *user;
     dt_ps_stats *stats;     /* filled at return if non-NULL */
+    const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
 } dt_ps_config;
 
 /* Serves until SHUTDOWN from the chief (returns 0), *stop (DT_EINTR), or a fatal socket error.

@@ -3,8 +3,8 @@
 #include "ps/ps.h"
 #include "train/serve.h"
 
-int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const volatile int *stop, FILE *log,
-                  dt_error *err) {
+int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth,
+                  const volatile int *stop, FILE *log, dt_error *err) {
     char endpoint[DT_ENDPOINT_MAX];
     if (dt_addr_bind_endpoint(&c->ps[c->task_index], endpoint, sizeof endpoint))
         return dt_errorf(err, DT_EINVAL, "--ps_hosts[%d]: address too long", c->task_index);
@@ -14,7 +14,8 @@ int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const volatile in
                         .shard_floats = pl->shard_count[c->task_index],
                         .stop = (volatile sig_atomic_t *)stop,
                         .log = log,
-                        .stats = &stats};
+                        .stats = &stats,
+                        .auth = auth};
     int rc = dt_ps_serve(&cfg, err);
     if (rc == 0)
         fprintf(log, "ps %d: training over at global step %lld (%llu pushes, %llu pulls); exiting\n",

@@ -7,9 +7,12 @@
 #include "cluster/cluster.h"
 #include "cluster/placement.h"
 
-/* Serves shard c->task_index of the placement on this ps's address until the chief sends SHUTDOWN
+struct dt_auth_s; /* transport/auth.h */
+
+/* Serves shard c->task_index of the placement on this ps's address (auth: CURVE keys, NULL for
+ * none) until the chief sends SHUTDOWN
  * (returns 0) or *stop is set (DT_EINTR). Logs to log. */
-int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const volatile int *stop, FILE *log,
-                  dt_error *err);
+int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth,
+                  const volatile int *stop, FILE *log, dt_error *err);
 
 #endif

@@ -20,6 +20,7 @@
 #include "train/evaluate.h"
 #include "train/progress.h"
 #include "train/updater.h"
+#include "transport/auth.h"
 #include "worker/remote.h"
 
 void dt_train_options_init(dt_train_options *o) {
@@ -98,6 +99,7 @@ typedef struct {
     dt_updater *updater;
     dt_opt_config opt;
     dt_supervisor *supervisor;    /* the chief's checkpoints and summaries; NULL elsewhere */
+    dt_auth auth;                 /* --auth=curve: this task's keys */
 } run_state;
 
 static void run_free(run_state *r) {
@@ -108,6 +110,21 @@ static void run_free(run_state *r) {
     dt_net_free(r->net);
     dt_placement_free(&r->placement);
     dt_cluster_free(&r->cluster);
+    dt_auth_free(&r->auth);
+}
+
+/* --auth/--keys: a ps loads its server pair and the client keys it accepts, a worker its client
+ * pair and the ps's public key (layout in transport/auth.h). Alone on a machine nothing is sent. */
+static int load_auth(dt_auth *a, const dt_train_options *o, const dt_cluster *c, dt_error *err) {
+    const char *mode = o->auth && *o->auth ? o->auth : "none";
+    if (!strcmp(mode, "none")) {
+        if (o->keys && *o->keys) return dt_errorf(err, DT_EINVAL, "--keys needs --auth=curve");
+        return DT_OK;
+    }
+    if (strcmp(mode, "curve")) return dt_errorf(err, DT_EINVAL, "--auth: expected none or curve, got '%s'", mode);
+    if (!c->distributed) return DT_OK;
+    int rc = dt_auth_load(a, o->keys, c->job == DT_JOB_PS, err);
+    return rc ? dt_error_prefix(err, "--auth=curve: ") : DT_OK;
 }
 
 static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err);
@@ -139,6 +156,7 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
         rc = dt_errorf(err, DT_EINVAL, "TF_CONFIG: task type evaluator is not supported by 'dtrain train'");
         goto out;
     }
+    if ((rc = load_auth(&r.auth, o, &r.cluster, err))) goto out;
     if ((rc = dt_net_load(&r.net, o->model_path, o->batch_size, err))) goto out;
     if (r.cluster.distributed) {
         if ((rc = dt_placement_compute(&r.placement, dt_net_view(r.net, 0), dt_net_num_views(r.net),
@@ -155,7 +173,7 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
         goto out;
     }
     if (r.cluster.job == DT_JOB_PS) {
-        rc = dt_serve_task(&r.cluster, &r.placement, o->stop, log, err);
+        rc = dt_serve_task(&r.cluster, &r.placement, r.auth.curve ? &r.auth : NULL, o->stop, log, err);
         goto out;
     }
     rc = train_loop(&r, o, log, res, err);
@@ -232,7 +250,8 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
                                    .staleness = o->staleness,
                                    .step_delay_ms = o->debug_delay_worker < 0 || o->debug_delay_worker == c->task_index
                                                         ? o->debug_step_delay_ms : 0,
-                                   .log = log};
+                                   .log = log,
+                                   .auth = r->auth.curve ? &r->auth : NULL};
         rc = dt_remote_updater_create(&r->updater, &rc_cfg, err);
     } else {
         rc = dt_local_updater_create(&r->updater, &opt, dt_net_param_count(r->net), err);

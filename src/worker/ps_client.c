@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "core/error.h"
+#include "transport/auth.h"
 #include "transport/zmq_io.h"
 
 #define MAX_AWAIT 2           /* outstanding requests per ps within one call */
@@ -38,6 +39,7 @@ struct dt_ps_client {
     dt_wire_role role;
     uint16_t task;
     int connect_timeout_ms, request_timeout_ms;
+    int curve;                /* --auth=curve (for the connect error's hint) */
     uint32_t next_id;
     atomic_int inflight;      /* zero-copy gradient frames libzmq still references */
     int aggregate, total, staleness; /* sync replicas; aggregate 0: asynchronous */
@@ -240,9 +242,11 @@ static int hello_all(dt_ps_client *c, dt_error *err) {
         int64_t now = dt_clock_ms();
         for (int i = 0; i < n && now >= deadline; i++) {
             if (welcomed[i]) continue;
-            char msg[200];
+            char msg[320];
             snprintf(msg, sizeof msg, "no answer to HELLO within %d ms (is the ps running, and do all processes "
-                     "use the same --ps_hosts?)", c->connect_timeout_ms);
+                     "use the same --ps_hosts and --auth?%s)", c->connect_timeout_ms,
+                     c->curve ? " With --auth=curve a ps refuses a client whose key is not in its authorized "
+                                "folder, or that has another server.key; the ps logs the refusal" : "");
             clear_awaits(c);
             return fail_ps(c, i, err, DT_ETIMEOUT, "", msg);
         }
@@ -254,6 +258,9 @@ static int hello_all(dt_ps_client *c, dt_error *err) {
             h.shard_floats = p->n;
             if (p->n_await == MAX_AWAIT) p->n_await = 0; /* forget the oldest HELLOs */
             int rc = send_req(c, i, &h, DT_MSG_WELCOME, NULL, deadline, err);
+            /* A ps that refuses the handshake (--auth) leaves no connection to queue on, so the
+             * resend blocks until the deadline: reported as no answer, like a ps that is down. */
+            if (rc == DT_ETIMEOUT) break;
             if (rc) {
                 clear_awaits(c);
                 return rc;
@@ -327,6 +334,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         c->staleness = cfg->staleness;
     }
     atomic_init(&c->inflight, 0);
+    c->curve = cfg->auth && cfg->auth->curve;
     int rc = DT_OK;
     if (!(c->ps = dt_calloc((size_t)cfg->n_ps, sizeof *c->ps, "ps client connections", err))) {
         rc = DT_ENOMEM;
@@ -359,6 +367,10 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         /* The largest reply is STATE (parameters and up to 2 optimizer slots). */
         if (!(p->sock = dt_zsock_open(c->ctx, ZMQ_DEALER, dt_wire_max_frame(n), 0, c->request_timeout_ms, err))) {
             rc = dt_error_prefix(err, "ps %d at %s: ", i, ep);
+            goto fail;
+        }
+        if ((rc = dt_auth_client_socket(p->sock, cfg->auth, err))) {
+            dt_error_prefix(err, "ps %d at %s: ", i, ep);
             goto fail;
         }
         if (zmq_connect(p->sock, ep) != 0) {

@@ -33,6 +33,7 @@ typedef struct {
      * returns every shard at one step (shards that come back at different steps are pulled again
      * at the newest of them, exactly). */
     int replicas_to_aggregate, total_num_replicas, staleness;
+    const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
 } dt_ps_client_config;
 
 typedef struct {

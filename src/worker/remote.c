@@ -278,6 +278,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .replicas_to_aggregate = cfg->replicas_to_aggregate,
         .total_num_replicas = cfg->total_num_replicas,
         .staleness = cfg->staleness,
+        .auth = cfg->auth,
     };
     r->sync = cfg->replicas_to_aggregate > 0;
     if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;

@@ -27,6 +27,7 @@ typedef struct {
     int replicas_to_aggregate, total_num_replicas, staleness;
     int step_delay_ms;            /* testing: sleep before each push (a slow worker) */
     FILE *log;
+    const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
 } dt_remote_config;
 
 int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_error *err);
