@@ -5,7 +5,10 @@
  * time plain TCP on loopback needs to move the same bytes there and back (one client, one echo
  * server: what one worker's traffic costs without any protocol; the ps serves two).
  *
- * usage: bench_pushpull [ITERS] [OPTIMIZER] [MODEL]   (defaults: 50 sgd, both models)
+ * With AUTH curve, only the fused exchange runs, over ZeroMQ CURVE (authenticated and encrypted,
+ * docs/security.md; keys made in memory): the cost of encryption against the rows without it.
+ *
+ * usage: bench_pushpull [ITERS] [OPTIMIZER] [MODEL|all] [none|curve]   (defaults: 50 sgd all none)
  * Prints a table on stderr and one JSON line per measurement on stdout. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,6 +27,7 @@
 #include "compute/optim.h"
 #include "core/error.h"
 #include "ps/ps.h"
+#include "transport/auth.h"
 #include "transport/zmq_io.h"
 #include "worker/ps_client.h"
 
@@ -63,6 +67,24 @@ static int write_full(int fd, const void *buf, size_t n) {
     return 0;
 }
 
+/* --auth=curve in memory: one server pair, one client pair (every worker uses it), authorized. */
+static dt_auth server_auth, client_auth;
+static const dt_auth *ps_auth, *cl_auth;
+static char allowed[1][DT_Z85_KEY_LEN + 1];
+
+static int make_curve_keys(void) {
+    if (zmq_curve_keypair(server_auth.public_key, server_auth.secret_key) ||
+        zmq_curve_keypair(client_auth.public_key, client_auth.secret_key))
+        return -1;
+    memcpy(client_auth.server_key, server_auth.public_key, sizeof client_auth.server_key);
+    memcpy(allowed[0], client_auth.public_key, sizeof allowed[0]);
+    server_auth.allowed = allowed;
+    server_auth.n_allowed = 1;
+    server_auth.curve = client_auth.curve = 1;
+    ps_auth = &server_auth, cl_auth = &client_auth;
+    return 0;
+}
+
 static int ps_fd = -1;
 static void on_bound(void *user, const char *ep) {
     (void)user;
@@ -78,7 +100,8 @@ static pid_t start_ps(size_t n, char *ep, size_t cap) {
         close(fds[0]);
         ps_fd = fds[1];
         alarm(600);
-        dt_ps_config cfg = {.endpoint = "tcp://127.0.0.1:*", .shard_floats = n, .on_bound = on_bound};
+        dt_ps_config cfg = {.endpoint = "tcp://127.0.0.1:*", .shard_floats = n, .on_bound = on_bound,
+                            .auth = ps_auth};
         dt_error e = {0};
         int rc = dt_ps_serve(&cfg, &e);
         if (rc) fprintf(stderr, "ps: %s\n", e.msg);
@@ -100,7 +123,8 @@ static dt_ps_client *open_client(const char *ep, size_t n, dt_wire_role role, in
     const char *eps[1] = {ep};
     size_t sizes[1] = {n};
     dt_ps_client_config cc = {.n_ps = 1, .endpoints = eps, .shard_floats = sizes, .role = role, .task = task,
-                              .connect_timeout_ms = 10000, .request_timeout_ms = 30000};
+                              .connect_timeout_ms = 10000, .request_timeout_ms = 30000,
+                              .auth = cl_auth};
     dt_ps_client *c = NULL;
     dt_error e = {0};
     if (dt_ps_client_open(&c, &cc, &e)) fprintf(stderr, "client: %s\n", e.msg);
@@ -200,12 +224,13 @@ static int run_pushpull(const char *label, size_t n, int iters, const char *opt_
         double bytes = 2.0 * (double)n * 4; /* pushed + pulled per worker */
         /* Both workers move their bytes in the median time: aggregate through the ps. */
         double gbs = WORKERS * bytes / (med * 1e-3) / 1e9;
-        const char *how = fused ? "push_pull" : "push_all+pull_all";
-        fprintf(stderr, "%-8s %6.2f MB  %-17s %d workers, %s: median %7.3f ms  p90 %7.3f ms  (%.2f GB/s through the ps)\n",
-                label, n * 4 / 1e6, how, WORKERS, opt_name, med, p90, gbs);
+        const char *how = fused ? "push_pull" : "push_all+pull_all", *auth = ps_auth ? "curve" : "none";
+        fprintf(stderr, "%-8s %6.2f MB  %-17s %d workers, %s, auth %s: median %7.3f ms  p90 %7.3f ms  (%.2f GB/s through the ps)\n",
+                label, n * 4 / 1e6, how, WORKERS, opt_name, auth, med, p90, gbs);
         printf("{\"bench\":\"pushpull\",\"api\":\"%s\",\"model\":\"%s\",\"bytes\":%zu,\"workers\":%d,"
-               "\"optimizer\":\"%s\",\"iters\":%d,\"median_ms\":%.4f,\"p90_ms\":%.4f,\"gbytes_per_s\":%.3f}\n",
-               how, label, n * 4, WORKERS, opt_name, iters, med, p90, gbs);
+               "\"optimizer\":\"%s\",\"auth\":\"%s\",\"iters\":%d,\"median_ms\":%.4f,\"p90_ms\":%.4f,"
+               "\"gbytes_per_s\":%.3f}\n",
+               how, label, n * 4, WORKERS, opt_name, auth, iters, med, p90, gbs);
     } else {
         fprintf(stderr, "bench: a worker failed\n");
     }
@@ -269,13 +294,20 @@ static int run_tcp(const char *label, size_t bytes, int iters) {
 int main(int argc, char **argv) {
     int iters = argc > 1 ? atoi(argv[1]) : 50;
     const char *opt = argc > 2 ? argv[2] : "sgd", *only = argc > 3 ? argv[3] : NULL;
+    int curve = argc > 4 && !strcmp(argv[4], "curve");
+    if (only && (!*only || !strcmp(only, "all"))) only = NULL;
     if (iters < 1) iters = 1;
+    if (curve && make_curve_keys()) {
+        fprintf(stderr, "bench: zmq_curve_keypair failed (libzmq without CURVE?)\n");
+        return 1;
+    }
     static const struct { const char *label; size_t floats; } sizes[] = {
         {"fashion", 421642}, {"catdog", 2126178}};
     int rc = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         if (only && strcmp(only, sizes[i].label) != 0) continue;
         rc |= run_pushpull(sizes[i].label, sizes[i].floats, iters, opt, 1);
+        if (curve) continue;
         rc |= run_pushpull(sizes[i].label, sizes[i].floats, iters, opt, 0);
         rc |= run_tcp(sizes[i].label, sizes[i].floats * 4, iters);
     }

@@ -6,7 +6,7 @@
 # files are refused naming the file. Every process is started here and stopped by its pid.
 set -u
 bin=${DTRAIN_BIN:-build/dtrain}
-data=${FASHION:-/usr/share/datasets/fashion-mnist}
+fashion=${FASHION:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"; }
@@ -14,6 +14,14 @@ trap cleanup EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+# A small IDX data set (as test_sync_cli): the first 512 training and 64 test images of Fashion-MNIST.
+u32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
+mk_idx() { # prefix count
+  { printf '\x00\x00\x08\x03'; u32 "$2"; u32 28; u32 28; gzip -dc "$fashion/$1-images-idx3-ubyte.gz" | tail -c +17 | head -c $(($2 * 784)); } >"$data/$1-images-idx3-ubyte"
+  { printf '\x00\x00\x08\x01'; u32 "$2"; gzip -dc "$fashion/$1-labels-idx1-ubyte.gz" | tail -c +9 | head -c "$2"; } >"$data/$1-labels-idx1-ubyte"
+}
+data=$tmp/data
+mkdir "$data" && mk_idx train 512 && mk_idx t10k 64
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # ---- keygen ----
@@ -33,7 +41,7 @@ cp "$k/server.key" "$tmp/other/server.key"                    # a stranger who k
 
 ps_port=$(port); wk_port=$(port)
 cl=(--ps_hosts=127.0.0.1:$ps_port --worker_hosts=127.0.0.1:$wk_port)
-common=(--model models/fashion.model --data "$data" --logdir= --summary_dir= --train_steps 30 --steps_to_validate 30 --seed 7)
+common=(--model models/fashion.model --data "$data" --logdir= --summary_dir= --train_steps 30 --steps_to_validate 1000 --seed 7 --batch_size 16)
 
 # ---- reference: the same cluster without authentication ----
 "$bin" train "${common[@]}" "${cl[@]}" --job_name=ps --threads=1 >"$tmp/ref_ps" 2>&1 &
