@@ -129,6 +129,8 @@ typedef struct dt_train_options {
     const char *debug_dump_params;
     const char *placement;       /* "greedy" (default) or "round_robin" */
     int connect_timeout_ms;      /* how long a worker retries the ps tasks (default 60000) */
+    int heartbeat_timeout_ms;    /* the longest a worker waits for any ps reply (a sync barrier
+                                  * included) before it gives up naming the ps; <= 0: 60000 */
     int dry_run;                 /* print the cluster and the placement, then return */
 
     /* The supervisor (the chief, or the single process; docs/checkpoint-format.md): restores the

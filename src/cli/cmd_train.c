@@ -10,7 +10,7 @@ int cmd_train(int argc, char **argv) {
     dt_train_options o;
     dt_train_options_init(&o);
     const char *bad_images = "skip", *auth = "none";
-    double epochs = o.epochs, connect_timeout = o.connect_timeout_ms / 1000.0;
+    double epochs = o.epochs, connect_timeout = o.connect_timeout_ms / 1000.0, heartbeat_timeout = 60;
     flag_def defs[] = {
         {"model", FLAG_STRING, &o.model_path, "model file (see docs/model-format.md)"},
         {"data", FLAG_STRING, &o.data_path, "IDX folder or image folder (see docs/data.md)"},
@@ -42,6 +42,8 @@ int cmd_train(int argc, char **argv) {
          "testing: the chief writes its final parameters to this file (raw float32)"},
         {"placement", FLAG_STRING, &o.placement, "variables over ps tasks: greedy or round_robin"},
         {"connect_timeout", FLAG_DOUBLE, &connect_timeout, "seconds a worker retries its ps tasks"},
+        {"heartbeat_timeout", FLAG_DOUBLE, &heartbeat_timeout,
+         "seconds a worker waits for any ps reply (a sync barrier included) before giving up naming the ps"},
         {"dry_run", FLAG_BOOL, &o.dry_run, "print the cluster and the placement of variables, then exit"},
         {"logdir", FLAG_STRING, &o.logdir, "checkpoints: restored from at start, saved to by the chief; '' for none"},
         {"save_model_secs", FLAG_DOUBLE, &o.save_model_secs, "seconds between checkpoints (also at start and end); 0: only those"},
@@ -84,6 +86,12 @@ int cmd_train(int argc, char **argv) {
     }
     o.connect_timeout_ms = (int)(connect_timeout * 1000.0 + 0.5);
     if (o.connect_timeout_ms < 1) o.connect_timeout_ms = 1;
+    if (!(heartbeat_timeout > 0) || heartbeat_timeout > 86400) {
+        fprintf(stderr, "dtrain train: --heartbeat_timeout must be in (0, 86400] seconds, got %g\n", heartbeat_timeout);
+        return 2;
+    }
+    o.heartbeat_timeout_ms = (int)(heartbeat_timeout * 1000.0 + 0.5);
+    if (o.heartbeat_timeout_ms < 1) o.heartbeat_timeout_ms = 1;
     o.progress = isatty(STDERR_FILENO);
     o.stop = &cli_stop;
     cli_install_signal_handlers();

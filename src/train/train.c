@@ -244,6 +244,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
                                    .placement = &r->placement,
                                    .opt = opt,
                                    .connect_timeout_ms = o->connect_timeout_ms,
+                                   .request_timeout_ms = o->heartbeat_timeout_ms,
                                    .n_workers_to_wait = c->n_workers - 1,
                                    .replicas_to_aggregate = aggregate,
                                    .total_num_replicas = replicas,

@@ -143,8 +143,13 @@ static int gather(dt_ps_client *c, int64_t deadline, const char *what, reply_fn 
         if (n == 0) return DT_OK;
         int64_t left = deadline - dt_clock_ms();
         if (left <= 0) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "no reply within %d ms (ps down or overloaded?)", c->request_timeout_ms);
+            char msg[256];
+            /* A sync PULL is the barrier: it waits for the other workers, not only for the ps. */
+            snprintf(msg, sizeof msg, "no reply within %d ms (--heartbeat_timeout): %s", c->request_timeout_ms,
+                     c->aggregate && strstr(what, "PULL")
+                         ? "the ps is down, or the sync barrier waits for workers that are gone (the step "
+                           "needs --replicas_to_aggregate gradients; backup workers let it lose some)"
+                         : "the ps is down or overloaded");
             int rc = fail_ps(c, idx[0], err, DT_ETIMEOUT, what, msg);
             clear_awaits(c);
             return rc;
