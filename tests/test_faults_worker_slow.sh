@@ -2,7 +2,8 @@
 # Worker loss with backup workers (sync, 3 workers, aggregate 2), through tests/faults.sh: an
 # undisturbed run, then one where worker 2 is SIGKILLed mid-run. The killed run finishes (every
 # survivor exits 0, no hang), the chief's wait for the dead worker is bounded by
-# --heartbeat_timeout, and the test accuracy is within 1 point of the undisturbed run.
+# --heartbeat_timeout, and the test accuracy is within 1 point of the undisturbed run. Then worker 2
+# is killed and restarted: it rejoins at the current global step and finishes.
 set -u
 export DTRAIN_BIN=${DTRAIN_BIN:-build/dtrain}
 tmp=$(mktemp -d)
@@ -35,5 +36,17 @@ fi
 # The chief waited for the dead worker's DONE at most --heartbeat_timeout, and said so.
 grep -q "ending the cluster anyway" "$tmp/kill/worker0.log" && ok "the chief's wait for the lost worker is logged" \
   || bad "the chief's wait for the lost worker is logged"
+
+# A restarted worker (same task index) rejoins at the cluster's current global step.
+tests/faults.sh "${args[@]}" --kill worker:2 --after 15 --restart --keep "$tmp/restart" >"$tmp/restart.out" 2>&1
+line=$(grep '^RESULT' "$tmp/restart.out")
+echo "$line"
+case $line in *status=ok*) ok "run with worker 2 killed and restarted finishes, every process exits 0" ;;
+  *) bad "run with worker 2 killed and restarted finishes"; cat "$tmp/restart.out" ;; esac
+at=$(sed -n '/^--- restarted ---/,$ s/^resuming the data stream at batch \([0-9]*\).*/\1/p' "$tmp/restart/worker2.log" | head -1)
+[ -n "$at" ] && [ "$at" -gt 0 ] && ok "the restarted worker rejoins at the current step (batch $at)" \
+  || bad "the restarted worker rejoins at the current step ('$at')"
+sed -n '/^--- restarted ---/,$p' "$tmp/restart/worker2.log" | grep -q '^trained' && ok "the restarted worker finishes" \
+  || bad "the restarted worker finishes"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
