@@ -18,7 +18,7 @@ build: deps
 	cmake --build build -j $(JOBS)
 
 build-asan: deps
-	CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDTRAIN_SANITIZE=ON -DDTRAIN_FUZZ=ON >/dev/null
+	CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_SANITIZE=ON -DDTRAIN_FUZZ=ON >/dev/null
 	cmake --build build-asan -j $(JOBS)
 
 train: build
