@@ -9,7 +9,8 @@
 #                   [--heartbeat 30] [--guard 600] [--repeat N] [--keep DIR]
 #
 # One run prints a line "RESULT kill=... after=...s status=ok|hang|fail acc=... took=...s";
-# --repeat N runs N times (random delays with --after random) and prints the counts.
+# --repeat N runs N times (random delays of 3..22 s with --after random) and prints the counts
+# (killed=no: the victim had already finished); with --keep, each run's logs in DIR/runI.
 # Exit status: 0 when every run finished (chief exit 0 and every other survivor 0).
 set -u
 bin=${DTRAIN_BIN:-build/dtrain}
@@ -34,22 +35,22 @@ while [ $# -gt 0 ]; do
 done
 
 if [ "$repeat" -gt 0 ]; then
-  ok=0 hang=0 failed=0
+  ok=0 hang=0 failed=0 landed=0
   args=(--mode "$mode" --workers "$workers" --aggregate "$aggregate" --steps "$steps" --kill "$kill"
         --heartbeat "$heartbeat" --guard "$guard")
   [ "$restart" = 1 ] && args+=(--restart)
   for i in $(seq 1 "$repeat"); do
     a=$after
     [ "$a" = random ] && a=$(( 3 + RANDOM % 20 ))
-    line=$("$0" "${args[@]}" --after "$a" | grep '^RESULT')
+    line=$("$0" "${args[@]}" --after "$a" ${keep:+--keep "$keep/run$i"} 2>/dev/null | grep '^RESULT')
     echo "run $i: $line"
     case $line in
-      *status=ok*) ok=$((ok + 1)) ;;
+      *status=ok*) ok=$((ok + 1)); case $line in *killed=yes*) landed=$((landed + 1)) ;; esac ;;
       *status=hang*) hang=$((hang + 1)) ;;
       *) failed=$((failed + 1)) ;;
     esac
   done
-  echo "SUMMARY runs=$repeat finished=$ok hangs=$hang failed=$failed"
+  echo "SUMMARY runs=$repeat finished=$ok (killed mid-run: $landed) hangs=$hang failed=$failed"
   [ "$ok" -eq "$repeat" ]
   exit
 fi
@@ -112,5 +113,5 @@ done
 took=$(( $(date +%s) - t0 ))
 acc=$(awk '/^test accuracy/ { print $3 }' "$tmp/worker0.log" | tail -1)
 for k in "${!pid[@]}"; do [ -s "$tmp/$k.log" ] && grep -h 'dtrain train:' "$tmp/$k.log" | sed "s/^/$k: /" >&2; done
-echo "RESULT kill=$kill after=${after}s restart=$restart status=$status acc=${acc:-none} took=${took}s${bad:+ exits:$bad}"
+echo "RESULT kill=$kill after=${after}s killed=$([ -n "$killed" ] && echo yes || echo no) restart=$restart status=$status acc=${acc:-none} took=${took}s${bad:+ exits:$bad}"
 [ "$status" = ok ]
