@@ -92,6 +92,8 @@ static void on_bound(void *user, const char *ep) {
     close(ps_fd);
 }
 
+static int use_ipc; /* the ps listens on a Unix socket instead of TCP loopback */
+
 static pid_t start_ps(size_t n, char *ep, size_t cap) {
     int fds[2];
     if (pipe(fds)) return -1;
@@ -100,7 +102,10 @@ static pid_t start_ps(size_t n, char *ep, size_t cap) {
         close(fds[0]);
         ps_fd = fds[1];
         alarm(600);
-        dt_ps_config cfg = {.endpoint = "tcp://127.0.0.1:*", .shard_floats = n, .on_bound = on_bound,
+        /* ipc: the same-host fast path a loopback ps also offers (cluster.h: dt_addr_ipc_endpoint). */
+        char ipc[128];
+        snprintf(ipc, sizeof ipc, "ipc:///tmp/dtrain-bench-%d.sock", (int)getpid());
+        dt_ps_config cfg = {.endpoint = use_ipc ? ipc : "tcp://127.0.0.1:*", .shard_floats = n, .on_bound = on_bound,
                             .auth = ps_auth};
         dt_error e = {0};
         int rc = dt_ps_serve(&cfg, &e);
@@ -228,9 +233,9 @@ static int run_pushpull(const char *label, size_t n, int iters, const char *opt_
         fprintf(stderr, "%-8s %6.2f MB  %-17s %d workers, %s, auth %s: median %7.3f ms  p90 %7.3f ms  (%.2f GB/s through the ps)\n",
                 label, n * 4 / 1e6, how, WORKERS, opt_name, auth, med, p90, gbs);
         printf("{\"bench\":\"pushpull\",\"api\":\"%s\",\"model\":\"%s\",\"bytes\":%zu,\"workers\":%d,"
-               "\"optimizer\":\"%s\",\"auth\":\"%s\",\"iters\":%d,\"median_ms\":%.4f,\"p90_ms\":%.4f,"
-               "\"gbytes_per_s\":%.3f}\n",
-               how, label, n * 4, WORKERS, opt_name, auth, iters, med, p90, gbs);
+               "\"optimizer\":\"%s\",\"auth\":\"%s\",\"transport\":\"%s\",\"iters\":%d,\"median_ms\":%.4f,"
+               "\"p90_ms\":%.4f,\"gbytes_per_s\":%.3f}\n",
+               how, label, n * 4, WORKERS, opt_name, auth, use_ipc ? "ipc" : "tcp", iters, med, p90, gbs);
     } else {
         fprintf(stderr, "bench: a worker failed\n");
     }
@@ -295,6 +300,7 @@ int main(int argc, char **argv) {
     int iters = argc > 1 ? atoi(argv[1]) : 50;
     const char *opt = argc > 2 ? argv[2] : "sgd", *only = argc > 3 ? argv[3] : NULL;
     int curve = argc > 4 && !strcmp(argv[4], "curve");
+    use_ipc = argc > 4 && !strcmp(argv[4], "ipc");
     if (only && (!*only || !strcmp(only, "all"))) only = NULL;
     if (iters < 1) iters = 1;
     if (curve && make_curve_keys()) {
@@ -307,7 +313,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         if (only && strcmp(only, sizes[i].label) != 0) continue;
         rc |= run_pushpull(sizes[i].label, sizes[i].floats, iters, opt, 1);
-        if (curve) continue;
+        if (curve || use_ipc) continue;
         rc |= run_pushpull(sizes[i].label, sizes[i].floats, iters, opt, 0);
         rc |= run_tcp(sizes[i].label, sizes[i].floats * 4, iters);
     }

@@ -5,6 +5,9 @@
 # a clear message, the ps logs each refusal with the key and address) and change nothing; bad key
 # files are refused naming the file. Every process is started here and stopped by its pid.
 set -u
+# Over TCP, the path between machines (a ps on 127.0.0.1 would otherwise serve local workers over
+# its Unix socket, cluster.h), so the refusal lines name a TCP address.
+export DTRAIN_IPC=0
 bin=${DTRAIN_BIN:-build/dtrain}
 fashion=${FASHION:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)

@@ -140,10 +140,12 @@ int dt_addr_bind_endpoint(const dt_addr *a, char *buf, size_t n) {
 
 int dt_addr_ipc_endpoint(const dt_addr *a, char *buf, size_t n) {
     if (!dt_addr_is_loopback(a)) return DT_EINVAL;
+    const char *off = getenv("DTRAIN_IPC");
+    if (off && !strcmp(off, "0")) return DT_EINVAL;
     const char *dir = getenv("TMPDIR");
     if (!dir || !*dir) dir = "/tmp";
     const char *host = strcasecmp(a->host, "localhost") == 0 ? "127.0.0.1" : a->host;
-    int w = snprintf(buf, n, "ipc://%s/dtrain-%s-%d.sock", dir, host, a->port);
+    int w = snprintf(buf, n, "ipc://%s/dtrain-%s:%d.sock", dir, host, a->port);
     /* 108 bytes is the kernel's limit on a Unix socket path (sun_path). */
     return (w < 0 || (size_t)w >= n || w - 6 >= 108) ? DT_EINVAL : 0;
 }

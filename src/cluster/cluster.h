@@ -112,8 +112,10 @@ int dt_addr_is_loopback(const dt_addr *a);
 
 /* Same-host fast path: a ps on a loopback address also listens on a Unix domain socket (ZeroMQ
  * ipc), which moves large messages about 40% faster than TCP loopback here (BENCHMARKS.md), and
- * workers connect there. "ipc://$TMPDIR/dtrain-<host>-<port>.sock" ($TMPDIR default /tmp): unique
- * per address as the port is. DT_EINVAL if a is not a loopback address or the path is too long. */
+ * workers connect there. "ipc://$TMPDIR/dtrain-<host>:<port>.sock" ($TMPDIR default /tmp): unique
+ * per address as the port is, and messages naming it name the address. DT_EINVAL if a is not a
+ * loopback address, the path is too long, or DTRAIN_IPC=0 (e.g. processes in separate network
+ * namespaces, whose 127.0.0.1 are different hosts, that share /tmp). */
 int dt_addr_ipc_endpoint(const dt_addr *a, char *buf, size_t n);
 
 #endif

@@ -665,6 +665,10 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
     char bound[256] = "";
     size_t len = sizeof bound;
     if (zmq_getsockopt(ps->sock, ZMQ_LAST_ENDPOINT, bound, &len) != 0) snprintf(bound, sizeof bound, "%s", cfg->endpoint);
+    if (cfg->ipc_endpoint && zmq_bind(ps->sock, cfg->ipc_endpoint) != 0)
+        return dt_errorf(err, DT_ENET, "ps %d: cannot bind %s: %s (DTRAIN_IPC=0 turns the same-host path off)",
+                         cfg->ps_index, cfg->ipc_endpoint, zmq_strerror(errno));
+    if (cfg->ipc_endpoint) ps_log(ps, "same-host workers connect on %s", cfg->ipc_endpoint);
     ps_log(ps, "serving %zu floats on %s", ps->n, bound);
     if (cfg->on_bound) cfg->on_bound(cfg->user, bound);
     return DT_OK;

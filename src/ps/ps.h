@@ -43,6 +43,7 @@ typedef struct {
 
 typedef struct {
     const char *endpoint;   /* ZeroMQ bind endpoint "tcp://host:port" (host "*": all interfaces; port "*": a free one) */
+    const char *ipc_endpoint; /* NULL, or a second endpoint also bound ("ipc://path": same-host workers) */
     int ps_index;           /* this ps's task index (checked against nothing, sent in every reply) */
     size_t shard_floats;    /* parameters this ps holds (> 0, <= DT_WIRE_MAX_SHARD_FLOATS) */
     int poll_ms;            /* how often *stop is checked; <= 0: 100 */

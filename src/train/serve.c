@@ -1,4 +1,7 @@
 /* A ps task of a cluster: hold its shard until the chief ends training. */
+#include <string.h>
+#include <unistd.h>
+
 #include "core/error.h"
 #include "ps/ps.h"
 #include "train/serve.h"
@@ -9,7 +12,10 @@ int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_a
     if (dt_addr_bind_endpoint(&c->ps[c->task_index], endpoint, sizeof endpoint))
         return dt_errorf(err, DT_EINVAL, "--ps_hosts[%d]: address too long", c->task_index);
     dt_ps_stats stats;
+    char ipc[DT_ENDPOINT_MAX];
+    int has_ipc = dt_addr_ipc_endpoint(&c->ps[c->task_index], ipc, sizeof ipc) == 0;
     dt_ps_config cfg = {.endpoint = endpoint,
+                        .ipc_endpoint = has_ipc ? ipc : NULL,
                         .ps_index = c->task_index,
                         .shard_floats = pl->shard_count[c->task_index],
                         .stop = (volatile sig_atomic_t *)stop,
@@ -17,6 +23,7 @@ int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_a
                         .stats = &stats,
                         .auth = auth};
     int rc = dt_ps_serve(&cfg, err);
+    if (has_ipc) unlink(ipc + strlen("ipc://")); /* libzmq leaves the socket file behind */
     if (rc == 0)
         fprintf(log, "ps %d: training over at global step %lld (%llu pushes, %llu pulls); exiting\n",
                 c->task_index, (long long)stats.global_step, (unsigned long long)stats.pushes,

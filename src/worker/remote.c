@@ -262,7 +262,9 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         if (!(r->grads[p] = dt_alloc_floats(n, "gradient shard", err)) ||
             !(r->endpoints[p] = dt_malloc(DT_ENDPOINT_MAX, "endpoint", err)))
             goto fail;
-        if (dt_addr_connect_endpoint(&cfg->cluster->ps[p], r->endpoints[p], DT_ENDPOINT_MAX)) {
+        /* A ps on this host is reached over its Unix socket (cluster.h: same-host fast path). */
+        if (dt_addr_ipc_endpoint(&cfg->cluster->ps[p], r->endpoints[p], DT_ENDPOINT_MAX) &&
+            dt_addr_connect_endpoint(&cfg->cluster->ps[p], r->endpoints[p], DT_ENDPOINT_MAX)) {
             rc = dt_errorf(err, DT_EINVAL, "--ps_hosts[%d]: address too long", p);
             goto fail;
         }
