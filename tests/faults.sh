@@ -111,7 +111,15 @@ for k in "${!pid[@]}"; do
   [ "$st" -ne 0 ] && bad="$bad $k($st)"
 done
 took=$(( $(date +%s) - t0 ))
+# Every checkpoint left behind must read back with its checksum verified.
+nck=0 corrupt=0
+for f in "$tmp"/ckpt/*.safetensors; do
+  [ -e "$f" ] || continue
+  nck=$((nck + 1))
+  "$bin" inspect "$f" >/dev/null 2>&1 || { corrupt=$((corrupt + 1)); echo "corrupt checkpoint: $f" >&2; }
+done
+[ "$corrupt" -gt 0 ] && [ "$status" = ok ] && status=fail
 acc=$(awk '/^test accuracy/ { print $3 }' "$tmp/worker0.log" | tail -1)
 for k in "${!pid[@]}"; do [ -s "$tmp/$k.log" ] && grep -h 'dtrain train:' "$tmp/$k.log" | sed "s/^/$k: /" >&2; done
-echo "RESULT kill=$kill after=${after}s killed=$([ -n "$killed" ] && echo yes || echo no) restart=$restart status=$status acc=${acc:-none} took=${took}s${bad:+ exits:$bad}"
+echo "RESULT kill=$kill after=${after}s killed=$([ -n "$killed" ] && echo yes || echo no) restart=$restart status=$status checkpoints=$nck corrupt=$corrupt acc=${acc:-none} took=${took}s${bad:+ exits:$bad}"
 [ "$status" = ok ]
