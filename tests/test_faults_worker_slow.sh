@@ -2,7 +2,7 @@
 # Worker loss with backup workers (sync, 3 workers, aggregate 2), through tests/faults.sh: an
 # undisturbed run, then one where worker 2 is SIGKILLed mid-run. The killed run finishes (every
 # survivor exits 0, no hang), the chief's wait for the dead worker is bounded by
-# --heartbeat_timeout, and the test accuracy is within 1 point of the undisturbed run. Then worker 2
+# --heartbeat_timeout, and the test accuracy is within 1.5 points of the undisturbed run. Then worker 2
 # is killed and restarted: it rejoins at the current global step and finishes.
 set -u
 export DTRAIN_BIN=${DTRAIN_BIN:-build/dtrain}
@@ -26,12 +26,15 @@ case $killed in *status=ok*) ok "run with worker 2 killed finishes, survivors ex
   *) bad "run with worker 2 killed finishes"; cat "$tmp/kill.out" ;; esac
 grep -q "^killed worker2" "$tmp/kill.out" && ok "worker 2 was killed mid-run" || bad "worker 2 was killed mid-run (it had already finished?)"
 
+# Sync with backup workers is not deterministic (which gradient of a step arrives last and is
+# dropped depends on timing): undisturbed runs measured 0.8929, 0.8970 and 0.9016, a 0.9-point
+# spread on their own, so one run against one run is allowed 1.5 points.
 a0=$(echo "$base" | sed -n 's/.*acc=\([0-9.]*\).*/\1/p')
 a1=$(echo "$killed" | sed -n 's/.*acc=\([0-9.]*\).*/\1/p')
-if [ -n "$a0" ] && [ -n "$a1" ] && awk -v a="$a0" -v b="$a1" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }'; then
-  ok "accuracy within 1 point ($a0 undisturbed, $a1 with a worker killed)"
+if [ -n "$a0" ] && [ -n "$a1" ] && awk -v a="$a0" -v b="$a1" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.015) }'; then
+  ok "accuracy within 1.5 points ($a0 undisturbed, $a1 with a worker killed)"
 else
-  bad "accuracy within 1 point ('$a0' undisturbed, '$a1' with a worker killed)"
+  bad "accuracy within 1.5 points ('$a0' undisturbed, '$a1' with a worker killed)"
 fi
 # The chief waited for the dead worker's DONE at most --heartbeat_timeout, and said so.
 grep -q "ending the cluster anyway" "$tmp/kill/worker0.log" && ok "the chief's wait for the lost worker is logged" \
