@@ -28,9 +28,10 @@ P="--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$
 "$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=ps >"$tmp/ps" 2>&1 & p0=$!
 "$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=worker --task_index=1 >"$tmp/w1" 2>&1 & p2=$!
 "$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=worker --task_index=0 >"$tmp/w0" 2>&1 & p1=$!
-( sleep 400; kill -KILL $p0 $p1 $p2 2>/dev/null ) & guard=$!
+# The guard must not hold the test's output open: ctest waits for every writer to close it.
+( sleep 400; kill -KILL $p0 $p1 $p2 ) >/dev/null 2>&1 & guard=$!
 wait $p0; s0=$?; wait $p1; s1=$?; wait $p2; s2=$?
-kill $guard 2>/dev/null
+pkill -P $guard 2>/dev/null; kill $guard 2>/dev/null
 [ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $s2 -eq 0 ] && ok "distributed example: ps and workers exit 0" \
   || { bad "distributed example: ps and workers exit 0 ($s0 $s1 $s2)"; tail -3 "$tmp/ps" "$tmp/w0" "$tmp/w1"; }
 awk '/^test accuracy/ { exit !($3 > 0.5) }' "$tmp/w0" && ok "distributed example trains" || bad "distributed example trains"
