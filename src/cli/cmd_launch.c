@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "commands.h"
 #include "transport/auth.h"
 
@@ -30,12 +31,6 @@ typedef struct {
     size_t len[2];
     int status, exited;
 } child;
-
-static double mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* A port the kernel says is free now; the child binds it moments later. */
 static int free_port(void) {
@@ -118,19 +113,19 @@ static int reap(child *cs, int n) {
 static void stop_all(child *cs, int n, double grace_sec) {
     for (int i = 0; i < n; i++)
         if (!cs[i].exited) kill(cs[i].pid, SIGTERM);
-    double deadline = mono() + grace_sec;
+    double deadline = dt_seconds() + grace_sec;
     for (;;) {
         reap(cs, n);
         int alive = 0;
         for (int i = 0; i < n; i++) alive += !cs[i].exited;
         if (!alive) break;
-        if (mono() > deadline) {
+        if (dt_seconds() > deadline) {
             for (int i = 0; i < n; i++)
                 if (!cs[i].exited) {
                     fprintf(stderr, "dtrain launch: %s did not stop after SIGTERM; killing it\n", cs[i].label);
                     kill(cs[i].pid, SIGKILL);
                 }
-            deadline = mono() + 5;
+            deadline = dt_seconds() + 5;
         }
         pump(cs, n, 50);
     }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "supervisor/fsutil.h"
 #include "supervisor/summary.h"
@@ -21,12 +22,6 @@ struct dt_supervisor {
     char last[DT_PATH_MAX];
     dt_summary *summary;
 };
-
-static double mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int checkpoints_on(const dt_supervisor *s) { return s->cfg.logdir && s->cfg.logdir[0]; }
 
@@ -110,7 +105,7 @@ static int save(dt_supervisor *s, int final, int64_t *step, dt_error *err) {
     if (rc) return rc;
     *step = at;
     if (at == s->saved_step) return 0;
-    double t0 = mono();
+    double t0 = dt_seconds();
     char name[64];
     rc = dt_ckpt_save(s->cfg.logdir, &s->cfg.run, s->params, s->slots ? s->state : NULL, at, s->cfg.max_to_keep,
                       s->cfg.log, name, sizeof name, err);
@@ -120,7 +115,7 @@ static int save(dt_supervisor *s, int final, int64_t *step, dt_error *err) {
     dt_path_join(s->last, sizeof s->last, s->cfg.logdir, name, NULL);
     if (s->cfg.log) {
         fprintf(s->cfg.log, "saved checkpoint %s (global step %" PRId64 ", %.0f ms)\n", s->last, at,
-                (mono() - t0) * 1e3);
+                (dt_seconds() - t0) * 1e3);
         fflush(s->cfg.log);
     }
     return 0;
@@ -129,9 +124,9 @@ static int save(dt_supervisor *s, int final, int64_t *step, dt_error *err) {
 int dt_supervisor_started(dt_supervisor *s, int64_t global_step, dt_error *err) {
     if (!s) return 0;
     s->rate_step = global_step;
-    s->rate_time = mono();
+    s->rate_time = dt_seconds();
     if (!checkpoints_on(s)) return 0;
-    s->next_save = mono() + s->cfg.save_secs;
+    s->next_save = dt_seconds() + s->cfg.save_secs;
     if (s->restored && s->restored_step == global_step) return 0;
     int64_t at;
     return save(s, 0, &at, err);
@@ -139,7 +134,7 @@ int dt_supervisor_started(dt_supervisor *s, int64_t global_step, dt_error *err) 
 
 int dt_supervisor_step(dt_supervisor *s, int64_t global_step, dt_error *err) {
     if (!s || !checkpoints_on(s) || s->cfg.save_secs <= 0 || global_step == s->saved_step) return 0;
-    double now = mono();
+    double now = dt_seconds();
     if (now < s->next_save) return 0;
     s->next_save = now + s->cfg.save_secs;
     int64_t at;
@@ -172,7 +167,7 @@ static void summary_failed(dt_supervisor *s, const dt_error *e) {
 
 void dt_supervisor_summary_train(dt_supervisor *s, int64_t global_step, double cost, double accuracy) {
     if (!s || !s->summary) return;
-    double now = mono(), dt = now - s->rate_time;
+    double now = dt_seconds(), dt = now - s->rate_time;
     double steps_per_sec = dt > 0 ? (double)(global_step - s->rate_step) / dt : 0;
     s->rate_step = global_step;
     s->rate_time = now;

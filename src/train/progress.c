@@ -1,24 +1,18 @@
 #include "train/progress.h"
 
 #include <stdio.h>
-#include <time.h>
-
-static double mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "core/clock.h"
 
 void dt_progress_init(dt_progress *p, int enabled, int64_t total) {
     p->enabled = enabled;
     p->shown = 0;
     p->total = total;
-    p->t_start = p->t_last = mono();
+    p->t_start = p->t_last = dt_seconds();
 }
 
 void dt_progress_update(dt_progress *p, int64_t done, double epoch) {
     if (!p->enabled) return;
-    double t = mono();
+    double t = dt_seconds();
     if (t - p->t_last < 0.25 && done < p->total) return;
     p->t_last = t;
     double rate = done / (t - p->t_start + 1e-9);

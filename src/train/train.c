@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "cluster/cluster.h"
 #include "cluster/placement.h"
 #include "compute/kernels.h"
@@ -39,12 +40,6 @@ void dt_train_options_init(dt_train_options *o) {
     o->save_model_secs = 60;
     o->max_to_keep = 5;
     o->summary_dir = "./summary_log";
-}
-
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int check_options(const dt_train_options *o, dt_error *err) {
@@ -305,7 +300,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
     int evaluates = c->is_chief;
     dt_progress prog;
     dt_progress_init(&prog, o->progress, total);
-    double t_start = now_sec(), t_interval = t_start;
+    double t_start = dt_seconds(), t_interval = t_start;
     double loss_sum = 0;
     int64_t correct_sum = 0, seen = 0, interval_examples = 0, last_log = global_step;
     while (global_step < total) {
@@ -337,7 +332,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
 
         int epoch_end = local_step % per_epoch == 0;
         if (global_step / o->steps_to_validate > last_log / o->steps_to_validate || epoch_end || global_step >= total) {
-            double t = now_sec();
+            double t = dt_seconds();
             double ex_per_sec = interval_examples / (t - t_interval);
             last_log = global_step;
             dt_progress_clear(&prog);
@@ -356,11 +351,11 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
             fflush(log);
             loss_sum = 0;
             correct_sum = seen = interval_examples = 0;
-            t_interval = now_sec(); /* validation time is not training time */
+            t_interval = dt_seconds(); /* validation time is not training time */
         }
     }
     dt_progress_clear(&prog);
-    res->seconds = now_sec() - t_start;
+    res->seconds = dt_seconds() - t_start;
     res->examples_per_sec = (double)(local_step - first_local_step) * o->batch_size / res->seconds;
     if (rc == DT_EINTR && !c->distributed) {
         /* Stopped on one machine: keep what was trained (a cluster is stopped as a whole, its ps

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "worker/ps_client.h"
 
@@ -23,12 +24,6 @@ typedef struct {
     double t_last, compute_s, exchange_s, wait_s;
     int64_t updates, stale;
 } remote;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* The received shards become the net's parameters; ps 0's step is the cluster's global step. */
 static void views_into_net(remote *r, dt_net *net, int64_t *global_step) {
@@ -59,7 +54,7 @@ static int remote_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *glob
     if ((rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err))) return rc;
     views_into_net(r, net, global_step);
     r->iter = *global_step;
-    r->t_last = now_s();
+    r->t_last = dt_seconds();
     return DT_OK;
 }
 
@@ -117,7 +112,7 @@ static int remote_restore(dt_updater *u, dt_net *net, const float *state, int64_
     if ((rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err))) return rc;
     views_into_net(r, net, global_step);
     r->iter = *global_step;
-    r->t_last = now_s();
+    r->t_last = dt_seconds();
     return DT_OK;
 }
 
@@ -167,7 +162,7 @@ static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t 
         struct timespec ts = {r->cfg.step_delay_ms / 1000, (long)(r->cfg.step_delay_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
-    double t0 = now_s();
+    double t0 = dt_seconds();
     for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_grads(net));
     /* Sync: the gradient is for step iter; the pull waits until step iter - staleness has been
      * applied (staleness 0: this very step, the barrier). Async: tagged with the caller's step. */
@@ -180,7 +175,7 @@ static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t 
                                     &res, err);
     if (rc) return rc;
     views_into_net(r, net, global_step);
-    double t1 = now_s();
+    double t1 = dt_seconds();
     r->compute_s += t0 - r->t_last;
     r->exchange_s += t1 - t0;
     r->wait_s += (double)res.wait_us * 1e-6;
