@@ -64,7 +64,7 @@ static int run_ps(const char *model, int workers, const int *ports) {
         dt_placement_compute(&pl, dt_net_view(net, 0), dt_net_num_views(net), 1, DT_PLACE_GREEDY, &e))
         return fail("ps", &e);
     FILE *devnull = fopen("/dev/null", "w");
-    int rc = dt_serve_task(&c, &pl, NULL, NULL, devnull ? devnull : stderr, &e);
+    int rc = dt_serve_task(&c, &pl, NULL, 0, NULL, devnull ? devnull : stderr, &e);
     if (devnull) fclose(devnull);
     return rc ? fail("ps", &e) : 0;
 }

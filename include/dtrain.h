@@ -130,7 +130,14 @@ typedef struct dt_train_options {
     const char *placement;       /* "greedy" (default) or "round_robin" */
     int connect_timeout_ms;      /* how long a worker retries the ps tasks (default 60000) */
     int heartbeat_timeout_ms;    /* the longest a worker waits for any ps reply (a sync barrier
-                                  * included) before it gives up naming the ps; <= 0: 60000 */
+                                  * included) before it gives up naming the ps; <= 0: 60000. In
+                                  * sync mode a worker silent for half of it is lost to the ps */
+    /* Faults (docs/faults.md): a worker waits up to ps_timeout_ms (default 120000; 0: not at all)
+     * for a lost ps to come back, and the chief then rolls every shard back to the newest
+     * checkpoint; strict (sync mode): a lost worker stops the job instead of lowering the replicas
+     * each step waits for; a ps that hears from nobody for idle_timeout_ms (default 600000; 0:
+     * never) exits with an error (its chief is gone). */
+    int ps_timeout_ms, strict, idle_timeout_ms;
     int dry_run;                 /* print the cluster and the placement, then return */
 
     /* The supervisor (the chief, or the single process; docs/checkpoint-format.md): restores the

@@ -4,21 +4,24 @@
 # optionally restarts it, and checks the outcome: no hang (every surviving process exits within
 # --guard seconds), exit statuses, the chief's test accuracy.
 #
-#   tests/faults.sh [--mode sync|async] [--workers 3] [--aggregate 2] [--steps 300]
+#   tests/faults.sh [--mode sync|async] [--ps 1] [--workers 3] [--aggregate 2] [--steps 300]
 #                   [--kill worker:2|ps:0|none] [--after SECONDS|random] [--restart]
 #                   [--heartbeat 30] [--guard 600] [--repeat N] [--keep DIR]
 #
-# One run prints a line "RESULT kill=... after=...s status=ok|hang|fail acc=... took=...s";
+# One run prints a line "RESULT kill=... after=...s status=ok|hang|fail acc=... took=...s"; when a
+# ps was killed and restarted it adds "rollback=FROM->TO" (the global step the chief was at and the
+# checkpoint step every ps went back to) and "newest_saved=N" (the newest checkpoint saved before);
 # --repeat N runs N times (random delays of 3..22 s with --after random) and prints the counts
 # (killed=no: the victim had already finished); with --keep, each run's logs in DIR/runI.
 # Exit status: 0 when every run finished (chief exit 0 and every other survivor 0).
 set -u
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
-mode=sync workers=3 aggregate=2 steps=300 kill=none after=10 restart=0 heartbeat=30 guard=600 repeat=0 keep=
+mode=sync n_ps=1 workers=3 aggregate=2 steps=300 kill=none after=10 restart=0 heartbeat=30 guard=600 repeat=0 keep=
 while [ $# -gt 0 ]; do
   case $1 in
     --mode) mode=$2; shift ;;
+    --ps) n_ps=$2; shift ;;
     --workers) workers=$2; shift ;;
     --aggregate) aggregate=$2; shift ;;
     --steps) steps=$2; shift ;;
@@ -36,7 +39,7 @@ done
 
 if [ "$repeat" -gt 0 ]; then
   ok=0 hang=0 failed=0 landed=0
-  args=(--mode "$mode" --workers "$workers" --aggregate "$aggregate" --steps "$steps" --kill "$kill"
+  args=(--mode "$mode" --ps "$n_ps" --workers "$workers" --aggregate "$aggregate" --steps "$steps" --kill "$kill"
         --heartbeat "$heartbeat" --guard "$guard")
   [ "$restart" = 1 ] && args+=(--restart)
   for i in $(seq 1 "$repeat"); do
@@ -62,11 +65,13 @@ trap cleanup EXIT
 [ -n "$keep" ] && mkdir -p "$keep"
 
 port=$(( 20000 + RANDOM % 30000 ))
-wh=127.0.0.1:$((port + 1))
-for i in $(seq 1 $((workers - 1))); do wh=$wh,127.0.0.1:$((port + 1 + i)); done
+ph=127.0.0.1:$port
+for i in $(seq 1 $((n_ps - 1))); do ph=$ph,127.0.0.1:$((port + i)); done
+wh=127.0.0.1:$((port + n_ps))
+for i in $(seq 1 $((workers - 1))); do wh=$wh,127.0.0.1:$((port + n_ps + i)); done
 common=(--model models/fashion.model --data "$tmp/data" --logdir="$tmp/ckpt" --summary_dir= --save_model_secs 5
         --train_steps "$steps" --steps_to_validate 100000 --heartbeat_timeout "$heartbeat" --connect_timeout 60
-        --ps_hosts=127.0.0.1:$port --worker_hosts=$wh --threads 1)
+        --ps_hosts=$ph --worker_hosts=$wh --threads 1)
 if [ "$mode" = sync ]; then
   common+=(--issync=1 --replicas_to_aggregate="$aggregate" --total_num_replicas="$workers")
 fi
@@ -76,7 +81,7 @@ start() { # job index
   "$bin" train "${common[@]}" --job_name="$1" --task_index="$2" >>"$tmp/$1$2.log" 2>&1 &
   pid[$1$2]=$!
 }
-start ps 0
+for i in $(seq 0 $((n_ps - 1))); do start ps "$i"; done
 for i in $(seq 0 $((workers - 1))); do start worker "$i"; done
 t0=$(date +%s)
 
@@ -120,6 +125,15 @@ for f in "$tmp"/ckpt/*.safetensors; do
 done
 [ "$corrupt" -gt 0 ] && [ "$status" = ok ] && status=fail
 acc=$(awk '/^test accuracy/ { print $3 }' "$tmp/worker0.log" | tail -1)
+# A rollback: the step the chief was at when it lost the ps, the step every ps went back to, and
+# the newest checkpoint saved before (the rollback must reach it: at most save_model_secs lost).
+rollback=
+from=$(sed -n 's/^worker 0: at global step \([0-9]*\): .*waiting up to.*/\1/p' "$tmp/worker0.log" | head -1)
+to=$(sed -n 's/^chief: a ps task lost its shard: every ps rolled back to the newest checkpoint (global step \([0-9]*\).*/\1/p' "$tmp/worker0.log" | head -1)
+if [ -n "$to" ]; then
+  newest=$(sed -n '/rolled back to the newest checkpoint/q; s/^saved checkpoint .*(global step \([0-9]*\),.*/\1/p' "$tmp/worker0.log" | tail -1)
+  rollback=" rollback=${from:-?}->$to newest_saved=${newest:-none}"
+fi
 for k in "${!pid[@]}"; do [ -s "$tmp/$k.log" ] && grep -h 'dtrain train:' "$tmp/$k.log" | sed "s/^/$k: /" >&2; done
-echo "RESULT kill=$kill after=${after}s killed=$([ -n "$killed" ] && echo yes || echo no) restart=$restart status=$status checkpoints=$nck corrupt=$corrupt acc=${acc:-none} took=${took}s${bad:+ exits:$bad}"
+echo "RESULT kill=$kill after=${after}s killed=$([ -n "$killed" ] && echo yes || echo no) restart=$restart status=$status checkpoints=$nck corrupt=$corrupt acc=${acc:-none} took=${took}s$rollback${bad:+ exits:$bad}"
 [ "$status" = ok ]

@@ -45,6 +45,7 @@ typedef struct {
     char bind_ep[64];
     char endpoint[128];    /* as bound, for clients */
     atomic_int bound;
+    atomic_int returned;   /* dt_ps_serve has returned (by itself, or stopped) */
     int start_delay_ms;
     int rc;
     dt_error err;
@@ -62,6 +63,7 @@ static inline void *ps_main(void *arg) {
     if (t->start_delay_ms) sleep_ms(t->start_delay_ms);
     t->rc = dt_ps_serve(&t->cfg, &t->err);
     atomic_store(&t->bound, 1); /* a failed bind must not leave the starter waiting */
+    atomic_store(&t->returned, 1);
     return NULL;
 }
 
@@ -75,6 +77,7 @@ static inline void ps_start(ps_thread *t, int index, size_t n, const char *bind_
                             .log = getenv("DT_TEST_VERBOSE") ? stderr : NULL};
     t->start_delay_ms = delay_ms;
     atomic_init(&t->bound, 0);
+    atomic_init(&t->returned, 0);
     pthread_create(&t->th, NULL, ps_main, t);
     if (delay_ms) return;
     for (int i = 0; i < 500 && !atomic_load(&t->bound); i++) sleep_ms(10);
@@ -88,6 +91,8 @@ static inline int ps_stop(ps_thread *t) {
 }
 
 static int request_ms = 3000; /* clients' request timeout */
+static int liveness_ms = 0;   /* sync clients' INIT: a worker silent this long is lost (0: never) */
+static int strict_mode = 0;   /* sync clients' INIT: a lost worker stops the job */
 
 /* A client of n_ps ps tasks; aggregate > 0: sync replicas (aggregate of total, staleness). */
 static inline dt_ps_client *client_sync(int n_ps, ps_thread *ps, const size_t *sizes, dt_wire_role role, int task,
@@ -97,7 +102,7 @@ static inline dt_ps_client *client_sync(int n_ps, ps_thread *ps, const size_t *s
     dt_ps_client_config cc = {.n_ps = n_ps, .endpoints = eps, .shard_floats = sizes, .role = role,
                               .task = task, .connect_timeout_ms = 3000, .request_timeout_ms = request_ms,
                               .replicas_to_aggregate = aggregate, .total_num_replicas = total,
-                              .staleness = staleness};
+                              .staleness = staleness, .liveness_ms = liveness_ms, .strict = strict_mode};
     dt_ps_client *c = NULL;
     dt_error e = {0};
     if (dt_ps_client_open(&c, &cc, &e)) fprintf(stderr, "  open: %s\n", e.msg);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # No silent hangs: a worker whose chief never initialises the ps gives up after --connect_timeout
-# saying it waited for the chief; a sync worker whose peer died (no backup workers) gives up after
-# --heartbeat_timeout saying the barrier waits for workers that are gone. Both exit non-zero, in time.
+# saying it waited for the chief; in sync mode without backup workers, a lost worker makes the ps
+# wait for the live workers only (logged), or with --strict stops the job with a message; a ps that
+# hears from nobody exits after --idle_timeout. Every process ends in time.
 set -u
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
@@ -30,33 +31,93 @@ grep -q "chief" "$tmp/w1e" && grep -q "127.0.0.1:$port" "$tmp/w1e" && ok "the me
 [ "$took" -le 40 ] && ok "gives up in time (${took}s)" || bad "gives up in time (${took}s)"
 kill -KILL $ps1 2>/dev/null; wait $ps1 2>/dev/null
 
-# 2. Sync replicas without backup workers: worker 1 is SIGKILLed; the chief waits at the barrier
-# for --heartbeat_timeout, then exits non-zero saying what it waited for.
+# 2. Sync replicas without backup workers: worker 1 is SIGKILLed. The ps notices within half the
+# heartbeat timeout, each step then waits for the chief alone, and the cluster finishes (exit 0).
+sync_cluster() { # $1: tag, then extra flags for every task
+  local tag=$1; shift
+  port=$(( 20000 + RANDOM % 30000 ))
+  h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2)))
+  s=(--issync=1 --train_steps 400 --steps_to_validate 100000 --heartbeat_timeout 3 "$@")
+  "$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=ps >"$tmp/ps$tag" 2>&1 &
+  ps2=$!
+  "$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=worker --task_index=0 >"$tmp/c$tag" 2>"$tmp/ce$tag" &
+  chief=$!
+  "$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=worker --task_index=1 >"$tmp/w$tag" 2>&1 &
+  w=$!
+  for _ in $(seq 1 300); do grep -q "^dtrain" "$tmp/w$tag" 2>/dev/null && grep -q "^dtrain" "$tmp/c$tag" 2>/dev/null && break; sleep 0.2; done
+  sleep 1
+  kill -KILL $w; wait $w 2>/dev/null
+  start=$(date +%s)
+  for _ in $(seq 1 600); do kill -0 $chief 2>/dev/null || kill -0 $ps2 2>/dev/null || break; sleep 0.1; done
+  took=$(( $(date +%s) - start ))
+}
+sync_cluster a
+if kill -0 $chief 2>/dev/null || kill -0 $ps2 2>/dev/null; then
+  bad "sync cluster without worker 1 finishes (still running after ${took}s)"
+else
+  wait $chief; st=$?
+  wait $ps2; pst=$?
+  [ $st -eq 0 ] && [ $pst -eq 0 ] && ok "chief and ps exit 0 without worker 1 (${took}s)" \
+    || bad "chief and ps exit 0 without worker 1 (chief $st, ps $pst): $(tail -3 "$tmp/ce"a)"
+  grep -q "worker 1 lost (no message for 1500 ms): steps now wait for 1 gradient(s)" "$tmp/psa" \
+    && ok "the ps logs the lost worker and the lower replica count" || bad "the ps logs the lost worker: $(cat "$tmp/psa")"
+  grep -qE "trained [0-9]+ local steps.*global step 400$" "$tmp/ca" && ok "the chief trained to the last step" \
+    || bad "the chief trained to the last step: $(tail -2 "$tmp/ca")"
+fi
+kill -KILL $chief $ps2 2>/dev/null; wait $chief $ps2 2>/dev/null
+
+# 3. The same with --strict: the job stops, every survivor exits non-zero saying why.
+sync_cluster b --strict
+if kill -0 $chief 2>/dev/null || kill -0 $ps2 2>/dev/null; then
+  bad "--strict stops the job (still running after ${took}s)"
+else
+  wait $chief; st=$?
+  wait $ps2; pst=$?
+  [ $st -ne 0 ] && [ $pst -ne 0 ] && ok "--strict: chief and ps exit non-zero ($st, $pst)" \
+    || bad "--strict: chief and ps exit non-zero ($st, $pst)"
+  [ "$took" -le 15 ] && ok "within the heartbeat timeout plus a step (${took}s)" || bad "within the heartbeat timeout plus a step (${took}s)"
+  grep -q "worker 1 lost.*--strict is set: the job stops" "$tmp/ceb" \
+    && ok "the chief's message names the lost worker and --strict" || bad "the chief's message: $(cat "$tmp/ceb")"
+fi
+kill -KILL $chief $ps2 2>/dev/null; wait $chief $ps2 2>/dev/null
+
+# 4. A ps nobody talks to (its chief never came, or is gone) exits after --idle_timeout.
 port=$(( 20000 + RANDOM % 30000 ))
-h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2)))
-s=(--issync=1 --train_steps 100000 --steps_to_validate 100000 --heartbeat_timeout 3)
-"$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=ps >"$tmp/ps2" 2>&1 &
-ps2=$!
-"$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=worker --task_index=0 >"$tmp/c" 2>"$tmp/ce" &
+start=$(date +%s)
+timeout 60 "$bin" train "${m[@]}" --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)) --job_name=ps \
+  --idle_timeout 2 >"$tmp/ps4" 2>"$tmp/ps4e"
+st=$?
+took=$(( $(date +%s) - start ))
+[ $st -ne 0 ] && [ $st -ne 124 ] && ok "an idle ps exits non-zero ($st)" || bad "an idle ps exits non-zero ($st)"
+[ "$took" -le 20 ] && ok "after --idle_timeout (${took}s)" || bad "after --idle_timeout (${took}s)"
+grep -q "no message from any worker for 2 s (--idle_timeout)" "$tmp/ps4e" && ok "the message says why" \
+  || bad "the idle ps says why: $(cat "$tmp/ps4e")"
+
+# 5. A ps that dies and never comes back: the worker waits --ps_timeout for it, then exits
+# non-zero naming the ps and the flag.
+port=$(( 20000 + RANDOM % 30000 ))
+h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)))
+s=(--train_steps 100000 --steps_to_validate 100000 --heartbeat_timeout 2 --ps_timeout 2)
+"$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=ps >"$tmp/ps5" 2>&1 &
+ps5=$!
+"$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=worker --task_index=0 >"$tmp/c5" 2>"$tmp/c5e" &
 chief=$!
-"$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=worker --task_index=1 >"$tmp/w" 2>&1 &
-w=$!
-for _ in $(seq 1 300); do grep -q "^dtrain" "$tmp/w" 2>/dev/null && grep -q "^dtrain" "$tmp/c" 2>/dev/null && break; sleep 0.2; done
-sleep 2
-kill -KILL $w; wait $w 2>/dev/null
+for _ in $(seq 1 300); do grep -q "^dtrain" "$tmp/c5" 2>/dev/null && break; sleep 0.2; done
+sleep 1
+kill -KILL $ps5; wait $ps5 2>/dev/null
 start=$(date +%s)
 for _ in $(seq 1 300); do kill -0 $chief 2>/dev/null || break; sleep 0.1; done
 took=$(( $(date +%s) - start ))
 if kill -0 $chief 2>/dev/null; then
-  bad "chief gives up at the barrier (still running after ${took}s)"
+  bad "a worker whose ps never comes back gives up (still running after ${took}s)"
+  kill -KILL $chief
 else
   wait $chief; st=$?
-  [ $st -ne 0 ] && ok "chief exits non-zero when its sync peer is gone ($st)" || bad "chief exits non-zero when its sync peer is gone"
-  [ "$took" -le 15 ] && ok "within the heartbeat timeout plus a step (${took}s)" || bad "within the heartbeat timeout plus a step (${took}s)"
-  grep -q "heartbeat_timeout" "$tmp/ce" && grep -q "barrier waits for workers that are gone" "$tmp/ce" \
-    && ok "the message says the barrier waited for lost workers" || bad "the message says what was waited for: $(cat "$tmp/ce")"
+  [ $st -ne 0 ] && [ "$took" -le 15 ] && ok "a worker whose ps never comes back exits non-zero ($st) in ${took}s" \
+    || bad "a worker whose ps never comes back exits non-zero ($st) in ${took}s"
+  grep -q "did not come back within 2 s (--ps_timeout)" "$tmp/c5e" && grep -q "127.0.0.1:$port" "$tmp/c5e" \
+    && ok "the message names the ps and --ps_timeout" || bad "the message names the ps and --ps_timeout: $(cat "$tmp/c5e")"
 fi
-kill -KILL $ps2 2>/dev/null; wait $ps2 2>/dev/null
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -240,13 +240,14 @@ static void test_ps_refusals(void) {
     hb[4] = 1; /* version 1 (before sync replicas) */
     zmq_send(s, hb, sizeof hb, 0);
     CHECK(raw_reply(s, &in) == DT_OK);
-    CHECK(raw_error_says(&in, DT_WIRE_E_VERSION, "version 1, this program speaks version 2"));
+    CHECK(raw_error_says(&in, DT_WIRE_E_VERSION, "version 1, this program speaks version 3"));
     CHECK(in.hdr.request_id == 7);
     dt_wire_in_close(&in);
 
     /* INIT from a worker, then from the chief with a payload length that lies. */
     h = dt_wire_header_make(DT_MSG_INIT, DT_ROLE_WORKER, 1, 8);
     h.shard_floats = N;
+    h.initialised = 1;
     zmq_msg_t m;
     zmq_msg_init_size(&m, N * 4);
     memset(zmq_msg_data(&m), 0, N * 4);
@@ -326,7 +327,7 @@ static void *fake_ps_main(void *arg) {
     dt_wire_header w = dt_wire_header_make(DT_MSG_WELCOME, DT_ROLE_PS, 0, 1);
     uint8_t hb[DT_WIRE_HEADER_SIZE];
     dt_wire_encode(hb, &w);
-    hb[4] = 3; /* version 3 */
+    hb[4] = 4; /* version 4 */
     zmq_msg_send(&id, srv, ZMQ_SNDMORE);
     zmq_send(srv, hb, sizeof hb, 0);
     return NULL;
@@ -348,8 +349,8 @@ static void test_client_refuses_other_version(void) {
     dt_ps_client *c = NULL;
     dt_error e = {0};
     CHECK(dt_ps_client_open(&c, &cc, &e) == DT_EPROTO);
+    CHECK_CONTAINS(e.msg, "version 4");
     CHECK_CONTAINS(e.msg, "version 3");
-    CHECK_CONTAINS(e.msg, "version 2");
     CHECK_CONTAINS(e.msg, ep);
     pthread_join(th, NULL);
     zmq_close(srv);

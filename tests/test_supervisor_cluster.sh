@@ -52,7 +52,7 @@ run --train_steps 80 >"$tmp/2.out" 2>&1
 check "second run exits 0" test $? -eq 0
 check "the chief restores the newest checkpoint" grep -q "^\[worker0\] restored $tmp/ck/model.ckpt-$last1.safetensors: global step $last1" "$tmp/2.out"
 check "every ps gets its shard back at that step" \
-  test "$(grep -c "^\[ps[01]\] ps [01]: initialised by the chief (worker 0) at global step $last1:" "$tmp/2.out")" -eq 2
+  test "$(grep -c "^\[ps[01]\] ps [01]: initialised by the chief (worker 0) at global step $last1 (generation 1):" "$tmp/2.out")" -eq 2
 check "worker 1 resumes too, and training ends at 80" grep -qE '^\[worker0\] trained [0-9]+ local steps.*global step (8[0-9]|9[0-9])$' "$tmp/2.out"
 # Each worker resumes its data stream at global_step / workers batches (the log says where).
 # (at least at the restored step's batch: a worker that starts late pulls a later step)

@@ -201,7 +201,7 @@ static void test_sync_refusals(void) {
         expect_push_refused(sc, g, 2, "gradient for step 2, but this ps is at step 0 and staleness 1 allows at most 1");
         const float *gs[1] = {g};
         CHECK(dt_ps_client_push_all(sc, gs, 1, NULL, &e) == DT_OK); /* within the bound: held */
-        expect_push_refused(sc, g, 1, "second gradient from worker 0 for step 1");
+        CHECK(dt_ps_client_push_all(sc, gs, 1, NULL, &e) == DT_OK); /* again: replaces (test_sync_replace) */
     }
     /* A client's own sync configuration is checked before anything is sent. */
     const char *eps[1] = {ps[1].endpoint};
@@ -217,7 +217,158 @@ static void test_sync_refusals(void) {
     dt_ps_client_close(w7);
     ps_stop(&ps[0]);
     ps_stop(&ps[1]);
-    CHECK(ps[1].stats.updates == 0 && ps[1].stats.pushes == 1);
+    CHECK(ps[1].stats.updates == 0 && ps[1].stats.pushes == 2);
+}
+
+/* A worker that sends a step's gradient twice (it restarted, or pulled again after a timeout):
+ * the newer one replaces the first in the mean. */
+static void test_sync_replace(void) {
+    enum { N = 4 };
+    static float p[N], g[3][N], got[N];
+    const float vals[3] = {1.0f, 5.0f, 3.0f};
+    for (int k = 0; k < 3; k++) set_all(g[k], N, vals[k]);
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    size_t sizes[1] = {N};
+    dt_ps_client *w0 = client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 2, 2, 0);
+    dt_ps_client *w1 = client_sync(1, &ps, sizes, DT_ROLE_WORKER, 1, 2, 2, 0);
+    CHECK(w0 && w1);
+    if (w0 && w1) {
+        const float *src[1] = {p}, *a[1] = {g[0]}, *b[1] = {g[1]}, *c[1] = {g[2]};
+        float *dst[1] = {got};
+        dt_opt_config opt = sgd(1.0f);
+        dt_error e = {0};
+        CHECK(dt_ps_client_init(w0, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_push_all(w0, a, 0, NULL, &e) == DT_OK);
+        CHECK(dt_ps_client_push_all(w0, b, 0, NULL, &e) == DT_OK);
+        CHECK(dt_ps_client_push_all(w1, c, 0, NULL, &e) == DT_OK);
+        CHECK(dt_ps_client_pull_all(w1, dst, 1, NULL, &e) == DT_OK);
+        CHECK_MSG(all_equal(got, N, -4.0f), "got %g, want -(5 + 3) / 2", (double)got[0]);
+    }
+    dt_ps_client_close(w0);
+    dt_ps_client_close(w1);
+    ps_stop(&ps);
+    CHECK(ps.stats.updates == 1);
+}
+
+/* Worker liveness: aggregate 3 of 3, worker 2 silent. After the liveness timeout the ps applies the
+ * step with the two live workers' mean; worker 2 speaking again makes it count again. */
+static void test_lost_worker(void) {
+    enum { N = 4 };
+    static float p[N], g[3][N], got[N];
+    for (int k = 0; k < 3; k++) set_all(g[k], N, (float)(k + 1));
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    size_t sizes[1] = {N};
+    liveness_ms = 300;
+    dt_ps_client *w[3];
+    for (int k = 0; k < 3; k++) w[k] = client_sync(1, &ps, sizes, k ? DT_ROLE_WORKER : DT_ROLE_CHIEF, k, 3, 3, 0);
+    liveness_ms = 0;
+    CHECK(w[0] && w[1] && w[2]);
+    if (w[0] && w[1] && w[2]) {
+        const float *src[1] = {p};
+        float *dst[1] = {got};
+        dt_opt_config opt = sgd(1.0f);
+        dt_error e = {0};
+        int64_t steps[1] = {0};
+        CHECK(dt_ps_client_init(w[0], &opt, src, NULL, 0, &e) == DT_OK);
+        int64_t t0 = dt_clock_ms();
+        for (int k = 0; k < 2; k++) {
+            const float *gs[1] = {g[k]};
+            CHECK(dt_ps_client_push_all(w[k], gs, 0, NULL, &e) == DT_OK);
+        }
+        /* The barrier: held until worker 2 is declared lost, then the mean of workers 0 and 1. */
+        CHECK(dt_ps_client_pull_all(w[0], dst, 1, steps, &e) == DT_OK);
+        int64_t waited = dt_clock_ms() - t0;
+        CHECK_MSG(waited >= 250 && waited < 2500, "step applied after %lld ms (liveness 300 ms)", (long long)waited);
+        CHECK_MSG(steps[0] == 1 && all_equal(got, N, -1.5f), "step %lld, got %g, want -(1 + 2) / 2",
+                  (long long)steps[0], (double)got[0]);
+        /* Every worker speaks (worker 1 may have been lost too while worker 0 waited): step 1
+         * needs all three again. */
+        const float *g2[1] = {g[2]}, *g0[1] = {g[0]}, *g1[1] = {g[1]};
+        for (int k = 0; k < 3; k++) CHECK(dt_ps_client_status(w[k], NULL, &e) == DT_OK);
+        CHECK(dt_ps_client_push_all(w[2], g2, 1, NULL, &e) == DT_OK);
+        CHECK(dt_ps_client_push_all(w[0], g0, 1, NULL, &e) == DT_OK);
+        dt_ps_shard_status st[1];
+        CHECK(dt_ps_client_status(w[1], st, &e) == DT_OK && st[0].global_step == 1);
+        CHECK(dt_ps_client_push_all(w[1], g1, 1, NULL, &e) == DT_OK);
+        CHECK(dt_ps_client_pull_all(w[1], dst, 2, steps, &e) == DT_OK);
+        CHECK_MSG(steps[0] == 2 && all_equal(got, N, -1.5f - 2.0f), "step %lld, got %g", (long long)steps[0],
+                  (double)got[0]);
+    }
+    for (int k = 0; k < 3; k++) dt_ps_client_close(w[k]);
+    CHECK(ps_stop(&ps) == DT_EINTR);
+}
+
+/* Strict mode: the lost worker stops the job. The held PULL is refused saying so, and the ps
+ * returns DT_ETIMEOUT by itself (after one more liveness period, so workers hear why). */
+static void test_strict_lost_worker(void) {
+    enum { N = 4 };
+    static float p[N], g[N], got[N];
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    size_t sizes[1] = {N};
+    liveness_ms = 200, strict_mode = 1;
+    dt_ps_client *w0 = client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 2, 2, 0);
+    liveness_ms = 0, strict_mode = 0;
+    CHECK(w0 != NULL);
+    if (w0) {
+        const float *src[1] = {p}, *gs[1] = {g};
+        float *dst[1] = {got};
+        dt_opt_config opt = sgd(1.0f);
+        dt_error e = {0};
+        CHECK(dt_ps_client_init(w0, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_push_all(w0, gs, 0, NULL, &e) == DT_OK);
+        CHECK(dt_ps_client_pull_all(w0, dst, 1, NULL, &e) == DT_EPROTO);
+        CHECK_CONTAINS(e.msg, "worker 1 lost");
+        CHECK_CONTAINS(e.msg, "--strict");
+        CHECK(dt_ps_client_last_refusal(w0) == DT_WIRE_E_LOST);
+    }
+    /* The ps ends by itself: ps_stop's stop flag must not be what ends it. */
+    for (int i = 0; i < 300 && !atomic_load(&ps.returned); i++) sleep_ms(10);
+    CHECK(atomic_load(&ps.returned));
+    dt_ps_client_close(w0);
+    int rc = ps_stop(&ps);
+    CHECK_MSG(rc == DT_ETIMEOUT, "ps returned %d: %s", rc, ps.err.msg);
+    CHECK_CONTAINS(ps.err.msg, "--strict is set");
+}
+
+/* A re-INIT (the chief rolling the cluster back) is a new generation, and the PULLs held for a
+ * step of the old values are refused with RESYNC so their workers pull again. */
+static void test_reinit_generation(void) {
+    enum { N = 4 };
+    static float p[N], g[N], got[N];
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    size_t sizes[1] = {N};
+    dt_ps_client *c = client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 2, 2, 0);
+    dt_ps_client *w = client_sync(1, &ps, sizes, DT_ROLE_WORKER, 1, 2, 2, 0);
+    CHECK(c && w);
+    if (c && w) {
+        const float *src[1] = {p}, *gs[1] = {g};
+        float *dst[1] = {got};
+        dt_opt_config opt = sgd(1.0f);
+        dt_error e = {0};
+        CHECK(dt_ps_client_shard(c, 0)->generation == 0 && !dt_ps_client_shard(c, 0)->initialised);
+        CHECK(dt_ps_client_init(c, &opt, src, NULL, 5, &e) == DT_OK);
+        CHECK(dt_ps_client_shard(c, 0)->generation == 1);
+        step_job j = {.c = w, .grad = g, .tag = 5, .min_step = 6};
+        pthread_t th;
+        pthread_create(&th, NULL, step_main, &j); /* held at the barrier: the chief never pushes */
+        sleep_ms(200);
+        CHECK(dt_ps_client_init(c, &opt, src, NULL, 3, &e) == DT_OK);
+        pthread_join(th, NULL);
+        CHECK(j.rc == DT_EPROTO && dt_ps_client_last_refusal(w) == DT_WIRE_E_RESYNC);
+        CHECK(dt_ps_client_shard(c, 0)->generation == 2);
+        /* Now the worker's gradient for step 5 is ahead of the ps (at 3): RESYNC too. */
+        CHECK(dt_ps_client_push_all(w, gs, 5, NULL, &e) == DT_EPROTO && dt_ps_client_last_refusal(w) == DT_WIRE_E_RESYNC);
+        int64_t steps[1];
+        CHECK(dt_ps_client_pull_all(w, dst, 0, steps, &e) == DT_OK && steps[0] == 3);
+        CHECK(dt_ps_client_shard(w, 0)->generation == 2 && dt_ps_client_last_refusal(w) == 0);
+    }
+    dt_ps_client_close(c);
+    dt_ps_client_close(w);
+    ps_stop(&ps);
 }
 
 /* ---------- EXACT pulls ---------- */
@@ -507,6 +658,10 @@ int main(void) {
     RUN(test_sum_in_worker_order);
     RUN(test_backup_worker_stale);
     RUN(test_sync_refusals);
+    RUN(test_sync_replace);
+    RUN(test_lost_worker);
+    RUN(test_strict_lost_worker);
+    RUN(test_reinit_generation);
     RUN(test_exact_pulls);
     RUN(test_pull_waits_for_one_step);
     RUN(test_two_ps_one_step);

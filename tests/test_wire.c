@@ -118,7 +118,7 @@ static void test_refusals(void) {
     memcpy(b, good, sizeof good);
     b[4] = 1; /* version 1, and another size: the version is what is reported */
     CHECK(decode_fails(b, 40, DT_EPROTO, "version 1"));
-    CHECK(decode_fails(b, sizeof good, DT_EPROTO, "this program speaks version 2"));
+    CHECK(decode_fails(b, sizeof good, DT_EPROTO, "this program speaks version 3"));
 
     CHECK(decode_fails(good, 0, DT_EFORMAT, "truncated"));
     CHECK(decode_fails(good, 3, DT_EFORMAT, "truncated"));
@@ -156,9 +156,6 @@ static void test_refusals(void) {
     b[32] = 4; /* a PULL with a payload */
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "has none"));
     memcpy(b, good, sizeof good);
-    b[58] = 2;
-    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "initialised"));
-    memcpy(b, good, sizeof good);
     b[55] = 0x01; /* shard floats 2^56 */
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "beyond the limit"));
 
@@ -173,6 +170,12 @@ static void test_refusals(void) {
     memcpy(b, good, sizeof good);
     b[63] = 0x7F, b[62] = 0xC0; /* learning rate NaN */
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "learning_rate"));
+    memcpy(b, good, sizeof good);
+    b[58] = 0; /* INIT numbers its generation from 1 */
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "generation 0"));
+    memcpy(b, good, sizeof good);
+    b[7] = DT_WIRE_F_STRICT;
+    CHECK(decode_fails(b, sizeof good, DT_OK, NULL));
 
     /* INIT's sync configuration: aggregate <= total <= limit, staleness <= limit, async all zero. */
     dt_wire_header bad = sample(DT_MSG_INIT);

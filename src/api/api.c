@@ -42,7 +42,8 @@ int dt_serve(const dt_cluster *c, const dt_net *net, const volatile int *stop, d
     dt_placement pl;
     int rc = dt_placement_compute(&pl, dt_net_view(net, 0), dt_net_num_views(net), c->n_ps, DT_PLACE_GREEDY, err);
     if (rc) return rc;
-    rc = dt_serve_task(c, &pl, NULL, stop, stdout, err); /* the public API has no --auth yet */
+    /* The public API has no --auth yet; the idle deadline is dtrain train's default. */
+    rc = dt_serve_task(c, &pl, NULL, 600000, stop, stdout, err);
     dt_placement_free(&pl);
     return rc;
 }
@@ -138,6 +139,9 @@ int dt_optimizer_distribute(dt_optimizer **opt, const dt_cluster *c, const dt_ne
     if (rc) return rc;
     dt_remote_config cfg = {.cluster = c, .placement = &o->placement, .opt = o->config,
                             .connect_timeout_ms = 60000, .n_workers_to_wait = c->n_workers - 1, .log = stdout,
+                            /* A lost ps is waited for as by dtrain train (no checkpoints here: a
+                             * ps that lost its shard restarts the model from the seed). */
+                            .ps_timeout_ms = 120000,
                             /* Sync: every worker's gradient is aggregated each step (no backups). */
                             .replicas_to_aggregate = issync ? c->n_workers : 0,
                             .total_num_replicas = issync ? c->n_workers : 0};

@@ -6,11 +6,23 @@
 #include "commands.h"
 #include "flags.h"
 
+/* A duration flag in seconds, at most a day, into milliseconds (at least 1 unless zero is allowed). */
+static int seconds_flag(const char *name, double secs, int zero_ok, int *ms) {
+    if (!(secs > 0 || (zero_ok && secs == 0)) || secs > 86400) {
+        fprintf(stderr, "dtrain train: --%s must be in %s, 86400] seconds, got %g\n", name, zero_ok ? "[0" : "(0", secs);
+        return -1;
+    }
+    *ms = (int)(secs * 1000.0 + 0.5);
+    if (*ms < 1 && secs > 0) *ms = 1;
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     dt_train_options o;
     dt_train_options_init(&o);
     const char *bad_images = "skip", *auth = "none";
-    double epochs = o.epochs, connect_timeout = o.connect_timeout_ms / 1000.0, heartbeat_timeout = 60;
+    double epochs = o.epochs, connect_timeout = o.connect_timeout_ms / 1000.0, heartbeat_timeout = 60,
+           ps_timeout = o.ps_timeout_ms / 1000.0, idle_timeout = o.idle_timeout_ms / 1000.0;
     flag_def defs[] = {
         {"model", FLAG_STRING, &o.model_path, "model file (see docs/model-format.md)"},
         {"data", FLAG_STRING, &o.data_path, "IDX folder or image folder (see docs/data.md)"},
@@ -44,6 +56,13 @@ int cmd_train(int argc, char **argv) {
         {"connect_timeout", FLAG_DOUBLE, &connect_timeout, "seconds a worker retries its ps tasks"},
         {"heartbeat_timeout", FLAG_DOUBLE, &heartbeat_timeout,
          "seconds a worker waits for any ps reply (a sync barrier included) before giving up naming the ps"},
+        {"ps_timeout", FLAG_DOUBLE, &ps_timeout,
+         "seconds a worker waits for a lost ps to come back (the chief then rolls every ps back to the newest "
+         "checkpoint); 0: give up at once"},
+        {"strict", FLAG_BOOL, &o.strict,
+         "sync: a lost worker stops the job (default: each step waits for the live workers only)"},
+        {"idle_timeout", FLAG_DOUBLE, &idle_timeout,
+         "ps: seconds without any message after which it exits with an error (its chief is gone); 0: never"},
         {"dry_run", FLAG_BOOL, &o.dry_run, "print the cluster and the placement of variables, then exit"},
         {"logdir", FLAG_STRING, &o.logdir, "checkpoints: restored from at start, saved to by the chief; '' for none"},
         {"save_model_secs", FLAG_DOUBLE, &o.save_model_secs, "seconds between checkpoints (also at start and end); 0: only those"},
@@ -80,18 +99,11 @@ int cmd_train(int argc, char **argv) {
     }
     o.epochs = epochs;
     o.auth = auth;
-    if (!(connect_timeout > 0) || connect_timeout > 86400) {
-        fprintf(stderr, "dtrain train: --connect_timeout must be in (0, 86400] seconds, got %g\n", connect_timeout);
+    if (seconds_flag("connect_timeout", connect_timeout, 0, &o.connect_timeout_ms) ||
+        seconds_flag("heartbeat_timeout", heartbeat_timeout, 0, &o.heartbeat_timeout_ms) ||
+        seconds_flag("ps_timeout", ps_timeout, 1, &o.ps_timeout_ms) ||
+        seconds_flag("idle_timeout", idle_timeout, 1, &o.idle_timeout_ms))
         return 2;
-    }
-    o.connect_timeout_ms = (int)(connect_timeout * 1000.0 + 0.5);
-    if (o.connect_timeout_ms < 1) o.connect_timeout_ms = 1;
-    if (!(heartbeat_timeout > 0) || heartbeat_timeout > 86400) {
-        fprintf(stderr, "dtrain train: --heartbeat_timeout must be in (0, 86400] seconds, got %g\n", heartbeat_timeout);
-        return 2;
-    }
-    o.heartbeat_timeout_ms = (int)(heartbeat_timeout * 1000.0 + 0.5);
-    if (o.heartbeat_timeout_ms < 1) o.heartbeat_timeout_ms = 1;
     o.progress = isatty(STDERR_FILENO);
     o.stop = &cli_stop;
     cli_install_signal_handlers();

@@ -59,6 +59,7 @@ typedef struct {
     float *scratch;           /* [n] aligned copy of a misaligned gradient frame (rare) */
     dt_opt_config opt;
     int slots, initialised, shutdown;
+    uint8_t generation;       /* of the INIT that set the shard (1..255), reported in every reply */
     int64_t step;
     uint64_t pushes, updates, pulls, refused;
     /* PARAMS replies share one snapshot per step, so n workers pulling the same step cost one
@@ -76,6 +77,17 @@ typedef struct {
     float *sum;               /* [n] the mean gradient of a step */
     uint64_t *stale;          /* [total] stale gradients per worker */
     uint64_t n_stale;
+    /* Worker liveness (sync mode): the traffic is the heartbeat. A worker that sends nothing for
+     * liveness_us is lost, and each step then waits for at most the live workers' gradients (or,
+     * strict, the job stops). A lost worker that speaks again is back. */
+    int64_t liveness_us;      /* 0: workers are never lost */
+    int strict;
+    int64_t *last_seen;       /* [total] monotonic us of each worker's latest message */
+    uint8_t *lost;            /* [total] */
+    int n_lost;
+    char failed[320];         /* strict mode after a loss: why every request is now refused */
+    int64_t failed_at_us;
+    int64_t last_message_us;  /* any client's latest message (the idle deadline) */
 } ps_t;
 
 static int64_t now_us(void) {
@@ -104,7 +116,7 @@ static dt_wire_header reply_to(const ps_t *ps, dt_msg_type type, const dt_wire_h
     h.global_step = ps->step;
     h.local_step = req->local_step;
     h.shard_floats = ps->n;
-    h.initialised = (uint8_t)ps->initialised;
+    h.initialised = ps->initialised ? ps->generation : 0;
     return h;
 }
 
@@ -210,17 +222,29 @@ static void send_params(ps_t *ps, zmq_msg_t *identity, const dt_wire_header *req
  * exact step is answered too: from its snapshot, or with ERROR 109). */
 static int pull_ready(const ps_t *ps, const dt_wire_header *req) { return req->global_step <= ps->step; }
 
+/* Answers every deferred PULL with an ERROR: the ps is shutting down, was re-initialised (the
+ * steps they wait for may never come) or has stopped the job (strict). */
+static void fail_pending(ps_t *ps, int32_t status, const char *text) {
+    for (int i = 0; i < ps->n_pending; i++) {
+        pending_pull *p = &ps->pending[i];
+        dt_wire_header r = reply_to(ps, DT_MSG_ERROR, &p->req);
+        dt_wire_send_error(ps->sock, &p->identity, r, status, "ps %d: %s", ps->cfg->ps_index, text);
+        zmq_msg_close(&p->identity);
+    }
+    ps->n_pending = 0;
+}
+
 /* Answers the deferred PULLs whose step has been reached (all of them with an ERROR when the ps
  * is shutting down). */
 static void serve_pending(ps_t *ps) {
+    if (ps->shutdown) {
+        fail_pending(ps, DT_WIRE_E_SHUTDOWN, "shutting down (training is over)");
+        return;
+    }
     int kept = 0;
     for (int i = 0; i < ps->n_pending; i++) {
         pending_pull *p = &ps->pending[i];
-        if (ps->shutdown) {
-            dt_wire_header r = reply_to(ps, DT_MSG_ERROR, &p->req);
-            dt_wire_send_error(ps->sock, &p->identity, r, DT_WIRE_E_SHUTDOWN,
-                               "ps %d is shutting down (training is over)", ps->cfg->ps_index);
-        } else if (pull_ready(ps, &p->req)) {
+        if (pull_ready(ps, &p->req)) {
             send_params(ps, &p->identity, &p->req, now_us() - p->since_us);
         } else {
             if (kept != i) { /* zmq_msg_t must be moved, not copied */
@@ -280,7 +304,10 @@ static void sync_free(ps_t *ps) {
     free(ps->acc);
     free(ps->sum);
     free(ps->stale);
-    ps->acc = NULL, ps->sum = NULL, ps->stale = NULL;
+    free(ps->last_seen);
+    free(ps->lost);
+    ps->acc = NULL, ps->sum = NULL, ps->stale = NULL, ps->last_seen = NULL, ps->lost = NULL;
+    ps->n_lost = 0;
     ps->aggregate = ps->total = ps->staleness = 0;
 }
 
@@ -296,13 +323,18 @@ static int sync_configure(ps_t *ps, int aggregate, int total, int staleness) {
     }
     ps->aggregate = aggregate, ps->total = total, ps->staleness = staleness;
     ps->stale = keep ? keep : dt_calloc((size_t)total, sizeof *ps->stale, "ps stale counts", NULL);
+    ps->last_seen = dt_calloc((size_t)total, sizeof *ps->last_seen, "ps worker liveness", NULL);
+    ps->lost = dt_calloc((size_t)total, sizeof *ps->lost, "ps worker liveness", NULL);
     ps->sum = dt_alloc_floats(ps->n, "ps gradient mean", NULL);
     ps->acc = dt_calloc((size_t)staleness + 1, sizeof *ps->acc, "ps accumulators", NULL);
     if (!ps->scratch) ps->scratch = dt_alloc_floats(ps->n, "ps gradient scratch", NULL);
-    if (!ps->stale || !ps->sum || !ps->acc || !ps->scratch) {
+    if (!ps->stale || !ps->last_seen || !ps->lost || !ps->sum || !ps->acc || !ps->scratch) {
         sync_free(ps);
         return DT_ENOMEM;
     }
+    /* Every worker counts as just seen: a worker that never shows up is lost after the timeout. */
+    int64_t now = now_us();
+    for (int w = 0; w < total; w++) ps->last_seen[w] = now;
     for (int i = 0; i <= staleness; i++) {
         ps->acc[i].step = -1;
         ps->acc[i].worker = dt_calloc((size_t)aggregate, sizeof *ps->acc[i].worker, "ps accumulator", NULL);
@@ -384,19 +416,31 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     memcpy(ps->params, data, ps->n * sizeof(float));
     memcpy(ps->state, data + ps->n * sizeof(float), (size_t)slots * ps->n * sizeof(float));
     ps->opt = opt;
-    char mode[128] = "asynchronous";
+    char mode[256] = "asynchronous";
     if (ps->aggregate)
         snprintf(mode, sizeof mode, "sync replicas: mean of %d of %d workers' gradients per step, staleness %d",
                  ps->aggregate, ps->total, ps->staleness);
-    ps_log(ps, "%s by the chief (worker %u) at global step %lld: %zu floats, %s, learning rate %g, %s",
-           ps->initialised ? "re-initialised" : "initialised", h->task, (long long)h->global_step, ps->n,
-           dt_opt_name(opt.kind), (double)opt.learning_rate, mode);
+    if (ps->aggregate && h->local_step)
+        snprintf(mode + strlen(mode), sizeof mode - strlen(mode), "; a worker silent %lld ms is lost%s",
+                 (long long)h->local_step, (h->flags & DT_WIRE_F_STRICT) ? " and stops the job (strict)" : "");
+    ps_log(ps, "%s by the chief (worker %u) at global step %lld (generation %u): %zu floats, %s, learning rate %g, %s",
+           ps->initialised ? "re-initialised" : "initialised", h->task, (long long)h->global_step, h->initialised,
+           ps->n, dt_opt_name(opt.kind), (double)opt.learning_rate, mode);
+    /* PULLs held for a step of the old values: their workers pull again (a rollback). */
+    if (ps->n_pending) {
+        snprintf(msg, sizeof msg, "re-initialised by the chief at global step %lld (generation %u): pull again",
+                 (long long)h->global_step, h->initialised);
+        fail_pending(ps, DT_WIRE_E_RESYNC, msg);
+    }
     ps->initialised = 1;
+    ps->generation = h->initialised;
     ps->step = h->global_step;
+    ps->liveness_us = ps->aggregate ? h->local_step * 1000 : 0;
+    ps->strict = (h->flags & DT_WIRE_F_STRICT) != 0;
+    ps->failed[0] = '\0';
     snap_trim(ps, 1); /* same step numbers, new values */
     dt_wire_header r = reply_to(ps, DT_MSG_ACK, h);
     dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
-    serve_pending(ps);
 }
 
 /* A gradient's payload as aligned floats (libzmq promises no alignment: copied if needed); NULL if
@@ -465,6 +509,21 @@ static void apply_sync_step(ps_t *ps) {
     serve_pending(ps);
 }
 
+/* Gradients a step needs: replicas_to_aggregate, or the live workers if fewer are left. */
+static int needed(const ps_t *ps) {
+    int live = ps->total - ps->n_lost;
+    return live < ps->aggregate ? (live > 0 ? live : 1) : ps->aggregate;
+}
+
+/* Applies every complete step (with staleness, later steps may be complete already). */
+static void apply_complete_steps(ps_t *ps) {
+    for (;;) {
+        accum *a = &ps->acc[ps->step % (ps->staleness + 1)];
+        if (a->count == 0 || a->step != ps->step || a->count < needed(ps)) return;
+        apply_sync_step(ps);
+    }
+}
+
 /* A sync-mode gradient for step t = local_step: stale (t < step) is dropped and counted; fresh is
  * held for its step; a complete step (replicas_to_aggregate gradients) is applied at once. */
 static void on_sync_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
@@ -487,26 +546,29 @@ static void on_sync_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         return;
     }
     if (t > ps->step + ps->staleness) {
+        /* A worker ahead of the ps: the chief rolled the cluster back; it pulls again. */
         snprintf(msg, sizeof msg, "gradient for step %lld, but this ps is at step %lld and staleness %d allows at most %lld",
                  (long long)t, (long long)ps->step, ps->staleness, (long long)(ps->step + ps->staleness));
-        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
+        refuse(ps, id, in, DT_WIRE_E_RESYNC, msg);
         return;
     }
     accum *a = &ps->acc[t % (ps->staleness + 1)];
-    for (int k = 0; k < a->count; k++)
-        if (a->worker[k] == h->task) {
-            snprintf(msg, sizeof msg, "second gradient from worker %u for step %lld", h->task, (long long)t);
-            refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
-            return;
-        }
+    int k = 0;
+    while (k < a->count && a->worker[k] != h->task) k++;
+    if (k < a->count) {
+        /* A second gradient from one worker for one step: the worker restarted (or gave up waiting
+         * and pulled again) and computed it afresh. The newer one replaces the first. */
+        ps_log(ps, "worker %u sent step %lld's gradient again (restarted?): the newer one replaces it", h->task,
+               (long long)t);
+        zmq_msg_close(&a->grad[k]);
+    } else {
+        a->worker[a->count++] = h->task;
+    }
     a->step = t;
-    a->worker[a->count] = h->task;
-    zmq_msg_init(&a->grad[a->count]);
-    zmq_msg_move(&a->grad[a->count], &in->payload);
-    a->count++;
+    zmq_msg_init(&a->grad[k]);
+    zmq_msg_move(&a->grad[k], &in->payload);
     ps->pushes++;
-    /* With staleness, later steps may already be complete too. */
-    while (ps->acc[ps->step % (ps->staleness + 1)].count >= ps->aggregate) apply_sync_step(ps);
+    apply_complete_steps(ps);
     push_ack(ps, id, h, DT_WIRE_OK, ps->stale[h->task]);
 }
 
@@ -559,6 +621,50 @@ static void on_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     p->since_us = now_us();
 }
 
+/* Any message from a worker proves it alive; one that was lost is back (its steps count again). */
+static void note_alive(ps_t *ps, const dt_wire_header *h) {
+    if (!ps->last_seen || (h->role != DT_ROLE_WORKER && h->role != DT_ROLE_CHIEF) || h->task >= ps->total) return;
+    ps->last_seen[h->task] = now_us();
+    if (!ps->lost[h->task]) return;
+    ps->lost[h->task] = 0;
+    ps->n_lost--;
+    ps_log(ps, "worker %u is back: steps wait for %d gradient(s) again", h->task, needed(ps));
+}
+
+/* Whether worker w has a PULL held here: it is waiting at the barrier, alive however long. */
+static int has_pending(const ps_t *ps, int w) {
+    for (int i = 0; i < ps->n_pending; i++)
+        if (ps->pending[i].req.task == w && ps->pending[i].req.role != DT_ROLE_PS) return 1;
+    return 0;
+}
+
+/* Sync mode: workers silent for the liveness timeout are lost (a finished worker, or one waiting
+ * at the barrier, is not). Each
+ * step then waits for the live workers only, or, strict, the job stops: every held and later
+ * request is refused, and the ps exits after one more timeout (so that workers hear why). */
+static void check_liveness(ps_t *ps) {
+    if (!ps->aggregate || !ps->liveness_us || !ps->initialised || ps->failed[0]) return;
+    int64_t now = now_us();
+    for (int w = 0; w < ps->total; w++) {
+        if (ps->lost[w] || now - ps->last_seen[w] <= ps->liveness_us) continue;
+        if ((ps->done && (ps->done[w >> 3] & (1u << (w & 7)))) || has_pending(ps, w)) continue;
+        ps->lost[w] = 1;
+        ps->n_lost++;
+        if (ps->strict) {
+            snprintf(ps->failed, sizeof ps->failed, "worker %d lost (no message for %lld ms, --heartbeat_timeout / 2) "
+                     "and --strict is set: the job stops", w, (long long)(ps->liveness_us / 1000));
+            ps_log(ps, "%s", ps->failed);
+            ps->failed_at_us = now;
+            fail_pending(ps, DT_WIRE_E_LOST, ps->failed);
+            return;
+        }
+        ps_log(ps, "worker %d lost (no message for %lld ms): steps now wait for %d gradient(s) from the %d live "
+               "worker(s) instead of %d", w, (long long)(ps->liveness_us / 1000), needed(ps), ps->total - ps->n_lost,
+               ps->aggregate);
+    }
+    apply_complete_steps(ps);
+}
+
 static void handle(ps_t *ps, dt_wire_in *in) {
     zmq_msg_t *id = &in->identity;
     const dt_wire_header *h = &in->hdr;
@@ -567,6 +673,11 @@ static void handle(ps_t *ps, dt_wire_in *in) {
         snprintf(msg, sizeof msg, "message for ps %u reached ps %d (do all processes list --ps_hosts in the same order?)",
                  h->shard, ps->cfg->ps_index);
         refuse(ps, id, in, DT_WIRE_E_SHARD, msg);
+        return;
+    }
+    note_alive(ps, h);
+    if (ps->failed[0] && (h->type == DT_MSG_PUSH || h->type == DT_MSG_PULL)) {
+        refuse(ps, id, in, DT_WIRE_E_LOST, ps->failed);
         return;
     }
     switch (h->type) {
@@ -693,10 +804,24 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
     memset(&ps, 0, sizeof ps);
     int rc = ps_open(&ps, cfg, err);
     const int poll_ms = cfg->poll_ms > 0 ? cfg->poll_ms : 100;
+    ps.last_message_us = now_us();
     while (rc == DT_OK && !ps.shutdown) {
         if (cfg->stop && *cfg->stop) {
             ps_log(&ps, "stopped by a signal at global step %lld", (long long)ps.step);
             rc = dt_errorf(err, DT_EINTR, "ps %d: stopped by a signal", cfg->ps_index);
+            break;
+        }
+        check_liveness(&ps);
+        int64_t now = now_us();
+        if (ps.failed[0] && now - ps.failed_at_us > ps.liveness_us) {
+            rc = dt_errorf(err, DT_ETIMEOUT, "ps %d: %s", cfg->ps_index, ps.failed);
+            break;
+        }
+        if (cfg->idle_timeout_ms > 0 && now - ps.last_message_us > (int64_t)cfg->idle_timeout_ms * 1000) {
+            /* Nobody waits forever: a ps whose chief is gone (outside dtrain launch) ends too. */
+            rc = dt_errorf(err, DT_ETIMEOUT, "ps %d: no message from any worker for %d s (--idle_timeout) at global "
+                           "step %lld: the chief never ended training (is it gone?); exiting", cfg->ps_index,
+                           cfg->idle_timeout_ms / 1000, (long long)ps.step);
             break;
         }
         zmq_pollitem_t item = {.socket = ps.sock, .events = ZMQ_POLLIN};
@@ -719,6 +844,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
                 rc = dt_errorf(err, DT_ENET, "ps %d: %s", cfg->ps_index, e.msg);
                 break;
             }
+            ps.last_message_us = now_us();
             if (r == DT_OK) handle(&ps, &in);
             else if (in.has_identity) refuse(&ps, &in.identity, &in, r == DT_EPROTO ? DT_WIRE_E_VERSION : DT_WIRE_E_MALFORMED, e.msg);
             dt_wire_in_close(&in);

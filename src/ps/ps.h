@@ -46,7 +46,8 @@ typedef struct {
     const char *ipc_endpoint; /* NULL, or a second endpoint also bound ("ipc://path": same-host workers) */
     int ps_index;           /* this ps's task index (checked against nothing, sent in every reply) */
     size_t shard_floats;    /* parameters this ps holds (> 0, <= DT_WIRE_MAX_SHARD_FLOATS) */
-    int poll_ms;            /* how often *stop is checked; <= 0: 100 */
+    int poll_ms;            /* how often *stop and the deadlines are checked; <= 0: 100 */
+    int idle_timeout_ms;    /* no message from anyone for this long: return DT_ETIMEOUT; <= 0: never */
     volatile sig_atomic_t *stop; /* may be NULL; set non-zero (e.g. by a signal handler) to stop */
     FILE *log;              /* one line per notable event (init, refusals, shutdown); NULL: quiet */
     /* Called once after binding with the actual endpoint (port resolved for "*"), e.g. for a
@@ -57,7 +58,8 @@ typedef struct {
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
 } dt_ps_config;
 
-/* Serves until SHUTDOWN from the chief (returns 0), *stop (DT_EINTR), or a fatal socket error.
+/* Serves until SHUTDOWN from the chief (returns 0), *stop (DT_EINTR), the idle deadline or, strict,
+ * a lost worker (DT_ETIMEOUT, message says which), or a fatal socket error.
  * Fails up front if the endpoint cannot be bound (message names it). */
 int dt_ps_serve(const dt_ps_config *cfg, dt_error *err);
 

@@ -98,6 +98,15 @@ int dt_supervisor_restored(const dt_supervisor *s, const float **params, const f
     return 1;
 }
 
+int dt_supervisor_reload(dt_supervisor *s, const float **params, const float **state, int64_t *global_step,
+                         dt_error *err) {
+    if (!s || !checkpoints_on(s)) return 0;
+    s->restored = 0;
+    int rc = restore(s, err);
+    if (rc) return rc;
+    return dt_supervisor_restored(s, params, state, global_step);
+}
+
 /* Snapshot and save; *step gets the snapshot's step. */
 static int save(dt_supervisor *s, int final, int64_t *step, dt_error *err) {
     int64_t at = 0;

@@ -40,6 +40,11 @@ typedef struct dt_supervisor dt_supervisor;
 int dt_supervisor_open(dt_supervisor **out, const dt_supervisor_config *cfg, dt_error *err);
 /* 1 and the restored state (valid until close) if open restored a checkpoint, else 0. */
 int dt_supervisor_restored(const dt_supervisor *s, const float **params, const float **state, int64_t *global_step);
+/* Reads the newest good checkpoint of the logdir again (a cluster rolling back after a ps lost its
+ * shard): 1 and its state as dt_supervisor_restored gives it, 0 if there is none (or checkpoints are
+ * off), < 0 on error. */
+int dt_supervisor_reload(dt_supervisor *s, const float **params, const float **state, int64_t *global_step,
+                         dt_error *err);
 /* Training starts at global_step: saves a checkpoint unless the one just restored is of that step. */
 int dt_supervisor_started(dt_supervisor *s, int64_t global_step, dt_error *err);
 /* After each step: saves when save_secs have passed since the last save. Cheap otherwise. */

@@ -6,7 +6,7 @@
 #include "ps/ps.h"
 #include "train/serve.h"
 
-int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth,
+int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, int idle_timeout_ms,
                   const volatile int *stop, FILE *log, dt_error *err) {
     char endpoint[DT_ENDPOINT_MAX];
     if (dt_addr_bind_endpoint(&c->ps[c->task_index], endpoint, sizeof endpoint))
@@ -19,6 +19,7 @@ int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_a
                         .ps_index = c->task_index,
                         .shard_floats = pl->shard_count[c->task_index],
                         .stop = (volatile sig_atomic_t *)stop,
+                        .idle_timeout_ms = idle_timeout_ms,
                         .log = log,
                         .stats = &stats,
                         .auth = auth};

@@ -10,9 +10,10 @@
 struct dt_auth_s; /* transport/auth.h */
 
 /* Serves shard c->task_index of the placement on this ps's address (auth: CURVE keys, NULL for
- * none) until the chief sends SHUTDOWN
- * (returns 0) or *stop is set (DT_EINTR). Logs to log. */
-int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth,
+ * none) until the chief sends SHUTDOWN (returns 0), *stop is set (DT_EINTR), or nobody has sent
+ * anything for idle_timeout_ms (<= 0: no limit) or strict mode lost a worker (DT_ETIMEOUT). Logs
+ * to log. */
+int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, int idle_timeout_ms,
                   const volatile int *stop, FILE *log, dt_error *err);
 
 #endif

@@ -36,6 +36,8 @@ void dt_train_options_init(dt_train_options *o) {
     o->debug_delay_worker = -1;
     o->placement = "greedy";
     o->connect_timeout_ms = 60000;
+    o->ps_timeout_ms = 120000;
+    o->idle_timeout_ms = 600000;
     o->logdir = "./checkpoint";
     o->save_model_secs = 60;
     o->max_to_keep = 5;
@@ -70,6 +72,8 @@ static int check_options(const dt_train_options *o, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "--debug_step_delay_ms must not be negative");
     if (o->connect_timeout_ms < 1)
         return dt_errorf(err, DT_EINVAL, "--connect_timeout must be positive");
+    if (o->ps_timeout_ms < 0 || o->idle_timeout_ms < 0)
+        return dt_errorf(err, DT_EINVAL, "--ps_timeout and --idle_timeout must not be negative");
     return DT_OK;
 }
 
@@ -168,7 +172,8 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
         goto out;
     }
     if (r.cluster.job == DT_JOB_PS) {
-        rc = dt_serve_task(&r.cluster, &r.placement, r.auth.curve ? &r.auth : NULL, o->stop, log, err);
+        rc = dt_serve_task(&r.cluster, &r.placement, r.auth.curve ? &r.auth : NULL, o->idle_timeout_ms, o->stop, log,
+                           err);
         goto out;
     }
     rc = train_loop(&r, o, log, res, err);
@@ -191,6 +196,12 @@ static int snapshot(void *user, float *params, float *state, int64_t *global_ste
     run_state *r = user;
     if (!r->updater->snapshot) return dt_errorf(err, DT_EINVAL, "this updater cannot take checkpoints");
     return r->updater->snapshot(r->updater, r->net, params, state, global_step, final, err);
+}
+
+/* A cluster rolling back after a ps lost its shard: the newest checkpoint, read again. */
+static int reload(void *user, const float **params, const float **state, int64_t *step, dt_error *err) {
+    run_state *r = user;
+    return dt_supervisor_reload(r->supervisor, params, state, step, err);
 }
 
 static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
@@ -246,6 +257,11 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
                                    .staleness = o->staleness,
                                    .step_delay_ms = o->debug_delay_worker < 0 || o->debug_delay_worker == c->task_index
                                                         ? o->debug_step_delay_ms : 0,
+                                   .ps_timeout_ms = o->ps_timeout_ms,
+                                   .strict = o->strict,
+                                   .seed = o->seed,
+                                   .reload = reload,
+                                   .user = r,
                                    .log = log,
                                    .auth = r->auth.curve ? &r->auth : NULL};
         rc = dt_remote_updater_create(&r->updater, &rc_cfg, err);

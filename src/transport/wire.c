@@ -97,6 +97,7 @@ static uint8_t allowed_flags(uint8_t type) {
     switch (type) {
     case DT_MSG_PULL: return DT_WIRE_F_EXACT;
     case DT_MSG_PUSH: return DT_WIRE_F_SYNC;
+    case DT_MSG_INIT: return DT_WIRE_F_STRICT;
     default: return 0;
     }
 }
@@ -205,9 +206,8 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     if (h.shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
         return dt_errorf(err, DT_EFORMAT, "%s header: shard of %llu floats is beyond the limit %llu", tn,
                          (unsigned long long)h.shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
-    if (h.initialised > 1)
-        return dt_errorf(err, DT_EFORMAT, "%s header: initialised flag is %u, expected 0 or 1", tn,
-                         h.initialised);
+    if (h.type == DT_MSG_INIT && h.initialised == 0)
+        return dt_errorf(err, DT_EFORMAT, "INIT header: generation 0 (byte %d must be 1..255)", OFF_INIT);
     if (h.type == DT_MSG_INIT || h.type == DT_MSG_WELCOME || h.type == DT_MSG_STATE) {
         int rc = check_optimizer(&h, err);
         if (rc) return rc;
@@ -318,6 +318,8 @@ const char *dt_wire_status_name(int32_t status) {
     case DT_WIRE_E_BAD_VALUE: return "bad value";
     case DT_WIRE_E_SHUTDOWN: return "shutting down";
     case DT_WIRE_E_GONE: return "step no longer kept";
+    case DT_WIRE_E_RESYNC: return "re-initialised: pull again";
+    case DT_WIRE_E_LOST: return "worker lost (strict)";
     }
     return "unknown status";
 }

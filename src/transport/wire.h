@@ -20,7 +20,7 @@
 #include "dtrain.h"
 
 #define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
-#define DT_WIRE_VERSION 2u              /* 2: sync replicas, FETCH/STATE (docs/protocol.md) */
+#define DT_WIRE_VERSION 3u              /* 3: INIT generations, worker liveness (docs/protocol.md) */
 #define DT_WIRE_HEADER_SIZE 104u
 #define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
 #define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
@@ -34,6 +34,7 @@
 /* header.flags (other bits must be 0) */
 #define DT_WIRE_F_EXACT 0x01u  /* PULL: global_step is the exact step wanted, not a minimum */
 #define DT_WIRE_F_SYNC 0x02u   /* PUSH: a sync-mode gradient; local_step = the step it is for */
+#define DT_WIRE_F_STRICT 0x04u /* INIT: a lost worker stops the job instead of lowering the replicas */
 
 typedef enum {
     DT_MSG_HELLO = 1,      /* client -> ps: version and role check; shard_floats = expected (0 any) */
@@ -74,6 +75,9 @@ enum {
     DT_WIRE_E_BAD_VALUE = 107,   /* a field's value is refused (optimizer config, step) */
     DT_WIRE_E_SHUTDOWN = 108,    /* ps is shutting down: deferred requests are answered with this */
     DT_WIRE_E_GONE = 109,        /* PULL of an exact step the ps no longer keeps */
+    DT_WIRE_E_RESYNC = 110,      /* the ps's step is not what the request assumes (the chief
+                                  * re-initialised it: a rollback): pull again */
+    DT_WIRE_E_LOST = 111,        /* strict mode: a worker was lost, the job stops */
 };
 
 typedef struct {
@@ -84,14 +88,17 @@ typedef struct {
     uint16_t task;          /* sender's task index */
     uint32_t request_id;    /* chosen by the requester, echoed in the reply */
     int64_t global_step;    /* >= 0 */
-    int64_t local_step;     /* >= 0 */
+    int64_t local_step;     /* >= 0; INIT: worker liveness timeout in ms (sync mode; 0: never lost) */
     uint64_t payload_bytes; /* size of the payload frame; 0: no payload frame */
     uint32_t shard;         /* ps index the message is for / from */
     int32_t status;         /* DT_WIRE_OK / STALE / E_* */
     uint64_t shard_floats;  /* HELLO: expected (0 any); WELCOME, INIT: the shard size */
     uint8_t opt_kind;       /* INIT, WELCOME, STATE: dt_opt_kind */
     uint8_t opt_slots;      /* INIT, WELCOME, STATE: state floats per parameter, <= DT_WIRE_MAX_SLOTS */
-    uint8_t initialised;    /* WELCOME, STATUS_REPLY: 0 or 1 */
+    /* Every ps reply: 0 not initialised, else the generation 1..255 of the INIT that set the shard
+     * (the chief numbers each (re-)initialisation, so a client can tell that every shard comes from
+     * the same one). INIT: the generation it sets. */
+    uint8_t initialised;
     float learning_rate, momentum, beta1, beta2, epsilon; /* INIT, WELCOME, STATE */
     /* Per type (docs/protocol.md): STATUS_REPLY updates applied / PARAMS replies / workers done;
      * INIT replicas_to_aggregate (0: async) / total_num_replicas / staleness; PUSH_ACK this

@@ -43,6 +43,8 @@ struct dt_ps_client {
     uint32_t next_id;
     atomic_int inflight;      /* zero-copy gradient frames libzmq still references */
     int aggregate, total, staleness; /* sync replicas; aggregate 0: asynchronous */
+    int liveness_ms, strict;
+    int last_refusal;         /* DT_WIRE_E_* of the latest ERROR reply (dt_ps_client_last_refusal) */
     dt_ps_client_stats stats;
 };
 
@@ -97,7 +99,8 @@ static void clear_awaits(dt_ps_client *c) {
 
 static void note_status(ps_conn *p, const dt_wire_header *h) {
     p->st.global_step = h->global_step;
-    p->st.initialised = h->initialised;
+    p->st.initialised = h->initialised != 0;
+    p->st.generation = h->initialised;
 }
 
 /* Handles one received message from ps i: 1 if it answered an awaited request, 0 if it was a
@@ -109,6 +112,7 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void 
     const uint8_t want = a.want;
     const char *tn = dt_wire_type_name(a.req);
     if (in->hdr.type == DT_MSG_ERROR) {
+        c->last_refusal = in->hdr.status;
         char text[DT_WIRE_MAX_ERROR_TEXT + 1], what[32];
         dt_wire_error_text(text, sizeof text, zmq_msg_data(&in->payload), zmq_msg_size(&in->payload));
         snprintf(what, sizeof what, "%s refused", tn);
@@ -140,7 +144,10 @@ static int gather(dt_ps_client *c, int64_t deadline, const char *what, reply_fn 
                 items[n] = (zmq_pollitem_t){.socket = c->ps[i].sock, .events = ZMQ_POLLIN};
                 idx[n++] = i;
             }
-        if (n == 0) return DT_OK;
+        if (n == 0) {
+            c->last_refusal = 0;
+            return DT_OK;
+        }
         int64_t left = deadline - dt_clock_ms();
         if (left <= 0) {
             char msg[256];
@@ -204,6 +211,8 @@ static int wait_inflight(dt_ps_client *c, int64_t deadline, dt_error *err) {
 }
 
 int dt_ps_client_n_ps(const dt_ps_client *c) { return c->n_ps; }
+
+int dt_ps_client_last_refusal(const dt_ps_client *c) { return c->last_refusal; }
 
 const dt_ps_client_stats *dt_ps_client_get_stats(const dt_ps_client *c) { return &c->stats; }
 
@@ -337,6 +346,8 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         c->aggregate = cfg->replicas_to_aggregate;
         c->total = cfg->total_num_replicas;
         c->staleness = cfg->staleness;
+        c->liveness_ms = cfg->liveness_ms > 0 ? cfg->liveness_ms : 0;
+        c->strict = cfg->strict != 0;
     }
     atomic_init(&c->inflight, 0);
     c->curve = cfg->auth && cfg->auth->curve;
@@ -397,6 +408,15 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
     if (global_step < 0) return dt_errorf(err, DT_EINVAL, "initial global step %lld < 0", (long long)global_step);
     int slots = dt_opt_slots(opt);
     int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
+    /* A generation no shard reported last: after the newest one, skipping any in use (1..255). */
+    int gen = 0;
+    for (int i = 0; i < c->n_ps; i++)
+        if (c->ps[i].st.generation > gen) gen = c->ps[i].st.generation;
+    for (int clash = 1; clash;) {
+        gen = gen % 255 + 1;
+        clash = 0;
+        for (int i = 0; i < c->n_ps; i++) clash |= c->ps[i].st.generation == gen;
+    }
     for (int i = 0; i < c->n_ps; i++) {
         size_t n = c->ps[i].n, pbytes = n * sizeof(float), sbytes = (size_t)slots * pbytes;
         zmq_msg_t m;
@@ -421,6 +441,9 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
         h.count_a = (uint64_t)c->aggregate;
         h.count_b = (uint64_t)c->total;
         h.count_c = (uint64_t)c->staleness;
+        h.initialised = (uint8_t)gen;
+        h.local_step = c->liveness_ms;
+        if (c->strict) h.flags = DT_WIRE_F_STRICT;
         int rc = send_req(c, i, &h, DT_MSG_ACK, &m, deadline, err);
         if (rc) {
             clear_awaits(c);

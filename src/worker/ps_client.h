@@ -33,11 +33,15 @@ typedef struct {
      * returns every shard at one step (shards that come back at different steps are pulled again
      * at the newest of them, exactly). */
     int replicas_to_aggregate, total_num_replicas, staleness;
+    /* Sync mode, sent in INIT: a worker silent this long is lost to the ps, which then waits for
+     * the live workers only (0: never); strict: a lost worker stops the job instead. */
+    int liveness_ms, strict;
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
 } dt_ps_client_config;
 
 typedef struct {
     int initialised;
+    int generation;               /* of the INIT that set the shard (1..255; 0: not initialised) */
     int64_t global_step;          /* the shard's step (updates applied) */
     uint64_t pushes, pulls;       /* served by that ps so far */
     uint64_t workers_done;        /* distinct workers that told it they finished (DONE) */
@@ -71,7 +75,9 @@ const dt_ps_shard_status *dt_ps_client_shard(const dt_ps_client *c, int ps);
 
 /* Chief only: sends every ps its initial parameters (params[i], shard_floats[i] floats), optimizer
  * state (state[i], slots * shard_floats[i] floats slot-major; state == NULL: zeros) and the
- * optimizer configuration; global_step is the starting step (0, or a restored checkpoint's). */
+ * optimizer configuration; global_step is the starting step (0, or a restored checkpoint's). Each
+ * INIT is a new generation, one that no shard reported last (every shard gets the same one), so a
+ * client seeing every shard at one generation knows they come from one initialisation. */
 int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *const *params,
                       const float *const *state, int64_t global_step, dt_error *err);
 
@@ -115,6 +121,11 @@ int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t lo
 int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t local_step,
                            int64_t min_step, const float **views, int64_t *steps, dt_push_result *res,
                            dt_error *err);
+
+/* The status of the latest ERROR reply a ps sent this client (DT_WIRE_E_*), 0 if none since the
+ * last call that succeeded: tells a refusal worth waiting out (a ps restarting: NOT_READY,
+ * RESYNC, GONE) from one that is not. */
+int dt_ps_client_last_refusal(const dt_ps_client *c);
 
 /* Fresh STATUS of every ps into out[n_ps] (may be NULL: only refreshes dt_ps_client_shard). */
 int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err);

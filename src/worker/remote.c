@@ -6,6 +6,8 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "transport/wire.h"
+#include "transport/zmq_io.h"
 #include "worker/ps_client.h"
 
 typedef struct {
@@ -22,7 +24,7 @@ typedef struct {
     /* Where the time goes: compute (between updates, including the debug delay), exchange (push
      * and pull), and within it waiting at the barrier (reported by the ps tasks). */
     double t_last, compute_s, exchange_s, wait_s;
-    int64_t updates, stale;
+    int64_t updates, stale, recoveries;
 } remote;
 
 /* The received shards become the net's parameters; ps 0's step is the cluster's global step. */
@@ -31,27 +33,10 @@ static void views_into_net(remote *r, dt_net *net, int64_t *global_step) {
     *global_step = r->steps[0];
 }
 
-static int remote_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err) {
-    remote *r = (remote *)u;
-    int rc;
-    if (r->cfg.cluster->is_chief) {
-        int ready = 1;
-        for (int p = 0; p < r->n_ps; p++) ready &= dt_ps_client_shard(r->client, p)->initialised;
-        if (!ready) {
-            /* First start of the cluster: the chief alone initialises (TF's Supervisor). */
-            dt_net_init_params(net, seed);
-            /* The gradient buffers are free now: use them to send the initial shards. */
-            for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_params(net));
-            if ((rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, NULL, 0, err)))
-                return rc;
-            if (r->cfg.log) fprintf(r->cfg.log, "chief: initialised %d ps task(s) from seed %llu\n", r->n_ps,
-                                    (unsigned long long)seed);
-        }
-    } else {
-        if ((rc = dt_ps_client_wait_ready(r->client, r->cfg.connect_timeout_ms, err)))
-            return dt_error_prefix(err, "waiting for the chief to initialise the model: ");
-    }
-    if ((rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err))) return rc;
+/* The net's parameters as they are now become what the ps tasks hold, after pulling them. */
+static int resume_from_ps(remote *r, dt_net *net, int64_t *global_step, dt_error *err) {
+    int rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err);
+    if (rc) return rc;
     views_into_net(r, net, global_step);
     r->iter = *global_step;
     r->t_last = dt_seconds();
@@ -82,38 +67,148 @@ static void free_shard_buffers(const dt_placement *pl, float **b) {
     free(b);
 }
 
-static int remote_restore(dt_updater *u, dt_net *net, const float *state, int64_t step, int64_t *global_step,
-                          dt_error *err) {
-    remote *r = (remote *)u;
+/* Chief: every ps gets its shard of the net's parameters and of state (flat layout; NULL: zeros)
+ * at global step `step`. The gradient buffers are free between steps: they carry the shards. */
+static int init_shards(remote *r, dt_net *net, const float *state, int64_t step, dt_error *err) {
     const dt_placement *pl = r->cfg.placement;
-    int ready = 1, rc = 0;
-    for (int p = 0; p < r->n_ps; p++) ready &= dt_ps_client_shard(r->client, p)->initialised;
-    if (!r->cfg.cluster->is_chief || ready) {
-        /* The ps tasks outlived the chief: what they hold is newer than any checkpoint. */
-        if (ready && r->cfg.log)
-            fprintf(r->cfg.log, "chief: the ps tasks already hold the model (step %lld); not restoring step %lld\n",
-                    (long long)dt_ps_client_shard(r->client, 0)->global_step, (long long)step);
-        return remote_start(u, net, 0, global_step, err);
-    }
     size_t n = dt_net_param_count(net);
-    int slots = dt_opt_slots(&r->cfg.opt);
-    float **st = shard_buffers(pl, slots, err);
-    if (!st) return DT_ENOMEM;
+    int slots = state ? dt_opt_slots(&r->cfg.opt) : 0;
+    float **st = slots ? shard_buffers(pl, slots, err) : NULL;
+    if (slots && !st) return DT_ENOMEM;
     for (int p = 0; p < r->n_ps; p++) {
         dt_placement_gather(pl, p, r->grads[p], dt_net_params(net));
         for (int k = 0; k < slots; k++)
             dt_placement_gather(pl, p, st[p] + (size_t)k * pl->shard_count[p], state + (size_t)k * n);
     }
-    rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, (const float *const *)st, step, err);
+    int rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, (const float *const *)st, step,
+                               err);
     free_shard_buffers(pl, st);
+    return rc;
+}
+
+static int all_initialised(remote *r) {
+    int ready = 1;
+    for (int p = 0; p < r->n_ps; p++) ready &= dt_ps_client_shard(r->client, p)->initialised;
+    return ready;
+}
+
+static int remote_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err) {
+    remote *r = (remote *)u;
+    int rc;
+    r->cfg.seed = seed; /* a rollback without a checkpoint starts over from it */
+    if (r->cfg.cluster->is_chief) {
+        if (!all_initialised(r)) {
+            /* First start of the cluster: the chief alone initialises (TF's Supervisor). */
+            dt_net_init_params(net, seed);
+            if ((rc = init_shards(r, net, NULL, 0, err))) return rc;
+            if (r->cfg.log) fprintf(r->cfg.log, "chief: initialised %d ps task(s) from seed %llu\n", r->n_ps,
+                                    (unsigned long long)seed);
+        }
+    } else {
+        if ((rc = dt_ps_client_wait_ready(r->client, r->cfg.connect_timeout_ms, err)))
+            return dt_error_prefix(err, "waiting for the chief to initialise the model: ");
+    }
+    return resume_from_ps(r, net, global_step, err);
+}
+
+static int remote_restore(dt_updater *u, dt_net *net, const float *state, int64_t step, int64_t *global_step,
+                          dt_error *err) {
+    remote *r = (remote *)u;
+    int ready = all_initialised(r);
+    if (!r->cfg.cluster->is_chief || ready) {
+        /* The ps tasks outlived the chief: what they hold is newer than any checkpoint. */
+        if (ready && r->cfg.log)
+            fprintf(r->cfg.log, "chief: the ps tasks already hold the model (step %lld); not restoring step %lld\n",
+                    (long long)dt_ps_client_shard(r->client, 0)->global_step, (long long)step);
+        return remote_start(u, net, r->cfg.seed, global_step, err);
+    }
+    int rc = init_shards(r, net, state, step, err);
     if (rc) return rc;
     if (r->cfg.log) fprintf(r->cfg.log, "chief: gave %d ps task(s) their shards back at global step %lld\n", r->n_ps,
                             (long long)step);
-    if ((rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err))) return rc;
-    views_into_net(r, net, global_step);
-    r->iter = *global_step;
-    r->t_last = dt_seconds();
+    return resume_from_ps(r, net, global_step, err);
+}
+
+/* Chief, after a ps came back uninitialised (or the shards disagree): every shard goes back to the
+ * newest checkpoint together, the survivors too, so the model is one step's again. */
+static int rollback(remote *r, dt_net *net, dt_error *err) {
+    const float *params = NULL, *state = NULL;
+    int64_t step = 0;
+    int have = r->cfg.reload ? r->cfg.reload(r->cfg.user, &params, &state, &step, err) : 0;
+    if (have < 0) return have;
+    if (have) memcpy(dt_net_params(net), params, dt_net_param_count(net) * sizeof(float));
+    else dt_net_init_params(net, r->cfg.seed);
+    int rc = init_shards(r, net, have ? state : NULL, have ? step : 0, err);
+    if (rc) return rc;
+    if (r->cfg.log) {
+        if (have)
+            fprintf(r->cfg.log, "chief: a ps task lost its shard: every ps rolled back to the newest checkpoint "
+                    "(global step %lld, generation %d)\n", (long long)step, dt_ps_client_shard(r->client, 0)->generation);
+        else
+            fprintf(r->cfg.log, "chief: a ps task lost its shard and there is no checkpoint (--logdir): the model "
+                    "starts over from the seed at step 0\n");
+        fflush(r->cfg.log);
+    }
     return DT_OK;
+}
+
+/* Whether a failed exchange may be a ps that is down or restarting, worth waiting for: no reply,
+ * or a refusal that a restart or a rollback explains. */
+static int recoverable(remote *r, int rc) {
+    if (rc == DT_ETIMEOUT || rc == DT_ENET) return 1;
+    int why = dt_ps_client_last_refusal(r->client);
+    return rc == DT_EPROTO && (why == DT_WIRE_E_NOT_READY || why == DT_WIRE_E_RESYNC || why == DT_WIRE_E_GONE);
+}
+
+/* A ps is lost (cause): wait with backoff, up to --ps_timeout, until every ps answers and holds
+ * the same initialisation (the chief makes it so from the newest checkpoint), then resume from
+ * what they hold. The step in flight is lost; the loop goes on from the ps tasks' step. */
+static int recover(remote *r, dt_net *net, int64_t *global_step, dt_error *err) {
+    const int task = r->cfg.cluster->task_index;
+    int64_t start = dt_clock_ms(), deadline = start + r->cfg.ps_timeout_ms;
+    int backoff_ms = 100;
+    if (r->cfg.log) {
+        fprintf(r->cfg.log, "worker %d: at global step %lld: %s; waiting up to %.0f s for the ps tasks (--ps_timeout)\n",
+                task, (long long)*global_step, err->msg, r->cfg.ps_timeout_ms / 1000.0);
+        fflush(r->cfg.log);
+    }
+    r->recoveries++;
+    for (;;) {
+        dt_error e = {0};
+        int rc = dt_ps_client_status(r->client, NULL, &e);
+        if (!rc) {
+            int same = all_initialised(r);
+            for (int p = 1; p < r->n_ps && same; p++)
+                same = dt_ps_client_shard(r->client, p)->generation == dt_ps_client_shard(r->client, 0)->generation;
+            if (same) rc = resume_from_ps(r, net, global_step, &e);
+            else if (r->cfg.cluster->is_chief) rc = rollback(r, net, &e);
+            else rc = DT_ETIMEOUT; /* waiting for the chief */
+            if (!rc && same) {
+                if (r->cfg.log) {
+                    fprintf(r->cfg.log, "worker %d: the ps tasks are back after %.1f s: resuming at global step %lld\n",
+                            task, (dt_clock_ms() - start) / 1000.0, (long long)*global_step);
+                    fflush(r->cfg.log);
+                }
+                return DT_OK;
+            }
+            if (rc == DT_ETIMEOUT && !same)
+                snprintf(e.msg, sizeof e.msg, "the ps tasks are not all initialised alike (a ps restarted) and the "
+                         "chief has not re-initialised them");
+        }
+        if (rc && !recoverable(r, rc)) {
+            *err = e;
+            return rc;
+        }
+        int64_t left = deadline - dt_clock_ms();
+        if (left <= 0)
+            return dt_errorf(err, DT_ETIMEOUT, "worker %d: the ps tasks did not come back within %.0f s (--ps_timeout): %s",
+                             task, r->cfg.ps_timeout_ms / 1000.0, e.msg);
+        if (!rc) continue; /* the chief rolled back: check again at once */
+        int ms = backoff_ms < left ? backoff_ms : (int)left;
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        if (backoff_ms < 2000) backoff_ms *= 2;
+    }
 }
 
 /* Several ps tasks apply pushes independently, so a fetch can catch them at different steps. The
@@ -173,7 +268,14 @@ static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t 
     /* Push and pull in one round trip per ps. */
     int rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, tag, min_step, r->views, r->steps,
                                     &res, err);
-    if (rc) return rc;
+    if (rc) {
+        /* This step's gradient is lost with the ps (or the rollback); training goes on from what the
+         * ps tasks hold once they are back. */
+        if (r->cfg.ps_timeout_ms <= 0 || !recoverable(r, rc)) return rc;
+        if ((rc = recover(r, net, global_step, err))) return rc;
+        r->exchange_s += dt_seconds() - t0;
+        return DT_OK;
+    }
     views_into_net(r, net, global_step);
     double t1 = dt_seconds();
     r->compute_s += t0 - r->t_last;
@@ -205,6 +307,7 @@ static void log_summary(remote *r) {
             (long long)r->stale, (long long)r->updates);
     if (r->sync && r->n_ps > 1) fprintf(r->cfg.log, "; shards pulled again for one step: %llu",
                                         (unsigned long long)st->repulls);
+    if (r->recoveries) fprintf(r->cfg.log, "; ps outages waited out: %lld", (long long)r->recoveries);
     fputc('\n', r->cfg.log);
     fflush(r->cfg.log);
 }
@@ -275,6 +378,9 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .replicas_to_aggregate = cfg->replicas_to_aggregate,
         .total_num_replicas = cfg->total_num_replicas,
         .staleness = cfg->staleness,
+        /* Half the request deadline: the ps gives up on a silent worker before the others do. */
+        .liveness_ms = r->cfg.request_timeout_ms / 2,
+        .strict = cfg->strict,
         .auth = cfg->auth,
     };
     r->sync = cfg->replicas_to_aggregate > 0;

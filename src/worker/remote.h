@@ -26,6 +26,17 @@ typedef struct {
      * the parameters it pulled, every shard at one step. */
     int replicas_to_aggregate, total_num_replicas, staleness;
     int step_delay_ms;            /* testing: sleep before each push (a slow worker) */
+    /* Faults (docs/faults.md). A ps that stops answering (or comes back uninitialised) is waited
+     * for with backoff up to ps_timeout_ms (0: fail at once); then the chief re-initialises every
+     * shard from the newest checkpoint (reload; none: from the seed at step 0) and every worker
+     * resumes from what the ps tasks then hold. Sync mode: strict makes a lost worker stop the job
+     * instead of lowering the replicas a step waits for. */
+    int ps_timeout_ms, strict;
+    uint64_t seed;
+    /* The newest checkpoint in the flat layout (params [n], state [slots * n]): 1 if there is one,
+     * 0 if none, < 0 on error. NULL: none. */
+    int (*reload)(void *user, const float **params, const float **state, int64_t *step, dt_error *err);
+    void *user;
     FILE *log;
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
 } dt_remote_config;
