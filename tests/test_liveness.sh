@@ -2,7 +2,8 @@
 # No silent hangs: a worker whose chief never initialises the ps gives up after --connect_timeout
 # saying it waited for the chief; in sync mode without backup workers, a lost worker makes the ps
 # wait for the live workers only (logged), or with --strict stops the job with a message; a ps that
-# hears from nobody exits after --idle_timeout. Every process ends in time.
+# hears from nobody exits after --idle_timeout; a worker whose ps dies for good gives up after
+# --ps_timeout, one whose ps only stalls waits it out and finishes. Every process ends in time.
 set -u
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
@@ -117,6 +118,31 @@ else
     || bad "a worker whose ps never comes back exits non-zero ($st) in ${took}s"
   grep -q "did not come back within 2 s (--ps_timeout)" "$tmp/c5e" && grep -q "127.0.0.1:$port" "$tmp/c5e" \
     && ok "the message names the ps and --ps_timeout" || bad "the message names the ps and --ps_timeout: $(cat "$tmp/c5e")"
+fi
+
+# 6. A ps that stalls (SIGSTOP: its connections stay open, nothing answers, not even ZeroMQ's
+# heartbeats) for longer than --heartbeat_timeout and then goes on: the worker waits it out within
+# --ps_timeout, resumes, and the job finishes with exit 0.
+port=$(( 20000 + RANDOM % 30000 ))
+h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)))
+s=(--train_steps 600 --steps_to_validate 100000 --heartbeat_timeout 1 --ps_timeout 30)
+"$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=ps >"$tmp/ps6" 2>&1 &
+ps6=$!
+"$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=worker --task_index=0 >"$tmp/c6" 2>"$tmp/c6e" &
+chief=$!
+for _ in $(seq 1 300); do grep -q "^dtrain" "$tmp/c6" 2>/dev/null && break; sleep 0.2; done
+sleep 0.5
+kill -STOP $ps6; sleep 3; kill -CONT $ps6
+for _ in $(seq 1 600); do kill -0 $chief 2>/dev/null || kill -0 $ps6 2>/dev/null || break; sleep 0.1; done
+if kill -0 $chief 2>/dev/null || kill -0 $ps6 2>/dev/null; then
+  bad "a cluster whose ps stalled finishes"
+  kill -KILL $chief $ps6 2>/dev/null
+else
+  wait $chief; st=$?
+  wait $ps6; pst=$?
+  [ $st -eq 0 ] && [ $pst -eq 0 ] && ok "after a stalled ps, worker and ps exit 0" || bad "after a stalled ps, worker and ps exit 0 ($st, $pst)"
+  grep -q "waiting up to 30 s for the ps tasks" "$tmp/c6" && grep -q "the ps tasks are back after" "$tmp/c6" \
+    && ok "the worker waited for the stalled ps and resumed" || bad "the worker waited for the stalled ps and resumed: $(grep -E 'worker 0' "$tmp/c6")"
 fi
 
 echo "$pass passed, $fail failed"

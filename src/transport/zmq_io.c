@@ -46,6 +46,17 @@ void *dt_zsock_open(void *ctx, int type, uint64_t max_frame, int linger_ms, int 
     return s;
 }
 
+int dt_zsock_heartbeat(void *s, int timeout_ms, dt_error *err) {
+    int ivl = timeout_ms / 4;
+    if (ivl < 250) ivl = 250;
+    if (ivl > 10000) ivl = 10000;
+    int ttl = timeout_ms > 6553500 ? 6553500 : timeout_ms; /* ZMTP carries the TTL in deciseconds, 16 bits */
+    int rc = set_int(s, ZMQ_HEARTBEAT_IVL, ivl, "ZMQ_HEARTBEAT_IVL", err);
+    if (!rc) rc = set_int(s, ZMQ_HEARTBEAT_TIMEOUT, timeout_ms, "ZMQ_HEARTBEAT_TIMEOUT", err);
+    if (!rc) rc = set_int(s, ZMQ_HEARTBEAT_TTL, ttl, "ZMQ_HEARTBEAT_TTL", err);
+    return rc;
+}
+
 /* Receives the next frame of a message already queued (libzmq delivers multipart messages
  * whole, so no wait is needed). */
 static int recv_frame(zmq_msg_t *m, void *sock, dt_error *err) {

@@ -26,6 +26,12 @@ int64_t dt_clock_ms(void);
 void *dt_zsock_open(void *ctx, int type, uint64_t max_frame, int linger_ms, int send_timeout_ms,
                     dt_error *err);
 
+/* ZeroMQ's own heartbeats (ZMTP PING/PONG, answered by the peer's I/O thread, so a busy peer still
+ * answers): a connection silent for timeout_ms is closed (and a DEALER reconnects), and the peer
+ * drops it after the same time without traffic from here (TTL). Catches what a request deadline
+ * cannot see between requests: a peer host that vanished without closing its TCP connections. */
+int dt_zsock_heartbeat(void *sock, int timeout_ms, dt_error *err);
+
 /* A received message. Frames are owned by the struct: dt_wire_in_close releases them. */
 typedef struct {
     zmq_msg_t identity;   /* ROUTER only: the peer's routing id (reply with it) */

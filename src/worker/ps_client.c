@@ -385,6 +385,10 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
             rc = dt_error_prefix(err, "ps %d at %s: ", i, ep);
             goto fail;
         }
+        if ((rc = dt_zsock_heartbeat(p->sock, c->request_timeout_ms, err))) {
+            dt_error_prefix(err, "ps %d at %s: ", i, ep);
+            goto fail;
+        }
         if ((rc = dt_auth_client_socket(p->sock, cfg->auth, err))) {
             dt_error_prefix(err, "ps %d at %s: ", i, ep);
             goto fail;
