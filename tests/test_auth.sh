@@ -4,19 +4,14 @@
 # and one without CURVE, hammering it during training, are refused (their connect times out with
 # a clear message, the ps logs each refusal with the key and address) and change nothing; bad key
 # files are refused naming the file. Every process is started here and stopped by its pid.
-set -u
+. "$(dirname "$0")/lib.sh"
 # Over TCP, the path between machines (a ps on 127.0.0.1 would otherwise serve local workers over
 # its Unix socket, cluster.h), so the refusal lines name a TCP address.
 export DTRAIN_IPC=0
-bin=${DTRAIN_BIN:-build/dtrain}
 fashion=${FASHION:-/usr/share/datasets/fashion-mnist}
-tmp=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; lib_cleanup; }
 trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 # A small IDX data set (as test_sync_cli): the first 512 training and 64 test images of Fashion-MNIST.
 u32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
 mk_idx() { # prefix count
@@ -115,5 +110,4 @@ timeout 120 "$bin" launch --ps 1 --workers 2 "${common[@]}" --train_steps 10 --a
 [ -z "$(ls -A "$TMPDIR")" ] && ok "launch removes its throwaway keys" || { bad "launch removes its keys"; ls -R "$TMPDIR"; }
 "$bin" train --help | grep -q -- "--auth=curve" && ok "train --help points at --auth=curve" || bad "train --help"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary

@@ -1,14 +1,9 @@
 #!/usr/bin/env bash
 # The CLI's contract: help works, and every bad input gives ONE line on stderr naming what and
 # where, a non-zero exit status, and no crash (sanitizer builds would print a report and fail).
-set -u
+. "$(dirname "$0")/lib.sh"
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 # expect_error NAME STATUS PATTERN CMD...: exit status STATUS, exactly one stderr line matching PATTERN
 expect_error() {
@@ -77,5 +72,4 @@ else
   bad "short training run exits 0"; cat "$tmp/err"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

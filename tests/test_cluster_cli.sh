@@ -2,17 +2,11 @@
 # The cluster through the CLI: `dtrain launch` runs a real local cluster (processes on 127.0.0.1)
 # whose processes all exit 0 and leave nothing behind; bad clusters are refused naming the field;
 # a worker whose ps never appears gives up after --connect_timeout naming the address.
-set -u
+. "$(dirname "$0")/lib.sh"
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
-tmp=$(mktemp -d)
 # A unique path in every command line lets us find (and must not find) leftover processes.
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
-cleanup() { pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 leftovers() { pgrep -f "$tmp/" >/dev/null; }
 
 # 1 ps + 2 workers, asynchronous, a short run: every process exits 0, the ps exits by itself.
@@ -94,5 +88,4 @@ wait $ppid; pst=$?
 [ $wst -eq 0 ] && [ $pst -eq 0 ] && ok "worker started before its ps retries and trains" \
   || bad "worker started before its ps retries and trains (worker $wst, ps $pst): $(tail -3 "$tmp/w" "$tmp/p")"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

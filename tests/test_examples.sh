@@ -1,15 +1,10 @@
 #!/usr/bin/env bash
 # examples/: the distributed program differs from the single-machine one only in the three marked
 # changes, and both train (the distributed one as 1 ps + 2 workers on 127.0.0.1, all exiting 0).
-set -u
+. "$(dirname "$0")/lib.sh"
 bindir=$(dirname "${DTRAIN_BIN:-build/dtrain}")
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
-tmp=$(mktemp -d)
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
-trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 # Every line only in the distributed version is a CHANGE line (its header comment aside).
 extra=$(diff examples/train_single.c examples/train_distributed.c | grep '^>' | grep -v 'CHANGE' |
@@ -36,5 +31,4 @@ pkill -P $guard 2>/dev/null; kill $guard 2>/dev/null
   || { bad "distributed example: ps and workers exit 0 ($s0 $s1 $s2)"; tail -3 "$tmp/ps" "$tmp/w0" "$tmp/w1"; }
 awk '/^test accuracy/ { exit !($3 > 0.5) }' "$tmp/w0" && ok "distributed example trains" || bad "distributed example trains"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

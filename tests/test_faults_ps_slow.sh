@@ -4,13 +4,8 @@
 # shards, so at most --save_model_secs of progress is lost), training finishes, every process
 # exits 0 and every checkpoint left reads back. Once asynchronous with 1 ps, once sync replicas
 # with 2 ps where the surviving ps is ahead and goes back too.
-set -u
+. "$(dirname "$0")/lib.sh"
 export DTRAIN_BIN=${DTRAIN_BIN:-build/dtrain}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 check_run() { # name, then faults.sh arguments
   local name=$1; shift
@@ -38,5 +33,4 @@ check_run sync --mode sync --ps 2 --workers 3 --aggregate 3 --steps 900 --kill p
 grep -q "ps 0: re-initialised by the chief (worker 0) at global step" "$tmp/sync/ps0.log" \
   && ok "sync: the surviving ps went back with the restarted one" || bad "sync: the surviving ps went back too"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

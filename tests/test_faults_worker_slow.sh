@@ -4,13 +4,8 @@
 # survivor exits 0, no hang), the chief's wait for the dead worker is bounded by
 # --heartbeat_timeout, and the test accuracy is within 1.5 points of the undisturbed run. Then worker 2
 # is killed and restarted: it rejoins at the current global step and finishes.
-set -u
+. "$(dirname "$0")/lib.sh"
 export DTRAIN_BIN=${DTRAIN_BIN:-build/dtrain}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 hb=10
 args=(--mode sync --workers 3 --aggregate 2 --steps 900 --heartbeat $hb --guard 600)
 
@@ -51,5 +46,4 @@ at=$(sed -n '/^--- restarted ---/,$ s/^resuming the data stream at batch \([0-9]
   || bad "the restarted worker rejoins at the current step ('$at')"
 sed -n '/^--- restarted ---/,$p' "$tmp/restart/worker2.log" | grep -q '^trained' && ok "the restarted worker finishes" \
   || bad "the restarted worker finishes"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -4,16 +4,10 @@
 # wait for the live workers only (logged), or with --strict stops the job with a message; a ps that
 # hears from nobody exits after --idle_timeout; a worker whose ps dies for good gives up after
 # --ps_timeout, one whose ps only stalls waits it out and finishes. Every process ends in time.
-set -u
+. "$(dirname "$0")/lib.sh"
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
-tmp=$(mktemp -d)
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
-cleanup() { pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 m=(--model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= --threads 1)
 
 # 1. A ps and worker 1, no chief: worker 1 waits --connect_timeout for the model, then exits.
@@ -145,5 +139,4 @@ else
     && ok "the worker waited for the stalled ps and resumed" || bad "the worker waited for the stalled ps and resumed: $(grep -E 'worker 0' "$tmp/c6")"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

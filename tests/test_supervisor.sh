@@ -6,17 +6,11 @@
 # and accuracy at every --steps_to_validate step with the values the log printed (decoded by an
 # independent Python reader); `dtrain eval` prints the test accuracy the training reported;
 # `dtrain inspect` lists checkpoints and event files; SIGINT saves the step reached.
-set -u
+. "$(dirname "$0")/lib.sh"
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 src=${DTRAIN_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 py=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
 
 # A subset (2000 training, 500 test images) keeps every run short, sanitizers included.
 "$py" - "$data" "$tmp/data" <<'PY'
@@ -145,5 +139,4 @@ check "SIGINT: exit status 130" test $st -eq 130
 last=$(sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\).safetensors"/\1/p' "$tmp/d/checkpoint" 2>/dev/null)
 check "SIGINT: the step reached was saved (step ${last:-none})" test "${last:-0}" -ge 10
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

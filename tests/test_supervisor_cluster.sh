@@ -4,17 +4,11 @@
 # with more steps, it gives every ps its shard back at the checkpoint's step and training resumes
 # there; `dtrain eval` on the result prints the test line the chief reported; only the chief writes;
 # with sync replicas a stop and restore changes nothing, bit for bit.
-set -u
+. "$(dirname "$0")/lib.sh"
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 src=${DTRAIN_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 py=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
 
 "$py" - "$data" "$tmp/data" <<'PY'
 import gzip, os, struct, sys
@@ -74,5 +68,4 @@ sync --train_steps 40 --logdir "$tmp/s20" >"$tmp/s20b.out" 2>&1
 check "sync: 20 + restore + 20 steps == 40 steps, bit for bit, on 2 ps" \
   cmp -s "$tmp/s40/model.ckpt-40.safetensors" "$tmp/s20/model.ckpt-40.safetensors"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -4,16 +4,10 @@
 # started again resumes from the newest checkpoint's global step and finishes. With sync replicas
 # the result is bit-identical to an uninterrupted run's; asynchronous, its test accuracy is within 1
 # point. Every checkpoint the index names after the kill is complete.
-set -u
+. "$(dirname "$0")/lib.sh"
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
-tmp=$(mktemp -d)
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
-trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
 newest() { sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\).safetensors"/\1/p' "$1/checkpoint" 2>/dev/null; }
 acc() { sed -n 's/^\[worker0\] test accuracy \([0-9.]*\).*/\1/p' "$1"; }
 # case NAME MIN_STEP FLAGS...: an uninterrupted run, then a run SIGKILLed (launch and every ps and
@@ -72,5 +66,4 @@ echo "note: async test accuracy uninterrupted $au, killed and resumed $ak"
 check "async: both runs learned (uninterrupted $au, killed and resumed $ak)" \
   awk -v a="$au" -v b="$ak" 'BEGIN { exit !(a > 0.8 && b > 0.8) }'
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary

@@ -11,17 +11,11 @@
 #   staleness 1 with a slow worker runs through (the ps refuses any gradient beyond the bound);
 #   bad sync flags are refused with one line.
 # Every run is bounded by `timeout`; launch stops its children when it is stopped.
-set -u
-bin=${DTRAIN_BIN:-build/dtrain}
+. "$(dirname "$0")/lib.sh"
 case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 src=$PWD
 fashion=${FASHION:-/usr/share/datasets/fashion-mnist}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" # checkpoints and summaries of the runs land here
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 # A small IDX data set: the first 1024 training and 64 test images of Fashion-MNIST.
 u32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
@@ -98,11 +92,12 @@ else bad "(b) two sync runs differ: $(compare det1.bin det2.bin)"; tail -n 5 det
   || bad "(b) stale gradients with aggregate == total"
 
 # (c) backup worker: 3 workers, 2 aggregated, worker 2 sleeps 50 ms per step. Waiting for it
-# would take >= 200 x 50 ms = 10 s; the fast two set the pace.
+# would take >= 200 x 50 ms = 10 s; the fast two set the pace (about 1 s idle; the bound leaves room
+# for a loaded machine while staying well below the 10 s of waiting).
 log=backup.log; run "$bin" launch --ps 1 --workers 3 --model tiny.model "${common[@]}" --train_steps 200 --issync=1 \
   --batch_size 16 --replicas_to_aggregate 2 --total_num_replicas 3 --debug_step_delay_ms 50 --debug_delay_worker 2
 secs=$(sed -n 's/^\[worker0\] trained [0-9]* local steps in \([0-9.]*\) s.*/\1/p' backup.log)
-if [ -n "$secs" ] && awk -v s="$secs" 'BEGIN { exit !(s < 2.5) }'; then ok "(c) pace of the fast workers: 200 steps in $secs s"
+if [ -n "$secs" ] && awk -v s="$secs" 'BEGIN { exit !(s < 6) }'; then ok "(c) pace of the fast workers: 200 steps in $secs s"
 else bad "(c) pace: chief took '$secs' s for 200 steps"; tail -n 20 backup.log; fi
 ps_line=$(grep -o "stale gradients dropped: [0-9]* (worker 0: 0, worker 1: 0, worker 2: [0-9]*)" backup.log)
 stale=$(sed -n 's/.*worker 2: \([0-9]*\))$/\1/p' <<<"$ps_line")
@@ -138,5 +133,4 @@ st=$?
 [ $st -ne 0 ] && grep -q "total_num_replicas=2 (default: --replicas_to_aggregate) but the cluster has 3 workers" wrongtotal.log \
   && ok "backup workers must be declared (--total_num_replicas)" || { bad "undeclared backup workers (status $st)"; tail -n 5 wrongtotal.log; }
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary
