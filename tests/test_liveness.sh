@@ -8,7 +8,9 @@
 bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
-m=(--model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= --threads 1)
+# A tiny model, so that the runs stay short under the sanitizers too.
+printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
+m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threads 1)
 
 # 1. A ps and worker 1, no chief: worker 1 waits --connect_timeout for the model, then exits.
 port=$(( 20000 + RANDOM % 30000 ))
