@@ -92,6 +92,10 @@ run_ps --keys="$tmp/nope"; [ $? -ne 0 ] && grep -q "$tmp/nope/server.secret" "$t
 echo "not a key" >"$k/authorized/broken.key"
 run_ps --keys="$k"; [ $? -ne 0 ] && grep -q "$k/authorized/broken.key: not a CURVE key" "$tmp/e" \
   && ok "malformed authorized key: names the file" || { bad "malformed authorized key"; cat "$tmp/e"; }
+# 40 Z85 characters whose first group is beyond 32 bits (found by fuzz/fuzz_keyfile.c).
+printf 'Ag6#ywoZ9/q&jDh#ywoZxu*vXlfheCe#{g)2A=#7\n' >"$k/authorized/broken.key"
+run_ps --keys="$k"; [ $? -ne 0 ] && grep -q "$k/authorized/broken.key: not a CURVE key (its Z85 text does not decode" "$tmp/e" \
+  && ok "undecodable authorized key: names the file" || { bad "undecodable authorized key"; cat "$tmp/e"; }
 rm "$k/authorized/broken.key"; chmod 644 "$k/server.secret"
 run_ps --keys="$k"; [ $? -ne 0 ] && grep -q "$k/server.secret: secret key readable by group or others" "$tmp/e" \
   && ok "secret key readable by others: refused, naming the file" || { bad "secret key mode"; cat "$tmp/e"; }

@@ -36,16 +36,25 @@ int dt_auth_read_key(char *out, const char *path, int secret, dt_error *err) {
                          path, (unsigned)(st.st_mode & 0777));
     }
     char buf[128];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    size_t n = fread(buf, 1, sizeof buf, f);
     int bad = ferror(f);
     fclose(f);
     if (bad) return dt_errorf(err, DT_EIO, "%s: cannot read key file", path);
-    buf[n] = 0;
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = 0;
-    if (n != DT_Z85_KEY_LEN || !is_z85(buf, n))
+    return dt_auth_parse_key(out, buf, n, path, err);
+}
+
+int dt_auth_parse_key(char *out, const char *text, size_t len, const char *label, dt_error *err) {
+    size_t n = len;
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ')) n--;
+    if (n != DT_Z85_KEY_LEN || !is_z85(text, n))
         return dt_errorf(err, DT_EFORMAT, "%s: not a CURVE key (expected %d Z85 characters, as dtrain keygen writes)",
-                         path, DT_Z85_KEY_LEN);
-    memcpy(out, buf, DT_Z85_KEY_LEN + 1);
+                         label, DT_Z85_KEY_LEN);
+    memcpy(out, text, DT_Z85_KEY_LEN);
+    out[DT_Z85_KEY_LEN] = '\0';
+    /* Z85 characters can still spell a group beyond 32 bits, which libzmq refuses to decode. */
+    uint8_t raw[32];
+    if (!zmq_z85_decode(raw, out))
+        return dt_errorf(err, DT_EFORMAT, "%s: not a CURVE key (its Z85 text does not decode to 32 bytes)", label);
     return DT_OK;
 }
 

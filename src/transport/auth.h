@@ -37,6 +37,9 @@ int dt_auth_keygen(const char *dir, const char *name, dt_error *err);
 /* Reads one Z85 key file into out (DT_Z85_KEY_LEN + 1 chars); secret files must not be readable
  * by group or others. Errors name the file. */
 int dt_auth_read_key(char *out, const char *path, int secret, dt_error *err);
+/* The same for a key file's bytes (text, len; trailing newlines and spaces allowed): exactly
+ * DT_Z85_KEY_LEN Z85 characters, else DT_EFORMAT naming label. */
+int dt_auth_parse_key(char *out, const char *text, size_t len, const char *label, dt_error *err);
 
 /* Loads what a ps (server 1) or a worker (server 0) needs from keys_dir (layout above).
  * dt_auth_free releases the allowed list. */
