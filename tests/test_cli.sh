@@ -2,7 +2,6 @@
 # The CLI's contract: help works, and every bad input gives ONE line on stderr naming what and
 # where, a non-zero exit status, and no crash (sanitizer builds would print a report and fail).
 . "$(dirname "$0")/lib.sh"
-bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 
 # expect_error NAME STATUS PATTERN CMD...: exit status STATUS, exactly one stderr line matching PATTERN

@@ -3,7 +3,6 @@
 # whose processes all exit 0 and leave nothing behind; bad clusters are refused naming the field;
 # a worker whose ps never appears gives up after --connect_timeout naming the address.
 . "$(dirname "$0")/lib.sh"
-bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 # A unique path in every command line lets us find (and must not find) leftover processes.
 ln -s "$(cd "$data" && pwd)" "$tmp/data"

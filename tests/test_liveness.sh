@@ -5,7 +5,6 @@
 # hears from nobody exits after --idle_timeout; a worker whose ps dies for good gives up after
 # --ps_timeout, one whose ps only stalls waits it out and finishes. Every process ends in time.
 . "$(dirname "$0")/lib.sh"
-bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
 # A tiny model, so that the runs stay short under the sanitizers too.

@@ -7,7 +7,6 @@
 # independent Python reader); `dtrain eval` prints the test accuracy the training reported;
 # `dtrain inspect` lists checkpoints and event files; SIGINT saves the step reached.
 . "$(dirname "$0")/lib.sh"
-bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 src=${DTRAIN_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 py=/usr/bin/python3

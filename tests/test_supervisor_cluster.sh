@@ -5,7 +5,6 @@
 # there; `dtrain eval` on the result prints the test line the chief reported; only the chief writes;
 # with sync replicas a stop and restore changes nothing, bit for bit.
 . "$(dirname "$0")/lib.sh"
-bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 src=${DTRAIN_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 py=/usr/bin/python3

@@ -5,7 +5,6 @@
 # the result is bit-identical to an uninterrupted run's; asynchronous, its test accuracy is within 1
 # point. Every checkpoint the index names after the kill is complete.
 . "$(dirname "$0")/lib.sh"
-bin=${DTRAIN_BIN:-build/dtrain}
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
 newest() { sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\).safetensors"/\1/p' "$1/checkpoint" 2>/dev/null; }
