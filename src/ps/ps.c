@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "compute/optim.h"
@@ -22,6 +23,7 @@
 #define SHUTDOWN_LINGER_MS 1000
 #define SNAP_POOL 8           /* snapshot buffers; more in flight at once fall back to a copy */
 #define SNAP_KEEP 4           /* sync mode: steps whose snapshot is kept for EXACT pulls */
+#define MAX_IO_THREADS 4      /* ZeroMQ I/O threads of a ps: one per core up to this */
 
 /* A snapshot of the shard at one step, sent zero-copy to every puller of that step. An update is
  * written out of place into a free snapshot buffer, which then holds the current values (no copy
@@ -676,6 +678,14 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "ps index %d out of range", cfg->ps_index);
     if (!(ps->params = ps->own = dt_alloc_floats(ps->n, "ps shard", err))) return DT_ENOMEM;
     if (!(ps->ctx = zmq_ctx_new())) return dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
+    /* Every byte a ps moves is copied by a ZeroMQ I/O thread; libzmq spreads connections over its
+     * I/O threads, so with more than one the workers' transfers are copied on several cores at once
+     * instead of queueing behind one thread (1 by default). */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int io = cores < 1 ? 1 : cores > MAX_IO_THREADS ? MAX_IO_THREADS : (int)cores;
+    if (zmq_ctx_set(ps->ctx, ZMQ_IO_THREADS, io) != 0)
+        return dt_errorf(err, DT_ENET, "ps %d: zmq_ctx_set(ZMQ_IO_THREADS=%d): %s", cfg->ps_index, io,
+                         zmq_strerror(errno));
     ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, dt_wire_max_frame(ps->n), SHUTDOWN_LINGER_MS, -1, err);
     if (!ps->sock) return dt_error_prefix(err, "ps %d: ", cfg->ps_index);
     char prefix[32];
