@@ -42,34 +42,57 @@ int dt_opt_slots(const dt_opt_config *c) {
     return 0;
 }
 
+/* One loop body per optimizer, instantiated for in-place (out == params) and out-of-place use, so
+ * that restrict holds in both and the compiler vectorises without runtime overlap checks (which
+ * would fail, and fall back to scalar code, when out == params). */
+#define OPT_LOOPS(OUT, IN)                                                                       \
+    switch (c->kind) {                                                                           \
+    case DT_OPT_SGD:                                                                             \
+        for (size_t i = 0; i < n; i++) OUT[i] = IN[i] - lr * grads[i];                           \
+        break;                                                                                   \
+    case DT_OPT_MOMENTUM: {                                                                      \
+        float *restrict acc = state, mom = c->momentum;                                          \
+        for (size_t i = 0; i < n; i++) {                                                         \
+            acc[i] = mom * acc[i] + grads[i];                                                    \
+            OUT[i] = IN[i] - lr * acc[i];                                                        \
+        }                                                                                        \
+        break;                                                                                   \
+    }                                                                                            \
+    case DT_OPT_ADAM: {                                                                          \
+        /* Bias correction folded into the step size, in double as TF computes the beta powers. */ \
+        double t = (double)step + 1.0;                                                           \
+        float lr_t = (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));     \
+        float b1 = c->beta1, b2 = c->beta2, eps = c->epsilon;                                    \
+        float *restrict m = state, *restrict v = state + n;                                      \
+        for (size_t i = 0; i < n; i++) {                                                         \
+            float g = grads[i];                                                                  \
+            m[i] = b1 * m[i] + (1.0f - b1) * g;                                                  \
+            v[i] = b2 * v[i] + (1.0f - b2) * g * g;                                              \
+            OUT[i] = IN[i] - lr_t * m[i] / (sqrtf(v[i]) + eps);                                  \
+        }                                                                                        \
+        break;                                                                                   \
+    }                                                                                            \
+    }
+
+static void apply_in_place(const dt_opt_config *c, float *restrict params, const float *restrict grads,
+                           float *restrict state, size_t n, int64_t step) {
+    const float lr = c->learning_rate;
+    OPT_LOOPS(params, params)
+}
+
+static void apply_out_of_place(const dt_opt_config *c, float *restrict out, const float *restrict params,
+                               const float *restrict grads, float *restrict state, size_t n, int64_t step) {
+    const float lr = c->learning_rate;
+    OPT_LOOPS(out, params)
+}
+
+void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, const float *grads, float *state,
+                     size_t n, int64_t step) {
+    if (out == params) apply_in_place(c, out, grads, state, n, step);
+    else apply_out_of_place(c, out, params, grads, state, n, step);
+}
+
 void dt_opt_apply(const dt_opt_config *c, float *params, const float *grads, float *state, size_t n,
                   int64_t step) {
-    const float lr = c->learning_rate;
-    switch (c->kind) {
-    case DT_OPT_SGD:
-        for (size_t i = 0; i < n; i++) params[i] -= lr * grads[i];
-        break;
-    case DT_OPT_MOMENTUM: {
-        float *acc = state, mom = c->momentum;
-        for (size_t i = 0; i < n; i++) {
-            acc[i] = mom * acc[i] + grads[i];
-            params[i] -= lr * acc[i];
-        }
-        break;
-    }
-    case DT_OPT_ADAM: {
-        /* Bias correction folded into the step size, in double as TF computes the beta powers. */
-        double t = (double)step + 1.0;
-        float lr_t = (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));
-        float b1 = c->beta1, b2 = c->beta2, eps = c->epsilon;
-        float *m = state, *v = state + n;
-        for (size_t i = 0; i < n; i++) {
-            float g = grads[i];
-            m[i] = b1 * m[i] + (1.0f - b1) * g;
-            v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-            params[i] -= lr_t * m[i] / (sqrtf(v[i]) + eps);
-        }
-        break;
-    }
-    }
+    dt_opt_apply_to(c, params, params, grads, state, n, step);
 }

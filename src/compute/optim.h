@@ -33,5 +33,10 @@ int dt_opt_slots(const dt_opt_config *c);
  *             p -= lr_t * m / (sqrt(v) + epsilon)          (epsilon is TF's "epsilon hat") */
 void dt_opt_apply(const dt_opt_config *c, float *params, const float *grads, float *state, size_t n,
                   int64_t step);
+/* The same update written out of place: out = params updated (state still in place), bit for bit
+ * what dt_opt_apply computes. out is either params itself or a buffer that overlaps neither params
+ * nor grads; a parameter server writes the next step straight into a fresh snapshot this way. */
+void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, const float *grads, float *state,
+                     size_t n, int64_t step);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "compute/optim.h"
@@ -22,8 +23,11 @@
 #define SHUTDOWN_LINGER_MS 1000
 #define SNAP_POOL 8           /* snapshot buffers; more in flight at once fall back to a copy */
 #define SNAP_KEEP 4           /* sync mode: steps whose snapshot is kept for EXACT pulls */
+#define MAX_IO_THREADS 4      /* ZeroMQ I/O threads of a ps: one per core up to this */
 
-/* A snapshot of the shard at one step, sent zero-copy to every puller of that step. refs counts
+/* A snapshot of the shard at one step, sent zero-copy to every puller of that step. An update is
+ * written out of place into a free snapshot buffer, which then holds the current values (no copy
+ * per step); a buffer that messages still hold is never written. refs counts
  * the ps's own reference (while it keeps the snapshot) plus each message libzmq still holds;
  * libzmq's I/O thread drops its references, hence the atomic. A buffer with refs == 0 is reused:
  * the pool keeps the allocator (and the kernel's page faults) out of the steady state. */
@@ -54,7 +58,8 @@ typedef struct {
     size_t n;                 /* shard floats */
     void *ctx, *sock;
     dt_zap *zap;              /* --auth=curve: the ZAP handler thread */
-    float *params;            /* [n] */
+    float *params;            /* [n] the current values: own, or the current step's snapshot */
+    float *own;               /* [n] the ps's private copy, when no snapshot buffer is free (and after INIT) */
     float *state;             /* [slots * n], slot-major as dt_opt_apply wants */
     float *scratch;           /* [n] aligned copy of a misaligned gradient frame (rare) */
     dt_opt_config opt;
@@ -156,10 +161,10 @@ static snap_buf *snap_find(ps_t *ps, int64_t step) {
     return NULL;
 }
 
-/* The snapshot of the current step, made if needed; NULL if every buffer is in flight. */
-static snap_buf *snap_current(ps_t *ps) {
-    snap_buf *b = snap_find(ps, ps->step);
-    if (b) return b;
+/* A buffer neither kept nor held by a message, now the snapshot of `step` (kept; the caller
+ * fills it); NULL if every buffer is in flight. */
+static snap_buf *snap_claim(ps_t *ps, int64_t step) {
+    snap_buf *b = NULL;
     snap_trim(ps, 0);
     for (int i = 0; i < ps->n_snaps && !b; i++)
         if (atomic_load(&ps->snaps[i].refs) == 0) b = &ps->snaps[i];
@@ -167,11 +172,32 @@ static snap_buf *snap_current(ps_t *ps) {
         (ps->snaps[ps->n_snaps].data = dt_alloc_floats(ps->n, "ps snapshot", NULL)))
         b = &ps->snaps[ps->n_snaps++];
     if (!b) return NULL;
-    memcpy(b->data, ps->params, ps->n * sizeof(float));
-    b->step = ps->step;
+    b->step = step;
     b->kept = 1;
     atomic_store(&b->refs, 1);
     return b;
+}
+
+/* The snapshot of the current step: the current values themselves after an update, else a copy
+ * made now; NULL if every buffer is in flight. */
+static snap_buf *snap_current(ps_t *ps) {
+    snap_buf *b = snap_find(ps, ps->step);
+    if (b) return b;
+    if ((b = snap_claim(ps, ps->step))) memcpy(b->data, ps->params, ps->n * sizeof(float));
+    return b;
+}
+
+/* Applies one (mean) gradient and moves to the next step, writing the new values into a free
+ * snapshot buffer (the next PULLs send it as is); the old values stay intact for messages still
+ * holding them and, in sync mode, EXACT pulls. With every buffer in flight the ps's own copy takes
+ * the update. */
+static void advance(ps_t *ps, const float *grads) {
+    snap_buf *b = snap_claim(ps, ps->step + 1);
+    float *out = b ? b->data : ps->own;
+    dt_opt_apply_to(&ps->opt, out, ps->params, grads, ps->state, ps->n, ps->step);
+    ps->params = out;
+    ps->step++;
+    snap_trim(ps, 0);
 }
 
 /* The payload of a PARAMS reply at `step` (the current one, or a kept one): DT_OK, DT_ENOMEM, or
@@ -413,6 +439,7 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         return;
     }
     const char *data = zmq_msg_data(&in->payload);
+    ps->params = ps->own; /* snapshots may still be in flight: never overwritten */
     memcpy(ps->params, data, ps->n * sizeof(float));
     memcpy(ps->state, data + ps->n * sizeof(float), (size_t)slots * ps->n * sizeof(float));
     ps->opt = opt;
@@ -500,11 +527,10 @@ static void apply_sync_step(ps_t *ps) {
     }
     /* Kept for EXACT pulls of this step from workers that see another shard ahead. */
     snap_current(ps);
-    dt_opt_apply(&ps->opt, ps->params, mean, ps->state, n, ps->step);
+    advance(ps, mean);
     for (int k = 0; k < a->count; k++) zmq_msg_close(&a->grad[k]);
     a->count = 0;
     a->step = -1;
-    ps->step++;
     ps->updates++;
     serve_pending(ps);
 }
@@ -592,8 +618,7 @@ static void on_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         refuse(ps, id, in, DT_WIRE_E_BUSY, "out of memory for a misaligned gradient");
         return;
     }
-    dt_opt_apply(&ps->opt, ps->params, g, ps->state, ps->n, ps->step);
-    ps->step++;
+    advance(ps, g);
     ps->pushes++;
     ps->updates++;
     push_ack(ps, id, &in->hdr, DT_WIRE_OK, 0);
@@ -762,8 +787,16 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
                          cfg->shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
     if (cfg->ps_index < 0 || cfg->ps_index > UINT16_MAX)
         return dt_errorf(err, DT_EINVAL, "ps index %d out of range", cfg->ps_index);
-    if (!(ps->params = dt_alloc_floats(ps->n, "ps shard", err))) return DT_ENOMEM;
+    if (!(ps->params = ps->own = dt_alloc_floats(ps->n, "ps shard", err))) return DT_ENOMEM;
     if (!(ps->ctx = zmq_ctx_new())) return dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
+    /* Every byte a ps moves is copied by a ZeroMQ I/O thread; libzmq spreads connections over its
+     * I/O threads, so with more than one the workers' transfers are copied on several cores at once
+     * instead of queueing behind one thread (1 by default). */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int io = cores < 1 ? 1 : cores > MAX_IO_THREADS ? MAX_IO_THREADS : (int)cores;
+    if (zmq_ctx_set(ps->ctx, ZMQ_IO_THREADS, io) != 0)
+        return dt_errorf(err, DT_ENET, "ps %d: zmq_ctx_set(ZMQ_IO_THREADS=%d): %s", cfg->ps_index, io,
+                         zmq_strerror(errno));
     ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, dt_wire_max_frame(ps->n), SHUTDOWN_LINGER_MS, -1, err);
     if (!ps->sock) return dt_error_prefix(err, "ps %d: ", cfg->ps_index);
     char prefix[32];
@@ -793,7 +826,7 @@ static void ps_close(ps_t *ps) {
     if (ps->sock) zmq_close(ps->sock);
     if (ps->ctx) zmq_ctx_term(ps->ctx); /* waits at most the socket linger to flush the last replies */
     for (int i = 0; i < ps->n_snaps; i++) free(ps->snaps[i].data); /* libzmq holds none after term */
-    free(ps->params);
+    free(ps->own);
     free(ps->state);
     free(ps->scratch);
     free(ps->done);
