@@ -22,8 +22,9 @@ case $killed in *status=ok*) ok "run with worker 2 killed finishes, survivors ex
 grep -q "^killed worker2" "$tmp/kill.out" && ok "worker 2 was killed mid-run" || bad "worker 2 was killed mid-run (it had already finished?)"
 
 # Sync with backup workers is not deterministic (which gradient of a step arrives last and is
-# dropped depends on timing): undisturbed runs measured 0.8929, 0.8970 and 0.9016, a 0.9-point
-# spread on their own, so one run against one run is allowed 1.5 points.
+# dropped depends on timing). Over 20 killed and 6 undisturbed runs (BENCHMARKS.md, "Faults") the
+# means were 0.65 points apart, but single runs spread over 1.3 points, so one run against one run
+# is allowed 1.5 points.
 a0=$(echo "$base" | sed -n 's/.*acc=\([0-9.]*\).*/\1/p')
 a1=$(echo "$killed" | sed -n 's/.*acc=\([0-9.]*\).*/\1/p')
 if [ -n "$a0" ] && [ -n "$a1" ] && awk -v a="$a0" -v b="$a1" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.015) }'; then
