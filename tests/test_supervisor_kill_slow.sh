@@ -44,7 +44,7 @@ case_() {
   check "$name: it resumes from the newest checkpoint's global step ($at_kill)" \
     grep -q "^\[worker0\] restored $k/model.ckpt-$at_kill.safetensors: global step $at_kill\$" "$k.2.out"
   check "$name: both ps tasks get their shards back at that step" \
-    test "$(grep -c "initialised by the chief (worker 0) at global step $at_kill:" "$k.2.out")" -eq 2
+    test "$(grep -c "initialised by the chief (worker 0) at global step $at_kill (generation 1):" "$k.2.out")" -eq 2
   au=$(acc "$u.out"); ak=$(acc "$k.2.out")
 }
 
