@@ -3,7 +3,7 @@
 # undisturbed run, then one where worker 2 is SIGKILLed mid-run. The killed run finishes (every
 # survivor exits 0, no hang), the chief's wait for the dead worker is bounded by
 # --heartbeat_timeout, and the test accuracy is within 1.5 points of the undisturbed run. Then worker 2
-# is killed and restarted: it rejoins at the current global step and finishes.
+# is killed and restarted: it rejoins at the current global step and finishes; then the chief.
 . "$(dirname "$0")/lib.sh"
 export DTRAIN_BIN=${DTRAIN_BIN:-build/dtrain}
 hb=10
@@ -47,4 +47,19 @@ at=$(sed -n '/^--- restarted ---/,$ s/^resuming the data stream at batch \([0-9]
   || bad "the restarted worker rejoins at the current step ('$at')"
 sed -n '/^--- restarted ---/,$p' "$tmp/restart/worker2.log" | grep -q '^trained' && ok "the restarted worker finishes" \
   || bad "the restarted worker finishes"
+
+# The chief killed and restarted: it finds the ps tasks still holding the model, which is newer
+# than its newest checkpoint, and resumes from their step (nothing is lost); the run finishes.
+tests/faults.sh "${args[@]}" --kill worker:0 --after 15 --restart --keep "$tmp/chief" >"$tmp/chief.out" 2>&1
+line=$(grep '^RESULT' "$tmp/chief.out")
+echo "$line"
+case $line in *killed=yes*status=ok*) ok "run with the chief killed and restarted finishes, every process exits 0" ;;
+  *) bad "run with the chief killed and restarted finishes"; cat "$tmp/chief.out" ;; esac
+after=$(sed -n '/^--- restarted ---/,$p' "$tmp/chief/worker0.log")
+ck=$(sed -n 's/^restored .*: global step \([0-9]*\)$/\1/p' <<<"$after" | head -1)
+held=$(sed -n 's/^chief: the ps tasks already hold the model (step \([0-9]*\)); not restoring step [0-9]*$/\1/p' <<<"$after" | head -1)
+[ -n "$ck" ] && [ -n "$held" ] && [ "$held" -ge "$ck" ] \
+  && ok "the restarted chief resumes from the ps tasks' step $held (its newest checkpoint: $ck)" \
+  || bad "the restarted chief resumes ('$ck' checkpoint, '$held' held)"
+grep -q '^test accuracy' <<<"$after" && ok "the restarted chief finishes and tests" || bad "the restarted chief finishes"
 summary
