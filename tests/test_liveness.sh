@@ -3,7 +3,8 @@
 # saying it waited for the chief; in sync mode without backup workers, a lost worker makes the ps
 # wait for the live workers only (logged), or with --strict stops the job with a message; a ps that
 # hears from nobody exits after --idle_timeout; a worker whose ps dies for good gives up after
-# --ps_timeout, one whose ps only stalls waits it out and finishes. Every process ends in time.
+# --ps_timeout (or at once on Ctrl-C), one whose ps only stalls waits it out and finishes. Every
+# process ends in time.
 . "$(dirname "$0")/lib.sh"
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
@@ -139,6 +140,32 @@ else
   [ $st -eq 0 ] && [ $pst -eq 0 ] && ok "after a stalled ps, worker and ps exit 0" || bad "after a stalled ps, worker and ps exit 0 ($st, $pst)"
   grep -q "waiting up to 30 s for the ps tasks" "$tmp/c6" && grep -q "the ps tasks are back after" "$tmp/c6" \
     && ok "the worker waited for the stalled ps and resumed" || bad "the worker waited for the stalled ps and resumed: $(grep -E 'worker 0' "$tmp/c6")"
+fi
+
+# 7. Ctrl-C ends the wait for a lost ps at once (not after --ps_timeout).
+port=$(( 20000 + RANDOM % 30000 ))
+h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)))
+s=(--train_steps 100000 --steps_to_validate 100000 --heartbeat_timeout 1 --ps_timeout 120)
+"$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=ps >"$tmp/ps7" 2>&1 &
+ps7=$!
+"$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=worker --task_index=0 >"$tmp/c7" 2>"$tmp/c7e" &
+chief=$!
+for _ in $(seq 1 300); do grep -q "^dtrain" "$tmp/c7" 2>/dev/null && break; sleep 0.2; done
+sleep 0.5
+kill -KILL $ps7; wait $ps7 2>/dev/null
+for _ in $(seq 1 100); do grep -q "waiting up to 120 s" "$tmp/c7" && break; sleep 0.1; done
+sleep 0.5
+kill -INT $chief
+start=$(date +%s)
+for _ in $(seq 1 150); do kill -0 $chief 2>/dev/null || break; sleep 0.1; done
+took=$(( $(date +%s) - start ))
+if kill -0 $chief 2>/dev/null; then
+  bad "Ctrl-C ends the wait for a lost ps (still running after ${took}s)"
+  kill -KILL $chief
+else
+  wait $chief; st=$?
+  [ $st -eq 130 ] && ok "Ctrl-C ends the wait for a lost ps: exit 130 in ${took}s" || bad "Ctrl-C during the wait: exit $st"
+  grep -q "stopped by a signal" "$tmp/c7e" && ok "and says so" || bad "Ctrl-C during the wait says so: $(cat "$tmp/c7e")"
 fi
 
 summary

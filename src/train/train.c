@@ -260,6 +260,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
                                    .ps_timeout_ms = o->ps_timeout_ms,
                                    .strict = o->strict,
                                    .seed = o->seed,
+                                   .stop = o->stop,
                                    .reload = reload,
                                    .user = r,
                                    .log = log,

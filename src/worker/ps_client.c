@@ -416,7 +416,8 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
     int gen = 0;
     for (int i = 0; i < c->n_ps; i++)
         if (c->ps[i].st.generation > gen) gen = c->ps[i].st.generation;
-    for (int clash = 1; clash;) {
+    /* At most 255 tries: with fewer than 255 shards some value is free. */
+    for (int clash = 1, tries = 0; clash && tries < 255; tries++) {
         gen = gen % 255 + 1;
         clash = 0;
         for (int i = 0; i < c->n_ps; i++) clash |= c->ps[i].st.generation == gen;

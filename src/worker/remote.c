@@ -195,6 +195,8 @@ static int recover(remote *r, dt_net *net, int64_t *global_step, dt_error *err) 
                 snprintf(e.msg, sizeof e.msg, "the ps tasks are not all initialised alike (a ps restarted) and the "
                          "chief has not re-initialised them");
         }
+        if ((rc == DT_EINTR) || (r->cfg.stop && *r->cfg.stop))
+            return dt_errorf(err, DT_EINTR, "worker %d: stopped by a signal while waiting for the ps tasks", task);
         if (rc && !recoverable(r, rc)) {
             *err = e;
             return rc;

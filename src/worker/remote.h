@@ -33,6 +33,7 @@ typedef struct {
      * instead of lowering the replicas a step waits for. */
     int ps_timeout_ms, strict;
     uint64_t seed;
+    const volatile int *stop;     /* may be NULL; set (a signal): the wait for a lost ps ends */
     /* The newest checkpoint in the flat layout (params [n], state [slots * n]): 1 if there is one,
      * 0 if none, < 0 on error. NULL: none. */
     int (*reload)(void *user, const float **params, const float **state, int64_t *step, dt_error *err);
