@@ -12,3 +12,19 @@ ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
 summary() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; }
+
+# fashion_subset DIR NTRAIN NTEST: the first NTRAIN training and NTEST test images of Fashion-MNIST
+# ($FASHION, default the Debian package's folder) as uncompressed IDX files in DIR (created), so a
+# test trains in seconds, sanitizers included.
+fashion_subset() {
+  local dir=$1 src=${FASHION:-/usr/share/datasets/fashion-mnist} prefix n
+  mkdir -p "$dir" || return 1
+  u32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
+  for prefix in train t10k; do
+    [ "$prefix" = train ] && n=$2 || n=$3
+    { printf '\x00\x00\x08\x03'; u32 "$n"; u32 28; u32 28
+      gzip -dc "$src/$prefix-images-idx3-ubyte.gz" | tail -c +17 | head -c $((n * 784)); } >"$dir/$prefix-images-idx3-ubyte"
+    { printf '\x00\x00\x08\x01'; u32 "$n"
+      gzip -dc "$src/$prefix-labels-idx1-ubyte.gz" | tail -c +9 | head -c "$n"; } >"$dir/$prefix-labels-idx1-ubyte"
+  done
+}

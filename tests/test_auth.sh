@@ -8,18 +8,12 @@
 # Over TCP, the path between machines (a ps on 127.0.0.1 would otherwise serve local workers over
 # its Unix socket, cluster.h), so the refusal lines name a TCP address.
 export DTRAIN_IPC=0
-fashion=${FASHION:-/usr/share/datasets/fashion-mnist}
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; lib_cleanup; }
 trap cleanup EXIT
-# A small IDX data set (as test_sync_cli): the first 512 training and 64 test images of Fashion-MNIST.
-u32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
-mk_idx() { # prefix count
-  { printf '\x00\x00\x08\x03'; u32 "$2"; u32 28; u32 28; gzip -dc "$fashion/$1-images-idx3-ubyte.gz" | tail -c +17 | head -c $(($2 * 784)); } >"$data/$1-images-idx3-ubyte"
-  { printf '\x00\x00\x08\x01'; u32 "$2"; gzip -dc "$fashion/$1-labels-idx1-ubyte.gz" | tail -c +9 | head -c "$2"; } >"$data/$1-labels-idx1-ubyte"
-}
+# A small IDX data set: the first 512 training and 64 test images of Fashion-MNIST.
 data=$tmp/data
-mkdir "$data" && mk_idx train 512 && mk_idx t10k 64
+fashion_subset "$data" 512 64
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # ---- keygen ----

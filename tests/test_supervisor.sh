@@ -7,23 +7,11 @@
 # independent Python reader); `dtrain eval` prints the test accuracy the training reported;
 # `dtrain inspect` lists checkpoints and event files; SIGINT saves the step reached.
 . "$(dirname "$0")/lib.sh"
-data=${FASHION:-/usr/share/datasets/fashion-mnist}
 src=${DTRAIN_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 py=/usr/bin/python3
 
 # A subset (2000 training, 500 test images) keeps every run short, sanitizers included.
-"$py" - "$data" "$tmp/data" <<'PY'
-import gzip, os, struct, sys
-src, dst = sys.argv[1], sys.argv[2]
-os.makedirs(dst)
-for prefix, n in (("train", 2000), ("t10k", 500)):
-    for kind, item in (("images-idx3-ubyte", 784), ("labels-idx1-ubyte", 1)):
-        raw = gzip.open(os.path.join(src, "%s-%s.gz" % (prefix, kind))).read()
-        dims = raw[3]
-        head = bytearray(raw[:4 + 4 * dims])
-        struct.pack_into(">I", head, 4, n)
-        open(os.path.join(dst, "%s-%s" % (prefix, kind)), "wb").write(bytes(head) + raw[4 + 4 * dims:4 + 4 * dims + n * item])
-PY
+fashion_subset "$tmp/data" 2000 500
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\ndropout rate=0.25\nflatten\ndense units=10\n' >"$tmp/tiny.model"
 sed 's/filters=4/filters=6/' "$tmp/tiny.model" >"$tmp/wide.model"
 train() { "$bin" train --model "$tmp/tiny.model" --data "$tmp/data" --batch_size 16 --steps_to_validate 10 "$@"; }

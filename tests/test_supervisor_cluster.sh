@@ -5,22 +5,11 @@
 # there; `dtrain eval` on the result prints the test line the chief reported; only the chief writes;
 # with sync replicas a stop and restore changes nothing, bit for bit.
 . "$(dirname "$0")/lib.sh"
-data=${FASHION:-/usr/share/datasets/fashion-mnist}
 src=${DTRAIN_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 py=/usr/bin/python3
 
-"$py" - "$data" "$tmp/data" <<'PY'
-import gzip, os, struct, sys
-src, dst = sys.argv[1], sys.argv[2]
-os.makedirs(dst)
-for prefix, n in (("train", 4000), ("t10k", 500)):
-    for kind, item in (("images-idx3-ubyte", 784), ("labels-idx1-ubyte", 1)):
-        raw = gzip.open(os.path.join(src, "%s-%s.gz" % (prefix, kind))).read()
-        dims = raw[3]
-        head = bytearray(raw[:4 + 4 * dims])
-        struct.pack_into(">I", head, 4, n)
-        open(os.path.join(dst, "%s-%s" % (prefix, kind)), "wb").write(bytes(head) + raw[4 + 4 * dims:4 + 4 * dims + n * item])
-PY
+# A subset (4000 training, 500 test images) keeps every run short, sanitizers included.
+fashion_subset "$tmp/data" 4000 500
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
 run() {
   timeout 300 "$bin" launch --ps 2 --workers 2 --model "$tmp/tiny.model" --data "$tmp/data" --batch_size 16 \

@@ -14,18 +14,10 @@
 . "$(dirname "$0")/lib.sh"
 case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 src=$PWD
-fashion=${FASHION:-/usr/share/datasets/fashion-mnist}
 cd "$tmp" # checkpoints and summaries of the runs land here
 
 # A small IDX data set: the first 1024 training and 64 test images of Fashion-MNIST.
-u32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
-mk_idx() { # prefix count
-  { printf '\x00\x00\x08\x03'; u32 "$2"; u32 28; u32 28; gzip -dc "$fashion/$1-images-idx3-ubyte.gz" | tail -c +17 | head -c $(($2 * 784)); } >data/$1-images-idx3-ubyte
-  { printf '\x00\x00\x08\x01'; u32 "$2"; gzip -dc "$fashion/$1-labels-idx1-ubyte.gz" | tail -c +9 | head -c "$2"; } >data/$1-labels-idx1-ubyte
-}
-mkdir data
-mk_idx train 1024
-mk_idx t10k 64
+fashion_subset data 1024 64
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2 padding=same\nrelu\nflatten\ndense units=10\n' >tiny.model
 printf 'model mlp\ninput 28 28 1\nflatten\ndense units=64\nrelu\ndense units=10\n' >mlp.model
 
