@@ -147,6 +147,25 @@ static void expect_refusal(const char *text, const char *msg) {
     if (!rc) dt_ckpt_index_free(&idx);
 }
 
+/* A path listed twice is kept once (in its first place), so max_to_keep never deletes it twice and a
+ * rewritten index parses to the same list (found by fuzz/fuzz_ckpt_index.c). */
+static void test_duplicate_paths(void) {
+    dt_error err = {0};
+    dt_ckpt_index idx, again;
+    CHECK(parse(&idx, "model_checkpoint_path: \"c\"\nall_model_checkpoint_paths: \"a\"\n"
+                      "all_model_checkpoint_paths: \"c\"\nall_model_checkpoint_paths: \"b\"\n"
+                      "all_model_checkpoint_paths: \"a\"\nall_model_checkpoint_paths: \"c\"\n", &err) == 0);
+    CHECK_MSG(idx.n_paths == 3 && !strcmp(idx.paths[0], "a") && !strcmp(idx.paths[1], "b") &&
+              !strcmp(idx.paths[2], "c"), "%d paths", idx.n_paths);
+    char *text = NULL;
+    CHECK(dt_ckpt_index_format(&idx, &text, &err) == 0);
+    CHECK(text && parse(&again, text, &err) == 0 && again.n_paths == 3 && !strcmp(again.paths[0], "a") &&
+          !strcmp(again.paths[1], "b") && !strcmp(again.paths[2], "c"));
+    free(text);
+    dt_ckpt_index_free(&again);
+    dt_ckpt_index_free(&idx);
+}
+
 static void test_refusals(void) {
     expect_refusal("", "no model_checkpoint_path");
     expect_refusal("# only a comment\n\n", "no model_checkpoint_path");
@@ -213,6 +232,7 @@ static void test_writer_refusals(void) {
 int main(void) {
     RUN(test_retention_and_round_trip);
     RUN(test_tensorflow_samples);
+    RUN(test_duplicate_paths);
     RUN(test_refusals);
     RUN(test_writer_refusals);
     return test_summary();

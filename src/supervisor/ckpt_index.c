@@ -30,8 +30,12 @@ static char *dup_n(const char *s, size_t n, dt_error *err) {
     return d;
 }
 
-/* Appends a copy of s to idx->paths. */
+/* Appends a copy of s to idx->paths, unless it is listed already: a path named twice would be
+ * deleted twice by max_to_keep, and the order of the copies would not survive a rewrite (found by
+ * fuzz/fuzz_ckpt_index.c). */
 static int push_path(dt_ckpt_index *idx, const char *s, dt_error *err) {
+    for (int i = 0; i < idx->n_paths; i++)
+        if (strcmp(idx->paths[i], s) == 0) return 0;
     if (idx->n_paths >= DT_CKPT_MAX_PATHS)
         return dt_errorf(err, DT_EFORMAT, "more than %d checkpoint paths", DT_CKPT_MAX_PATHS);
     char **p = realloc(idx->paths, (size_t)(idx->n_paths + 1) * sizeof *p);
