@@ -197,7 +197,7 @@ static void test_sync_refusals(void) {
         CHECK(dt_ps_client_init(sc, &opt, src, NULL, 0, &e) == DT_OK);
         expect_push_refused(sync_to_async, g, 0, "asynchronous training (give every task the same --issync)");
         expect_push_refused(async_to_sync, g, 0, "sync replicas (give every task the same --issync)");
-        expect_push_refused(w7, g, 0, "worker 7, but the chief declared 3 replicas");
+        expect_push_refused(w7, g, 0, "worker 7 is not in this cluster (the chief declared 3 worker task(s)");
         expect_push_refused(sc, g, 2, "gradient for step 2, but this ps is at step 0 and staleness 1 allows at most 1");
         const float *gs[1] = {g};
         CHECK(dt_ps_client_push_all(sc, gs, 1, NULL, &e) == DT_OK); /* within the bound: held */

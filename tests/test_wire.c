@@ -118,7 +118,9 @@ static void test_refusals(void) {
     memcpy(b, good, sizeof good);
     b[4] = 1; /* version 1, and another size: the version is what is reported */
     CHECK(decode_fails(b, 40, DT_EPROTO, "version 1"));
-    CHECK(decode_fails(b, sizeof good, DT_EPROTO, "this program speaks version 3"));
+    char ours[48];
+    snprintf(ours, sizeof ours, "this program speaks version %u", DT_WIRE_VERSION);
+    CHECK(decode_fails(b, sizeof good, DT_EPROTO, ours));
 
     CHECK(decode_fails(good, 0, DT_EFORMAT, "truncated"));
     CHECK(decode_fails(good, 3, DT_EFORMAT, "truncated"));
@@ -177,7 +179,8 @@ static void test_refusals(void) {
     b[7] = DT_WIRE_F_STRICT;
     CHECK(decode_fails(b, sizeof good, DT_OK, NULL));
 
-    /* INIT's sync configuration: aggregate <= total <= limit, staleness <= limit, async all zero. */
+    /* INIT's sync configuration: aggregate <= total <= limit, staleness <= limit; async: staleness
+     * zero and total (the workers) within the limit. */
     dt_wire_header bad = sample(DT_MSG_INIT);
     uint8_t ib[DT_WIRE_HEADER_SIZE];
     bad.count_b = 1; /* total below aggregate */
@@ -191,10 +194,15 @@ static void test_refusals(void) {
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "staleness"));
     bad = sample(DT_MSG_INIT);
-    bad.count_a = 0; /* asynchronous, yet a total */
+    bad.count_a = 0; /* asynchronous, yet a staleness */
+    bad.count_c = 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "asynchronous"));
-    bad.count_b = bad.count_c = 0;
+    bad.count_c = 0;
+    bad.count_b = DT_WIRE_MAX_REPLICAS + 1;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "workers, beyond the limit"));
+    bad.count_b = 3; /* asynchronous with 3 workers */
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_OK, NULL));
     dt_wire_header state = sample(DT_MSG_STATE);

@@ -1,6 +1,7 @@
 #include "core/error.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +50,17 @@ const char *dt_strerror(int code) {
     }
 }
 
+static atomic_long fail_countdown; /* dt_alloc_fail_after: allocations left before one fails */
+
+void dt_alloc_fail_after(long n) { atomic_store(&fail_countdown, n > 0 ? n : 0); }
+
+/* Whether this allocation is the one a test asked to fail. */
+static int injected_failure(void) {
+    return atomic_load_explicit(&fail_countdown, memory_order_relaxed) > 0 && atomic_fetch_sub(&fail_countdown, 1) == 1;
+}
+
 void *dt_malloc(size_t n, const char *what, dt_error *err) {
-    void *p = malloc(n ? n : 1);
+    void *p = injected_failure() ? NULL : malloc(n ? n : 1);
     if (!p) dt_errorf(err, DT_ENOMEM, "out of memory allocating %zu bytes for %s", n, what);
     return p;
 }
@@ -60,7 +70,7 @@ void *dt_calloc(size_t count, size_t size, const char *what, dt_error *err) {
         dt_errorf(err, DT_ENOMEM, "size overflow allocating %zu x %zu bytes for %s", count, size, what);
         return NULL;
     }
-    void *p = calloc(count ? count : 1, size ? size : 1);
+    void *p = injected_failure() ? NULL : calloc(count ? count : 1, size ? size : 1);
     if (!p) dt_errorf(err, DT_ENOMEM, "out of memory allocating %zu x %zu bytes for %s", count, size, what);
     return p;
 }
@@ -71,7 +81,7 @@ float *dt_alloc_floats(size_t count, const char *what, dt_error *err) {
         return NULL;
     }
     size_t bytes = (count * sizeof(float) + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    void *p = injected_failure() ? NULL : aligned_alloc(64, bytes ? bytes : 64);
     if (!p) {
         dt_errorf(err, DT_ENOMEM, "out of memory allocating %zu floats for %s", count, what);
         return NULL;

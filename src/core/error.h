@@ -19,4 +19,7 @@ void *dt_calloc(size_t count, size_t size, const char *what, dt_error *err);
 /* 64-byte aligned allocation for tensors (free with free()). */
 float *dt_alloc_floats(size_t count, const char *what, dt_error *err);
 
+/* Tests of out-of-memory paths: the n-th checked allocation from now (any thread) fails; 0: none. */
+void dt_alloc_fail_after(long n);
+
 #endif

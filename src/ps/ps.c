@@ -1,6 +1,7 @@
 #include "ps/ps.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdalign.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -12,11 +13,21 @@
 
 #include "compute/optim.h"
 #include "core/error.h"
+#include "ps/peers.h"
 #include "transport/auth.h"
 #include "transport/wire.h"
 #include "transport/zmq_io.h"
 
 #define MAX_PENDING 4096      /* deferred PULLs (waiting for a later step), bounded */
+#define PENDING_PER_PEER 4    /* deferred PULLs one connection may hold */
+#define ASYNC_AHEAD 1024      /* async: a deferred PULL may wait for at most this many steps ahead */
+#define PENDING_MAX_WAIT_US (600 * INT64_C(1000000)) /* no deferred PULL is held longer (async) */
+#define REPLIES_PER_PEER 2    /* large replies (PARAMS, STATE) libzmq may hold for one connection */
+#define PEER_HWM 16           /* messages queued per connection, each way */
+#define FIRST_MESSAGE_US (10 * INT64_C(1000000))  /* a new connection's first message, at the latest */
+#define MESSAGE_US (120 * INT64_C(1000000))       /* a large message, once begun, must finish */
+#define MAX_CONNECTIONS 1024
+#define PEER_SILENCE_MS 30000 /* a connection with no traffic at all (not even heartbeats) for this long is dropped */
 #define BATCH 64              /* messages handled per poll wake-up before checking *stop */
 #define LOG_REFUSALS 20       /* refusals logged one by one; later ones only counted */
 #define LOG_STALE 3           /* stale gradients logged one by one per worker; later ones counted */
@@ -41,8 +52,17 @@ typedef struct {
 typedef struct {
     zmq_msg_t identity;
     dt_wire_header req;
+    dt_peer *peer;            /* its connection (a reference), NULL if unknown */
     int64_t since_us;         /* when it arrived (its barrier wait is reported in the reply) */
 } pending_pull;
+
+/* What a large reply's free function releases: the snapshot it was sent from, or its own buffer,
+ * and its place in the connection's count of replies in flight. */
+typedef struct {
+    snap_buf *snap;
+    void *own;
+    dt_peer *peer;
+} reply_hold;
 
 /* Sync mode: the gradients received for one step, held as received (no copy) until
  * replicas_to_aggregate of them are in; then summed in worker-index order. */
@@ -58,6 +78,10 @@ typedef struct {
     size_t n;                 /* shard floats */
     void *ctx, *sock;
     dt_zap *zap;              /* --auth=curve: the ZAP handler thread */
+    dt_peers *peers;          /* the connections, watched and bounded (peers.h) */
+    dt_peer *peer;            /* the connection of the message being handled (NULL: unknown) */
+    int64_t peers_checked_us;
+    int workers;              /* from INIT: worker tasks in the cluster (0: not told) */
     float *params;            /* [n] the current values: own, or the current step's snapshot */
     float *own;               /* [n] the ps's private copy, when no snapshot buffer is free (and after INIT) */
     float *state;             /* [slots * n], slot-major as dt_opt_apply wants */
@@ -136,9 +160,37 @@ static void refuse(ps_t *ps, zmq_msg_t *identity, const dt_wire_in *in, int32_t 
     dt_wire_send_error(ps->sock, identity, r, status, "%s", msg);
 }
 
-static void snap_release(void *data, void *hint) {
+/* libzmq's I/O thread is done with a large reply. */
+static void reply_release(void *data, void *hint) {
     (void)data;
-    atomic_fetch_sub(&((snap_buf *)hint)->refs, 1);
+    reply_hold *h = hint;
+    if (h->snap) atomic_fetch_sub(&h->snap->refs, 1);
+    free(h->own);
+    dt_peer_reply_done(h->peer);
+    free(h);
+}
+
+/* A large reply to the current connection, zero-copy from a snapshot (snap) or from a buffer it
+ * then owns (own, freed with it). Counts against the connection's replies in flight: 1 if it
+ * already has REPLIES_PER_PEER unread (nothing is sent; own is freed), DT_ENOMEM, or DT_OK. */
+static int reply_msg(ps_t *ps, dt_peer *peer, zmq_msg_t *m, void *data, size_t bytes, snap_buf *snap, void *own) {
+    reply_hold *h = NULL;
+    if (!dt_peer_reply_begin(peer, REPLIES_PER_PEER)) {
+        free(own);
+        return 1;
+    }
+    if (!(h = malloc(sizeof *h))) {
+        dt_peer_reply_done(peer);
+        free(own);
+        return DT_ENOMEM;
+    }
+    *h = (reply_hold){.snap = snap, .own = own, .peer = peer};
+    if (snap) atomic_fetch_add(&snap->refs, 1);
+    if (zmq_msg_init_data(m, data, bytes, reply_release, h) != 0) {
+        reply_release(data, h);
+        return DT_ENOMEM;
+    }
+    return DT_OK;
 }
 
 static void snap_unkeep(snap_buf *b) {
@@ -200,41 +252,41 @@ static void advance(ps_t *ps, const float *grads) {
     snap_trim(ps, 0);
 }
 
-/* The payload of a PARAMS reply at `step` (the current one, or a kept one): DT_OK, DT_ENOMEM, or
- * 1 if that step is no longer kept. */
-static int params_msg(ps_t *ps, int64_t step, zmq_msg_t *m) {
+/* The payload of a PARAMS reply at `step` (the current one, or a kept one) for peer: DT_OK,
+ * DT_ENOMEM, 1 if the peer has too many replies unread, or 2 if that step is no longer kept. */
+static int params_msg(ps_t *ps, dt_peer *peer, int64_t step, zmq_msg_t *m) {
     const size_t bytes = ps->n * sizeof(float);
     snap_buf *b = step == ps->step ? snap_current(ps) : snap_find(ps, step);
-    if (!b) {
-        if (step != ps->step) return 1;
-        /* every buffer still in flight: a plain copy */
-        if (zmq_msg_init_size(m, bytes) != 0) return DT_ENOMEM;
-        memcpy(zmq_msg_data(m), ps->params, bytes);
-        return DT_OK;
-    }
-    atomic_fetch_add(&b->refs, 1);
-    if (zmq_msg_init_data(m, b->data, bytes, snap_release, b) != 0) {
-        atomic_fetch_sub(&b->refs, 1);
-        return DT_ENOMEM;
-    }
-    return DT_OK;
+    if (b) return reply_msg(ps, peer, m, b->data, bytes, b, NULL);
+    if (step != ps->step) return 2;
+    /* every buffer still in flight: a copy of its own */
+    float *copy = malloc(bytes);
+    if (!copy) return DT_ENOMEM;
+    memcpy(copy, ps->params, bytes);
+    return reply_msg(ps, peer, m, copy, bytes, NULL, copy);
 }
 
 /* Answers a PULL with the parameters at the step it asked for: the current step, or for an EXACT
  * pull of an earlier step its kept snapshot (else ERROR 109). waited_us goes to the reply. */
-static void send_params(ps_t *ps, zmq_msg_t *identity, const dt_wire_header *req, int64_t waited_us) {
+static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_wire_header *req, int64_t waited_us) {
     int64_t step = (req->flags & DT_WIRE_F_EXACT) ? req->global_step : ps->step;
     zmq_msg_t m;
-    int rc = params_msg(ps, step, &m);
+    int rc = params_msg(ps, peer, step, &m);
     dt_wire_header r = reply_to(ps, rc ? DT_MSG_ERROR : DT_MSG_PARAMS, req);
-    if (rc == 1) {
+    if (rc == 2) {
         dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_GONE,
                            "ps %d: step %lld is no longer kept (now at step %lld, keeping the last %d)",
                            ps->cfg->ps_index, (long long)step, (long long)ps->step, SNAP_KEEP);
         return;
     }
+    if (rc == 1) {
+        dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BUSY,
+                           "ps %d: %d earlier replies to this connection are still unread: read them first",
+                           ps->cfg->ps_index, REPLIES_PER_PEER);
+        return;
+    }
     if (rc) {
-        dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BUSY, "ps %d: out of memory for a snapshot",
+        dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_NOMEM, "ps %d: out of memory for a PARAMS reply",
                            ps->cfg->ps_index);
         return;
     }
@@ -256,36 +308,75 @@ static void fail_pending(ps_t *ps, int32_t status, const char *text) {
         dt_wire_header r = reply_to(ps, DT_MSG_ERROR, &p->req);
         dt_wire_send_error(ps->sock, &p->identity, r, status, "ps %d: %s", ps->cfg->ps_index, text);
         zmq_msg_close(&p->identity);
+        dt_peer_unref(p->peer);
     }
     ps->n_pending = 0;
 }
 
+/* Removes the deferred PULLs that keep(ps, p, user) rejects (their identities and peers released;
+ * nothing is sent), keeping the others in order. */
+static void pending_filter(ps_t *ps, int (*keep)(ps_t *, pending_pull *, void *), void *user) {
+    int kept = 0;
+    for (int i = 0; i < ps->n_pending; i++) {
+        pending_pull *p = &ps->pending[i];
+        if (!keep(ps, p, user)) {
+            zmq_msg_close(&p->identity);
+            dt_peer_unref(p->peer);
+            continue;
+        }
+        if (kept != i) { /* zmq_msg_t must be moved, not copied */
+            pending_pull *dst = &ps->pending[kept];
+            zmq_msg_init(&dst->identity);
+            zmq_msg_move(&dst->identity, &p->identity);
+            dst->req = p->req;
+            dst->peer = p->peer;
+            dst->since_us = p->since_us;
+        }
+        kept++;
+    }
+    ps->n_pending = kept;
+}
+
 /* Answers the deferred PULLs whose step has been reached (all of them with an ERROR when the ps
  * is shutting down). */
+static int keep_unready(ps_t *ps, pending_pull *p, void *user) {
+    (void)user;
+    if (!pull_ready(ps, &p->req)) return 1;
+    send_params(ps, p->peer, &p->identity, &p->req, now_us() - p->since_us);
+    return 0;
+}
+
 static void serve_pending(ps_t *ps) {
     if (ps->shutdown) {
         fail_pending(ps, DT_WIRE_E_SHUTDOWN, "shutting down (training is over)");
         return;
     }
-    int kept = 0;
-    for (int i = 0; i < ps->n_pending; i++) {
-        pending_pull *p = &ps->pending[i];
-        if (pull_ready(ps, &p->req)) {
-            send_params(ps, &p->identity, &p->req, now_us() - p->since_us);
-        } else {
-            if (kept != i) { /* zmq_msg_t must be moved, not copied */
-                pending_pull *dst = &ps->pending[kept];
-                zmq_msg_init(&dst->identity);
-                zmq_msg_move(&dst->identity, &p->identity);
-                dst->req = p->req;
-                dst->since_us = p->since_us;
-            }
-            kept++;
-            continue;
-        }
-        zmq_msg_close(&p->identity);
-    }
-    ps->n_pending = kept;
+    pending_filter(ps, keep_unready, NULL);
+}
+
+/* A connection closed: its deferred PULLs go (nobody would read the replies). */
+static int keep_other_peer(ps_t *ps, pending_pull *p, void *gone) {
+    (void)ps;
+    return p->peer != gone;
+}
+
+static void on_peer_gone(void *user, dt_peer *peer) {
+    ps_t *ps = user;
+    if (ps->n_pending) pending_filter(ps, keep_other_peer, peer);
+}
+
+/* How long a deferred PULL is held: its client gives up after twice the liveness timeout (sync),
+ * so holding it longer only holds memory. */
+static int64_t pending_max_wait(const ps_t *ps) {
+    return ps->liveness_us > 0 && 2 * ps->liveness_us < PENDING_MAX_WAIT_US ? 2 * ps->liveness_us : PENDING_MAX_WAIT_US;
+}
+
+static int keep_fresh(ps_t *ps, pending_pull *p, void *now) {
+    if (*(int64_t *)now - p->since_us <= pending_max_wait(ps)) return 1;
+    dt_wire_header r = reply_to(ps, DT_MSG_ERROR, &p->req);
+    dt_wire_send_error(ps->sock, &p->identity, r, DT_WIRE_E_BUSY, "ps %d: step %lld did not come within %lld s",
+                       ps->cfg->ps_index, (long long)p->req.global_step, (long long)(pending_max_wait(ps) / 1000000));
+    return 0;
 }
 
 static int check_chief(ps_t *ps, zmq_msg_t *id, const dt_wire_in *in) {
@@ -321,56 +412,80 @@ static void put_optimizer(const ps_t *ps, dt_wire_header *r) {
     r->epsilon = ps->opt.epsilon;
 }
 
-static void sync_free(ps_t *ps) {
-    for (int i = 0; ps->acc && i <= ps->staleness; i++) {
-        for (int k = 0; k < ps->acc[i].count; k++) zmq_msg_close(&ps->acc[i].grad[k]);
-        free(ps->acc[i].worker);
-        free(ps->acc[i].grad);
+/* Sync replicas state, built whole from INIT before anything of the ps changes (so a failed
+ * allocation leaves the ps as it was). aggregate 0: asynchronous, nothing allocated. */
+typedef struct {
+    int aggregate, total, staleness;
+    accum *acc;               /* [staleness + 1] */
+    float *sum;               /* [n] */
+    uint64_t *stale;          /* [total]; NULL: keep the ps's counts (same number of replicas) */
+    int64_t *last_seen;       /* [total] */
+    uint8_t *lost;            /* [total] */
+} sync_state;
+
+static void sync_state_free(sync_state *s) {
+    for (int i = 0; s->acc && i <= s->staleness; i++) {
+        for (int k = 0; k < s->acc[i].count; k++) zmq_msg_close(&s->acc[i].grad[k]);
+        free(s->acc[i].worker);
+        free(s->acc[i].grad);
     }
-    free(ps->acc);
-    free(ps->sum);
-    free(ps->stale);
-    free(ps->last_seen);
-    free(ps->lost);
-    ps->acc = NULL, ps->sum = NULL, ps->stale = NULL, ps->last_seen = NULL, ps->lost = NULL;
-    ps->n_lost = 0;
-    ps->aggregate = ps->total = ps->staleness = 0;
+    free(s->acc), free(s->sum), free(s->stale), free(s->last_seen), free(s->lost);
+    memset(s, 0, sizeof *s);
 }
 
-/* Sets the sync configuration from INIT (aggregate 0: asynchronous); held gradients are dropped.
- * Stale counts survive a re-INIT with the same number of replicas. */
-static int sync_configure(ps_t *ps, int aggregate, int total, int staleness) {
-    uint64_t *keep = NULL;
-    if (aggregate && total == ps->total && ps->stale) keep = ps->stale, ps->stale = NULL;
-    sync_free(ps);
-    if (!aggregate) {
-        free(keep);
-        return DT_OK;
-    }
-    ps->aggregate = aggregate, ps->total = total, ps->staleness = staleness;
-    ps->stale = keep ? keep : dt_calloc((size_t)total, sizeof *ps->stale, "ps stale counts", NULL);
-    ps->last_seen = dt_calloc((size_t)total, sizeof *ps->last_seen, "ps worker liveness", NULL);
-    ps->lost = dt_calloc((size_t)total, sizeof *ps->lost, "ps worker liveness", NULL);
-    ps->sum = dt_alloc_floats(ps->n, "ps gradient mean", NULL);
-    ps->acc = dt_calloc((size_t)staleness + 1, sizeof *ps->acc, "ps accumulators", NULL);
-    if (!ps->scratch) ps->scratch = dt_alloc_floats(ps->n, "ps gradient scratch", NULL);
-    if (!ps->stale || !ps->last_seen || !ps->lost || !ps->sum || !ps->acc || !ps->scratch) {
-        sync_free(ps);
+static int sync_prepare(ps_t *ps, int aggregate, int total, int staleness, sync_state *s) {
+    memset(s, 0, sizeof *s);
+    if (!aggregate) return DT_OK;
+    *s = (sync_state){.aggregate = aggregate, .total = total, .staleness = staleness};
+    int keep_stale = total == ps->total && ps->stale; /* stale counts survive a re-INIT alike */
+    if (!keep_stale) s->stale = dt_calloc((size_t)total, sizeof *s->stale, "ps stale counts", NULL);
+    s->last_seen = dt_calloc((size_t)total, sizeof *s->last_seen, "ps worker liveness", NULL);
+    s->lost = dt_calloc((size_t)total, sizeof *s->lost, "ps worker liveness", NULL);
+    s->sum = dt_alloc_floats(ps->n, "ps gradient mean", NULL);
+    s->acc = dt_calloc((size_t)staleness + 1, sizeof *s->acc, "ps accumulators", NULL);
+    if ((!keep_stale && !s->stale) || !s->last_seen || !s->lost || !s->sum || !s->acc ||
+        (!ps->scratch && !(ps->scratch = dt_alloc_floats(ps->n, "ps gradient scratch", NULL)))) {
+        sync_state_free(s);
         return DT_ENOMEM;
     }
-    /* Every worker counts as just seen: a worker that never shows up is lost after the timeout. */
-    int64_t now = now_us();
-    for (int w = 0; w < total; w++) ps->last_seen[w] = now;
     for (int i = 0; i <= staleness; i++) {
-        ps->acc[i].step = -1;
-        ps->acc[i].worker = dt_calloc((size_t)aggregate, sizeof *ps->acc[i].worker, "ps accumulator", NULL);
-        ps->acc[i].grad = dt_calloc((size_t)aggregate, sizeof *ps->acc[i].grad, "ps accumulator", NULL);
-        if (!ps->acc[i].worker || !ps->acc[i].grad) {
-            sync_free(ps);
+        s->acc[i].step = -1;
+        s->acc[i].worker = dt_calloc((size_t)aggregate, sizeof *s->acc[i].worker, "ps accumulator", NULL);
+        s->acc[i].grad = dt_calloc((size_t)aggregate, sizeof *s->acc[i].grad, "ps accumulator", NULL);
+        if (!s->acc[i].worker || !s->acc[i].grad) {
+            sync_state_free(s);
             return DT_ENOMEM;
         }
     }
+    /* Every worker counts as just seen: a worker that never shows up is lost after the timeout. */
+    int64_t now = now_us();
+    for (int w = 0; w < total; w++) s->last_seen[w] = now;
     return DT_OK;
+}
+
+/* The ps's sync state as a sync_state (to free it), its fields cleared. */
+static sync_state sync_take(ps_t *ps) {
+    sync_state old = {.aggregate = ps->aggregate, .total = ps->total, .staleness = ps->staleness, .acc = ps->acc,
+                      .sum = ps->sum, .stale = ps->stale, .last_seen = ps->last_seen, .lost = ps->lost};
+    ps->acc = NULL, ps->sum = NULL, ps->stale = NULL, ps->last_seen = NULL, ps->lost = NULL;
+    ps->n_lost = 0;
+    ps->aggregate = ps->total = ps->staleness = 0;
+    return old;
+}
+
+static void sync_free(ps_t *ps) {
+    sync_state old = sync_take(ps);
+    sync_state_free(&old);
+}
+
+/* Cannot fail: s was allocated whole by sync_prepare. Held gradients are dropped. */
+static void sync_commit(ps_t *ps, sync_state *s) {
+    sync_state old = sync_take(ps);
+    if (s->aggregate && !s->stale) s->stale = old.stale, old.stale = NULL;
+    sync_state_free(&old);
+    ps->aggregate = s->aggregate, ps->total = s->total, ps->staleness = s->staleness;
+    ps->acc = s->acc, ps->sum = s->sum, ps->stale = s->stale, ps->last_seen = s->last_seen, ps->lost = s->lost;
+    memset(s, 0, sizeof *s);
 }
 
 /* One line: how many stale gradients each worker sent (TensorFlow drops them silently). */
@@ -390,17 +505,44 @@ static void log_stale_summary(ps_t *ps) {
 static void on_fetch(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     if (!check_ready(ps, id, in)) return;
     const size_t pbytes = ps->n * sizeof(float), sbytes = (size_t)ps->slots * pbytes;
-    zmq_msg_t m;
-    if (zmq_msg_init_size(&m, pbytes + sbytes) != 0) {
-        refuse(ps, id, in, DT_WIRE_E_BUSY, "out of memory for a STATE reply");
+    char *d = malloc(pbytes + sbytes);
+    if (!d) {
+        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a STATE reply");
         return;
     }
-    char *d = zmq_msg_data(&m);
     memcpy(d, ps->params, pbytes);
     if (sbytes) memcpy(d + pbytes, ps->state, sbytes);
+    zmq_msg_t m;
+    int rc = reply_msg(ps, ps->peer, &m, d, pbytes + sbytes, NULL, d);
+    if (rc) {
+        char msg[128];
+        snprintf(msg, sizeof msg, rc == 1 ? "%d earlier replies to this connection are still unread: read them first"
+                                          : "out of memory for a STATE reply", REPLIES_PER_PEER);
+        refuse(ps, id, in, rc == 1 ? DT_WIRE_E_BUSY : DT_WIRE_E_NOMEM, msg);
+        return;
+    }
     dt_wire_header r = reply_to(ps, DT_MSG_STATE, &in->hdr);
     put_optimizer(ps, &r);
     dt_wire_send(ps->sock, id, &r, &m, ZMQ_DONTWAIT, NULL);
+}
+
+/* DONE from tasks beyond the cluster's workers (heard before INIT told how many there are) does
+ * not count. */
+static void prune_done(ps_t *ps) {
+    if (!ps->done || !ps->workers) return;
+    for (int w = ps->workers; w < 65536; w++) {
+        uint8_t bit = (uint8_t)(1u << (w & 7));
+        if (!(ps->done[w >> 3] & bit)) continue;
+        ps->done[w >> 3] &= (uint8_t)~bit;
+        ps->n_done--;
+    }
+}
+
+/* What all connections' unfinished messages may hold together: every worker's gradient in
+ * flight at once, two of the largest messages (an INIT, a STATE-sized one) and room to spare. */
+static uint64_t peers_budget(const ps_t *ps) {
+    uint64_t shard = (uint64_t)ps->n * sizeof(float);
+    return 2 * dt_wire_max_frame(ps->n) + (uint64_t)(ps->workers > 0 ? ps->workers : 8) * shard + (UINT64_C(64) << 20);
 }
 
 static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
@@ -422,27 +564,53 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         return;
     }
     int slots = dt_opt_slots(&opt);
-    if (slots != ps->slots || !ps->state) {
-        dt_error e = {0};
-        float *st = dt_alloc_floats((size_t)slots * ps->n, "ps optimizer state", &e);
-        if (!st) {
-            refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, e.msg);
-            return;
-        }
+    /* Non-finite values would only show up later as a NaN loss, far from their source. The payload
+     * may be misaligned (libzmq promises nothing), so it is read through memcpy. */
+    const char *data = zmq_msg_data(&in->payload);
+    size_t total = (size_t)(1 + slots) * ps->n, bad = total;
+    for (size_t i = 0; i < total && bad == total; i++) {
+        float v;
+        memcpy(&v, data + i * sizeof v, sizeof v);
+        if (!isfinite(v)) bad = i;
+    }
+    if (bad < total) {
+        float v;
+        memcpy(&v, data + bad * sizeof v, sizeof v);
+        if (bad < ps->n)
+            snprintf(msg, sizeof msg, "INIT holds a non-finite parameter (%g at float %zu of the shard)", (double)v, bad);
+        else
+            snprintf(msg, sizeof msg, "INIT holds a non-finite optimizer state value (%g at float %zu of slot %zu)",
+                     (double)v, (bad - ps->n) % ps->n, (bad - ps->n) / ps->n);
+        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
+        return;
+    }
+    /* Everything INIT needs is allocated before anything changes: a refusal leaves the ps as it was. */
+    float *st = NULL;
+    if ((slots != ps->slots || !ps->state) && !(st = dt_alloc_floats(slots ? (size_t)slots * ps->n : 1,
+                                                                    "ps optimizer state", NULL))) {
+        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for the optimizer state");
+        return;
+    }
+    sync_state sy;
+    /* Bounds checked by the decoder: aggregate <= total <= DT_WIRE_MAX_REPLICAS, staleness <= its limit. */
+    if (sync_prepare(ps, (int)h->count_a, (int)h->count_b, (int)h->count_c, &sy)) {
+        free(st);
+        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for the sync accumulators");
+        return;
+    }
+    if (st) {
         free(ps->state);
         ps->state = st;
         ps->slots = slots;
     }
-    /* Bounds checked by the decoder: aggregate <= total <= DT_WIRE_MAX_REPLICAS, staleness <= its limit. */
-    if (sync_configure(ps, (int)h->count_a, (int)h->count_b, (int)h->count_c)) {
-        refuse(ps, id, in, DT_WIRE_E_BUSY, "out of memory for the sync accumulators");
-        return;
-    }
-    const char *data = zmq_msg_data(&in->payload);
+    sync_commit(ps, &sy);
+    ps->workers = (int)h->count_b;
     ps->params = ps->own; /* snapshots may still be in flight: never overwritten */
     memcpy(ps->params, data, ps->n * sizeof(float));
     memcpy(ps->state, data + ps->n * sizeof(float), (size_t)slots * ps->n * sizeof(float));
     ps->opt = opt;
+    prune_done(ps);
+    if (ps->peers) dt_peers_set_budget(ps->peers, peers_budget(ps));
     char mode[256] = "asynchronous";
     if (ps->aggregate)
         snprintf(mode, sizeof mode, "sync replicas: mean of %d of %d workers' gradients per step, staleness %d",
@@ -615,7 +783,7 @@ static void on_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     }
     const float *g = grad_floats(ps, &in->payload);
     if (!g) {
-        refuse(ps, id, in, DT_WIRE_E_BUSY, "out of memory for a misaligned gradient");
+        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a misaligned gradient");
         return;
     }
     advance(ps, g);
@@ -625,24 +793,45 @@ static void on_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     if (ps->n_pending) serve_pending(ps);
 }
 
+/* The latest step a deferred PULL may wait for: sync, the next step a worker can push for (a
+ * worker runs at most staleness steps ahead), plus one for an exact pull of a shard ahead; async,
+ * a bounded distance. Later steps cannot come soon: the PULL is refused, not held. */
+static int64_t pull_horizon(const ps_t *ps) {
+    return ps->step + (ps->aggregate ? ps->staleness + 2 : ASYNC_AHEAD);
+}
+
 static void on_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
+    char msg[192];
     if (!check_ready(ps, id, in)) return;
     if (pull_ready(ps, &in->hdr)) {
-        send_params(ps, id, &in->hdr, 0);
+        send_params(ps, ps->peer, id, &in->hdr, 0);
         return;
     }
-    if (ps->n_pending >= MAX_PENDING) {
-        refuse(ps, id, in, DT_WIRE_E_BUSY, "too many PULLs waiting for a later step");
+    if (in->hdr.global_step > pull_horizon(ps)) {
+        snprintf(msg, sizeof msg, "PULL waits for step %lld, but this ps is at step %lld and holds PULLs for at most "
+                 "step %lld", (long long)in->hdr.global_step, (long long)ps->step, (long long)pull_horizon(ps));
+        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
+        return;
+    }
+    int mine = 0;
+    for (int i = 0; i < ps->n_pending && ps->peer; i++) mine += ps->pending[i].peer == ps->peer;
+    if (mine >= PENDING_PER_PEER || ps->n_pending >= MAX_PENDING) {
+        snprintf(msg, sizeof msg, mine >= PENDING_PER_PEER ? "this connection already has %d PULLs waiting"
+                                                            : "too many PULLs waiting for a later step (%d)",
+                 mine >= PENDING_PER_PEER ? PENDING_PER_PEER : MAX_PENDING);
+        refuse(ps, id, in, DT_WIRE_E_BUSY, msg);
         return;
     }
     if (!ps->pending && !(ps->pending = dt_calloc(MAX_PENDING, sizeof *ps->pending, "ps pending pulls", NULL))) {
-        refuse(ps, id, in, DT_WIRE_E_BUSY, "out of memory for a deferred PULL");
+        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a deferred PULL");
         return;
     }
     pending_pull *p = &ps->pending[ps->n_pending++];
     zmq_msg_init(&p->identity);
     zmq_msg_copy(&p->identity, id);
     p->req = in->hdr;
+    p->peer = ps->peer;
+    dt_peer_ref(p->peer);
     p->since_us = now_us();
 }
 
@@ -700,6 +889,12 @@ static void handle(ps_t *ps, dt_wire_in *in) {
         refuse(ps, id, in, DT_WIRE_E_SHARD, msg);
         return;
     }
+    if ((h->role == DT_ROLE_WORKER || h->role == DT_ROLE_CHIEF) && ps->workers && h->task >= ps->workers) {
+        snprintf(msg, sizeof msg, "%s %u is not in this cluster (the chief declared %d worker task(s), 0..%d)",
+                 dt_wire_role_name(h->role), h->task, ps->workers, ps->workers - 1);
+        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
+        return;
+    }
     note_alive(ps, h);
     if (ps->failed[0] && (h->type == DT_MSG_PUSH || h->type == DT_MSG_PULL)) {
         refuse(ps, id, in, DT_WIRE_E_LOST, ps->failed);
@@ -754,7 +949,7 @@ static void handle(ps_t *ps, dt_wire_in *in) {
             return;
         }
         if (!ps->done && !(ps->done = dt_calloc(65536 / 8, 1, "ps done set", NULL))) {
-            refuse(ps, id, in, DT_WIRE_E_BUSY, "out of memory for the done set");
+            refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for the done set");
             return;
         }
         uint8_t bit = (uint8_t)(1u << (h->task & 7));
@@ -775,6 +970,18 @@ static void handle(ps_t *ps, dt_wire_in *in) {
         refuse(ps, id, in, DT_WIRE_E_MALFORMED, msg);
         return;
     }
+}
+
+/* What libzmq itself bounds per connection: whole messages queued each way (a ROUTER drops
+ * replies to a peer past its mark instead of queueing them), the handshake's duration, and
+ * silence (ZMTP heartbeats: a peer that stops answering, even in the middle of a frame, is
+ * dropped). */
+static int limit_socket(void *s, int handshake_ms, dt_error *err) {
+    int hwm = PEER_HWM;
+    if (zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 || zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 ||
+        zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms) != 0)
+        return dt_errorf(err, DT_ENET, "zmq_setsockopt (connection bounds): %s", zmq_strerror(errno));
+    return dt_zsock_heartbeat(s, PEER_SILENCE_MS, err);
 }
 
 static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
@@ -799,6 +1006,16 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
                          zmq_strerror(errno));
     ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, dt_wire_max_frame(ps->n), SHUTDOWN_LINGER_MS, -1, err);
     if (!ps->sock) return dt_error_prefix(err, "ps %d: ", cfg->ps_index);
+    if (limit_socket(ps->sock, cfg->first_message_ms > 0 ? cfg->first_message_ms : (int)(FIRST_MESSAGE_US / 1000), err))
+        return dt_error_prefix(err, "ps %d: ", cfg->ps_index);
+    dt_peers_config pc = {.max_partial_bytes = dt_wire_max_frame(ps->n) + DT_WIRE_HEADER_SIZE,
+                          .first_message_us = cfg->first_message_ms > 0 ? cfg->first_message_ms * INT64_C(1000)
+                                                                        : FIRST_MESSAGE_US,
+                          .message_us = MESSAGE_US,
+                          .max_connections = cfg->max_connections > 0 ? cfg->max_connections : MAX_CONNECTIONS,
+                          .log = cfg->log, .ps_index = cfg->ps_index};
+    pc.budget_bytes = peers_budget(ps);
+    if (dt_peers_open(&ps->peers, ps->ctx, ps->sock, &pc, err)) return dt_error_prefix(err, "ps %d: ", cfg->ps_index);
     char prefix[32];
     snprintf(prefix, sizeof prefix, "ps %d: ", cfg->ps_index);
     if (dt_auth_server_start(&ps->zap, ps->ctx, ps->sock, cfg->auth, cfg->log, prefix, err))
@@ -820,9 +1037,13 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
 
 static void ps_close(ps_t *ps) {
     sync_free(ps);
-    for (int i = 0; i < ps->n_pending; i++) zmq_msg_close(&ps->pending[i].identity);
+    for (int i = 0; i < ps->n_pending; i++) {
+        zmq_msg_close(&ps->pending[i].identity);
+        dt_peer_unref(ps->pending[i].peer);
+    }
     free(ps->pending);
     dt_auth_server_stop(ps->zap);
+    dt_peers_close(ps->peers); /* peers still referenced by replies in flight live on until those are freed */
     if (ps->sock) zmq_close(ps->sock);
     if (ps->ctx) zmq_ctx_term(ps->ctx); /* waits at most the socket linger to flush the last replies */
     for (int i = 0; i < ps->n_snaps; i++) free(ps->snaps[i].data); /* libzmq holds none after term */
@@ -839,6 +1060,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
     const int poll_ms = cfg->poll_ms > 0 ? cfg->poll_ms : 100;
     ps.last_message_us = now_us();
     while (rc == DT_OK && !ps.shutdown) {
+        dt_peers_events(ps.peers, on_peer_gone, &ps);
         if (cfg->stop && *cfg->stop) {
             ps_log(&ps, "stopped by a signal at global step %lld", (long long)ps.step);
             rc = dt_errorf(err, DT_EINTR, "ps %d: stopped by a signal", cfg->ps_index);
@@ -857,19 +1079,25 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
                            cfg->idle_timeout_ms / 1000, (long long)ps.step);
             break;
         }
-        zmq_pollitem_t item = {.socket = ps.sock, .events = ZMQ_POLLIN};
-        int n = zmq_poll(&item, 1, poll_ms);
+        if (ps.n_pending) pending_filter(&ps, keep_fresh, &now);
+        zmq_pollitem_t items[2] = {{.socket = ps.sock, .events = ZMQ_POLLIN},
+                                   {.socket = dt_peers_socket(ps.peers), .events = ZMQ_POLLIN}};
+        int64_t check_ms = dt_peers_count(ps.peers) ? dt_peers_check_interval_us(ps.peers) / 1000 : poll_ms;
+        int n = zmq_poll(items, 2, check_ms < poll_ms ? (long)check_ms : poll_ms);
         if (n < 0) {
             if (errno == EINTR) continue;
             rc = dt_errorf(err, DT_ENET, "ps %d: zmq_poll: %s", cfg->ps_index, zmq_strerror(errno));
             break;
         }
-        for (int k = 0; n > 0 && k < BATCH && !ps.shutdown; k++) {
+        int drained = !(items[0].revents & ZMQ_POLLIN);
+        if (items[1].revents & ZMQ_POLLIN) dt_peers_events(ps.peers, on_peer_gone, &ps);
+        for (int k = 0; !drained && k < BATCH && !ps.shutdown; k++) {
             dt_wire_in in;
             dt_error e = {0};
             int r = dt_wire_recv(ps.sock, 1, &in, &e);
             if (r == DT_ETIMEOUT || r == DT_EINTR) {
                 dt_wire_in_close(&in);
+                drained = 1;
                 break;
             }
             if (r == DT_ENET) {
@@ -878,9 +1106,18 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
                 break;
             }
             ps.last_message_us = now_us();
+            ps.peer = dt_peers_of(ps.peers, in.srcfd);
+            dt_peers_delivered(ps.peers, ps.peer, r == DT_OK && in.hdr.role != DT_ROLE_NONE);
             if (r == DT_OK) handle(&ps, &in);
             else if (in.has_identity) refuse(&ps, &in.identity, &in, r == DT_EPROTO ? DT_WIRE_E_VERSION : DT_WIRE_E_MALFORMED, e.msg);
+            ps.peer = NULL;
             dt_wire_in_close(&in);
+        }
+        /* The counters are read with the router drained, so a connection's unread bytes are its
+         * unfinished message, not whole ones waiting here. */
+        if (drained && now_us() - ps.peers_checked_us >= dt_peers_check_interval_us(ps.peers)) {
+            dt_peers_check(ps.peers);
+            ps.peers_checked_us = now_us();
         }
     }
     if (cfg->stats) {
@@ -890,6 +1127,8 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
         cfg->stats->stale = ps.n_stale;
         cfg->stats->pulls = ps.pulls;
         cfg->stats->refused = ps.refused;
+        cfg->stats->cut = ps.peers ? dt_peers_cut_count(ps.peers) : 0;
+        cfg->stats->pending = ps.n_pending;
         cfg->stats->initialised = ps.initialised;
     }
     ps_close(&ps);

@@ -38,6 +38,8 @@ typedef struct {
     uint64_t stale;         /* sync: stale gradients dropped (per worker in the log) */
     uint64_t pulls;         /* PARAMS replies sent */
     uint64_t refused;       /* requests answered with ERROR (malformed, wrong version, not ready...) */
+    uint64_t cut;           /* connections cut off for holding too much (peers.h) */
+    int pending;            /* deferred PULLs still held at return */
     int initialised;
 } dt_ps_stats;
 
@@ -56,6 +58,10 @@ typedef struct {
     void *user;
     dt_ps_stats *stats;     /* filled at return if non-NULL */
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
+    /* Connection bounds (docs/security.md); <= 0: the defaults (10 s, 1024, or less as the
+     * descriptor limit allows). */
+    int first_message_ms;   /* a new connection must send a valid message within this */
+    int max_connections;    /* beyond: the least recently useful connection is cut */
 } dt_ps_config;
 
 /* Serves until SHUTDOWN from the chief (returns 0), *stop (DT_EINTR), the idle deadline or, strict,

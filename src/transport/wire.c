@@ -102,14 +102,16 @@ static uint8_t allowed_flags(uint8_t type) {
     }
 }
 
-/* INIT's sync configuration: all zero (asynchronous), or 1 <= aggregate <= total <= the replica
- * limit and a staleness within its limit. */
+/* INIT's sync configuration: asynchronous (aggregate 0, staleness 0, total = the workers, 0 if
+ * not told), or 1 <= aggregate <= total <= the replica limit and a staleness within its limit. */
 static int check_sync_config(const dt_wire_header *h, dt_error *err) {
     if (h->count_a == 0) {
-        if (h->count_b || h->count_c)
+        if (h->count_c)
             return dt_errorf(err, DT_EFORMAT, "INIT header: asynchronous (replicas_to_aggregate 0) with "
-                             "total_num_replicas %llu, staleness %llu (must be 0)",
-                             (unsigned long long)h->count_b, (unsigned long long)h->count_c);
+                             "staleness %llu (must be 0)", (unsigned long long)h->count_c);
+        if (h->count_b > DT_WIRE_MAX_REPLICAS)
+            return dt_errorf(err, DT_EFORMAT, "INIT header: %llu workers, beyond the limit %u",
+                             (unsigned long long)h->count_b, DT_WIRE_MAX_REPLICAS);
         return DT_OK;
     }
     if (h->count_b < h->count_a || h->count_b > DT_WIRE_MAX_REPLICAS)
@@ -320,6 +322,7 @@ const char *dt_wire_status_name(int32_t status) {
     case DT_WIRE_E_GONE: return "step no longer kept";
     case DT_WIRE_E_RESYNC: return "re-initialised: pull again";
     case DT_WIRE_E_LOST: return "worker lost (strict)";
+    case DT_WIRE_E_NOMEM: return "out of memory";
     }
     return "unknown status";
 }

@@ -20,7 +20,7 @@
 #include "dtrain.h"
 
 #define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
-#define DT_WIRE_VERSION 3u              /* 3: INIT generations, worker liveness (docs/protocol.md) */
+#define DT_WIRE_VERSION 4u              /* 4: INIT tells the workers in async mode too; status 112 (docs/protocol.md) */
 #define DT_WIRE_HEADER_SIZE 104u
 #define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
 #define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
@@ -78,6 +78,7 @@ enum {
     DT_WIRE_E_RESYNC = 110,      /* the ps's step is not what the request assumes (the chief
                                   * re-initialised it: a rollback): pull again */
     DT_WIRE_E_LOST = 111,        /* strict mode: a worker was lost, the job stops */
+    DT_WIRE_E_NOMEM = 112,       /* the ps is out of memory for this request (nothing changed) */
 };
 
 typedef struct {
@@ -101,7 +102,7 @@ typedef struct {
     uint8_t initialised;
     float learning_rate, momentum, beta1, beta2, epsilon; /* INIT, WELCOME, STATE */
     /* Per type (docs/protocol.md): STATUS_REPLY updates applied / PARAMS replies / workers done;
-     * INIT replicas_to_aggregate (0: async) / total_num_replicas / staleness; PUSH_ACK this
+     * INIT replicas_to_aggregate (0: async) / total_num_replicas (async: the workers) / staleness; PUSH_ACK this
      * worker's stale gradients so far; PARAMS microseconds the PULL waited at the ps. */
     uint64_t count_a, count_b, count_c;
 } dt_wire_header;

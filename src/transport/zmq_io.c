@@ -71,6 +71,7 @@ int dt_wire_recv(void *sock, int with_identity, dt_wire_in *in, dt_error *err) {
     zmq_msg_init(&in->identity);
     zmq_msg_init(&in->payload);
     in->has_identity = 0;
+    in->srcfd = -1;
     snprintf(in->peer, sizeof in->peer, "?");
 
     zmq_msg_t head;
@@ -89,6 +90,7 @@ int dt_wire_recv(void *sock, int with_identity, dt_wire_in *in, dt_error *err) {
     }
     const char *addr = zmq_msg_gets(&head, "Peer-Address");
     if (addr) snprintf(in->peer, sizeof in->peer, "%s", addr);
+    in->srcfd = zmq_msg_get(&head, ZMQ_SRCFD); /* only frames from a connection carry it, not the routing id */
 
     int frames = 1, has_payload = 0, more = zmq_msg_more(&head);
     if (more) {

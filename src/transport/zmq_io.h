@@ -39,6 +39,7 @@ typedef struct {
     dt_wire_header hdr;   /* valid when dt_wire_recv returned 0 */
     int has_identity;
     char peer[64];        /* peer IP address (for logs), "?" if unknown */
+    int srcfd;            /* the descriptor of the connection it came on (ZMQ_SRCFD), -1 if unknown */
 } dt_wire_in;
 
 /* Receives one whole multipart message without blocking (DT_ETIMEOUT if none is queued).

@@ -43,6 +43,7 @@ struct dt_ps_client {
     uint32_t next_id;
     atomic_int inflight;      /* zero-copy gradient frames libzmq still references */
     int aggregate, total, staleness; /* sync replicas; aggregate 0: asynchronous */
+    int n_workers;            /* told to every ps in INIT; 0: not told */
     int liveness_ms, strict;
     int last_refusal;         /* DT_WIRE_E_* of the latest ERROR reply (dt_ps_client_last_refusal) */
     dt_ps_client_stats stats;
@@ -349,6 +350,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         c->liveness_ms = cfg->liveness_ms > 0 ? cfg->liveness_ms : 0;
         c->strict = cfg->strict != 0;
     }
+    c->n_workers = cfg->n_workers > 0 && cfg->n_workers <= (int)DT_WIRE_MAX_REPLICAS ? cfg->n_workers : 0;
     atomic_init(&c->inflight, 0);
     c->curve = cfg->auth && cfg->auth->curve;
     int rc = DT_OK;
@@ -444,7 +446,7 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
         h.beta2 = opt->beta2;
         h.epsilon = opt->epsilon;
         h.count_a = (uint64_t)c->aggregate;
-        h.count_b = (uint64_t)c->total;
+        h.count_b = (uint64_t)(c->aggregate ? c->total : c->n_workers);
         h.count_c = (uint64_t)c->staleness;
         h.initialised = (uint8_t)gen;
         h.local_step = c->liveness_ms;

@@ -33,6 +33,8 @@ typedef struct {
      * returns every shard at one step (shards that come back at different steps are pulled again
      * at the newest of them, exactly). */
     int replicas_to_aggregate, total_num_replicas, staleness;
+    int n_workers;                /* worker tasks in the cluster, told to every ps in INIT (a ps
+                                   * refuses messages from other tasks); 0: not told */
     /* Sync mode, sent in INIT: a worker silent this long is lost to the ps, which then waits for
      * the live workers only (0: never); strict: a lost worker stops the job instead. */
     int liveness_ms, strict;

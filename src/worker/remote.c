@@ -380,6 +380,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .replicas_to_aggregate = cfg->replicas_to_aggregate,
         .total_num_replicas = cfg->total_num_replicas,
         .staleness = cfg->staleness,
+        .n_workers = cfg->cluster->n_workers,
         /* Half the request deadline: the ps gives up on a silent worker before the others do. */
         .liveness_ms = r->cfg.request_timeout_ms / 2,
         .strict = cfg->strict,

@@ -1,0 +1,380 @@
+#include "ps/peers.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+#define LOG_CUTS 20                 /* cuts logged one by one; later ones only counted */
+#define PARTIAL_SLACK (256u << 10)  /* bytes of ZMTP framing and heartbeats not in any message */
+#define STRIKES 2                   /* checks in a row past the size bound before a cut */
+
+struct dt_peer {
+    atomic_int refs;        /* the table's (while open) + each holder's */
+    atomic_int replies;     /* large replies libzmq still holds for this peer */
+    int fd, open, cut, tcp, valid, strikes;
+    uint64_t serial;
+    struct sockaddr_storage addr; /* getpeername at accept: tells a reused descriptor apart */
+    socklen_t addr_len;
+    char name[64];          /* address for the log */
+    int64_t accepted_us, useful_us; /* accept time; latest valid message (or accept) */
+    int64_t big_since_us;   /* when the unfinished message passed PARTIAL_SLACK (0: it has not) */
+    uint64_t base;          /* kernel-received bytes, less unread, when the latest message arrived */
+    uint64_t partial;       /* at the latest check: bytes of an unfinished message */
+};
+
+struct dt_peers {
+    dt_peers_config cfg;
+    void *mon;              /* PAIR connected to the router's monitor */
+    dt_peer **by_fd;
+    int cap, n_open;
+    uint64_t serial, cuts;
+    uint64_t budget;        /* unfinished messages of all connections together */
+    int warned_limit;
+};
+
+static int64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void peers_log(dt_peers *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void peers_log(dt_peers *p, const char *fmt, ...) {
+    if (!p->cfg.log) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(p->cfg.log, "ps %d: ", p->cfg.ps_index);
+    vfprintf(p->cfg.log, fmt, ap);
+    fputc('\n', p->cfg.log);
+    fflush(p->cfg.log);
+    va_end(ap);
+}
+
+void dt_peer_ref(dt_peer *peer) {
+    if (peer) atomic_fetch_add(&peer->refs, 1);
+}
+
+void dt_peer_unref(dt_peer *peer) {
+    if (peer && atomic_fetch_sub(&peer->refs, 1) == 1) free(peer);
+}
+
+int dt_peer_reply_begin(dt_peer *peer, int max) {
+    if (!peer) return 1;
+    if (atomic_load(&peer->replies) >= max) return 0;
+    atomic_fetch_add(&peer->replies, 1);
+    dt_peer_ref(peer);
+    return 1;
+}
+
+void dt_peer_reply_done(dt_peer *peer) {
+    if (!peer) return;
+    atomic_fetch_sub(&peer->replies, 1);
+    dt_peer_unref(peer);
+}
+
+int dt_peers_open(dt_peers **out, void *ctx, void *router, const dt_peers_config *cfg, dt_error *err) {
+    *out = NULL;
+    dt_peers *p = dt_calloc(1, sizeof *p, "ps connection table", err);
+    if (!p) return DT_ENOMEM;
+    p->cfg = *cfg;
+    p->budget = cfg->budget_bytes;
+    /* Connections cost a descriptor each: take the hard limit, so the bound below is ours. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max > 1048576 ? 1048576 : rl.rlim_max;
+        if (want > rl.rlim_cur) {
+            rl.rlim_cur = want;
+            setrlimit(RLIMIT_NOFILE, &rl); /* best effort: the bound below follows what we got */
+        }
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        /* Keep a quarter of the descriptors (at least 32) for files and libzmq's own. */
+        long usable = (long)rl.rlim_cur - ((long)rl.rlim_cur / 4 > 32 ? (long)rl.rlim_cur / 4 : 32);
+        if (usable < 8) usable = 8;
+        if (p->cfg.max_connections <= 0 || p->cfg.max_connections > usable) p->cfg.max_connections = (int)usable;
+    }
+    if (p->cfg.max_connections <= 0) p->cfg.max_connections = 1024;
+    char ep[64];
+    snprintf(ep, sizeof ep, "inproc://dtrain-ps-peers-%p", (void *)p);
+    if (zmq_socket_monitor(router, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+        int rc = dt_errorf(err, DT_ENET, "zmq_socket_monitor: %s", zmq_strerror(errno));
+        free(p);
+        return rc;
+    }
+    int zero = 0, linger = 0;
+    p->mon = zmq_socket(ctx, ZMQ_PAIR);
+    /* RCVHWM 0: no event is dropped however many connections arrive at once. */
+    if (!p->mon || zmq_setsockopt(p->mon, ZMQ_RCVHWM, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(p->mon, ZMQ_LINGER, &linger, sizeof linger) != 0 || zmq_connect(p->mon, ep) != 0) {
+        int rc = dt_errorf(err, DT_ENET, "connection monitor: %s", zmq_strerror(errno));
+        dt_peers_close(p);
+        return rc;
+    }
+    *out = p;
+    return DT_OK;
+}
+
+static void drop(dt_peers *p, int fd, void (*gone)(void *, dt_peer *), void *user) {
+    if (fd < 0 || fd >= p->cap || !p->by_fd[fd]) return;
+    dt_peer *peer = p->by_fd[fd];
+    p->by_fd[fd] = NULL;
+    peer->open = 0;
+    p->n_open--;
+    if (gone) gone(user, peer);
+    dt_peer_unref(peer);
+}
+
+void dt_peers_close(dt_peers *p) {
+    if (!p) return;
+    for (int fd = 0; fd < p->cap; fd++) drop(p, fd, NULL, NULL);
+    free(p->by_fd);
+    if (p->mon) zmq_close(p->mon);
+    free(p);
+}
+
+void *dt_peers_socket(dt_peers *p) { return p->mon; }
+
+static dt_peer *add(dt_peers *p, int fd, void (*gone)(void *, dt_peer *), void *user) {
+    if (fd < 0) return NULL;
+    if (fd >= p->cap) {
+        int cap = p->cap ? p->cap : 256;
+        while (cap <= fd) cap *= 2;
+        dt_peer **t = realloc(p->by_fd, (size_t)cap * sizeof *t);
+        if (!t) return NULL; /* not watched: the socket limits still apply */
+        memset(t + p->cap, 0, (size_t)(cap - p->cap) * sizeof *t);
+        p->by_fd = t, p->cap = cap;
+    }
+    drop(p, fd, gone, user); /* a close we did not hear of: that descriptor was reused */
+    dt_peer *peer = calloc(1, sizeof *peer);
+    if (!peer) return NULL;
+    atomic_init(&peer->refs, 1);
+    atomic_init(&peer->replies, 0);
+    peer->fd = fd;
+    peer->open = 1;
+    peer->serial = ++p->serial;
+    peer->accepted_us = peer->useful_us = now_us();
+    peer->addr_len = sizeof peer->addr;
+    if (getpeername(fd, (struct sockaddr *)&peer->addr, &peer->addr_len) != 0) peer->addr_len = 0;
+    snprintf(peer->name, sizeof peer->name, "a local client");
+    if (peer->addr.ss_family == AF_INET || peer->addr.ss_family == AF_INET6) {
+        char host[INET6_ADDRSTRLEN] = "?";
+        int port = 0;
+        if (peer->addr.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&peer->addr;
+            inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+            port = ntohs(a->sin_port);
+        } else {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&peer->addr;
+            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+            port = ntohs(a->sin6_port);
+        }
+        snprintf(peer->name, sizeof peer->name, "%s:%d", host, port);
+        struct tcp_info ti;
+        socklen_t len = sizeof ti;
+        peer->tcp = getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+                    len >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received;
+    }
+    p->by_fd[fd] = peer;
+    p->n_open++;
+    return peer;
+}
+
+/* Bytes libzmq has read from the connection: received by the kernel less what is still unread. */
+static int libzmq_read(const dt_peer *peer, uint64_t *out) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    int unread = 0;
+    if (getsockopt(peer->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ioctl(peer->fd, SIOCINQ, &unread) != 0)
+        return -1;
+    *out = ti.tcpi_bytes_received - (uint64_t)(unread > 0 ? unread : 0);
+    return 0;
+}
+
+void dt_peers_events(dt_peers *p, void (*gone)(void *, dt_peer *), void *user) {
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, p->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        int more = zmq_msg_more(&ev);
+        uint16_t event = 0;
+        int32_t value = -1;
+        if (zmq_msg_size(&ev) >= 6) {
+            const uint8_t *d = zmq_msg_data(&ev);
+            memcpy(&event, d, 2);
+            memcpy(&value, d + 2, 4);
+        }
+        zmq_msg_close(&ev);
+        while (more) { /* the endpoint frame: not needed */
+            zmq_msg_init(&addr);
+            more = zmq_msg_recv(&addr, p->mon, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&addr);
+            zmq_msg_close(&addr);
+        }
+        if (event == ZMQ_EVENT_ACCEPTED) add(p, value, gone, user);
+        else if (event == ZMQ_EVENT_DISCONNECTED) drop(p, value, gone, user);
+    }
+}
+
+dt_peer *dt_peers_of(dt_peers *p, int fd) {
+    if (fd < 0) return NULL;
+    if (fd < p->cap && p->by_fd[fd]) return p->by_fd[fd];
+    return add(p, fd, NULL, NULL); /* its ACCEPTED event is still on the way */
+}
+
+void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid) {
+    (void)p;
+    if (!peer) return;
+    if (valid) {
+        peer->valid = 1;
+        peer->useful_us = now_us();
+    }
+    uint64_t got;
+    if (peer->tcp && libzmq_read(peer, &got) == 0) peer->base = got;
+    peer->big_since_us = 0;
+    peer->strikes = 0;
+}
+
+/* Cuts a connection: shutdown(2) makes libzmq see it end and free what it holds. The descriptor
+ * is libzmq's; it is checked to still be this connection (not one that reused the number). */
+static void cut(dt_peers *p, dt_peer *peer, const char *why) {
+    struct sockaddr_storage now;
+    socklen_t len = sizeof now;
+    if (peer->cut || getpeername(peer->fd, (struct sockaddr *)&now, &len) != 0 || len != peer->addr_len ||
+        memcmp(&now, &peer->addr, len) != 0)
+        return;
+    if (shutdown(peer->fd, SHUT_RDWR) != 0) return;
+    peer->cut = 1;
+    p->cuts++;
+    if (p->cuts <= LOG_CUTS)
+        peers_log(p, "cut off the connection from %s: %s", peer->name, why);
+    else if (p->cuts == LOG_CUTS + 1)
+        peers_log(p, "further connections cut off are counted, not logged");
+}
+
+/* The open connection, not yet cut, that best(a, b) prefers; NULL if none. */
+static dt_peer *pick(dt_peers *p, int (*better)(const dt_peer *a, const dt_peer *b, int64_t now), int64_t now) {
+    dt_peer *best = NULL;
+    for (int fd = 0; fd < p->cap; fd++) {
+        dt_peer *peer = p->by_fd[fd];
+        if (peer && !peer->cut && (!best || better(peer, best, now))) best = peer;
+    }
+    return best;
+}
+
+/* For the descriptor limit: the connection that sent a valid message longest ago (one that never
+ * did before one that did). */
+static int less_useful(const dt_peer *a, const dt_peer *b, int64_t now) {
+    (void)now;
+    if (a->valid != b->valid) return !a->valid;
+    return a->useful_us < b->useful_us;
+}
+
+/* For the memory budget: the largest unfinished message that has been large for over a second
+ * (a healthy transfer finishes; one that does not is the one holding memory). */
+static int holds_more(const dt_peer *a, const dt_peer *b, int64_t now) {
+    int a_old = a->big_since_us && now - a->big_since_us > 1000000;
+    int b_old = b->big_since_us && now - b->big_since_us > 1000000;
+    if (a_old != b_old) return a_old;
+    return a->partial > b->partial;
+}
+
+void dt_peers_check(dt_peers *p) {
+    int64_t now = now_us();
+    char why[192];
+    uint64_t held = 0;
+    int live = 0;
+    for (int fd = 0; fd < p->cap; fd++) {
+        dt_peer *peer = p->by_fd[fd];
+        if (!peer || peer->cut) continue;
+        peer->partial = 0;
+        if (!peer->valid && now - peer->accepted_us > p->cfg.first_message_us) {
+            snprintf(why, sizeof why, "no valid message within %lld s of connecting",
+                     (long long)(p->cfg.first_message_us / 1000000));
+            cut(p, peer, why);
+            continue;
+        }
+        uint64_t got;
+        if (!peer->tcp || libzmq_read(peer, &got) != 0 || got <= peer->base) {
+            peer->big_since_us = 0;
+            live++;
+            continue;
+        }
+        uint64_t partial = peer->partial = got - peer->base;
+        /* Two checks in a row: between draining the router and reading the counters, libzmq may
+         * have finished one more message that the ps has not taken yet. */
+        peer->strikes = partial > p->cfg.max_partial_bytes + PARTIAL_SLACK ? peer->strikes + 1 : 0;
+        if (peer->strikes >= STRIKES) {
+            snprintf(why, sizeof why, "%llu bytes of an unfinished message, more than the largest this ps "
+                     "accepts (%llu)", (unsigned long long)partial, (unsigned long long)p->cfg.max_partial_bytes);
+            cut(p, peer, why);
+            continue;
+        }
+        if (partial <= PARTIAL_SLACK) {
+            peer->big_since_us = 0;
+        } else if (!peer->big_since_us) {
+            peer->big_since_us = now;
+        } else if (now - peer->big_since_us > p->cfg.message_us) {
+            snprintf(why, sizeof why, "a message still unfinished after %lld s (%llu bytes so far)",
+                     (long long)(p->cfg.message_us / 1000000), (unsigned long long)partial);
+            cut(p, peer, why);
+            continue;
+        }
+        held += partial;
+        live++;
+    }
+    /* All connections together: the budget for unfinished messages. */
+    while (held > p->budget) {
+        dt_peer *big = pick(p, holds_more, now);
+        if (!big || !big->big_since_us || now - big->big_since_us <= 1000000) break;
+        snprintf(why, sizeof why, "unfinished messages of all connections hold %llu bytes, more than the budget "
+                 "of %llu, and this one held the most (%llu) for over a second", (unsigned long long)held,
+                 (unsigned long long)p->budget, (unsigned long long)big->partial);
+        held -= big->partial;
+        cut(p, big, why);
+        if (!big->cut) big->big_since_us = 0; /* could not be cut (already gone): do not pick it again */
+        else live--;
+    }
+    if (live > p->cfg.max_connections * 4 / 5 && !p->warned_limit) {
+        p->warned_limit = 1;
+        peers_log(p, "%d connections open, near the limit of %d: the least recently useful ones will be cut", live,
+                  p->cfg.max_connections);
+    } else if (live < p->cfg.max_connections / 2) {
+        p->warned_limit = 0;
+    }
+    for (; live > p->cfg.max_connections; live--) {
+        dt_peer *old = pick(p, less_useful, now);
+        if (!old) break;
+        snprintf(why, sizeof why, "%d connections open (limit %d), and this one was the least recently useful", live,
+                 p->cfg.max_connections);
+        cut(p, old, why);
+        if (!old->cut) old->cut = 1; /* gone already: its close event is on the way */
+    }
+}
+
+void dt_peers_set_budget(dt_peers *p, uint64_t bytes) { p->budget = bytes; }
+
+int dt_peers_count(const dt_peers *p) { return p->n_open; }
+
+/* Often enough that a peer sending at loopback speed gets little past the bound between two
+ * checks, yet at most ~5 checks of a connection per millisecond of CPU-free time overall. */
+int64_t dt_peers_check_interval_us(const dt_peers *p) {
+    int64_t us = (int64_t)p->n_open * 200;
+    return us < 10000 ? 10000 : us > 200000 ? 200000 : us;
+}
+
+uint64_t dt_peers_cut_count(const dt_peers *p) { return p->cuts; }

@@ -1,0 +1,83 @@
+/* The ps's connections, watched and bounded (docs/security.md, "What a peer can make a ps hold").
+ *
+ * ZeroMQ hides a ps's connections behind one ROUTER socket and hands over a message only when all
+ * of its frames are in. ZMQ_MAXMSGSIZE bounds each frame and the high-water marks count whole
+ * messages, so nothing in libzmq bounds what a peer makes it hold before a message is complete: an
+ * endless multipart message, a frame header announcing megabytes followed by silence, or
+ * connections that never send a message at all, up to the descriptor limit. This module sees what
+ * libzmq does not show:
+ *   - a socket monitor reports each connection as it opens and closes, with its descriptor;
+ *   - every message carries the descriptor of the connection it came on (ZMQ_SRCFD);
+ *   - the kernel counts the bytes each TCP connection received (TCP_INFO) and those not yet read
+ *     (FIONREAD).
+ * Received minus unread minus what the ps got as whole messages is what libzmq holds for that peer.
+ * A connection past a bound is cut with shutdown(2) on its descriptor (checked to still be the
+ * same connection): libzmq sees the connection end and frees what it held, the ps logs it once,
+ * and the cluster goes on. A same-host connection (ipc) has no byte counters: only its time
+ * bounds apply (its socket file is reachable by local users only).
+ *
+ * One thread (the ps's) calls everything here, except dt_peer_reply_done (libzmq's I/O thread). */
+#ifndef DT_PS_PEERS_H
+#define DT_PS_PEERS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <zmq.h>
+
+#include "dtrain.h"
+
+typedef struct dt_peer dt_peer;
+typedef struct dt_peers dt_peers;
+
+typedef struct {
+    uint64_t max_partial_bytes; /* a connection may hold at most this much of an unfinished message */
+    int64_t first_message_us;   /* a new connection must send a valid message within this */
+    int64_t message_us;         /* a message, once past 256 KiB, must be complete within this */
+    uint64_t budget_bytes;      /* all connections' unfinished messages together (dt_peers_set_budget) */
+    int max_connections;        /* beyond: the least recently useful connection is cut */
+    FILE *log;                  /* NULL: quiet */
+    int ps_index;               /* for the log lines */
+} dt_peers_config;
+
+/* Watches router (a ROUTER not yet bound: the monitor must see every connection). */
+int dt_peers_open(dt_peers **out, void *ctx, void *router, const dt_peers_config *cfg, dt_error *err);
+void dt_peers_close(dt_peers *p);
+
+/* The monitor socket, to poll for ZMQ_POLLIN beside the router. */
+void *dt_peers_socket(dt_peers *p);
+
+/* Applies the connection events queued so far; gone(user, peer) is called for each connection
+ * that closed (the peer pointer stays valid until the caller drops the references it took). */
+void dt_peers_events(dt_peers *p, void (*gone)(void *user, dt_peer *peer), void *user);
+
+/* The connection with this descriptor (a received message's ZMQ_SRCFD); NULL if unknown. */
+dt_peer *dt_peers_of(dt_peers *p, int fd);
+
+/* A whole message from peer was handed to the ps; valid: it decoded and was from a cluster role. */
+void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid);
+
+/* Enforces the bounds. Call with the router drained, every dt_peers_check_interval_us: 10 ms with
+ * a few connections, up to 200 ms with a thousand (each check reads two kernel counters per
+ * connection). A peer can get at most what its link carries in two intervals past a bound. */
+void dt_peers_check(dt_peers *p);
+int64_t dt_peers_check_interval_us(const dt_peers *p);
+
+/* A new budget for all connections' unfinished messages (the ps knows its workers after INIT). */
+void dt_peers_set_budget(dt_peers *p, uint64_t bytes);
+
+/* Open connections now, and connections cut so far. */
+int dt_peers_count(const dt_peers *p);
+uint64_t dt_peers_cut_count(const dt_peers *p);
+
+/* References: a holder of a dt_peer pointer beyond the current message (a deferred PULL, a reply
+ * libzmq still sends) takes one; the last release frees it. */
+void dt_peer_ref(dt_peer *peer);
+void dt_peer_unref(dt_peer *peer);
+
+/* Large replies (PARAMS, STATE) libzmq still holds for a peer: begin returns 0 (and counts
+ * nothing) when max are already in flight; done is called by the reply's free function (and
+ * drops the reference begin took). */
+int dt_peer_reply_begin(dt_peer *peer, int max);
+void dt_peer_reply_done(dt_peer *peer);
+
+#endif
