@@ -455,6 +455,95 @@ static void test_supervisor(void) {
     dt_net_free(net);
 }
 
+/* ---- A hostile or damaged log folder ------------------------------------------------------------ */
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Occurrences of needle in haystack. */
+static int count_of(const char *haystack, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(haystack, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* What a FILE opened with tmpfile() holds, into buf; closes it. */
+static void drain(FILE *f, char *buf, size_t cap) {
+    rewind(f);
+    size_t got = fread(buf, 1, cap - 1, f);
+    buf[got] = 0;
+    fclose(f);
+}
+
+static void save_logged(const char *dir, const dt_ckpt_run *run, const float *p, const float *s, int64_t step,
+                        int keep, char *logbuf, size_t logcap) {
+    FILE *log = tmpfile();
+    dt_error err = {0};
+    CHECK_MSG(dt_ckpt_save(dir, run, p, s, step, keep, log, NULL, 0, &err) == 0, "%s", err.msg);
+    drain(log, logbuf, logcap);
+}
+
+/* An index naming files outside the log folder (through "..", an absolute path) is never read from
+ * there, and retention never deletes them: the entries are ignored with one warning each, naming the
+ * index file and line. */
+static void test_index_outside_logdir(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 21), fill(s, 2 * n, 22);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512], out[512], victim[600], ip[600], text[4096], log[8192], path[DT_PATH_MAX];
+    subdir(dir, sizeof dir, "escape/L");
+    subdir(out, sizeof out, "escape/out");
+    save_steps(dir, &run, p, s, 1, 2, 5);
+    save_steps(out, &run, p, s, 99, 99, 5); /* a good, newer checkpoint a path-following reader would take */
+    snprintf(victim, sizeof victim, "%s/escape/victim.txt", tmpdir);
+    write_text(victim, "precious\n");
+    snprintf(ip, sizeof ip, "%s/checkpoint", dir);
+    snprintf(text, sizeof text,
+             "model_checkpoint_path: \"../out/model.ckpt-99.safetensors\"\n"
+             "all_model_checkpoint_paths: \"../victim.txt\"\n"
+             "all_model_checkpoint_paths: \"%s/model.ckpt-99.safetensors\"\n"
+             "all_model_checkpoint_paths: \"model.ckpt-1.safetensors\"\n"
+             "all_model_checkpoint_paths: \"model.ckpt-2.safetensors\"\n"
+             "all_model_checkpoint_paths: \"../out/model.ckpt-99.safetensors\"\n",
+             out);
+    write_text(ip, text);
+
+    dt_error err = {0};
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_MSG(strstr(path, "escape/L/model.ckpt-2.safetensors") != NULL, "opened %s", path);
+    CHECK_CONTAINS(log, "checkpoint:1: ignoring checkpoint path \"../out/model.ckpt-99.safetensors\"");
+    CHECK_CONTAINS(log, "checkpoint:2: ignoring checkpoint path \"../victim.txt\"");
+    CHECK_CONTAINS(log, "checkpoint:3: ignoring checkpoint path \"/");
+    CHECK_MSG(count_of(log, "../out/model.ckpt-99") == 1, "one warning per path:\n%s", log); /* lines 1 and 6 */
+    CHECK(strstr(log, "skipping") == NULL); /* nothing outside was even opened */
+
+    /* Retention with max_to_keep 2 over that index: the victim survives, the outside checkpoint too. */
+    save_logged(dir, &run, p, s, 3, 2, log, sizeof log);
+    CHECK_CONTAINS(log, "../victim.txt");
+    save_logged(dir, &run, p, s, 4, 2, log, sizeof log);
+    CHECK_MSG(strstr(log, "victim") == NULL, "the rewritten index no longer names it:\n%s", log);
+    struct stat st;
+    CHECK_MSG(stat(victim, &st) == 0, "%s was deleted", victim);
+    CHECK(file_exists(out, "model.ckpt-99.safetensors"));
+    dt_ckpt_index idx;
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0);
+    CHECK(idx.n_paths == 2 && !strcmp(idx.paths[0], "model.ckpt-3.safetensors") &&
+          !strcmp(idx.paths[1], "model.ckpt-4.safetensors"));
+    dt_ckpt_index_free(&idx);
+    CHECK(!file_exists(dir, "model.ckpt-1.safetensors") && !file_exists(dir, "model.ckpt-2.safetensors"));
+    free(p), free(s);
+    dt_net_free(net);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dtrain_test_checkpoint.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -467,6 +556,7 @@ int main(void) {
     RUN(test_refusals);
     RUN(test_killed_writer);
     RUN(test_supervisor);
+    RUN(test_index_outside_logdir);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -5,7 +5,8 @@
 # previous one with a warning; another model is refused saying what differs; summaries hold cost
 # and accuracy at every --steps_to_validate step with the values the log printed (decoded by an
 # independent Python reader); `dtrain eval` prints the test accuracy the training reported;
-# `dtrain inspect` lists checkpoints and event files; SIGINT saves the step reached.
+# `dtrain inspect` lists checkpoints and event files; SIGINT saves the step reached; an index entry
+# outside the log folder is ignored, never deleted.
 . "$(dirname "$0")/lib.sh"
 src=${DTRAIN_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 py=/usr/bin/python3
@@ -125,5 +126,29 @@ st=$?
 check "SIGINT: exit status 130" test $st -eq 130
 last=$(sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\).safetensors"/\1/p' "$tmp/d/checkpoint" 2>/dev/null)
 check "SIGINT: the step reached was saved (step ${last:-none})" test "${last:-0}" -ge 10
+
+# 9. An index entry outside the log folder ("../victim.txt" as the oldest) is ignored with one
+# warning naming the index file and line; max_to_keep never deletes it. An index naming a file far
+# outside (../../../../etc/passwd) is not read either: the folder's own checkpoints are used.
+cp -r "$tmp/b" "$tmp/e"
+echo precious >"$tmp/victim.txt"
+{ head -1 "$tmp/b/checkpoint"; echo 'all_model_checkpoint_paths: "../victim.txt"'; tail -n +2 "$tmp/b/checkpoint"; } >"$tmp/e/checkpoint"
+train --train_steps 60 --logdir "$tmp/e" --summary_dir= --max_to_keep 2 --save_model_secs 0 >"$tmp/e.out" 2>&1
+check "outside entry: training exits 0" test $? -eq 0
+check "outside entry: one warning naming the index file and line" \
+  test "$(grep -c "warning: $tmp/e/checkpoint:2: ignoring checkpoint path \"../victim.txt\"" "$tmp/e.out")" -eq 1
+check "outside entry: mentioned once in the whole run" test "$(grep -c victim "$tmp/e.out")" -eq 1
+check "outside entry: the file outside is still there" grep -qx precious "$tmp/victim.txt"
+check "outside entry: retention kept 2 (40 and 60), without it" \
+  test "$(sed -n 's/^all_model_checkpoint_paths: "\(.*\)"/\1/p' "$tmp/e/checkpoint" | tr '\n' ' ')" = \
+  "model.ckpt-40.safetensors model.ckpt-60.safetensors "
+mkdir "$tmp/h"
+cp "$tmp/b/model.ckpt-20.safetensors" "$tmp/h/"
+printf 'model_checkpoint_path: "../../../../../../../../etc/passwd"\nall_model_checkpoint_paths: "/etc/passwd"\n' >"$tmp/h/checkpoint"
+"$bin" inspect "$tmp/h" >"$tmp/h.out" 2>"$tmp/h.err"
+check "passwd entry: inspect exits 0 with the folder's checkpoint" grep -q '^global_step: 20' "$tmp/h.out"
+check "passwd entry: ignored with a warning for each line" \
+  test "$(grep -c "$tmp/h/checkpoint:[12]: ignoring checkpoint path .*etc/passwd" "$tmp/h.err")" -eq 2
+check "passwd entry: never opened" test "$(grep -c 'skipping\|passwd: ' "$tmp/h.err")" -eq 0
 
 summary

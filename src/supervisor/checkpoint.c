@@ -87,11 +87,16 @@ static void warn(FILE *log, const char *fmt, ...) {
     fflush(log);
 }
 
+static int update_index(const char *logdir, const char *name, int max_to_keep, FILE *log, int repair,
+                        dt_error *err);
+
 int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params, const float *state,
                  int64_t global_step, int max_to_keep, FILE *log, char *name_out, size_t name_cap,
                  dt_error *err) {
     if (!logdir || !logdir[0]) return dt_errorf(err, DT_EINVAL, "checkpoint: no log folder given");
-    if (global_step < 0) return dt_errorf(err, DT_EINVAL, "checkpoint: negative global step %" PRId64, global_step);
+    if (global_step < 0 || global_step > DT_CKPT_MAX_STEP)
+        return dt_errorf(err, DT_EINVAL, "checkpoint: global step %" PRId64 " out of range (0 to %lld)", global_step,
+                         DT_CKPT_MAX_STEP);
     int slots = run_slots(run), n_views = dt_net_num_views(run->net);
     if (slots > MAX_SLOTS) return dt_errorf(err, DT_EINVAL, "checkpoint: %d optimizer slots", slots);
     if (slots && !state) return dt_errorf(err, DT_EINVAL, "checkpoint: optimizer state missing");
@@ -141,23 +146,7 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     if ((rc = dt_st_write(path, t, nt, meta, nm, err))) goto out;
 
     /* Only now, with the file complete, does the index name it. */
-    dt_ckpt_index idx;
-    dt_error ierr = {0};
-    if (dt_ckpt_index_read(&idx, logdir, &ierr)) {
-        warn(log, "warning: %s; writing a new index that names only %s\n", ierr.msg, name);
-        memset(&idx, 0, sizeof idx);
-    }
-    char **dropped = NULL;
-    int n_dropped = 0;
-    rc = dt_ckpt_index_add(&idx, name, max_to_keep, &dropped, &n_dropped, err);
-    if (!rc) rc = dt_ckpt_index_write(&idx, logdir, err);
-    dt_ckpt_index_free(&idx);
-    for (int i = 0; i < n_dropped && !rc; i++) {
-        char old[DT_PATH_MAX];
-        if (strcmp(dropped[i], name) == 0 || dt_path_join(old, sizeof old, logdir, dropped[i], NULL)) continue;
-        if (unlink(old) != 0 && errno != ENOENT) warn(log, "warning: could not delete old checkpoint %s: %s\n", old, strerror(errno));
-    }
-    dt_ckpt_free_paths(dropped, n_dropped);
+    rc = update_index(logdir, name, max_to_keep, log, 0, err);
     if (!rc && name_out) snprintf(name_out, name_cap, "%s", name);
 out:
     free(t);
@@ -168,32 +157,25 @@ out:
     return rc;
 }
 
-/* ---- Finding the newest good checkpoint ----------------------------------------------------- */
-
-/* Step of "model.ckpt-<digits>.safetensors", or -1 for any other name. */
-static int64_t step_of_name(const char *name) {
-    size_t lp = strlen(DT_CKPT_PREFIX), ls = strlen(DT_CKPT_SUFFIX), n = strlen(name);
-    if (n <= lp + ls || strncmp(name, DT_CKPT_PREFIX, lp) != 0 || strcmp(name + n - ls, DT_CKPT_SUFFIX) != 0)
-        return -1;
-    int64_t step = 0;
-    for (size_t i = lp; i < n - ls; i++) {
-        if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return -1;
-        step = step * 10 + (name[i] - '0');
-    }
-    return step;
-}
+/* ---- The index and the folder -------------------------------------------------------------- */
 
 typedef struct {
     int64_t step;
     char *name;
 } candidate;
 
+static void free_candidates(candidate *c, int n) {
+    for (int i = 0; i < n; i++) free(c[i].name);
+    free(c);
+}
+
 static int cmp_step_desc(const void *a, const void *b) {
     const candidate *x = a, *y = b;
     return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
 }
 
-/* The checkpoint files in logdir, newest first (used when there is no readable index). */
+/* The checkpoint files in logdir (names the index's path rule accepts), newest first (used when
+ * there is no usable index). */
 static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error *err) {
     *out = NULL;
     *n_out = 0;
@@ -203,7 +185,7 @@ static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error
     int n = 0, rc = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        int64_t step = step_of_name(e->d_name);
+        int64_t step = dt_ckpt_name_step(e->d_name);
         if (step < 0) continue;
         candidate *g = realloc(c, (size_t)(n + 1) * sizeof *g);
         char *name = g ? strdup(e->d_name) : NULL;
@@ -218,8 +200,7 @@ static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error
     }
     closedir(d);
     if (rc) {
-        for (int i = 0; i < n; i++) free(c[i].name);
-        free(c);
+        free_candidates(c, n);
         return rc;
     }
     if (n) qsort(c, (size_t)n, sizeof *c, cmp_step_desc);
@@ -228,20 +209,67 @@ static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error
     return 0;
 }
 
+static void warn_ignored(FILE *log, const dt_ckpt_index *idx) {
+    for (int i = 0; i < idx->n_ignored; i++) warn(log, "warning: %s\n", idx->ignored[i]);
+}
+
+/* Makes name (a checkpoint file of logdir) the index's newest, writes the index, then deletes what
+ * retention (max_to_keep) dropped: names the path rule accepted, unlinked in logdir. repair: the
+ * supervisor after a restore: no warnings about the index (dt_ckpt_open_latest gave them), nothing
+ * written if the index already says this. */
+static int update_index(const char *logdir, const char *name, int max_to_keep, FILE *log, int repair,
+                        dt_error *err) {
+    dt_ckpt_index idx;
+    dt_error ierr = {0};
+    int changed = !repair;
+    if (dt_ckpt_index_read(&idx, logdir, &ierr)) {
+        if (!repair) warn(log, "warning: %s; writing a new index that names only %s\n", ierr.msg, name);
+        memset(&idx, 0, sizeof idx);
+        changed = 1;
+    }
+    if (!repair) warn_ignored(log, &idx);
+    if (idx.n_ignored || !idx.model_checkpoint_path || strcmp(idx.model_checkpoint_path, name) != 0) changed = 1;
+    char **dropped = NULL;
+    int n_dropped = 0;
+    int rc = dt_ckpt_index_add(&idx, name, max_to_keep, &dropped, &n_dropped, err);
+    if (!rc && (changed || n_dropped)) rc = dt_ckpt_index_write(&idx, logdir, err);
+    dt_ckpt_index_free(&idx);
+    for (int i = 0; i < n_dropped && !rc; i++) {
+        char old[DT_PATH_MAX];
+        if (strcmp(dropped[i], name) == 0 || dt_path_join(old, sizeof old, logdir, dropped[i], NULL)) continue;
+        if (unlink(old) != 0 && errno != ENOENT) warn(log, "warning: could not delete old checkpoint %s: %s\n", old, strerror(errno));
+    }
+    dt_ckpt_free_paths(dropped, n_dropped);
+    return rc;
+}
+
+int dt_ckpt_adopt(const char *logdir, const char *name, FILE *log, dt_error *err) {
+    if (!logdir || !logdir[0] || !name || dt_ckpt_name_step(name) < 0)
+        return dt_errorf(err, DT_EINVAL, "checkpoint: \"%.64s\" is not a checkpoint file name", name ? name : "");
+    return update_index(logdir, name, 0, log, 1, err);
+}
+
+/* ---- Finding the newest good checkpoint ----------------------------------------------------- */
+
 int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
                         dt_error *err) {
     *out = NULL;
-    candidate *c = NULL;
-    int n = 0, rc;
     dt_ckpt_index idx;
     dt_error ierr = {0};
     if (dt_ckpt_index_read(&idx, logdir, &ierr)) {
         warn(log, "warning: %s; looking for checkpoint files in %s instead\n", ierr.msg, logdir);
         memset(&idx, 0, sizeof idx);
-        if ((rc = scan_folder(&c, &n, logdir, err))) return rc;
-    } else if (idx.n_paths == 0) {
-        /* No index: a first checkpoint whose index write was cut short, or none at all. */
-        if ((rc = scan_folder(&c, &n, logdir, err))) return rc;
+    }
+    warn_ignored(log, &idx);
+    candidate *c = NULL;
+    int n = 0, rc;
+    if (idx.n_paths == 0) {
+        /* No index (or none the path rule leaves anything of): a first checkpoint whose index write was
+         * cut short, or none at all. */
+        if ((rc = scan_folder(&c, &n, logdir, err))) {
+            dt_ckpt_index_free(&idx);
+            return rc;
+        }
     } else {
         if (!(c = dt_calloc((size_t)idx.n_paths, sizeof *c, "checkpoint list", err))) {
             dt_ckpt_index_free(&idx);
@@ -272,11 +300,9 @@ int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const
             break;
         }
         if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", path);
-        warn(log, "warning: skipping checkpoint: %s%s\n", ferr.msg,
-             i + 1 < n ? "; trying the one before it" : "");
+        warn(log, "warning: skipping checkpoint: %s%s\n", ferr.msg, i + 1 < n ? "; trying the one before it" : "");
     }
-    for (int i = 0; i < n; i++) free(c[i].name);
-    free(c);
+    free_candidates(c, n);
     if (rc == 0 && tried > 0)
         return dt_errorf(err, DT_EFORMAT,
                          "%s: none of its %d checkpoint(s) is usable (newest: %s); move them away to start from scratch",
