@@ -544,6 +544,58 @@ static void test_index_outside_logdir(void) {
     dt_net_free(net);
 }
 
+/* A symbolic link in the log folder named like a checkpoint is never followed: not read (whatever it
+ * points to), not adopted; retention removes the link itself (it is in the log folder), never its
+ * target. */
+static void test_symlink_not_followed(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 23), fill(s, 2 * n, 24);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512], out[512], target[600], link[600], path[DT_PATH_MAX], log[8192];
+    subdir(dir, sizeof dir, "link/L");
+    subdir(out, sizeof out, "link/out");
+    save_steps(dir, &run, p, s, 1, 2, 5);
+    save_steps(out, &run, p, s, 3, 3, 5);
+    snprintf(target, sizeof target, "%s/model.ckpt-3.safetensors", out);
+    snprintf(link, sizeof link, "%s/model.ckpt-3.safetensors", dir);
+    CHECK(symlink(target, link) == 0);
+
+    /* Not listed: newer than the index's newest, but a link, so not used. */
+    dt_error err = {0};
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_MSG(strstr(path, "model.ckpt-2.safetensors") != NULL, "opened %s", path);
+    /* Listed as the newest: skipped with a warning naming it. */
+    dt_ckpt_index idx = {0};
+    char **dropped;
+    int nd;
+    for (int i = 1; i <= 3; i++) {
+        char name[64];
+        dt_ckpt_file_name(name, sizeof name, i);
+        CHECK(dt_ckpt_index_add(&idx, name, 5, &dropped, &nd, &err) == 0);
+        dt_ckpt_free_paths(dropped, nd);
+    }
+    CHECK(dt_ckpt_index_write(&idx, dir, &err) == 0);
+    dt_ckpt_index_free(&idx);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_MSG(strstr(path, "model.ckpt-2.safetensors") != NULL, "opened %s", path);
+    CHECK_CONTAINS(log, "model.ckpt-3.safetensors");
+    CHECK_CONTAINS(log, "symbolic link");
+
+    /* Retention drops it: the link goes, the file it pointed to stays whole. */
+    save_steps(dir, &run, p, s, 4, 5, 2);
+    struct stat st;
+    CHECK(lstat(link, &st) != 0);
+    dt_st_file *f = NULL;
+    CHECK_MSG(dt_st_open(&f, target, &err) == 0, "%s", err.msg);
+    dt_st_close(f);
+    free(p), free(s);
+    dt_net_free(net);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dtrain_test_checkpoint.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -557,6 +609,7 @@ int main(void) {
     RUN(test_killed_writer);
     RUN(test_supervisor);
     RUN(test_index_outside_logdir);
+    RUN(test_symlink_not_followed);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -6,7 +6,7 @@
 # and accuracy at every --steps_to_validate step with the values the log printed (decoded by an
 # independent Python reader); `dtrain eval` prints the test accuracy the training reported;
 # `dtrain inspect` lists checkpoints and event files; SIGINT saves the step reached; an index entry
-# outside the log folder is ignored, never deleted.
+# outside the log folder is ignored, never deleted; a symbolic link is not followed.
 . "$(dirname "$0")/lib.sh"
 src=${DTRAIN_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 py=/usr/bin/python3
@@ -150,5 +150,19 @@ check "passwd entry: inspect exits 0 with the folder's checkpoint" grep -q '^glo
 check "passwd entry: ignored with a warning for each line" \
   test "$(grep -c "$tmp/h/checkpoint:[12]: ignoring checkpoint path .*etc/passwd" "$tmp/h.err")" -eq 2
 check "passwd entry: never opened" test "$(grep -c 'skipping\|passwd: ' "$tmp/h.err")" -eq 0
+
+# 10. A symbolic link named like a checkpoint, pointing outside: not read (the previous checkpoint is
+# used, with a warning), and retention removes the link (it is in the log folder), not its target.
+mkdir "$tmp/outside"
+cp "$tmp/b/model.ckpt-40.safetensors" "$tmp/outside/"
+cp -r "$tmp/b" "$tmp/g"
+rm "$tmp/g/model.ckpt-40.safetensors"
+ln -s "$tmp/outside/model.ckpt-40.safetensors" "$tmp/g/model.ckpt-40.safetensors"
+train --train_steps 45 --logdir "$tmp/g" --summary_dir= --max_to_keep 1 >"$tmp/g.out" 2>&1
+check "symlink: training exits 0" test $? -eq 0
+check "symlink: a warning names the link" grep -q "warning: .*$tmp/g/model.ckpt-40.safetensors.*symbolic link" "$tmp/g.out"
+check "symlink: the previous checkpoint is restored" grep -q "restored $tmp/g/model.ckpt-20.safetensors: global step 20" "$tmp/g.out"
+check "symlink: retention removed the link" test ! -L "$tmp/g/model.ckpt-40.safetensors"
+check "symlink: its target is untouched" cmp -s "$tmp/outside/model.ckpt-40.safetensors" "$tmp/b/model.ckpt-40.safetensors"
 
 summary

@@ -291,7 +291,9 @@ int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const
         tried++;
         dt_st_file *f = NULL;
         dt_error ferr = {0};
-        if (dt_st_open(&f, path, &ferr) == 0) {
+        /* Opened without following a symbolic link: the path rule keeps the name in the folder, and
+         * this keeps the file there. */
+        if (dt_st_open_plain(&f, path, &ferr) == 0) {
             if (!dt_st_has_checksum(f))
                 warn(log, "warning: %s carries no checksum (not written by dtrain); using it anyway\n", path);
             *out = f;
@@ -299,6 +301,7 @@ int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const
             rc = 1;
             break;
         }
+        dt_st_close(f);
         if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", path);
         warn(log, "warning: skipping checkpoint: %s%s\n", ferr.msg, i + 1 < n ? "; trying the one before it" : "");
     }

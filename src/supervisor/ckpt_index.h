@@ -13,7 +13,8 @@
  * what it names (restore, eval, inspect, retention) goes through this parser, so a hostile or
  * hand-edited index can make dtrain open or delete only checkpoint files directly in the log folder.
  * Other entries are ignored, with one warning each (dt_ckpt_index.ignored), and dropped when the
- * index is next written. */
+ * index is next written. Symbolic links are the reader's and the deleter's business
+ * (checkpoint.c): never followed. */
 #ifndef DT_SUPERVISOR_CKPT_INDEX_H
 #define DT_SUPERVISOR_CKPT_INDEX_H
 
