@@ -273,7 +273,8 @@ static void test_damaged_newest(void) {
     CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
     CHECK_CONTAINS(path, "model.ckpt-10.safetensors");
     CHECK_CONTAINS(log, "checkpoint:2");
-    /* Saving over a damaged index replaces it, with a warning. */
+    /* Saving over a damaged index replaces it, with a warning; the new index lists the folder's
+     * checkpoint files too, so that retention still covers them. */
     FILE *wl = tmpfile();
     CHECK(dt_ckpt_save(dir, &run, p, s, 11, 5, wl, NULL, 0, &err) == 0);
     rewind(wl);
@@ -282,7 +283,9 @@ static void test_damaged_newest(void) {
     fclose(wl);
     CHECK_CONTAINS(log, "writing a new index");
     dt_ckpt_index idx;
-    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0 && idx.n_paths == 1);
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0 && idx.n_paths == 4);
+    CHECK(idx.n_paths == 4 && !strcmp(idx.paths[0], "model.ckpt-8.safetensors") &&
+          !strcmp(idx.paths[3], "model.ckpt-11.safetensors"));
     dt_ckpt_index_free(&idx);
     free(p), free(s);
     dt_net_free(net);
@@ -596,6 +599,125 @@ static void test_symlink_not_followed(void) {
     dt_net_free(net);
 }
 
+/* Makes index.tmp.<pid> a folder, so this process's next index write fails as a full disk would
+ * make it fail: after the checkpoint file is complete. */
+static void block_index_write(const char *dir, int on) {
+    char t[DT_PATH_MAX];
+    snprintf(t, sizeof t, "%s/checkpoint.tmp.%ld", dir, (long)getpid());
+    if (on) CHECK(mkdir(t, 0755) == 0);
+    else CHECK(rmdir(t) == 0);
+}
+
+/* A checkpoint whose index write failed (model.ckpt-300 complete, the index still naming 200 as its
+ * newest) is found and used at the next start, and retention then deletes it in its turn. */
+static void test_orphan_of_failed_index_write(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 25), fill(s, 2 * n, 26);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512], path[DT_PATH_MAX], log[8192];
+    dt_error err = {0};
+    subdir(dir, sizeof dir, "orphan");
+    save_steps(dir, &run, p, s, 100, 100, 5);
+    save_steps(dir, &run, p, s, 200, 200, 5);
+    block_index_write(dir, 1);
+    CHECK(dt_ckpt_save(dir, &run, p, s, 300, 5, NULL, NULL, 0, &err) != 0);
+    block_index_write(dir, 0);
+    CHECK(file_exists(dir, "model.ckpt-300.safetensors"));
+    dt_ckpt_index idx;
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0 && idx.model_checkpoint_path &&
+          !strcmp(idx.model_checkpoint_path, "model.ckpt-200.safetensors"));
+    dt_ckpt_index_free(&idx);
+
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_MSG(strstr(path, "model.ckpt-300.safetensors") != NULL, "opened %s", path);
+    CHECK_CONTAINS(log, "checkpoint: model.ckpt-300.safetensors is newer than the index's newest "
+                        "(model.ckpt-200.safetensors); using it");
+
+    /* Retention knows it: two more saves with max_to_keep 2 delete it. */
+    save_steps(dir, &run, p, s, 400, 400, 2);
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0);
+    CHECK_MSG(idx.n_paths == 2 && !strcmp(idx.paths[0], "model.ckpt-300.safetensors"), "%d paths", idx.n_paths);
+    dt_ckpt_index_free(&idx);
+    save_steps(dir, &run, p, s, 500, 500, 2);
+    CHECK(!file_exists(dir, "model.ckpt-300.safetensors"));
+    CHECK(!file_exists(dir, "model.ckpt-100.safetensors") && !file_exists(dir, "model.ckpt-200.safetensors"));
+
+    /* A damaged orphan is skipped like any damaged checkpoint. */
+    subdir(dir, sizeof dir, "orphan_bad");
+    save_steps(dir, &run, p, s, 100, 100, 5);
+    save_steps(dir, &run, p, s, 200, 200, 5);
+    block_index_write(dir, 1);
+    CHECK(dt_ckpt_save(dir, &run, p, s, 300, 5, NULL, NULL, 0, &err) != 0);
+    block_index_write(dir, 0);
+    damage(dir, "model.ckpt-300.safetensors", 100, -1);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_MSG(strstr(path, "model.ckpt-200.safetensors") != NULL, "opened %s", path);
+    CHECK_CONTAINS(log, "model.ckpt-300.safetensors: checksum mismatch");
+    free(p), free(s);
+    dt_net_free(net);
+}
+
+/* The supervisor over a hostile index and an orphan: restores the orphan, warns about an ignored
+ * entry once in the whole run (the index is put right at restore, so saves do not warn again), and
+ * retention leaves the file outside alone. */
+static void test_supervisor_index_repair(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    fake_state fs = {dt_alloc_floats(n, "p", NULL), dt_alloc_floats(2 * n, "s", NULL), n, 0, 0, 0};
+    fill(fs.p, n, 29), fill(fs.s, 2 * n, 30);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512], victim[600], ip[600], log[16384];
+    subdir(dir, sizeof dir, "sv2/ckpt");
+    save_steps(dir, &run, fs.p, fs.s, 1, 2, 5);
+    dt_error err = {0};
+    block_index_write(dir, 1);
+    CHECK(dt_ckpt_save(dir, &run, fs.p, fs.s, 3, 5, NULL, NULL, 0, &err) != 0);
+    block_index_write(dir, 0);
+    snprintf(victim, sizeof victim, "%s/sv2/victim.txt", tmpdir);
+    write_text(victim, "precious\n");
+    snprintf(ip, sizeof ip, "%s/checkpoint", dir);
+    write_text(ip, "model_checkpoint_path: \"model.ckpt-2.safetensors\"\n"
+                   "all_model_checkpoint_paths: \"../victim.txt\"\n"
+                   "all_model_checkpoint_paths: \"model.ckpt-1.safetensors\"\n"
+                   "all_model_checkpoint_paths: \"model.ckpt-2.safetensors\"\n");
+
+    FILE *lf = tmpfile();
+    dt_supervisor_config cfg = {.logdir = dir, .save_secs = 0, .max_to_keep = 2, .run = run,
+                                .snapshot = fake_snapshot, .user = &fs, .log = lf};
+    dt_supervisor *sv = NULL;
+    const float *rp, *rs;
+    int64_t rstep = -1;
+    CHECK_MSG(dt_supervisor_open(&sv, &cfg, &err) == 0, "%s", err.msg);
+    if (!sv) return;
+    CHECK(dt_supervisor_restored(sv, &rp, &rs, &rstep) == 1 && rstep == 3);
+    /* The index names the orphan at once (nothing deleted at restore). */
+    dt_ckpt_index idx;
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0 && idx.model_checkpoint_path &&
+          !strcmp(idx.model_checkpoint_path, "model.ckpt-3.safetensors") && idx.n_paths == 3);
+    dt_ckpt_index_free(&idx);
+    fs.step = 3;
+    CHECK(dt_supervisor_started(sv, 3, &err) == 0);
+    fs.step = 4;
+    CHECK(dt_supervisor_final(sv, NULL, NULL, &err) == 0);
+    dt_supervisor_close(sv);
+    drain(lf, log, sizeof log);
+    CHECK_MSG(count_of(log, "victim.txt") == 1, "one warning about the entry in the run:\n%s", log);
+    CHECK_CONTAINS(log, "checkpoint:2: ignoring checkpoint path \"../victim.txt\"");
+    CHECK_CONTAINS(log, "model.ckpt-3.safetensors is newer than the index's newest (model.ckpt-2.safetensors)");
+    struct stat st;
+    CHECK_MSG(stat(victim, &st) == 0, "%s was deleted", victim);
+    CHECK(file_exists(dir, "model.ckpt-3.safetensors") && file_exists(dir, "model.ckpt-4.safetensors"));
+    CHECK(!file_exists(dir, "model.ckpt-1.safetensors") && !file_exists(dir, "model.ckpt-2.safetensors"));
+    free(fs.p), free(fs.s);
+    dt_net_free(net);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dtrain_test_checkpoint.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -610,6 +732,8 @@ int main(void) {
     RUN(test_supervisor);
     RUN(test_index_outside_logdir);
     RUN(test_symlink_not_followed);
+    RUN(test_orphan_of_failed_index_write);
+    RUN(test_supervisor_index_repair);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -6,7 +6,8 @@
 # and accuracy at every --steps_to_validate step with the values the log printed (decoded by an
 # independent Python reader); `dtrain eval` prints the test accuracy the training reported;
 # `dtrain inspect` lists checkpoints and event files; SIGINT saves the step reached; an index entry
-# outside the log folder is ignored, never deleted; a symbolic link is not followed.
+# outside the log folder is ignored, never deleted; a symbolic link is not followed; a checkpoint
+# whose index write failed is used at the next start and deleted by retention in its turn.
 . "$(dirname "$0")/lib.sh"
 src=${DTRAIN_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 py=/usr/bin/python3
@@ -164,5 +165,19 @@ check "symlink: a warning names the link" grep -q "warning: .*$tmp/g/model.ckpt-
 check "symlink: the previous checkpoint is restored" grep -q "restored $tmp/g/model.ckpt-20.safetensors: global step 20" "$tmp/g.out"
 check "symlink: retention removed the link" test ! -L "$tmp/g/model.ckpt-40.safetensors"
 check "symlink: its target is untouched" cmp -s "$tmp/outside/model.ckpt-40.safetensors" "$tmp/b/model.ckpt-40.safetensors"
+
+# 11. The index write after model.ckpt-40 failed (the index still names 20 as the newest): the next
+# start uses 40, saying so, and retention deletes it in its turn.
+cp -r "$tmp/b" "$tmp/f"
+printf 'model_checkpoint_path: "model.ckpt-20.safetensors"\nall_model_checkpoint_paths: "model.ckpt-0.safetensors"\nall_model_checkpoint_paths: "model.ckpt-20.safetensors"\n' >"$tmp/f/checkpoint"
+train --train_steps 45 --logdir "$tmp/f" --summary_dir= --max_to_keep 2 >"$tmp/f.out" 2>&1
+check "orphan: training exits 0" test $? -eq 0
+check "orphan: the log says the newer file is used" \
+  grep -qF "checkpoint: model.ckpt-40.safetensors is newer than the index's newest (model.ckpt-20.safetensors); using it" "$tmp/f.out"
+check "orphan: restored step 40" grep -q "restored $tmp/f/model.ckpt-40.safetensors: global step 40" "$tmp/f.out"
+check "orphan: resumes at 40 and ends at 45" grep -q '^trained 5 local steps.*global step 45' "$tmp/f.out"
+train --train_steps 50 --logdir "$tmp/f" --summary_dir= --max_to_keep 2 >"$tmp/f2.out" 2>&1
+check "orphan: retention deleted it two saves later" test ! -e "$tmp/f/model.ckpt-40.safetensors" -a "$(ls "$tmp/f" | tr '\n' ' ')" = \
+  "checkpoint model.ckpt-45.safetensors model.ckpt-50.safetensors "
 
 summary

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -162,6 +163,7 @@ out:
 typedef struct {
     int64_t step;
     char *name;
+    int orphan;   /* not listed by the index, newer than its newest */
 } candidate;
 
 static void free_candidates(candidate *c, int n) {
@@ -174,9 +176,17 @@ static int cmp_step_desc(const void *a, const void *b) {
     return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
 }
 
-/* The checkpoint files in logdir (names the index's path rule accepts), newest first (used when
- * there is no usable index). */
-static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error *err) {
+static int is_listed(const dt_ckpt_index *idx, const char *name) {
+    for (int i = 0; i < idx->n_paths; i++)
+        if (strcmp(idx->paths[i], name) == 0) return 1;
+    return 0;
+}
+
+/* The checkpoint files of logdir (names the index's path rule accepts) with a step above `above` that
+ * idx does not list, newest first. regular_only: regular files only (lstat, so a symbolic link is not
+ * followed), for adding to the index; readers get links too, and refuse them with a warning. */
+static int scan_folder(candidate **out, int *n_out, const char *logdir, int64_t above, const dt_ckpt_index *idx,
+                       int regular_only, dt_error *err) {
     *out = NULL;
     *n_out = 0;
     DIR *d = opendir(logdir);
@@ -186,7 +196,14 @@ static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error
     struct dirent *e;
     while ((e = readdir(d))) {
         int64_t step = dt_ckpt_name_step(e->d_name);
-        if (step < 0) continue;
+        if (step < 0 || step <= above || is_listed(idx, e->d_name)) continue;
+        if (regular_only) {
+            char path[DT_PATH_MAX];
+            struct stat st;
+            if (dt_path_join(path, sizeof path, logdir, e->d_name, NULL) || lstat(path, &st) != 0 ||
+                !S_ISREG(st.st_mode))
+                continue;
+        }
         candidate *g = realloc(c, (size_t)(n + 1) * sizeof *g);
         char *name = g ? strdup(e->d_name) : NULL;
         if (!g || !name) {
@@ -195,7 +212,7 @@ static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error
             break;
         }
         c = g;
-        c[n++] = (candidate){step, name};
+        c[n++] = (candidate){step, name, 0};
         if (n >= DT_CKPT_MAX_PATHS) break;
     }
     closedir(d);
@@ -213,25 +230,55 @@ static void warn_ignored(FILE *log, const dt_ckpt_index *idx) {
     for (int i = 0; i < idx->n_ignored; i++) warn(log, "warning: %s\n", idx->ignored[i]);
 }
 
-/* Makes name (a checkpoint file of logdir) the index's newest, writes the index, then deletes what
- * retention (max_to_keep) dropped: names the path rule accepted, unlinked in logdir. repair: the
- * supervisor after a restore: no warnings about the index (dt_ckpt_open_latest gave them), nothing
- * written if the index already says this. */
+/* Makes name (a checkpoint file of logdir) the index's newest and writes the index. First it adds
+ * the regular checkpoint files newer than the index's newest that the index does not list (all of
+ * them without a readable index), oldest first: a checkpoint whose index write failed (a full disk)
+ * is complete, and only listed files are ever deleted by retention. Then deletes what retention
+ * (max_to_keep) dropped: names the path rule accepted, unlinked in logdir (a symbolic link is removed
+ * itself, its target never). repair: the supervisor after a restore: no warnings about the index
+ * (dt_ckpt_open_latest gave them), nothing written if the index already says this. */
 static int update_index(const char *logdir, const char *name, int max_to_keep, FILE *log, int repair,
                         dt_error *err) {
     dt_ckpt_index idx;
     dt_error ierr = {0};
     int changed = !repair;
     if (dt_ckpt_index_read(&idx, logdir, &ierr)) {
-        if (!repair) warn(log, "warning: %s; writing a new index that names only %s\n", ierr.msg, name);
+        if (!repair) warn(log, "warning: %s; writing a new index from the checkpoint files in the folder\n", ierr.msg);
         memset(&idx, 0, sizeof idx);
         changed = 1;
     }
     if (!repair) warn_ignored(log, &idx);
     if (idx.n_ignored || !idx.model_checkpoint_path || strcmp(idx.model_checkpoint_path, name) != 0) changed = 1;
-    char **dropped = NULL;
-    int n_dropped = 0;
-    int rc = dt_ckpt_index_add(&idx, name, max_to_keep, &dropped, &n_dropped, err);
+    char old_newest[64];
+    snprintf(old_newest, sizeof old_newest, "%s", idx.model_checkpoint_path ? idx.model_checkpoint_path : "");
+
+    candidate *c = NULL;
+    int n = 0, rc, n_dropped = 0, adopted = 0;
+    char **dropped = NULL, names[256] = "";
+    rc = scan_folder(&c, &n, logdir, idx.model_checkpoint_path ? dt_ckpt_name_step(idx.model_checkpoint_path) : -1,
+                     &idx, 1, err);
+    for (int i = n - 1; i >= 0 && !rc; i--) {
+        if (strcmp(c[i].name, name) == 0) continue;
+        if ((rc = dt_ckpt_index_add(&idx, c[i].name, 0, &dropped, &n_dropped, err))) break;
+        dt_ckpt_free_paths(dropped, n_dropped);
+        dropped = NULL;
+        n_dropped = 0;
+        if (adopted++ < 3) {
+            size_t l = strlen(names);
+            snprintf(names + l, sizeof names - l, "%s%s", l ? ", " : "", c[i].name);
+        }
+    }
+    free_candidates(c, n);
+    if (!rc && adopted) {
+        changed = 1;
+        if (old_newest[0])
+            warn(log, "checkpoint: %d file(s) newer than the index's newest (%s) were not in it: %s%s; adding them, so "
+                      "that max_to_keep covers them\n", adopted, old_newest, names, adopted > 3 ? ", ..." : "");
+        else
+            warn(log, "checkpoint: adding the folder's %d checkpoint file(s) to the new index: %s%s\n", adopted, names,
+                 adopted > 3 ? ", ..." : "");
+    }
+    if (!rc) rc = dt_ckpt_index_add(&idx, name, max_to_keep, &dropped, &n_dropped, err);
     if (!rc && (changed || n_dropped)) rc = dt_ckpt_index_write(&idx, logdir, err);
     dt_ckpt_index_free(&idx);
     for (int i = 0; i < n_dropped && !rc; i++) {
@@ -261,28 +308,33 @@ int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const
         memset(&idx, 0, sizeof idx);
     }
     warn_ignored(log, &idx);
+    /* Candidates: the files the index does not list that are newer than its newest (without an index,
+     * every checkpoint file), highest step first, then the index's entries, newest first. A checkpoint
+     * whose index write failed is complete and newer than anything listed. */
     candidate *c = NULL;
     int n = 0, rc;
-    if (idx.n_paths == 0) {
-        /* No index (or none the path rule leaves anything of): a first checkpoint whose index write was
-         * cut short, or none at all. */
-        if ((rc = scan_folder(&c, &n, logdir, err))) {
-            dt_ckpt_index_free(&idx);
-            return rc;
-        }
-    } else {
-        if (!(c = dt_calloc((size_t)idx.n_paths, sizeof *c, "checkpoint list", err))) {
-            dt_ckpt_index_free(&idx);
-            return DT_ENOMEM;
-        }
-        for (int i = idx.n_paths - 1; i >= 0; i--) {
-            c[n++] = (candidate){0, idx.paths[i]};
-            idx.paths[i] = NULL;
+    char newest[64];
+    snprintf(newest, sizeof newest, "%s", idx.model_checkpoint_path ? idx.model_checkpoint_path : "");
+    rc = scan_folder(&c, &n, logdir, newest[0] ? dt_ckpt_name_step(newest) : -1, &idx, 0, err);
+    if (!rc && idx.n_paths) {
+        candidate *g = realloc(c, (size_t)(n + idx.n_paths) * sizeof *g);
+        if (!g) {
+            rc = dt_errorf(err, DT_ENOMEM, "out of memory listing the checkpoints of %s", logdir);
+        } else {
+            c = g;
+            for (int i = 0; i < n; i++) c[i].orphan = 1;
+            for (int i = idx.n_paths - 1; i >= 0; i--) {
+                c[n++] = (candidate){dt_ckpt_name_step(idx.paths[i]), idx.paths[i], 0};
+                idx.paths[i] = NULL;
+            }
         }
     }
     dt_ckpt_index_free(&idx);
+    if (rc) {
+        free_candidates(c, n);
+        return rc;
+    }
 
-    rc = 0;
     int tried = 0;
     char first_bad[DT_PATH_MAX] = "";
     for (int i = 0; i < n && rc == 0; i++) {
@@ -296,6 +348,8 @@ int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const
         if (dt_st_open_plain(&f, path, &ferr) == 0) {
             if (!dt_st_has_checksum(f))
                 warn(log, "warning: %s carries no checksum (not written by dtrain); using it anyway\n", path);
+            if (c[i].orphan)
+                warn(log, "checkpoint: %s is newer than the index's newest (%s); using it\n", c[i].name, newest);
             *out = f;
             snprintf(path_out, path_cap, "%s", path);
             rc = 1;
