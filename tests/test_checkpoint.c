@@ -661,6 +661,86 @@ static void test_orphan_of_failed_index_write(void) {
     dt_net_free(net);
 }
 
+/* Copies checkpoint `from` of dir to `to` with its global_step tensor replaced: mode 0 an I64 of
+ * value step, 1 an F32, 2 none. The checksum is recomputed, so only the step is wrong. */
+static void forge_step(const char *dir, const char *from, const char *to, int mode, int64_t step) {
+    char src[DT_PATH_MAX], dst[DT_PATH_MAX];
+    snprintf(src, sizeof src, "%s/%s", dir, from);
+    snprintf(dst, sizeof dst, "%s/%s", dir, to);
+    dt_st_file *f = NULL;
+    dt_error err = {0};
+    CHECK_MSG(dt_st_open(&f, src, &err) == 0, "%s", err.msg);
+    if (!f) return;
+    int nt = dt_st_num_tensors(f), k = 0, nm = 0;
+    dt_st_tensor t[32];
+    dt_st_meta meta[16];
+    float fstep = (float)step;
+    for (int i = 0; i < nt && k < 32; i++) {
+        const dt_st_info *x = dt_st_tensor_at(f, i);
+        dt_st_tensor y = {.name = x->name, .dtype = x->dtype, .ndim = x->ndim, .data = x->data};
+        memcpy(y.shape, x->shape, sizeof y.shape);
+        if (!strcmp(x->name, "global_step")) {
+            if (mode == 2) continue;
+            y.data = mode == 0 ? (const void *)&step : (const void *)&fstep;
+            y.dtype = mode == 0 ? DT_ST_I64 : DT_ST_F32;
+        }
+        t[k++] = y;
+    }
+    for (int i = 0; i < dt_st_num_meta(f) && nm < 16; i++) {
+        const char *key, *value;
+        dt_st_meta_at(f, i, &key, &value);
+        if (strcmp(key, DT_ST_CHECKSUM_KEY)) meta[nm++] = (dt_st_meta){key, value};
+    }
+    CHECK_MSG(dt_st_write(dst, t, k, meta, nm, &err) == 0, "%s", err.msg);
+    dt_st_close(f);
+}
+
+/* A checkpoint with a good checksum but an impossible global_step (negative, not its name's step,
+ * not an I64 scalar, missing) is damaged: skipped with a warning, the one before it used, at start
+ * too (the supervisor restores the previous one instead of stopping the run). */
+static void test_impossible_step(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 27), fill(s, 2 * n, 28);
+    dt_ckpt_run run = run_of(net, &opt);
+    const struct {
+        int mode;
+        int64_t step;
+        const char *says;
+    } bad[] = {{0, -5, "-5"}, {0, INT64_MIN, "-9223372036854775808"}, {0, 7, "7"}, {0, INT64_MAX, "9223372036854775807"},
+               {1, 12, "F32"}, {2, 0, "no"}};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        char dir[512], name[32], path[DT_PATH_MAX], log[8192];
+        snprintf(name, sizeof name, "step%zu", b);
+        subdir(dir, sizeof dir, name);
+        save_steps(dir, &run, p, s, 11, 11, 5);
+        save_steps(dir, &run, p, s, 12, 12, 5); /* in the index as the newest; replaced below */
+        forge_step(dir, "model.ckpt-11.safetensors", "model.ckpt-12.safetensors", bad[b].mode, bad[b].step);
+        dt_error err = {0};
+        CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+        CHECK_MSG(strstr(path, "model.ckpt-11.safetensors") != NULL, "case %zu opened %s", b, path);
+        CHECK_CONTAINS(log, "skipping checkpoint");
+        CHECK_CONTAINS(log, "model.ckpt-12.safetensors");
+        CHECK_CONTAINS(log, "global_step");
+        CHECK_CONTAINS(log, bad[b].says);
+
+        FILE *lf = tmpfile();
+        dt_supervisor_config cfg = {.logdir = dir, .max_to_keep = 5, .run = run, .log = lf};
+        dt_supervisor *sv = NULL;
+        const float *rp, *rs;
+        int64_t rstep = -1;
+        CHECK_MSG(dt_supervisor_open(&sv, &cfg, &err) == 0, "case %zu: %s", b, err.msg);
+        CHECK(sv && dt_supervisor_restored(sv, &rp, &rs, &rstep) == 1 && rstep == 11);
+        dt_supervisor_close(sv);
+        fclose(lf);
+    }
+    free(p), free(s);
+    dt_net_free(net);
+}
+
 /* The supervisor over a hostile index and an orphan: restores the orphan, warns about an ignored
  * entry once in the whole run (the index is put right at restore, so saves do not warn again), and
  * retention leaves the file outside alone. */
@@ -733,6 +813,7 @@ int main(void) {
     RUN(test_index_outside_logdir);
     RUN(test_symlink_not_followed);
     RUN(test_orphan_of_failed_index_write);
+    RUN(test_impossible_step);
     RUN(test_supervisor_index_repair);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

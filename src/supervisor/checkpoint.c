@@ -298,6 +298,28 @@ int dt_ckpt_adopt(const char *logdir, const char *name, FILE *log, dt_error *err
 
 /* ---- Finding the newest good checkpoint ----------------------------------------------------- */
 
+/* A checkpoint's global_step must be one it can hold: an I64 scalar from 0 to DT_CKPT_MAX_STEP, and
+ * the step its file name says (the index's order, retention and the folder scan go by the name). A
+ * file can pass its checksum and still fail this (a writer's bug, another tool, a hand-made file):
+ * it is then as damaged as a truncated one, and the one before it is used. */
+static int check_step(const dt_st_file *f, const char *path, int64_t name_step, dt_error *err) {
+    const dt_st_info *gs = dt_st_find(f, DT_CKPT_STEP_TENSOR);
+    if (!gs) return dt_errorf(err, DT_EFORMAT, "%s: no %s tensor (the file is damaged)", path, DT_CKPT_STEP_TENSOR);
+    if (gs->dtype != DT_ST_I64 || gs->count != 1)
+        return dt_errorf(err, DT_EFORMAT, "%s: %s is %s with %" PRIu64 " element(s), not an I64 scalar (the file is "
+                         "damaged)", path, DT_CKPT_STEP_TENSOR, dt_st_dtype_name(gs->dtype), gs->count);
+    int64_t step;
+    int rc = dt_st_read(f, DT_CKPT_STEP_TENSOR, DT_ST_I64, &step, 1, err);
+    if (rc) return rc;
+    if (step < 0 || step > DT_CKPT_MAX_STEP)
+        return dt_errorf(err, DT_EFORMAT, "%s: %s %" PRId64 " is out of range (0 to %lld; the file is damaged)", path,
+                         DT_CKPT_STEP_TENSOR, step, DT_CKPT_MAX_STEP);
+    if (step != name_step)
+        return dt_errorf(err, DT_EFORMAT, "%s: %s %" PRId64 " is not the step its name says (%" PRId64 "; the file is "
+                         "damaged)", path, DT_CKPT_STEP_TENSOR, step, name_step);
+    return 0;
+}
+
 int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
                         dt_error *err) {
     *out = NULL;
@@ -345,7 +367,7 @@ int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const
         dt_error ferr = {0};
         /* Opened without following a symbolic link: the path rule keeps the name in the folder, and
          * this keeps the file there. */
-        if (dt_st_open_plain(&f, path, &ferr) == 0) {
+        if (dt_st_open_plain(&f, path, &ferr) == 0 && check_step(f, path, c[i].step, &ferr) == 0) {
             if (!dt_st_has_checksum(f))
                 warn(log, "warning: %s carries no checksum (not written by dtrain); using it anyway\n", path);
             if (c[i].orphan)
@@ -400,7 +422,8 @@ int dt_ckpt_read_info(const dt_st_file *f, const char *label, dt_ckpt_info *info
         int64_t step;
         int rc = dt_st_read(f, DT_CKPT_STEP_TENSOR, DT_ST_I64, &step, 1, err);
         if (rc) return rc;
-        if (step < 0) return dt_errorf(err, DT_EFORMAT, "%s: negative global_step %" PRId64, label, step);
+        if (step < 0 || step > DT_CKPT_MAX_STEP)
+            return dt_errorf(err, DT_EFORMAT, "%s: global_step %" PRId64 " out of range", label, step);
         info->global_step = step;
     }
     json_t *o = NULL;
@@ -546,7 +569,8 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
     int64_t step;
     int rc = dt_st_read(f, DT_CKPT_STEP_TENSOR, DT_ST_I64, &step, 1, err);
     if (rc) return rc;
-    if (step < 0) return dt_errorf(err, DT_EFORMAT, "%s: negative global_step %" PRId64, label, step);
+    if (step < 0 || step > DT_CKPT_MAX_STEP)
+        return dt_errorf(err, DT_EFORMAT, "%s: global_step %" PRId64 " out of range", label, step);
 
     /* Optimizer state: every slot of this run's optimizer must be there. */
     for (int k = 0; k < slots; k++) {

@@ -67,17 +67,18 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
                  int64_t global_step, int max_to_keep, FILE *log, char *name_out, size_t name_cap,
                  dt_error *err);
 
-/* Opens the newest checkpoint of logdir that reads back whole and passes its checksum. Candidates:
- * the checkpoint files of logdir that the index does not list and that are newer than its newest (a
- * save whose index write failed; "checkpoint: X is newer than the index's newest (Y); using it" on
- * log when one is used), highest step first, then the index's entries, newest first; without a
- * readable index (a warning if it is damaged), every model.ckpt-<step>.safetensors file of logdir,
- * highest step first. Entries the index's path rule ignores get one warning each and are never
- * opened; a symbolic link is never followed. A candidate that is missing, truncated or fails its
- * checksum gets a warning on log naming it and why, and the one before it is tried. Returns 1 with
- * *out open and its path in path_out; 0 when logdir holds no checkpoint (or does not exist);
- * DT_EFORMAT when there are checkpoints but none is usable (naming them). Writes nothing (eval and
- * inspect use it too). */
+/* Opens the newest checkpoint of logdir that reads back whole, passes its checksum and holds a
+ * possible global_step (an I64 scalar from 0 to DT_CKPT_MAX_STEP, the step of its file name).
+ * Candidates: the checkpoint files of logdir that the index does not list and that are newer than its
+ * newest (a save whose index write failed; "checkpoint: X is newer than the index's newest (Y);
+ * using it" on log when one is used), highest step first, then the index's entries, newest first;
+ * without a readable index (a warning if it is damaged), every model.ckpt-<step>.safetensors file
+ * of logdir, highest step first. Entries the index's path rule ignores get one warning each and are
+ * never opened; a symbolic link is never followed. A candidate that is missing, truncated, fails its
+ * checksum or holds an impossible step gets a warning on log naming it and why, and the one before it
+ * is tried. Returns 1 with *out open and its path in path_out; 0 when logdir holds no checkpoint (or
+ * does not exist); DT_EFORMAT when there are checkpoints but none is usable (naming them). Writes
+ * nothing (eval and inspect use it too). */
 int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
                         dt_error *err);
 
