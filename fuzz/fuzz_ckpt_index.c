@@ -10,10 +10,14 @@
 
 #include "supervisor/ckpt_index.h"
 
-/* The rule, restated independently of the parser's own check. */
+/* The rule, restated without the parser's own check: prefix, digits, suffix, nothing else (so no '/'
+ * and no ".."); dt_ckpt_name_step must agree. */
 static int inside_logdir(const char *p) {
-    return p && p[0] && !strchr(p, '/') && strcmp(p, ".") && strcmp(p, "..") &&
-           strncmp(p, DT_CKPT_PREFIX, strlen(DT_CKPT_PREFIX)) == 0 && dt_ckpt_name_step(p) >= 0;
+    size_t lp = strlen(DT_CKPT_PREFIX), ls = strlen(DT_CKPT_SUFFIX), n = p ? strlen(p) : 0;
+    if (n <= lp + ls || strncmp(p, DT_CKPT_PREFIX, lp) != 0 || strcmp(p + n - ls, DT_CKPT_SUFFIX) != 0) return 0;
+    for (size_t i = lp; i < n - ls; i++)
+        if (p[i] < '0' || p[i] > '9') return 0;
+    return !strchr(p, '/') && dt_ckpt_name_step(p) >= 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
