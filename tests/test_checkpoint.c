@@ -273,7 +273,8 @@ static void test_damaged_newest(void) {
     CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
     CHECK_CONTAINS(path, "model.ckpt-10.safetensors");
     CHECK_CONTAINS(log, "checkpoint:2");
-    /* Saving over a damaged index replaces it, with a warning. */
+    /* Saving over a damaged index replaces it, with a warning; the new index lists the folder's
+     * checkpoint files too, so that retention still covers them. */
     FILE *wl = tmpfile();
     CHECK(dt_ckpt_save(dir, &run, p, s, 11, 5, wl, NULL, 0, &err) == 0);
     rewind(wl);
@@ -282,7 +283,9 @@ static void test_damaged_newest(void) {
     fclose(wl);
     CHECK_CONTAINS(log, "writing a new index");
     dt_ckpt_index idx;
-    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0 && idx.n_paths == 1);
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0 && idx.n_paths == 4);
+    CHECK(idx.n_paths == 4 && !strcmp(idx.paths[0], "model.ckpt-8.safetensors") &&
+          !strcmp(idx.paths[3], "model.ckpt-11.safetensors"));
     dt_ckpt_index_free(&idx);
     free(p), free(s);
     dt_net_free(net);
@@ -455,6 +458,346 @@ static void test_supervisor(void) {
     dt_net_free(net);
 }
 
+/* ---- A hostile or damaged log folder ------------------------------------------------------------ */
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Occurrences of needle in haystack. */
+static int count_of(const char *haystack, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(haystack, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* What a FILE opened with tmpfile() holds, into buf; closes it. */
+static void drain(FILE *f, char *buf, size_t cap) {
+    rewind(f);
+    size_t got = fread(buf, 1, cap - 1, f);
+    buf[got] = 0;
+    fclose(f);
+}
+
+static void save_logged(const char *dir, const dt_ckpt_run *run, const float *p, const float *s, int64_t step,
+                        int keep, char *logbuf, size_t logcap) {
+    FILE *log = tmpfile();
+    dt_error err = {0};
+    CHECK_MSG(dt_ckpt_save(dir, run, p, s, step, keep, log, NULL, 0, &err) == 0, "%s", err.msg);
+    drain(log, logbuf, logcap);
+}
+
+/* An index naming files outside the log folder (through "..", an absolute path) is never read from
+ * there, and retention never deletes them: the entries are ignored with one warning each, naming the
+ * index file and line. */
+static void test_index_outside_logdir(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 21), fill(s, 2 * n, 22);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512], out[512], victim[600], ip[600], text[4096], log[8192], path[DT_PATH_MAX];
+    subdir(dir, sizeof dir, "escape/L");
+    subdir(out, sizeof out, "escape/out");
+    save_steps(dir, &run, p, s, 1, 2, 5);
+    save_steps(out, &run, p, s, 99, 99, 5); /* a good, newer checkpoint a path-following reader would take */
+    snprintf(victim, sizeof victim, "%s/escape/victim.txt", tmpdir);
+    write_text(victim, "precious\n");
+    snprintf(ip, sizeof ip, "%s/checkpoint", dir);
+    snprintf(text, sizeof text,
+             "model_checkpoint_path: \"../out/model.ckpt-99.safetensors\"\n"
+             "all_model_checkpoint_paths: \"../victim.txt\"\n"
+             "all_model_checkpoint_paths: \"%s/model.ckpt-99.safetensors\"\n"
+             "all_model_checkpoint_paths: \"model.ckpt-1.safetensors\"\n"
+             "all_model_checkpoint_paths: \"model.ckpt-2.safetensors\"\n"
+             "all_model_checkpoint_paths: \"../out/model.ckpt-99.safetensors\"\n",
+             out);
+    write_text(ip, text);
+
+    dt_error err = {0};
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_MSG(strstr(path, "escape/L/model.ckpt-2.safetensors") != NULL, "opened %s", path);
+    CHECK_CONTAINS(log, "checkpoint:1: ignoring checkpoint path \"../out/model.ckpt-99.safetensors\"");
+    CHECK_CONTAINS(log, "checkpoint:2: ignoring checkpoint path \"../victim.txt\"");
+    CHECK_CONTAINS(log, "checkpoint:3: ignoring checkpoint path \"/");
+    CHECK_MSG(count_of(log, "../out/model.ckpt-99") == 1, "one warning per path:\n%s", log); /* lines 1 and 6 */
+    CHECK(strstr(log, "skipping") == NULL); /* nothing outside was even opened */
+
+    /* Retention with max_to_keep 2 over that index: the victim survives, the outside checkpoint too. */
+    save_logged(dir, &run, p, s, 3, 2, log, sizeof log);
+    CHECK_CONTAINS(log, "../victim.txt");
+    save_logged(dir, &run, p, s, 4, 2, log, sizeof log);
+    CHECK_MSG(strstr(log, "victim") == NULL, "the rewritten index no longer names it:\n%s", log);
+    struct stat st;
+    CHECK_MSG(stat(victim, &st) == 0, "%s was deleted", victim);
+    CHECK(file_exists(out, "model.ckpt-99.safetensors"));
+    dt_ckpt_index idx;
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0);
+    CHECK(idx.n_paths == 2 && !strcmp(idx.paths[0], "model.ckpt-3.safetensors") &&
+          !strcmp(idx.paths[1], "model.ckpt-4.safetensors"));
+    dt_ckpt_index_free(&idx);
+    CHECK(!file_exists(dir, "model.ckpt-1.safetensors") && !file_exists(dir, "model.ckpt-2.safetensors"));
+    free(p), free(s);
+    dt_net_free(net);
+}
+
+/* A symbolic link in the log folder named like a checkpoint is never followed: not read (whatever it
+ * points to), not adopted; retention removes the link itself (it is in the log folder), never its
+ * target. */
+static void test_symlink_not_followed(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 23), fill(s, 2 * n, 24);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512], out[512], target[600], link[600], path[DT_PATH_MAX], log[8192];
+    subdir(dir, sizeof dir, "link/L");
+    subdir(out, sizeof out, "link/out");
+    save_steps(dir, &run, p, s, 1, 2, 5);
+    save_steps(out, &run, p, s, 3, 3, 5);
+    snprintf(target, sizeof target, "%s/model.ckpt-3.safetensors", out);
+    snprintf(link, sizeof link, "%s/model.ckpt-3.safetensors", dir);
+    CHECK(symlink(target, link) == 0);
+
+    /* Not listed: newer than the index's newest, but a link, so not used. */
+    dt_error err = {0};
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_MSG(strstr(path, "model.ckpt-2.safetensors") != NULL, "opened %s", path);
+    /* Listed as the newest: skipped with a warning naming it. */
+    dt_ckpt_index idx = {0};
+    char **dropped;
+    int nd;
+    for (int i = 1; i <= 3; i++) {
+        char name[64];
+        dt_ckpt_file_name(name, sizeof name, i);
+        CHECK(dt_ckpt_index_add(&idx, name, 5, &dropped, &nd, &err) == 0);
+        dt_ckpt_free_paths(dropped, nd);
+    }
+    CHECK(dt_ckpt_index_write(&idx, dir, &err) == 0);
+    dt_ckpt_index_free(&idx);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_MSG(strstr(path, "model.ckpt-2.safetensors") != NULL, "opened %s", path);
+    CHECK_CONTAINS(log, "model.ckpt-3.safetensors");
+    CHECK_CONTAINS(log, "symbolic link");
+
+    /* Retention drops it: the link goes, the file it pointed to stays whole. */
+    save_steps(dir, &run, p, s, 4, 5, 2);
+    struct stat st;
+    CHECK(lstat(link, &st) != 0);
+    dt_st_file *f = NULL;
+    CHECK_MSG(dt_st_open(&f, target, &err) == 0, "%s", err.msg);
+    dt_st_close(f);
+    free(p), free(s);
+    dt_net_free(net);
+}
+
+/* Makes index.tmp.<pid> a folder, so this process's next index write fails as a full disk would
+ * make it fail: after the checkpoint file is complete. */
+static void block_index_write(const char *dir, int on) {
+    char t[DT_PATH_MAX];
+    snprintf(t, sizeof t, "%s/checkpoint.tmp.%ld", dir, (long)getpid());
+    if (on) CHECK(mkdir(t, 0755) == 0);
+    else CHECK(rmdir(t) == 0);
+}
+
+/* A checkpoint whose index write failed (model.ckpt-300 complete, the index still naming 200 as its
+ * newest) is found and used at the next start, and retention then deletes it in its turn. */
+static void test_orphan_of_failed_index_write(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 25), fill(s, 2 * n, 26);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512], path[DT_PATH_MAX], log[8192];
+    dt_error err = {0};
+    subdir(dir, sizeof dir, "orphan");
+    save_steps(dir, &run, p, s, 100, 100, 5);
+    save_steps(dir, &run, p, s, 200, 200, 5);
+    block_index_write(dir, 1);
+    CHECK(dt_ckpt_save(dir, &run, p, s, 300, 5, NULL, NULL, 0, &err) != 0);
+    block_index_write(dir, 0);
+    CHECK(file_exists(dir, "model.ckpt-300.safetensors"));
+    dt_ckpt_index idx;
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0 && idx.model_checkpoint_path &&
+          !strcmp(idx.model_checkpoint_path, "model.ckpt-200.safetensors"));
+    dt_ckpt_index_free(&idx);
+
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_MSG(strstr(path, "model.ckpt-300.safetensors") != NULL, "opened %s", path);
+    CHECK_CONTAINS(log, "checkpoint: model.ckpt-300.safetensors is newer than the index's newest "
+                        "(model.ckpt-200.safetensors); using it");
+
+    /* Retention knows it: two more saves with max_to_keep 2 delete it. */
+    save_steps(dir, &run, p, s, 400, 400, 2);
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0);
+    CHECK_MSG(idx.n_paths == 2 && !strcmp(idx.paths[0], "model.ckpt-300.safetensors"), "%d paths", idx.n_paths);
+    dt_ckpt_index_free(&idx);
+    save_steps(dir, &run, p, s, 500, 500, 2);
+    CHECK(!file_exists(dir, "model.ckpt-300.safetensors"));
+    CHECK(!file_exists(dir, "model.ckpt-100.safetensors") && !file_exists(dir, "model.ckpt-200.safetensors"));
+
+    /* A damaged orphan is skipped like any damaged checkpoint. */
+    subdir(dir, sizeof dir, "orphan_bad");
+    save_steps(dir, &run, p, s, 100, 100, 5);
+    save_steps(dir, &run, p, s, 200, 200, 5);
+    block_index_write(dir, 1);
+    CHECK(dt_ckpt_save(dir, &run, p, s, 300, 5, NULL, NULL, 0, &err) != 0);
+    block_index_write(dir, 0);
+    damage(dir, "model.ckpt-300.safetensors", 100, -1);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_MSG(strstr(path, "model.ckpt-200.safetensors") != NULL, "opened %s", path);
+    CHECK_CONTAINS(log, "model.ckpt-300.safetensors: checksum mismatch");
+    free(p), free(s);
+    dt_net_free(net);
+}
+
+/* Copies checkpoint `from` of dir to `to` with its global_step tensor replaced: mode 0 an I64 of
+ * value step, 1 an F32, 2 none. The checksum is recomputed, so only the step is wrong. */
+static void forge_step(const char *dir, const char *from, const char *to, int mode, int64_t step) {
+    char src[DT_PATH_MAX], dst[DT_PATH_MAX];
+    snprintf(src, sizeof src, "%s/%s", dir, from);
+    snprintf(dst, sizeof dst, "%s/%s", dir, to);
+    dt_st_file *f = NULL;
+    dt_error err = {0};
+    CHECK_MSG(dt_st_open(&f, src, &err) == 0, "%s", err.msg);
+    if (!f) return;
+    int nt = dt_st_num_tensors(f), k = 0, nm = 0;
+    dt_st_tensor t[32];
+    dt_st_meta meta[16];
+    float fstep = (float)step;
+    for (int i = 0; i < nt && k < 32; i++) {
+        const dt_st_info *x = dt_st_tensor_at(f, i);
+        dt_st_tensor y = {.name = x->name, .dtype = x->dtype, .ndim = x->ndim, .data = x->data};
+        memcpy(y.shape, x->shape, sizeof y.shape);
+        if (!strcmp(x->name, "global_step")) {
+            if (mode == 2) continue;
+            y.data = mode == 0 ? (const void *)&step : (const void *)&fstep;
+            y.dtype = mode == 0 ? DT_ST_I64 : DT_ST_F32;
+        }
+        t[k++] = y;
+    }
+    for (int i = 0; i < dt_st_num_meta(f) && nm < 16; i++) {
+        const char *key, *value;
+        dt_st_meta_at(f, i, &key, &value);
+        if (strcmp(key, DT_ST_CHECKSUM_KEY)) meta[nm++] = (dt_st_meta){key, value};
+    }
+    CHECK_MSG(dt_st_write(dst, t, k, meta, nm, &err) == 0, "%s", err.msg);
+    dt_st_close(f);
+}
+
+/* A checkpoint with a good checksum but an impossible global_step (negative, not its name's step,
+ * not an I64 scalar, missing) is damaged: skipped with a warning, the one before it used, at start
+ * too (the supervisor restores the previous one instead of stopping the run). */
+static void test_impossible_step(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 27), fill(s, 2 * n, 28);
+    dt_ckpt_run run = run_of(net, &opt);
+    const struct {
+        int mode;
+        int64_t step;
+        const char *says;
+    } bad[] = {{0, -5, "-5"}, {0, INT64_MIN, "-9223372036854775808"}, {0, 7, "7"}, {0, INT64_MAX, "9223372036854775807"},
+               {1, 12, "F32"}, {2, 0, "no"}};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        char dir[512], name[32], path[DT_PATH_MAX], log[8192];
+        snprintf(name, sizeof name, "step%zu", b);
+        subdir(dir, sizeof dir, name);
+        save_steps(dir, &run, p, s, 11, 11, 5);
+        save_steps(dir, &run, p, s, 12, 12, 5); /* in the index as the newest; replaced below */
+        forge_step(dir, "model.ckpt-11.safetensors", "model.ckpt-12.safetensors", bad[b].mode, bad[b].step);
+        dt_error err = {0};
+        CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+        CHECK_MSG(strstr(path, "model.ckpt-11.safetensors") != NULL, "case %zu opened %s", b, path);
+        CHECK_CONTAINS(log, "skipping checkpoint");
+        CHECK_CONTAINS(log, "model.ckpt-12.safetensors");
+        CHECK_CONTAINS(log, "global_step");
+        CHECK_CONTAINS(log, bad[b].says);
+
+        FILE *lf = tmpfile();
+        dt_supervisor_config cfg = {.logdir = dir, .max_to_keep = 5, .run = run, .log = lf};
+        dt_supervisor *sv = NULL;
+        const float *rp, *rs;
+        int64_t rstep = -1;
+        CHECK_MSG(dt_supervisor_open(&sv, &cfg, &err) == 0, "case %zu: %s", b, err.msg);
+        CHECK(sv && dt_supervisor_restored(sv, &rp, &rs, &rstep) == 1 && rstep == 11);
+        dt_supervisor_close(sv);
+        fclose(lf);
+    }
+    free(p), free(s);
+    dt_net_free(net);
+}
+
+/* The supervisor over a hostile index and an orphan: restores the orphan, warns about an ignored
+ * entry once in the whole run (the index is put right at restore, so saves do not warn again), and
+ * retention leaves the file outside alone. */
+static void test_supervisor_index_repair(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    fake_state fs = {dt_alloc_floats(n, "p", NULL), dt_alloc_floats(2 * n, "s", NULL), n, 0, 0, 0};
+    fill(fs.p, n, 29), fill(fs.s, 2 * n, 30);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512], victim[600], ip[600], log[16384];
+    subdir(dir, sizeof dir, "sv2/ckpt");
+    save_steps(dir, &run, fs.p, fs.s, 1, 2, 5);
+    dt_error err = {0};
+    block_index_write(dir, 1);
+    CHECK(dt_ckpt_save(dir, &run, fs.p, fs.s, 3, 5, NULL, NULL, 0, &err) != 0);
+    block_index_write(dir, 0);
+    snprintf(victim, sizeof victim, "%s/sv2/victim.txt", tmpdir);
+    write_text(victim, "precious\n");
+    snprintf(ip, sizeof ip, "%s/checkpoint", dir);
+    write_text(ip, "model_checkpoint_path: \"model.ckpt-2.safetensors\"\n"
+                   "all_model_checkpoint_paths: \"../victim.txt\"\n"
+                   "all_model_checkpoint_paths: \"model.ckpt-1.safetensors\"\n"
+                   "all_model_checkpoint_paths: \"model.ckpt-2.safetensors\"\n");
+
+    FILE *lf = tmpfile();
+    dt_supervisor_config cfg = {.logdir = dir, .save_secs = 0, .max_to_keep = 2, .run = run,
+                                .snapshot = fake_snapshot, .user = &fs, .log = lf};
+    dt_supervisor *sv = NULL;
+    const float *rp, *rs;
+    int64_t rstep = -1;
+    CHECK_MSG(dt_supervisor_open(&sv, &cfg, &err) == 0, "%s", err.msg);
+    if (!sv) return;
+    CHECK(dt_supervisor_restored(sv, &rp, &rs, &rstep) == 1 && rstep == 3);
+    /* The index names the orphan at once (nothing deleted at restore). */
+    dt_ckpt_index idx;
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0 && idx.model_checkpoint_path &&
+          !strcmp(idx.model_checkpoint_path, "model.ckpt-3.safetensors") && idx.n_paths == 3);
+    dt_ckpt_index_free(&idx);
+    fs.step = 3;
+    CHECK(dt_supervisor_started(sv, 3, &err) == 0);
+    fs.step = 4;
+    CHECK(dt_supervisor_final(sv, NULL, NULL, &err) == 0);
+    dt_supervisor_close(sv);
+    drain(lf, log, sizeof log);
+    CHECK_MSG(count_of(log, "victim.txt") == 1, "one warning about the entry in the run:\n%s", log);
+    CHECK_CONTAINS(log, "checkpoint:2: ignoring checkpoint path \"../victim.txt\"");
+    CHECK_CONTAINS(log, "model.ckpt-3.safetensors is newer than the index's newest (model.ckpt-2.safetensors)");
+    struct stat st;
+    CHECK_MSG(stat(victim, &st) == 0, "%s was deleted", victim);
+    CHECK(file_exists(dir, "model.ckpt-3.safetensors") && file_exists(dir, "model.ckpt-4.safetensors"));
+    CHECK(!file_exists(dir, "model.ckpt-1.safetensors") && !file_exists(dir, "model.ckpt-2.safetensors"));
+    free(fs.p), free(fs.s);
+    dt_net_free(net);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dtrain_test_checkpoint.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -467,6 +810,11 @@ int main(void) {
     RUN(test_refusals);
     RUN(test_killed_writer);
     RUN(test_supervisor);
+    RUN(test_index_outside_logdir);
+    RUN(test_symlink_not_followed);
+    RUN(test_orphan_of_failed_index_write);
+    RUN(test_impossible_step);
+    RUN(test_supervisor_index_repair);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

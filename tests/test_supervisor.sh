@@ -5,7 +5,9 @@
 # previous one with a warning; another model is refused saying what differs; summaries hold cost
 # and accuracy at every --steps_to_validate step with the values the log printed (decoded by an
 # independent Python reader); `dtrain eval` prints the test accuracy the training reported;
-# `dtrain inspect` lists checkpoints and event files; SIGINT saves the step reached.
+# `dtrain inspect` lists checkpoints and event files; SIGINT saves the step reached; an index entry
+# outside the log folder is ignored, never deleted; a symbolic link is not followed; a checkpoint
+# whose index write failed is used at the next start and deleted by retention in its turn.
 . "$(dirname "$0")/lib.sh"
 src=${DTRAIN_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 py=/usr/bin/python3
@@ -125,5 +127,57 @@ st=$?
 check "SIGINT: exit status 130" test $st -eq 130
 last=$(sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\).safetensors"/\1/p' "$tmp/d/checkpoint" 2>/dev/null)
 check "SIGINT: the step reached was saved (step ${last:-none})" test "${last:-0}" -ge 10
+
+# 9. An index entry outside the log folder ("../victim.txt" as the oldest) is ignored with one
+# warning naming the index file and line; max_to_keep never deletes it. An index naming a file far
+# outside (../../../../etc/passwd) is not read either: the folder's own checkpoints are used.
+cp -r "$tmp/b" "$tmp/e"
+echo precious >"$tmp/victim.txt"
+{ head -1 "$tmp/b/checkpoint"; echo 'all_model_checkpoint_paths: "../victim.txt"'; tail -n +2 "$tmp/b/checkpoint"; } >"$tmp/e/checkpoint"
+train --train_steps 60 --logdir "$tmp/e" --summary_dir= --max_to_keep 2 --save_model_secs 0 >"$tmp/e.out" 2>&1
+check "outside entry: training exits 0" test $? -eq 0
+check "outside entry: one warning naming the index file and line" \
+  test "$(grep -c "warning: $tmp/e/checkpoint:2: ignoring checkpoint path \"../victim.txt\"" "$tmp/e.out")" -eq 1
+check "outside entry: mentioned once in the whole run" test "$(grep -c victim "$tmp/e.out")" -eq 1
+check "outside entry: the file outside is still there" grep -qx precious "$tmp/victim.txt"
+check "outside entry: retention kept 2 (40 and 60), without it" \
+  test "$(sed -n 's/^all_model_checkpoint_paths: "\(.*\)"/\1/p' "$tmp/e/checkpoint" | tr '\n' ' ')" = \
+  "model.ckpt-40.safetensors model.ckpt-60.safetensors "
+mkdir "$tmp/h"
+cp "$tmp/b/model.ckpt-20.safetensors" "$tmp/h/"
+printf 'model_checkpoint_path: "../../../../../../../../etc/passwd"\nall_model_checkpoint_paths: "/etc/passwd"\n' >"$tmp/h/checkpoint"
+"$bin" inspect "$tmp/h" >"$tmp/h.out" 2>"$tmp/h.err"
+check "passwd entry: inspect exits 0 with the folder's checkpoint" grep -q '^global_step: 20' "$tmp/h.out"
+check "passwd entry: ignored with a warning for each line" \
+  test "$(grep -c "$tmp/h/checkpoint:[12]: ignoring checkpoint path .*etc/passwd" "$tmp/h.err")" -eq 2
+check "passwd entry: never opened" test "$(grep -c 'skipping\|passwd: ' "$tmp/h.err")" -eq 0
+
+# 10. A symbolic link named like a checkpoint, pointing outside: not read (the previous checkpoint is
+# used, with a warning), and retention removes the link (it is in the log folder), not its target.
+mkdir "$tmp/outside"
+cp "$tmp/b/model.ckpt-40.safetensors" "$tmp/outside/"
+cp -r "$tmp/b" "$tmp/g"
+rm "$tmp/g/model.ckpt-40.safetensors"
+ln -s "$tmp/outside/model.ckpt-40.safetensors" "$tmp/g/model.ckpt-40.safetensors"
+train --train_steps 45 --logdir "$tmp/g" --summary_dir= --max_to_keep 1 >"$tmp/g.out" 2>&1
+check "symlink: training exits 0" test $? -eq 0
+check "symlink: a warning names the link" grep -q "warning: .*$tmp/g/model.ckpt-40.safetensors.*symbolic link" "$tmp/g.out"
+check "symlink: the previous checkpoint is restored" grep -q "restored $tmp/g/model.ckpt-20.safetensors: global step 20" "$tmp/g.out"
+check "symlink: retention removed the link" test ! -L "$tmp/g/model.ckpt-40.safetensors"
+check "symlink: its target is untouched" cmp -s "$tmp/outside/model.ckpt-40.safetensors" "$tmp/b/model.ckpt-40.safetensors"
+
+# 11. The index write after model.ckpt-40 failed (the index still names 20 as the newest): the next
+# start uses 40, saying so, and retention deletes it in its turn.
+cp -r "$tmp/b" "$tmp/f"
+printf 'model_checkpoint_path: "model.ckpt-20.safetensors"\nall_model_checkpoint_paths: "model.ckpt-0.safetensors"\nall_model_checkpoint_paths: "model.ckpt-20.safetensors"\n' >"$tmp/f/checkpoint"
+train --train_steps 45 --logdir "$tmp/f" --summary_dir= --max_to_keep 2 >"$tmp/f.out" 2>&1
+check "orphan: training exits 0" test $? -eq 0
+check "orphan: the log says the newer file is used" \
+  grep -qF "checkpoint: model.ckpt-40.safetensors is newer than the index's newest (model.ckpt-20.safetensors); using it" "$tmp/f.out"
+check "orphan: restored step 40" grep -q "restored $tmp/f/model.ckpt-40.safetensors: global step 40" "$tmp/f.out"
+check "orphan: resumes at 40 and ends at 45" grep -q '^trained 5 local steps.*global step 45' "$tmp/f.out"
+train --train_steps 50 --logdir "$tmp/f" --summary_dir= --max_to_keep 2 >"$tmp/f2.out" 2>&1
+check "orphan: retention deleted it two saves later" test ! -e "$tmp/f/model.ckpt-40.safetensors" -a "$(ls "$tmp/f" | tr '\n' ' ')" = \
+  "checkpoint model.ckpt-45.safetensors model.ckpt-50.safetensors "
 
 summary

@@ -114,10 +114,13 @@ static int inspect_folder(const char *dir, dt_error *err) {
     int rc = dt_ckpt_index_read(&idx, dir, err);
     if (rc) {
         fprintf(stderr, "dtrain inspect: warning: %s\n", err->msg);
-    } else if (idx.n_paths) {
-        printf("%s/%s: newest %s; kept, oldest first:\n", dir, DT_CKPT_INDEX_FILE, idx.model_checkpoint_path);
-        for (int i = 0; i < idx.n_paths; i++) printf("  %s\n", idx.paths[i]);
-        dt_ckpt_index_free(&idx);
+    } else {
+        /* Entries the path rule ignored are warned about by dt_ckpt_open_latest below, once. */
+        if (idx.n_paths) {
+            printf("%s/%s: newest %s; kept, oldest first:\n", dir, DT_CKPT_INDEX_FILE, idx.model_checkpoint_path);
+            for (int i = 0; i < idx.n_paths; i++) printf("  %s\n", idx.paths[i]);
+        }
+        dt_ckpt_index_free(&idx); /* an empty index can still hold the ignored entries' warnings */
     }
     dt_st_file *f = NULL;
     char path[DT_PATH_MAX];

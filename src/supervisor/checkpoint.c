@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -87,11 +88,16 @@ static void warn(FILE *log, const char *fmt, ...) {
     fflush(log);
 }
 
+static int update_index(const char *logdir, const char *name, int max_to_keep, FILE *log, int repair,
+                        dt_error *err);
+
 int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params, const float *state,
                  int64_t global_step, int max_to_keep, FILE *log, char *name_out, size_t name_cap,
                  dt_error *err) {
     if (!logdir || !logdir[0]) return dt_errorf(err, DT_EINVAL, "checkpoint: no log folder given");
-    if (global_step < 0) return dt_errorf(err, DT_EINVAL, "checkpoint: negative global step %" PRId64, global_step);
+    if (global_step < 0 || global_step > DT_CKPT_MAX_STEP)
+        return dt_errorf(err, DT_EINVAL, "checkpoint: global step %" PRId64 " out of range (0 to %lld)", global_step,
+                         DT_CKPT_MAX_STEP);
     int slots = run_slots(run), n_views = dt_net_num_views(run->net);
     if (slots > MAX_SLOTS) return dt_errorf(err, DT_EINVAL, "checkpoint: %d optimizer slots", slots);
     if (slots && !state) return dt_errorf(err, DT_EINVAL, "checkpoint: optimizer state missing");
@@ -141,23 +147,7 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     if ((rc = dt_st_write(path, t, nt, meta, nm, err))) goto out;
 
     /* Only now, with the file complete, does the index name it. */
-    dt_ckpt_index idx;
-    dt_error ierr = {0};
-    if (dt_ckpt_index_read(&idx, logdir, &ierr)) {
-        warn(log, "warning: %s; writing a new index that names only %s\n", ierr.msg, name);
-        memset(&idx, 0, sizeof idx);
-    }
-    char **dropped = NULL;
-    int n_dropped = 0;
-    rc = dt_ckpt_index_add(&idx, name, max_to_keep, &dropped, &n_dropped, err);
-    if (!rc) rc = dt_ckpt_index_write(&idx, logdir, err);
-    dt_ckpt_index_free(&idx);
-    for (int i = 0; i < n_dropped && !rc; i++) {
-        char old[DT_PATH_MAX];
-        if (strcmp(dropped[i], name) == 0 || dt_path_join(old, sizeof old, logdir, dropped[i], NULL)) continue;
-        if (unlink(old) != 0 && errno != ENOENT) warn(log, "warning: could not delete old checkpoint %s: %s\n", old, strerror(errno));
-    }
-    dt_ckpt_free_paths(dropped, n_dropped);
+    rc = update_index(logdir, name, max_to_keep, log, 0, err);
     if (!rc && name_out) snprintf(name_out, name_cap, "%s", name);
 out:
     free(t);
@@ -168,33 +158,35 @@ out:
     return rc;
 }
 
-/* ---- Finding the newest good checkpoint ----------------------------------------------------- */
-
-/* Step of "model.ckpt-<digits>.safetensors", or -1 for any other name. */
-static int64_t step_of_name(const char *name) {
-    size_t lp = strlen(DT_CKPT_PREFIX), ls = strlen(DT_CKPT_SUFFIX), n = strlen(name);
-    if (n <= lp + ls || strncmp(name, DT_CKPT_PREFIX, lp) != 0 || strcmp(name + n - ls, DT_CKPT_SUFFIX) != 0)
-        return -1;
-    int64_t step = 0;
-    for (size_t i = lp; i < n - ls; i++) {
-        if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return -1;
-        step = step * 10 + (name[i] - '0');
-    }
-    return step;
-}
+/* ---- The index and the folder -------------------------------------------------------------- */
 
 typedef struct {
     int64_t step;
     char *name;
+    int orphan;   /* not listed by the index, newer than its newest */
 } candidate;
+
+static void free_candidates(candidate *c, int n) {
+    for (int i = 0; i < n; i++) free(c[i].name);
+    free(c);
+}
 
 static int cmp_step_desc(const void *a, const void *b) {
     const candidate *x = a, *y = b;
     return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
 }
 
-/* The checkpoint files in logdir, newest first (used when there is no readable index). */
-static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error *err) {
+static int is_listed(const dt_ckpt_index *idx, const char *name) {
+    for (int i = 0; i < idx->n_paths; i++)
+        if (strcmp(idx->paths[i], name) == 0) return 1;
+    return 0;
+}
+
+/* The checkpoint files of logdir (names the index's path rule accepts) with a step above `above` that
+ * idx does not list, newest first. regular_only: regular files only (lstat, so a symbolic link is not
+ * followed), for adding to the index; readers get links too, and refuse them with a warning. */
+static int scan_folder(candidate **out, int *n_out, const char *logdir, int64_t above, const dt_ckpt_index *idx,
+                       int regular_only, dt_error *err) {
     *out = NULL;
     *n_out = 0;
     DIR *d = opendir(logdir);
@@ -203,8 +195,15 @@ static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error
     int n = 0, rc = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        int64_t step = step_of_name(e->d_name);
-        if (step < 0) continue;
+        int64_t step = dt_ckpt_name_step(e->d_name);
+        if (step < 0 || step <= above || is_listed(idx, e->d_name)) continue;
+        if (regular_only) {
+            char path[DT_PATH_MAX];
+            struct stat st;
+            if (dt_path_join(path, sizeof path, logdir, e->d_name, NULL) || lstat(path, &st) != 0 ||
+                !S_ISREG(st.st_mode))
+                continue;
+        }
         candidate *g = realloc(c, (size_t)(n + 1) * sizeof *g);
         char *name = g ? strdup(e->d_name) : NULL;
         if (!g || !name) {
@@ -213,13 +212,12 @@ static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error
             break;
         }
         c = g;
-        c[n++] = (candidate){step, name};
+        c[n++] = (candidate){step, name, 0};
         if (n >= DT_CKPT_MAX_PATHS) break;
     }
     closedir(d);
     if (rc) {
-        for (int i = 0; i < n; i++) free(c[i].name);
-        free(c);
+        free_candidates(c, n);
         return rc;
     }
     if (n) qsort(c, (size_t)n, sizeof *c, cmp_step_desc);
@@ -228,33 +226,137 @@ static int scan_folder(candidate **out, int *n_out, const char *logdir, dt_error
     return 0;
 }
 
+static void warn_ignored(FILE *log, const dt_ckpt_index *idx) {
+    for (int i = 0; i < idx->n_ignored; i++) warn(log, "warning: %s\n", idx->ignored[i]);
+}
+
+/* Makes name (a checkpoint file of logdir) the index's newest and writes the index. First it adds
+ * the regular checkpoint files newer than the index's newest that the index does not list (all of
+ * them without a readable index), oldest first: a checkpoint whose index write failed (a full disk)
+ * is complete, and only listed files are ever deleted by retention. Then deletes what retention
+ * (max_to_keep) dropped: names the path rule accepted, unlinked in logdir (a symbolic link is removed
+ * itself, its target never). repair: the supervisor after a restore: no warnings about the index
+ * (dt_ckpt_open_latest gave them), nothing written if the index already says this. */
+static int update_index(const char *logdir, const char *name, int max_to_keep, FILE *log, int repair,
+                        dt_error *err) {
+    dt_ckpt_index idx;
+    dt_error ierr = {0};
+    int changed = !repair;
+    if (dt_ckpt_index_read(&idx, logdir, &ierr)) {
+        if (!repair) warn(log, "warning: %s; writing a new index from the checkpoint files in the folder\n", ierr.msg);
+        memset(&idx, 0, sizeof idx);
+        changed = 1;
+    }
+    if (!repair) warn_ignored(log, &idx);
+    if (idx.n_ignored || !idx.model_checkpoint_path || strcmp(idx.model_checkpoint_path, name) != 0) changed = 1;
+    char old_newest[64];
+    snprintf(old_newest, sizeof old_newest, "%s", idx.model_checkpoint_path ? idx.model_checkpoint_path : "");
+
+    candidate *c = NULL;
+    int n = 0, rc, n_dropped = 0, adopted = 0;
+    char **dropped = NULL, names[256] = "";
+    rc = scan_folder(&c, &n, logdir, idx.model_checkpoint_path ? dt_ckpt_name_step(idx.model_checkpoint_path) : -1,
+                     &idx, 1, err);
+    for (int i = n - 1; i >= 0 && !rc; i--) {
+        if (strcmp(c[i].name, name) == 0) continue;
+        if ((rc = dt_ckpt_index_add(&idx, c[i].name, 0, &dropped, &n_dropped, err))) break;
+        dt_ckpt_free_paths(dropped, n_dropped);
+        dropped = NULL;
+        n_dropped = 0;
+        if (adopted++ < 3) {
+            size_t l = strlen(names);
+            snprintf(names + l, sizeof names - l, "%s%s", l ? ", " : "", c[i].name);
+        }
+    }
+    free_candidates(c, n);
+    if (!rc && adopted) {
+        changed = 1;
+        if (old_newest[0])
+            warn(log, "checkpoint: %d file(s) newer than the index's newest (%s) were not in it: %s%s; adding them, so "
+                      "that max_to_keep covers them\n", adopted, old_newest, names, adopted > 3 ? ", ..." : "");
+        else
+            warn(log, "checkpoint: adding the folder's %d checkpoint file(s) to the new index: %s%s\n", adopted, names,
+                 adopted > 3 ? ", ..." : "");
+    }
+    if (!rc) rc = dt_ckpt_index_add(&idx, name, max_to_keep, &dropped, &n_dropped, err);
+    if (!rc && (changed || n_dropped)) rc = dt_ckpt_index_write(&idx, logdir, err);
+    dt_ckpt_index_free(&idx);
+    for (int i = 0; i < n_dropped && !rc; i++) {
+        char old[DT_PATH_MAX];
+        if (strcmp(dropped[i], name) == 0 || dt_path_join(old, sizeof old, logdir, dropped[i], NULL)) continue;
+        if (unlink(old) != 0 && errno != ENOENT) warn(log, "warning: could not delete old checkpoint %s: %s\n", old, strerror(errno));
+    }
+    dt_ckpt_free_paths(dropped, n_dropped);
+    return rc;
+}
+
+int dt_ckpt_adopt(const char *logdir, const char *name, FILE *log, dt_error *err) {
+    if (!logdir || !logdir[0] || !name || dt_ckpt_name_step(name) < 0)
+        return dt_errorf(err, DT_EINVAL, "checkpoint: \"%.64s\" is not a checkpoint file name", name ? name : "");
+    return update_index(logdir, name, 0, log, 1, err);
+}
+
+/* ---- Finding the newest good checkpoint ----------------------------------------------------- */
+
+/* A checkpoint's global_step must be one it can hold: an I64 scalar from 0 to DT_CKPT_MAX_STEP, and
+ * the step its file name says (the index's order, retention and the folder scan go by the name). A
+ * file can pass its checksum and still fail this (a writer's bug, another tool, a hand-made file):
+ * it is then as damaged as a truncated one, and the one before it is used. */
+static int check_step(const dt_st_file *f, const char *path, int64_t name_step, dt_error *err) {
+    const dt_st_info *gs = dt_st_find(f, DT_CKPT_STEP_TENSOR);
+    if (!gs) return dt_errorf(err, DT_EFORMAT, "%s: no %s tensor (the file is damaged)", path, DT_CKPT_STEP_TENSOR);
+    if (gs->dtype != DT_ST_I64 || gs->count != 1)
+        return dt_errorf(err, DT_EFORMAT, "%s: %s is %s with %" PRIu64 " element(s), not an I64 scalar (the file is "
+                         "damaged)", path, DT_CKPT_STEP_TENSOR, dt_st_dtype_name(gs->dtype), gs->count);
+    int64_t step;
+    int rc = dt_st_read(f, DT_CKPT_STEP_TENSOR, DT_ST_I64, &step, 1, err);
+    if (rc) return rc;
+    if (step < 0 || step > DT_CKPT_MAX_STEP)
+        return dt_errorf(err, DT_EFORMAT, "%s: %s %" PRId64 " is out of range (0 to %lld; the file is damaged)", path,
+                         DT_CKPT_STEP_TENSOR, step, DT_CKPT_MAX_STEP);
+    if (step != name_step)
+        return dt_errorf(err, DT_EFORMAT, "%s: %s %" PRId64 " is not the step its name says (%" PRId64 "; the file is "
+                         "damaged)", path, DT_CKPT_STEP_TENSOR, step, name_step);
+    return 0;
+}
+
 int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
                         dt_error *err) {
     *out = NULL;
-    candidate *c = NULL;
-    int n = 0, rc;
     dt_ckpt_index idx;
     dt_error ierr = {0};
     if (dt_ckpt_index_read(&idx, logdir, &ierr)) {
         warn(log, "warning: %s; looking for checkpoint files in %s instead\n", ierr.msg, logdir);
         memset(&idx, 0, sizeof idx);
-        if ((rc = scan_folder(&c, &n, logdir, err))) return rc;
-    } else if (idx.n_paths == 0) {
-        /* No index: a first checkpoint whose index write was cut short, or none at all. */
-        if ((rc = scan_folder(&c, &n, logdir, err))) return rc;
-    } else {
-        if (!(c = dt_calloc((size_t)idx.n_paths, sizeof *c, "checkpoint list", err))) {
-            dt_ckpt_index_free(&idx);
-            return DT_ENOMEM;
-        }
-        for (int i = idx.n_paths - 1; i >= 0; i--) {
-            c[n++] = (candidate){0, idx.paths[i]};
-            idx.paths[i] = NULL;
+    }
+    warn_ignored(log, &idx);
+    /* Candidates: the files the index does not list that are newer than its newest (without an index,
+     * every checkpoint file), highest step first, then the index's entries, newest first. A checkpoint
+     * whose index write failed is complete and newer than anything listed. */
+    candidate *c = NULL;
+    int n = 0, rc;
+    char newest[64];
+    snprintf(newest, sizeof newest, "%s", idx.model_checkpoint_path ? idx.model_checkpoint_path : "");
+    rc = scan_folder(&c, &n, logdir, newest[0] ? dt_ckpt_name_step(newest) : -1, &idx, 0, err);
+    if (!rc && idx.n_paths) {
+        candidate *g = realloc(c, (size_t)(n + idx.n_paths) * sizeof *g);
+        if (!g) {
+            rc = dt_errorf(err, DT_ENOMEM, "out of memory listing the checkpoints of %s", logdir);
+        } else {
+            c = g;
+            for (int i = 0; i < n; i++) c[i].orphan = 1;
+            for (int i = idx.n_paths - 1; i >= 0; i--) {
+                c[n++] = (candidate){dt_ckpt_name_step(idx.paths[i]), idx.paths[i], 0};
+                idx.paths[i] = NULL;
+            }
         }
     }
     dt_ckpt_index_free(&idx);
+    if (rc) {
+        free_candidates(c, n);
+        return rc;
+    }
 
-    rc = 0;
     int tried = 0;
     char first_bad[DT_PATH_MAX] = "";
     for (int i = 0; i < n && rc == 0; i++) {
@@ -263,20 +365,23 @@ int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const
         tried++;
         dt_st_file *f = NULL;
         dt_error ferr = {0};
-        if (dt_st_open(&f, path, &ferr) == 0) {
+        /* Opened without following a symbolic link: the path rule keeps the name in the folder, and
+         * this keeps the file there. */
+        if (dt_st_open_plain(&f, path, &ferr) == 0 && check_step(f, path, c[i].step, &ferr) == 0) {
             if (!dt_st_has_checksum(f))
                 warn(log, "warning: %s carries no checksum (not written by dtrain); using it anyway\n", path);
+            if (c[i].orphan)
+                warn(log, "checkpoint: %s is newer than the index's newest (%s); using it\n", c[i].name, newest);
             *out = f;
             snprintf(path_out, path_cap, "%s", path);
             rc = 1;
             break;
         }
+        dt_st_close(f);
         if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", path);
-        warn(log, "warning: skipping checkpoint: %s%s\n", ferr.msg,
-             i + 1 < n ? "; trying the one before it" : "");
+        warn(log, "warning: skipping checkpoint: %s%s\n", ferr.msg, i + 1 < n ? "; trying the one before it" : "");
     }
-    for (int i = 0; i < n; i++) free(c[i].name);
-    free(c);
+    free_candidates(c, n);
     if (rc == 0 && tried > 0)
         return dt_errorf(err, DT_EFORMAT,
                          "%s: none of its %d checkpoint(s) is usable (newest: %s); move them away to start from scratch",
@@ -317,7 +422,8 @@ int dt_ckpt_read_info(const dt_st_file *f, const char *label, dt_ckpt_info *info
         int64_t step;
         int rc = dt_st_read(f, DT_CKPT_STEP_TENSOR, DT_ST_I64, &step, 1, err);
         if (rc) return rc;
-        if (step < 0) return dt_errorf(err, DT_EFORMAT, "%s: negative global_step %" PRId64, label, step);
+        if (step < 0 || step > DT_CKPT_MAX_STEP)
+            return dt_errorf(err, DT_EFORMAT, "%s: global_step %" PRId64 " out of range", label, step);
         info->global_step = step;
     }
     json_t *o = NULL;
@@ -463,7 +569,8 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
     int64_t step;
     int rc = dt_st_read(f, DT_CKPT_STEP_TENSOR, DT_ST_I64, &step, 1, err);
     if (rc) return rc;
-    if (step < 0) return dt_errorf(err, DT_EFORMAT, "%s: negative global_step %" PRId64, label, step);
+    if (step < 0 || step > DT_CKPT_MAX_STEP)
+        return dt_errorf(err, DT_EFORMAT, "%s: global_step %" PRId64 " out of range", label, step);
 
     /* Optimizer state: every slot of this run's optimizer must be there. */
     for (int k = 0; k < slots; k++) {

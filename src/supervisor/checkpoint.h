@@ -19,10 +19,9 @@
 #include "compute/optim.h"
 #include "dtrain.h"
 #include "model/net.h"
+#include "supervisor/ckpt_index.h"
 #include "supervisor/safetensors.h"
 
-#define DT_CKPT_PREFIX "model.ckpt-"
-#define DT_CKPT_SUFFIX ".safetensors"
 #define DT_CKPT_STEP_TENSOR "global_step"
 
 /* What a run is, for the metadata of its checkpoints and to check a checkpoint fits it. */
@@ -57,22 +56,38 @@ void dt_ckpt_file_name(char *out, size_t cap, int64_t global_step);
 
 /* Writes <logdir>/model.ckpt-<step>.safetensors (atomic; logdir created with its parents), then the
  * index naming it as the newest, then deletes the files that retention (max_to_keep, <= 0: keep
- * all) dropped; in that order, so the index never names an incomplete file. An index that cannot
- * be parsed is replaced by one naming only this checkpoint (a warning on log, which may be NULL).
- * params [n], state [slots * n] (NULL if run->opt is NULL or has no slots). name_out (may be
- * NULL) receives the file's name. */
+ * all) dropped; in that order, so the index never names an incomplete file. Before adding it, the
+ * index adopts the regular checkpoint files of logdir newer than its newest that it does not list
+ * (left by an earlier save whose index write failed), so retention deletes them in their turn.
+ * Entries the index's path rule ignores (ckpt_index.h) get a warning and are left out; an index that
+ * cannot be parsed is replaced by one built from the folder's checkpoint files (a warning). log may
+ * be NULL. global_step: 0 to DT_CKPT_MAX_STEP. params [n], state [slots * n] (NULL if run->opt is
+ * NULL or has no slots). name_out (may be NULL) receives the file's name. */
 int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params, const float *state,
                  int64_t global_step, int max_to_keep, FILE *log, char *name_out, size_t name_cap,
                  dt_error *err);
 
-/* Opens the newest checkpoint of logdir that reads back whole and passes its checksum. Candidates:
- * the index's entries, newest first; without a readable index (a warning if it is damaged), the
- * model.ckpt-<step>.safetensors files of logdir, highest step first. A candidate that is missing,
- * truncated or fails its checksum gets a warning on log naming it and why, and the one before it is
- * tried. Returns 1 with *out open and its path in path_out; 0 when logdir holds no checkpoint (or
- * does not exist); DT_EFORMAT when there are checkpoints but none is usable (naming them). */
+/* Opens the newest checkpoint of logdir that reads back whole, passes its checksum and holds a
+ * possible global_step (an I64 scalar from 0 to DT_CKPT_MAX_STEP, the step of its file name).
+ * Candidates: the checkpoint files of logdir that the index does not list and that are newer than its
+ * newest (a save whose index write failed; "checkpoint: X is newer than the index's newest (Y);
+ * using it" on log when one is used), highest step first, then the index's entries, newest first;
+ * without a readable index (a warning if it is damaged), every model.ckpt-<step>.safetensors file
+ * of logdir, highest step first. Entries the index's path rule ignores get one warning each and are
+ * never opened; a symbolic link is never followed. A candidate that is missing, truncated, fails its
+ * checksum or holds an impossible step gets a warning on log naming it and why, and the one before it
+ * is tried. Returns 1 with *out open and its path in path_out; 0 when logdir holds no checkpoint (or
+ * does not exist); DT_EFORMAT when there are checkpoints but none is usable (naming them). Writes
+ * nothing (eval and inspect use it too). */
 int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
                         dt_error *err);
+
+/* The chief, after restoring checkpoint `name` of logdir (dt_ckpt_open_latest's choice), puts the
+ * index right at once rather than at the next save: name becomes its newest, the newer checkpoint
+ * files it did not list are added (as dt_ckpt_save does), and the entries its path rule ignored are
+ * dropped. Nothing is deleted (retention waits for the next save), nothing is written when the index
+ * already says this, and the warnings dt_ckpt_open_latest gave about the index are not repeated. */
+int dt_ckpt_adopt(const char *logdir, const char *name, FILE *log, dt_error *err);
 
 /* Parses the metadata and global step of an open checkpoint. Fails (naming label) only on
  * malformed values; missing keys keep the defaults. */

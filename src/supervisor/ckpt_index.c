@@ -18,6 +18,7 @@ void dt_ckpt_index_free(dt_ckpt_index *idx) {
     if (!idx) return;
     free(idx->model_checkpoint_path);
     dt_ckpt_free_paths(idx->paths, idx->n_paths);
+    dt_ckpt_free_paths(idx->ignored, idx->n_ignored);
     memset(idx, 0, sizeof *idx);
 }
 
@@ -28,6 +29,107 @@ static char *dup_n(const char *s, size_t n, dt_error *err) {
         d[n] = 0;
     }
     return d;
+}
+
+/* ---- The path rule -------------------------------------------------------------------------- */
+
+int64_t dt_ckpt_name_step(const char *name) {
+    size_t lp = sizeof DT_CKPT_PREFIX - 1, ls = sizeof DT_CKPT_SUFFIX - 1, n = strlen(name);
+    /* At most 18 digits: DT_CKPT_MAX_STEP, so the sum below cannot overflow. */
+    if (n <= lp + ls || n - lp - ls > 18 || memcmp(name, DT_CKPT_PREFIX, lp) != 0 ||
+        memcmp(name + n - ls, DT_CKPT_SUFFIX, ls) != 0)
+        return -1;
+    const char *d = name + lp;
+    size_t nd = n - lp - ls;
+    if (nd > 1 && d[0] == '0') return -1;
+    int64_t step = 0;
+    for (size_t i = 0; i < nd; i++) {
+        if (d[i] < '0' || d[i] > '9') return -1;
+        step = step * 10 + (d[i] - '0');
+    }
+    return step;
+}
+
+/* Why the path rule refuses p, or NULL if it accepts it. Only a bare checkpoint file name can neither
+ * leave the log folder nor name something dtrain did not write there. */
+static const char *path_fault(const char *p) {
+    if (p[0] == '/') return "an absolute path";
+    for (const char *c = p; *c;) {
+        size_t len = strcspn(c, "/");
+        if (len == 2 && c[0] == '.' && c[1] == '.') return "it leads out of the log folder (\"..\")";
+        c += len;
+        if (*c == '/') c++;
+    }
+    if (strchr(p, '/')) return "it has a '/' (a file in another folder)";
+    if (dt_ckpt_name_step(p) < 0) return "not named " DT_CKPT_PREFIX "<step>" DT_CKPT_SUFFIX;
+    return NULL;
+}
+
+/* p for a message: printable ASCII kept, other bytes as octal escapes, cut after about 100 bytes. */
+static void quote_path(char *out, size_t cap, const char *p) {
+    size_t n = 0;
+    for (const unsigned char *c = (const unsigned char *)p; *c && n + 8 < cap; c++) {
+        if ((const char *)c - p >= 100) {
+            n += (size_t)snprintf(out + n, cap - n, "...");
+            break;
+        }
+        if (*c < 32 || *c >= 127 || *c == '"' || *c == '\\') n += (size_t)snprintf(out + n, cap - n, "\\%03o", *c);
+        else out[n++] = (char)*c;
+    }
+    out[n] = 0;
+}
+
+/* The paths the parser ignored so far (the first DT_CKPT_MAX_IGNORED, for one warning per path) and a
+ * count of the entries beyond them. */
+typedef struct {
+    char *raw[DT_CKPT_MAX_IGNORED];
+    int n, more;
+} ignore_log;
+
+static int add_warning(dt_ckpt_index *idx, char *msg, dt_error *err) {
+    char **w = msg ? realloc(idx->ignored, (size_t)(idx->n_ignored + 1) * sizeof *w) : NULL;
+    if (!w) {
+        free(msg);
+        return dt_errorf(err, DT_ENOMEM, "out of memory noting an ignored checkpoint path");
+    }
+    idx->ignored = w;
+    w[idx->n_ignored++] = msg;
+    return 0;
+}
+
+static int note_ignored(dt_ckpt_index *idx, ignore_log *il, const char *path, const char *why, const char *label,
+                        int line, dt_error *err) {
+    for (int i = 0; i < il->n; i++)
+        if (strcmp(il->raw[i], path) == 0) return 0; /* warned already (TensorFlow lists the newest twice) */
+    if (il->n == DT_CKPT_MAX_IGNORED) {
+        il->more++;
+        return 0;
+    }
+    if (!(il->raw[il->n] = dup_n(path, strlen(path), err))) return DT_ENOMEM;
+    il->n++;
+    char q[420];
+    quote_path(q, sizeof q, path);
+    size_t cap = strlen(label) + strlen(q) + 256;
+    char *msg = malloc(cap);
+    if (msg)
+        snprintf(msg, cap, "%s:%d: ignoring checkpoint path \"%s\": %s; only " DT_CKPT_PREFIX "<step>" DT_CKPT_SUFFIX
+                 " files directly in the log folder are read or deleted", label, line, q, why);
+    return add_warning(idx, msg, err);
+}
+
+static int finish_ignored(dt_ckpt_index *idx, ignore_log *il, const char *label, dt_error *err) {
+    int rc = 0;
+    if (il->more) {
+        size_t cap = strlen(label) + 128;
+        char *msg = malloc(cap);
+        if (msg)
+            snprintf(msg, cap, "%s: %d more entries ignored (not checkpoint file names in the log folder)", label,
+                     il->more);
+        rc = add_warning(idx, msg, err);
+    }
+    for (int i = 0; i < il->n; i++) free(il->raw[i]);
+    il->n = 0;
+    return rc;
 }
 
 /* Appends a copy of s to idx->paths, unless it is listed already: a path named twice would be
@@ -175,7 +277,8 @@ int dt_ckpt_index_parse(dt_ckpt_index *out, const char *text, size_t len, const 
     lexer lx = {text, text + len, label, 1, err};
     char *buf = dt_malloc(DT_PATH_MAX, "checkpoint index path", err);
     if (!buf) return DT_ENOMEM;
-    int rc = 0, seen_preserved = 0;
+    int rc = 0, seen_preserved = 0, seen_newest = 0;
+    ignore_log il = {0};
     for (;;) {
         skip_space(&lx);
         if (lx.s >= lx.end) break;
@@ -203,12 +306,17 @@ int dt_ckpt_index_parse(dt_ckpt_index *out, const char *text, size_t len, const 
                 rc = dt_errorf(err, DT_EFORMAT, "%s:%d: empty checkpoint path", label, line);
                 break;
             }
+            /* The path rule is applied here, where every reader and retention get their paths. */
+            const char *why = path_fault(buf);
             if (IS("model_checkpoint_path")) {
-                if (out->model_checkpoint_path) {
+                if (seen_newest++) {
                     rc = dt_errorf(err, DT_EFORMAT, "%s:%d: model_checkpoint_path given twice", label, line);
                     break;
                 }
-                if (!(out->model_checkpoint_path = dup_n(buf, pl, err))) rc = DT_ENOMEM;
+                if (why) rc = note_ignored(out, &il, buf, why, label, line, err);
+                else if (!(out->model_checkpoint_path = dup_n(buf, pl, err))) rc = DT_ENOMEM;
+            } else if (why) {
+                rc = note_ignored(out, &il, buf, why, label, line, err);
             } else if ((rc = push_path(out, buf, err))) {
                 if (rc == DT_EFORMAT) dt_error_prefix(err, "%s:%d: ", label, line);
             }
@@ -229,9 +337,16 @@ int dt_ckpt_index_parse(dt_ckpt_index *out, const char *text, size_t len, const 
         if (lx.s < lx.end && (*lx.s == ';' || *lx.s == ',')) lx.s++;
     }
     free(buf);
-    if (!rc && !out->model_checkpoint_path)
+    if (!rc && !seen_newest)
         rc = dt_errorf(err, DT_EFORMAT, "%s: no model_checkpoint_path (empty or not a checkpoint index)", label);
-    if (!rc) rc = newest_last(out, err);
+    int fin = finish_ignored(out, &il, label, err);
+    if (!rc) rc = fin;
+    /* An ignored newest: the last accepted entry stands in for it (none: an empty index). */
+    if (!rc && !out->model_checkpoint_path && out->n_paths > 0) {
+        const char *last = out->paths[out->n_paths - 1];
+        if (!(out->model_checkpoint_path = dup_n(last, strlen(last), err))) rc = DT_ENOMEM;
+    }
+    if (!rc && out->model_checkpoint_path) rc = newest_last(out, err);
     if (rc) dt_ckpt_index_free(out);
     return rc;
 }
@@ -276,17 +391,25 @@ int dt_ckpt_index_format(const dt_ckpt_index *idx, char **text, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "checkpoint index: no newest checkpoint to write");
     if (idx->n_paths < 0 || idx->n_paths > DT_CKPT_MAX_PATHS)
         return dt_errorf(err, DT_EINVAL, "checkpoint index: %d paths (at most %d)", idx->n_paths, DT_CKPT_MAX_PATHS);
+    /* The writer holds itself to the path rule, so what it writes parses back to the same list. */
+    const char *why;
+    char q[420];
     size_t cap = 64 + 4 * strlen(idx->model_checkpoint_path);
     for (int i = 0; i < idx->n_paths; i++) {
         const char *p = idx->paths[i];
-        if (!p || !p[0] || p[0] == '/')
-            return dt_errorf(err, DT_EINVAL, "checkpoint index: entry %d \"%.64s\" is empty or absolute (must be relative to the logdir)",
-                             i, p ? p : "");
+        if (!p || !p[0]) return dt_errorf(err, DT_EINVAL, "checkpoint index: entry %d is empty", i);
+        if ((why = path_fault(p))) {
+            quote_path(q, sizeof q, p);
+            return dt_errorf(err, DT_EINVAL, "checkpoint index: entry %d \"%s\" is not a checkpoint file name in the "
+                             "log folder (%s)", i, q, why);
+        }
         cap += 64 + 4 * strlen(p);
     }
-    if (idx->model_checkpoint_path[0] == '/')
-        return dt_errorf(err, DT_EINVAL, "checkpoint index: \"%.64s\" is absolute (must be relative to the logdir)",
-                         idx->model_checkpoint_path);
+    if ((why = path_fault(idx->model_checkpoint_path))) {
+        quote_path(q, sizeof q, idx->model_checkpoint_path);
+        return dt_errorf(err, DT_EINVAL, "checkpoint index: newest \"%s\" is not a checkpoint file name in the log "
+                         "folder (%s)", q, why);
+    }
     char *out = dt_malloc(cap, "checkpoint index text", err);
     if (!out) return DT_ENOMEM;
     size_t n = 0;
@@ -312,6 +435,13 @@ int dt_ckpt_index_add(dt_ckpt_index *idx, const char *path, int max_to_keep, cha
     *n_dropped = 0;
     if (!path || !path[0] || strlen(path) >= DT_PATH_MAX)
         return dt_errorf(err, DT_EINVAL, "checkpoint index: empty or too long checkpoint path");
+    const char *why = path_fault(path);
+    if (why) {
+        char q[420];
+        quote_path(q, sizeof q, path);
+        return dt_errorf(err, DT_EINVAL, "checkpoint index: \"%s\" is not a checkpoint file name in the log folder "
+                         "(%s)", q, why);
+    }
     char *m = dup_n(path, strlen(path), err);
     if (!m) return DT_ENOMEM;
     free(idx->model_checkpoint_path);

@@ -124,10 +124,15 @@ int dt_mkdirs(const char *dir, dt_error *err) {
     return 0;
 }
 
-int dt_read_file(uint8_t **out, size_t *len, const char *path, size_t max_len, dt_error *err) {
+static int read_file(uint8_t **out, size_t *len, const char *path, size_t max_len, int plain, dt_error *err) {
     *out = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* plain: O_NOFOLLOW refuses a symbolic link as the last component, O_NONBLOCK keeps a FIFO from
+     * blocking the open (fstat then refuses it); neither changes how a regular file reads. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (plain ? O_NOFOLLOW | O_NONBLOCK : 0));
+    if (fd < 0 && plain && errno == ELOOP)
+        return dt_errorf(err, DT_EIO, "%s: is a symbolic link (not followed: only files in the folder itself are read)",
+                         path);
     if (fd < 0) return dt_errorf(err, DT_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -161,6 +166,14 @@ int dt_read_file(uint8_t **out, size_t *len, const char *path, size_t max_len, d
     *out = buf;
     *len = n;
     return 0;
+}
+
+int dt_read_file(uint8_t **out, size_t *len, const char *path, size_t max_len, dt_error *err) {
+    return read_file(out, len, path, max_len, 0, err);
+}
+
+int dt_read_plain_file(uint8_t **out, size_t *len, const char *path, size_t max_len, dt_error *err) {
+    return read_file(out, len, path, max_len, 1, err);
 }
 
 int dt_path_join(char *out, size_t cap, const char *dir, const char *name, dt_error *err) {

@@ -36,6 +36,9 @@ int dt_mkdirs(const char *dir, dt_error *err);
 /* Reads the whole file into a malloc'd buffer (*out, with a NUL after the last byte, not counted
  * in *len). Refuses files larger than max_len. The file must not change size while read. */
 int dt_read_file(uint8_t **out, size_t *len, const char *path, size_t max_len, dt_error *err);
+/* The same for a file that must be a regular file at path itself: a symbolic link there is refused,
+ * not followed (O_NOFOLLOW), and a FIFO is refused without blocking. */
+int dt_read_plain_file(uint8_t **out, size_t *len, const char *path, size_t max_len, dt_error *err);
 
 /* Joins dir and name into out ("dir/name"; name alone if it is absolute or dir is empty). */
 int dt_path_join(char *out, size_t cap, const char *dir, const char *name, dt_error *err);

@@ -409,6 +409,15 @@ int dt_st_open(dt_st_file **out, const char *path, dt_error *err) {
     return open_bytes(out, bytes, n, path, err);
 }
 
+int dt_st_open_plain(dt_st_file **out, const char *path, dt_error *err) {
+    *out = NULL;
+    uint8_t *bytes;
+    size_t n;
+    int rc = dt_read_plain_file(&bytes, &n, path, DT_ST_MAX_FILE, err);
+    if (rc) return rc;
+    return open_bytes(out, bytes, n, path, err);
+}
+
 int dt_st_open_memory(dt_st_file **out, const void *src, size_t n, const char *label, dt_error *err) {
     *out = NULL;
     if (n > DT_ST_MAX_FILE) return dt_errorf(err, DT_EFORMAT, "%s: %zu bytes is too large", label, n);

@@ -68,6 +68,9 @@ typedef struct dt_st_file dt_st_file;
  * shapes whose size differs from their data_offsets, offsets out of range, overlaps or gaps, non-string
  * metadata, and a data section whose CRC-32C differs from the stored "crc32c". */
 int dt_st_open(dt_st_file **out, const char *path, dt_error *err);
+/* As dt_st_open, for a file that must be a regular file at path itself: a symbolic link is refused,
+ * not followed (dt_read_plain_file). The log folder's checkpoints are opened so. */
+int dt_st_open_plain(dt_st_file **out, const char *path, dt_error *err);
 /* The same checks on bytes in memory (copied); label names them in messages. */
 int dt_st_open_memory(dt_st_file **out, const void *bytes, size_t n, const char *label, dt_error *err);
 void dt_st_close(dt_st_file *f);

@@ -51,6 +51,12 @@ static int restore(dt_supervisor *s, dt_error *err) {
     int rc = dt_ckpt_load(f, path, &s->cfg.run, s->params, s->state, &s->restored_step, err);
     if (!rc) {
         warn_differences(s, f, path);
+        /* The chief owns the folder: the index names what was restored from now on, so the warnings
+         * about it are given once and retention knows a checkpoint the index had missed. */
+        const char *slash = strrchr(path, '/');
+        dt_error e = {0};
+        if (dt_ckpt_adopt(s->cfg.logdir, slash ? slash + 1 : path, s->cfg.log, &e) && s->cfg.log)
+            fprintf(s->cfg.log, "warning: could not update the checkpoint index (the next save tries again): %s\n", e.msg);
         s->restored = 1;
         s->saved_step = s->restored_step;
         snprintf(s->last, sizeof s->last, "%s", path);

@@ -35,8 +35,8 @@ typedef struct {
 typedef struct dt_supervisor dt_supervisor;
 
 /* Restores from the newest good checkpoint if there is one (see dt_ckpt_open_latest and
- * dt_ckpt_load: a damaged newest file is skipped with a warning, another model's is an error), and
- * opens the summary files. */
+ * dt_ckpt_load: a damaged newest file is skipped with a warning, another model's is an error), makes
+ * the index name it (dt_ckpt_adopt; a failure there is a warning), and opens the summary files. */
 int dt_supervisor_open(dt_supervisor **out, const dt_supervisor_config *cfg, dt_error *err);
 /* 1 and the restored state (valid until close) if open restored a checkpoint, else 0. */
 int dt_supervisor_restored(const dt_supervisor *s, const float **params, const float **state, int64_t *global_step);
