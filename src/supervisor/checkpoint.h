@@ -68,8 +68,8 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
 /* Opens the newest checkpoint of logdir that reads back whole and passes its checksum. Candidates:
  * the index's entries, newest first; without a readable index (a warning if it is damaged), the
  * model.ckpt-<step>.safetensors files of logdir, highest step first. A candidate that is missing,
- * truncated or fails its checksum gets a warning on log naming it and why, and the one before it is
- * tried. Returns 1 with *out open and its path in path_out; 0 when logdir holds no checkpoint (or
+ * truncated, fails its checksum or holds a NaN or infinity in a float tensor (naming the tensor and
+ * the index) gets a warning on log naming it and why, and the one before it is tried. Returns 1 with *out open and its path in path_out; 0 when logdir holds no checkpoint (or
  * does not exist); DT_EFORMAT when there are checkpoints but none is usable (naming them). */
 int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
                         dt_error *err);
