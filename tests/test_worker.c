@@ -175,8 +175,82 @@ static void test_push_to_dead_ps_not_sent_later(void) {
               (unsigned long long)ps.stats.refused);
 }
 
+/* ---------- non-finite parameters ---------- */
+
+static const char *MODEL = "model small\ninput 6 6 1\nconv2d filters=3 kernel=3\nrelu\nflatten\ndense units=4\n";
+
+/* A real ps made to hold -inf (SGD with a gradient whose update overflows): the worker's pull
+ * fails naming the ps, its address, the step and the parameter, instead of training on until the
+ * loss is NaN. */
+static void test_nonfinite_params_named(void) {
+    setenv("DTRAIN_IPC", "0", 1); /* the ps threads listen on TCP only */
+    dt_error e = {0};
+    dt_model_spec spec;
+    dt_net *net = NULL;
+    CHECK(dt_model_spec_parse(&spec, MODEL, strlen(MODEL), "small.model", &e) == 0);
+    CHECK_MSG(dt_net_build(&net, &spec, 2, &e) == 0, "%s", e.msg);
+    dt_model_spec_free(&spec);
+    int ports[3] = {free_port(), free_port(), free_port()};
+    dt_cluster cl;
+    dt_placement pl;
+    memset(&pl, 0, sizeof pl);
+    CHECK_MSG(dt_cluster_local(&cl, 2, 1, ports, DT_JOB_WORKER, 0, &e) == 0, "%s", e.msg);
+    CHECK_MSG(dt_placement_compute(&pl, dt_net_view(net, 0), dt_net_num_views(net), 2, DT_PLACE_GREEDY, &e) == 0,
+              "%s", e.msg);
+    ps_thread ps[2];
+    for (int i = 0; i < 2; i++) {
+        char ep[64];
+        snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[i]);
+        ps_start(&ps[i], i, pl.shard_count[i], ep, 0);
+    }
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 10.0f, NULL);
+    dt_remote_config rcfg = {.cluster = &cl, .placement = &pl, .opt = opt, .connect_timeout_ms = 3000,
+                             .request_timeout_ms = 3000};
+    dt_updater *u = NULL;
+    int64_t step = -1;
+    CHECK_MSG(dt_remote_updater_create(&u, &rcfg, &e) == 0, "%s", e.msg);
+    if (!u) goto out;
+    CHECK_MSG(u->start(u, net, 1, &step, &e) == 0 && step == 0, "%s", e.msg);
+
+    /* Float 1 of the last variable: 10 * 3e38 overflows, so the ps's update makes it -inf. */
+    const dt_param_view *v = dt_net_view(net, dt_net_num_views(net) - 1);
+    int at = -1;
+    size_t off = 0;
+    CHECK(dt_placement_locate(&pl, v->offset + 1, &at, &off) >= 0 && at >= 0);
+    memset(dt_net_grads(net), 0, dt_net_param_count(net) * sizeof(float));
+    dt_net_grads(net)[v->offset + 1] = 3e38f;
+    CHECK(u->apply(u, net, 0, &step, &e) == DT_EFORMAT);
+    char want[256];
+    snprintf(want, sizeof want, "ps %d at tcp://127.0.0.1:%d: served a non-finite parameter (%s[1] = -inf) at step 1: "
+             "training diverged (lower --learning_rate) or the ps is damaged", at, ports[at], v->name);
+    CHECK_CONTAINS(e.msg, want);
+
+    /* A plain client, which knows no variable names, gives the float's place in the shard. */
+    dt_ps_client *c = client(2, ps, pl.shard_count, DT_ROLE_WORKER, 1);
+    CHECK(c != NULL);
+    if (c) {
+        float *got0 = dt_alloc_floats(pl.shard_count[0], "shard", NULL);
+        float *got1 = dt_alloc_floats(pl.shard_count[1], "shard", NULL);
+        float *dst[2] = {got0, got1};
+        CHECK(dt_ps_client_pull_all(c, dst, 0, NULL, &e) == DT_EFORMAT);
+        snprintf(want, sizeof want, "ps %d at tcp://127.0.0.1:%d: served a non-finite parameter (float %zu of its "
+                 "shard = -inf) at step 1", at, ports[at], off);
+        CHECK_CONTAINS(e.msg, want);
+        free(got0), free(got1);
+        dt_ps_client_close(c);
+    }
+    u->free(u);
+out:
+    for (int i = 0; i < 2; i++) CHECK(ps_stop(&ps[i]) == DT_EINTR);
+    dt_placement_free(&pl);
+    dt_cluster_free(&cl);
+    dt_net_free(net);
+}
+
 int main(void) {
     RUN(test_failed_push_releases_gradient);
     RUN(test_push_to_dead_ps_not_sent_later);
+    RUN(test_nonfinite_params_named);
     return test_summary();
 }

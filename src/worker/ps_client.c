@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "transport/auth.h"
 #include "transport/zmq_io.h"
 
@@ -49,6 +50,8 @@ struct dt_ps_client {
     int aggregate, total, staleness; /* sync replicas; aggregate 0: asynchronous */
     int liveness_ms, strict;
     int last_refusal;         /* DT_WIRE_E_* of the latest ERROR reply (dt_ps_client_last_refusal) */
+    void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
+    void *name_user;
     dt_ps_client_stats stats;
 };
 
@@ -411,6 +414,8 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         c->liveness_ms = cfg->liveness_ms > 0 ? cfg->liveness_ms : 0;
         c->strict = cfg->strict != 0;
     }
+    c->name_float = cfg->name_float;
+    c->name_user = cfg->name_user;
     c->curve = cfg->auth && cfg->auth->curve;
     if (c->curve) {
         c->auth = *cfg->auth;
@@ -580,6 +585,17 @@ static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error 
         if (!p->aligned && !(p->aligned = dt_alloc_floats(p->n, "aligned parameter shard", err))) return DT_ENOMEM;
         memcpy(p->aligned, data, p->n * sizeof(float));
         data = p->aligned;
+    }
+    /* Caught here, where it enters, it names its source; left alone it would surface only later
+     * as a NaN loss. */
+    size_t bad = dt_first_nonfinite(data, p->n);
+    if (bad < p->n) {
+        char name[96], msg[320];
+        if (c->name_float) c->name_float(c->name_user, i, bad, name, sizeof name);
+        else snprintf(name, sizeof name, "float %zu of its shard", bad);
+        snprintf(msg, sizeof msg, "served a non-finite parameter (%s = %g) at step %lld: training diverged (lower "
+                 "--learning_rate) or the ps is damaged", name, (double)data[bad], (long long)in->hdr.global_step);
+        return fail_ps(c, i, err, DT_EFORMAT, "", msg);
     }
     x->views[i] = data;
     return DT_OK;

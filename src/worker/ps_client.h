@@ -42,6 +42,10 @@ typedef struct {
      * the live workers only (0: never); strict: a lost worker stops the job instead. */
     int liveness_ms, strict;
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h, copied); NULL: no security */
+    /* Names float `index` of shard `ps` in messages, e.g. "conv2/kernel[123]" (the parameters a pull
+     * refuses as non-finite); NULL: "float 123 of its shard". */
+    void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
+    void *name_user;
 } dt_ps_client_config;
 
 typedef struct {
@@ -104,7 +108,9 @@ int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err);
 
 /* Pulls every shard into params[i]. min_step > 0 asks each ps to answer once its step reaches
  * min_step (bounded by the request timeout). steps (may be NULL) receives each shard's step [n_ps];
- * every step is checked (>= min_step; in sync mode all equal). */
+ * every step is checked (>= min_step; in sync mode all equal). A shard holding a NaN or an infinity
+ * is refused (DT_EFORMAT) naming the ps, its address, the step and the parameter: training
+ * diverged, or the ps is damaged. */
 int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
                           dt_error *err);
 

@@ -27,6 +27,19 @@ typedef struct {
     int64_t updates, stale, recoveries;
 } remote;
 
+/* Names float `index` of ps shard `ps` after its variable ("conv2/kernel[123]"), for messages. */
+static void name_shard_float(void *user, int ps, size_t index, char *out, size_t cap) {
+    const dt_placement *pl = user;
+    for (int k = pl->ps_begin[ps]; k < pl->ps_begin[ps + 1]; k++) {
+        const dt_slice *sl = &pl->slices[pl->ps_slices[k]];
+        if (index < sl->shard_offset || index - sl->shard_offset >= sl->count) continue;
+        const dt_param_view *v = &pl->views[sl->view];
+        snprintf(out, cap, "%s[%zu]", v->name, sl->offset + (index - sl->shard_offset) - v->offset);
+        return;
+    }
+    snprintf(out, cap, "float %zu of its shard", index);
+}
+
 /* The gradient buffers are written (a gradient, or shards to INIT or fetch) only while the ps
  * client holds none of them: after every push call, unless it failed with DT_EIO (ps_client.h). */
 static int grads_writable(remote *r, dt_error *err) {
@@ -397,6 +410,8 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .liveness_ms = r->cfg.request_timeout_ms / 2,
         .strict = cfg->strict,
         .auth = cfg->auth,
+        .name_float = name_shard_float,
+        .name_user = (void *)cfg->placement,
     };
     r->sync = cfg->replicas_to_aggregate > 0;
     if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;
