@@ -798,6 +798,73 @@ static void test_supervisor_index_repair(void) {
     dt_net_free(net);
 }
 
+/* A NaN or infinity in a parameter or in optimizer state is damage: the checkpoint is skipped,
+ * naming the tensor and the index, and the supervisor restores the one before it. */
+static void test_nonfinite_is_damage(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 13), fill(s, 2 * n, 14);
+    for (size_t i = 0; i < 2 * n; i++) s[i] = fabsf(s[i]);
+    dt_ckpt_run run = run_of(net, &opt);
+    const dt_param_view *v = dt_net_view(net, dt_net_num_views(net) - 1);
+    char dir[512], path[DT_PATH_MAX], log[4096], want[128];
+    dt_error err = {0};
+
+    /* A parameter. */
+    subdir(dir, sizeof dir, "nan_param");
+    save_steps(dir, &run, p, s, 10, 10, 5);
+    float keep = p[v->offset + 2];
+    p[v->offset + 2] = NAN;
+    save_steps(dir, &run, p, s, 20, 20, 5);
+    p[v->offset + 2] = keep;
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_CONTAINS(path, "model.ckpt-10.safetensors");
+    CHECK_CONTAINS(log, "model.ckpt-20.safetensors");
+    snprintf(want, sizeof want, "tensor %s holds nan at index 2", v->name);
+    CHECK_CONTAINS(log, want);
+    CHECK_CONTAINS(log, "trying the one before it");
+
+    /* The supervisor restores the good one, and says why it skipped the newest. */
+    fake_state fs = {p, s, n, 0, 0, 0};
+    FILE *slog = tmpfile();
+    dt_supervisor_config cfg = {.logdir = dir, .max_to_keep = 5, .run = run, .snapshot = fake_snapshot, .user = &fs,
+                                .log = slog};
+    dt_supervisor *sv = NULL;
+    const float *rp, *rs;
+    int64_t rstep = -1;
+    CHECK_MSG(dt_supervisor_open(&sv, &cfg, &err) == 0, "%s", err.msg);
+    CHECK(sv && dt_supervisor_restored(sv, &rp, &rs, &rstep) == 1 && rstep == 10);
+    CHECK(sv && memcmp(rp, p, n * sizeof *p) == 0);
+    dt_supervisor_close(sv);
+    rewind(slog);
+    size_t got = fread(log, 1, sizeof log - 1, slog);
+    log[got] = 0;
+    fclose(slog);
+    CHECK_CONTAINS(log, want);
+    CHECK_CONTAINS(log, "restored");
+
+    /* Optimizer state: an infinity in the second Adam slot. */
+    subdir(dir, sizeof dir, "inf_state");
+    save_steps(dir, &run, p, s, 30, 30, 5);
+    s[n + v->offset + 1] = -INFINITY;
+    save_steps(dir, &run, p, s, 40, 40, 5);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == 1);
+    CHECK_CONTAINS(path, "model.ckpt-30.safetensors");
+    snprintf(want, sizeof want, "tensor %s/adam_v holds -inf at index 1", v->name);
+    CHECK_CONTAINS(log, want);
+
+    /* The only checkpoint holds one: none is usable, as with other damage (not a silent fresh start). */
+    subdir(dir, sizeof dir, "all_nan");
+    save_steps(dir, &run, p, s, 50, 50, 5);
+    CHECK(latest_with_log(dir, path, sizeof path, log, sizeof log, &err) == DT_EFORMAT);
+    CHECK_CONTAINS(err.msg, "none of its 1 checkpoint(s)");
+    free(p), free(s);
+    dt_net_free(net);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dtrain_test_checkpoint.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -818,5 +885,6 @@ int main(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    RUN(test_nonfinite_is_damage);
     return test_summary();
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "supervisor/ckpt_index.h"
 #include "supervisor/fsutil.h"
 
@@ -320,6 +321,22 @@ static int check_step(const dt_st_file *f, const char *path, int64_t name_step, 
     return 0;
 }
 
+/* A NaN or infinity in a parameter or its optimizer state makes a checkpoint as useless as a bad
+ * checksum does (restored, it would only show later as a NaN loss), so it is damage too. */
+static int check_finite(const dt_st_file *f, const char *path, dt_error *err) {
+    for (int i = 0; i < dt_st_num_tensors(f); i++) {
+        const dt_st_info *t = dt_st_tensor_at(f, i);
+        if (t->dtype != DT_ST_F32) continue;
+        size_t bad = dt_first_nonfinite(t->data, t->count);
+        if (bad == t->count) continue;
+        float v;
+        memcpy(&v, t->data + bad * sizeof v, sizeof v);
+        return dt_errorf(err, DT_EFORMAT, "%s: tensor %s holds %g at index %zu (damaged, or saved after training "
+                         "diverged)", path, t->name, (double)v, bad);
+    }
+    return 0;
+}
+
 int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
                         dt_error *err) {
     *out = NULL;
@@ -367,7 +384,12 @@ int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const
         dt_error ferr = {0};
         /* Opened without following a symbolic link: the path rule keeps the name in the folder, and
          * this keeps the file there. */
-        if (dt_st_open_plain(&f, path, &ferr) == 0 && check_step(f, path, c[i].step, &ferr) == 0) {
+        int orc = dt_st_open_plain(&f, path, &ferr);
+        if (!orc && ((orc = check_step(f, path, c[i].step, &ferr)) || (orc = check_finite(f, path, &ferr)))) {
+            dt_st_close(f);
+            f = NULL;
+        }
+        if (!orc) {
             if (!dt_st_has_checksum(f))
                 warn(log, "warning: %s carries no checksum (not written by dtrain); using it anyway\n", path);
             if (c[i].orphan)

@@ -75,7 +75,8 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
  * without a readable index (a warning if it is damaged), every model.ckpt-<step>.safetensors file
  * of logdir, highest step first. Entries the index's path rule ignores get one warning each and are
  * never opened; a symbolic link is never followed. A candidate that is missing, truncated, fails its
- * checksum or holds an impossible step gets a warning on log naming it and why, and the one before it
+ * checksum, holds an impossible step or a NaN or infinity in a float tensor (naming the tensor and
+ * the index) gets a warning on log naming it and why, and the one before it
  * is tried. Returns 1 with *out open and its path in path_out; 0 when logdir holds no checkpoint (or
  * does not exist); DT_EFORMAT when there are checkpoints but none is usable (naming them). Writes
  * nothing (eval and inspect use it too). */

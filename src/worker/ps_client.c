@@ -9,12 +9,14 @@
 #include <zmq.h>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "transport/auth.h"
 #include "transport/zmq_io.h"
 
 #define MAX_AWAIT 2           /* outstanding requests per ps within one call */
 #define HELLO_RESEND_MS 1000  /* a HELLO lost with a dropped connection is sent again */
 #define READY_POLL_MS 100
+#define RELEASE_MS 2000       /* how long libzmq may take to drop the frames of a closed socket */
 
 typedef struct {
     uint32_t id;              /* request id awaited */
@@ -30,6 +32,7 @@ typedef struct {
     int n_await;
     zmq_msg_t held;           /* the last PARAMS payload, kept for dt_ps_client_pull_views */
     float *aligned;           /* [n] copy of a PARAMS payload libzmq left misaligned (rare) */
+    atomic_int inflight;      /* zero-copy gradient frames to this ps that libzmq still references */
 } ps_conn;
 
 struct dt_ps_client {
@@ -40,12 +43,16 @@ struct dt_ps_client {
     uint16_t task;
     int connect_timeout_ms, request_timeout_ms;
     int curve;                /* --auth=curve (for the connect error's hint) */
+    dt_auth auth;             /* the client's keys (a copy): a replaced socket is set up as at open */
+    char unusable[256];       /* why this client refuses every request ("" while it works) */
+    int buffers_held;         /* libzmq kept gradient frames after a failed call (see the header) */
     uint32_t next_id;
-    atomic_int inflight;      /* zero-copy gradient frames libzmq still references */
     int aggregate, total, staleness; /* sync replicas; aggregate 0: asynchronous */
     int n_workers;            /* told to every ps in INIT; 0: not told */
     int liveness_ms, strict;
     int last_refusal;         /* DT_WIRE_E_* of the latest ERROR reply (dt_ps_client_last_refusal) */
+    void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
+    void *name_user;
     dt_ps_client_stats stats;
 };
 
@@ -67,6 +74,10 @@ static void set_send_timeout(ps_conn *p, int64_t deadline) {
 static int send_req(dt_ps_client *c, int i, dt_wire_header *h, uint8_t want, zmq_msg_t *payload,
                     int64_t deadline, dt_error *err) {
     ps_conn *p = &c->ps[i];
+    if (c->unusable[0]) {
+        if (payload) zmq_msg_close(payload);
+        return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
+    }
     if (p->n_await >= MAX_AWAIT) {
         if (payload) zmq_msg_close(payload);
         return dt_errorf(err, DT_EINVAL, "ps %d: too many outstanding requests", i);
@@ -194,26 +205,80 @@ static int gather(dt_ps_client *c, int64_t deadline, const char *what, reply_fn 
     }
 }
 
+/* libzmq's I/O thread calls this when it is done with a zero-copy gradient frame (hint: its ps). */
 static void release_inflight(void *data, void *hint) {
     (void)data;
-    atomic_fetch_sub(&((dt_ps_client *)hint)->inflight, 1);
+    atomic_fetch_sub(&((ps_conn *)hint)->inflight, 1);
 }
 
-/* Zero-copy frames are released by libzmq's I/O thread once written; a reply proves the ps has
- * them, so this wait is almost always zero, but the caller may reuse its buffer only after it. */
-static int wait_inflight(dt_ps_client *c, int64_t deadline, dt_error *err) {
-    while (atomic_load(&c->inflight) > 0) {
-        if (dt_clock_ms() > deadline)
-            return dt_errorf(err, DT_ETIMEOUT, "gradient buffers still held by the transport after the replies");
+/* Waits until libzmq has released every gradient frame (DT_OK) or the deadline passes (DT_ETIMEOUT). */
+static int wait_released(dt_ps_client *c, int64_t deadline) {
+    for (;;) {
+        int held = 0;
+        for (int i = 0; i < c->n_ps; i++) held += atomic_load(&c->ps[i].inflight);
+        if (!held) return DT_OK;
+        if (dt_clock_ms() > deadline) return DT_ETIMEOUT;
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* ps i's socket, set up and connected: at open, and again when one that held gradient frames is
+ * replaced (release_gradients), so both get the same options. */
+static int conn_socket(dt_ps_client *c, int i, dt_error *err) {
+    ps_conn *p = &c->ps[i];
+    dt_error e = {0};
+    /* The largest reply is STATE (parameters and up to 2 optimizer slots). */
+    void *s = dt_zsock_open(c->ctx, ZMQ_DEALER, dt_wire_max_frame(p->n), 0, c->request_timeout_ms, &e);
+    int rc = s ? DT_OK : e.code;
+    if (!rc) rc = dt_zsock_heartbeat(s, c->request_timeout_ms, &e);
+    if (!rc) rc = dt_auth_client_socket(s, c->curve ? &c->auth : NULL, &e);
+    if (!rc && zmq_connect(s, p->endpoint) != 0)
+        rc = dt_errorf(&e, DT_EINVAL, "cannot connect to '%s': %s", p->endpoint, zmq_strerror(errno));
+    if (rc) {
+        if (s) zmq_close(s);
+        return dt_errorf(err, rc, "ps %d at %s: %s", i, p->endpoint, e.msg);
+    }
+    p->sock = s;
     return DT_OK;
+}
+
+/* The header's contract: when a call that sent gradients returns, libzmq holds none of them.
+ * After the replies they are almost always released already (a reply proves the ps read them).
+ * A frame still held sits in the queue of a ps that is down or not reading, or is half written to
+ * it, and libzmq would send it, or its rest, later from a buffer the caller has since reused: a
+ * torn gradient. Closing that socket with linger 0 makes libzmq drop it (a ps discards a message
+ * cut short), and a fresh socket takes its place. rc is the call's outcome so far, returned
+ * unless the frames cannot be released. */
+static int release_gradients(dt_ps_client *c, int rc, int64_t deadline, dt_error *err) {
+    if (!rc && wait_released(c, deadline) == DT_OK) return DT_OK;
+    for (int i = 0; i < c->n_ps; i++) {
+        ps_conn *p = &c->ps[i];
+        if (!atomic_load(&p->inflight) || !p->sock) continue;
+        zmq_close(p->sock); /* linger 0 (conn_socket): libzmq drops what it still queues */
+        p->sock = NULL;
+        p->n_await = 0;
+        dt_error e = {0};
+        if (conn_socket(c, i, &e) && !c->unusable[0])
+            snprintf(c->unusable, sizeof c->unusable, "could not replace a socket: %.200s", e.msg);
+    }
+    if (wait_released(c, dt_clock_ms() + RELEASE_MS) != DT_OK) {
+        /* Never seen; but then the caller must not touch its buffers, so nothing is sent again. */
+        c->buffers_held = 1;
+        snprintf(c->unusable, sizeof c->unusable, "ZeroMQ still holds gradient buffers %d ms after their sockets "
+                 "were closed: they must stay untouched, so this client sends nothing more (close it)", RELEASE_MS);
+        char before[512] = "";
+        if (rc && err) snprintf(before, sizeof before, "%.500s; ", err->msg);
+        return dt_errorf(err, DT_EIO, "%s%s", before, c->unusable);
+    }
+    return rc;
 }
 
 int dt_ps_client_n_ps(const dt_ps_client *c) { return c->n_ps; }
 
 int dt_ps_client_last_refusal(const dt_ps_client *c) { return c->last_refusal; }
+
+int dt_ps_client_buffers_held(const dt_ps_client *c) { return c->buffers_held; }
 
 const dt_ps_client_stats *dt_ps_client_get_stats(const dt_ps_client *c) { return &c->stats; }
 
@@ -351,8 +416,14 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         c->strict = cfg->strict != 0;
     }
     c->n_workers = cfg->n_workers > 0 && cfg->n_workers <= (int)DT_WIRE_MAX_REPLICAS ? cfg->n_workers : 0;
-    atomic_init(&c->inflight, 0);
+    c->name_float = cfg->name_float;
+    c->name_user = cfg->name_user;
     c->curve = cfg->auth && cfg->auth->curve;
+    if (c->curve) {
+        c->auth = *cfg->auth;
+        c->auth.n_allowed = 0; /* the server's list: not a client's */
+        c->auth.allowed = NULL;
+    }
     int rc = DT_OK;
     if (!(c->ps = dt_calloc((size_t)cfg->n_ps, sizeof *c->ps, "ps client connections", err))) {
         rc = DT_ENOMEM;
@@ -362,7 +433,10 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         rc = dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
         goto fail;
     }
-    for (int i = 0; i < c->n_ps; i++) zmq_msg_init(&c->ps[i].held);
+    for (int i = 0; i < c->n_ps; i++) {
+        zmq_msg_init(&c->ps[i].held);
+        atomic_init(&c->ps[i].inflight, 0);
+    }
     for (int i = 0; i < c->n_ps; i++) {
         ps_conn *p = &c->ps[i];
         const char *ep = cfg->endpoints[i];
@@ -382,23 +456,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
             goto fail;
         }
         strcpy(p->endpoint, ep);
-        /* The largest reply is STATE (parameters and up to 2 optimizer slots). */
-        if (!(p->sock = dt_zsock_open(c->ctx, ZMQ_DEALER, dt_wire_max_frame(n), 0, c->request_timeout_ms, err))) {
-            rc = dt_error_prefix(err, "ps %d at %s: ", i, ep);
-            goto fail;
-        }
-        if ((rc = dt_zsock_heartbeat(p->sock, c->request_timeout_ms, err))) {
-            dt_error_prefix(err, "ps %d at %s: ", i, ep);
-            goto fail;
-        }
-        if ((rc = dt_auth_client_socket(p->sock, cfg->auth, err))) {
-            dt_error_prefix(err, "ps %d at %s: ", i, ep);
-            goto fail;
-        }
-        if (zmq_connect(p->sock, ep) != 0) {
-            rc = dt_errorf(err, DT_EINVAL, "ps %d: cannot connect to '%s': %s", i, ep, zmq_strerror(errno));
-            goto fail;
-        }
+        if ((rc = conn_socket(c, i, err))) goto fail;
     }
     if ((rc = hello_all(c, err))) goto fail;
     *out = c;
@@ -530,6 +588,17 @@ static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error 
         memcpy(p->aligned, data, p->n * sizeof(float));
         data = p->aligned;
     }
+    /* Caught here, where it enters, it names its source; left alone it would surface only later
+     * as a NaN loss. */
+    size_t bad = dt_first_nonfinite(data, p->n);
+    if (bad < p->n) {
+        char name[96], msg[320];
+        if (c->name_float) c->name_float(c->name_user, i, bad, name, sizeof name);
+        else snprintf(name, sizeof name, "float %zu of its shard", bad);
+        snprintf(msg, sizeof msg, "served a non-finite parameter (%s = %g) at step %lld: training diverged (lower "
+                 "--learning_rate) or the ps is damaged", name, (double)data[bad], (long long)in->hdr.global_step);
+        return fail_ps(c, i, err, DT_EFORMAT, "", msg);
+    }
     x->views[i] = data;
     return DT_OK;
 }
@@ -558,9 +627,9 @@ static int send_pushes(dt_ps_client *c, const float *const *grads, int64_t local
     if (local_step < 0) return dt_errorf(err, DT_EINVAL, "push: local_step %lld < 0", (long long)local_step);
     for (int i = 0; i < c->n_ps; i++) {
         zmq_msg_t m;
-        atomic_fetch_add(&c->inflight, 1);
-        if (zmq_msg_init_data(&m, (void *)grads[i], c->ps[i].n * sizeof(float), release_inflight, c) != 0) {
-            atomic_fetch_sub(&c->inflight, 1);
+        atomic_fetch_add(&c->ps[i].inflight, 1);
+        if (zmq_msg_init_data(&m, (void *)grads[i], c->ps[i].n * sizeof(float), release_inflight, &c->ps[i]) != 0) {
+            atomic_fetch_sub(&c->ps[i].inflight, 1);
             return dt_errorf(err, DT_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(errno));
         }
         dt_wire_header h = dt_wire_header_make(DT_MSG_PUSH, 0, 0, 0);
@@ -616,15 +685,14 @@ static int xfer(dt_ps_client *c, const float *const *grads, int64_t local_step, 
         zmq_msg_close(&c->ps[i].held);
         zmq_msg_init(&c->ps[i].held);
     }
+    if (c->unusable[0]) return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
     int rc = grads ? send_pushes(c, grads, local_step, deadline, err) : DT_OK;
     if (!rc && views) rc = send_pulls(c, min_step, deadline, err);
-    if (rc) {
-        clear_awaits(c);
-        return rc;
-    }
-    const char *what = grads && views ? "PUSH+PULL" : grads ? "PUSH" : "PULL";
-    if ((rc = gather(c, deadline, what, on_xfer, &x, err))) return rc;
-    if (grads && (rc = wait_inflight(c, deadline, err))) return rc;
+    if (rc) clear_awaits(c);
+    else rc = gather(c, deadline, grads && views ? "PUSH+PULL" : grads ? "PUSH" : "PULL", on_xfer, &x, err);
+    /* Whatever happened, the caller gets its gradient buffers back. */
+    if (grads) rc = release_gradients(c, rc, deadline, err);
+    if (rc) return rc;
     if (views) {
         /* Every reply carries its shard's step: check it against what was asked. */
         for (int i = 0; i < c->n_ps; i++)

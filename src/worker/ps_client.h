@@ -4,8 +4,13 @@
  * Shards: ps i holds shard_floats[i] parameters. The caller passes one buffer per shard (for a
  * placement that gives each ps one contiguous range of the flat parameter buffer, these are just
  * pointers into it, and nothing is copied twice). Gradients are sent zero-copy from the caller's
- * buffers: they must stay unchanged until dt_ps_client_push_all returns (or, if it failed, until
- * dt_ps_client_close). Parameters are received straight into the caller's buffers.
+ * buffers: they must stay unchanged while a call that sends them (push_all, push_pull) runs, and
+ * are the caller's again when it returns, whether it succeeded or failed: libzmq then holds none
+ * of them (a failed call closes the socket of any ps whose frame is still queued or half sent, so
+ * libzmq drops it, and reconnects with a fresh one). Should libzmq not let go within a bound
+ * (never seen), the call fails with DT_EIO, dt_ps_client_buffers_held says so, the buffers must stay
+ * untouched until dt_ps_client_close, and every later request fails. Parameters are received
+ * straight into the caller's buffers.
  *
  * Not thread-safe: one client per worker thread. */
 #ifndef DT_WORKER_PS_CLIENT_H
@@ -38,7 +43,11 @@ typedef struct {
     /* Sync mode, sent in INIT: a worker silent this long is lost to the ps, which then waits for
      * the live workers only (0: never); strict: a lost worker stops the job instead. */
     int liveness_ms, strict;
-    const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
+    const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h, copied); NULL: no security */
+    /* Names float `index` of shard `ps` in messages, e.g. "conv2/kernel[123]" (the parameters a pull
+     * refuses as non-finite); NULL: "float 123 of its shard". */
+    void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
+    void *name_user;
 } dt_ps_client_config;
 
 typedef struct {
@@ -101,7 +110,9 @@ int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err);
 
 /* Pulls every shard into params[i]. min_step > 0 asks each ps to answer once its step reaches
  * min_step (bounded by the request timeout). steps (may be NULL) receives each shard's step [n_ps];
- * every step is checked (>= min_step; in sync mode all equal). */
+ * every step is checked (>= min_step; in sync mode all equal). A shard holding a NaN or an infinity
+ * is refused (DT_EFORMAT) naming the ps, its address, the step and the parameter: training
+ * diverged, or the ps is damaged. */
 int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
                           dt_error *err);
 
@@ -128,6 +139,10 @@ int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t l
  * last call that succeeded: tells a refusal worth waiting out (a ps restarting: NOT_READY,
  * RESYNC, GONE) from one that is not. */
 int dt_ps_client_last_refusal(const dt_ps_client *c);
+
+/* 1 after a call failed with DT_EIO leaving gradient frames with libzmq (see the top of this file):
+ * the caller must not write its gradient buffers before dt_ps_client_close. */
+int dt_ps_client_buffers_held(const dt_ps_client *c);
 
 /* Fresh STATUS of every ps into out[n_ps] (may be NULL: only refreshes dt_ps_client_shard). */
 int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err);

@@ -27,6 +27,27 @@ typedef struct {
     int64_t updates, stale, recoveries;
 } remote;
 
+/* Names float `index` of ps shard `ps` after its variable ("conv2/kernel[123]"), for messages. */
+static void name_shard_float(void *user, int ps, size_t index, char *out, size_t cap) {
+    const dt_placement *pl = user;
+    for (int k = pl->ps_begin[ps]; k < pl->ps_begin[ps + 1]; k++) {
+        const dt_slice *sl = &pl->slices[pl->ps_slices[k]];
+        if (index < sl->shard_offset || index - sl->shard_offset >= sl->count) continue;
+        const dt_param_view *v = &pl->views[sl->view];
+        snprintf(out, cap, "%s[%zu]", v->name, sl->offset + (index - sl->shard_offset) - v->offset);
+        return;
+    }
+    snprintf(out, cap, "float %zu of its shard", index);
+}
+
+/* The gradient buffers are written (a gradient, or shards to INIT or fetch) only while the ps
+ * client holds none of them: after every push call, unless it failed with DT_EIO (ps_client.h). */
+static int grads_writable(remote *r, dt_error *err) {
+    if (!dt_ps_client_buffers_held(r->client)) return DT_OK;
+    return dt_errorf(err, DT_EIO, "worker %d: ZeroMQ still holds the gradient buffers of a failed push; they are "
+                     "not reused", r->cfg.cluster->task_index);
+}
+
 /* The received shards become the net's parameters; ps 0's step is the cluster's global step. */
 static void views_into_net(remote *r, dt_net *net, int64_t *global_step) {
     for (int p = 0; p < r->n_ps; p++) dt_placement_scatter(r->cfg.placement, p, dt_net_params(net), r->views[p]);
@@ -73,6 +94,8 @@ static int init_shards(remote *r, dt_net *net, const float *state, int64_t step,
     const dt_placement *pl = r->cfg.placement;
     size_t n = dt_net_param_count(net);
     int slots = state ? dt_opt_slots(&r->cfg.opt) : 0;
+    int rc = grads_writable(r, err);
+    if (rc) return rc;
     float **st = slots ? shard_buffers(pl, slots, err) : NULL;
     if (slots && !st) return DT_ENOMEM;
     for (int p = 0; p < r->n_ps; p++) {
@@ -80,8 +103,8 @@ static int init_shards(remote *r, dt_net *net, const float *state, int64_t step,
         for (int k = 0; k < slots; k++)
             dt_placement_gather(pl, p, st[p] + (size_t)k * pl->shard_count[p], state + (size_t)k * n);
     }
-    int rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, (const float *const *)st, step,
-                               err);
+    rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, (const float *const *)st, step,
+                           err);
     free_shard_buffers(pl, st);
     return rc;
 }
@@ -222,7 +245,8 @@ static int remote_snapshot(dt_updater *u, dt_net *net, float *params, float *sta
                            dt_error *err) {
     remote *r = (remote *)u;
     const dt_placement *pl = r->cfg.placement;
-    int rc;
+    int rc = grads_writable(r, err);
+    if (rc) return rc;
     if (final && r->cfg.n_workers_to_wait > 0 &&
         dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, err) && r->cfg.log)
         fprintf(r->cfg.log, "chief: %s; taking the final checkpoint anyway\n", err->msg);
@@ -260,6 +284,8 @@ static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t 
         nanosleep(&ts, NULL);
     }
     double t0 = dt_seconds();
+    int rc = grads_writable(r, err);
+    if (rc) return rc;
     for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_grads(net));
     /* Sync: the gradient is for step iter; the pull waits until step iter - staleness has been
      * applied (staleness 0: this very step, the barrier). Async: tagged with the caller's step. */
@@ -268,8 +294,8 @@ static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t 
     if (min_step < 0) min_step = 0;
     dt_push_result res;
     /* Push and pull in one round trip per ps. */
-    int rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, tag, min_step, r->views, r->steps,
-                                    &res, err);
+    rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, tag, min_step, r->views, r->steps, &res,
+                                err);
     if (rc) {
         /* This step's gradient is lost with the ps (or the rollback); training goes on from what the
          * ps tasks hold once they are back. */
@@ -385,6 +411,8 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .liveness_ms = r->cfg.request_timeout_ms / 2,
         .strict = cfg->strict,
         .auth = cfg->auth,
+        .name_float = name_shard_float,
+        .name_user = (void *)cfg->placement,
     };
     r->sync = cfg->replicas_to_aggregate > 0;
     if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;
