@@ -128,6 +128,10 @@ typedef struct dt_train_options {
     int debug_step_delay_ms, debug_delay_worker;
     const char *debug_dump_params;
     const char *placement;       /* "greedy" (default) or "round_robin" */
+    /* The chief cuts each ps shard into chunks of about chunk_kb KiB (default 512; 0: one chunk),
+     * which travel, are applied and come back one by one, so both directions of the wire work at
+     * once (docs/protocol.md, "Chunks"). At most 255 chunks per shard. */
+    int chunk_kb;
     int connect_timeout_ms;      /* how long a worker retries the ps tasks (default 60000) */
     int heartbeat_timeout_ms;    /* the longest a worker waits for any ps reply (a sync barrier
                                   * included) before it gives up naming the ps; <= 0: 60000. In

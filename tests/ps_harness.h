@@ -93,6 +93,7 @@ static inline int ps_stop(ps_thread *t) {
 static int request_ms = 3000; /* clients' request timeout */
 static int liveness_ms = 0;   /* sync clients' INIT: a worker silent this long is lost (0: never) */
 static int strict_mode = 0;   /* sync clients' INIT: a lost worker stops the job */
+static int64_t chunk_bytes = 0; /* chiefs' INIT: the cut (0: one chunk per shard) */
 
 /* A client of n_ps ps tasks; aggregate > 0: sync replicas (aggregate of total, staleness). */
 static inline dt_ps_client *client_sync(int n_ps, ps_thread *ps, const size_t *sizes, dt_wire_role role, int task,
@@ -102,7 +103,8 @@ static inline dt_ps_client *client_sync(int n_ps, ps_thread *ps, const size_t *s
     dt_ps_client_config cc = {.n_ps = n_ps, .endpoints = eps, .shard_floats = sizes, .role = role,
                               .task = task, .connect_timeout_ms = 3000, .request_timeout_ms = request_ms,
                               .replicas_to_aggregate = aggregate, .total_num_replicas = total,
-                              .staleness = staleness, .liveness_ms = liveness_ms, .strict = strict_mode};
+                              .staleness = staleness, .liveness_ms = liveness_ms, .strict = strict_mode,
+                              .chunk_bytes = chunk_bytes};
     dt_ps_client *c = NULL;
     dt_error e = {0};
     if (dt_ps_client_open(&c, &cc, &e)) fprintf(stderr, "  open: %s\n", e.msg);

@@ -469,7 +469,7 @@ static void test_fetch_state_and_restore(void) {
     dt_opt_config_init(&adam, "adam", 0.01f, NULL);
     dt_opt_config_init(&sgd, "sgd", 0.01f, NULL);
     dt_error e = {0};
-    CHECK(dt_ps_client_fetch_state(w, &adam, fp, fs, NULL, &e) == DT_EPROTO);
+    CHECK(dt_ps_client_fetch_state(w, &adam, fp, fs, NULL, NULL, &e) == DT_EPROTO);
     CHECK_CONTAINS(e.msg, "not initialised");
     fill(p0, N0, 1.0f, 7);
     fill(p1, N1, 1.0f, 8);
@@ -482,17 +482,17 @@ static void test_fetch_state_and_restore(void) {
     for (int t = 0; t < 3; t++) {
         fill(g0, N0, 0.5f, 300 + t);
         fill(g1, N1, 0.5f, 400 + t);
-        CHECK(dt_ps_client_push_all(w, gs, 7 + t, NULL, &e) == DT_OK);
+        CHECK_MSG(dt_ps_client_push_all(w, gs, 7 + t, NULL, &e) == DT_OK, "%s", e.msg);
         dt_opt_apply(&adam, p0, g0, s0, N0, 7 + t);
         dt_opt_apply(&adam, p1, g1, s1, N1, 7 + t);
     }
     int64_t steps[2] = {-1, -1};
-    CHECK(dt_ps_client_fetch_state(w, &adam, fp, fs, steps, &e) == DT_OK); /* any role may read */
+    CHECK(dt_ps_client_fetch_state(w, &adam, fp, fs, steps, NULL, &e) == DT_OK); /* any role may read */
     CHECK(steps[0] == 10 && steps[1] == 10);
     CHECK(memcmp(f0, p0, sizeof p0) == 0 && memcmp(f1, p1, sizeof p1) == 0);
     CHECK(memcmp(fs0, s0, sizeof s0) == 0 && memcmp(fs1, s1, sizeof s1) == 0);
-    CHECK(dt_ps_client_fetch_state(w, &adam, fp, NULL, NULL, &e) == DT_OK); /* parameters only */
-    CHECK(dt_ps_client_fetch_state(w, &sgd, fp, NULL, NULL, &e) == DT_EPROTO);
+    CHECK(dt_ps_client_fetch_state(w, &adam, fp, NULL, NULL, NULL, &e) == DT_OK); /* parameters only */
+    CHECK(dt_ps_client_fetch_state(w, &sgd, fp, NULL, NULL, NULL, &e) == DT_EPROTO);
     CHECK_CONTAINS(e.msg, "holds adam optimizer state, the caller expects sgd");
     CHECK(strstr(e.msg, ps[0].endpoint) || strstr(e.msg, ps[1].endpoint)); /* names the ps */
 
@@ -516,7 +516,7 @@ static void test_fetch_state_and_restore(void) {
     CHECK(res.global_step == 11);
     dt_opt_apply(&adam, p0, g0, s0, N0, 10);
     dt_opt_apply(&adam, p1, g1, s1, N1, 10);
-    CHECK(dt_ps_client_fetch_state(c, &adam, fp, fs, steps, &e) == DT_OK);
+    CHECK(dt_ps_client_fetch_state(c, &adam, fp, fs, steps, NULL, &e) == DT_OK);
     CHECK(steps[0] == 11 && steps[1] == 11);
     CHECK(memcmp(f0, p0, sizeof p0) == 0 && memcmp(f1, p1, sizeof p1) == 0);
     CHECK(memcmp(fs0, s0, sizeof s0) == 0 && memcmp(fs1, s1, sizeof s1) == 0);
@@ -661,6 +661,15 @@ int main(void) {
     RUN(test_client_refuses_other_version);
     RUN(test_pull_waits_for_step);
     RUN(test_done_and_wait_done);
+    RUN(test_fetch_state_and_restore);
+    /* Again with shards cut into chunks of 28 bytes (7 floats): each chunk is applied on its own,
+     * and the results must be the same bit for bit. */
+    chunk_bytes = 28;
+    fprintf(stderr, "-- the same, in chunks of %lld bytes\n", (long long)chunk_bytes);
+    RUN(test_init_then_pull);
+    RUN(test_async_sgd_exact);
+    RUN(test_async_adam_exact);
+    RUN(test_concurrent_pushes_counted);
     RUN(test_fetch_state_and_restore);
     return test_summary();
 }

@@ -408,7 +408,7 @@ static void test_exact_pulls(void) {
     CHECK(zmq_msg_size(&in.payload) == N * 4 && ((const float *)zmq_msg_data(&in.payload))[N - 1] == 4.0f);
     dt_wire_in_close(&in);
     send_exact_pull(s, 32, 1);
-    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_GONE, "step 1 is no longer kept"));
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_GONE, "step 1 of chunk 0 is no longer kept"));
     dt_wire_in_close(&in);
     send_exact_pull(s, 33, 8);
     zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
@@ -653,6 +653,77 @@ static void test_staleness_bound(void) {
     }
 }
 
+/* A chunk of a sync push that asks for PARAMS: sent by hand as worker `task`. */
+static void chunk_push(void *s, uint16_t task, uint8_t chunk, uint8_t chunks, float value, size_t n, uint32_t id) {
+    dt_wire_header h = dt_wire_header_make(DT_MSG_PUSH, DT_ROLE_WORKER, task, id);
+    h.local_step = 0;
+    h.global_step = 1; /* the PARAMS of step 1 at least: the barrier */
+    h.chunk = chunk, h.chunks = chunks;
+    h.flags = DT_WIRE_F_SYNC | DT_WIRE_F_PULL;
+    zmq_msg_t m;
+    zmq_msg_init_size(&m, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) ((float *)zmq_msg_data(&m))[i] = value;
+    dt_wire_send(s, NULL, &h, &m, 0, NULL);
+}
+
+/* Chunks travel alone: each has its own barrier, so chunk 0 of step 1 comes back (the mean applied)
+ * as soon as both workers' chunk 0 is in, while every other chunk is still at step 0 and no other
+ * chunk was even sent. This is what lets parameters stream back while later gradients go up. */
+static void test_chunk_has_its_own_barrier(void) {
+    enum { N = 100, K = 10 };
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    size_t sizes[1] = {N};
+    chunk_bytes = N / K * sizeof(float);
+    dt_ps_client *chief = client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 2, 2, 0);
+    chunk_bytes = 0;
+    CHECK(chief != NULL);
+    if (!chief) {
+        ps_stop(&ps);
+        return;
+    }
+    static float p[N];
+    for (int i = 0; i < N; i++) p[i] = 1.0f;
+    const float *src[1] = {p};
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
+    dt_error e = {0};
+    CHECK(dt_ps_client_init(chief, &opt, src, NULL, 0, &e) == DT_OK);
+    void *ctx = zmq_ctx_new();
+    void *w0 = raw_open(ctx, ps.endpoint), *w1 = raw_open(ctx, ps.endpoint);
+    chunk_push(w1, 1, 0, K, 4.0f, N / K, 1);
+    zmq_pollitem_t it = {.socket = w1, .events = ZMQ_POLLIN};
+    CHECK(zmq_poll(&it, 1, 200) == 0); /* chunk 0 waits for worker 0's chunk 0 */
+    chunk_push(w0, 0, 0, K, 2.0f, N / K, 2);
+    dt_wire_in in;
+    for (int k = 0; k < 2; k++) {
+        CHECK(raw_reply(k ? w0 : w1, &in) == DT_OK);
+        CHECK_MSG(in.hdr.type == DT_MSG_PARAMS && in.hdr.chunk == 0 && in.hdr.chunks == K && in.hdr.global_step == 1 &&
+                      zmq_msg_size(&in.payload) == N / K * sizeof(float),
+                  "reply %s chunk %u of %u step %lld", dt_wire_type_name(in.hdr.type), in.hdr.chunk, in.hdr.chunks,
+                  (long long)in.hdr.global_step);
+        if (zmq_msg_size(&in.payload) == N / K * sizeof(float))
+            CHECK(((const float *)zmq_msg_data(&in.payload))[0] == 1.0f - 0.5f * 3.0f); /* the mean of 4 and 2 */
+        dt_wire_in_close(&in);
+    }
+    /* Chunk 9 is still at step 0, holding its first values. */
+    dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, DT_ROLE_WORKER, 1, 3);
+    h.chunk = K - 1, h.chunks = K;
+    dt_wire_send(w1, NULL, &h, NULL, 0, NULL);
+    CHECK(raw_reply(w1, &in) == DT_OK && in.hdr.type == DT_MSG_PARAMS && in.hdr.chunk == K - 1 && in.hdr.global_step == 0);
+    if (in.hdr.type == DT_MSG_PARAMS) CHECK(((const float *)zmq_msg_data(&in.payload))[0] == 1.0f);
+    dt_wire_in_close(&in);
+    /* The shard's step is what every chunk has reached. */
+    dt_ps_shard_status st[1];
+    CHECK(dt_ps_client_status(chief, st, &e) == DT_OK && st[0].global_step == 0);
+    zmq_close(w0);
+    zmq_close(w1);
+    zmq_ctx_term(ctx);
+    CHECK(dt_ps_client_shutdown(chief, &e) == DT_OK);
+    dt_ps_client_close(chief);
+    CHECK(ps_stop(&ps) == DT_OK);
+}
+
 int main(void) {
     RUN(test_mean_once_behind_barrier);
     RUN(test_sum_in_worker_order);
@@ -666,5 +737,21 @@ int main(void) {
     RUN(test_pull_waits_for_one_step);
     RUN(test_two_ps_one_step);
     RUN(test_staleness_bound);
+    RUN(test_chunk_has_its_own_barrier);
+    /* Again with every shard cut into chunks of 12 bytes (3 floats; shards of 1..14 chunks): each
+     * chunk has its own barrier, and the results must not change. */
+    chunk_bytes = 12;
+    fprintf(stderr, "-- the same, in chunks of %lld bytes\n", (long long)chunk_bytes);
+    RUN(test_mean_once_behind_barrier);
+    RUN(test_sum_in_worker_order);
+    RUN(test_backup_worker_stale);
+    RUN(test_sync_refusals);
+    RUN(test_sync_replace);
+    RUN(test_lost_worker);
+    RUN(test_strict_lost_worker);
+    RUN(test_reinit_generation);
+    RUN(test_two_ps_one_step);
+    RUN(test_staleness_bound);
+    /* (test_exact_pulls and test_pull_waits_for_one_step speak the wire by hand, one chunk a shard.) */
     return test_summary();
 }

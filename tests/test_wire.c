@@ -149,8 +149,14 @@ static void test_refusals(void) {
     b[8] = 9;
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "role"));
     memcpy(b, good, sizeof good);
-    b[59] = 1;
-    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "reserved"));
+    b[9] = 5, b[59] = 2;
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "chunk 5 of 2"));
+    memcpy(b, good, sizeof good);
+    b[59] = 0; /* a PULL is always about a chunk */
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "chunks 0"));
+    dt_wire_encode(sb, &stat);
+    sb[7] = 0, sb[9] = 1, sb[59] = 2; /* STATUS is not cut */
+    CHECK(decode_fails(sb, sizeof sb, DT_EFORMAT, "not cut"));
     memcpy(b, good, sizeof good);
     b[23] = 0x80; /* global step negative */
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "negative step"));

@@ -53,6 +53,8 @@ int cmd_train(int argc, char **argv) {
         {"debug_dump_params", FLAG_STRING, &o.debug_dump_params,
          "testing: the chief writes its final parameters to this file (raw float32)"},
         {"placement", FLAG_STRING, &o.placement, "variables over ps tasks: greedy or round_robin"},
+        {"chunk_kb", FLAG_INT, &o.chunk_kb,
+         "chief: each ps shard travels in chunks of about this many KiB, applied and sent back one by one; 0: one chunk"},
         {"connect_timeout", FLAG_DOUBLE, &connect_timeout, "seconds a worker retries its ps tasks"},
         {"heartbeat_timeout", FLAG_DOUBLE, &heartbeat_timeout,
          "seconds a worker waits for any ps reply (a sync barrier included) before giving up naming the ps"},

@@ -23,7 +23,7 @@
 
 struct dt_peer {
     atomic_int refs;        /* the table's (while open) + each holder's */
-    atomic_int replies;     /* large replies libzmq still holds for this peer */
+    atomic_llong reply_bytes; /* large replies libzmq still holds for this peer */
     int fd, open, cut, tcp, valid, strikes;
     uint64_t serial;
     struct sockaddr_storage addr; /* getpeername at accept: tells a reused descriptor apart */
@@ -71,17 +71,18 @@ void dt_peer_unref(dt_peer *peer) {
     if (peer && atomic_fetch_sub(&peer->refs, 1) == 1) free(peer);
 }
 
-int dt_peer_reply_begin(dt_peer *peer, int max) {
+int dt_peer_reply_begin(dt_peer *peer, uint64_t bytes, uint64_t max) {
     if (!peer) return 1;
-    if (atomic_load(&peer->replies) >= max) return 0;
-    atomic_fetch_add(&peer->replies, 1);
+    uint64_t held = (uint64_t)atomic_load(&peer->reply_bytes);
+    if (held && held + bytes > max) return 0; /* one reply always goes, however large */
+    atomic_fetch_add(&peer->reply_bytes, (long long)bytes);
     dt_peer_ref(peer);
     return 1;
 }
 
-void dt_peer_reply_done(dt_peer *peer) {
+void dt_peer_reply_done(dt_peer *peer, uint64_t bytes) {
     if (!peer) return;
-    atomic_fetch_sub(&peer->replies, 1);
+    atomic_fetch_sub(&peer->reply_bytes, (long long)bytes);
     dt_peer_unref(peer);
 }
 
@@ -161,7 +162,7 @@ static dt_peer *add(dt_peers *p, int fd, void (*gone)(void *, dt_peer *), void *
     dt_peer *peer = calloc(1, sizeof *peer);
     if (!peer) return NULL;
     atomic_init(&peer->refs, 1);
-    atomic_init(&peer->replies, 0);
+    atomic_init(&peer->reply_bytes, 0);
     peer->fd = fd;
     peer->open = 1;
     peer->serial = ++p->serial;

@@ -74,10 +74,10 @@ uint64_t dt_peers_cut_count(const dt_peers *p);
 void dt_peer_ref(dt_peer *peer);
 void dt_peer_unref(dt_peer *peer);
 
-/* Large replies (PARAMS, STATE) libzmq still holds for a peer: begin returns 0 (and counts
- * nothing) when max are already in flight; done is called by the reply's free function (and
- * drops the reference begin took). */
-int dt_peer_reply_begin(dt_peer *peer, int max);
-void dt_peer_reply_done(dt_peer *peer);
+/* Large replies (PARAMS, STATE) libzmq still holds for a peer, in bytes: begin returns 0 (and
+ * counts nothing) when this reply would take the peer past max (a first reply always goes); done
+ * is called by the reply's free function with the same bytes (and drops the reference begin took). */
+int dt_peer_reply_begin(dt_peer *peer, uint64_t bytes, uint64_t max);
+void dt_peer_reply_done(dt_peer *peer, uint64_t bytes);
 
 #endif

@@ -1,7 +1,6 @@
 #include "ps/ps.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdalign.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -13,17 +12,19 @@
 
 #include "compute/optim.h"
 #include "core/error.h"
+#include "core/finite.h"
 #include "ps/peers.h"
+#include "ps/snapshots.h"
 #include "transport/auth.h"
 #include "transport/wire.h"
 #include "transport/zmq_io.h"
 
 #define MAX_PENDING 4096      /* deferred PULLs (waiting for a later step), bounded */
-#define PENDING_PER_PEER 4    /* deferred PULLs one connection may hold */
+#define PENDING_PER_PEER DT_PS_PENDING_PER_PEER
 #define ASYNC_AHEAD 1024      /* async: a deferred PULL may wait for at most this many steps ahead */
 #define PENDING_MAX_WAIT_US (600 * INT64_C(1000000)) /* no deferred PULL is held longer (async) */
-#define REPLIES_PER_PEER 2    /* large replies (PARAMS, STATE) libzmq may hold for one connection */
-#define PEER_HWM 16           /* messages queued per connection, each way */
+#define SEND_HWM ((int)DT_WIRE_MAX_CHUNKS + 16) /* replies queued per connection: a step's chunks and a few more */
+#define RECV_HWM 16           /* whole requests queued per connection before libzmq stops reading it */
 #define FIRST_MESSAGE_US (10 * INT64_C(1000000))  /* a new connection's first message, at the latest */
 #define MESSAGE_US (120 * INT64_C(1000000))       /* a large message, once begun, must finish */
 #define MAX_CONNECTIONS 1024
@@ -32,39 +33,30 @@
 #define LOG_REFUSALS 20       /* refusals logged one by one; later ones only counted */
 #define LOG_STALE 3           /* stale gradients logged one by one per worker; later ones counted */
 #define SHUTDOWN_LINGER_MS 1000
-#define SNAP_POOL 8           /* snapshot buffers; more in flight at once fall back to a copy */
 #define SNAP_KEEP 4           /* sync mode: steps whose snapshot is kept for EXACT pulls */
 #define MAX_IO_THREADS 4      /* ZeroMQ I/O threads of a ps: one per core up to this */
 
-/* A snapshot of the shard at one step, sent zero-copy to every puller of that step. An update is
- * written out of place into a free snapshot buffer, which then holds the current values (no copy
- * per step); a buffer that messages still hold is never written. refs counts
- * the ps's own reference (while it keeps the snapshot) plus each message libzmq still holds;
- * libzmq's I/O thread drops its references, hence the atomic. A buffer with refs == 0 is reused:
- * the pool keeps the allocator (and the kernel's page faults) out of the steady state. */
-typedef struct {
-    atomic_int refs;
-    int kept;                 /* the ps holds a reference (only the ps thread reads this) */
-    int64_t step;
-    float *data;              /* [n] */
-} snap_buf;
-
+/* A PULL waiting for a later step of its chunk (the sync barrier), or the pull half of a PUSH
+ * that asked for PARAMS. */
 typedef struct {
     zmq_msg_t identity;
     dt_wire_header req;
     dt_peer *peer;            /* its connection (a reference), NULL if unknown */
     int64_t since_us;         /* when it arrived (its barrier wait is reported in the reply) */
+    int32_t status;           /* a PUSH's outcome (OK, STALE), reported with the PARAMS */
+    uint64_t stale;           /* that worker's stale gradients so far */
 } pending_pull;
 
 /* What a large reply's free function releases: the snapshot it was sent from, or its own buffer,
- * and its place in the connection's count of replies in flight. */
+ * and its bytes in the connection's count of replies in flight. */
 typedef struct {
-    snap_buf *snap;
+    dt_snap *snap;
     void *own;
     dt_peer *peer;
+    size_t bytes;
 } reply_hold;
 
-/* Sync mode: the gradients received for one step, held as received (no copy) until
+/* Sync mode: the gradients received for one step of one part, held as received (no copy) until
  * replicas_to_aggregate of them are in; then summed in worker-index order. */
 typedef struct {
     int64_t step;             /* -1: empty */
@@ -72,6 +64,19 @@ typedef struct {
     uint16_t *worker;         /* [aggregate] */
     zmq_msg_t *grad;          /* [aggregate] payloads */
 } accum;
+
+/* One chunk of the shard (docs/protocol.md, "Chunks"): its own values, optimizer state, step,
+ * snapshots and (sync) gradient accumulators, so each chunk is applied and sent back as soon as
+ * its gradients are in while later chunks are still on the wire. */
+typedef struct {
+    size_t off, n;            /* floats [off, off + n) of the shard */
+    float *params;            /* [n] the current values: own, or the current step's snapshot */
+    float *own;               /* [n] the ps's private copy, when no snapshot buffer is free (and after INIT) */
+    float *state;             /* [slots * n], slot-major as dt_opt_apply wants */
+    dt_snap_pool snaps;
+    int64_t step;             /* updates applied to this part */
+    accum *acc;               /* sync: [staleness + 1], step t in acc[t % (staleness + 1)] */
+} part_t;
 
 typedef struct {
     const dt_ps_config *cfg;
@@ -82,28 +87,20 @@ typedef struct {
     dt_peer *peer;            /* the connection of the message being handled (NULL: unknown) */
     int64_t peers_checked_us;
     int workers;              /* from INIT: worker tasks in the cluster (0: not told) */
-    float *params;            /* [n] the current values: own, or the current step's snapshot */
-    float *own;               /* [n] the ps's private copy, when no snapshot buffer is free (and after INIT) */
-    float *state;             /* [slots * n], slot-major as dt_opt_apply wants */
-    float *scratch;           /* [n] aligned copy of a misaligned gradient frame (rare) */
+    part_t *parts;            /* [n_parts], the shard cut as INIT said; NULL before INIT */
+    int n_parts;
+    float *scratch;           /* [largest part] aligned copy of a misaligned gradient frame (rare) */
+    float *sum;               /* sync: [largest part] the mean gradient of a step */
     dt_opt_config opt;
     int slots, initialised, shutdown;
     uint8_t generation;       /* of the INIT that set the shard (1..255), reported in every reply */
-    int64_t step;
-    uint64_t pushes, updates, pulls, refused;
-    /* PARAMS replies share one snapshot per step, so n workers pulling the same step cost one
-     * memcpy, and pushes never tear a reply in flight. Sync mode keeps the last SNAP_KEEP steps, so a
-     * worker can pull every shard at one step (EXACT) even if this ps has moved on. */
-    snap_buf snaps[SNAP_POOL];
-    int n_snaps;
+    uint64_t pushes, updates, pulls, refused; /* pushes and updates counted on chunk 0: whole gradients */
     pending_pull *pending;
     int n_pending;
     uint8_t *done;            /* [65536 / 8] bitmap of worker tasks that sent DONE (lazily allocated) */
     uint64_t n_done;
     /* Sync replicas (INIT's configuration): aggregate == 0 means asynchronous. */
     int aggregate, total, staleness;
-    accum *acc;               /* [staleness + 1], step t in acc[t % (staleness + 1)] */
-    float *sum;               /* [n] the mean gradient of a step */
     uint64_t *stale;          /* [total] stale gradients per worker */
     uint64_t n_stale;
     /* Worker liveness (sync mode): the traffic is the heartbeat. A worker that sends nothing for
@@ -138,14 +135,38 @@ static void ps_log(ps_t *ps, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* A reply header for a request: same request id, this ps's index and step. */
+/* The shard's step: updates applied to every chunk (a chunk may be a step ahead while a gradient
+ * is still arriving). */
+static int64_t shard_step(const ps_t *ps) {
+    int64_t s = ps->n_parts ? ps->parts[0].step : 0;
+    for (int c = 1; c < ps->n_parts; c++)
+        if (ps->parts[c].step < s) s = ps->parts[c].step;
+    return s;
+}
+
+static int64_t shard_step_max(const ps_t *ps) {
+    int64_t s = 0;
+    for (int c = 0; c < ps->n_parts; c++)
+        if (ps->parts[c].step > s) s = ps->parts[c].step;
+    return s;
+}
+
+/* A reply header for a request: same request id, this ps's index, step and cut; a request about
+ * one chunk gets that chunk's step. */
 static dt_wire_header reply_to(const ps_t *ps, dt_msg_type type, const dt_wire_header *req) {
     dt_wire_header h = dt_wire_header_make(type, DT_ROLE_PS, (uint16_t)ps->cfg->ps_index, req->request_id);
     h.shard = (uint32_t)ps->cfg->ps_index;
-    h.global_step = ps->step;
     h.local_step = req->local_step;
     h.shard_floats = ps->n;
     h.initialised = ps->initialised ? ps->generation : 0;
+    h.chunks = (uint8_t)ps->n_parts;
+    int chunked = type == DT_MSG_PARAMS || type == DT_MSG_PUSH_ACK;
+    if (chunked && req->chunk < ps->n_parts) {
+        h.chunk = req->chunk;
+        h.global_step = ps->parts[req->chunk].step;
+    } else {
+        h.global_step = shard_step(ps);
+    }
     return h;
 }
 
@@ -160,32 +181,38 @@ static void refuse(ps_t *ps, zmq_msg_t *identity, const dt_wire_in *in, int32_t 
     dt_wire_send_error(ps->sock, identity, r, status, "%s", msg);
 }
 
+/* ---- Large replies ---------------------------------------------------------------------------- */
+
+/* What one connection may have in large replies not yet handed to the kernel: two of the largest
+ * messages (a step's chunks of PARAMS fit many times). */
+static uint64_t peer_reply_budget(const ps_t *ps) { return 2 * dt_wire_max_frame(ps->n); }
+
 /* libzmq's I/O thread is done with a large reply. */
 static void reply_release(void *data, void *hint) {
     (void)data;
     reply_hold *h = hint;
-    if (h->snap) atomic_fetch_sub(&h->snap->refs, 1);
+    if (h->snap) dt_snap_release(h->snap);
     free(h->own);
-    dt_peer_reply_done(h->peer);
+    dt_peer_reply_done(h->peer, h->bytes);
     free(h);
 }
 
-/* A large reply to the current connection, zero-copy from a snapshot (snap) or from a buffer it
- * then owns (own, freed with it). Counts against the connection's replies in flight: 1 if it
- * already has REPLIES_PER_PEER unread (nothing is sent; own is freed), DT_ENOMEM, or DT_OK. */
-static int reply_msg(ps_t *ps, dt_peer *peer, zmq_msg_t *m, void *data, size_t bytes, snap_buf *snap, void *own) {
+/* A large reply to peer, zero-copy from a snapshot (snap) or from a buffer it then owns (own,
+ * freed with it). Counts against the connection's replies in flight: 1 if it would take the
+ * connection past its budget (nothing is sent; own is freed), DT_ENOMEM, or DT_OK. */
+static int reply_msg(ps_t *ps, dt_peer *peer, zmq_msg_t *m, void *data, size_t bytes, dt_snap *snap, void *own) {
     reply_hold *h = NULL;
-    if (!dt_peer_reply_begin(peer, REPLIES_PER_PEER)) {
+    if (!dt_peer_reply_begin(peer, bytes, peer_reply_budget(ps))) {
         free(own);
         return 1;
     }
     if (!(h = malloc(sizeof *h))) {
-        dt_peer_reply_done(peer);
+        dt_peer_reply_done(peer, bytes);
         free(own);
         return DT_ENOMEM;
     }
-    *h = (reply_hold){.snap = snap, .own = own, .peer = peer};
-    if (snap) atomic_fetch_add(&snap->refs, 1);
+    *h = (reply_hold){.snap = snap, .own = own, .peer = peer, .bytes = bytes};
+    if (snap) dt_snap_hold(snap);
     if (zmq_msg_init_data(m, data, bytes, reply_release, h) != 0) {
         reply_release(data, h);
         return DT_ENOMEM;
@@ -193,96 +220,92 @@ static int reply_msg(ps_t *ps, dt_peer *peer, zmq_msg_t *m, void *data, size_t b
     return DT_OK;
 }
 
-static void snap_unkeep(snap_buf *b) {
-    if (!b->kept) return;
-    b->kept = 0;
-    atomic_fetch_sub(&b->refs, 1);
+/* ---- Parts: values, snapshots, updates -------------------------------------------------------- */
+
+/* Drops the snapshots a part no longer needs: steps before the keep window (async: all but the
+ * current step). */
+static void part_trim(const ps_t *ps, part_t *p) {
+    dt_snap_trim(&p->snaps, p->step - (ps->aggregate ? SNAP_KEEP - 1 : 0));
 }
 
-/* Drops the snapshots the ps no longer needs: steps before the keep window (async: all but the
- * current step), or all of them (all = 1: INIT replaced the values). */
-static void snap_trim(ps_t *ps, int all) {
-    int64_t oldest = ps->step - (ps->aggregate ? SNAP_KEEP - 1 : 0);
-    for (int i = 0; i < ps->n_snaps; i++)
-        if (all || ps->snaps[i].step < oldest) snap_unkeep(&ps->snaps[i]);
-}
-
-static snap_buf *snap_find(ps_t *ps, int64_t step) {
-    for (int i = 0; i < ps->n_snaps; i++)
-        if (ps->snaps[i].kept && ps->snaps[i].step == step) return &ps->snaps[i];
-    return NULL;
-}
-
-/* A buffer neither kept nor held by a message, now the snapshot of `step` (kept; the caller
- * fills it); NULL if every buffer is in flight. */
-static snap_buf *snap_claim(ps_t *ps, int64_t step) {
-    snap_buf *b = NULL;
-    snap_trim(ps, 0);
-    for (int i = 0; i < ps->n_snaps && !b; i++)
-        if (atomic_load(&ps->snaps[i].refs) == 0) b = &ps->snaps[i];
-    if (!b && ps->n_snaps < SNAP_POOL &&
-        (ps->snaps[ps->n_snaps].data = dt_alloc_floats(ps->n, "ps snapshot", NULL)))
-        b = &ps->snaps[ps->n_snaps++];
-    if (!b) return NULL;
-    b->step = step;
-    b->kept = 1;
-    atomic_store(&b->refs, 1);
-    return b;
-}
-
-/* The snapshot of the current step: the current values themselves after an update, else a copy
- * made now; NULL if every buffer is in flight. */
-static snap_buf *snap_current(ps_t *ps) {
-    snap_buf *b = snap_find(ps, ps->step);
+/* The snapshot of a part's current step: the current values themselves after an update, else a
+ * copy made now; NULL if every buffer is in flight. */
+static dt_snap *snap_current(const ps_t *ps, part_t *p) {
+    dt_snap *b = dt_snap_find(&p->snaps, p->step);
     if (b) return b;
-    if ((b = snap_claim(ps, ps->step))) memcpy(b->data, ps->params, ps->n * sizeof(float));
+    part_trim(ps, p);
+    if ((b = dt_snap_claim(&p->snaps, p->step))) memcpy(b->data, p->params, p->n * sizeof(float));
     return b;
 }
 
-/* Applies one (mean) gradient and moves to the next step, writing the new values into a free
- * snapshot buffer (the next PULLs send it as is); the old values stay intact for messages still
- * holding them and, in sync mode, EXACT pulls. With every buffer in flight the ps's own copy takes
- * the update. */
-static void advance(ps_t *ps, const float *grads) {
-    snap_buf *b = snap_claim(ps, ps->step + 1);
-    float *out = b ? b->data : ps->own;
-    dt_opt_apply_to(&ps->opt, out, ps->params, grads, ps->state, ps->n, ps->step);
-    ps->params = out;
-    ps->step++;
-    snap_trim(ps, 0);
+/* Applies one (mean) gradient to a part and moves it to the next step, writing the new values
+ * into a free snapshot buffer (the next PULLs send it as is); the old values stay intact for
+ * messages still holding them and, in sync mode, EXACT pulls. With every buffer in flight the
+ * part's own copy takes the update. */
+static void advance(ps_t *ps, part_t *p, const float *grads) {
+    part_trim(ps, p);
+    dt_snap *b = dt_snap_claim(&p->snaps, p->step + 1);
+    float *out = b ? b->data : p->own;
+    dt_opt_apply_to(&ps->opt, out, p->params, grads, p->state, p->n, p->step);
+    p->params = out;
+    p->step++;
+    part_trim(ps, p);
 }
 
-/* The payload of a PARAMS reply at `step` (the current one, or a kept one) for peer: DT_OK,
- * DT_ENOMEM, 1 if the peer has too many replies unread, or 2 if that step is no longer kept. */
-static int params_msg(ps_t *ps, dt_peer *peer, int64_t step, zmq_msg_t *m) {
-    const size_t bytes = ps->n * sizeof(float);
-    snap_buf *b = step == ps->step ? snap_current(ps) : snap_find(ps, step);
+static void part_free(part_t *p, int aggregate_staleness) {
+    dt_snap_pool_retire(&p->snaps);
+    free(p->own);
+    free(p->state);
+    for (int i = 0; p->acc && i < aggregate_staleness; i++) {
+        for (int k = 0; k < p->acc[i].count; k++) zmq_msg_close(&p->acc[i].grad[k]);
+        free(p->acc[i].worker);
+        free(p->acc[i].grad);
+    }
+    free(p->acc);
+    memset(p, 0, sizeof *p);
+}
+
+static void parts_free(part_t *parts, int n, int staleness) {
+    for (int c = 0; parts && c < n; c++) part_free(&parts[c], parts[c].acc ? staleness + 1 : 0);
+    free(parts);
+}
+
+/* ---- PARAMS ----------------------------------------------------------------------------------- */
+
+/* The payload of a PARAMS reply of part p at `step` (the current one, or a kept one) for peer:
+ * DT_OK, DT_ENOMEM, 1 if the peer has too many replies unread, or 2 if that step is no longer kept. */
+static int params_msg(ps_t *ps, part_t *p, dt_peer *peer, int64_t step, zmq_msg_t *m) {
+    const size_t bytes = p->n * sizeof(float);
+    dt_snap *b = step == p->step ? snap_current(ps, p) : dt_snap_find(&p->snaps, step);
     if (b) return reply_msg(ps, peer, m, b->data, bytes, b, NULL);
-    if (step != ps->step) return 2;
+    if (step != p->step) return 2;
     /* every buffer still in flight: a copy of its own */
-    float *copy = malloc(bytes);
+    float *copy = malloc(bytes ? bytes : 1);
     if (!copy) return DT_ENOMEM;
-    memcpy(copy, ps->params, bytes);
+    memcpy(copy, p->params, bytes);
     return reply_msg(ps, peer, m, copy, bytes, NULL, copy);
 }
 
-/* Answers a PULL with the parameters at the step it asked for: the current step, or for an EXACT
- * pull of an earlier step its kept snapshot (else ERROR 109). waited_us goes to the reply. */
-static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_wire_header *req, int64_t waited_us) {
-    int64_t step = (req->flags & DT_WIRE_F_EXACT) ? req->global_step : ps->step;
+/* Answers a PULL (or a PUSH that asked for PARAMS) with its chunk's values at the step it asked
+ * for: the current step, or for an EXACT pull of an earlier step its kept snapshot (else ERROR
+ * 109). waited_us, and a push's status and stale count, go into the reply. */
+static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_wire_header *req, int64_t waited_us,
+                        int32_t status, uint64_t stale) {
+    part_t *p = &ps->parts[req->chunk];
+    int64_t step = (req->flags & DT_WIRE_F_EXACT) ? req->global_step : p->step;
     zmq_msg_t m;
-    int rc = params_msg(ps, peer, step, &m);
+    int rc = params_msg(ps, p, peer, step, &m);
     dt_wire_header r = reply_to(ps, rc ? DT_MSG_ERROR : DT_MSG_PARAMS, req);
     if (rc == 2) {
         dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_GONE,
-                           "ps %d: step %lld is no longer kept (now at step %lld, keeping the last %d)",
-                           ps->cfg->ps_index, (long long)step, (long long)ps->step, SNAP_KEEP);
+                           "ps %d: step %lld of chunk %u is no longer kept (now at step %lld, keeping the last %d)",
+                           ps->cfg->ps_index, (long long)step, req->chunk, (long long)p->step, SNAP_KEEP);
         return;
     }
     if (rc == 1) {
         dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BUSY,
-                           "ps %d: %d earlier replies to this connection are still unread: read them first",
-                           ps->cfg->ps_index, REPLIES_PER_PEER);
+                           "ps %d: earlier replies to this connection (%llu bytes at most) are still unread: read "
+                           "them first", ps->cfg->ps_index, (unsigned long long)peer_reply_budget(ps));
         return;
     }
     if (rc) {
@@ -291,14 +314,25 @@ static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_w
         return;
     }
     r.global_step = step;
+    r.status = status;
     r.count_a = waited_us > 0 ? (uint64_t)waited_us : 0;
-    ps->pulls++;
+    r.count_b = stale;
+    if (req->chunk == 0) ps->pulls++;
     dt_wire_send(ps->sock, identity, &r, &m, ZMQ_DONTWAIT, NULL);
 }
 
 /* Whether a PULL can be answered now: a minimum step reached, or an exact step reached (a passed
  * exact step is answered too: from its snapshot, or with ERROR 109). */
-static int pull_ready(const ps_t *ps, const dt_wire_header *req) { return req->global_step <= ps->step; }
+static int pull_ready(const ps_t *ps, const dt_wire_header *req) {
+    return req->global_step <= ps->parts[req->chunk].step;
+}
+
+/* ---- Deferred PULLs --------------------------------------------------------------------------- */
+
+static void pending_drop(pending_pull *p) {
+    zmq_msg_close(&p->identity);
+    dt_peer_unref(p->peer);
+}
 
 /* Answers every deferred PULL with an ERROR: the ps is shutting down, was re-initialised (the
  * steps they wait for may never come) or has stopped the job (strict). */
@@ -307,21 +341,19 @@ static void fail_pending(ps_t *ps, int32_t status, const char *text) {
         pending_pull *p = &ps->pending[i];
         dt_wire_header r = reply_to(ps, DT_MSG_ERROR, &p->req);
         dt_wire_send_error(ps->sock, &p->identity, r, status, "ps %d: %s", ps->cfg->ps_index, text);
-        zmq_msg_close(&p->identity);
-        dt_peer_unref(p->peer);
+        pending_drop(p);
     }
     ps->n_pending = 0;
 }
 
 /* Removes the deferred PULLs that keep(ps, p, user) rejects (their identities and peers released;
- * nothing is sent), keeping the others in order. */
+ * keep may have answered them), keeping the others in order. */
 static void pending_filter(ps_t *ps, int (*keep)(ps_t *, pending_pull *, void *), void *user) {
     int kept = 0;
     for (int i = 0; i < ps->n_pending; i++) {
         pending_pull *p = &ps->pending[i];
         if (!keep(ps, p, user)) {
-            zmq_msg_close(&p->identity);
-            dt_peer_unref(p->peer);
+            pending_drop(p);
             continue;
         }
         if (kept != i) { /* zmq_msg_t must be moved, not copied */
@@ -331,27 +363,37 @@ static void pending_filter(ps_t *ps, int (*keep)(ps_t *, pending_pull *, void *)
             dst->req = p->req;
             dst->peer = p->peer;
             dst->since_us = p->since_us;
+            dst->status = p->status;
+            dst->stale = p->stale;
         }
         kept++;
     }
     ps->n_pending = kept;
 }
 
-/* Answers the deferred PULLs whose step has been reached (all of them with an ERROR when the ps
- * is shutting down). */
+/* Any message from a worker proves it alive, and so does the answer to its held PULL: it waited
+ * at the barrier and will speak next, which the liveness check must not take for silence. */
+static void saw_worker(ps_t *ps, const dt_wire_header *h) {
+    if (!ps->last_seen || (h->role != DT_ROLE_WORKER && h->role != DT_ROLE_CHIEF) || h->task >= ps->total) return;
+    ps->last_seen[h->task] = now_us();
+}
+
 static int keep_unready(ps_t *ps, pending_pull *p, void *user) {
     (void)user;
     if (!pull_ready(ps, &p->req)) return 1;
-    send_params(ps, p->peer, &p->identity, &p->req, now_us() - p->since_us);
+    send_params(ps, p->peer, &p->identity, &p->req, now_us() - p->since_us, p->status, p->stale);
+    saw_worker(ps, &p->req);
     return 0;
 }
 
+/* Answers the deferred PULLs whose step has been reached (all of them with an ERROR when the ps
+ * is shutting down). */
 static void serve_pending(ps_t *ps) {
     if (ps->shutdown) {
         fail_pending(ps, DT_WIRE_E_SHUTDOWN, "shutting down (training is over)");
         return;
     }
-    pending_filter(ps, keep_unready, NULL);
+    if (ps->n_pending) pending_filter(ps, keep_unready, NULL);
 }
 
 /* A connection closed: its deferred PULLs go (nobody would read the replies). */
@@ -379,6 +421,55 @@ static int keep_fresh(ps_t *ps, pending_pull *p, void *now) {
     return 0;
 }
 
+/* The latest step a deferred PULL may wait for: sync, the next step a worker can push for (a
+ * worker runs at most staleness steps ahead), plus one for an exact pull of a chunk ahead; async,
+ * a bounded distance. Later steps cannot come soon: the PULL is refused, not held. */
+static int64_t pull_horizon(const ps_t *ps, const part_t *p) {
+    return p->step + (ps->aggregate ? ps->staleness + 2 : ASYNC_AHEAD);
+}
+
+/* Answers a PULL now or holds it until its chunk reaches the step (status, stale: a PUSH's outcome
+ * to report with the PARAMS). */
+static void answer_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in, int32_t status, uint64_t stale) {
+    char msg[192];
+    const dt_wire_header *h = &in->hdr;
+    if (pull_ready(ps, h)) {
+        send_params(ps, ps->peer, id, h, 0, status, stale);
+        return;
+    }
+    const part_t *p = &ps->parts[h->chunk];
+    if (h->global_step > pull_horizon(ps, p)) {
+        snprintf(msg, sizeof msg, "PULL waits for step %lld, but this ps is at step %lld and holds PULLs for at most "
+                 "step %lld", (long long)h->global_step, (long long)p->step, (long long)pull_horizon(ps, p));
+        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
+        return;
+    }
+    int mine = 0;
+    for (int i = 0; i < ps->n_pending && ps->peer; i++) mine += ps->pending[i].peer == ps->peer;
+    if (mine >= PENDING_PER_PEER || ps->n_pending >= MAX_PENDING) {
+        snprintf(msg, sizeof msg, mine >= PENDING_PER_PEER ? "this connection already has %d PULLs waiting"
+                                                            : "too many PULLs waiting for a later step (%d)",
+                 mine >= PENDING_PER_PEER ? PENDING_PER_PEER : MAX_PENDING);
+        refuse(ps, id, in, DT_WIRE_E_BUSY, msg);
+        return;
+    }
+    if (!ps->pending && !(ps->pending = dt_calloc(MAX_PENDING, sizeof *ps->pending, "ps pending pulls", NULL))) {
+        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a deferred PULL");
+        return;
+    }
+    pending_pull *q = &ps->pending[ps->n_pending++];
+    zmq_msg_init(&q->identity);
+    zmq_msg_copy(&q->identity, id);
+    q->req = *h;
+    q->peer = ps->peer;
+    dt_peer_ref(q->peer);
+    q->since_us = now_us();
+    q->status = status;
+    q->stale = stale;
+}
+
+/* ---- Checks ----------------------------------------------------------------------------------- */
+
 static int check_chief(ps_t *ps, zmq_msg_t *id, const dt_wire_in *in) {
     if (in->hdr.role == DT_ROLE_CHIEF) return 1;
     char msg[128];
@@ -401,6 +492,18 @@ static int check_payload(ps_t *ps, zmq_msg_t *id, const dt_wire_in *in) {
     return 0;
 }
 
+/* A chunked request must cut the shard as INIT did; a client that cut it otherwise learns the cut
+ * from the refusal (every reply carries it) and asks again. */
+static int check_chunks(ps_t *ps, zmq_msg_t *id, const dt_wire_in *in) {
+    if (in->hdr.chunks == ps->n_parts) return 1;
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s for chunk %u of %u, but this ps cuts its shard into %d chunk(s) (the chief's "
+             "--chunk_kb): ask again with that cut", dt_wire_type_name(in->hdr.type), in->hdr.chunk, in->hdr.chunks,
+             ps->n_parts);
+    refuse(ps, id, in, DT_WIRE_E_RESYNC, msg);
+    return 0;
+}
+
 /* The optimizer fields of WELCOME and STATE (all zero before INIT: sgd, 0 slots). */
 static void put_optimizer(const ps_t *ps, dt_wire_header *r) {
     r->opt_kind = (uint8_t)ps->opt.kind;
@@ -410,82 +513,6 @@ static void put_optimizer(const ps_t *ps, dt_wire_header *r) {
     r->beta1 = ps->opt.beta1;
     r->beta2 = ps->opt.beta2;
     r->epsilon = ps->opt.epsilon;
-}
-
-/* Sync replicas state, built whole from INIT before anything of the ps changes (so a failed
- * allocation leaves the ps as it was). aggregate 0: asynchronous, nothing allocated. */
-typedef struct {
-    int aggregate, total, staleness;
-    accum *acc;               /* [staleness + 1] */
-    float *sum;               /* [n] */
-    uint64_t *stale;          /* [total]; NULL: keep the ps's counts (same number of replicas) */
-    int64_t *last_seen;       /* [total] */
-    uint8_t *lost;            /* [total] */
-} sync_state;
-
-static void sync_state_free(sync_state *s) {
-    for (int i = 0; s->acc && i <= s->staleness; i++) {
-        for (int k = 0; k < s->acc[i].count; k++) zmq_msg_close(&s->acc[i].grad[k]);
-        free(s->acc[i].worker);
-        free(s->acc[i].grad);
-    }
-    free(s->acc), free(s->sum), free(s->stale), free(s->last_seen), free(s->lost);
-    memset(s, 0, sizeof *s);
-}
-
-static int sync_prepare(ps_t *ps, int aggregate, int total, int staleness, sync_state *s) {
-    memset(s, 0, sizeof *s);
-    if (!aggregate) return DT_OK;
-    *s = (sync_state){.aggregate = aggregate, .total = total, .staleness = staleness};
-    int keep_stale = total == ps->total && ps->stale; /* stale counts survive a re-INIT alike */
-    if (!keep_stale) s->stale = dt_calloc((size_t)total, sizeof *s->stale, "ps stale counts", NULL);
-    s->last_seen = dt_calloc((size_t)total, sizeof *s->last_seen, "ps worker liveness", NULL);
-    s->lost = dt_calloc((size_t)total, sizeof *s->lost, "ps worker liveness", NULL);
-    s->sum = dt_alloc_floats(ps->n, "ps gradient mean", NULL);
-    s->acc = dt_calloc((size_t)staleness + 1, sizeof *s->acc, "ps accumulators", NULL);
-    if ((!keep_stale && !s->stale) || !s->last_seen || !s->lost || !s->sum || !s->acc ||
-        (!ps->scratch && !(ps->scratch = dt_alloc_floats(ps->n, "ps gradient scratch", NULL)))) {
-        sync_state_free(s);
-        return DT_ENOMEM;
-    }
-    for (int i = 0; i <= staleness; i++) {
-        s->acc[i].step = -1;
-        s->acc[i].worker = dt_calloc((size_t)aggregate, sizeof *s->acc[i].worker, "ps accumulator", NULL);
-        s->acc[i].grad = dt_calloc((size_t)aggregate, sizeof *s->acc[i].grad, "ps accumulator", NULL);
-        if (!s->acc[i].worker || !s->acc[i].grad) {
-            sync_state_free(s);
-            return DT_ENOMEM;
-        }
-    }
-    /* Every worker counts as just seen: a worker that never shows up is lost after the timeout. */
-    int64_t now = now_us();
-    for (int w = 0; w < total; w++) s->last_seen[w] = now;
-    return DT_OK;
-}
-
-/* The ps's sync state as a sync_state (to free it), its fields cleared. */
-static sync_state sync_take(ps_t *ps) {
-    sync_state old = {.aggregate = ps->aggregate, .total = ps->total, .staleness = ps->staleness, .acc = ps->acc,
-                      .sum = ps->sum, .stale = ps->stale, .last_seen = ps->last_seen, .lost = ps->lost};
-    ps->acc = NULL, ps->sum = NULL, ps->stale = NULL, ps->last_seen = NULL, ps->lost = NULL;
-    ps->n_lost = 0;
-    ps->aggregate = ps->total = ps->staleness = 0;
-    return old;
-}
-
-static void sync_free(ps_t *ps) {
-    sync_state old = sync_take(ps);
-    sync_state_free(&old);
-}
-
-/* Cannot fail: s was allocated whole by sync_prepare. Held gradients are dropped. */
-static void sync_commit(ps_t *ps, sync_state *s) {
-    sync_state old = sync_take(ps);
-    if (s->aggregate && !s->stale) s->stale = old.stale, old.stale = NULL;
-    sync_state_free(&old);
-    ps->aggregate = s->aggregate, ps->total = s->total, ps->staleness = s->staleness;
-    ps->acc = s->acc, ps->sum = s->sum, ps->stale = s->stale, ps->last_seen = s->last_seen, ps->lost = s->lost;
-    memset(s, 0, sizeof *s);
 }
 
 /* One line: how many stale gradients each worker sent (TensorFlow drops them silently). */
@@ -500,31 +527,42 @@ static void log_stale_summary(ps_t *ps) {
     ps_log(ps, "%s", line);
 }
 
+/* ---- FETCH ------------------------------------------------------------------------------------ */
+
 /* The whole shard for a checkpoint: parameters, then the optimizer state slot-major, as INIT takes
- * them back (a restore is an INIT with this payload and step). */
+ * them back (a restore is an INIT with this payload and step). global_step is the step every chunk
+ * has reached, count_a the step of the chunk furthest ahead: they differ while a gradient is still
+ * arriving, and the client fetches again. */
 static void on_fetch(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     if (!check_ready(ps, id, in)) return;
-    const size_t pbytes = ps->n * sizeof(float), sbytes = (size_t)ps->slots * pbytes;
-    char *d = malloc(pbytes + sbytes);
+    const size_t n = ps->n, bytes = (size_t)(1 + ps->slots) * n * sizeof(float);
+    float *d = malloc(bytes);
     if (!d) {
         refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a STATE reply");
         return;
     }
-    memcpy(d, ps->params, pbytes);
-    if (sbytes) memcpy(d + pbytes, ps->state, sbytes);
+    for (int c = 0; c < ps->n_parts; c++) {
+        const part_t *p = &ps->parts[c];
+        memcpy(d + p->off, p->params, p->n * sizeof(float));
+        for (int k = 0; k < ps->slots; k++)
+            memcpy(d + (size_t)(1 + k) * n + p->off, p->state + (size_t)k * p->n, p->n * sizeof(float));
+    }
     zmq_msg_t m;
-    int rc = reply_msg(ps, ps->peer, &m, d, pbytes + sbytes, NULL, d);
+    int rc = reply_msg(ps, ps->peer, &m, d, bytes, NULL, d);
     if (rc) {
-        char msg[128];
-        snprintf(msg, sizeof msg, rc == 1 ? "%d earlier replies to this connection are still unread: read them first"
-                                          : "out of memory for a STATE reply", REPLIES_PER_PEER);
+        char msg[160];
+        snprintf(msg, sizeof msg, rc == 1 ? "earlier replies to this connection are still unread: read them first"
+                                          : "out of memory for a STATE reply");
         refuse(ps, id, in, rc == 1 ? DT_WIRE_E_BUSY : DT_WIRE_E_NOMEM, msg);
         return;
     }
     dt_wire_header r = reply_to(ps, DT_MSG_STATE, &in->hdr);
     put_optimizer(ps, &r);
+    r.count_a = (uint64_t)shard_step_max(ps);
     dt_wire_send(ps->sock, id, &r, &m, ZMQ_DONTWAIT, NULL);
 }
+
+/* ---- INIT ------------------------------------------------------------------------------------- */
 
 /* DONE from tasks beyond the cluster's workers (heard before INIT told how many there are) does
  * not count. */
@@ -545,6 +583,88 @@ static uint64_t peers_budget(const ps_t *ps) {
     return 2 * dt_wire_max_frame(ps->n) + (uint64_t)(ps->workers > 0 ? ps->workers : 8) * shard + (UINT64_C(64) << 20);
 }
 
+/* Everything an INIT installs, built whole before anything of the ps changes (so a refusal or a
+ * failed allocation leaves the ps as it was). */
+typedef struct {
+    part_t *parts;
+    int n_parts, aggregate, total, staleness;
+    float *scratch, *sum;     /* [largest part] */
+    uint64_t *stale;          /* [total]; NULL: keep the ps's counts (same number of replicas) */
+    int64_t *last_seen;       /* [total] */
+    uint8_t *lost;            /* [total] */
+} init_state;
+
+static void init_state_free(init_state *s) {
+    parts_free(s->parts, s->n_parts, s->staleness);
+    free(s->scratch), free(s->sum), free(s->stale), free(s->last_seen), free(s->lost);
+    memset(s, 0, sizeof *s);
+}
+
+/* Cuts the shard into chunks parts, each with its values and state from INIT's payload (params
+ * [n] then state slot-major [slots][n]) and, in sync mode, its accumulators. */
+static int init_prepare(ps_t *ps, const dt_wire_header *h, const float *data, int slots, init_state *s) {
+    memset(s, 0, sizeof *s);
+    *s = (init_state){.n_parts = h->chunks, .aggregate = (int)h->count_a, .total = (int)h->count_b,
+                      .staleness = (int)h->count_c};
+    const size_t n = ps->n;
+    size_t largest = 0;
+    if (!(s->parts = dt_calloc((size_t)s->n_parts, sizeof *s->parts, "ps chunks", NULL))) goto oom;
+    for (int c = 0; c < s->n_parts; c++) {
+        part_t *p = &s->parts[c];
+        uint64_t off, len;
+        dt_wire_chunk(n, (unsigned)s->n_parts, (unsigned)c, &off, &len);
+        p->off = (size_t)off, p->n = (size_t)len, p->step = h->global_step;
+        if (p->n > largest) largest = p->n;
+        dt_snap_pool_init(&p->snaps, p->n);
+        if (!(p->own = dt_alloc_floats(p->n, "ps chunk", NULL)) ||
+            !(p->state = dt_alloc_floats(slots ? (size_t)slots * p->n : 1, "ps optimizer state", NULL)))
+            goto oom;
+        memcpy(p->own, data + p->off, p->n * sizeof(float));
+        for (int k = 0; k < slots; k++)
+            memcpy(p->state + (size_t)k * p->n, data + (size_t)(1 + k) * n + p->off, p->n * sizeof(float));
+        p->params = p->own;
+        if (!s->aggregate) continue;
+        if (!(p->acc = dt_calloc((size_t)s->staleness + 1, sizeof *p->acc, "ps accumulators", NULL))) goto oom;
+        for (int i = 0; i <= s->staleness; i++) {
+            p->acc[i].step = -1;
+            p->acc[i].worker = dt_calloc((size_t)s->aggregate, sizeof *p->acc[i].worker, "ps accumulator", NULL);
+            p->acc[i].grad = dt_calloc((size_t)s->aggregate, sizeof *p->acc[i].grad, "ps accumulator", NULL);
+            if (!p->acc[i].worker || !p->acc[i].grad) goto oom;
+        }
+    }
+    if (!(s->scratch = dt_alloc_floats(largest, "ps gradient scratch", NULL))) goto oom;
+    if (s->aggregate) {
+        int keep_stale = s->total == ps->total && ps->stale; /* stale counts survive a re-INIT alike */
+        if ((!keep_stale && !(s->stale = dt_calloc((size_t)s->total, sizeof *s->stale, "ps stale counts", NULL))) ||
+            !(s->last_seen = dt_calloc((size_t)s->total, sizeof *s->last_seen, "ps worker liveness", NULL)) ||
+            !(s->lost = dt_calloc((size_t)s->total, sizeof *s->lost, "ps worker liveness", NULL)) ||
+            !(s->sum = dt_alloc_floats(largest, "ps gradient mean", NULL)))
+            goto oom;
+        /* Every worker counts as just seen: a worker that never shows up is lost after the timeout. */
+        int64_t now = now_us();
+        for (int w = 0; w < s->total; w++) s->last_seen[w] = now;
+    }
+    return DT_OK;
+oom:
+    init_state_free(s);
+    return DT_ENOMEM;
+}
+
+/* Cannot fail: s was built whole by init_prepare. The old parts' snapshots still in flight are
+ * freed by their last message; held gradients are dropped. */
+static void init_commit(ps_t *ps, init_state *s) {
+    init_state old = {.parts = ps->parts, .n_parts = ps->n_parts, .staleness = ps->staleness,
+                      .scratch = ps->scratch, .sum = ps->sum, .stale = ps->stale, .last_seen = ps->last_seen,
+                      .lost = ps->lost};
+    if (s->aggregate && !s->stale) s->stale = ps->stale, old.stale = NULL;
+    init_state_free(&old);
+    ps->parts = s->parts, ps->n_parts = s->n_parts;
+    ps->aggregate = s->aggregate, ps->total = s->aggregate ? s->total : 0, ps->staleness = s->staleness;
+    ps->scratch = s->scratch, ps->sum = s->sum, ps->stale = s->stale, ps->last_seen = s->last_seen, ps->lost = s->lost;
+    ps->n_lost = 0;
+    memset(s, 0, sizeof *s);
+}
+
 static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     const dt_wire_header *h = &in->hdr;
     char msg[256];
@@ -556,6 +676,12 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         return;
     }
     if (!check_payload(ps, id, in)) return;
+    if (h->chunks > ps->n) {
+        snprintf(msg, sizeof msg, "INIT cuts a shard of %zu floats into %u chunks (at most one per float)", ps->n,
+                 h->chunks);
+        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
+        return;
+    }
     dt_opt_config opt = {.kind = (dt_opt_kind)h->opt_kind, .learning_rate = h->learning_rate,
                          .momentum = h->momentum, .beta1 = h->beta1, .beta2 = h->beta2, .epsilon = h->epsilon};
     if (!(opt.learning_rate > 0.0f)) {
@@ -564,18 +690,12 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         return;
     }
     int slots = dt_opt_slots(&opt);
-    /* Non-finite values would only show up later as a NaN loss, far from their source. The payload
-     * may be misaligned (libzmq promises nothing), so it is read through memcpy. */
-    const char *data = zmq_msg_data(&in->payload);
-    size_t total = (size_t)(1 + slots) * ps->n, bad = total;
-    for (size_t i = 0; i < total && bad == total; i++) {
-        float v;
-        memcpy(&v, data + i * sizeof v, sizeof v);
-        if (!isfinite(v)) bad = i;
-    }
+    /* Non-finite values would only show up later as a NaN loss, far from their source. */
+    const float *data = zmq_msg_data(&in->payload);
+    size_t total = (size_t)(1 + slots) * ps->n, bad = dt_first_nonfinite(data, total);
     if (bad < total) {
         float v;
-        memcpy(&v, data + bad * sizeof v, sizeof v);
+        memcpy(&v, (const char *)data + bad * sizeof v, sizeof v);
         if (bad < ps->n)
             snprintf(msg, sizeof msg, "INIT holds a non-finite parameter (%g at float %zu of the shard)", (double)v, bad);
         else
@@ -584,31 +704,22 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
         return;
     }
-    /* Everything INIT needs is allocated before anything changes: a refusal leaves the ps as it was. */
-    float *st = NULL;
-    if ((slots != ps->slots || !ps->state) && !(st = dt_alloc_floats(slots ? (size_t)slots * ps->n : 1,
-                                                                    "ps optimizer state", NULL))) {
-        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for the optimizer state");
+    /* The payload may be misaligned (libzmq promises nothing): the parts are filled with memcpy. */
+    init_state s;
+    if (init_prepare(ps, h, data, slots, &s)) {
+        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for the shard's chunks, optimizer state or accumulators");
         return;
     }
-    sync_state sy;
-    /* Bounds checked by the decoder: aggregate <= total <= DT_WIRE_MAX_REPLICAS, staleness <= its limit. */
-    if (sync_prepare(ps, (int)h->count_a, (int)h->count_b, (int)h->count_c, &sy)) {
-        free(st);
-        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for the sync accumulators");
-        return;
+    /* PULLs held for a step of the old values: their workers pull again (a rollback). */
+    if (ps->n_pending) {
+        snprintf(msg, sizeof msg, "re-initialised by the chief at global step %lld (generation %u): pull again",
+                 (long long)h->global_step, h->initialised);
+        fail_pending(ps, DT_WIRE_E_RESYNC, msg);
     }
-    if (st) {
-        free(ps->state);
-        ps->state = st;
-        ps->slots = slots;
-    }
-    sync_commit(ps, &sy);
-    ps->workers = (int)h->count_b;
-    ps->params = ps->own; /* snapshots may still be in flight: never overwritten */
-    memcpy(ps->params, data, ps->n * sizeof(float));
-    memcpy(ps->state, data + ps->n * sizeof(float), (size_t)slots * ps->n * sizeof(float));
+    init_commit(ps, &s);
+    ps->slots = slots;
     ps->opt = opt;
+    ps->workers = (int)h->count_b;
     prune_done(ps);
     if (ps->peers) dt_peers_set_budget(ps->peers, peers_budget(ps));
     char mode[256] = "asynchronous";
@@ -618,47 +729,46 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     if (ps->aggregate && h->local_step)
         snprintf(mode + strlen(mode), sizeof mode - strlen(mode), "; a worker silent %lld ms is lost%s",
                  (long long)h->local_step, (h->flags & DT_WIRE_F_STRICT) ? " and stops the job (strict)" : "");
-    ps_log(ps, "%s by the chief (worker %u) at global step %lld (generation %u): %zu floats, %s, learning rate %g, %s",
-           ps->initialised ? "re-initialised" : "initialised", h->task, (long long)h->global_step, h->initialised,
-           ps->n, dt_opt_name(opt.kind), (double)opt.learning_rate, mode);
-    /* PULLs held for a step of the old values: their workers pull again (a rollback). */
-    if (ps->n_pending) {
-        snprintf(msg, sizeof msg, "re-initialised by the chief at global step %lld (generation %u): pull again",
-                 (long long)h->global_step, h->initialised);
-        fail_pending(ps, DT_WIRE_E_RESYNC, msg);
-    }
+    ps_log(ps, "%s by the chief (worker %u) at global step %lld (generation %u): %zu floats in %d chunk(s), %s, "
+           "learning rate %g, %s", ps->initialised ? "re-initialised" : "initialised", h->task,
+           (long long)h->global_step, h->initialised, ps->n, ps->n_parts, dt_opt_name(opt.kind),
+           (double)opt.learning_rate, mode);
     ps->initialised = 1;
     ps->generation = h->initialised;
-    ps->step = h->global_step;
     ps->liveness_us = ps->aggregate ? h->local_step * 1000 : 0;
     ps->strict = (h->flags & DT_WIRE_F_STRICT) != 0;
     ps->failed[0] = '\0';
-    snap_trim(ps, 1); /* same step numbers, new values */
     dt_wire_header r = reply_to(ps, DT_MSG_ACK, h);
     dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
 }
 
-/* A gradient's payload as aligned floats (libzmq promises no alignment: copied if needed); NULL if
- * the copy cannot be allocated. */
+/* ---- PUSH ------------------------------------------------------------------------------------- */
+
+/* A gradient's payload as aligned floats (libzmq promises no alignment: copied if needed). */
 static const float *grad_floats(ps_t *ps, zmq_msg_t *m) {
     const float *g = zmq_msg_data(m);
     if ((uintptr_t)g % alignof(float) == 0) return g;
-    if (!ps->scratch && !(ps->scratch = dt_alloc_floats(ps->n, "ps gradient scratch", NULL))) return NULL;
-    memcpy(ps->scratch, g, ps->n * sizeof(float));
+    memcpy(ps->scratch, g, zmq_msg_size(m));
     return ps->scratch;
 }
 
-static void push_ack(ps_t *ps, zmq_msg_t *id, const dt_wire_header *req, int32_t status, uint64_t stale) {
-    dt_wire_header r = reply_to(ps, DT_MSG_PUSH_ACK, req);
+/* A PUSH's reply: PUSH_ACK, or for a PUSH that asked for PARAMS its chunk's values once they
+ * reach the step it asked for (the push's outcome rides along). */
+static void push_reply(ps_t *ps, zmq_msg_t *id, dt_wire_in *in, int32_t status, uint64_t stale) {
+    if (in->hdr.flags & DT_WIRE_F_PULL) {
+        answer_pull(ps, id, in, status, stale);
+        return;
+    }
+    dt_wire_header r = reply_to(ps, DT_MSG_PUSH_ACK, &in->hdr);
     r.status = status;
     r.count_a = stale;
     dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
 }
 
-/* Applies the mean of the current step's gradients, summed in worker-index order (so the result
- * does not depend on arrival order), and moves to the next step. */
-static void apply_sync_step(ps_t *ps) {
-    accum *a = &ps->acc[ps->step % (ps->staleness + 1)];
+/* Applies the mean of a part's gradients of its current step, summed in worker-index order (so
+ * the result does not depend on arrival order), and moves it to the next step. */
+static void apply_sync_step(ps_t *ps, part_t *p) {
+    accum *a = &p->acc[p->step % (ps->staleness + 1)];
     for (int i = 1; i < a->count; i++) /* insertion sort by worker index; count is small */
         for (int j = i; j > 0 && a->worker[j - 1] > a->worker[j]; j--) {
             uint16_t w = a->worker[j];
@@ -671,9 +781,8 @@ static void apply_sync_step(ps_t *ps) {
         }
     /* mean = ((g0 + g1) + g2 ...) / count in count - 1 passes: the first reads g0 and g1 where they
      * arrived, the division rides on the last; a single gradient is its own mean (no copy).
-     * grad_floats may use the scratch buffer (it exists in sync mode), so a misaligned g0 goes to
-     * sum first. */
-    const size_t n = ps->n;
+     * grad_floats may use the scratch buffer, so a misaligned g0 goes to sum first. */
+    const size_t n = p->n;
     const float *mean = ps->sum;
     if (a->count == 1) {
         mean = grad_floats(ps, &a->grad[0]);
@@ -693,14 +802,13 @@ static void apply_sync_step(ps_t *ps) {
                 for (size_t i = 0; i < n; i++) sum[i] = (acc[i] + g[i]) / div;
         }
     }
-    /* Kept for EXACT pulls of this step from workers that see another shard ahead. */
-    snap_current(ps);
-    advance(ps, mean);
+    /* Kept for EXACT pulls of this step from workers that see another chunk ahead. */
+    snap_current(ps, p);
+    advance(ps, p, mean);
     for (int k = 0; k < a->count; k++) zmq_msg_close(&a->grad[k]);
     a->count = 0;
     a->step = -1;
-    ps->updates++;
-    serve_pending(ps);
+    if (p == &ps->parts[0]) ps->updates++;
 }
 
 /* Gradients a step needs: replicas_to_aggregate, or the live workers if fewer are left. */
@@ -709,51 +817,54 @@ static int needed(const ps_t *ps) {
     return live < ps->aggregate ? (live > 0 ? live : 1) : ps->aggregate;
 }
 
-/* Applies every complete step (with staleness, later steps may be complete already). */
-static void apply_complete_steps(ps_t *ps) {
+/* Applies every complete step of a part (with staleness, later steps may be complete already);
+ * whether any was. */
+static int apply_complete_steps(ps_t *ps, part_t *p) {
+    int any = 0;
     for (;;) {
-        accum *a = &ps->acc[ps->step % (ps->staleness + 1)];
-        if (a->count == 0 || a->step != ps->step || a->count < needed(ps)) return;
-        apply_sync_step(ps);
+        accum *a = &p->acc[p->step % (ps->staleness + 1)];
+        if (a->count == 0 || a->step != p->step || a->count < needed(ps)) return any;
+        apply_sync_step(ps, p);
+        any = 1;
     }
 }
 
-/* A sync-mode gradient for step t = local_step: stale (t < step) is dropped and counted; fresh is
- * held for its step; a complete step (replicas_to_aggregate gradients) is applied at once. */
+/* A sync-mode gradient chunk for step t = local_step: stale (t < the chunk's step) is dropped and
+ * counted (once per gradient: on chunk 0); fresh is held for its step; a complete step
+ * (replicas_to_aggregate gradients) is applied at once. */
 static void on_sync_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     const dt_wire_header *h = &in->hdr;
+    part_t *p = &ps->parts[h->chunk];
     char msg[256];
-    if (h->task >= ps->total) {
-        snprintf(msg, sizeof msg, "gradient from worker %u, but the chief declared %d replicas (--total_num_replicas)",
-                 h->task, ps->total);
-        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
-        return;
-    }
     const int64_t t = h->local_step;
-    if (t < ps->step) {
-        uint64_t k = ++ps->stale[h->task];
-        ps->n_stale++;
-        if (k <= LOG_STALE)
-            ps_log(ps, "stale gradient from worker %u for step %lld (now at step %lld): dropped%s", h->task,
-                   (long long)t, (long long)ps->step, k == LOG_STALE ? "; further ones from it are counted" : "");
-        push_ack(ps, id, h, DT_WIRE_STALE, k);
+    if (t < p->step) {
+        uint64_t k = ps->stale[h->task];
+        if (h->chunk == 0) {
+            k = ++ps->stale[h->task];
+            ps->n_stale++;
+            if (k <= LOG_STALE)
+                ps_log(ps, "stale gradient from worker %u for step %lld (now at step %lld): dropped%s", h->task,
+                       (long long)t, (long long)p->step, k == LOG_STALE ? "; further ones from it are counted" : "");
+        }
+        push_reply(ps, id, in, DT_WIRE_STALE, k);
         return;
     }
-    if (t > ps->step + ps->staleness) {
+    if (t > p->step + ps->staleness) {
         /* A worker ahead of the ps: the chief rolled the cluster back; it pulls again. */
         snprintf(msg, sizeof msg, "gradient for step %lld, but this ps is at step %lld and staleness %d allows at most %lld",
-                 (long long)t, (long long)ps->step, ps->staleness, (long long)(ps->step + ps->staleness));
+                 (long long)t, (long long)p->step, ps->staleness, (long long)(p->step + ps->staleness));
         refuse(ps, id, in, DT_WIRE_E_RESYNC, msg);
         return;
     }
-    accum *a = &ps->acc[t % (ps->staleness + 1)];
+    accum *a = &p->acc[t % (ps->staleness + 1)];
     int k = 0;
     while (k < a->count && a->worker[k] != h->task) k++;
     if (k < a->count) {
         /* A second gradient from one worker for one step: the worker restarted (or gave up waiting
          * and pulled again) and computed it afresh. The newer one replaces the first. */
-        ps_log(ps, "worker %u sent step %lld's gradient again (restarted?): the newer one replaces it", h->task,
-               (long long)t);
+        if (h->chunk == 0)
+            ps_log(ps, "worker %u sent step %lld's gradient again (restarted?): the newer one replaces it", h->task,
+                   (long long)t);
         zmq_msg_close(&a->grad[k]);
     } else {
         a->worker[a->count++] = h->task;
@@ -761,13 +872,14 @@ static void on_sync_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     a->step = t;
     zmq_msg_init(&a->grad[k]);
     zmq_msg_move(&a->grad[k], &in->payload);
-    ps->pushes++;
-    apply_complete_steps(ps);
-    push_ack(ps, id, h, DT_WIRE_OK, ps->stale[h->task]);
+    if (h->chunk == 0) ps->pushes++;
+    int applied = apply_complete_steps(ps, p);
+    push_reply(ps, id, in, DT_WIRE_OK, ps->stale[h->task]);
+    if (applied) serve_pending(ps);
 }
 
 static void on_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
-    if (!check_ready(ps, id, in) || !check_payload(ps, id, in)) return;
+    if (!check_ready(ps, id, in) || !check_chunks(ps, id, in) || !check_payload(ps, id, in)) return;
     int sync = (in->hdr.flags & DT_WIRE_F_SYNC) != 0;
     if (sync != (ps->aggregate > 0)) {
         refuse(ps, id, in, DT_WIRE_E_BAD_VALUE,
@@ -778,67 +890,34 @@ static void on_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         return;
     }
     if (sync) {
+        if (in->hdr.task >= ps->total) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "gradient from worker %u, but the chief declared %d replicas", in->hdr.task,
+                     ps->total);
+            refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
+            return;
+        }
         on_sync_push(ps, id, in);
         return;
     }
-    const float *g = grad_floats(ps, &in->payload);
-    if (!g) {
-        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a misaligned gradient");
-        return;
-    }
-    advance(ps, g);
-    ps->pushes++;
-    ps->updates++;
-    push_ack(ps, id, &in->hdr, DT_WIRE_OK, 0);
+    part_t *p = &ps->parts[in->hdr.chunk];
+    advance(ps, p, grad_floats(ps, &in->payload));
+    if (in->hdr.chunk == 0) ps->pushes++, ps->updates++;
+    push_reply(ps, id, in, DT_WIRE_OK, 0);
     if (ps->n_pending) serve_pending(ps);
 }
 
-/* The latest step a deferred PULL may wait for: sync, the next step a worker can push for (a
- * worker runs at most staleness steps ahead), plus one for an exact pull of a shard ahead; async,
- * a bounded distance. Later steps cannot come soon: the PULL is refused, not held. */
-static int64_t pull_horizon(const ps_t *ps) {
-    return ps->step + (ps->aggregate ? ps->staleness + 2 : ASYNC_AHEAD);
+static void on_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
+    if (!check_ready(ps, id, in) || !check_chunks(ps, id, in)) return;
+    answer_pull(ps, id, in, DT_WIRE_OK, 0);
 }
 
-static void on_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
-    char msg[192];
-    if (!check_ready(ps, id, in)) return;
-    if (pull_ready(ps, &in->hdr)) {
-        send_params(ps, ps->peer, id, &in->hdr, 0);
-        return;
-    }
-    if (in->hdr.global_step > pull_horizon(ps)) {
-        snprintf(msg, sizeof msg, "PULL waits for step %lld, but this ps is at step %lld and holds PULLs for at most "
-                 "step %lld", (long long)in->hdr.global_step, (long long)ps->step, (long long)pull_horizon(ps));
-        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
-        return;
-    }
-    int mine = 0;
-    for (int i = 0; i < ps->n_pending && ps->peer; i++) mine += ps->pending[i].peer == ps->peer;
-    if (mine >= PENDING_PER_PEER || ps->n_pending >= MAX_PENDING) {
-        snprintf(msg, sizeof msg, mine >= PENDING_PER_PEER ? "this connection already has %d PULLs waiting"
-                                                            : "too many PULLs waiting for a later step (%d)",
-                 mine >= PENDING_PER_PEER ? PENDING_PER_PEER : MAX_PENDING);
-        refuse(ps, id, in, DT_WIRE_E_BUSY, msg);
-        return;
-    }
-    if (!ps->pending && !(ps->pending = dt_calloc(MAX_PENDING, sizeof *ps->pending, "ps pending pulls", NULL))) {
-        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a deferred PULL");
-        return;
-    }
-    pending_pull *p = &ps->pending[ps->n_pending++];
-    zmq_msg_init(&p->identity);
-    zmq_msg_copy(&p->identity, id);
-    p->req = in->hdr;
-    p->peer = ps->peer;
-    dt_peer_ref(p->peer);
-    p->since_us = now_us();
-}
+/* ---- Worker liveness -------------------------------------------------------------------------- */
 
 /* Any message from a worker proves it alive; one that was lost is back (its steps count again). */
 static void note_alive(ps_t *ps, const dt_wire_header *h) {
     if (!ps->last_seen || (h->role != DT_ROLE_WORKER && h->role != DT_ROLE_CHIEF) || h->task >= ps->total) return;
-    ps->last_seen[h->task] = now_us();
+    saw_worker(ps, h);
     if (!ps->lost[h->task]) return;
     ps->lost[h->task] = 0;
     ps->n_lost--;
@@ -853,9 +932,9 @@ static int has_pending(const ps_t *ps, int w) {
 }
 
 /* Sync mode: workers silent for the liveness timeout are lost (a finished worker, or one waiting
- * at the barrier, is not). Each
- * step then waits for the live workers only, or, strict, the job stops: every held and later
- * request is refused, and the ps exits after one more timeout (so that workers hear why). */
+ * at the barrier, is not). Each step then waits for the live workers only, or, strict, the job
+ * stops: every held and later request is refused, and the ps exits after one more timeout (so
+ * that workers hear why). */
 static void check_liveness(ps_t *ps) {
     if (!ps->aggregate || !ps->liveness_us || !ps->initialised || ps->failed[0]) return;
     int64_t now = now_us();
@@ -876,8 +955,12 @@ static void check_liveness(ps_t *ps) {
                "worker(s) instead of %d", w, (long long)(ps->liveness_us / 1000), needed(ps), ps->total - ps->n_lost,
                ps->aggregate);
     }
-    apply_complete_steps(ps);
+    int applied = 0;
+    for (int c = 0; c < ps->n_parts; c++) applied |= apply_complete_steps(ps, &ps->parts[c]);
+    if (applied) serve_pending(ps);
 }
+
+/* ---- Requests --------------------------------------------------------------------------------- */
 
 static void handle(ps_t *ps, dt_wire_in *in) {
     zmq_msg_t *id = &in->identity;
@@ -933,7 +1016,7 @@ static void handle(ps_t *ps, dt_wire_in *in) {
     case DT_MSG_SHUTDOWN: {
         if (!check_chief(ps, id, in)) return;
         ps_log(ps, "shutdown by the chief (worker %u) at global step %lld after %llu pushes, %llu updates, %llu pulls",
-               h->task, (long long)ps->step, (unsigned long long)ps->pushes, (unsigned long long)ps->updates,
+               h->task, (long long)shard_step(ps), (unsigned long long)ps->pushes, (unsigned long long)ps->updates,
                (unsigned long long)ps->pulls);
         log_stale_summary(ps);
         dt_wire_header r = reply_to(ps, DT_MSG_ACK, h);
@@ -977,8 +1060,8 @@ static void handle(ps_t *ps, dt_wire_in *in) {
  * silence (ZMTP heartbeats: a peer that stops answering, even in the middle of a frame, is
  * dropped). */
 static int limit_socket(void *s, int handshake_ms, dt_error *err) {
-    int hwm = PEER_HWM;
-    if (zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 || zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 ||
+    int snd = SEND_HWM, rcv = RECV_HWM;
+    if (zmq_setsockopt(s, ZMQ_SNDHWM, &snd, sizeof snd) != 0 || zmq_setsockopt(s, ZMQ_RCVHWM, &rcv, sizeof rcv) != 0 ||
         zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms) != 0)
         return dt_errorf(err, DT_ENET, "zmq_setsockopt (connection bounds): %s", zmq_strerror(errno));
     return dt_zsock_heartbeat(s, PEER_SILENCE_MS, err);
@@ -994,7 +1077,6 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
                          cfg->shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
     if (cfg->ps_index < 0 || cfg->ps_index > UINT16_MAX)
         return dt_errorf(err, DT_EINVAL, "ps index %d out of range", cfg->ps_index);
-    if (!(ps->params = ps->own = dt_alloc_floats(ps->n, "ps shard", err))) return DT_ENOMEM;
     if (!(ps->ctx = zmq_ctx_new())) return dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
     /* Every byte a ps moves is copied by a ZeroMQ I/O thread; libzmq spreads connections over its
      * I/O threads, so with more than one the workers' transfers are copied on several cores at once
@@ -1036,20 +1118,17 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
 }
 
 static void ps_close(ps_t *ps) {
-    sync_free(ps);
-    for (int i = 0; i < ps->n_pending; i++) {
-        zmq_msg_close(&ps->pending[i].identity);
-        dt_peer_unref(ps->pending[i].peer);
-    }
+    for (int i = 0; i < ps->n_pending; i++) pending_drop(&ps->pending[i]);
     free(ps->pending);
+    /* Snapshots still in flight are freed by their last message, at the latest while the context
+     * terminates; peers referenced by replies in flight likewise. */
+    init_state old = {.parts = ps->parts, .n_parts = ps->n_parts, .staleness = ps->staleness, .scratch = ps->scratch,
+                      .sum = ps->sum, .stale = ps->stale, .last_seen = ps->last_seen, .lost = ps->lost};
+    init_state_free(&old);
     dt_auth_server_stop(ps->zap);
-    dt_peers_close(ps->peers); /* peers still referenced by replies in flight live on until those are freed */
+    dt_peers_close(ps->peers);
     if (ps->sock) zmq_close(ps->sock);
     if (ps->ctx) zmq_ctx_term(ps->ctx); /* waits at most the socket linger to flush the last replies */
-    for (int i = 0; i < ps->n_snaps; i++) free(ps->snaps[i].data); /* libzmq holds none after term */
-    free(ps->own);
-    free(ps->state);
-    free(ps->scratch);
     free(ps->done);
 }
 
@@ -1062,7 +1141,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
     while (rc == DT_OK && !ps.shutdown) {
         dt_peers_events(ps.peers, on_peer_gone, &ps);
         if (cfg->stop && *cfg->stop) {
-            ps_log(&ps, "stopped by a signal at global step %lld", (long long)ps.step);
+            ps_log(&ps, "stopped by a signal at global step %lld", (long long)shard_step(&ps));
             rc = dt_errorf(err, DT_EINTR, "ps %d: stopped by a signal", cfg->ps_index);
             break;
         }
@@ -1076,7 +1155,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
             /* Nobody waits forever: a ps whose chief is gone (outside dtrain launch) ends too. */
             rc = dt_errorf(err, DT_ETIMEOUT, "ps %d: no message from any worker for %d s (--idle_timeout) at global "
                            "step %lld: the chief never ended training (is it gone?); exiting", cfg->ps_index,
-                           cfg->idle_timeout_ms / 1000, (long long)ps.step);
+                           cfg->idle_timeout_ms / 1000, (long long)shard_step(&ps));
             break;
         }
         if (ps.n_pending) pending_filter(&ps, keep_fresh, &now);
@@ -1121,7 +1200,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
         }
     }
     if (cfg->stats) {
-        cfg->stats->global_step = ps.step;
+        cfg->stats->global_step = shard_step(&ps);
         cfg->stats->pushes = ps.pushes;
         cfg->stats->updates = ps.updates;
         cfg->stats->stale = ps.n_stale;

@@ -12,6 +12,7 @@
 #include "cluster/placement.h"
 #include "compute/kernels.h"
 #include "compute/optim.h"
+#include "transport/wire.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/loader.h"
@@ -35,6 +36,7 @@ void dt_train_options_init(dt_train_options *o) {
     o->validation_fraction = -1.0;
     o->debug_delay_worker = -1;
     o->placement = "greedy";
+    o->chunk_kb = (int)(DT_WIRE_CHUNK_BYTES_DEFAULT >> 10);
     o->connect_timeout_ms = 60000;
     o->ps_timeout_ms = 120000;
     o->idle_timeout_ms = 600000;
@@ -68,6 +70,8 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     if (o->total_num_replicas && o->replicas_to_aggregate > o->total_num_replicas)
         return dt_errorf(err, DT_EINVAL, "--replicas_to_aggregate=%d is more than --total_num_replicas=%d",
                          o->replicas_to_aggregate, o->total_num_replicas);
+    if (o->chunk_kb < 0 || o->chunk_kb > (1 << 22))
+        return dt_errorf(err, DT_EINVAL, "--chunk_kb=%d must be 0 (one chunk per shard) to %d", o->chunk_kb, 1 << 22);
     if (o->debug_step_delay_ms < 0)
         return dt_errorf(err, DT_EINVAL, "--debug_step_delay_ms must not be negative");
     if (o->connect_timeout_ms < 1)
@@ -258,6 +262,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
                                    .step_delay_ms = o->debug_delay_worker < 0 || o->debug_delay_worker == c->task_index
                                                         ? o->debug_step_delay_ms : 0,
                                    .ps_timeout_ms = o->ps_timeout_ms,
+                                   .chunk_bytes = (int64_t)o->chunk_kb << 10,
                                    .strict = o->strict,
                                    .seed = o->seed,
                                    .stop = o->stop,

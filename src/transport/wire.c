@@ -7,10 +7,10 @@
 
 /* Byte offsets of the header fields (docs/protocol.md has the same table). */
 enum {
-    OFF_MAGIC = 0, OFF_VERSION = 4, OFF_TYPE = 6, OFF_FLAGS = 7, OFF_ROLE = 8, OFF_RSV0 = 9,
+    OFF_MAGIC = 0, OFF_VERSION = 4, OFF_TYPE = 6, OFF_FLAGS = 7, OFF_ROLE = 8, OFF_CHUNK = 9,
     OFF_TASK = 10, OFF_REQUEST = 12, OFF_GSTEP = 16, OFF_LSTEP = 24, OFF_PAYLOAD = 32,
     OFF_SHARD = 40, OFF_STATUS = 44, OFF_SHARD_FLOATS = 48, OFF_OPT_KIND = 56, OFF_OPT_SLOTS = 57,
-    OFF_INIT = 58, OFF_RSV1 = 59, OFF_LR = 60, OFF_MOMENTUM = 64, OFF_BETA1 = 68, OFF_BETA2 = 72,
+    OFF_INIT = 58, OFF_CHUNKS = 59, OFF_LR = 60, OFF_MOMENTUM = 64, OFF_BETA1 = 68, OFF_BETA2 = 72,
     OFF_EPSILON = 76, OFF_COUNT_A = 80, OFF_COUNT_B = 88, OFF_COUNT_C = 96,
 };
 _Static_assert(OFF_COUNT_C + 8 == DT_WIRE_HEADER_SIZE, "header layout and size disagree");
@@ -56,6 +56,10 @@ dt_wire_header dt_wire_header_make(dt_msg_type type, dt_wire_role role, uint16_t
     h.role = (uint8_t)role;
     h.task = task;
     h.request_id = request_id;
+    /* A message about a chunk, or an INIT: one chunk (the whole shard) unless the caller says. */
+    if (type == DT_MSG_PUSH || type == DT_MSG_PULL || type == DT_MSG_PARAMS || type == DT_MSG_PUSH_ACK ||
+        type == DT_MSG_INIT)
+        h.chunks = 1;
     return h;
 }
 
@@ -77,6 +81,8 @@ void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
     out[OFF_OPT_KIND] = h->opt_kind;
     out[OFF_OPT_SLOTS] = h->opt_slots;
     out[OFF_INIT] = h->initialised;
+    out[OFF_CHUNK] = h->chunk;
+    out[OFF_CHUNKS] = h->chunks;
     put_f32(out + OFF_LR, h->learning_rate);
     put_f32(out + OFF_MOMENTUM, h->momentum);
     put_f32(out + OFF_BETA1, h->beta1);
@@ -96,7 +102,7 @@ int dt_wire_type_has_payload(uint8_t type) {
 static uint8_t allowed_flags(uint8_t type) {
     switch (type) {
     case DT_MSG_PULL: return DT_WIRE_F_EXACT;
-    case DT_MSG_PUSH: return DT_WIRE_F_SYNC;
+    case DT_MSG_PUSH: return DT_WIRE_F_SYNC | DT_WIRE_F_PULL;
     case DT_MSG_INIT: return DT_WIRE_F_STRICT;
     default: return 0;
     }
@@ -178,6 +184,8 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     h.opt_kind = p[OFF_OPT_KIND];
     h.opt_slots = p[OFF_OPT_SLOTS];
     h.initialised = p[OFF_INIT];
+    h.chunk = p[OFF_CHUNK];
+    h.chunks = p[OFF_CHUNKS];
     h.learning_rate = get_f32(p + OFF_LR);
     h.momentum = get_f32(p + OFF_MOMENTUM);
     h.beta1 = get_f32(p + OFF_BETA1);
@@ -196,9 +204,18 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     if (h.role > DT_ROLE_MAX)
         return dt_errorf(err, DT_EFORMAT, "%s header: unknown sender role %u (byte %d)", tn, h.role,
                          OFF_ROLE);
-    if (p[OFF_RSV0] != 0 || p[OFF_RSV1] != 0)
-        return dt_errorf(err, DT_EFORMAT, "%s header: reserved bytes %d/%d are not zero", tn, OFF_RSV0,
-                         OFF_RSV1);
+    /* Chunked messages name their chunk of the shard cut into `chunks` parts; INIT sets the cut;
+     * a ps's other replies report it (0 before INIT); other requests carry neither. */
+    int chunked = h.type == DT_MSG_PUSH || h.type == DT_MSG_PULL || h.type == DT_MSG_PARAMS ||
+                  h.type == DT_MSG_PUSH_ACK;
+    if ((chunked || h.type == DT_MSG_INIT) && h.chunks == 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: chunks 0 (byte %d must be 1..255)", tn, OFF_CHUNKS);
+    if (h.chunks ? h.chunk >= h.chunks : h.chunk != 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: chunk %u of %u (bytes %d, %d)", tn, h.chunk, h.chunks, OFF_CHUNK,
+                         OFF_CHUNKS);
+    if (!chunked && h.chunk != 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: chunk %u on a message that is not cut (byte %d must be 0)", tn,
+                         h.chunk, OFF_CHUNK);
     if (h.global_step < 0 || h.local_step < 0)
         return dt_errorf(err, DT_EFORMAT, "%s header: negative step (global %lld, local %lld)", tn,
                          (long long)h.global_step, (long long)h.local_step);
@@ -233,10 +250,13 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
     if (shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
         return dt_errorf(err, DT_EINVAL, "shard of %llu floats is beyond the protocol limit",
                          (unsigned long long)shard_floats);
-    uint64_t want;
+    uint64_t want, off, len;
     switch (h->type) {
     case DT_MSG_PUSH:
-    case DT_MSG_PARAMS: want = shard_floats * 4; break;
+    case DT_MSG_PARAMS:
+        dt_wire_chunk(shard_floats, h->chunks, h->chunk, &off, &len);
+        want = len * 4;
+        break;
     case DT_MSG_INIT:
     case DT_MSG_STATE:
         /* opt_slots <= 2 was checked by decode; recheck so a hand-made header cannot overflow. */
@@ -257,6 +277,21 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
                          tn, (unsigned long long)h->payload_bytes, (unsigned long long)want,
                          (unsigned long long)shard_floats);
     return DT_OK;
+}
+
+void dt_wire_chunk(uint64_t shard_floats, unsigned chunks, unsigned chunk, uint64_t *off, uint64_t *len) {
+    if (chunks == 0) chunks = 1;
+    if (chunk >= chunks) chunk = chunks - 1;
+    /* shard_floats <= 2^32 and chunks <= 255: no product overflows. */
+    uint64_t begin = shard_floats * chunk / chunks, end = shard_floats * (chunk + 1) / chunks;
+    *off = begin;
+    *len = end - begin;
+}
+
+unsigned dt_wire_chunks_for(uint64_t shard_floats, uint64_t chunk_bytes) {
+    if (chunk_bytes == 0) return 1;
+    uint64_t bytes = shard_floats * 4, k = (bytes + chunk_bytes - 1) / chunk_bytes;
+    return k < 1 ? 1 : k > DT_WIRE_MAX_CHUNKS ? DT_WIRE_MAX_CHUNKS : (unsigned)k;
 }
 
 uint64_t dt_wire_max_frame(uint64_t shard_floats) {

@@ -20,7 +20,7 @@
 #include "dtrain.h"
 
 #define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
-#define DT_WIRE_VERSION 4u              /* 4: INIT tells the workers in async mode too; status 112 (docs/protocol.md) */
+#define DT_WIRE_VERSION 5u              /* 5: chunks, PUSH that asks for PARAMS (docs/protocol.md) */
 #define DT_WIRE_HEADER_SIZE 104u
 #define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
 #define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
@@ -35,6 +35,10 @@
 #define DT_WIRE_F_EXACT 0x01u  /* PULL: global_step is the exact step wanted, not a minimum */
 #define DT_WIRE_F_SYNC 0x02u   /* PUSH: a sync-mode gradient; local_step = the step it is for */
 #define DT_WIRE_F_STRICT 0x04u /* INIT: a lost worker stops the job instead of lowering the replicas */
+#define DT_WIRE_F_PULL 0x08u   /* PUSH: answer with this chunk's PARAMS (at least step global_step,
+                                * the push's outcome in status) instead of PUSH_ACK */
+#define DT_WIRE_MAX_CHUNKS 255u /* a shard is cut into at most this many chunks */
+#define DT_WIRE_CHUNK_BYTES_DEFAULT (512u << 10) /* the chief's default cut: parts of about 512 KiB */
 
 typedef enum {
     DT_MSG_HELLO = 1,      /* client -> ps: version and role check; shard_floats = expected (0 any) */
@@ -42,8 +46,8 @@ typedef enum {
     DT_MSG_INIT = 3,       /* chief -> ps: payload params[n] ++ state[slots*n]; optimizer in header */
     DT_MSG_ACK = 4,        /* ps -> client: INIT or SHUTDOWN done; global_step */
     DT_MSG_PULL = 5,       /* client -> ps: global_step = oldest step wanted (0: current) */
-    DT_MSG_PARAMS = 6,     /* ps -> client: payload params[n]; global_step = their step */
-    DT_MSG_PUSH = 7,       /* client -> ps: payload grads[n]; local_step = the worker's step */
+    DT_MSG_PARAMS = 6,     /* ps -> client: payload params[chunk]; global_step = their step */
+    DT_MSG_PUSH = 7,       /* client -> ps: payload grads[chunk]; local_step = the worker's step */
     DT_MSG_PUSH_ACK = 8,   /* ps -> client: status OK or STALE; global_step after the push */
     DT_MSG_STATUS = 9,     /* client -> ps */
     DT_MSG_STATUS_REPLY = 10, /* ps -> client: initialised, global_step, counters */
@@ -100,6 +104,10 @@ typedef struct {
      * (the chief numbers each (re-)initialisation, so a client can tell that every shard comes from
      * the same one). INIT: the generation it sets. */
     uint8_t initialised;
+    /* PUSH, PULL, PARAMS, PUSH_ACK: the chunk (0..chunks-1) of the shard cut into `chunks` even
+     * parts (dt_wire_chunk). INIT: the cut the ps uses from now on. Other ps replies: the ps's cut
+     * (0 before INIT). Other requests: 0, 0. */
+    uint8_t chunk, chunks;
     float learning_rate, momentum, beta1, beta2, epsilon; /* INIT, WELCOME, STATE */
     /* Per type (docs/protocol.md): STATUS_REPLY updates applied / PARAMS replies / workers done;
      * INIT replicas_to_aggregate (0: async) / total_num_replicas (async: the workers) / staleness; PUSH_ACK this
@@ -132,6 +140,13 @@ int dt_wire_type_has_payload(uint8_t type);
  * PARAMS exactly shard_floats*4, INIT and STATE exactly (1 + opt_slots)*shard_floats*4, ERROR at most
  * DT_WIRE_MAX_ERROR_TEXT, others 0. Call before receiving or allocating anything for the payload. */
 int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_error *err);
+
+/* Chunk `chunk` of a shard of shard_floats cut into `chunks` even parts: floats [*off, *off + *len).
+ * Both sides compute it, so a PUSH or PARAMS payload is bounded before it is read. */
+void dt_wire_chunk(uint64_t shard_floats, unsigned chunks, unsigned chunk, uint64_t *off, uint64_t *len);
+
+/* The cut for parts of about chunk_bytes (0: one part), 1..DT_WIRE_MAX_CHUNKS. */
+unsigned dt_wire_chunks_for(uint64_t shard_floats, uint64_t chunk_bytes);
 
 /* The largest frame a receiver with this shard size can legitimately get (for ZMQ_MAXMSGSIZE). */
 uint64_t dt_wire_max_frame(uint64_t shard_floats);

@@ -13,7 +13,8 @@
 #include "transport/auth.h"
 #include "transport/zmq_io.h"
 
-#define MAX_AWAIT 2           /* outstanding requests per ps within one call */
+/* Outstanding requests per ps within one call: a push and a pull of every chunk. */
+#define MAX_AWAIT (2 * (int)DT_WIRE_MAX_CHUNKS + 2)
 #define HELLO_RESEND_MS 1000  /* a HELLO lost with a dropped connection is sent again */
 #define READY_POLL_MS 100
 #define RELEASE_MS 2000       /* how long libzmq may take to drop the frames of a closed socket */
@@ -30,8 +31,9 @@ typedef struct {
     dt_ps_shard_status st;
     await_t await[MAX_AWAIT];
     int n_await;
-    zmq_msg_t held;           /* the last PARAMS payload, kept for dt_ps_client_pull_views */
-    float *aligned;           /* [n] copy of a PARAMS payload libzmq left misaligned (rare) */
+    int chunks;               /* how the ps cuts its shard: 1 until a reply says otherwise */
+    int cut_known;            /* a reply of the initialised ps said so */
+    float *recv;              /* [n] the shard as pulled, chunk by chunk (dt_ps_client_pull_views) */
     atomic_int inflight;      /* zero-copy gradient frames to this ps that libzmq still references */
 } ps_conn;
 
@@ -49,6 +51,7 @@ struct dt_ps_client {
     uint32_t next_id;
     int aggregate, total, staleness; /* sync replicas; aggregate 0: asynchronous */
     int n_workers;            /* told to every ps in INIT; 0: not told */
+    uint64_t chunk_bytes;     /* the cut INIT asks for: chunks of about this size (0: one chunk) */
     int liveness_ms, strict;
     int last_refusal;         /* DT_WIRE_E_* of the latest ERROR reply (dt_ps_client_last_refusal) */
     void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
@@ -110,9 +113,11 @@ static void clear_awaits(dt_ps_client *c) {
 }
 
 static void note_status(ps_conn *p, const dt_wire_header *h) {
-    p->st.global_step = h->global_step;
+    if (h->type != DT_MSG_PARAMS && h->type != DT_MSG_PUSH_ACK) p->st.global_step = h->global_step; /* a chunk's own */
     p->st.initialised = h->initialised != 0;
     p->st.generation = h->initialised;
+    if (h->chunks) p->chunks = h->chunks;
+    if (h->chunks && h->initialised) p->cut_known = 1;
 }
 
 /* Handles one received message from ps i: 1 if it answered an awaited request, 0 if it was a
@@ -125,6 +130,7 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void 
     const char *tn = dt_wire_type_name(a.req);
     if (in->hdr.type == DT_MSG_ERROR) {
         c->last_refusal = in->hdr.status;
+        note_status(p, &in->hdr); /* a refusal for another cut teaches the cut */
         char text[DT_WIRE_MAX_ERROR_TEXT + 1], what[32];
         dt_wire_error_text(text, sizeof text, zmq_msg_data(&in->payload), zmq_msg_size(&in->payload));
         snprintf(what, sizeof what, "%s refused", tn);
@@ -290,9 +296,8 @@ void dt_ps_client_close(dt_ps_client *c) {
     if (!c) return;
     for (int i = 0; i < c->n_ps && c->ps; i++) {
         if (c->ps[i].sock) zmq_close(c->ps[i].sock);
-        zmq_msg_close(&c->ps[i].held);
         free(c->ps[i].endpoint);
-        free(c->ps[i].aligned);
+        free(c->ps[i].recv);
     }
     /* Terminating the context releases every zero-copy frame still queued (linger is 0). */
     if (c->ctx) zmq_ctx_term(c->ctx);
@@ -416,6 +421,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         c->strict = cfg->strict != 0;
     }
     c->n_workers = cfg->n_workers > 0 && cfg->n_workers <= (int)DT_WIRE_MAX_REPLICAS ? cfg->n_workers : 0;
+    c->chunk_bytes = cfg->chunk_bytes < 0 ? DT_WIRE_CHUNK_BYTES_DEFAULT : (uint64_t)cfg->chunk_bytes;
     c->name_float = cfg->name_float;
     c->name_user = cfg->name_user;
     c->curve = cfg->auth && cfg->auth->curve;
@@ -434,8 +440,8 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         goto fail;
     }
     for (int i = 0; i < c->n_ps; i++) {
-        zmq_msg_init(&c->ps[i].held);
         atomic_init(&c->ps[i].inflight, 0);
+        c->ps[i].chunks = 1;
     }
     for (int i = 0; i < c->n_ps; i++) {
         ps_conn *p = &c->ps[i];
@@ -507,6 +513,8 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
         h.count_b = (uint64_t)(c->aggregate ? c->total : c->n_workers);
         h.count_c = (uint64_t)c->staleness;
         h.initialised = (uint8_t)gen;
+        unsigned k = dt_wire_chunks_for(n, c->chunk_bytes);
+        h.chunks = (uint8_t)(k > n ? n : k);
         h.local_step = c->liveness_ms;
         if (c->strict) h.flags = DT_WIRE_F_STRICT;
         int rc = send_req(c, i, &h, DT_MSG_ACK, &m, deadline, err);
@@ -560,149 +568,178 @@ int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err) {
     }
 }
 
-/* Where the replies of a push and/or pull go. */
+/* Where the replies of a push and/or pull go: each chunk of PARAMS into dst[i] at its offset. */
 typedef struct {
     dt_push_result res;
-    const float **views;      /* [n_ps] */
+    float *const *dst;        /* [n_ps] */
+    int64_t min_step;
+    int64_t *chunk_step;      /* [n_ps * DT_WIRE_MAX_CHUNKS] the step each chunk came back at */
+    uint8_t *stale;           /* [n_ps] a chunk of this ps's push arrived stale */
 } xfer_ctx;
 
-/* PARAMS: keeps the payload (no copy) and points views[i] at it. PUSH_ACK: counts the outcome. */
+static int64_t *chunk_step(xfer_ctx *x, int i, int k) { return &x->chunk_step[(size_t)i * DT_WIRE_MAX_CHUNKS + k]; }
+
+/* PARAMS: the chunk goes into dst at its offset (checked: its step, finite values). PUSH_ACK and
+ * a PARAMS answering a PUSH: the push's outcome is counted. */
 static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
     xfer_ctx *x = user;
     ps_conn *p = &c->ps[i];
-    if (in->hdr.type == DT_MSG_PUSH_ACK) {
-        if (i == 0) x->res.global_step = in->hdr.global_step;
-        if (in->hdr.status == DT_WIRE_STALE) x->res.n_stale++;
-        else if (in->hdr.status != DT_WIRE_OK)
-            return fail_ps(c, i, err, DT_EPROTO, "PUSH", dt_wire_status_name(in->hdr.status));
+    const dt_wire_header *h = &in->hdr;
+    if (h->status == DT_WIRE_STALE) x->stale[i] = 1;
+    else if (h->status != DT_WIRE_OK) return fail_ps(c, i, err, DT_EPROTO, "PUSH", dt_wire_status_name(h->status));
+    if (h->type == DT_MSG_PUSH_ACK) {
+        *chunk_step(x, i, h->chunk) = h->global_step;
         return DT_OK;
     }
-    int64_t waited = in->hdr.count_a > INT64_MAX ? INT64_MAX : (int64_t)in->hdr.count_a;
-    if (waited > x->res.wait_us) x->res.wait_us = waited;
-    zmq_msg_close(&p->held);
-    zmq_msg_init(&p->held);
-    zmq_msg_move(&p->held, &in->payload); /* size checked against the shard by on_message */
-    const float *data = zmq_msg_data(&p->held);
-    if ((uintptr_t)data % alignof(float) != 0) { /* libzmq promises no alignment: copy if needed */
-        if (!p->aligned && !(p->aligned = dt_alloc_floats(p->n, "aligned parameter shard", err))) return DT_ENOMEM;
-        memcpy(p->aligned, data, p->n * sizeof(float));
-        data = p->aligned;
+    if (h->global_step < x->min_step) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "answered a pull for step >= %lld with step %lld (chunk %u)", (long long)x->min_step,
+                 (long long)h->global_step, h->chunk);
+        return fail_ps(c, i, err, DT_EPROTO, "PULL", msg);
     }
+    int64_t waited = h->count_a > INT64_MAX ? INT64_MAX : (int64_t)h->count_a;
+    if (waited > x->res.wait_us) x->res.wait_us = waited;
+    uint64_t off, len;
+    dt_wire_chunk(p->n, h->chunks, h->chunk, &off, &len); /* the size was checked by on_message */
+    float *dst = x->dst[i] + off;
+    memcpy(dst, zmq_msg_data(&in->payload), len * sizeof(float)); /* libzmq promises no alignment */
+    *chunk_step(x, i, h->chunk) = h->global_step;
     /* Caught here, where it enters, it names its source; left alone it would surface only later
      * as a NaN loss. */
-    size_t bad = dt_first_nonfinite(data, p->n);
-    if (bad < p->n) {
+    size_t bad = dt_first_nonfinite(dst, (size_t)len);
+    if (bad < len) {
         char name[96], msg[320];
-        if (c->name_float) c->name_float(c->name_user, i, bad, name, sizeof name);
-        else snprintf(name, sizeof name, "float %zu of its shard", bad);
+        if (c->name_float) c->name_float(c->name_user, i, (size_t)off + bad, name, sizeof name);
+        else snprintf(name, sizeof name, "float %zu of its shard", (size_t)off + bad);
         snprintf(msg, sizeof msg, "served a non-finite parameter (%s = %g) at step %lld: training diverged (lower "
-                 "--learning_rate) or the ps is damaged", name, (double)data[bad], (long long)in->hdr.global_step);
+                 "--learning_rate) or the ps is damaged", name, (double)dst[bad], (long long)h->global_step);
         return fail_ps(c, i, err, DT_EFORMAT, "", msg);
     }
-    x->views[i] = data;
     return DT_OK;
 }
 
-/* A PULL to ps i: step is the minimum wanted, or with exact the very step (sync mode). */
-static int send_pull(dt_ps_client *c, int i, int64_t step, int exact, int64_t deadline, dt_error *err) {
+/* A PULL of chunk k of ps i: step is the minimum wanted, or with exact the very step (sync mode). */
+static int send_pull(dt_ps_client *c, int i, int k, int64_t step, int exact, int64_t deadline, dt_error *err) {
     dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, 0, 0, 0);
     h.global_step = step;
+    h.chunk = (uint8_t)k;
+    h.chunks = (uint8_t)c->ps[i].chunks;
     if (exact) h.flags = DT_WIRE_F_EXACT;
     return send_req(c, i, &h, DT_MSG_PARAMS, NULL, deadline, err);
 }
 
-static int send_pulls(dt_ps_client *c, int64_t min_step, int64_t deadline, dt_error *err) {
-    if (min_step < 0) return dt_errorf(err, DT_EINVAL, "pull: min_step %lld < 0", (long long)min_step);
-    for (int i = 0; i < c->n_ps; i++) {
-        int rc = send_pull(c, i, min_step, 0, deadline, err);
-        if (rc) return rc;
+/* A PUSH of chunk k of ps i, zero-copy from the caller's buffer (release_inflight tells when libzmq
+ * is done with it); with pull, the ps answers with that chunk's PARAMS at min_step or later. */
+static int send_push(dt_ps_client *c, int i, int k, const float *grad, int64_t local_step, int pull, int64_t min_step,
+                     int64_t deadline, dt_error *err) {
+    ps_conn *p = &c->ps[i];
+    uint64_t off, len;
+    dt_wire_chunk(p->n, (unsigned)p->chunks, (unsigned)k, &off, &len);
+    zmq_msg_t m;
+    atomic_fetch_add(&p->inflight, 1);
+    if (zmq_msg_init_data(&m, (void *)(grad + off), len * sizeof(float), release_inflight, p) != 0) {
+        atomic_fetch_sub(&p->inflight, 1);
+        return dt_errorf(err, DT_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(errno));
     }
-    return DT_OK;
+    dt_wire_header h = dt_wire_header_make(DT_MSG_PUSH, 0, 0, 0);
+    h.local_step = local_step;
+    h.global_step = pull ? min_step : 0;
+    h.chunk = (uint8_t)k;
+    h.chunks = (uint8_t)p->chunks;
+    h.flags = (uint8_t)((c->aggregate ? DT_WIRE_F_SYNC : 0) | (pull ? DT_WIRE_F_PULL : 0));
+    return send_req(c, i, &h, pull ? DT_MSG_PARAMS : DT_MSG_PUSH_ACK, &m, deadline, err);
 }
 
-/* Gradients go zero-copy: libzmq sends straight from the caller's buffers and release_inflight
- * tells when it is done with them. */
-static int send_pushes(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t deadline,
-                       dt_error *err) {
-    if (local_step < 0) return dt_errorf(err, DT_EINVAL, "push: local_step %lld < 0", (long long)local_step);
-    for (int i = 0; i < c->n_ps; i++) {
-        zmq_msg_t m;
-        atomic_fetch_add(&c->ps[i].inflight, 1);
-        if (zmq_msg_init_data(&m, (void *)grads[i], c->ps[i].n * sizeof(float), release_inflight, &c->ps[i]) != 0) {
-            atomic_fetch_sub(&c->ps[i].inflight, 1);
-            return dt_errorf(err, DT_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(errno));
+/* Every chunk of every ps goes out at once, chunk by chunk across the ps tasks, so every link is
+ * busy from the start and each ps can apply and answer its first chunks while the later ones are
+ * still on the wire (docs/protocol.md, "Chunks"). */
+static int send_all(dt_ps_client *c, const float *const *grads, int64_t local_step, int pull, int64_t min_step,
+                    int64_t deadline, dt_error *err) {
+    int most = 0;
+    for (int i = 0; i < c->n_ps; i++)
+        if (c->ps[i].chunks > most) most = c->ps[i].chunks;
+    for (int k = 0; k < most; k++)
+        for (int i = 0; i < c->n_ps; i++) {
+            if (k >= c->ps[i].chunks) continue;
+            int rc = grads ? send_push(c, i, k, grads[i], local_step, pull, min_step, deadline, err)
+                           : send_pull(c, i, k, min_step, 0, deadline, err);
+            if (rc) return rc;
         }
-        dt_wire_header h = dt_wire_header_make(DT_MSG_PUSH, 0, 0, 0);
-        h.local_step = local_step;
-        if (c->aggregate) h.flags = DT_WIRE_F_SYNC;
-        int rc = send_req(c, i, &h, DT_MSG_PUSH_ACK, &m, deadline, err);
-        if (rc) return rc;
-    }
     return DT_OK;
 }
 
-/* Sync mode with several ps: a shard may come back a step ahead of another (with backup workers a
- * ps can move on while this worker's PULLs are in flight). The shards behind are pulled again at
- * exactly the newest step seen: a ps answers an EXACT pull when it reaches that step, or from its
- * snapshot if it has passed it, so one round makes every shard the same step. */
+/* Sync mode: a chunk may come back a step ahead of another (with backup workers a ps can move a
+ * chunk on while this worker's requests are in flight). The chunks behind are pulled again at
+ * exactly the newest step seen: a ps answers an EXACT pull when the chunk reaches that step, or
+ * from its snapshot if it has passed it, so one round makes every chunk of every ps one step. */
 static int same_step(dt_ps_client *c, int64_t deadline, xfer_ctx *x, dt_error *err) {
     int64_t newest = 0;
     for (int i = 0; i < c->n_ps; i++)
-        if (c->ps[i].st.global_step > newest) newest = c->ps[i].st.global_step;
-    int behind = 0;
+        for (int k = 0; k < c->ps[i].chunks; k++)
+            if (*chunk_step(x, i, k) > newest) newest = *chunk_step(x, i, k);
+    int behind = 0, shards = 0;
     for (int i = 0; i < c->n_ps; i++) {
-        if (c->ps[i].st.global_step == newest) continue;
-        int rc = send_pull(c, i, newest, 1, deadline, err);
-        if (rc) {
-            clear_awaits(c);
-            return rc;
+        int any = 0;
+        for (int k = 0; k < c->ps[i].chunks; k++) {
+            if (*chunk_step(x, i, k) == newest) continue;
+            int rc = send_pull(c, i, k, newest, 1, deadline, err);
+            if (rc) {
+                clear_awaits(c);
+                return rc;
+            }
+            behind++, any = 1;
         }
-        behind++;
+        shards += any;
     }
     if (!behind) return DT_OK;
-    x->res.repulled += behind;
-    c->stats.repulls += (uint64_t)behind;
+    x->res.repulled += shards;
+    c->stats.repulls += (uint64_t)shards;
+    int64_t min = x->min_step;
+    x->min_step = newest;
     int rc = gather(c, deadline, "PULL (exact step)", on_xfer, x, err);
+    x->min_step = min;
     if (rc) return rc;
     for (int i = 0; i < c->n_ps; i++)
-        if (c->ps[i].st.global_step != newest) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "answered an exact pull of step %lld with step %lld", (long long)newest,
-                     (long long)c->ps[i].st.global_step);
-            return fail_ps(c, i, err, DT_EPROTO, "PULL", msg);
-        }
+        for (int k = 0; k < c->ps[i].chunks; k++)
+            if (*chunk_step(x, i, k) != newest) {
+                char msg[128];
+                snprintf(msg, sizeof msg, "answered an exact pull of step %lld with step %lld (chunk %d)",
+                         (long long)newest, (long long)*chunk_step(x, i, k), k);
+                return fail_ps(c, i, err, DT_EPROTO, "PULL", msg);
+            }
     return DT_OK;
 }
 
-/* One call for push, pull or both: sends everything, then gathers every reply. */
-static int xfer(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t min_step,
-                const float **views, int64_t *steps, dt_push_result *res, dt_error *err) {
-    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
-    xfer_ctx x = {.views = views};
-    /* The previous views end here; freeing them first lets the allocator hand the same (already
-     * mapped) memory to the next payload instead of fresh pages to fault in. */
-    for (int i = 0; i < c->n_ps; i++) {
-        zmq_msg_close(&c->ps[i].held);
-        zmq_msg_init(&c->ps[i].held);
-    }
+/* One call for push, pull or both (a PUSH that asks for PARAMS): sends everything, then gathers
+ * every reply; pulled chunks go into dst[i]. */
+static int xfer_once(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t min_step,
+                float *const *dst, int64_t *steps, dt_push_result *res, dt_error *err) {
     if (c->unusable[0]) return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
-    int rc = grads ? send_pushes(c, grads, local_step, deadline, err) : DT_OK;
-    if (!rc && views) rc = send_pulls(c, min_step, deadline, err);
+    if (grads && local_step < 0) return dt_errorf(err, DT_EINVAL, "push: local_step %lld < 0", (long long)local_step);
+    if (min_step < 0) return dt_errorf(err, DT_EINVAL, "pull: min_step %lld < 0", (long long)min_step);
+    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
+    int64_t cs[(size_t)c->n_ps * DT_WIRE_MAX_CHUNKS];
+    uint8_t stale[c->n_ps];
+    memset(stale, 0, sizeof stale);
+    xfer_ctx x = {.dst = dst, .min_step = min_step, .chunk_step = cs, .stale = stale};
+    int rc = send_all(c, grads, local_step, dst != NULL, min_step, deadline, err);
     if (rc) clear_awaits(c);
-    else rc = gather(c, deadline, grads && views ? "PUSH+PULL" : grads ? "PUSH" : "PULL", on_xfer, &x, err);
+    else rc = gather(c, deadline, grads && dst ? "PUSH+PULL" : grads ? "PUSH" : "PULL", on_xfer, &x, err);
     /* Whatever happened, the caller gets its gradient buffers back. */
     if (grads) rc = release_gradients(c, rc, deadline, err);
     if (rc) return rc;
-    if (views) {
-        /* Every reply carries its shard's step: check it against what was asked. */
-        for (int i = 0; i < c->n_ps; i++)
-            if (c->ps[i].st.global_step < min_step) {
-                char msg[128];
-                snprintf(msg, sizeof msg, "answered a pull for step >= %lld with step %lld", (long long)min_step,
-                         (long long)c->ps[i].st.global_step);
-                return fail_ps(c, i, err, DT_EPROTO, "PULL", msg);
-            }
-        if (c->aggregate && c->n_ps > 1 && (rc = same_step(c, deadline, &x, err))) return rc;
+    if (dst && c->aggregate && (rc = same_step(c, deadline, &x, err))) return rc;
+    /* A shard's step: what every one of its chunks has reached. */
+    for (int i = 0; i < c->n_ps; i++) {
+        int64_t s = *chunk_step(&x, i, 0);
+        for (int k = 1; k < c->ps[i].chunks; k++)
+            if (*chunk_step(&x, i, k) < s) s = *chunk_step(&x, i, k);
+        c->ps[i].st.global_step = s;
+        x.res.n_stale += stale[i];
+        if (steps) steps[i] = s;
+    }
+    x.res.global_step = c->ps[0].st.global_step;
+    if (dst) {
         c->stats.pulls++;
         c->stats.wait_us += x.res.wait_us;
     }
@@ -710,27 +747,39 @@ static int xfer(dt_ps_client *c, const float *const *grads, int64_t local_step, 
         c->stats.pushes++;
         c->stats.stale_pushes += x.res.n_stale > 0;
     }
-    if (steps)
-        for (int i = 0; i < c->n_ps; i++) steps[i] = c->ps[i].st.global_step;
     if (res) *res = x.res;
+    return DT_OK;
+}
+
+/* A client learns how a ps cuts its shard from the ps's replies. One that has not heard from an
+ * initialised ps yet (it only said HELLO before the chief's INIT) asks every ps first: a push sent
+ * with a wrong cut would be refused at that ps while another applied it, and could not simply be
+ * sent again. */
+static int xfer(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t min_step, float *const *dst,
+                int64_t *steps, dt_push_result *res, dt_error *err) {
+    int known = 1;
+    for (int i = 0; i < c->n_ps; i++) known &= c->ps[i].cut_known;
+    int rc = known ? DT_OK : dt_ps_client_status(c, NULL, err);
+    return rc ? rc : xfer_once(c, grads, local_step, min_step, dst, steps, res, err);
+}
+
+/* The receive buffers pull_views hands out. */
+static int recv_buffers(dt_ps_client *c, float **dst, dt_error *err) {
+    for (int i = 0; i < c->n_ps; i++) {
+        if (!c->ps[i].recv && !(c->ps[i].recv = dt_alloc_floats(c->ps[i].n, "pulled shard", err))) return DT_ENOMEM;
+        dst[i] = c->ps[i].recv;
+    }
     return DT_OK;
 }
 
 int dt_ps_client_pull_views(dt_ps_client *c, int64_t min_step, const float **views, int64_t *steps,
                             dt_error *err) {
-    return xfer(c, NULL, 0, min_step, views, steps, NULL, err);
+    return dt_ps_client_push_pull(c, NULL, 0, min_step, views, steps, NULL, err);
 }
 
 int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
                           dt_error *err) {
-    const float *views[c->n_ps];
-    int rc = dt_ps_client_pull_views(c, min_step, views, steps, err);
-    for (int i = 0; i < c->n_ps; i++) {
-        if (!rc) memcpy(params[i], views[i], c->ps[i].n * sizeof(float));
-        zmq_msg_close(&c->ps[i].held); /* the copy is the caller's now */
-        zmq_msg_init(&c->ps[i].held);
-    }
-    return rc;
+    return xfer(c, NULL, 0, min_step, params, steps, NULL, err);
 }
 
 int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,
@@ -741,13 +790,18 @@ int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t lo
 int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t local_step,
                            int64_t min_step, const float **views, int64_t *steps, dt_push_result *res,
                            dt_error *err) {
-    return xfer(c, grads, local_step, min_step, views, steps, res, err);
+    float *dst[c->n_ps];
+    int rc = recv_buffers(c, dst, err);
+    if (!rc) rc = xfer(c, grads, local_step, min_step, dst, steps, res, err);
+    for (int i = 0; i < c->n_ps && !rc; i++) views[i] = dst[i];
+    return rc;
 }
 
 /* Where STATE replies go. */
 typedef struct {
     const dt_opt_config *opt;
     float *const *params, *const *state;
+    int64_t *steps_max;
 } fetch_ctx;
 
 static int on_state(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
@@ -764,11 +818,12 @@ static int on_state(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error
     size_t pbytes = c->ps[i].n * sizeof(float);
     memcpy(f->params[i], d, pbytes);
     if (f->state && h->opt_slots) memcpy(f->state[i], d + pbytes, (size_t)h->opt_slots * pbytes);
+    if (f->steps_max) f->steps_max[i] = h->count_a > INT64_MAX ? INT64_MAX : (int64_t)h->count_a;
     return DT_OK;
 }
 
 int dt_ps_client_fetch_state(dt_ps_client *c, const dt_opt_config *opt, float *const *params,
-                             float *const *state, int64_t *steps, dt_error *err) {
+                             float *const *state, int64_t *steps, int64_t *steps_max, dt_error *err) {
     int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
     for (int i = 0; i < c->n_ps; i++) {
         dt_wire_header h = dt_wire_header_make(DT_MSG_FETCH, 0, 0, 0);
@@ -778,7 +833,7 @@ int dt_ps_client_fetch_state(dt_ps_client *c, const dt_opt_config *opt, float *c
             return rc;
         }
     }
-    fetch_ctx f = {.opt = opt, .params = params, .state = state};
+    fetch_ctx f = {.opt = opt, .params = params, .state = state, .steps_max = steps_max};
     int rc = gather(c, deadline, "FETCH", on_state, &f, err);
     if (!rc && steps)
         for (int i = 0; i < c->n_ps; i++) steps[i] = c->ps[i].st.global_step;

@@ -40,6 +40,11 @@ typedef struct {
     int replicas_to_aggregate, total_num_replicas, staleness;
     int n_workers;                /* worker tasks in the cluster, told to every ps in INIT (a ps
                                    * refuses messages from other tasks); 0: not told */
+    /* Chief: INIT cuts each shard into chunks of about this many bytes (at most 255 chunks), which
+     * travel and are applied one by one, so the parameters of the first come back while the later
+     * ones are still on their way up (docs/protocol.md, "Chunks"). 0: one chunk per shard; < 0:
+     * DT_WIRE_CHUNK_BYTES_DEFAULT. Every client learns the cut from the ps's replies. */
+    int64_t chunk_bytes;
     /* Sync mode, sent in INIT: a worker silent this long is lost to the ps, which then waits for
      * the live workers only (0: never); strict: a lost worker stops the job instead. */
     int liveness_ms, strict;
@@ -102,7 +107,7 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
  * mode with replicas_to_aggregate == total_num_replicas, a worker calling this between its steps
  * and staleness 0 always gets one step, since no ps can move on without that worker's gradient. */
 int dt_ps_client_fetch_state(dt_ps_client *c, const dt_opt_config *opt, float *const *params,
-                             float *const *state, int64_t *steps, dt_error *err);
+                             float *const *state, int64_t *steps, int64_t *steps_max, dt_error *err);
 
 /* Polls STATUS until every ps is initialised or timeout_ms passes (then fails naming the first ps
  * still waiting). */

@@ -18,6 +18,7 @@ typedef struct {
     float **grads;                /* [n_ps] gradient shards, sent zero-copy */
     const float **views;          /* [n_ps] received parameter shards (valid until the next call) */
     int64_t *steps;               /* [n_ps] the step each shard belongs to */
+    int64_t *steps_max;           /* [n_ps] a fetched shard's chunk furthest ahead */
     char **endpoints;
     int sync;
     int64_t iter;                 /* sync: the step this worker's next gradient is for */
@@ -256,9 +257,12 @@ static int remote_snapshot(dt_updater *u, dt_net *net, float *params, float *sta
     if (slots && !st) return DT_ENOMEM;
     /* The gradient buffers are free between steps: they receive the parameter shards. */
     for (int t = 0; t < SNAPSHOT_TRIES; t++) {
-        if ((rc = dt_ps_client_fetch_state(r->client, &r->cfg.opt, r->grads, st, r->steps, err))) break;
+        if ((rc = dt_ps_client_fetch_state(r->client, &r->cfg.opt, r->grads, st, r->steps, r->steps_max, err))) break;
+        /* Sync mode: every chunk of every shard at one step. Async mode takes a chunk a push ahead,
+         * as TensorFlow's Saver reads variables while updates land, but not shards apart. */
         int agree = 1;
-        for (int p = 1; p < r->n_ps; p++) agree &= r->steps[p] == r->steps[0];
+        for (int p = 0; p < r->n_ps; p++)
+            agree &= r->steps[p] == r->steps[0] && (!r->sync || r->steps_max[p] == r->steps[p]);
         if (agree) break;
         if (t == SNAPSHOT_TRIES - 1 && r->cfg.log)
             fprintf(r->cfg.log, "chief: warning: shards at different steps after %d fetches (ps 0 at %lld, ps %d at "
@@ -364,7 +368,7 @@ static void remote_free(dt_updater *u) {
         if (r->grads) free(r->grads[p]);
         if (r->endpoints) free(r->endpoints[p]);
     }
-    free(r->grads), free(r->endpoints), free(r->views), free(r->steps);
+    free(r->grads), free(r->endpoints), free(r->views), free(r->steps), free(r->steps_max);
     free(r);
 }
 
@@ -380,6 +384,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
     int rc = DT_ENOMEM;
     if (!(r->views = dt_calloc((size_t)r->n_ps, sizeof *r->views, "shard pointers", err)) ||
         !(r->steps = dt_calloc((size_t)r->n_ps, sizeof *r->steps, "shard steps", err)) ||
+        !(r->steps_max = dt_calloc((size_t)r->n_ps, sizeof *r->steps_max, "shard steps", err)) ||
         !(r->grads = dt_calloc((size_t)r->n_ps, sizeof *r->grads, "shard pointers", err)) ||
         !(r->endpoints = dt_calloc((size_t)r->n_ps, sizeof *r->endpoints, "endpoints", err)))
         goto fail;
@@ -407,6 +412,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .total_num_replicas = cfg->total_num_replicas,
         .staleness = cfg->staleness,
         .n_workers = cfg->cluster->n_workers,
+        .chunk_bytes = cfg->chunk_bytes,
         /* Half the request deadline: the ps gives up on a silent worker before the others do. */
         .liveness_ms = r->cfg.request_timeout_ms / 2,
         .strict = cfg->strict,

@@ -32,6 +32,7 @@ typedef struct {
      * resumes from what the ps tasks then hold. Sync mode: strict makes a lost worker stop the job
      * instead of lowering the replicas a step waits for. */
     int ps_timeout_ms, strict;
+    int64_t chunk_bytes;          /* chief: the cut INIT asks for (ps_client.h); 0: one chunk per shard */
     uint64_t seed;
     const volatile int *stop;     /* may be NULL; set (a signal): the wait for a lost ps ends */
     /* The newest checkpoint in the flat layout (params [n], state [slots * n]): 1 if there is one,

@@ -1,0 +1,56 @@
+/* Snapshots of a ps's parameters, one per step, sent zero-copy to every puller of that step.
+ *
+ * An update is written out of place into a free snapshot buffer, which then holds the current
+ * values (no copy per step); a buffer that messages still hold is never written. refs counts the
+ * ps's own reference (while it keeps the snapshot) plus each message libzmq still holds; libzmq's
+ * I/O thread drops its references, hence the atomics. A buffer with refs == 0 is reused: the pool
+ * keeps the allocator (and the kernel's page faults) out of the steady state.
+ *
+ * A pool given up while messages still hold some of its buffers (the ps re-cut its shard) hands
+ * each such buffer to its last message, whose release frees it. */
+#ifndef DT_PS_SNAPSHOTS_H
+#define DT_PS_SNAPSHOTS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DT_SNAP_POOL 8        /* buffers per pool; more in flight at once fall back to a copy */
+
+typedef struct {
+    atomic_int refs;
+    atomic_int orphan;        /* the pool gave it up: the last release frees it */
+    int kept;                 /* the ps holds a reference (only the ps thread reads this) */
+    int64_t step;
+    float *data;              /* [n] */
+} dt_snap;
+
+typedef struct {
+    size_t n;                 /* floats per buffer */
+    dt_snap *bufs[DT_SNAP_POOL];
+    int count;
+} dt_snap_pool;
+
+void dt_snap_pool_init(dt_snap_pool *p, size_t n);
+
+/* Stops keeping the snapshots of steps before `oldest` (INT64_MAX: all of them). */
+void dt_snap_trim(dt_snap_pool *p, int64_t oldest);
+
+/* The kept snapshot of `step`, or NULL. */
+dt_snap *dt_snap_find(dt_snap_pool *p, int64_t step);
+
+/* A buffer neither kept nor held by a message, now the snapshot of `step` (kept; the caller fills
+ * it); NULL if every buffer is in flight (or none can be allocated). */
+dt_snap *dt_snap_claim(dt_snap_pool *p, int64_t step);
+
+/* A message's reference: taken by the ps thread, dropped by libzmq's I/O thread. */
+void dt_snap_hold(dt_snap *b);
+void dt_snap_release(dt_snap *b);
+
+/* Gives every buffer up: freed now, or by its last message. The pool is empty afterwards. */
+void dt_snap_pool_retire(dt_snap_pool *p);
+
+/* Frees every buffer at once: only when no message can hold one (after zmq_ctx_term). */
+void dt_snap_pool_free(dt_snap_pool *p);
+
+#endif
