@@ -653,6 +653,67 @@ static void test_staleness_bound(void) {
     }
 }
 
+/* Worker 1: slow but alive (a STATUS every 100 ms while it computes for delay_ms), then two steps in
+ * a row (its second waits at the barrier for worker 0). */
+static void *two_steps_main(void *arg) {
+    step_job *j = arg;
+    for (int waited = 0; waited < j->delay_ms; waited += 100) {
+        dt_ps_client_status(j->c, NULL, NULL);
+        sleep_ms(100);
+    }
+    j->delay_ms = 0;
+    step_main(j);
+    if (j->rc) return NULL;
+    j->tag = 1, j->min_step = 2;
+    step_main(j);
+    return NULL;
+}
+
+/* A worker that waited at the barrier longer than the liveness timeout is alive: answering its held
+ * PULL counts as hearing from it. Before, the ps declared it lost right after answering (its last
+ * message was the old PUSH), applied the next step without it and dropped its gradient as stale. */
+static void test_barrier_wait_keeps_worker_alive(void) {
+    enum { N = 8 };
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    size_t sizes[1] = {N};
+    int saved = liveness_ms;
+    liveness_ms = 300;
+    dt_ps_client *w[2] = {client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 2, 2, 0),
+                          client_sync(1, &ps, sizes, DT_ROLE_WORKER, 1, 2, 2, 0)};
+    liveness_ms = saved;
+    CHECK(w[0] && w[1]);
+    if (w[0] && w[1]) {
+        static float p[N], g[N];
+        set_all(p, N, 1.0f), set_all(g, N, 1.0f);
+        const float *src[1] = {p};
+        dt_opt_config o = sgd(0.1f);
+        dt_error e = {0};
+        CHECK(dt_ps_client_init(w[0], &o, src, NULL, 0, &e) == DT_OK);
+        /* Worker 0 waits 700 ms at the barrier of step 0 (worker 1 comes late, alive), then takes
+         * 100 ms (within the timeout) before pushing step 1; worker 1 pushes step 1 at once. */
+        step_job j0 = {.c = w[0], .grad = g, .tag = 0, .min_step = 1};
+        step_job j1 = {.c = w[1], .grad = g, .tag = 0, .min_step = 1, .delay_ms = 700};
+        pthread_t t1;
+        pthread_create(&t1, NULL, two_steps_main, &j1);
+        step_main(&j0);
+        CHECK(j0.rc == DT_OK && j0.step == 1);
+        sleep_ms(100);
+        j0.tag = 1, j0.min_step = 2;
+        step_main(&j0);
+        pthread_join(t1, NULL);
+        CHECK_MSG(j0.rc == DT_OK && j0.res.n_stale == 0 && j0.step == 2, "worker 0's step 1: rc %d, stale %d, step %lld",
+                  j0.rc, j0.res.n_stale, (long long)j0.step);
+        CHECK(j1.rc == DT_OK && j1.step == 2);
+        CHECK(dt_ps_client_shutdown(w[0], &e) == DT_OK);
+    }
+    dt_ps_client_close(w[0]);
+    dt_ps_client_close(w[1]);
+    ps_stop(&ps);
+    CHECK_MSG(ps.stats.stale == 0 && ps.stats.updates == 2, "stale %llu, updates %llu",
+              (unsigned long long)ps.stats.stale, (unsigned long long)ps.stats.updates);
+}
+
 /* A chunk of a sync push that asks for PARAMS: sent by hand as worker `task`. */
 static void chunk_push(void *s, uint16_t task, uint8_t chunk, uint8_t chunks, float value, size_t n, uint32_t id) {
     dt_wire_header h = dt_wire_header_make(DT_MSG_PUSH, DT_ROLE_WORKER, task, id);
@@ -738,6 +799,7 @@ int main(void) {
     RUN(test_two_ps_one_step);
     RUN(test_staleness_bound);
     RUN(test_chunk_has_its_own_barrier);
+    RUN(test_barrier_wait_keeps_worker_alive);
     /* Again with every shard cut into chunks of 12 bytes (3 floats; shards of 1..14 chunks): each
      * chunk has its own barrier, and the results must not change. */
     chunk_bytes = 12;

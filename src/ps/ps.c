@@ -408,9 +408,10 @@ static void on_peer_gone(void *user, dt_peer *peer) {
 }
 
 /* How long a deferred PULL is held: its client gives up after twice the liveness timeout (sync),
- * so holding it longer only holds memory. */
+ * so holding it much longer only holds memory; at least a minute, whatever a client's timeout. */
 static int64_t pending_max_wait(const ps_t *ps) {
-    return ps->liveness_us > 0 && 2 * ps->liveness_us < PENDING_MAX_WAIT_US ? 2 * ps->liveness_us : PENDING_MAX_WAIT_US;
+    int64_t t = 4 * ps->liveness_us;
+    return t < 60 * INT64_C(1000000) ? 60 * INT64_C(1000000) : t > PENDING_MAX_WAIT_US ? PENDING_MAX_WAIT_US : t;
 }
 
 static int keep_fresh(ps_t *ps, pending_pull *p, void *now) {
