@@ -1,8 +1,8 @@
 /* dtrain: data-parallel distributed training in C. Public API.
  *
  * Every fallible call returns 0 on success or a negative DT_E* code and, when err is non-NULL, fills
- * err->msg with a one-line message that names the file, line or field at fault. Nothing in the
- * library exits or aborts on bad input. */
+ * err->msg with a one-line message that names the file, line or field at fault. err may be NULL;
+ * the code returned is the same either way. Nothing in the library exits or aborts on bad input. */
 #ifndef DTRAIN_H
 #define DTRAIN_H
 

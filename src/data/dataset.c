@@ -422,10 +422,16 @@ int dt_dataset_open_idx(dt_dataset **out, const char *images_path, const char *l
     return rc;
 }
 
-/* Finds "<dir>/<stem>" or "<dir>/<stem>.gz"; the plain file wins when both exist. */
-static char *idx_find(const char *dir, const char *stem, dt_error *err) {
+/* Finds "<dir>/<stem>" or "<dir>/<stem>.gz"; the plain file wins when both exist. Returns the code
+ * itself (not through err, which may be NULL). */
+static int idx_find(char **out, const char *dir, const char *stem, dt_error *err) {
+    *out = NULL;
     char *p = path_join(dir, stem, err);
-    if (!p || is_file(p)) return p;
+    if (!p) return DT_ENOMEM;
+    if (is_file(p)) {
+        *out = p;
+        return 0;
+    }
     size_t n = strlen(p);
     char *gz = dt_malloc(n + 4, "a path", err);
     if (gz) {
@@ -433,13 +439,14 @@ static char *idx_find(const char *dir, const char *stem, dt_error *err) {
         memcpy(gz + n, ".gz", 4);
     }
     free(p);
-    if (gz && !is_file(gz)) {
-        dt_errorf(err, DT_EIO, "%s: missing %s[.gz] (an IDX folder needs the train-* and t10k-* pairs)",
-                  dir, stem);
+    if (!gz) return DT_ENOMEM;
+    if (!is_file(gz)) {
         free(gz);
-        return NULL;
+        return dt_errorf(err, DT_EIO, "%s: missing %s[.gz] (an IDX folder needs the train-* and t10k-* pairs)",
+                         dir, stem);
     }
-    return gz;
+    *out = gz;
+    return 0;
 }
 
 static int idx_folder_has_any(const char *dir) {
@@ -473,8 +480,7 @@ static int open_idx_folder(dt_data_splits *out, const char *dir, const dt_data_o
     char *files[4] = {0};
     dt_dataset *train = NULL, *test = NULL;
     int rc = 0;
-    for (int k = 0; k < 4 && !rc; k++)
-        if (!(files[k] = idx_find(dir, stems[k], err))) rc = err ? err->code : DT_EIO;
+    for (int k = 0; k < 4 && !rc; k++) rc = idx_find(&files[k], dir, stems[k], err);
     if (!rc) rc = dt_dataset_open_idx(&train, files[0], files[1], err);
     if (!rc) rc = dt_dataset_open_idx(&test, files[2], files[3], err);
     if (!rc) rc = idx_check_shape(train, files[0], opt, err);

@@ -798,11 +798,11 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
         return dt_errorf(err, DT_ENET, "ps %d: zmq_ctx_set(ZMQ_IO_THREADS=%d): %s", cfg->ps_index, io,
                          zmq_strerror(errno));
     ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, dt_wire_max_frame(ps->n), SHUTDOWN_LINGER_MS, -1, err);
-    if (!ps->sock) return dt_error_prefix(err, "ps %d: ", cfg->ps_index);
+    if (!ps->sock) return dt_error_wrap(err, DT_ENET, "ps %d: ", cfg->ps_index);
     char prefix[32];
     snprintf(prefix, sizeof prefix, "ps %d: ", cfg->ps_index);
-    if (dt_auth_server_start(&ps->zap, ps->ctx, ps->sock, cfg->auth, cfg->log, prefix, err))
-        return dt_error_prefix(err, "%s", prefix);
+    int rc = dt_auth_server_start(&ps->zap, ps->ctx, ps->sock, cfg->auth, cfg->log, prefix, err);
+    if (rc) return dt_error_wrap(err, rc, "%s", prefix);
     if (zmq_bind(ps->sock, cfg->endpoint) != 0)
         return dt_errorf(err, DT_ENET, "ps %d: cannot bind %s: %s", cfg->ps_index, cfg->endpoint,
                          zmq_strerror(errno));

@@ -210,7 +210,7 @@ int dt_ckpt_index_parse(dt_ckpt_index *out, const char *text, size_t len, const 
                 }
                 if (!(out->model_checkpoint_path = dup_n(buf, pl, err))) rc = DT_ENOMEM;
             } else if ((rc = push_path(out, buf, err))) {
-                if (rc == DT_EFORMAT) dt_error_prefix(err, "%s:%d: ", label, line);
+                if (rc == DT_EFORMAT) dt_error_wrap(err, rc, "%s:%d: ", label, line);
             }
             if (rc) break;
         } else if (IS("all_model_checkpoint_timestamps") || IS("last_preserved_timestamp")) {

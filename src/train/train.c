@@ -123,7 +123,7 @@ static int load_auth(dt_auth *a, const dt_train_options *o, const dt_cluster *c,
     if (strcmp(mode, "curve")) return dt_errorf(err, DT_EINVAL, "--auth: expected none or curve, got '%s'", mode);
     if (!c->distributed) return DT_OK;
     int rc = dt_auth_load(a, o->keys, c->job == DT_JOB_PS, err);
-    return rc ? dt_error_prefix(err, "--auth=curve: ") : DT_OK;
+    return rc ? dt_error_wrap(err, rc, "--auth=curve: ") : DT_OK;
 }
 
 static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err);
@@ -182,7 +182,7 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
         dt_error ferr = {0};
         int frc = r.updater ? r.updater->finish(r.updater, &ferr) : 0;
         if (frc && rc == 0) {
-            *err = ferr;
+            if (err) *err = ferr;
             rc = frc;
         }
     }

@@ -382,15 +382,15 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         strcpy(p->endpoint, ep);
         /* The largest reply is STATE (parameters and up to 2 optimizer slots). */
         if (!(p->sock = dt_zsock_open(c->ctx, ZMQ_DEALER, dt_wire_max_frame(n), 0, c->request_timeout_ms, err))) {
-            rc = dt_error_prefix(err, "ps %d at %s: ", i, ep);
+            rc = dt_error_wrap(err, DT_ENET, "ps %d at %s: ", i, ep);
             goto fail;
         }
         if ((rc = dt_zsock_heartbeat(p->sock, c->request_timeout_ms, err))) {
-            dt_error_prefix(err, "ps %d at %s: ", i, ep);
+            dt_error_wrap(err, rc, "ps %d at %s: ", i, ep);
             goto fail;
         }
         if ((rc = dt_auth_client_socket(p->sock, cfg->auth, err))) {
-            dt_error_prefix(err, "ps %d at %s: ", i, ep);
+            dt_error_wrap(err, rc, "ps %d at %s: ", i, ep);
             goto fail;
         }
         if (zmq_connect(p->sock, ep) != 0) {
