@@ -801,6 +801,64 @@ static void test_bad_images(void) {
     CHECK_CONTAINS(e.msg, "readme.txt");
 }
 
+/* Links that loop (a -> b -> a, a -> a) or dangle cannot be read: bad images like any other
+ * unreadable file, counted under skip and fatal by name under fail, never silently left out. */
+static void test_symlink_loops(void) {
+    write_class_folders("loops", 3, 3);
+    CHECK(symlink("loop_b.jpg", tpath("loops/cat/loop_a.jpg")) == 0);
+    CHECK(symlink("loop_a.jpg", tpath("loops/cat/loop_b.jpg")) == 0);
+    CHECK(symlink("self.png", tpath("loops/dog/self.png")) == 0);
+    CHECK(symlink("nowhere.png", tpath("loops/dog/dangling.png")) == 0);
+    CHECK(symlink("c00.png", tpath("loops/cat/good_link.png")) == 0); /* a working link is an image */
+    dt_data_splits s;
+    dt_error e = {0};
+    dt_data_options o = {.h = 4, .w = 4, .c = 3, .validation_fraction = 0, .bad_images = DT_BAD_IMAGES_SKIP};
+    int rc = dt_data_open(&s, tpath("loops"), &o, &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (rc) return;
+    CHECK(dt_dataset_size(s.train) == 11);
+    dt_loader *l;
+    dt_loader_options lo = {.batch_size = 4, .shuffle = 0, .shard_count = 1};
+    CHECK(dt_loader_create(&l, s.train, &lo, &e) == 0);
+    dt_batch b;
+    int total = 0;
+    while (dt_loader_next(l, &b, &e) == 0 && b.n > 0) total += b.n;
+    dt_loader_free(l);
+    CHECK(total == 7);
+    CHECK(dt_dataset_bad_count(s.train) == 4);
+    dt_data_splits_free(&s);
+
+    o.bad_images = DT_BAD_IMAGES_FAIL;
+    CHECK(dt_data_open(&s, tpath("loops"), &o, &e) == 0);
+    lo.batch_size = 11;
+    CHECK(dt_loader_create(&l, s.train, &lo, &e) == 0);
+    rc = dt_loader_next(l, &b, &e);
+    CHECK(rc == DT_EIO);
+    CHECK_CONTAINS(e.msg, "loops/cat/loop_a.jpg"); /* the first in order */
+    dt_loader_free(l);
+    dt_data_splits_free(&s);
+
+    /* flat layout: a looping cat.3.jpg is a bad cat; a looping name without a class is refused at
+     * open under fail, as any such file */
+    mkdirs("flatloops");
+    write_solid_png(tpath("flatloops/cat.1.png"), 4, 4, 255, 0, 0);
+    write_solid_png(tpath("flatloops/dog.1.png"), 4, 4, 0, 0, 255);
+    CHECK(symlink("cat.3.jpg", tpath("flatloops/cat.3.jpg")) == 0);
+    o.bad_images = DT_BAD_IMAGES_SKIP;
+    CHECK(dt_data_open(&s, tpath("flatloops"), &o, &e) == 0);
+    CHECK(dt_dataset_size(s.train) == 3);
+    float x[48];
+    int32_t y;
+    CHECK(dt_dataset_get(s.train, 1, x, &y, &e) == DT_EIO); /* cat.3.jpg */
+    CHECK_CONTAINS(e.msg, "cat.3.jpg");
+    CHECK(dt_dataset_bad_count(s.train) == 1);
+    dt_data_splits_free(&s);
+    CHECK(symlink("loop", tpath("flatloops/loop")) == 0);
+    o.bad_images = DT_BAD_IMAGES_FAIL;
+    CHECK(dt_data_open(&s, tpath("flatloops"), &o, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "flatloops/loop");
+}
+
 int main(void) {
     make_tmp();
     RUN(test_idx_plain_and_gzip);
@@ -812,6 +870,7 @@ int main(void) {
     RUN(test_class_folders);
     RUN(test_flat_layout_and_train_test);
     RUN(test_bad_images);
+    RUN(test_symlink_loops);
     remove_tmp();
     return test_summary();
 }

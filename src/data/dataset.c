@@ -517,7 +517,8 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Sorted names of the non-hidden entries of dir that are folders (want_dirs) or regular files. */
+/* Sorted names of the non-hidden entries of dir that are folders (want_dirs) or regular files;
+ * entries that cannot be looked at (stat fails) count as files. */
 static int list_dir(char ***names, size_t *count, const char *dir, int want_dirs, dt_error *err) {
     *names = NULL;
     *count = 0;
@@ -529,21 +530,30 @@ static int list_dir(char ***names, size_t *count, const char *dir, int want_dirs
     struct dirent *e;
     while (!rc && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        int isdir, isreg;
+        int isdir, isfile;
         if (e->d_type == DT_DIR || e->d_type == DT_REG) {
             isdir = e->d_type == DT_DIR;
-            isreg = !isdir;
+            isfile = !isdir;
         } else { /* links and file systems without d_type */
             char *p = path_join(dir, e->d_name, err);
             if (!p) {
                 rc = DT_ENOMEM;
                 break;
             }
-            isdir = is_dir(p);
-            isreg = is_file(p);
+            struct stat st;
+            if (stat(p, &st) == 0) {
+                isdir = S_ISDIR(st.st_mode);
+                isfile = S_ISREG(st.st_mode);
+            } else {
+                /* A link that loops or dangles, or an entry we may not look at: listed as a file,
+                 * so that reading it makes it a bad image, counted or fatal by name, instead of
+                 * leaving it out without a word. */
+                isdir = 0;
+                isfile = 1;
+            }
             free(p);
         }
-        if (want_dirs ? !isdir : !isreg) continue;
+        if (want_dirs ? !isdir : !isfile) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
             char **nv = realloc(v, cap * sizeof *v);
