@@ -883,7 +883,7 @@ int dt_dataset_get(const dt_dataset *ds, size_t i, float *x, int32_t *label, dt_
     size_t len = 0;
     int ih = 0, iw = 0;
     int rc = read_file(&bytes, &len, path, IMAGE_MAX_FILE, err);
-    if (!rc) rc = dt_image_decode(&pix, &ih, &iw, bytes, len, ds->c, 0, path, err);
+    if (!rc) rc = dt_image_decode(&pix, &ih, &iw, bytes, len, ds->c, ds->h, ds->w, 0, path, err);
     free(bytes);
     if (!rc) rc = dt_resize_bilinear(x, ds->h, ds->w, pix, ih, iw, ds->c, 255.0f, err);
     free(pix);
