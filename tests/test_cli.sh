@@ -83,6 +83,30 @@ if "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --logdir= --summary
    && grep -q "skipped 1 undecodable" "$tmp/out"; then ok "non-image skipped and reported"
 else bad "non-image skipped and reported: $(cat "$tmp/out" "$tmp/err" | tail -3)"; fi
 
+# A warning printed while training starts a line of its own: summaries that fail mid-run (event
+# files capped at 1 KiB by ulimit; SIGXFSZ ignored so writes fail with EFBIG) are turned off with a
+# warning, which must not land inside a "step ..." line, nor after the live progress line (stderr a
+# terminal, through script(1)).
+fashion_subset "$tmp/small" 256 64
+printf 'model tiny28\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny28.model"
+summ_run() { # summ_run OUT: train with capped files, all output through a pipe (pipes have no cap)
+  local out=$1; shift
+  ( ulimit -f 1; trap '' XFSZ; exec "$@" 2>&1 ) | cat >"$out"
+}
+own_line() { # every piece of output mentioning "warning:" starts with it (lines split at \n and \r)
+  tr '\r' '\n' <"$1" | sed 's/\x1b\[K//g' | grep -- "warning:" | grep -qv "^warning:" && return 1
+  grep -q "warning: summaries turned off" "$1"
+}
+tflags="--model $tmp/tiny28.model --data $tmp/small --logdir= --summary_dir=$tmp/sum1 --batch_size 8 --train_steps 12 --steps_to_validate 1 --threads 1"
+summ_run "$tmp/sumout" "$bin" train $tflags
+if own_line "$tmp/sumout" && [ "$(grep -c '^step .* examples/sec$' "$tmp/sumout")" -eq 12 ]; then ok "summary warning on its own line"
+else bad "summary warning on its own line: $(grep -a -m2 'warning' "$tmp/sumout")"; fi
+if command -v script >/dev/null; then
+  summ_run "$tmp/ttyout" script -qec "$bin train ${tflags/sum1/sum2}" /dev/null
+  if own_line "$tmp/ttyout" && grep -q "ETA" "$tmp/ttyout"; then ok "summary warning on its own line (terminal)"
+  else bad "summary warning on its own line (terminal): $(tr '\r' '\n' <"$tmp/ttyout" | grep -a -m2 'warning')"; fi
+fi
+
 # A short real run: 60 steps on Fashion-MNIST must learn something (well above chance at 10%).
 if "$bin" train --model models/fashion.model --data "$data" --logdir= --summary_dir= --train_steps 60 --steps_to_validate 30 \
      >"$tmp/out" 2>"$tmp/err"; then
