@@ -41,6 +41,7 @@ expect_error "too many threads" 2 "--threads: 100000 is out of range 0\.\.1024" 
 expect_error "eval: too many threads" 2 "--threads: 100000 is out of range" "$bin" eval --threads 100000
 expect_error "negative save_model_secs" 2 "--save_model_secs: -1 is out of range \[0, " "$bin" train --save_model_secs -1
 expect_error "zero learning rate" 2 "--learning_rate: 0 is out of range \(0, " "$bin" train --learning_rate 0
+expect_error "learning rate 0 as a float" 2 "--learning_rate: 1e-50 is out of range" "$bin" train --learning_rate 1e-50
 expect_error "seed beyond 64 bits" 2 "--seed: 99999999999999999999999 is out of range" "$bin" train --seed 99999999999999999999999
 expect_error "batch size beyond 64 bits" 2 "--batch_size: 99999999999999999999 is out of range" "$bin" train --batch_size 99999999999999999999
 expect_error "epochs overflow" 2 "--epochs: 1e400 is out of range" "$bin" train --epochs 1e400

@@ -86,7 +86,9 @@ static int set_value(const flag_def *f, const char *v, dt_error *err) {
         double x = strtod(v, &end);
         if (!*v || *end || (errno && errno != ERANGE) || isnan(x))
             return dt_errorf(err, DT_EINVAL, "--%s: '%s' is not a number", f->name, v);
-        /* ERANGE: overflow (out of any range) or underflow to about 0 (in range only if 0 is) */
+        /* ERANGE: overflow (out of any range) or underflow to about 0 (in range only if 0 is). A
+         * float flag is checked as the float it becomes (1e-50 would be 0). */
+        if (f->type == FLAG_FLOAT) x = (float)x;
         if ((errno == ERANGE && fabs(x) > 1) || !isfinite(x) || !in_range(f, x)) return out_of_range(f, v, err);
         if (f->type == FLAG_FLOAT) *(float *)f->value = (float)x;
         else *(double *)f->value = x;
