@@ -1,7 +1,7 @@
 /* libFuzzer target: bytes as an image file (JPEG or PNG by content). Decoding must succeed or fail
  * with a message, never crash, leak or read past the input; a decoded image is resized as an image
- * folder would. The pixel limit is kept small so that a tiny header claiming a huge image is refused
- * quickly instead of timing out. */
+ * folder would, to 8x8 (so JPEGs of 16 pixels and more take the reduced DCT scales). The pixel limit
+ * is kept small so that a tiny header claiming a huge image is refused quickly instead of timing out. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint8_t *px = NULL;
         int h = 0, w = 0;
         dt_error err = {0};
-        if (dt_image_decode(&px, &h, &w, data, size, channels, (size_t)1 << 20, "fuzz", &err) == 0) {
+        if (dt_image_decode(&px, &h, &w, data, size, channels, 8, 8, (size_t)1 << 20, "fuzz", &err) == 0) {
             if (!px || h <= 0 || w <= 0 || (size_t)h * (size_t)w > ((size_t)1 << 20)) __builtin_trap();
             float out[8 * 8 * 3];
             if (dt_resize_bilinear(out, 8, 8, px, h, w, channels, 255.0f, &err) != 0) __builtin_trap();

@@ -1,8 +1,8 @@
 /* dtrain: data-parallel distributed training in C. Public API.
  *
  * Every fallible call returns 0 on success or a negative DT_E* code and, when err is non-NULL, fills
- * err->msg with a one-line message that names the file, line or field at fault. Nothing in the
- * library exits or aborts on bad input. */
+ * err->msg with a one-line message that names the file, line or field at fault. err may be NULL;
+ * the code returned is the same either way. Nothing in the library exits or aborts on bad input. */
 #ifndef DTRAIN_H
 #define DTRAIN_H
 
@@ -38,7 +38,7 @@ const char *dt_version(void);
 /* ---- Building blocks of your own training program (examples/) --------------------------------
  * A single-machine program becomes distributed with three changes (examples/train_distributed.c):
  *   1. the cluster from the command line: dt_cluster_from_args (also picks this worker's data shard);
- *   2. a ps only serves: if (dt_cluster_is_ps(cluster)) return dt_serve(cluster, net, &err);
+ *   2. a ps only serves: if (dt_cluster_is_ps(cluster)) return dt_serve(cluster, net, NULL, &err);
  *   3. the optimizer wrapped for the cluster: dt_optimizer_distribute. */
 
 /* A network built from a model file (docs/model-format.md): parameters in one flat buffer. */
@@ -63,7 +63,8 @@ void dt_cluster_delete(dt_cluster *c);
 int dt_cluster_is_ps(const dt_cluster *c);
 int dt_cluster_is_chief(const dt_cluster *c);
 /* A ps task: holds its share of net's variables (and their optimizer state) and applies the
- * workers' updates until the chief ends training; then returns 0. */
+ * workers' updates until the chief ends training; then returns 0. stop (may be NULL): once *stop
+ * is set (e.g. from a SIGINT handler) it returns DT_EINTR. */
 int dt_serve(const dt_cluster *c, const dt_net *net, const volatile int *stop, dt_error *err);
 
 /* Training batches of a data path (docs/data.md) for net's input: shuffled per epoch from seed;

@@ -33,7 +33,8 @@ cp "$k/server.key" "$tmp/other/server.key"                    # a stranger who k
 
 ps_port=$(port); wk_port=$(port)
 cl=(--ps_hosts=127.0.0.1:$ps_port --worker_hosts=127.0.0.1:$wk_port)
-common=(--model models/fashion.model --data "$data" --logdir= --summary_dir= --train_steps 30 --steps_to_validate 1000 --seed 7 --batch_size 16)
+base=(--model models/fashion.model --data "$data" --logdir= --summary_dir= --steps_to_validate 1000 --seed 7 --batch_size 16)
+common=("${base[@]}" --train_steps 30) # launch below runs 10 steps: base, as a flag given twice is refused
 
 # ---- reference: the same cluster without authentication ----
 "$bin" train "${common[@]}" "${cl[@]}" --job_name=ps --threads=1 >"$tmp/ref_ps" 2>&1 &
@@ -80,18 +81,18 @@ grep -q "after 30 pushes" "$tmp/ps" && ok "the ps applied exactly the chief's 30
   || bad "parameters bit-identical to the unauthenticated run"
 
 # ---- key files refused naming the file ----
-run_ps() { timeout 20 "$bin" train "${common[@]}" "${cl[@]}" --job_name=ps --auth=curve "$@" >"$tmp/e" 2>&1; }
-run_ps --keys="$tmp/nope"; [ $? -ne 0 ] && grep -q "$tmp/nope/server.secret" "$tmp/e" \
+run_ps() { timeout 20 "$bin" train "${common[@]}" "${cl[@]}" --job_name=ps "$@" >"$tmp/e" 2>&1; }
+run_ps --auth=curve --keys="$tmp/nope"; [ $? -ne 0 ] && grep -q "$tmp/nope/server.secret" "$tmp/e" \
   && ok "missing keys folder: names server.secret" || { bad "missing keys folder"; cat "$tmp/e"; }
 echo "not a key" >"$k/authorized/broken.key"
-run_ps --keys="$k"; [ $? -ne 0 ] && grep -q "$k/authorized/broken.key: not a CURVE key" "$tmp/e" \
+run_ps --auth=curve --keys="$k"; [ $? -ne 0 ] && grep -q "$k/authorized/broken.key: not a CURVE key" "$tmp/e" \
   && ok "malformed authorized key: names the file" || { bad "malformed authorized key"; cat "$tmp/e"; }
 # 40 Z85 characters whose first group is beyond 32 bits (found by fuzz/fuzz_keyfile.c).
 printf 'Ag6#ywoZ9/q&jDh#ywoZxu*vXlfheCe#{g)2A=#7\n' >"$k/authorized/broken.key"
-run_ps --keys="$k"; [ $? -ne 0 ] && grep -q "$k/authorized/broken.key: not a CURVE key (its Z85 text does not decode" "$tmp/e" \
+run_ps --auth=curve --keys="$k"; [ $? -ne 0 ] && grep -q "$k/authorized/broken.key: not a CURVE key (its Z85 text does not decode" "$tmp/e" \
   && ok "undecodable authorized key: names the file" || { bad "undecodable authorized key"; cat "$tmp/e"; }
 rm "$k/authorized/broken.key"; chmod 644 "$k/server.secret"
-run_ps --keys="$k"; [ $? -ne 0 ] && grep -q "$k/server.secret: secret key readable by group or others" "$tmp/e" \
+run_ps --auth=curve --keys="$k"; [ $? -ne 0 ] && grep -q "$k/server.secret: secret key readable by group or others" "$tmp/e" \
   && ok "secret key readable by others: refused, naming the file" || { bad "secret key mode"; cat "$tmp/e"; }
 chmod 600 "$k/server.secret"
 timeout 20 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 --auth=curve --keys="$k/authorized" \
@@ -102,7 +103,7 @@ run_ps --auth=rsa >/dev/null; [ $? -ne 0 ] && grep -q -- "--auth: expected none 
 
 # ---- dtrain launch --auth=curve: a throwaway key set, removed afterwards ----
 export TMPDIR=$tmp/launchtmp; mkdir -p "$TMPDIR"
-timeout 120 "$bin" launch --ps 1 --workers 2 "${common[@]}" --train_steps 10 --auth=curve >"$tmp/launch" 2>&1 \
+timeout 120 "$bin" launch --ps 1 --workers 2 "${base[@]}" --train_steps 10 --auth=curve >"$tmp/launch" 2>&1 \
   && grep -q '^\[ps0\] .*exiting' "$tmp/launch" && ok "launch --auth=curve trains" \
   || { bad "launch --auth=curve trains"; tail -5 "$tmp/launch"; }
 [ -z "$(ls -A "$TMPDIR")" ] && ok "launch removes its throwaway keys" || { bad "launch removes its keys"; ls -R "$TMPDIR"; }

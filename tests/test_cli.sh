@@ -25,7 +25,31 @@ expect_error "negative seed" 2 "--seed" "$bin" train --seed=-1
 expect_error "bad_images value" 2 "--bad_images" "$bin" train --model models/fashion.model --data "$data" --bad_images=maybe
 expect_error "missing model flag" 1 "--model" "$bin" train --data "$data"
 expect_error "missing model file" 1 "$tmp/nope.model" "$bin" train --model "$tmp/nope.model" --data "$data"
-expect_error "batch size zero" 1 "--batch_size" "$bin" train --model models/fashion.model --data "$data" --batch_size 0
+expect_error "batch size zero" 2 "--batch_size: 0 is out of range 1\.\.65536" "$bin" train --model models/fashion.model --data "$data" --batch_size 0
+
+# Every subcommand refuses a flag given twice (the last one winning would hide the first).
+expect_error "train: flag given twice" 2 "--job_name: given twice" "$bin" train --job_name=ps --job_name=worker
+expect_error "train: boolean flag given twice" 2 "--strict: given twice" "$bin" train --strict --strict
+expect_error "eval: flag given twice" 2 "--threads: given twice" "$bin" eval --threads 1 --threads=2
+expect_error "keygen: flag given twice" 2 "--out: given twice" "$bin" keygen --out "$tmp/k1" --out "$tmp/k2" --name a
+expect_error "launch: flag given twice" 2 "--ps: given twice" "$bin" launch --ps 1 --ps=2
+
+# Every numeric flag has a range; an error quotes the value as given.
+expect_error "negative train_steps" 2 "--train_steps: -5 is out of range 0\.\." "$bin" train --train_steps -5
+expect_error "negative threads" 2 "--threads: -1 is out of range 0\.\.1024" "$bin" train --threads -1
+expect_error "too many threads" 2 "--threads: 100000 is out of range 0\.\.1024" "$bin" train --threads 100000
+expect_error "eval: too many threads" 2 "--threads: 100000 is out of range" "$bin" eval --threads 100000
+expect_error "negative save_model_secs" 2 "--save_model_secs: -1 is out of range \[0, " "$bin" train --save_model_secs -1
+expect_error "zero learning rate" 2 "--learning_rate: 0 is out of range \(0, " "$bin" train --learning_rate 0
+expect_error "learning rate 0 as a float" 2 "--learning_rate: 1e-50 is out of range" "$bin" train --learning_rate 1e-50
+expect_error "seed beyond 64 bits" 2 "--seed: 99999999999999999999999 is out of range" "$bin" train --seed 99999999999999999999999
+expect_error "batch size beyond 64 bits" 2 "--batch_size: 99999999999999999999 is out of range" "$bin" train --batch_size 99999999999999999999
+expect_error "epochs overflow" 2 "--epochs: 1e400 is out of range" "$bin" train --epochs 1e400
+expect_error "launch: workers beyond 64 bits" 2 "--workers: 99999999999999999999 is out of range 1\.\.32" "$bin" launch --workers 99999999999999999999
+expect_error "task index beyond 32 bits" 1 "--task_index: 1099511627776 is out of range for job worker" \
+  "$bin" train --model models/fashion.model --data "$data" --worker_hosts=127.0.0.1:1 --job_name=worker --task_index=1099511627776
+"$bin" train --help >"$tmp/out" 2>&1 && grep -q -- "--threads .*range 0\.\.1024" "$tmp/out" \
+  && ok "train --help shows ranges" || bad "train --help shows ranges"
 
 printf 'model typo\ninput 28 28 1\nconv2d filters=8 kernel=3\nrelu\nflaten\ndense units=10\n' >"$tmp/typo.model"
 expect_error "model file typo names the line" 1 "typo.model:5" "$bin" train --model "$tmp/typo.model" --data "$data"
@@ -55,13 +79,37 @@ done
 echo "not an image" >"$tmp/imgs/cat/readme.jpg"
 printf 'model tiny\ninput 8 8 3\nconv2d filters=4 kernel=3\nrelu\nflatten\ndense units=2\n' >"$tmp/tiny.model"
 expect_error "non-image in image folder (fail policy) names the file" 1 "readme.jpg" \
-  "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --logdir= --summary_dir= --bad_images=fail --batch_size 1 --epochs 1 --logdir= --summary_dir=
-if "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --logdir= --summary_dir= --batch_size 1 --epochs 1 --logdir= --summary_dir= >"$tmp/out" 2>"$tmp/err" \
+  "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --logdir= --summary_dir= --bad_images=fail --batch_size 1 --epochs 1
+if "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --logdir= --summary_dir= --batch_size 1 --epochs 1 >"$tmp/out" 2>"$tmp/err" \
    && grep -q "skipped 1 undecodable" "$tmp/out"; then ok "non-image skipped and reported"
 else bad "non-image skipped and reported: $(cat "$tmp/out" "$tmp/err" | tail -3)"; fi
 
+# A warning printed while training starts a line of its own: summaries that fail mid-run (event
+# files capped at 1 KiB by ulimit; SIGXFSZ ignored so writes fail with EFBIG) are turned off with a
+# warning, which must not land inside a "step ..." line, nor after the live progress line (stderr a
+# terminal, through script(1)).
+fashion_subset "$tmp/small" 256 64
+printf 'model tiny28\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny28.model"
+summ_run() { # summ_run OUT: train with capped files, all output through a pipe (pipes have no cap)
+  local out=$1; shift
+  ( ulimit -f 1; trap '' XFSZ; exec "$@" 2>&1 ) | cat >"$out"
+}
+own_line() { # every piece of output mentioning "warning:" starts with it (lines split at \n and \r)
+  tr '\r' '\n' <"$1" | sed 's/\x1b\[K//g' | grep -- "warning:" | grep -qv "^warning:" && return 1
+  grep -q "warning: summaries turned off" "$1"
+}
+tflags="--model $tmp/tiny28.model --data $tmp/small --logdir= --summary_dir=$tmp/sum1 --batch_size 8 --train_steps 12 --steps_to_validate 1 --threads 1"
+summ_run "$tmp/sumout" "$bin" train $tflags
+if own_line "$tmp/sumout" && [ "$(grep -c '^step .* examples/sec$' "$tmp/sumout")" -eq 12 ]; then ok "summary warning on its own line"
+else bad "summary warning on its own line: $(grep -a -m2 'warning' "$tmp/sumout")"; fi
+if command -v script >/dev/null; then
+  summ_run "$tmp/ttyout" script -qec "$bin train ${tflags/sum1/sum2}" /dev/null
+  if own_line "$tmp/ttyout" && grep -q "ETA" "$tmp/ttyout"; then ok "summary warning on its own line (terminal)"
+  else bad "summary warning on its own line (terminal): $(tr '\r' '\n' <"$tmp/ttyout" | grep -a -m2 'warning')"; fi
+fi
+
 # A short real run: 60 steps on Fashion-MNIST must learn something (well above chance at 10%).
-if "$bin" train --model models/fashion.model --data "$data" --logdir= --summary_dir= --train_steps 60 --steps_to_validate 30 --logdir= --summary_dir= \
+if "$bin" train --model models/fashion.model --data "$data" --logdir= --summary_dir= --train_steps 60 --steps_to_validate 30 \
      >"$tmp/out" 2>"$tmp/err"; then
   acc=$(sed -n 's/^test accuracy \([0-9.]*\).*/\1/p' "$tmp/out")
   if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a > 0.55) }'; then ok "60 steps learn (test accuracy $acc)"

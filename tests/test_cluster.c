@@ -76,6 +76,10 @@ static void test_flag_refusals(void) {
         {"a:1", "b:2", "worker", "one", "--task_index", "not an integer"},
         {"a:1", "b:2", "worker", "", "--task_index", "not an integer"},
         {"a:1", "b:2", "worker", "1.5", "--task_index", "not an integer"},
+        /* beyond int and long long: refused quoting the value as given, not the digits that fit */
+        {"a:1", "b:2", "worker", "1099511627776", "--task_index", ": 1099511627776 is out of range"},
+        {"a:1", "b:2", "worker", " 99999999999999999999999 ", "--task_index", ": 99999999999999999999999 is out"},
+        {"a:1", "b:2", "worker", "-99999999999999999999999", "--task_index", ": -99999999999999999999999 is negative"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dt_cluster c;

@@ -10,7 +10,7 @@ leftovers() { pgrep -f "$tmp/" >/dev/null; }
 
 # 1 ps + 2 workers, asynchronous, a short run: every process exits 0, the ps exits by itself.
 if timeout 300 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= \
-     --train_steps 40 --steps_to_validate 20 --logdir= --summary_dir= >"$tmp/out" 2>&1; then
+     --train_steps 40 --steps_to_validate 20 >"$tmp/out" 2>&1; then
   ok "launch 1 ps + 2 workers exits 0"
 else
   bad "launch 1 ps + 2 workers exits 0 (status $?)"; tail -20 "$tmp/out"
@@ -36,7 +36,7 @@ leftovers && bad "no process left behind after SIGINT" || ok "no process left be
 
 # 2 ps: the placement splits the variables, and both ps serve and exit.
 if timeout 300 "$bin" launch --ps 2 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= \
-     --train_steps 20 --logdir= --summary_dir= >"$tmp/out2" 2>&1 && grep -q '^\[ps1\] .*exiting' "$tmp/out2"; then
+     --train_steps 20 >"$tmp/out2" 2>&1 && grep -q '^\[ps1\] .*exiting' "$tmp/out2"; then
   ok "launch with 2 ps tasks exits 0"
 else
   bad "launch with 2 ps tasks exits 0"; tail -20 "$tmp/out2"
@@ -77,7 +77,7 @@ took=$(( $(date +%s) - start ))
 
 # A worker started before its ps connects once the ps appears.
 "$bin" train $m --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)) --job_name=worker \
-  --train_steps 5 --connect_timeout 30 --logdir= --summary_dir= >"$tmp/w" 2>&1 &
+  --train_steps 5 --connect_timeout 30 >"$tmp/w" 2>&1 &
 wpid=$!
 sleep 1
 "$bin" train $m --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)) --job_name=ps >"$tmp/p" 2>&1 &

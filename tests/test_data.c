@@ -134,7 +134,8 @@ static void write_solid_png(const char *path, int w, int h, uint8_t r, uint8_t g
     free(px);
 }
 
-static void write_jpeg(const char *path, int w, int h, int comps, const uint8_t *px, int quality) {
+static void write_jpeg_opt(const char *path, int w, int h, int comps, const uint8_t *px, int quality,
+                           int progressive) {
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr e;
     c.err = jpeg_std_error(&e);
@@ -145,6 +146,7 @@ static void write_jpeg(const char *path, int w, int h, int comps, const uint8_t 
     c.in_color_space = comps == 3 ? JCS_RGB : JCS_GRAYSCALE;
     jpeg_set_defaults(&c);
     jpeg_set_quality(&c, quality, TRUE);
+    if (progressive) jpeg_simple_progression(&c);
     jpeg_start_compress(&c, TRUE);
     while (c.next_scanline < c.image_height) {
         JSAMPROW row = (JSAMPROW)(px + (size_t)c.next_scanline * w * comps);
@@ -153,6 +155,10 @@ static void write_jpeg(const char *path, int w, int h, int comps, const uint8_t 
     jpeg_finish_compress(&c);
     jpeg_destroy_compress(&c);
     fclose(f);
+}
+
+static void write_jpeg(const char *path, int w, int h, int comps, const uint8_t *px, int quality) {
+    write_jpeg_opt(path, w, h, comps, px, quality, 0);
 }
 
 static void write_solid_jpeg(const char *path, int w, int h, uint8_t r, uint8_t g, uint8_t b) {
@@ -179,6 +185,47 @@ static void truncate_copy(const char *src, const char *dst, size_t keep) {
     uint8_t *b = read_all(src, &n);
     write_bytes(dst, b, keep < n ? keep : n);
     free(b);
+}
+
+
+/* A PNG that claims w x h pixels (16-bit RGBA) but carries only a short IDAT: what the header says
+ * is all a size check may look at. Small on disk, like the 480 KB PNG that inflates to 512 MB. */
+static void write_png_claiming(const char *path, uint32_t w, uint32_t h) {
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    uint8_t ihdr[13];
+    put_be32(ihdr, w);
+    put_be32(ihdr + 4, h);
+    ihdr[8] = 16, ihdr[9] = 6, ihdr[10] = ihdr[11] = ihdr[12] = 0; /* 16-bit RGBA, no interlace */
+    uint8_t zeros[64] = {0}, idat[128];
+    uLongf idat_len = sizeof idat;
+    compress(idat, &idat_len, zeros, sizeof zeros);
+    FILE *f = fopen(path, "wb");
+    fwrite(sig, 1, 8, f);
+    const char *types[3] = {"IHDR", "IDAT", "IEND"};
+    const uint8_t *data[3] = {ihdr, idat, NULL};
+    uint32_t lens[3] = {13, (uint32_t)idat_len, 0};
+    for (int c = 0; c < 3; c++) {
+        uint8_t hdr[8];
+        put_be32(hdr, lens[c]);
+        memcpy(hdr + 4, types[c], 4);
+        fwrite(hdr, 1, 8, f);
+        if (lens[c]) fwrite(data[c], 1, lens[c], f);
+        uLong crc = crc32(crc32(0, hdr + 4, 4), data[c] ? data[c] : hdr, lens[c]);
+        uint8_t cb[4];
+        put_be32(cb, (uint32_t)crc);
+        fwrite(cb, 1, 4, f);
+    }
+    fclose(f);
+}
+
+/* Rewrites the frame size in a JPEG's SOF0/SOF2 header, as a hostile file would claim. */
+static void patch_jpeg_size(uint8_t *b, size_t n, int w, int h) {
+    for (size_t i = 2; i + 9 < n; i++)
+        if (b[i] == 0xff && (b[i + 1] == 0xc0 || b[i + 1] == 0xc2)) {
+            b[i + 5] = (uint8_t)(h >> 8), b[i + 6] = (uint8_t)h;
+            b[i + 7] = (uint8_t)(w >> 8), b[i + 8] = (uint8_t)w;
+            return;
+        }
 }
 
 /* ---- IDX ------------------------------------------------------------------------------------- */
@@ -475,15 +522,15 @@ static void test_decode_formats(void) {
     write_rgb_png(tpath("rgb.png"), 3, 2, rgb);
     size_t n;
     uint8_t *b = read_all(tpath("rgb.png"), &n);
-    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, "rgb.png", &e) == 0);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, 0, 0, "rgb.png", &e) == 0);
     CHECK(h == 2 && w == 3);
     CHECK(px && memcmp(px, rgb, 18) == 0);
     free(px);
-    CHECK(dt_image_decode(&px, &h, &w, b, n, 1, 0, "rgb.png", &e) == 0);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 1, 0, 0, 0, "rgb.png", &e) == 0);
     CHECK(px && px[1] == (uint8_t)((299 * 39 + 587 * 52 + 114 * 65 + 500) / 1000));
     free(px);
     /* pixel limit: refused before decoding */
-    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 5, "rgb.png", &e) == DT_EFORMAT);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, 0, 5, "rgb.png", &e) == DT_EFORMAT);
     CHECK_CONTAINS(e.msg, "limit");
     CHECK(px == NULL);
     free(b);
@@ -492,42 +539,42 @@ static void test_decode_formats(void) {
     uint8_t rgba[2 * 4] = {10, 20, 30, 0, 200, 150, 100, 255};
     write_png(tpath("rgba.png"), 2, 1, PNG_COLOR_TYPE_RGB_ALPHA, 8, rgba, 8, NULL, 0);
     b = read_all(tpath("rgba.png"), &n);
-    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, "rgba.png", &e) == 0);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, 0, 0, "rgba.png", &e) == 0);
     CHECK(px && px[0] == 10 && px[1] == 20 && px[2] == 30 && px[3] == 200 && px[5] == 100);
     free(px), free(b);
     uint8_t ga[4] = {77, 0, 99, 128};
     write_png(tpath("ga.png"), 2, 1, PNG_COLOR_TYPE_GRAY_ALPHA, 8, ga, 4, NULL, 0);
     b = read_all(tpath("ga.png"), &n);
-    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, "ga.png", &e) == 0);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, 0, 0, "ga.png", &e) == 0);
     CHECK(px && px[0] == 77 && px[1] == 77 && px[2] == 77 && px[3] == 99);
     free(px), free(b);
     uint8_t g16[4] = {0x12, 0x34, 0xff, 0xff}; /* two 16-bit grey pixels */
     write_png(tpath("g16.png"), 2, 1, PNG_COLOR_TYPE_GRAY, 16, g16, 4, NULL, 0);
     b = read_all(tpath("g16.png"), &n);
-    CHECK(dt_image_decode(&px, &h, &w, b, n, 1, 0, "g16.png", &e) == 0);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 1, 0, 0, 0, "g16.png", &e) == 0);
     CHECK(px && px[0] == 0x12 && px[1] == 0xff);
     free(px), free(b);
     png_color pal[2] = {{1, 2, 3}, {250, 240, 230}};
     uint8_t idx[1] = {0x40}; /* 1-bit palette indices 0,1,0,0 */
     write_png(tpath("pal.png"), 4, 1, PNG_COLOR_TYPE_PALETTE, 1, idx, 1, pal, 2);
     b = read_all(tpath("pal.png"), &n);
-    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, "pal.png", &e) == 0);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, 0, 0, "pal.png", &e) == 0);
     CHECK(px && w == 4 && px[0] == 1 && px[3] == 250 && px[5] == 230 && px[6] == 1);
     free(px), free(b);
 
     /* JPEG, solid colour: lossy, but a flat block decodes within a few levels. */
     write_solid_jpeg(tpath("solid.jpg"), 16, 8, 200, 100, 50);
     b = read_all(tpath("solid.jpg"), &n);
-    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, "solid.jpg", &e) == 0);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, 0, 0, "solid.jpg", &e) == 0);
     CHECK(h == 8 && w == 16);
     CHECK(px && abs(px[0] - 200) <= 3 && abs(px[1] - 100) <= 3 && abs(px[2] - 50) <= 3);
     free(px);
-    CHECK(dt_image_decode(&px, &h, &w, b, n, 1, 0, "solid.jpg", &e) == 0);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 1, 0, 0, 0, "solid.jpg", &e) == 0);
     CHECK(px && abs(px[0] - (299 * 200 + 587 * 100 + 114 * 50) / 1000) <= 3);
     free(px);
     /* truncated JPEG and PNG: errors naming the source, never a partly grey image */
     for (size_t keep = 0; keep < n; keep += n / 7 + 1) {
-        int rc = dt_image_decode(&px, &h, &w, b, keep, 3, 0, "cut.jpg", &e);
+        int rc = dt_image_decode(&px, &h, &w, b, keep, 3, 0, 0, 0, "cut.jpg", &e);
         CHECK_MSG(rc == DT_EFORMAT, "keep %zu rc %d", keep, rc);
         CHECK_CONTAINS(e.msg, "cut.jpg");
         CHECK(px == NULL);
@@ -535,16 +582,16 @@ static void test_decode_formats(void) {
     free(b);
     b = read_all(tpath("rgb.png"), &n);
     for (size_t keep = 0; keep < n; keep += 5) {
-        int rc = dt_image_decode(&px, &h, &w, b, keep, 3, 0, "cut.png", &e);
+        int rc = dt_image_decode(&px, &h, &w, b, keep, 3, 0, 0, 0, "cut.png", &e);
         CHECK_MSG(rc == DT_EFORMAT, "keep %zu rc %d", keep, rc);
         CHECK_CONTAINS(e.msg, "cut.png");
     }
     free(b);
     const char *text = "hello, not an image\n";
-    CHECK(dt_image_decode(&px, &h, &w, (const uint8_t *)text, strlen(text), 3, 0, "a.txt", &e) == DT_EFORMAT);
+    CHECK(dt_image_decode(&px, &h, &w, (const uint8_t *)text, strlen(text), 3, 0, 0, 0, "a.txt", &e) == DT_EFORMAT);
     CHECK_CONTAINS(e.msg, "a.txt");
     CHECK_CONTAINS(e.msg, "not an image");
-    CHECK(dt_image_decode(&px, &h, &w, (const uint8_t *)text, 3, 2, 0, "a.txt", &e) == DT_EINVAL);
+    CHECK(dt_image_decode(&px, &h, &w, (const uint8_t *)text, 3, 2, 0, 0, 0, "a.txt", &e) == DT_EINVAL);
 }
 
 /* ---- image folders --------------------------------------------------------------------------- */
@@ -801,6 +848,173 @@ static void test_bad_images(void) {
     CHECK_CONTAINS(e.msg, "readme.txt");
 }
 
+/* Links that loop (a -> b -> a, a -> a) or dangle cannot be read: bad images like any other
+ * unreadable file, counted under skip and fatal by name under fail, never silently left out. */
+static void test_symlink_loops(void) {
+    write_class_folders("loops", 3, 3);
+    CHECK(symlink("loop_b.jpg", tpath("loops/cat/loop_a.jpg")) == 0);
+    CHECK(symlink("loop_a.jpg", tpath("loops/cat/loop_b.jpg")) == 0);
+    CHECK(symlink("self.png", tpath("loops/dog/self.png")) == 0);
+    CHECK(symlink("nowhere.png", tpath("loops/dog/dangling.png")) == 0);
+    CHECK(symlink("c00.png", tpath("loops/cat/good_link.png")) == 0); /* a working link is an image */
+    dt_data_splits s;
+    dt_error e = {0};
+    dt_data_options o = {.h = 4, .w = 4, .c = 3, .validation_fraction = 0, .bad_images = DT_BAD_IMAGES_SKIP};
+    int rc = dt_data_open(&s, tpath("loops"), &o, &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (rc) return;
+    CHECK(dt_dataset_size(s.train) == 11);
+    dt_loader *l;
+    dt_loader_options lo = {.batch_size = 4, .shuffle = 0, .shard_count = 1};
+    CHECK(dt_loader_create(&l, s.train, &lo, &e) == 0);
+    dt_batch b;
+    int total = 0;
+    while (dt_loader_next(l, &b, &e) == 0 && b.n > 0) total += b.n;
+    dt_loader_free(l);
+    CHECK(total == 7);
+    CHECK(dt_dataset_bad_count(s.train) == 4);
+    dt_data_splits_free(&s);
+
+    o.bad_images = DT_BAD_IMAGES_FAIL;
+    CHECK(dt_data_open(&s, tpath("loops"), &o, &e) == 0);
+    lo.batch_size = 11;
+    CHECK(dt_loader_create(&l, s.train, &lo, &e) == 0);
+    rc = dt_loader_next(l, &b, &e);
+    CHECK(rc == DT_EIO);
+    CHECK_CONTAINS(e.msg, "loops/cat/loop_a.jpg"); /* the first in order */
+    dt_loader_free(l);
+    dt_data_splits_free(&s);
+
+    /* flat layout: a looping cat.3.jpg is a bad cat; a looping name without a class is refused at
+     * open under fail, as any such file */
+    mkdirs("flatloops");
+    write_solid_png(tpath("flatloops/cat.1.png"), 4, 4, 255, 0, 0);
+    write_solid_png(tpath("flatloops/dog.1.png"), 4, 4, 0, 0, 255);
+    CHECK(symlink("cat.3.jpg", tpath("flatloops/cat.3.jpg")) == 0);
+    o.bad_images = DT_BAD_IMAGES_SKIP;
+    CHECK(dt_data_open(&s, tpath("flatloops"), &o, &e) == 0);
+    CHECK(dt_dataset_size(s.train) == 3);
+    float x[48];
+    int32_t y;
+    CHECK(dt_dataset_get(s.train, 1, x, &y, &e) == DT_EIO); /* cat.3.jpg */
+    CHECK_CONTAINS(e.msg, "cat.3.jpg");
+    CHECK(dt_dataset_bad_count(s.train) == 1);
+    dt_data_splits_free(&s);
+    CHECK(symlink("loop", tpath("flatloops/loop")) == 0);
+    o.bad_images = DT_BAD_IMAGES_FAIL;
+    CHECK(dt_data_open(&s, tpath("flatloops"), &o, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "flatloops/loop");
+}
+
+/* Sizes come from the header, before anything is allocated: a PNG over the pixel limit and a JPEG
+ * claiming too much are refused naming the file and its dimensions; a large JPEG is decoded at the
+ * smallest DCT scale that still covers the size it is resized to. */
+static void test_decode_limits(void) {
+    dt_error e = {0};
+    uint8_t *px = NULL, *b;
+    int h, w;
+    size_t n;
+    /* 8000x8000 16-bit RGBA: 64 Mpx, under the old 2^26 limit, 457 MB and 47 s to decode */
+    write_png_claiming(tpath("huge16.png"), 8000, 8000);
+    b = read_all(tpath("huge16.png"), &n);
+    CHECK(n < 200);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 128, 128, 0, "huge16.png", &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "huge16.png: PNG of 8000x8000 pixels is over the limit of 16777216 pixels");
+    CHECK(px == NULL);
+    free(b);
+    /* at the limit is fine as far as the size goes (the data is missing, so it fails later) */
+    write_png_claiming(tpath("edge.png"), 4096, 4096);
+    b = read_all(tpath("edge.png"), &n);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, 0, 0, "edge.png", &e) == DT_EFORMAT);
+    CHECK(strstr(e.msg, "limit") == NULL);
+    free(b);
+
+    /* A gradient JPEG, 1024x768: the scale is the smallest that still covers the target. */
+    int W = 1024, H = 768;
+    uint8_t *g = malloc((size_t)W * H * 3);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            uint8_t *p = g + ((size_t)y * W + x) * 3;
+            p[0] = (uint8_t)(x / 4), p[1] = (uint8_t)(y / 3), p[2] = (uint8_t)((x + y) / 8);
+        }
+    write_jpeg(tpath("grad.jpg"), W, H, 3, g, 92);
+    write_jpeg_opt(tpath("grad_prog.jpg"), W, H, 3, g, 92, 1);
+    free(g);
+    b = read_all(tpath("grad.jpg"), &n);
+    const struct { int min_h, min_w, h, w; } cases[] = {
+        {0, 0, 768, 1024}, {128, 128, 192, 256}, {1, 1, 96, 128}, {200, 200, 384, 512},
+        {96, 128, 96, 128}, {97, 128, 192, 256}, {768, 1024, 768, 1024}, {2000, 2000, 768, 1024},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int rc = dt_image_decode(&px, &h, &w, b, n, 3, cases[k].min_h, cases[k].min_w, 0, "grad.jpg", &e);
+        CHECK_MSG(rc == 0 && h == cases[k].h && w == cases[k].w, "min %dx%d: rc %d, got %dx%d, want %dx%d",
+                  cases[k].min_h, cases[k].min_w, rc, h, w, cases[k].h, cases[k].w);
+        free(px);
+    }
+    /* Decoded at 1/4 and resized to 128x128, or at full size and resized: the same picture. */
+    float *scaled = malloc(sizeof(float) * 128 * 128 * 3), *full = malloc(sizeof(float) * 128 * 128 * 3);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 128, 128, 0, "grad.jpg", &e) == 0);
+    CHECK(dt_resize_bilinear(scaled, 128, 128, px, h, w, 3, 255.0f, &e) == 0);
+    free(px);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, 0, 0, "grad.jpg", &e) == 0);
+    CHECK(dt_resize_bilinear(full, 128, 128, px, h, w, 3, 255.0f, &e) == 0);
+    free(px);
+    double worst = 0;
+    for (int i = 0; i < 128 * 128 * 3; i++) worst = fmax(worst, fabs(scaled[i] - full[i]));
+    CHECK_MSG(worst < 3.0 / 255, "worst difference %g levels", worst * 255);
+    free(scaled), free(full);
+
+    /* Headers claiming more: over 4 x the limit refused whatever the scale; over the limit at the
+     * scale used refused; the same header with a small target passes the size checks. */
+    patch_jpeg_size(b, n, 30000, 30000);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 128, 128, 0, "claims.jpg", &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "claims.jpg: JPEG of 30000x30000 pixels is empty or over the limit of 67108864 pixels");
+    patch_jpeg_size(b, n, 6000, 6000);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 0, 0, 0, "claims.jpg", &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "claims.jpg: JPEG of 6000x6000 pixels decodes to 6000x6000 (scale 1/1), over the limit");
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 4000, 4000, 0, "claims.jpg", &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "over the limit");
+    /* at 1/2 (3000x3000) or 1/8 it passes the size checks; its data is a 1024x768 image's */
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 2000, 2000, 0, "claims.jpg", &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "not a valid JPEG image");
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 128, 128, 0, "claims.jpg", &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "not a valid JPEG image");
+    CHECK(px == NULL);
+    free(b);
+
+    /* A progressive JPEG keeps every coefficient of the full image, whatever the scale: bounded by
+     * 8 bytes per max_pixels (a baseline one of the same size decodes in a few rows). */
+    b = read_all(tpath("grad_prog.jpg"), &n);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 96, 128, 0, "grad_prog.jpg", &e) == 0);
+    CHECK(h == 96 && w == 128);
+    free(px);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 96, 128, (size_t)1 << 18, "grad_prog.jpg", &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "grad_prog.jpg: JPEG of 1024x768 pixels needs more than 2.0 MiB to decode");
+    CHECK(px == NULL);
+    free(b);
+    b = read_all(tpath("grad.jpg"), &n);
+    CHECK(dt_image_decode(&px, &h, &w, b, n, 3, 96, 128, (size_t)1 << 18, "grad.jpg", &e) == 0);
+    free(px);
+    free(b);
+
+    /* In a data set the huge PNG is a bad image: counted under skip, fatal by name under fail. */
+    write_class_folders("huge", 2, 2);
+    write_png_claiming(tpath("huge/cat/huge16.png"), 8000, 8000);
+    dt_data_splits s;
+    dt_data_options o = {.h = 4, .w = 4, .c = 3, .validation_fraction = 0, .bad_images = DT_BAD_IMAGES_SKIP};
+    CHECK(dt_data_open(&s, tpath("huge"), &o, &e) == 0);
+    float x[48];
+    int32_t y;
+    int bad = 0;
+    for (size_t i = 0; i < dt_dataset_size(s.train); i++)
+        if (dt_dataset_get(s.train, i, x, &y, &e)) {
+            bad++;
+            CHECK_CONTAINS(e.msg, "huge/cat/huge16.png: PNG of 8000x8000 pixels");
+        }
+    CHECK(bad == 1 && dt_dataset_bad_count(s.train) == 1);
+    dt_data_splits_free(&s);
+}
+
 int main(void) {
     make_tmp();
     RUN(test_idx_plain_and_gzip);
@@ -809,9 +1023,11 @@ int main(void) {
     RUN(test_fashion_mnist);
     RUN(test_resize_by_hand);
     RUN(test_decode_formats);
+    RUN(test_decode_limits);
     RUN(test_class_folders);
     RUN(test_flat_layout_and_train_test);
     RUN(test_bad_images);
+    RUN(test_symlink_loops);
     remove_tmp();
     return test_summary();
 }

@@ -11,12 +11,13 @@ py=/usr/bin/python3
 # A subset (4000 training, 500 test images) keeps every run short, sanitizers included.
 fashion_subset "$tmp/data" 4000 500
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
+# Each run names its --logdir and --summary_dir (a flag given twice is refused).
 run() {
   timeout 300 "$bin" launch --ps 2 --workers 2 --model "$tmp/tiny.model" --data "$tmp/data" --batch_size 16 \
-    --steps_to_validate 20 --logdir "$tmp/ck" --summary_dir "$tmp/sum" "$@"
+    --steps_to_validate 20 "$@"
 }
 
-run --train_steps 40 >"$tmp/1.out" 2>&1
+run --train_steps 40 --logdir "$tmp/ck" --summary_dir "$tmp/sum" >"$tmp/1.out" 2>&1
 check "first run exits 0" test $? -eq 0
 last1=$(sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\).safetensors"/\1/p' "$tmp/ck/checkpoint")
 check "final checkpoint at the end (step ${last1:-none} >= 40)" test "${last1:-0}" -ge 40
@@ -30,7 +31,7 @@ fi
 want=$(sed -n 's/^\[worker0\] \(test accuracy.*\)/\1/p' "$tmp/1.out")
 check "eval prints the chief's test line ($want)" grep -qxF "$want" "$tmp/eval1"
 
-run --train_steps 80 >"$tmp/2.out" 2>&1
+run --train_steps 80 --logdir "$tmp/ck" --summary_dir "$tmp/sum" >"$tmp/2.out" 2>&1
 check "second run exits 0" test $? -eq 0
 check "the chief restores the newest checkpoint" grep -q "^\[worker0\] restored $tmp/ck/model.ckpt-$last1.safetensors: global step $last1" "$tmp/2.out"
 check "every ps gets its shard back at that step" \

@@ -21,7 +21,8 @@ fashion_subset data 1024 64
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2 padding=same\nrelu\nflatten\ndense units=10\n' >tiny.model
 printf 'model mlp\ninput 28 28 1\nflatten\ndense units=64\nrelu\ndense units=10\n' >mlp.model
 
-common=(--data data --logdir= --summary_dir= --threads 1 --train_steps 20 --steps_to_validate 1000)
+# --train_steps is given by each run (20 unless it says otherwise): a flag given twice is refused.
+common=(--data data --logdir= --summary_dir= --threads 1 --steps_to_validate 1000)
 run() { timeout 300 "$@" >"$log" 2>&1; }
 
 # compare A B: "identical", or the largest difference relative to the largest parameter, and
@@ -65,9 +66,9 @@ check_a "dense model, 20 Adam steps" mlp.model 20 1e-5 --optimizer adam --learni
 check_a "fashion conv model, first SGD step" "$src/models/fashion.model" 1 1e-6 --optimizer sgd --learning_rate 0.05
 
 # Through the ps the arithmetic is the optimizer's own: 1 sync worker = 1 process, bit for bit (Adam).
-log=single_adam.log; run "$bin" train --model "$src/models/fashion.model" "${common[@]}" --batch_size 32 \
+log=single_adam.log; run "$bin" train --model "$src/models/fashion.model" "${common[@]}" --train_steps 20 --batch_size 32 \
   --debug_dump_params single_adam.bin
-log=sync1.log; run "$bin" launch --ps 2 --workers 1 --model "$src/models/fashion.model" "${common[@]}" --issync=1 \
+log=sync1.log; run "$bin" launch --ps 2 --workers 1 --model "$src/models/fashion.model" "${common[@]}" --train_steps 20 --issync=1 \
   --batch_size 32 --debug_dump_params sync1.bin
 cmp_out=$(compare single_adam.bin sync1.bin)
 [ -s sync1.bin ] && [ "$cmp_out" = identical ] && ok "1 sync worker (2 ps) = 1 process, Adam, bit for bit" \
@@ -75,7 +76,7 @@ cmp_out=$(compare single_adam.bin sync1.bin)
 
 # (b) determinism: aggregation in worker order, so two runs are bit-identical.
 for r in 1 2; do
-  log=det$r.log; run "$bin" launch --ps 2 --workers 3 --model "$src/models/fashion.model" "${common[@]}" --issync=1 \
+  log=det$r.log; run "$bin" launch --ps 2 --workers 3 --model "$src/models/fashion.model" "${common[@]}" --train_steps 20 --issync=1 \
     --batch_size 8 --debug_dump_params det$r.bin
 done
 if [ -s det1.bin ] && cmp -s det1.bin det2.bin; then ok "(b) two sync runs (2 ps, 3 workers) are bit-identical"
@@ -103,7 +104,7 @@ wline=$(grep -o "^\[worker2\] worker 2: .*stale gradients dropped: [0-9]* of [0-
 
 # Bounded staleness through the CLI: worker 1 slow, staleness 1; the ps refuses any gradient
 # beyond the bound, so a clean run means it held (test_sync checks the bound itself).
-log=stale1.log; run "$bin" launch --ps 2 --workers 2 --model tiny.model "${common[@]}" --issync=1 --batch_size 16 \
+log=stale1.log; run "$bin" launch --ps 2 --workers 2 --model tiny.model "${common[@]}" --train_steps 20 --issync=1 --batch_size 16 \
   --staleness 1 --debug_step_delay_ms 30 --debug_delay_worker 1
 st=$?
 [ $st -eq 0 ] && grep -q "global step 2[01]" stale1.log && ! grep -q "refused" stale1.log \
@@ -120,9 +121,9 @@ expect_error "--staleness needs --issync=1" "--staleness need --issync=1" \
   "$bin" train --model tiny.model --data data --logdir= --staleness 2
 expect_error "--replicas_to_aggregate above --total_num_replicas" "--replicas_to_aggregate=3 is more than --total_num_replicas=2" \
   "$bin" train --model tiny.model --data data --logdir= --issync=1 --replicas_to_aggregate 3 --total_num_replicas 2
-expect_error "--staleness out of range" "--staleness must be in 0..64" \
+expect_error "--staleness out of range" "--staleness: 65 is out of range 0\.\.64" \
   "$bin" train --model tiny.model --data data --logdir= --issync=1 --staleness 65
-log=wrongtotal.log; run "$bin" launch --ps 1 --workers 3 --model tiny.model "${common[@]}" --issync=1 --replicas_to_aggregate 2
+log=wrongtotal.log; run "$bin" launch --ps 1 --workers 3 --model tiny.model "${common[@]}" --train_steps 20 --issync=1 --replicas_to_aggregate 2
 st=$?
 [ $st -ne 0 ] && grep -q "total_num_replicas=2 (default: --replicas_to_aggregate) but the cluster has 3 workers" wrongtotal.log \
   && ok "backup workers must be declared (--total_num_replicas)" || { bad "undeclared backup workers (status $st)"; tail -n 5 wrongtotal.log; }

@@ -89,8 +89,8 @@ static int list_events(const uint8_t *buf, size_t n, const char *path, dt_error 
         if (rc < 0) return 1;
         if (rc == 0) break;
         dt_event ev;
-        if (dt_event_decode(&ev, data, len, err)) {
-            dt_error_prefix(err, "%s: record at offset %zu: ", path, at);
+        if ((rc = dt_event_decode(&ev, data, len, err))) {
+            dt_error_wrap(err, rc, "%s: record at offset %zu: ", path, at);
             return 1;
         }
         printf("%-10zu %-18.6f %10" PRId64 "  ", at, ev.wall_time, ev.step);

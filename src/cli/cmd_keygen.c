@@ -8,8 +8,8 @@
 int cmd_keygen(int argc, char **argv) {
     const char *out = NULL, *name = NULL;
     flag_def defs[] = {
-        {"out", FLAG_STRING, &out, "folder to write the keys to (created if missing)"},
-        {"name", FLAG_STRING, &name, "key name: writes NAME.key (public) and NAME.secret (mode 0600)"},
+        FLAG_TEXT("out", &out, "folder to write the keys to (created if missing)"),
+        FLAG_TEXT("name", &name, "key name: writes NAME.key (public) and NAME.secret (mode 0600)"),
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
     dt_error err = {0};

@@ -138,11 +138,17 @@ static void stop_all(child *cs, int n, double grace_sec) {
             }
 }
 
+/* As the flag table's messages (flags.c): the value quoted as given. */
 static int parse_count(const char *flag, const char *v, int lo, int hi, int *out) {
     char *end;
+    errno = 0;
     long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi) {
-        fprintf(stderr, "dtrain launch: %s must be an integer in %d..%d, got '%s'\n", flag, lo, hi, v);
+    if (!*v || *end || (errno && errno != ERANGE)) {
+        fprintf(stderr, "dtrain launch: %s: '%s' is not an integer\n", flag, v);
+        return -1;
+    }
+    if (errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "dtrain launch: %s: %s is out of range %d..%d\n", flag, v, lo, hi);
         return -1;
     }
     *out = (int)x;
@@ -188,7 +194,7 @@ static void remove_keys(const char *dir) {
 }
 
 int cmd_launch(int argc, char **argv) {
-    int n_ps = 1, n_workers = 2;
+    int n_ps = 1, n_workers = 2, seen_ps = 0, seen_workers = 0;
     char **pass = calloc((size_t)argc + 8, sizeof *pass);
     int n_pass = 0;
     if (!pass) {
@@ -218,6 +224,12 @@ int cmd_launch(int argc, char **argv) {
             return 0;
         }
         if (target) {
+            int *seen = target == &n_ps ? &seen_ps : &seen_workers;
+            if ((*seen)++) { /* as every subcommand: the last one winning would hide the first */
+                fprintf(stderr, "dtrain launch: %s: given twice\n", flag);
+                free(pass);
+                return 2;
+            }
             const char *eq = strchr(a, '=');
             if (eq) v = eq + 1;
             else if (i + 1 < argc) v = argv[++i];

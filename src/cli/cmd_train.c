@@ -1,20 +1,23 @@
 /* dtrain train: flags (the source's names where they apply) -> dt_train_options -> dt_train. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cluster/cluster.h"
 #include "commands.h"
 #include "flags.h"
 
-/* A duration flag in seconds, at most a day, into milliseconds (at least 1 unless zero is allowed). */
-static int seconds_flag(const char *name, double secs, int zero_ok, int *ms) {
-    if (!(secs > 0 || (zero_ok && secs == 0)) || secs > 86400) {
-        fprintf(stderr, "dtrain train: --%s must be in %s, 86400] seconds, got %g\n", name, zero_ok ? "[0" : "(0", secs);
-        return -1;
-    }
-    *ms = (int)(secs * 1000.0 + 0.5);
-    if (*ms < 1 && secs > 0) *ms = 1;
-    return 0;
+/* Ranges of the numeric flags (the flag table refuses anything outside). */
+#define DAY 86400.0           /* the longest timeout, in seconds */
+#define MAX_STEPS 1e12        /* steps: far beyond any run, exact as a double */
+#define MAX_TASKS DT_CLUSTER_MAX_TASKS /* workers in a cluster */
+
+/* A duration flag in seconds (its range checked by the table) into milliseconds, at least 1 unless
+ * it is zero. */
+static int seconds_to_ms(double secs) {
+    int ms = (int)(secs * 1000.0 + 0.5);
+    return ms < 1 && secs > 0 ? 1 : ms;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -24,55 +27,68 @@ int cmd_train(int argc, char **argv) {
     double epochs = o.epochs, connect_timeout = o.connect_timeout_ms / 1000.0, heartbeat_timeout = 60,
            ps_timeout = o.ps_timeout_ms / 1000.0, idle_timeout = o.idle_timeout_ms / 1000.0;
     flag_def defs[] = {
-        {"model", FLAG_STRING, &o.model_path, "model file (see docs/model-format.md)"},
-        {"data", FLAG_STRING, &o.data_path, "IDX folder or image folder (see docs/data.md)"},
-        {"optimizer", FLAG_STRING, &o.optimizer, "sgd, momentum or adam"},
-        {"learning_rate", FLAG_FLOAT, &o.learning_rate, "learning rate"},
-        {"batch_size", FLAG_INT, &o.batch_size, "examples per step"},
-        {"train_steps", FLAG_INT64, &o.train_steps, "steps to train; 0: use --epochs"},
-        {"epochs", FLAG_DOUBLE, &epochs, "epochs to train when --train_steps is 0"},
-        {"steps_to_validate", FLAG_INT64, &o.steps_to_validate, "log and validate every N steps"},
-        {"seed", FLAG_UINT64, &o.seed, "seed for initialisation, shuffling and dropout"},
-        {"threads", FLAG_INT, &o.threads, "compute threads; 0: all cores"},
-        {"validation_fraction", FLAG_DOUBLE, &o.validation_fraction,
-         "held-out share of an image folder; negative: 0.2 (IDX uses its test file)"},
-        {"bad_images", FLAG_STRING, &bad_images, "skip (count and report) or fail on undecodable images"},
-        {"ps_hosts", FLAG_STRING, &o.ps_hosts, "cluster: comma-separated host:port of the ps tasks"},
-        {"worker_hosts", FLAG_STRING, &o.worker_hosts, "cluster: comma-separated host:port of the workers"},
-        {"job_name", FLAG_STRING, &o.job_name, "cluster: this process's job, ps or worker"},
-        {"task_index", FLAG_STRING, &o.task_index, "cluster: this process's index in its job (default 0)"},
-        {"issync", FLAG_INT, &o.issync, "0: asynchronous updates, 1: synchronous replicas"},
-        {"replicas_to_aggregate", FLAG_INT, &o.replicas_to_aggregate,
-         "sync: gradients averaged per step; 0: the number of workers"},
-        {"total_num_replicas", FLAG_INT, &o.total_num_replicas,
-         "sync: workers pushing (the number of workers; more than --replicas_to_aggregate: backup workers); "
-         "0: --replicas_to_aggregate"},
-        {"staleness", FLAG_INT, &o.staleness, "sync: steps a worker may run ahead of the slowest; 0: fully synchronous"},
-        {"debug_step_delay_ms", FLAG_INT, &o.debug_step_delay_ms, "testing: sleep this long before each update"},
-        {"debug_delay_worker", FLAG_INT, &o.debug_delay_worker, "testing: only this worker sleeps; -1: every worker"},
-        {"debug_dump_params", FLAG_STRING, &o.debug_dump_params,
-         "testing: the chief writes its final parameters to this file (raw float32)"},
-        {"placement", FLAG_STRING, &o.placement, "variables over ps tasks: greedy or round_robin"},
-        {"chunk_kb", FLAG_INT, &o.chunk_kb,
-         "chief: each ps shard travels in chunks of about this many KiB, applied and sent back one by one; 0: one chunk"},
-        {"connect_timeout", FLAG_DOUBLE, &connect_timeout, "seconds a worker retries its ps tasks"},
-        {"heartbeat_timeout", FLAG_DOUBLE, &heartbeat_timeout,
-         "seconds a worker waits for any ps reply (a sync barrier included) before giving up naming the ps"},
-        {"ps_timeout", FLAG_DOUBLE, &ps_timeout,
-         "seconds a worker waits for a lost ps to come back (the chief then rolls every ps back to the newest "
-         "checkpoint); 0: give up at once"},
-        {"strict", FLAG_BOOL, &o.strict,
-         "sync: a lost worker stops the job (default: each step waits for the live workers only)"},
-        {"idle_timeout", FLAG_DOUBLE, &idle_timeout,
-         "ps: seconds without any message after which it exits with an error (its chief is gone); 0: never"},
-        {"dry_run", FLAG_BOOL, &o.dry_run, "print the cluster and the placement of variables, then exit"},
-        {"logdir", FLAG_STRING, &o.logdir, "checkpoints: restored from at start, saved to by the chief; '' for none"},
-        {"save_model_secs", FLAG_DOUBLE, &o.save_model_secs, "seconds between checkpoints (also at start and end); 0: only those"},
-        {"max_to_keep", FLAG_INT, &o.max_to_keep, "checkpoints kept in --logdir; 0: all"},
-        {"summary_dir", FLAG_STRING, &o.summary_dir, "TensorBoard event files in <dir>/train and <dir>/test; '' for none"},
-        {"auth", FLAG_STRING, &auth, "cluster: none (trusted networks only) or curve (authenticated, encrypted)"},
-        {"keys", FLAG_STRING, &o.keys, "--auth=curve: keys folder (ps: server.secret, authorized/*.key; worker: "
-                                       "client.secret, server.key; see dtrain keygen)"},
+        FLAG_TEXT("model", &o.model_path, "model file (see docs/model-format.md)"),
+        FLAG_TEXT("data", &o.data_path, "IDX folder or image folder (see docs/data.md)"),
+        FLAG_TEXT("optimizer", &o.optimizer, "sgd, momentum or adam"),
+        FLAG_NUM("learning_rate", FLAG_FLOAT, &o.learning_rate, "learning rate", 0, 100, FLAG_LO_OPEN),
+        FLAG_NUM("batch_size", FLAG_INT, &o.batch_size, "examples per step", 1, 65536, 0),
+        FLAG_NUM("train_steps", FLAG_INT64, &o.train_steps, "steps to train; 0: use --epochs", 0, MAX_STEPS, 0),
+        FLAG_NUM("epochs", FLAG_DOUBLE, &epochs, "epochs to train when --train_steps is 0", 0, 1e6, 0),
+        FLAG_NUM("steps_to_validate", FLAG_INT64, &o.steps_to_validate, "log and validate every N steps", 1,
+                 MAX_STEPS, 0),
+        FLAG_NUM("seed", FLAG_UINT64, &o.seed, "seed for initialisation, shuffling and dropout", 0,
+                 (double)UINT64_MAX, 0),
+        FLAG_NUM("threads", FLAG_INT, &o.threads, "compute threads (at most the cores there are); 0: all cores",
+                 0, 1024, 0),
+        FLAG_NUM("validation_fraction", FLAG_DOUBLE, &o.validation_fraction,
+                 "held-out share of an image folder; -1: 0.2 (IDX uses its test file)", -1, 1, FLAG_HI_OPEN),
+        FLAG_TEXT("bad_images", &bad_images, "skip (count and report) or fail on undecodable images"),
+        FLAG_TEXT("ps_hosts", &o.ps_hosts, "cluster: comma-separated host:port of the ps tasks"),
+        FLAG_TEXT("worker_hosts", &o.worker_hosts, "cluster: comma-separated host:port of the workers"),
+        FLAG_TEXT("job_name", &o.job_name, "cluster: this process's job, ps or worker"),
+        FLAG_TEXT("task_index", &o.task_index, "cluster: this process's index in its job (default 0)"),
+        FLAG_NUM("issync", FLAG_INT, &o.issync, "0: asynchronous updates, 1: synchronous replicas", 0, 1, 0),
+        FLAG_NUM("replicas_to_aggregate", FLAG_INT, &o.replicas_to_aggregate,
+                 "sync: gradients averaged per step; 0: the number of workers", 0, MAX_TASKS, 0),
+        FLAG_NUM("total_num_replicas", FLAG_INT, &o.total_num_replicas,
+                 "sync: workers pushing (the number of workers; more than --replicas_to_aggregate: backup "
+                 "workers); 0: --replicas_to_aggregate", 0, MAX_TASKS, 0),
+        FLAG_NUM("staleness", FLAG_INT, &o.staleness,
+                 "sync: steps a worker may run ahead of the slowest; 0: fully synchronous", 0, 64, 0),
+        FLAG_NUM("debug_step_delay_ms", FLAG_INT, &o.debug_step_delay_ms,
+                 "testing: sleep this long before each update", 0, 600000, 0),
+        FLAG_NUM("debug_delay_worker", FLAG_INT, &o.debug_delay_worker,
+                 "testing: only this worker sleeps; -1: every worker", -1, MAX_TASKS - 1, 0),
+        FLAG_TEXT("debug_dump_params", &o.debug_dump_params,
+                  "testing: the chief writes its final parameters to this file (raw float32)"),
+        FLAG_TEXT("placement", &o.placement, "variables over ps tasks: greedy or round_robin"),
+        FLAG_NUM("chunk_kb", FLAG_INT, &o.chunk_kb,
+                 "chief: each ps shard travels in chunks of about this many KiB, applied and sent back one by one; "
+                 "0: one chunk", 0, 1 << 22, 0),
+        FLAG_NUM("connect_timeout", FLAG_DOUBLE, &connect_timeout, "seconds a worker retries its ps tasks", 0, DAY,
+                 FLAG_LO_OPEN),
+        FLAG_NUM("heartbeat_timeout", FLAG_DOUBLE, &heartbeat_timeout,
+                 "seconds a worker waits for any ps reply (a sync barrier included) before giving up naming the ps",
+                 0, DAY, FLAG_LO_OPEN),
+        FLAG_NUM("ps_timeout", FLAG_DOUBLE, &ps_timeout,
+                 "seconds a worker waits for a lost ps to come back (the chief then rolls every ps back to the "
+                 "newest checkpoint); 0: give up at once", 0, DAY, 0),
+        FLAG_SWITCH("strict", &o.strict,
+                    "sync: a lost worker stops the job (default: each step waits for the live workers only)"),
+        FLAG_NUM("idle_timeout", FLAG_DOUBLE, &idle_timeout,
+                 "ps: seconds without any message after which it exits with an error (its chief is gone); 0: never",
+                 0, DAY, 0),
+        FLAG_SWITCH("dry_run", &o.dry_run, "print the cluster and the placement of variables, then exit"),
+        FLAG_TEXT("logdir", &o.logdir, "checkpoints: restored from at start, saved to by the chief; '' for none"),
+        FLAG_NUM("save_model_secs", FLAG_DOUBLE, &o.save_model_secs,
+                 "seconds between checkpoints (also at start and end); 0: only those", 0, 7 * DAY, 0),
+        FLAG_NUM("max_to_keep", FLAG_INT, &o.max_to_keep, "checkpoints kept in --logdir; 0: all", 0, 1000000, 0),
+        FLAG_TEXT("summary_dir", &o.summary_dir,
+                  "TensorBoard event files in <dir>/train and <dir>/test; '' for none"),
+        FLAG_TEXT("auth", &auth, "cluster: none (trusted networks only) or curve (authenticated, encrypted)"),
+        FLAG_TEXT("keys", &o.keys,
+                  "--auth=curve: keys folder (ps: server.secret, authorized/*.key; worker: client.secret, "
+                  "server.key; see dtrain keygen)"),
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
     dt_error err = {0};
@@ -101,11 +117,10 @@ int cmd_train(int argc, char **argv) {
     }
     o.epochs = epochs;
     o.auth = auth;
-    if (seconds_flag("connect_timeout", connect_timeout, 0, &o.connect_timeout_ms) ||
-        seconds_flag("heartbeat_timeout", heartbeat_timeout, 0, &o.heartbeat_timeout_ms) ||
-        seconds_flag("ps_timeout", ps_timeout, 1, &o.ps_timeout_ms) ||
-        seconds_flag("idle_timeout", idle_timeout, 1, &o.idle_timeout_ms))
-        return 2;
+    o.connect_timeout_ms = seconds_to_ms(connect_timeout);
+    o.heartbeat_timeout_ms = seconds_to_ms(heartbeat_timeout);
+    o.ps_timeout_ms = seconds_to_ms(ps_timeout);
+    o.idle_timeout_ms = seconds_to_ms(idle_timeout);
     o.progress = isatty(STDERR_FILENO);
     o.stop = &cli_stop;
     cli_install_signal_handlers();

@@ -23,6 +23,34 @@ static int edit_distance(const char *a, const char *b) {
     return d[la][lb];
 }
 
+static int is_numeric(flag_type t) { return t != FLAG_STRING && t != FLAG_BOOL; }
+
+/* The range as text: "1..65536" for integers, "(0, 86400]" for reals. */
+static void format_range(char *out, size_t cap, const flag_def *f) {
+    if (f->type == FLAG_FLOAT || f->type == FLAG_DOUBLE) {
+        snprintf(out, cap, "%c%.15g, %.15g%c", (f->open & FLAG_LO_OPEN) ? '(' : '[', f->lo, f->hi,
+                 (f->open & FLAG_HI_OPEN) ? ')' : ']');
+    } else if (f->type == FLAG_UINT64 && f->hi >= 18446744073709551615.0) {
+        snprintf(out, cap, "%.0f..%llu", f->lo, (unsigned long long)UINT64_MAX);
+    } else {
+        snprintf(out, cap, "%lld..%lld", (long long)f->lo, (long long)f->hi);
+    }
+}
+
+static int out_of_range(const flag_def *f, const char *v, dt_error *err) {
+    char range[96];
+    format_range(range, sizeof range, f);
+    return dt_errorf(err, DT_EINVAL, "--%s: %s is out of range %s", f->name, v, range);
+}
+
+static int in_range(const flag_def *f, double x) {
+    int lo_ok = (f->open & FLAG_LO_OPEN) ? x > f->lo : x >= f->lo;
+    int hi_ok = (f->open & FLAG_HI_OPEN) ? x < f->hi : x <= f->hi;
+    return lo_ok && hi_ok;
+}
+
+/* Errors quote the value as given: a number too large for any type is still "out of range", not
+ * cut to what fitted. */
 static int set_value(const flag_def *f, const char *v, dt_error *err) {
     char *end = NULL;
     errno = 0;
@@ -35,27 +63,33 @@ static int set_value(const flag_def *f, const char *v, dt_error *err) {
         return 0;
     case FLAG_INT: case FLAG_INT64: {
         long long x = strtoll(v, &end, 10);
-        if (!*v || *end || errno) return dt_errorf(err, DT_EINVAL, "--%s: '%s' is not an integer", f->name, v);
-        if (f->type == FLAG_INT) {
-            if (x < -2147483647LL || x > 2147483647LL)
-                return dt_errorf(err, DT_EINVAL, "--%s: %s is out of range", f->name, v);
-            *(int *)f->value = (int)x;
-        } else {
-            *(int64_t *)f->value = x;
-        }
+        if (!*v || *end || (errno && errno != ERANGE))
+            return dt_errorf(err, DT_EINVAL, "--%s: '%s' is not an integer", f->name, v);
+        if (errno == ERANGE || x < (long long)f->lo || x > (long long)f->hi) return out_of_range(f, v, err);
+        if (f->type == FLAG_INT) *(int *)f->value = (int)x; /* the range is within int (checked) */
+        else *(int64_t *)f->value = x;
         return 0;
     }
     case FLAG_UINT64: {
-        if (*v == '-') return dt_errorf(err, DT_EINVAL, "--%s: '%s' must not be negative", f->name, v);
+        const char *d = v;
+        while (*d == ' ' || *d == '\t') d++;
+        if (*d == '-') return dt_errorf(err, DT_EINVAL, "--%s: '%s' must not be negative", f->name, v);
         unsigned long long x = strtoull(v, &end, 10);
-        if (!*v || *end || errno) return dt_errorf(err, DT_EINVAL, "--%s: '%s' is not an integer", f->name, v);
+        if (!*v || *end || (errno && errno != ERANGE))
+            return dt_errorf(err, DT_EINVAL, "--%s: '%s' is not an integer", f->name, v);
+        if (errno == ERANGE || (double)x < f->lo || (f->hi < 18446744073709551615.0 && (double)x > f->hi))
+            return out_of_range(f, v, err);
         *(uint64_t *)f->value = x;
         return 0;
     }
     case FLAG_FLOAT: case FLAG_DOUBLE: {
         double x = strtod(v, &end);
-        if (!*v || *end || errno || !isfinite(x))
+        if (!*v || *end || (errno && errno != ERANGE) || isnan(x))
             return dt_errorf(err, DT_EINVAL, "--%s: '%s' is not a number", f->name, v);
+        /* ERANGE: overflow (out of any range) or underflow to about 0 (in range only if 0 is). A
+         * float flag is checked as the float it becomes (1e-50 would be 0). */
+        if (f->type == FLAG_FLOAT) x = (float)x;
+        if ((errno == ERANGE && fabs(x) > 1) || !isfinite(x) || !in_range(f, x)) return out_of_range(f, v, err);
         if (f->type == FLAG_FLOAT) *(float *)f->value = (float)x;
         else *(double *)f->value = x;
         return 0;
@@ -64,33 +98,59 @@ static int set_value(const flag_def *f, const char *v, dt_error *err) {
     return dt_errorf(err, DT_EINVAL, "--%s: unsupported flag type", f->name);
 }
 
+/* The table itself: a numeric flag without a range, or one an int cannot hold, is a bug that
+ * would let any value through; refused on every run, so no test can miss it. */
+static int check_table(const flag_def *defs, int n_defs, dt_error *err) {
+    for (int k = 0; k < n_defs; k++) {
+        const flag_def *f = &defs[k];
+        if (!is_numeric(f->type)) continue;
+        if (!(f->lo < f->hi) || (f->type == FLAG_INT && (f->lo < -2147483647.0 || f->hi > 2147483647.0)))
+            return dt_errorf(err, DT_EINVAL, "--%s: internal error: the flag table gives it no valid range", f->name);
+    }
+    return 0;
+}
+
 int flags_parse(const flag_def *defs, int n_defs, int argc, char **argv, int *help, dt_error *err) {
     *help = 0;
-    for (int i = 0; i < argc; i++) {
+    int rc = check_table(defs, n_defs, err);
+    if (rc) return rc;
+    unsigned char *seen = calloc(n_defs > 0 ? (size_t)n_defs : 1, 1);
+    if (!seen) return dt_errorf(err, DT_ENOMEM, "out of memory parsing flags");
+    for (int i = 0; i < argc && !rc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             *help = 1;
             continue;
         }
-        if (strncmp(a, "--", 2) != 0 || !a[2])
-            return dt_errorf(err, DT_EINVAL, "unexpected argument '%s' (flags look like --name=value)", a);
+        if (strncmp(a, "--", 2) != 0 || !a[2]) {
+            rc = dt_errorf(err, DT_EINVAL, "unexpected argument '%s' (flags look like --name=value)", a);
+            break;
+        }
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        const flag_def *f = NULL;
-        for (int k = 0; k < n_defs; k++)
-            if (strlen(defs[k].name) == len && !strncmp(defs[k].name, name, len)) f = &defs[k];
-        if (!f) {
+        int k = -1;
+        for (int j = 0; j < n_defs; j++)
+            if (strlen(defs[j].name) == len && !strncmp(defs[j].name, name, len)) k = j;
+        if (k < 0) {
             char given[64];
             snprintf(given, sizeof given, "%.*s", (int)(len < 63 ? len : 63), name);
             const char *best = NULL;
             int best_d = 3;
-            for (int k = 0; k < n_defs; k++) {
-                int d = edit_distance(given, defs[k].name);
-                if (d < best_d) best_d = d, best = defs[k].name;
+            for (int j = 0; j < n_defs; j++) {
+                int d = edit_distance(given, defs[j].name);
+                if (d < best_d) best_d = d, best = defs[j].name;
             }
-            if (best) return dt_errorf(err, DT_EINVAL, "unknown flag --%s (did you mean --%s?)", given, best);
-            return dt_errorf(err, DT_EINVAL, "unknown flag --%s (see --help)", given);
+            if (best) rc = dt_errorf(err, DT_EINVAL, "unknown flag --%s (did you mean --%s?)", given, best);
+            else rc = dt_errorf(err, DT_EINVAL, "unknown flag --%s (see --help)", given);
+            break;
         }
+        const flag_def *f = &defs[k];
+        /* Twice is a mistake either way: the last one winning would hide the first, silently. */
+        if (seen[k]) {
+            rc = dt_errorf(err, DT_EINVAL, "--%s: given twice", f->name);
+            break;
+        }
+        seen[k] = 1;
         const char *v;
         if (eq) v = eq + 1;
         else if (f->type == FLAG_BOOL && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0 ||
@@ -98,11 +158,14 @@ int flags_parse(const flag_def *defs, int n_defs, int argc, char **argv, int *he
                                            strcmp(argv[i + 1], "true") && strcmp(argv[i + 1], "false"))))
             v = "1"; /* a bare boolean flag means true */
         else if (i + 1 < argc) v = argv[++i];
-        else return dt_errorf(err, DT_EINVAL, "--%s needs a value", f->name);
-        int rc = set_value(f, v, err);
-        if (rc) return rc;
+        else {
+            rc = dt_errorf(err, DT_EINVAL, "--%s needs a value", f->name);
+            break;
+        }
+        rc = set_value(f, v, err);
     }
-    return 0;
+    free(seen);
+    return rc;
 }
 
 void flags_print_help(FILE *out, const flag_def *defs, int n_defs) {
@@ -123,7 +186,13 @@ void flags_print_help(FILE *out, const flag_def *defs, int n_defs) {
         case FLAG_DOUBLE: snprintf(def, sizeof def, "%g", *(double *)f->value); break;
         }
         fprintf(out, "  --%-22s %s", f->name, f->help);
-        if (def[0]) fprintf(out, " (default: %s)", def);
+        if (is_numeric(f->type)) {
+            char range[96];
+            format_range(range, sizeof range, f);
+            fprintf(out, " (default: %s; range %s)", def, range);
+        } else if (def[0]) {
+            fprintf(out, " (default: %s)", def);
+        }
         fputc('\n', out);
     }
 }

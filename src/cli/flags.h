@@ -1,5 +1,6 @@
 /* Table-driven command-line flags: `--name=value` or `--name value`, help text from the table,
- * unknown flags refused with a suggestion. Used by every dtrain subcommand. */
+ * unknown flags refused with a suggestion, a flag given twice refused, and every numeric flag
+ * checked against its range. Used by every dtrain subcommand. */
 #ifndef DT_CLI_FLAGS_H
 #define DT_CLI_FLAGS_H
 
@@ -10,15 +11,28 @@
 
 typedef enum { FLAG_STRING, FLAG_INT, FLAG_INT64, FLAG_UINT64, FLAG_FLOAT, FLAG_DOUBLE, FLAG_BOOL } flag_type;
 
+/* flag_def.open: which ends of a numeric range are excluded */
+enum { FLAG_LO_OPEN = 1, FLAG_HI_OPEN = 2 };
+
 typedef struct {
     const char *name;   /* without the leading dashes */
     flag_type type;
     void *value;        /* const char **, int *, int64_t *, uint64_t *, float *, double *, int * */
     const char *help;   /* one line; the default is printed from *value */
+    /* Numeric flags: the values accepted, lo..hi (integers: exact up to 2^53; UINT64 may use
+     * UINT64_MAX as hi). Every numeric flag must have one (lo < hi): a table without is refused. */
+    double lo, hi;
+    int open;           /* FLAG_LO_OPEN, FLAG_HI_OPEN: that end is excluded */
 } flag_def;
 
-/* Parses argv[0..argc) against defs. Positional arguments are refused (dtrain takes none).
- * Sets *help if --help or -h was given. */
+/* Table entries: a string or boolean flag; a numeric flag with its range lo..hi, `open` saying which
+ * ends are excluded (0: none). */
+#define FLAG_TEXT(name, value, help) {(name), FLAG_STRING, (value), (help), 0, 0, 0}
+#define FLAG_SWITCH(name, value, help) {(name), FLAG_BOOL, (value), (help), 0, 0, 0}
+#define FLAG_NUM(name, type, value, help, lo, hi, open) {(name), (type), (value), (help), (lo), (hi), (open)}
+
+/* Parses argv[0..argc) against defs. Positional arguments are refused (dtrain takes none), and so
+ * is a flag given twice. Sets *help if --help or -h was given. */
 int flags_parse(const flag_def *defs, int n_defs, int argc, char **argv, int *help, dt_error *err);
 void flags_print_help(FILE *f, const flag_def *defs, int n_defs);
 

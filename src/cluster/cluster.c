@@ -1,6 +1,7 @@
 #include "cluster/cluster.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,7 +266,8 @@ static int parse_host_list(entries *all, const char *list, const char *flag, int
     return 0;
 }
 
-/* Strict decimal int; negative values parse (so they can be refused by name). */
+/* Strict decimal int; negative values parse (so they can be refused by name). A value beyond
+ * long long saturates, which every range check refuses: it is never cut to the digits that fit. */
 static int parse_index(const char *s, size_t len, long long *out) {
     trim(&s, &len);
     size_t i = 0;
@@ -275,17 +277,23 @@ static int parse_index(const char *s, size_t len, long long *out) {
     long long v = 0;
     for (; i < len; i++) {
         if (s[i] < '0' || s[i] > '9') return -1;
-        if (v < 1000000000LL) v = v * 10 + (s[i] - '0');
+        int d = s[i] - '0';
+        v = v > (LLONG_MAX - d) / 10 ? LLONG_MAX : v * 10 + d;
     }
     *out = neg ? -v : v;
     return 0;
 }
 
-static int check_index(long long index, int n, const char *field, const char *job, dt_error *err) {
-    if (index < 0) return dt_errorf(err, DT_EINVAL, "%s: %lld is negative", field, index);
+/* shown: the index as the user wrote it (NULL: print index), so that a refusal quotes the value as
+ * given. */
+static int check_index(long long index, const char *shown, int n, const char *field, const char *job,
+                       dt_error *err) {
+    char num[32];
+    if (!shown) snprintf(num, sizeof num, "%lld", index), shown = num;
+    if (index < 0) return dt_errorf(err, DT_EINVAL, "%s: %s is negative", field, shown);
     if (index >= n)
-        return dt_errorf(err, DT_EINVAL, "%s: %lld is out of range for job %s (%d task%s: 0..%d)",
-                         field, index, job, n, n == 1 ? "" : "s", n - 1);
+        return dt_errorf(err, DT_EINVAL, "%s: %s is out of range for job %s (%d task%s: 0..%d)",
+                         field, shown, job, n, n == 1 ? "" : "s", n - 1);
     return 0;
 }
 
@@ -319,8 +327,15 @@ int dt_cluster_from_flags(dt_cluster *c, const char *ps_hosts, const char *worke
     if (task_index && parse_index(task_index, strlen(task_index), &index))
         return done(c, &all, dt_errorf(err, DT_EINVAL, "--task_index: %s is not an integer",
                                        quote(q, task_index, strlen(task_index))));
-    if ((rc = check_index(index, c->job == DT_JOB_PS ? n_ps : n_workers, "--task_index", job_name,
-                          err)))
+    char shown[48] = "0";
+    if (task_index) { /* the digits as given, blanks trimmed (parse_index accepted them) */
+        const char *t = task_index;
+        size_t tl = strlen(task_index);
+        trim(&t, &tl);
+        snprintf(shown, sizeof shown, "%.*s%s", (int)(tl < 40 ? tl : 40), t, tl > 40 ? "..." : "");
+    }
+    if ((rc = check_index(index, shown, c->job == DT_JOB_PS ? n_ps : n_workers, "--task_index",
+                          job_name, err)))
         return done(c, &all, rc);
     c->task_index = (int)index;
     c->source = "flags";
@@ -404,22 +419,22 @@ static int tf_parse(dt_cluster *c, entries *all, json_t *root, dt_error *err) {
         if (n_chief == 0)
             return dt_errorf(err, DT_EINVAL, "TF_CONFIG task.type: %s, but the cluster has no %s",
                              t, t);
-        if ((rc = check_index(index, 1, "TF_CONFIG task.index", t, err))) return rc;
+        if ((rc = check_index(index, NULL, 1, "TF_CONFIG task.index", t, err))) return rc;
         c->job = DT_JOB_WORKER;
         c->task_index = 0;
     } else if (strcmp(t, "worker") == 0) {
-        if ((rc = check_index(index, n_worker, "TF_CONFIG task.index", t, err))) return rc;
+        if ((rc = check_index(index, NULL, n_worker, "TF_CONFIG task.index", t, err))) return rc;
         c->job = DT_JOB_WORKER;
         c->task_index = (int)index + n_chief; /* the chief is worker 0 */
     } else if (strcmp(t, "ps") == 0) {
         if (n_ps == 0)
             return dt_errorf(err, DT_EINVAL, "TF_CONFIG task.type: ps, but cluster.ps is missing");
-        if ((rc = check_index(index, n_ps, "TF_CONFIG task.index", t, err))) return rc;
+        if ((rc = check_index(index, NULL, n_ps, "TF_CONFIG task.index", t, err))) return rc;
         c->job = DT_JOB_PS;
         c->task_index = (int)index;
     } else if (strcmp(t, "evaluator") == 0) {
         /* Often not listed in the cluster; then there is one, index 0. */
-        if ((rc = check_index(index, n_eval ? n_eval : 1, "TF_CONFIG task.index", t, err)))
+        if ((rc = check_index(index, NULL, n_eval ? n_eval : 1, "TF_CONFIG task.index", t, err)))
             return rc;
         c->job = DT_JOB_EVALUATOR;
         c->task_index = (int)index;
@@ -475,7 +490,7 @@ int dt_cluster_local(dt_cluster *c, int n_ps, int n_workers, const int *ports, d
     if (rc) return done(c, &all, rc);
     c->job = job;
     if (job == DT_JOB_PS || job == DT_JOB_WORKER) {
-        if ((rc = check_index(task_index, job == DT_JOB_PS ? n_ps : n_workers, "task index",
+        if ((rc = check_index(task_index, NULL, job == DT_JOB_PS ? n_ps : n_workers, "task index",
                               dt_job_name(job), err)))
             return done(c, &all, rc);
         c->task_index = task_index;

@@ -17,8 +17,8 @@ int dt_errorf(dt_error *err, int code, const char *fmt, ...) {
     return code;
 }
 
-int dt_error_prefix(dt_error *err, const char *fmt, ...) {
-    if (!err) return DT_EINVAL;
+int dt_error_wrap(dt_error *err, int code, const char *fmt, ...) {
+    if (!err) return code;
     char prefix[256], old[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
@@ -31,7 +31,8 @@ int dt_error_prefix(dt_error *err, const char *fmt, ...) {
     memcpy(err->msg, prefix, lp);
     memcpy(err->msg + lp, old, lo);
     err->msg[lp + lo] = 0;
-    return err->code;
+    err->code = code;
+    return code;
 }
 
 const char *dt_strerror(int code) {

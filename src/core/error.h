@@ -10,8 +10,10 @@
  * `return dt_errorf(err, DT_EINVAL, "model %s line %d: ...", ...);` */
 int dt_errorf(dt_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Prefixes an existing message with more context ("loading checkpoint: " + old message). */
-int dt_error_prefix(dt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes the message of a failure with code `code` with more context ("loading checkpoint: " +
+ * old message), sets err->code and returns code. The caller passes the code it got rather than
+ * reading err->code, so that the code returned is the same whether err is NULL or not. */
+int dt_error_wrap(dt_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Checked allocation: on failure records DT_ENOMEM naming what was being allocated. */
 void *dt_malloc(size_t n, const char *what, dt_error *err);

@@ -422,10 +422,16 @@ int dt_dataset_open_idx(dt_dataset **out, const char *images_path, const char *l
     return rc;
 }
 
-/* Finds "<dir>/<stem>" or "<dir>/<stem>.gz"; the plain file wins when both exist. */
-static char *idx_find(const char *dir, const char *stem, dt_error *err) {
+/* Finds "<dir>/<stem>" or "<dir>/<stem>.gz"; the plain file wins when both exist. Returns the code
+ * itself (not through err, which may be NULL). */
+static int idx_find(char **out, const char *dir, const char *stem, dt_error *err) {
+    *out = NULL;
     char *p = path_join(dir, stem, err);
-    if (!p || is_file(p)) return p;
+    if (!p) return DT_ENOMEM;
+    if (is_file(p)) {
+        *out = p;
+        return 0;
+    }
     size_t n = strlen(p);
     char *gz = dt_malloc(n + 4, "a path", err);
     if (gz) {
@@ -433,13 +439,14 @@ static char *idx_find(const char *dir, const char *stem, dt_error *err) {
         memcpy(gz + n, ".gz", 4);
     }
     free(p);
-    if (gz && !is_file(gz)) {
-        dt_errorf(err, DT_EIO, "%s: missing %s[.gz] (an IDX folder needs the train-* and t10k-* pairs)",
-                  dir, stem);
+    if (!gz) return DT_ENOMEM;
+    if (!is_file(gz)) {
         free(gz);
-        return NULL;
+        return dt_errorf(err, DT_EIO, "%s: missing %s[.gz] (an IDX folder needs the train-* and t10k-* pairs)",
+                         dir, stem);
     }
-    return gz;
+    *out = gz;
+    return 0;
 }
 
 static int idx_folder_has_any(const char *dir) {
@@ -473,8 +480,7 @@ static int open_idx_folder(dt_data_splits *out, const char *dir, const dt_data_o
     char *files[4] = {0};
     dt_dataset *train = NULL, *test = NULL;
     int rc = 0;
-    for (int k = 0; k < 4 && !rc; k++)
-        if (!(files[k] = idx_find(dir, stems[k], err))) rc = err ? err->code : DT_EIO;
+    for (int k = 0; k < 4 && !rc; k++) rc = idx_find(&files[k], dir, stems[k], err);
     if (!rc) rc = dt_dataset_open_idx(&train, files[0], files[1], err);
     if (!rc) rc = dt_dataset_open_idx(&test, files[2], files[3], err);
     if (!rc) rc = idx_check_shape(train, files[0], opt, err);
@@ -511,7 +517,8 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Sorted names of the non-hidden entries of dir that are folders (want_dirs) or regular files. */
+/* Sorted names of the non-hidden entries of dir that are folders (want_dirs) or regular files;
+ * entries that cannot be looked at (stat fails) count as files. */
 static int list_dir(char ***names, size_t *count, const char *dir, int want_dirs, dt_error *err) {
     *names = NULL;
     *count = 0;
@@ -523,21 +530,30 @@ static int list_dir(char ***names, size_t *count, const char *dir, int want_dirs
     struct dirent *e;
     while (!rc && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        int isdir, isreg;
+        int isdir, isfile;
         if (e->d_type == DT_DIR || e->d_type == DT_REG) {
             isdir = e->d_type == DT_DIR;
-            isreg = !isdir;
+            isfile = !isdir;
         } else { /* links and file systems without d_type */
             char *p = path_join(dir, e->d_name, err);
             if (!p) {
                 rc = DT_ENOMEM;
                 break;
             }
-            isdir = is_dir(p);
-            isreg = is_file(p);
+            struct stat st;
+            if (stat(p, &st) == 0) {
+                isdir = S_ISDIR(st.st_mode);
+                isfile = S_ISREG(st.st_mode);
+            } else {
+                /* A link that loops or dangles, or an entry we may not look at: listed as a file,
+                 * so that reading it makes it a bad image, counted or fatal by name, instead of
+                 * leaving it out without a word. */
+                isdir = 0;
+                isfile = 1;
+            }
             free(p);
         }
-        if (want_dirs ? !isdir : !isreg) continue;
+        if (want_dirs ? !isdir : !isfile) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
             char **nv = realloc(v, cap * sizeof *v);
@@ -867,7 +883,7 @@ int dt_dataset_get(const dt_dataset *ds, size_t i, float *x, int32_t *label, dt_
     size_t len = 0;
     int ih = 0, iw = 0;
     int rc = read_file(&bytes, &len, path, IMAGE_MAX_FILE, err);
-    if (!rc) rc = dt_image_decode(&pix, &ih, &iw, bytes, len, ds->c, 0, path, err);
+    if (!rc) rc = dt_image_decode(&pix, &ih, &iw, bytes, len, ds->c, ds->h, ds->w, 0, path, err);
     free(bytes);
     if (!rc) rc = dt_resize_bilinear(x, ds->h, ds->w, pix, ih, iw, ds->c, 255.0f, err);
     free(pix);

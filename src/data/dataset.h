@@ -65,11 +65,16 @@ dt_bad_image_policy dt_dataset_bad_images(const dt_dataset *ds);
 /* Image decoding and resizing, used by image folders; exposed for tests and fuzzing.
  * dt_image_decode: a JPEG or PNG (recognised by its first bytes, not its name) into 8-bit pixels
  * *pixels [*h, *w, channels] (channels 1 = grey, 3 = RGB; alpha is dropped), malloc'ed, free with
- * free(). Images over max_pixels (0: DT_IMAGE_MAX_PIXELS) are refused before allocating. A truncated
- * or corrupt file is an error (DT_EFORMAT naming source), never a partly grey image. */
-#define DT_IMAGE_MAX_PIXELS ((size_t)1 << 26)
-int dt_image_decode(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, size_t len,
-                    int channels, size_t max_pixels, const char *source, dt_error *err);
+ * free(). min_h x min_w is the size the caller resizes to: a JPEG is decoded at the smallest DCT
+ * scale of 1/8, 1/4, 1/2 whose result is still at least that large (0, 0: full size), so *h, *w may
+ * be smaller than the file's own size. At most max_pixels (0: DT_IMAGE_MAX_PIXELS) are decoded; from
+ * the header, before anything is allocated, a PNG over it is refused, and a JPEG whose scaled size is
+ * over it, whose header claims over 4 x max_pixels, or which needs more than 8 bytes per max_pixels
+ * of libjpeg memory (progressive) (docs/data.md). A truncated or corrupt file, or one over a limit,
+ * is an error (DT_EFORMAT naming source, and the dimensions for a limit), never a partly grey image. */
+#define DT_IMAGE_MAX_PIXELS ((size_t)1 << 24)
+int dt_image_decode(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, size_t len, int channels,
+                    int min_h, int min_w, size_t max_pixels, const char *source, dt_error *err);
 /* Bilinear resize with half-pixel centres (OpenCV INTER_LINEAR, torch interpolate with
  * align_corners=False, no antialiasing), each result divided by divisor (255: values in [0, 1]):
  * out [oh, ow, c] from in [ih, iw, c]. Returns 0 or DT_ENOMEM. */

@@ -1,11 +1,15 @@
 /* JPEG (libjpeg-turbo) and PNG (libpng) decoding into 8-bit grey or RGB, and the bilinear resize.
  * Both libraries report fatal errors through a callback that must not return; we longjmp back to
  * the decode call, so a corrupt file becomes a DT_EFORMAT error instead of exit(). Variables that
- * change between setjmp and longjmp are volatile. */
+ * change between setjmp and longjmp are volatile.
+ * Sizes are checked from the header before anything is allocated: a small file can claim a huge
+ * image (deflate packs 512 MB of zeros into 500 KB), so the limits bound memory and time per image
+ * (docs/data.md). */
 #include "data/dataset.h"
 
 #include <jpeglib.h>
 #include <jerror.h>
+#include <limits.h>
 #include <png.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -22,7 +26,8 @@ static inline uint8_t luma(int r, int g, int b) {
 }
 
 /* out [n, out_c] from in [n, in_c]; in_c 2 and 4 carry alpha in the last channel, which is dropped.
- * out_c is 1 or 3. out and in may not alias. */
+ * out_c is 1 or 3. out may be in when out_c <= in_c: pixel i is read before it is written, and
+ * writes land at or before the pixel being read. */
 static void convert_channels(uint8_t *out, int out_c, const uint8_t *in, int in_c, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const uint8_t *p = in + i * (size_t)in_c;
@@ -36,6 +41,32 @@ static void convert_channels(uint8_t *out, int out_c, const uint8_t *in, int in_
             q[0] = p[0], q[1] = p[1], q[2] = p[2];
         }
     }
+}
+
+/* native [n, nc] -> *pixels [n, channels], taking ownership of native. In place when the result is
+ * not larger, so a decode needs one image-sized buffer, not two. */
+static int to_channels(uint8_t **pixels, uint8_t *native, int nc, int channels, size_t n, const char *source,
+                       dt_error *err) {
+    if (nc == channels) {
+        *pixels = native;
+        return 0;
+    }
+    if (channels < nc) {
+        convert_channels(native, channels, native, nc, n);
+        uint8_t *shrunk = realloc(native, n * (size_t)channels);
+        *pixels = shrunk ? shrunk : native; /* a failed shrink leaves the larger block, still valid */
+        return 0;
+    }
+    uint8_t *conv = malloc(n * (size_t)channels);
+    if (!conv) {
+        free(native);
+        return dt_errorf(err, DT_ENOMEM, "%s: out of memory converting %zu pixels to %d channels", source, n,
+                         channels);
+    }
+    convert_channels(conv, channels, native, nc, n);
+    free(native);
+    *pixels = conv;
+    return 0;
 }
 
 /* ---- JPEG ------------------------------------------------------------------------------------ */
@@ -70,74 +101,100 @@ static void jpeg_message(j_common_ptr cinfo, int level) {
 
 static void jpeg_silent(j_common_ptr cinfo) { (void)cinfo; }
 
-static int decode_jpeg(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, size_t len,
-                       int channels, size_t max_pixels, const char *source, dt_error *err) {
+/* The DCT scales libjpeg-turbo decodes fast (SIMD reduced IDCTs for 1/2 and 1/4; 1/8 keeps the DC
+ * coefficient only), largest reduction first. Other eighths would run plain C. */
+static const int jpeg_denoms[] = {8, 4, 2};
+
+static int decode_jpeg(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, size_t len, int channels,
+                       int min_h, int min_w, size_t max_pixels, const char *source, dt_error *err) {
     struct jpeg_decompress_struct cinfo;
     jpeg_err je;
     uint8_t *volatile native = NULL; /* as decoded: 1, 3 or 4 (CMYK) channels */
+    volatile size_t iw = 0, ih = 0;
     memset(&cinfo, 0, sizeof cinfo);
     cinfo.err = jpeg_std_error(&je.pub);
     je.pub.error_exit = jpeg_fail;
     je.pub.emit_message = jpeg_message;
     je.pub.output_message = jpeg_silent;
     je.msg[0] = 0;
+    /* libjpeg's own working memory; in practice the coefficients a progressive JPEG keeps for the
+     * whole image (2 bytes per pixel and colour component, whatever the scale). */
+    const size_t work_limit = max_pixels > SIZE_MAX / 8 ? SIZE_MAX : 8 * max_pixels;
+    const size_t header_limit = max_pixels > SIZE_MAX / 4 ? SIZE_MAX : 4 * max_pixels;
     if (setjmp(je.jump)) {
+        int no_room = je.pub.msg_code == JERR_NO_BACKING_STORE;
         jpeg_destroy_decompress(&cinfo);
         free(native);
+        if (no_room)
+            return dt_errorf(err, DT_EFORMAT, "%s: JPEG of %zux%zu pixels needs more than %.1f MiB to decode "
+                             "(a progressive JPEG keeps every coefficient)", source, (size_t)iw, (size_t)ih,
+                             (double)work_limit / (1 << 20));
         return dt_errorf(err, DT_EFORMAT, "%s: not a valid JPEG image: %s", source, je.msg);
     }
     jpeg_create_decompress(&cinfo);
+    cinfo.mem->max_memory_to_use = work_limit > LONG_MAX ? LONG_MAX : (long)work_limit;
     jpeg_mem_src(&cinfo, bytes, (unsigned long)len);
     jpeg_read_header(&cinfo, TRUE);
-    size_t iw = cinfo.image_width, ih = cinfo.image_height;
-    if (iw == 0 || ih == 0 || iw * ih > max_pixels) {
+    iw = cinfo.image_width, ih = cinfo.image_height;
+    /* Entropy decoding visits every block whatever the scale, so the header is bounded too. */
+    if (iw == 0 || ih == 0 || iw * ih > header_limit) {
         jpeg_destroy_decompress(&cinfo);
-        return dt_errorf(err, DT_EFORMAT, "%s: JPEG of %zux%zu pixels is empty or over the limit of %zu",
-                         source, iw, ih, max_pixels);
+        return dt_errorf(err, DT_EFORMAT, "%s: JPEG of %zux%zu pixels is empty or over the limit of %zu pixels",
+                         source, (size_t)iw, (size_t)ih, header_limit);
     }
     int cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
     /* Let libjpeg produce grey or RGB itself when it can: grey output skips the chroma planes. */
     cinfo.out_color_space = cmyk ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    /* The smallest fast scale still at least the size it will be resized to: a 4000x3000 photo for
+     * a 128x128 input decodes at 1/8, 64 times fewer pixels to produce and resize. */
+    cinfo.scale_num = cinfo.scale_denom = 1;
+    if (min_h > 0 && min_w > 0)
+        for (size_t k = 0; k < sizeof jpeg_denoms / sizeof jpeg_denoms[0]; k++) {
+            cinfo.scale_num = 1;
+            cinfo.scale_denom = (unsigned)jpeg_denoms[k];
+            jpeg_calc_output_dimensions(&cinfo);
+            if (cinfo.output_width >= (JDIMENSION)min_w && cinfo.output_height >= (JDIMENSION)min_h) break;
+            cinfo.scale_denom = 1;
+        }
+    jpeg_calc_output_dimensions(&cinfo);
+    size_t ow = cinfo.output_width, oh = cinfo.output_height;
+    if (ow * oh > max_pixels) {
+        jpeg_destroy_decompress(&cinfo);
+        return dt_errorf(err, DT_EFORMAT, "%s: JPEG of %zux%zu pixels decodes to %zux%zu (scale 1/%u), over the "
+                         "limit of %zu pixels", source, (size_t)iw, (size_t)ih, ow, oh, cinfo.scale_denom,
+                         max_pixels);
+    }
     jpeg_start_decompress(&cinfo);
     int nc = cinfo.output_components;
-    size_t stride = (size_t)cinfo.output_width * (size_t)nc;
-    native = malloc(stride * cinfo.output_height);
+    size_t stride = ow * (size_t)nc;
+    native = malloc(stride * oh);
     if (!native) {
         jpeg_destroy_decompress(&cinfo);
-        return dt_errorf(err, DT_ENOMEM, "%s: out of memory decoding a %zux%zu JPEG", source, iw, ih);
+        return dt_errorf(err, DT_ENOMEM, "%s: out of memory decoding a %zux%zu JPEG", source, ow, oh);
     }
     while (cinfo.output_scanline < cinfo.output_height) {
         JSAMPROW row = native + (size_t)cinfo.output_scanline * stride;
         jpeg_read_scanlines(&cinfo, &row, 1);
     }
     jpeg_finish_decompress(&cinfo);
-    size_t n = (size_t)cinfo.output_width * cinfo.output_height;
-    *w = (int)cinfo.output_width;
-    *h = (int)cinfo.output_height;
     jpeg_destroy_decompress(&cinfo);
+    size_t n = ow * oh;
+    uint8_t *px = native;
+    native = NULL;
     if (cmyk) {
         /* Adobe writes inverted CMYK, which is what nearly every CMYK JPEG is: R = C*K/255. */
-        uint8_t *p = native;
         for (size_t i = 0; i < n; i++) {
-            int k = p[4 * i + 3];
-            p[3 * i + 0] = (uint8_t)((p[4 * i + 0] * k + 127) / 255);
-            p[3 * i + 1] = (uint8_t)((p[4 * i + 1] * k + 127) / 255);
-            p[3 * i + 2] = (uint8_t)((p[4 * i + 2] * k + 127) / 255);
+            int k = px[4 * i + 3];
+            px[3 * i + 0] = (uint8_t)((px[4 * i + 0] * k + 127) / 255);
+            px[3 * i + 1] = (uint8_t)((px[4 * i + 1] * k + 127) / 255);
+            px[3 * i + 2] = (uint8_t)((px[4 * i + 2] * k + 127) / 255);
         }
         nc = 3;
     }
-    if (nc == channels) {
-        *pixels = native;
-        return 0;
-    }
-    uint8_t *conv = malloc(n * (size_t)channels);
-    if (!conv) {
-        free(native);
-        return dt_errorf(err, DT_ENOMEM, "%s: out of memory converting a %zux%zu JPEG", source, iw, ih);
-    }
-    convert_channels(conv, channels, native, nc, n);
-    free(native);
-    *pixels = conv;
+    int rc = to_channels(pixels, px, nc, channels, n, source, err);
+    if (rc) return rc;
+    *w = (int)ow;
+    *h = (int)oh;
     return 0;
 }
 
@@ -190,9 +247,10 @@ static int decode_png(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, si
     png_uint_32 iw, ih;
     int depth, color, interlace;
     png_get_IHDR(png, info, &iw, &ih, &depth, &color, &interlace, NULL, NULL);
+    /* PNG has no reduced decode: every pixel of the header's size is inflated and kept. */
     if ((size_t)iw * ih > max_pixels) {
         png_destroy_read_struct(&png, &info, NULL);
-        return dt_errorf(err, DT_EFORMAT, "%s: PNG of %ux%u pixels is over the limit of %zu", source,
+        return dt_errorf(err, DT_EFORMAT, "%s: PNG of %ux%u pixels is over the limit of %zu pixels", source,
                          (unsigned)iw, (unsigned)ih, max_pixels);
     }
     /* Normalise to 8-bit grey, grey+alpha, RGB or RGBA; alpha is dropped in convert_channels. */
@@ -219,27 +277,17 @@ static int decode_png(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, si
     png_read_end(png, NULL);
     png_destroy_read_struct(&png, &info, NULL);
     free(rows);
+    uint8_t *px = native;
+    native = NULL;
+    int rc = to_channels(pixels, px, nc, channels, (size_t)iw * ih, source, err);
+    if (rc) return rc;
     *w = (int)iw;
     *h = (int)ih;
-    if (nc == channels) {
-        *pixels = native;
-        return 0;
-    }
-    size_t n = (size_t)iw * ih;
-    uint8_t *conv = malloc(n * (size_t)channels);
-    if (!conv) {
-        free(native);
-        return dt_errorf(err, DT_ENOMEM, "%s: out of memory converting a %ux%u PNG", source,
-                         (unsigned)iw, (unsigned)ih);
-    }
-    convert_channels(conv, channels, native, nc, n);
-    free(native);
-    *pixels = conv;
     return 0;
 }
 
-int dt_image_decode(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, size_t len,
-                    int channels, size_t max_pixels, const char *source, dt_error *err) {
+int dt_image_decode(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, size_t len, int channels,
+                    int min_h, int min_w, size_t max_pixels, const char *source, dt_error *err) {
     *pixels = NULL;
     *h = *w = 0;
     if (!source) source = "image";
@@ -248,7 +296,7 @@ int dt_image_decode(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, size
     if (max_pixels == 0) max_pixels = DT_IMAGE_MAX_PIXELS;
     static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     if (len >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff)
-        return decode_jpeg(pixels, h, w, bytes, len, channels, max_pixels, source, err);
+        return decode_jpeg(pixels, h, w, bytes, len, channels, min_h, min_w, max_pixels, source, err);
     if (len >= 8 && memcmp(bytes, png_sig, 8) == 0)
         return decode_png(pixels, h, w, bytes, len, channels, max_pixels, source, err);
     return dt_errorf(err, DT_EFORMAT, "%s: not an image (neither JPEG nor PNG by its content)", source);

@@ -1069,6 +1069,7 @@ static int limit_socket(void *s, int handshake_ms, dt_error *err) {
 }
 
 static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
+    int rc;
     ps->cfg = cfg;
     ps->n = cfg->shard_floats;
     if (!cfg->endpoint || !*cfg->endpoint)
@@ -1088,9 +1089,9 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
         return dt_errorf(err, DT_ENET, "ps %d: zmq_ctx_set(ZMQ_IO_THREADS=%d): %s", cfg->ps_index, io,
                          zmq_strerror(errno));
     ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, dt_wire_max_frame(ps->n), SHUTDOWN_LINGER_MS, -1, err);
-    if (!ps->sock) return dt_error_prefix(err, "ps %d: ", cfg->ps_index);
+    if (!ps->sock) return dt_error_wrap(err, DT_ENET, "ps %d: ", cfg->ps_index);
     if (limit_socket(ps->sock, cfg->first_message_ms > 0 ? cfg->first_message_ms : (int)(FIRST_MESSAGE_US / 1000), err))
-        return dt_error_prefix(err, "ps %d: ", cfg->ps_index);
+        return dt_error_wrap(err, DT_ENET, "ps %d: ", cfg->ps_index);
     dt_peers_config pc = {.max_partial_bytes = dt_wire_max_frame(ps->n) + DT_WIRE_HEADER_SIZE,
                           .first_message_us = cfg->first_message_ms > 0 ? cfg->first_message_ms * INT64_C(1000)
                                                                         : FIRST_MESSAGE_US,
@@ -1098,11 +1099,11 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
                           .max_connections = cfg->max_connections > 0 ? cfg->max_connections : MAX_CONNECTIONS,
                           .log = cfg->log, .ps_index = cfg->ps_index};
     pc.budget_bytes = peers_budget(ps);
-    if (dt_peers_open(&ps->peers, ps->ctx, ps->sock, &pc, err)) return dt_error_prefix(err, "ps %d: ", cfg->ps_index);
+    if ((rc = dt_peers_open(&ps->peers, ps->ctx, ps->sock, &pc, err))) return dt_error_wrap(err, rc, "ps %d: ", cfg->ps_index);
     char prefix[32];
     snprintf(prefix, sizeof prefix, "ps %d: ", cfg->ps_index);
-    if (dt_auth_server_start(&ps->zap, ps->ctx, ps->sock, cfg->auth, cfg->log, prefix, err))
-        return dt_error_prefix(err, "%s", prefix);
+    rc = dt_auth_server_start(&ps->zap, ps->ctx, ps->sock, cfg->auth, cfg->log, prefix, err);
+    if (rc) return dt_error_wrap(err, rc, "%s", prefix);
     if (zmq_bind(ps->sock, cfg->endpoint) != 0)
         return dt_errorf(err, DT_ENET, "ps %d: cannot bind %s: %s", cfg->ps_index, cfg->endpoint,
                          zmq_strerror(errno));

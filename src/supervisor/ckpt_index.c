@@ -318,7 +318,7 @@ int dt_ckpt_index_parse(dt_ckpt_index *out, const char *text, size_t len, const 
             } else if (why) {
                 rc = note_ignored(out, &il, buf, why, label, line, err);
             } else if ((rc = push_path(out, buf, err))) {
-                if (rc == DT_EFORMAT) dt_error_prefix(err, "%s:%d: ", label, line);
+                if (rc == DT_EFORMAT) dt_error_wrap(err, rc, "%s:%d: ", label, line);
             }
             if (rc) break;
         } else if (IS("all_model_checkpoint_timestamps") || IS("last_preserved_timestamp")) {

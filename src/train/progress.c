@@ -1,6 +1,9 @@
 #include "train/progress.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
 #include "core/clock.h"
 
 void dt_progress_init(dt_progress *p, int enabled, int64_t total) {
@@ -29,4 +32,42 @@ void dt_progress_clear(dt_progress *p) {
     fprintf(stderr, "\r\033[K");
     fflush(stderr);
     p->shown = 0;
+}
+
+typedef struct {
+    dt_progress *p;
+    FILE *out;
+} wrapped_log;
+
+static ssize_t wrapped_write(void *cookie, const char *buf, size_t n) {
+    wrapped_log *w = cookie;
+    dt_progress_clear(w->p);
+    size_t k = fwrite(buf, 1, n, w->out);
+    fflush(w->out); /* before the line is drawn again on the other stream */
+    return k > 0 || n == 0 ? (ssize_t)k : -1;
+}
+
+static int wrapped_close(void *cookie) {
+    free(cookie);
+    return 0;
+}
+
+FILE *dt_progress_wrap(dt_progress *p, FILE *out) {
+    if (!p->enabled) return out;
+    wrapped_log *w = malloc(sizeof *w);
+    if (!w) return out; /* the log still works, only a warning may land after the progress text */
+    w->p = p;
+    w->out = out;
+    cookie_io_functions_t io = {.write = wrapped_write, .close = wrapped_close};
+    FILE *f = fopencookie(w, "w", io);
+    if (!f) {
+        free(w);
+        return out;
+    }
+    setvbuf(f, NULL, _IOLBF, BUFSIZ); /* whole lines: a line is never split by a redraw */
+    return f;
+}
+
+void dt_progress_unwrap(FILE *stream, FILE *out) {
+    if (stream && stream != out) fclose(stream);
 }

@@ -103,6 +103,8 @@ typedef struct {
     dt_opt_config opt;
     dt_supervisor *supervisor;    /* the chief's checkpoints and summaries; NULL elsewhere */
     dt_auth auth;                 /* --auth=curve: this task's keys */
+    dt_progress prog;             /* the live progress line (a terminal) */
+    FILE *log, *log_out;          /* training's log: log_out, through the progress line's stream */
 } run_state;
 
 static void run_free(run_state *r) {
@@ -114,6 +116,7 @@ static void run_free(run_state *r) {
     dt_placement_free(&r->placement);
     dt_cluster_free(&r->cluster);
     dt_auth_free(&r->auth);
+    dt_progress_unwrap(r->log, r->log_out); /* last: the frees above may still log */
 }
 
 /* --auth/--keys: a ps loads its server pair and the client keys it accepts, a worker its client
@@ -127,10 +130,11 @@ static int load_auth(dt_auth *a, const dt_train_options *o, const dt_cluster *c,
     if (strcmp(mode, "curve")) return dt_errorf(err, DT_EINVAL, "--auth: expected none or curve, got '%s'", mode);
     if (!c->distributed) return DT_OK;
     int rc = dt_auth_load(a, o->keys, c->job == DT_JOB_PS, err);
-    return rc ? dt_error_prefix(err, "--auth=curve: ") : DT_OK;
+    return rc ? dt_error_wrap(err, rc, "--auth=curve: ") : DT_OK;
 }
 
-static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err);
+static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt_train_result *res,
+                      dt_error *err);
 
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
     dt_train_result local_res;
@@ -186,7 +190,7 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
         dt_error ferr = {0};
         int frc = r.updater ? r.updater->finish(r.updater, &ferr) : 0;
         if (frc && rc == 0) {
-            *err = ferr;
+            if (err) *err = ferr;
             rc = frc;
         }
     }
@@ -208,8 +212,14 @@ static int reload(void *user, const float **params, const float **state, int64_t
     return dt_supervisor_reload(r->supervisor, params, state, step, err);
 }
 
-static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
+static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt_train_result *res,
+                      dt_error *err) {
     int rc;
+    /* Whatever logs during training (the loop, the supervisor's warnings, the remote updater) goes
+     * through one stream that erases the progress line first, so every line starts on its own. */
+    dt_progress_init(&r->prog, o->progress, 1);
+    r->log_out = log_out;
+    FILE *log = r->log = dt_progress_wrap(&r->prog, log_out);
     const dt_cluster *c = &r->cluster;
     if (!o->data_path || !*o->data_path) return dt_errorf(err, DT_EINVAL, "--data: no data path given");
     dt_opt_config opt;
@@ -320,8 +330,8 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
 
     /* Only the chief validates and tests: the others would repeat the same numbers. */
     int evaluates = c->is_chief;
-    dt_progress prog;
-    dt_progress_init(&prog, o->progress, total);
+    dt_progress *prog = &r->prog;
+    dt_progress_init(prog, o->progress, total);
     double t_start = dt_seconds(), t_interval = t_start;
     double loss_sum = 0;
     int64_t correct_sum = 0, seen = 0, interval_examples = 0, last_log = global_step;
@@ -350,33 +360,36 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log, dt_tra
         interval_examples += b.n;
         res->steps = global_step;
         if ((rc = dt_supervisor_step(r->supervisor, global_step, err))) break;
-        dt_progress_update(&prog, global_step < total ? global_step : total, (double)global_step / (double)global_per_epoch);
+        dt_progress_update(prog, global_step < total ? global_step : total, (double)global_step / (double)global_per_epoch);
 
         int epoch_end = local_step % per_epoch == 0;
         if (global_step / o->steps_to_validate > last_log / o->steps_to_validate || epoch_end || global_step >= total) {
             double t = dt_seconds();
             double ex_per_sec = interval_examples / (t - t_interval);
             last_log = global_step;
-            dt_progress_clear(&prog);
-            fprintf(log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f", (long long)global_step,
-                    (double)global_step / (double)global_per_epoch, loss_sum / seen, (double)correct_sum / seen);
-            res->final_loss = loss_sum / seen;
-            dt_supervisor_summary_train(r->supervisor, global_step, loss_sum / seen, (double)correct_sum / seen);
+            double train_loss = loss_sum / seen, train_acc = (double)correct_sum / seen;
+            res->final_loss = train_loss;
+            dt_eval_result val;
             if (evaluates) {
-                dt_eval_result val;
                 if ((rc = dt_evaluate(r->net, r->data.validation, NULL, &val, err))) break;
-                fprintf(log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
                 res->validation_accuracy = val.accuracy;
-                dt_supervisor_summary_test(r->supervisor, global_step, val.loss, val.accuracy);
             }
+            /* The whole line first, then the summaries: a warning they print (summaries turned off)
+             * must not land in the middle of it. */
+            dt_progress_clear(prog);
+            fprintf(log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f", (long long)global_step,
+                    (double)global_step / (double)global_per_epoch, train_loss, train_acc);
+            if (evaluates) fprintf(log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
             fprintf(log, "  %.0f examples/sec\n", ex_per_sec);
             fflush(log);
+            dt_supervisor_summary_train(r->supervisor, global_step, train_loss, train_acc);
+            if (evaluates) dt_supervisor_summary_test(r->supervisor, global_step, val.loss, val.accuracy);
             loss_sum = 0;
             correct_sum = seen = interval_examples = 0;
             t_interval = dt_seconds(); /* validation time is not training time */
         }
     }
-    dt_progress_clear(&prog);
+    dt_progress_clear(prog);
     res->seconds = dt_seconds() - t_start;
     res->examples_per_sec = (double)(local_step - first_local_step) * o->batch_size / res->seconds;
     if (rc == DT_EINTR && !c->distributed) {

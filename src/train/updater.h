@@ -1,8 +1,8 @@
 /* How a step's gradients become new parameters. The training loop (train.c) is the same on one
  * machine and on a cluster worker; only the updater differs:
- *   local  (train.c):           the optimizer runs here on the whole flat buffer;
- *   remote (worker/remote.c):   gradients go to the ps tasks holding each slice, and the fresh
- *                               parameters come back.
+ *   local  (train/local.c):    the optimizer runs here on the whole flat buffer;
+ *   remote (worker/remote.c):  gradients go to the ps tasks holding each slice, and the fresh
+ *                              parameters come back.
  * A small vtable rather than if/else in the loop, so each side owns its own state. */
 #ifndef DT_TRAIN_UPDATER_H
 #define DT_TRAIN_UPDATER_H

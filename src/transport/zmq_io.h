@@ -22,7 +22,7 @@ int64_t dt_clock_ms(void);
  * libzmq drop the connection before it allocates them (ZMQ_MAXMSGSIZE); linger_ms bounds how long
  * zmq_close keeps unsent messages. DEALERs reconnect with backoff from 50 ms doubling to 1 s and
  * queue messages while disconnected (up to the high-water mark). send_timeout_ms bounds blocking
- * sends (-1: never block). */
+ * sends (-1: never block). Returns NULL on failure, which is always DT_ENET. */
 void *dt_zsock_open(void *ctx, int type, uint64_t max_frame, int linger_ms, int send_timeout_ms,
                     dt_error *err);
 

@@ -130,7 +130,7 @@ static int remote_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *glob
         }
     } else {
         if ((rc = dt_ps_client_wait_ready(r->client, r->cfg.connect_timeout_ms, err)))
-            return dt_error_prefix(err, "waiting for the chief to initialise the model: ");
+            return dt_error_wrap(err, rc, "waiting for the chief to initialise the model: ");
     }
     return resume_from_ps(r, net, global_step, err);
 }
@@ -193,7 +193,7 @@ static int recover(remote *r, dt_net *net, int64_t *global_step, dt_error *err) 
     int backoff_ms = 100;
     if (r->cfg.log) {
         fprintf(r->cfg.log, "worker %d: at global step %lld: %s; waiting up to %.0f s for the ps tasks (--ps_timeout)\n",
-                task, (long long)*global_step, err->msg, r->cfg.ps_timeout_ms / 1000.0);
+                task, (long long)*global_step, err ? err->msg : "a ps did not answer", r->cfg.ps_timeout_ms / 1000.0);
         fflush(r->cfg.log);
     }
     r->recoveries++;
@@ -222,7 +222,7 @@ static int recover(remote *r, dt_net *net, int64_t *global_step, dt_error *err) 
         if ((rc == DT_EINTR) || (r->cfg.stop && *r->cfg.stop))
             return dt_errorf(err, DT_EINTR, "worker %d: stopped by a signal while waiting for the ps tasks", task);
         if (rc && !recoverable(r, rc)) {
-            *err = e;
+            if (err) *err = e;
             return rc;
         }
         int64_t left = deadline - dt_clock_ms();
@@ -248,9 +248,10 @@ static int remote_snapshot(dt_updater *u, dt_net *net, float *params, float *sta
     const dt_placement *pl = r->cfg.placement;
     int rc = grads_writable(r, err);
     if (rc) return rc;
+    dt_error werr = {0};
     if (final && r->cfg.n_workers_to_wait > 0 &&
-        dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, err) && r->cfg.log)
-        fprintf(r->cfg.log, "chief: %s; taking the final checkpoint anyway\n", err->msg);
+        dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, &werr) && r->cfg.log)
+        fprintf(r->cfg.log, "chief: %s; taking the final checkpoint anyway\n", werr.msg);
     size_t n = dt_net_param_count(net);
     int slots = state ? dt_opt_slots(&r->cfg.opt) : 0;
     float **st = slots ? shard_buffers(pl, slots, err) : NULL;
@@ -355,8 +356,9 @@ static int remote_finish(dt_updater *u, dt_error *err) {
     remote *r = (remote *)u;
     log_summary(r);
     if (!r->cfg.cluster->is_chief) return dt_ps_client_done(r->client, err);
-    int rc = dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, err);
-    if (rc && r->cfg.log) fprintf(r->cfg.log, "chief: %s; ending the cluster anyway\n", err->msg);
+    dt_error werr = {0};
+    int rc = dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, &werr);
+    if (rc && r->cfg.log) fprintf(r->cfg.log, "chief: %s; ending the cluster anyway\n", werr.msg);
     return dt_ps_client_shutdown(r->client, err);
 }
 

@@ -1,0 +1,316 @@
+/* The public API's error contract (include/dtrain.h): err may be NULL, and a call returns the same
+ * code whether or not it was given an err to fill. Every public function is called on failing
+ * inputs twice, with an err and with NULL, including a distributed run whose end fails (the chief's
+ * wait for a worker that never came, then a ps that is gone), where messages used to be read
+ * through err. */
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "dtrain.h"
+#include "ps_harness.h" /* free_port, sleep_ms */
+#include "test.h"
+
+static char tmp_root[256];
+
+static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f) {
+    (void)st, (void)flag, (void)f;
+    return remove(p);
+}
+
+static const char *tpath(const char *rel) {
+    static char buf[8][512];
+    static int k = 0;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp_root, rel);
+    return buf[k];
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+static void put_be32(FILE *f, uint32_t v) {
+    uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    fwrite(b, 1, 4, f);
+}
+
+/* An IDX pair of n 4x4 images (pixel = label * 200 + i) with labels alternating 0, 1. */
+static void write_idx(const char *dir, const char *prefix, uint32_t n) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s-images-idx3-ubyte", dir, prefix);
+    FILE *f = fopen(p, "wb");
+    put_be32(f, 0x803), put_be32(f, n), put_be32(f, 4), put_be32(f, 4);
+    for (uint32_t i = 0; i < n; i++)
+        for (int j = 0; j < 16; j++) fputc((int)((i % 2) * 200 + i + (uint32_t)j), f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/%s-labels-idx1-ubyte", dir, prefix);
+    f = fopen(p, "wb");
+    put_be32(f, 0x801), put_be32(f, n);
+    for (uint32_t i = 0; i < n; i++) fputc((int)(i % 2), f);
+    fclose(f);
+}
+
+/* call is evaluated twice, first with E an err, then with E NULL: both must return want. */
+#define SAME_CODE(want, call)                                                                       \
+    do {                                                                                            \
+        dt_error e_ = {0};                                                                          \
+        dt_error *E = &e_;                                                                          \
+        int with_ = (call);                                                                         \
+        E = NULL;                                                                                   \
+        int without_ = (call);                                                                      \
+        (void)E;                                                                                    \
+        CHECK_MSG(with_ == (want) && without_ == (want), "%s: %d with err (%s), %d with NULL, want %d", \
+                  #call, with_, e_.msg, without_, (want));                                          \
+    } while (0)
+
+static void test_wrap(void) {
+    /* The code is the caller's, with or without an err to prefix. */
+    CHECK(dt_error_wrap(NULL, DT_ENET, "ps %d: ", 3) == DT_ENET);
+    dt_error e = {0};
+    dt_errorf(&e, DT_EIO, "cannot open x");
+    CHECK(dt_error_wrap(&e, DT_ETIMEOUT, "ps %d: ", 3) == DT_ETIMEOUT);
+    CHECK(e.code == DT_ETIMEOUT);
+    CHECK(strcmp(e.msg, "ps 3: cannot open x") == 0);
+}
+
+static int net_load(const char *path, dt_error *E) {
+    dt_net *net = NULL;
+    int rc = dt_net_load(&net, path, 8, E);
+    dt_net_free(net);
+    return rc;
+}
+
+static int cluster_args(const char *a1, const char *a2, const char *a3, dt_error *E) {
+    char *argv[5] = {"prog", (char *)a1, (char *)a2, (char *)a3, NULL};
+    int argc = a3 ? 4 : a2 ? 3 : 2;
+    dt_cluster *c = NULL;
+    int rc = dt_cluster_from_args(&c, &argc, argv, E);
+    dt_cluster_delete(c);
+    return rc;
+}
+
+static int serve(const char *ps_hosts, const dt_net *net, dt_error *E) {
+    char a1[128];
+    snprintf(a1, sizeof a1, "--ps_hosts=%s", ps_hosts);
+    char *argv[5] = {"prog", a1, "--worker_hosts=127.0.0.1:1", "--job_name=ps", NULL};
+    int argc = 4;
+    dt_cluster *c = NULL;
+    int rc = dt_cluster_from_args(&c, &argc, argv, E);
+    if (!rc) rc = dt_serve(c, net, NULL, E);
+    dt_cluster_delete(c);
+    return rc;
+}
+
+static int batches_first(const char *data, const dt_net *net, dt_error *E) {
+    dt_batches *b = NULL;
+    int rc = dt_batches_open(&b, data, net, 1, 1, NULL, E);
+    const float *x;
+    const int32_t *y;
+    int n;
+    if (!rc) rc = dt_batches_next(b, &x, &y, &n, E);
+    dt_batches_free(b);
+    return rc;
+}
+
+static int optimizer(const char *name, float lr, const dt_net *net, const dt_cluster *c, dt_error *E) {
+    dt_optimizer *o = NULL;
+    int rc = dt_optimizer_new(&o, name, lr, net, E);
+    if (!rc) rc = dt_optimizer_distribute(&o, c, net, 0, E);
+    dt_optimizer_free(o);
+    return rc;
+}
+
+static int train(dt_train_options o, dt_error *E) {
+    o.logdir = o.summary_dir = "";
+    FILE *log = fopen("/dev/null", "w");
+    int rc = dt_train(&o, log, NULL, E);
+    fclose(log);
+    return rc;
+}
+
+static void test_single_process(void) {
+    unsetenv("TF_CONFIG");
+    char model[600];
+    snprintf(model, sizeof model, "%s", tpath("tiny.model"));
+    write_text(model, "model tiny\ninput 4 4 1\nconv2d filters=2 kernel=3\nrelu\nflatten\ndense units=2\n");
+    write_text(tpath("typo.model"), "model typo\ninput 4 4 1\nflaten\ndense units=2\n");
+    mkdir(tpath("idx"), 0755);
+    write_idx(tpath("idx"), "train", 8);
+    write_idx(tpath("idx"), "t10k", 4);
+    mkdir(tpath("half_idx"), 0755);
+    write_idx(tpath("half_idx"), "train", 8); /* no t10k pair */
+    mkdir(tpath("bad_imgs"), 0755);
+    mkdir(tpath("bad_imgs/cat"), 0755);
+    mkdir(tpath("bad_imgs/dog"), 0755);
+    write_text(tpath("bad_imgs/cat/a.png"), "not a png");
+    write_text(tpath("bad_imgs/dog/b.jpg"), "not a jpeg");
+
+    SAME_CODE(DT_EIO, net_load(tpath("missing.model"), E));
+    SAME_CODE(DT_EFORMAT, net_load(tpath("typo.model"), E));
+
+    SAME_CODE(DT_EINVAL, cluster_args("--worker_hosts=a:1", "--job_name=chief", NULL, E));
+    SAME_CODE(DT_EINVAL, cluster_args("--worker_hosts=a:1", "--task_index=3", "--job_name=worker", E));
+    SAME_CODE(DT_EINVAL, cluster_args("--worker_hosts=a:1", "--worker_hosts=b:1", NULL, E));
+    SAME_CODE(DT_EINVAL, cluster_args("--worker_hosts=a:0", "--job_name=worker", NULL, E));
+
+    dt_net *net = NULL;
+    dt_error err = {0};
+    int rc = dt_net_load(&net, model, 8, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) return;
+    SAME_CODE(DT_EINVAL, dt_serve(NULL, net, NULL, E)); /* not a ps */
+    /* A ps that cannot bind: the port is taken by a socket of ours. */
+    int port = free_port(), s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 && listen(s, 1) == 0) {
+        char hosts[64];
+        snprintf(hosts, sizeof hosts, "127.0.0.1:%d", port);
+        SAME_CODE(DT_ENET, serve(hosts, net, E));
+    }
+    close(s);
+
+    SAME_CODE(DT_EIO, batches_first(tpath("no_such_data"), net, E));
+    SAME_CODE(DT_EIO, batches_first(tpath("half_idx"), net, E));
+    SAME_CODE(DT_EFORMAT, batches_first(tpath("bad_imgs"), net, E)); /* the loader's error, copied out */
+
+    SAME_CODE(DT_EINVAL, optimizer("adagrad", 0.1f, net, NULL, E));
+    dt_cluster *ps = NULL;
+    char *argv[5] = {"prog", "--ps_hosts=127.0.0.1:2", "--worker_hosts=127.0.0.1:1", "--job_name=ps", NULL};
+    int argc = 4;
+    CHECK(dt_cluster_from_args(&ps, &argc, argv, &err) == 0);
+    SAME_CODE(DT_EINVAL, optimizer("sgd", 0.1f, net, ps, E)); /* a ps does not distribute an optimizer */
+    dt_cluster_delete(ps);
+    dt_net_free(net);
+
+    dt_train_options o;
+    dt_train_options_init(&o);
+    o.data_path = tpath("idx");
+    SAME_CODE(DT_EINVAL, train(o, E)); /* no model */
+    o.model_path = tpath("missing.model");
+    SAME_CODE(DT_EIO, train(o, E));
+    o.model_path = tpath("typo.model");
+    SAME_CODE(DT_EFORMAT, train(o, E));
+    o.model_path = model;
+    o.data_path = tpath("half_idx");
+    SAME_CODE(DT_EIO, train(o, E));
+    o.data_path = tpath("bad_imgs");
+    o.batch_size = 1;
+    o.fail_on_bad_images = 1;
+    SAME_CODE(DT_EFORMAT, train(o, E));
+    o.data_path = tpath("idx");
+    o.optimizer = "adagrad";
+    SAME_CODE(DT_EINVAL, train(o, E));
+    o.optimizer = "sgd";
+    o.ps_hosts = "127.0.0.1:1";
+    o.worker_hosts = "127.0.0.1:2";
+    o.job_name = "ps";
+    o.task_index = "4";
+    SAME_CODE(DT_EINVAL, train(o, E));
+}
+
+/* ---- a distributed run whose end fails --------------------------------------------------------- */
+
+typedef struct {
+    dt_train_options o;
+    dt_error *err;
+    FILE *log;
+    int rc;
+    atomic_int done;
+} train_thread;
+
+static void *train_main(void *arg) {
+    train_thread *t = arg;
+    t->rc = dt_train(&t->o, t->log, NULL, t->err);
+    atomic_store(&t->done, 1);
+    return NULL;
+}
+
+static int file_has(const char *path, const char *needle) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[2048];
+    int hit = 0;
+    while (!hit && fgets(line, sizeof line, f)) hit = strstr(line, needle) != NULL;
+    fclose(f);
+    return hit;
+}
+
+/* One ps and two workers, of which only the chief runs: at the end its wait for worker 1 fails
+ * (logged, not returned), then the ps is stopped under it, so telling the ps to shut down fails
+ * and dt_train returns that failure. */
+static int failing_end(dt_error *E) {
+    char ps_hosts[64], worker_hosts[64], log_path[600];
+    snprintf(ps_hosts, sizeof ps_hosts, "127.0.0.1:%d", free_port());
+    snprintf(worker_hosts, sizeof worker_hosts, "127.0.0.1:%d,127.0.0.1:%d", free_port(), free_port());
+    snprintf(log_path, sizeof log_path, "%s", tpath(E ? "chief_err.log" : "chief_null.log"));
+    volatile int ps_stop = 0;
+    dt_error ps_err = {0};
+    train_thread ps = {.err = &ps_err, .log = fopen("/dev/null", "w")}, chief = {.err = E, .log = fopen(log_path, "w")};
+    dt_train_options_init(&ps.o);
+    ps.o.model_path = tpath("tiny.model");
+    ps.o.data_path = tpath("idx");
+    ps.o.optimizer = "sgd";
+    ps.o.logdir = ps.o.summary_dir = "";
+    ps.o.ps_hosts = ps_hosts;
+    ps.o.worker_hosts = worker_hosts;
+    ps.o.threads = 1;
+    ps.o.heartbeat_timeout_ms = 2000;
+    chief.o = ps.o;
+    ps.o.job_name = "ps";
+    ps.o.stop = &ps_stop;
+    chief.o.job_name = "worker";
+    chief.o.task_index = "0";
+    chief.o.batch_size = 2;
+    chief.o.train_steps = 2;
+    chief.o.connect_timeout_ms = 10000;
+    pthread_t tp, tc;
+    pthread_create(&tp, NULL, train_main, &ps);
+    pthread_create(&tc, NULL, train_main, &chief);
+    /* Training ends at once; the chief then waits heartbeat_timeout for worker 1: stop the ps then. */
+    for (int i = 0; i < 3000 && !atomic_load(&chief.done); i++) {
+        fflush(chief.log);
+        if (file_has(log_path, "trained ")) break;
+        sleep_ms(10);
+    }
+    ps_stop = 1;
+    pthread_join(tc, NULL);
+    pthread_join(tp, NULL);
+    fclose(ps.log);
+    fclose(chief.log);
+    CHECK_MSG(file_has(log_path, "ending the cluster anyway"), "the chief's log: %s", log_path);
+    return chief.rc;
+}
+
+static void test_distributed_end(void) {
+    unsetenv("TF_CONFIG");
+    dt_error e = {0};
+    int with = failing_end(&e), without = failing_end(NULL);
+    CHECK_MSG(with != 0 && with == without, "%d with err (%s), %d with NULL", with, e.msg, without);
+}
+
+int main(void) {
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/dt_test_api_XXXXXX");
+    if (!mkdtemp(tmp_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(test_wrap);
+    RUN(test_single_process);
+    RUN(test_distributed_end);
+    nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return test_summary();
+}
