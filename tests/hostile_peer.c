@@ -103,9 +103,12 @@ static void *zsock(void *ctx, int rcvhwm) {
     return s;
 }
 
+static uint8_t chunks = 1; /* the ps's cut, once table_fill asked */
+
 static void send_req(void *s, dt_msg_type type, uint16_t task, int64_t step, uint32_t id) {
     dt_wire_header h = dt_wire_header_make(type, DT_ROLE_WORKER, task, id);
     h.global_step = step;
+    if (type == DT_MSG_PULL) h.chunks = chunks;
     dt_wire_send(s, NULL, &h, NULL, ZMQ_DONTWAIT, NULL);
 }
 
@@ -135,15 +138,31 @@ static long count_errors(void *s, int32_t status, int ms) {
     return n;
 }
 
+/* The ps's cut of its shard (STATUS_REPLY says it), so that PULLs reach the step checks. */
+static uint8_t ps_cut(void *s) {
+    send_req(s, DT_MSG_STATUS, 1, 0, 999);
+    int64_t end = now_ms() + 1000;
+    while (now_ms() < end) {
+        zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, 50) != 1) continue;
+        dt_wire_in in;
+        uint8_t k = dt_wire_recv(s, 0, &in, NULL) == DT_OK && in.hdr.type == DT_MSG_STATUS_REPLY ? in.hdr.chunks : 0;
+        dt_wire_in_close(&in);
+        if (k) return k;
+    }
+    return 1;
+}
+
 /* PULLs for step 2^40; deferred PULLs past the per-connection cap from several connections that
  * then close; DONE from tasks 7 and 65535. */
 static void *table_fill(void *ctx) {
     while (now_ms() < deadline_ms) {
         void *s = zsock(ctx, 1000);
         if (!s) break;
+        chunks = ps_cut(s);
         for (uint32_t id = 1; id <= 64; id++) send_req(s, DT_MSG_PULL, 1, INT64_C(1) << 40, id);
         atomic_fetch_add(&refused_far, count_errors(s, DT_WIRE_E_BAD_VALUE, 300));
-        for (uint32_t id = 100; id < 164; id++) send_req(s, DT_MSG_PULL, 1, 1 << 20, id);
+        for (uint32_t id = 100; id < 400; id++) send_req(s, DT_MSG_PULL, 1, 1 << 20, id); /* past the cap */
         send_req(s, DT_MSG_DONE, 7, 0, 200);
         send_req(s, DT_MSG_DONE, 65535, 0, 201);
         atomic_fetch_add(&refused_done, count_errors(s, DT_WIRE_E_BAD_VALUE, 300));

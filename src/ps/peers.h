@@ -56,9 +56,9 @@ dt_peer *dt_peers_of(dt_peers *p, int fd);
 /* A whole message from peer was handed to the ps; valid: it decoded and was from a cluster role. */
 void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid);
 
-/* Enforces the bounds. Call with the router drained, every dt_peers_check_interval_us: 10 ms with
- * a few connections, up to 200 ms with a thousand (each check reads two kernel counters per
- * connection). A peer can get at most what its link carries in two intervals past a bound. */
+/* Enforces the bounds. Call with the router drained, every dt_peers_check_interval_us: 10 ms up
+ * to 500 connections, up to 100 ms with more (each check reads a kernel counter per connection).
+ * A peer can get at most what its link carries in two intervals past a bound. */
 void dt_peers_check(dt_peers *p);
 int64_t dt_peers_check_interval_us(const dt_peers *p);
 

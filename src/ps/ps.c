@@ -29,7 +29,7 @@
 #define MESSAGE_US (120 * INT64_C(1000000))       /* a large message, once begun, must finish */
 #define MAX_CONNECTIONS 1024
 #define PEER_SILENCE_MS 30000 /* a connection with no traffic at all (not even heartbeats) for this long is dropped */
-#define BATCH 64              /* messages handled per poll wake-up before checking *stop */
+#define DRAIN_US 20000        /* reading the router at most this long before checking *stop and the deadlines */
 #define LOG_REFUSALS 20       /* refusals logged one by one; later ones only counted */
 #define LOG_STALE 3           /* stale gradients logged one by one per worker; later ones counted */
 #define SHUTDOWN_LINGER_MS 1000
@@ -1172,7 +1172,9 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
         }
         int drained = !(items[0].revents & ZMQ_POLLIN);
         if (items[1].revents & ZMQ_POLLIN) dt_peers_events(ps.peers, on_peer_gone, &ps);
-        for (int k = 0; !drained && k < BATCH && !ps.shutdown; k++) {
+        /* Drained, as a rule: the connection checks below need it, and reading is cheap next to
+         * what a message costs to handle; a flood faster than that is cut off by DRAIN_US. */
+        for (int64_t until = now_us() + DRAIN_US; !drained && !ps.shutdown && now_us() < until;) {
             dt_wire_in in;
             dt_error e = {0};
             int r = dt_wire_recv(ps.sock, 1, &in, &e);
