@@ -50,6 +50,9 @@ int cmd_train(int argc, char **argv) {
         {"staleness", FLAG_INT, &o.staleness, "sync: steps a worker may run ahead of the slowest; 0: fully synchronous"},
         {"debug_step_delay_ms", FLAG_INT, &o.debug_step_delay_ms, "testing: sleep this long before each update"},
         {"debug_delay_worker", FLAG_INT, &o.debug_delay_worker, "testing: only this worker sleeps; -1: every worker"},
+        {"debug_emulate_compute_ms", FLAG_INT, &o.debug_emulate_compute_ms,
+         "benchmarks of scale: a sleep of N ms replaces each step's compute and a constant gradient of the model's "
+         "size is pushed (nothing learns); -1: off"},
         {"debug_dump_params", FLAG_STRING, &o.debug_dump_params,
          "testing: the chief writes its final parameters to this file (raw float32)"},
         {"placement", FLAG_STRING, &o.placement, "variables over ps tasks: greedy or round_robin"},
