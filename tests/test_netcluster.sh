@@ -13,7 +13,7 @@ case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 netcluster=$PWD/scripts/netcluster
 # Relative paths from here on: lib.sh's cleanup kills whatever names $tmp/ with SIGKILL, and the
 # test bed's script must instead get the chance to remove its namespaces itself.
-cd "$tmp"
+cd "$tmp" || exit 1
 
 fashion_subset data 2000 500
 printf 'model tiny\ninput 28 28 1\nconv2d filters=8 kernel=3 stride=2 padding=same\nrelu\nflatten\ndense units=10\n' >tiny.model
