@@ -127,6 +127,10 @@ typedef struct dt_train_options {
      * before each update; the chief (or a single process) writes its final parameters to
      * debug_dump_params (raw float32) if set. */
     int debug_step_delay_ms, debug_delay_worker;
+    /* Benchmarks of scale only: >= 0 replaces each step's batch, forward and backward with a sleep
+     * of this many ms and pushes a constant gradient of the model's full size (nothing learns and
+     * nothing is evaluated); -1 (the default): off. docs/testbed.md. */
+    int debug_emulate_compute_ms;
     const char *debug_dump_params;
     const char *placement;       /* "greedy" (default) or "round_robin" */
     /* The chief cuts each ps shard into chunks of about chunk_kb KiB (default 512; 0: one chunk),

@@ -61,6 +61,9 @@ int cmd_train(int argc, char **argv) {
                  "testing: only this worker sleeps; -1: every worker", -1, MAX_TASKS - 1, 0),
         FLAG_TEXT("debug_dump_params", &o.debug_dump_params,
                   "testing: the chief writes its final parameters to this file (raw float32)"),
+        FLAG_NUM("debug_emulate_compute_ms", FLAG_INT, &o.debug_emulate_compute_ms,
+                 "benchmarks: each step sleeps this long instead of computing, then pushes a full-size constant "
+                 "gradient (docs/testbed.md); -1: off", -1, 600000, 0),
         FLAG_TEXT("placement", &o.placement, "variables over ps tasks: greedy or round_robin"),
         FLAG_NUM("chunk_kb", FLAG_INT, &o.chunk_kb,
                  "chief: each ps shard travels in chunks of about this many KiB, applied and sent back one by one; "

@@ -35,6 +35,7 @@ void dt_train_options_init(dt_train_options *o) {
     o->seed = 1;
     o->validation_fraction = -1.0;
     o->debug_delay_worker = -1;
+    o->debug_emulate_compute_ms = -1;
     o->placement = "greedy";
     o->chunk_kb = (int)(DT_WIRE_CHUNK_BYTES_DEFAULT >> 10);
     o->connect_timeout_ms = 60000;
@@ -74,6 +75,9 @@ static int check_options(const dt_train_options *o, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "--chunk_kb=%d must be 0 (one chunk per shard) to %d", o->chunk_kb, 1 << 22);
     if (o->debug_step_delay_ms < 0)
         return dt_errorf(err, DT_EINVAL, "--debug_step_delay_ms must not be negative");
+    if (o->debug_emulate_compute_ms > 600000)
+        return dt_errorf(err, DT_EINVAL, "--debug_emulate_compute_ms must be at most 600000, got %d",
+                         o->debug_emulate_compute_ms);
     if (o->connect_timeout_ms < 1)
         return dt_errorf(err, DT_EINVAL, "--connect_timeout must be positive");
     if (o->ps_timeout_ms < 0 || o->idle_timeout_ms < 0)
@@ -328,8 +332,19 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
     fflush(log);
     if ((rc = dt_supervisor_started(r->supervisor, global_step, err))) return rc;
 
+    /* Benchmarks of scale (--debug_emulate_compute_ms): a sleep stands in for the batch, forward
+     * and backward, so many workers share few cores without slowing each other down, and a fixed
+     * gradient of the model's full size is pushed, so the ps tasks and the network do the real
+     * work. Its values are small and deterministic; nothing learns, so nothing is evaluated. */
+    int emulate = o->debug_emulate_compute_ms >= 0;
+    if (emulate) {
+        float *g = dt_net_grads(r->net);
+        for (size_t i = 0, n = dt_net_param_count(r->net); i < n; i++) g[i] = (float)((int)(i % 7) - 3) * 1e-4f;
+        fprintf(log, "emulating compute: %d ms per step, a constant gradient, no evaluation (benchmarks only)\n",
+                o->debug_emulate_compute_ms);
+    }
     /* Only the chief validates and tests: the others would repeat the same numbers. */
-    int evaluates = c->is_chief;
+    int evaluates = c->is_chief && !emulate;
     dt_progress *prog = &r->prog;
     dt_progress_init(prog, o->progress, total);
     double t_start = dt_seconds(), t_interval = t_start;
@@ -340,17 +355,23 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
             rc = dt_errorf(err, DT_EINTR, "training stopped by a signal at global step %lld", (long long)global_step);
             break;
         }
-        dt_batch b;
-        if ((rc = dt_loader_next(r->loader, &b, err))) break;
-        dt_net_forward(r->net, b.x, b.n, 1, dt_hash64(o->seed, (uint64_t)(local_step * n_workers + shard)));
+        dt_batch b = {.n = o->batch_size};
         int correct = 0;
-        float loss = dt_net_loss(r->net, b.labels, &correct);
-        if (!isfinite(loss)) {
-            rc = dt_errorf(err, DT_EINVAL, "loss became %g at global step %lld: lower --learning_rate",
-                           (double)loss, (long long)global_step + 1);
-            break;
+        float loss = 0;
+        if (emulate) {
+            struct timespec ts = {o->debug_emulate_compute_ms / 1000, (long)(o->debug_emulate_compute_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        } else {
+            if ((rc = dt_loader_next(r->loader, &b, err))) break;
+            dt_net_forward(r->net, b.x, b.n, 1, dt_hash64(o->seed, (uint64_t)(local_step * n_workers + shard)));
+            loss = dt_net_loss(r->net, b.labels, &correct);
+            if (!isfinite(loss)) {
+                rc = dt_errorf(err, DT_EINVAL, "loss became %g at global step %lld: lower --learning_rate",
+                               (double)loss, (long long)global_step + 1);
+                break;
+            }
+            dt_net_backward(r->net);
         }
-        dt_net_backward(r->net);
         if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? global_step : local_step, &global_step, err)))
             break;
         local_step++;
@@ -362,7 +383,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
         if ((rc = dt_supervisor_step(r->supervisor, global_step, err))) break;
         dt_progress_update(prog, global_step < total ? global_step : total, (double)global_step / (double)global_per_epoch);
 
-        int epoch_end = local_step % per_epoch == 0;
+        int epoch_end = !emulate && local_step % per_epoch == 0; /* emulated: no data, no epochs */
         if (global_step / o->steps_to_validate > last_log / o->steps_to_validate || epoch_end || global_step >= total) {
             double t = dt_seconds();
             double ex_per_sec = interval_examples / (t - t_interval);
