@@ -678,7 +678,7 @@ static void test_barrier_wait_keeps_worker_alive(void) {
     ps_start(&ps, 0, N, NULL, 0);
     size_t sizes[1] = {N};
     int saved = liveness_ms;
-    liveness_ms = 300;
+    liveness_ms = 600;
     dt_ps_client *w[2] = {client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 2, 2, 0),
                           client_sync(1, &ps, sizes, DT_ROLE_WORKER, 1, 2, 2, 0)};
     liveness_ms = saved;
@@ -690,15 +690,16 @@ static void test_barrier_wait_keeps_worker_alive(void) {
         dt_opt_config o = sgd(0.1f);
         dt_error e = {0};
         CHECK(dt_ps_client_init(w[0], &o, src, NULL, 0, &e) == DT_OK);
-        /* Worker 0 waits 700 ms at the barrier of step 0 (worker 1 comes late, alive), then takes
-         * 100 ms (within the timeout) before pushing step 1; worker 1 pushes step 1 at once. */
+        /* Worker 0 waits 1.5 s at the barrier of step 0 (worker 1 comes late, alive), then takes
+         * 150 ms (well within the 600 ms timeout) before pushing step 1; worker 1 pushes step 1 at
+         * once. */
         step_job j0 = {.c = w[0], .grad = g, .tag = 0, .min_step = 1};
-        step_job j1 = {.c = w[1], .grad = g, .tag = 0, .min_step = 1, .delay_ms = 700};
+        step_job j1 = {.c = w[1], .grad = g, .tag = 0, .min_step = 1, .delay_ms = 1500};
         pthread_t t1;
         pthread_create(&t1, NULL, two_steps_main, &j1);
         step_main(&j0);
         CHECK(j0.rc == DT_OK && j0.step == 1);
-        sleep_ms(100);
+        sleep_ms(150);
         j0.tag = 1, j0.min_step = 2;
         step_main(&j0);
         pthread_join(t1, NULL);

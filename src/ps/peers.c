@@ -299,7 +299,7 @@ static int holds_more(const dt_peer *a, const dt_peer *b, int64_t now) {
     return a->partial > b->partial;
 }
 
-void dt_peers_check(dt_peers *p) {
+void dt_peers_check(dt_peers *p, int drained) {
     int64_t now = now_us();
     char why[192];
     uint64_t held = 0;
@@ -323,7 +323,10 @@ void dt_peers_check(dt_peers *p) {
         uint64_t partial = peer->partial = got - peer->base;
         /* Two checks in a row: between draining the router and reading the counters, libzmq may
          * have finished one more message that the ps has not taken yet. */
-        peer->strikes = partial > p->cfg.max_partial_bytes + PARTIAL_SLACK ? peer->strikes + 1 : 0;
+        /* Not drained, whole messages may wait here too: at most the router's high-water mark of
+         * them (libzmq then stops reading the connection), each at most the largest message. */
+        uint64_t bound = p->cfg.max_partial_bytes * (drained ? 1 : (uint64_t)p->cfg.queued_messages + 1) + PARTIAL_SLACK;
+        peer->strikes = partial > bound ? peer->strikes + 1 : 0;
         if (peer->strikes >= STRIKES) {
             snprintf(why, sizeof why, "%llu bytes of an unfinished message, more than the largest this ps "
                      "accepts (%llu)", (unsigned long long)partial, (unsigned long long)p->cfg.max_partial_bytes);
@@ -344,7 +347,7 @@ void dt_peers_check(dt_peers *p) {
         live++;
     }
     /* All connections together: the budget for unfinished messages. */
-    while (held > p->budget) {
+    while (drained && held > p->budget) {
         dt_peer *big = pick(p, holds_more, now);
         if (!big || !big->big_since_us || now - big->big_since_us <= 1000000) break;
         snprintf(why, sizeof why, "unfinished messages of all connections hold %llu bytes, more than the budget "

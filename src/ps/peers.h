@@ -35,6 +35,7 @@ typedef struct {
     int64_t message_us;         /* a message, once past 256 KiB, must be complete within this */
     uint64_t budget_bytes;      /* all connections' unfinished messages together (dt_peers_set_budget) */
     int max_connections;        /* beyond: the least recently useful connection is cut */
+    int queued_messages;        /* whole messages libzmq queues per connection (the router's ZMQ_RCVHWM) */
     FILE *log;                  /* NULL: quiet */
     int ps_index;               /* for the log lines */
 } dt_peers_config;
@@ -56,10 +57,14 @@ dt_peer *dt_peers_of(dt_peers *p, int fd);
 /* A whole message from peer was handed to the ps; valid: it decoded and was from a cluster role. */
 void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid);
 
-/* Enforces the bounds. Call with the router drained, every dt_peers_check_interval_us: 10 ms up
- * to 500 connections, up to 100 ms with more (each check reads a kernel counter per connection).
- * A peer can get at most what its link carries in two intervals past a bound. */
-void dt_peers_check(dt_peers *p);
+/* Enforces the bounds. Call with the router drained (drained = 1), every
+ * dt_peers_check_interval_us: 10 ms up to 500 connections, up to 100 ms with more (each check
+ * reads a kernel counter per connection). A peer can get at most what its link carries in two
+ * intervals past a bound. A ps that cannot drain its router (a flood faster than it handles
+ * messages) calls it anyway (drained = 0): whole messages may then wait in libzmq too, so the
+ * bound for an unfinished message grows by queued_messages of the largest, and the budget for all
+ * connections together is not enforced. */
+void dt_peers_check(dt_peers *p, int drained);
 int64_t dt_peers_check_interval_us(const dt_peers *p);
 
 /* A new budget for all connections' unfinished messages (the ps knows its workers after INIT). */

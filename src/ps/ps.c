@@ -23,8 +23,8 @@
 #define PENDING_PER_PEER DT_PS_PENDING_PER_PEER
 #define ASYNC_AHEAD 1024      /* async: a deferred PULL may wait for at most this many steps ahead */
 #define PENDING_MAX_WAIT_US (600 * INT64_C(1000000)) /* no deferred PULL is held longer (async) */
-#define SEND_HWM ((int)DT_WIRE_MAX_CHUNKS + 16) /* replies queued per connection: a step's chunks and a few more */
-#define RECV_HWM 16           /* whole requests queued per connection before libzmq stops reading it */
+#define SEND_HWM (2 * (int)DT_WIRE_MAX_CHUNKS + 16) /* replies queued per connection: more than a client ever awaits (a push and a pull of every chunk) */
+#define RECV_HWM 4            /* whole requests queued per connection before libzmq stops reading it */
 #define FIRST_MESSAGE_US (10 * INT64_C(1000000))  /* a new connection's first message, at the latest */
 #define MESSAGE_US (120 * INT64_C(1000000))       /* a large message, once begun, must finish */
 #define MAX_CONNECTIONS 1024
@@ -1097,6 +1097,7 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
                                                                         : FIRST_MESSAGE_US,
                           .message_us = MESSAGE_US,
                           .max_connections = cfg->max_connections > 0 ? cfg->max_connections : MAX_CONNECTIONS,
+                          .queued_messages = RECV_HWM,
                           .log = cfg->log, .ps_index = cfg->ps_index};
     pc.budget_bytes = peers_budget(ps);
     if ((rc = dt_peers_open(&ps->peers, ps->ctx, ps->sock, &pc, err))) return dt_error_wrap(err, rc, "ps %d: ", cfg->ps_index);
@@ -1197,9 +1198,11 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
             dt_wire_in_close(&in);
         }
         /* The counters are read with the router drained, so a connection's unread bytes are its
-         * unfinished message, not whole ones waiting here. */
-        if (drained && now_us() - ps.peers_checked_us >= dt_peers_check_interval_us(ps.peers)) {
-            dt_peers_check(ps.peers);
+         * unfinished message, not whole ones waiting here; a flood that keeps the router from
+         * draining gets the looser check (peers.h) rather than none. */
+        int64_t since = now_us() - ps.peers_checked_us, every = dt_peers_check_interval_us(ps.peers);
+        if ((drained && since >= every) || since >= 4 * every) {
+            dt_peers_check(ps.peers, drained);
             ps.peers_checked_us = now_us();
         }
     }

@@ -721,6 +721,7 @@ static int xfer_once(dt_ps_client *c, const float *const *grads, int64_t local_s
     int64_t cs[(size_t)c->n_ps * DT_WIRE_MAX_CHUNKS];
     uint8_t stale[c->n_ps];
     memset(stale, 0, sizeof stale);
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) cs[k] = -1; /* a chunk not heard from */
     xfer_ctx x = {.dst = dst, .min_step = min_step, .chunk_step = cs, .stale = stale};
     int rc = send_all(c, grads, local_step, dst != NULL, min_step, deadline, err);
     if (rc) clear_awaits(c);
