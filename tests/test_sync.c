@@ -759,7 +759,9 @@ static void test_chunk_has_its_own_barrier(void) {
     chunk_push(w0, 0, 0, K, 2.0f, N / K, 2);
     dt_wire_in in;
     for (int k = 0; k < 2; k++) {
-        CHECK(raw_reply(k ? w0 : w1, &in) == DT_OK);
+        int got = raw_reply(k ? w0 : w1, &in) == DT_OK;
+        CHECK(got);
+        if (!got) continue; /* nothing to look at (or to close) */
         CHECK_MSG(in.hdr.type == DT_MSG_PARAMS && in.hdr.chunk == 0 && in.hdr.chunks == K && in.hdr.global_step == 1 &&
                       zmq_msg_size(&in.payload) == N / K * sizeof(float),
                   "reply %s chunk %u of %u step %lld", dt_wire_type_name(in.hdr.type), in.hdr.chunk, in.hdr.chunks,
@@ -772,9 +774,13 @@ static void test_chunk_has_its_own_barrier(void) {
     dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, DT_ROLE_WORKER, 1, 3);
     h.chunk = K - 1, h.chunks = K;
     dt_wire_send(w1, NULL, &h, NULL, 0, NULL);
-    CHECK(raw_reply(w1, &in) == DT_OK && in.hdr.type == DT_MSG_PARAMS && in.hdr.chunk == K - 1 && in.hdr.global_step == 0);
-    if (in.hdr.type == DT_MSG_PARAMS) CHECK(((const float *)zmq_msg_data(&in.payload))[0] == 1.0f);
-    dt_wire_in_close(&in);
+    if (raw_reply(w1, &in) == DT_OK) {
+        CHECK(in.hdr.type == DT_MSG_PARAMS && in.hdr.chunk == K - 1 && in.hdr.global_step == 0);
+        if (in.hdr.type == DT_MSG_PARAMS) CHECK(((const float *)zmq_msg_data(&in.payload))[0] == 1.0f);
+        dt_wire_in_close(&in);
+    } else {
+        CHECK(!"no reply to the PULL of chunk 9");
+    }
     /* The shard's step is what every chunk has reached. */
     dt_ps_shard_status st[1];
     CHECK(dt_ps_client_status(chief, st, &e) == DT_OK && st[0].global_step == 0);
