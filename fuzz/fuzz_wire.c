@@ -2,11 +2,33 @@
  * Input: [1 byte: selector][header frame][payload...]; the selector picks the receiver's shard size
  * and, with its high bit, a header frame length other than DT_WIRE_HEADER_SIZE. Every decoded
  * header is re-encoded and must decode to the same fields; the payload bound must hold before
- * the payload is touched. */
+ * the payload is touched. A PUSH or PARAMS payload that passes is unpacked from its encoding (as
+ * the ps and the client do) and packed again: every 16-bit value survives the trip, NaN made quiet. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "transport/compress.h"
 #include "transport/wire.h"
+
+/* Unpacks a 16-bit payload and packs it back: the same bits, but for NaN, which comes back quiet. */
+static void unpack_repack(uint8_t enc, const uint8_t *p, size_t bytes) {
+    size_t n = bytes / 2;
+    float *f = malloc(n ? n * sizeof(float) : 1);
+    uint16_t *back = malloc(n ? n * sizeof(uint16_t) : 1);
+    if (!f || !back) __builtin_trap();
+    dt_unpack(enc, f, p, n);
+    dt_pack(enc, back, f, n);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        uint16_t exp = enc == DT_ENC_BF16 ? 0x7f80 : 0x7c00, quiet = enc == DT_ENC_BF16 ? 0x40 : 0x200;
+        int nan = (h & exp) == exp && (h & (uint16_t)~(exp | 0x8000));
+        if (back[i] != (nan ? (uint16_t)(h | quiet) : h)) __builtin_trap();
+    }
+    free(f);
+    free(back);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -32,6 +54,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (strlen(text) > DT_WIRE_MAX_ERROR_TEXT) __builtin_trap();
     } else if (payload > (1 + (uint64_t)DT_WIRE_MAX_SLOTS) * shard * 4) {
         __builtin_trap(); /* a payload beyond the largest legal one passed the check */
+    } else if ((h.type == DT_MSG_PUSH || h.type == DT_MSG_PARAMS) && h.encoding != DT_ENC_FP32) {
+        if (payload % 2) __builtin_trap(); /* 16-bit values: an even size */
+        unpack_repack(h.encoding, data + head, payload);
     }
     return 0;
 }

@@ -137,6 +137,11 @@ typedef struct dt_train_options {
      * which travel, are applied and come back one by one, so both directions of the wire work at
      * once (docs/protocol.md, "Chunks"). At most 255 chunks per shard. */
     int chunk_kb;
+    /* Cluster: "none" (NULL, the default), "bf16" or "fp16": each worker sends its gradients and
+     * pulls the parameters in 16 bits, half the bytes, with error feedback on the gradients; the ps
+     * tasks keep float32 values and optimizer state, checkpoints stay float32. Per worker: workers
+     * with and without it can share a cluster (docs/protocol.md, "Encodings"). */
+    const char *compression;
     int connect_timeout_ms;      /* how long a worker retries the ps tasks (default 60000) */
     int heartbeat_timeout_ms;    /* the longest a worker waits for any ps reply (a sync barrier
                                   * included) before it gives up naming the ps; <= 0: 60000. In

@@ -28,6 +28,8 @@ static dt_wire_header sample(uint8_t type) {
     }
     if (type == DT_MSG_PULL) h.flags = DT_WIRE_F_EXACT;
     if (type == DT_MSG_PUSH) h.flags = DT_WIRE_F_SYNC;
+    if (type == DT_MSG_PULL) h.encoding = DT_ENC_FP16;
+    if (type == DT_MSG_PUSH || type == DT_MSG_PARAMS) h.encoding = DT_ENC_BF16;
     if (type == DT_MSG_INIT || type == DT_MSG_WELCOME || type == DT_MSG_STATE) {
         h.opt_kind = 2;
         h.opt_slots = 2;
@@ -42,7 +44,7 @@ static dt_wire_header sample(uint8_t type) {
 }
 
 static int same(const dt_wire_header *a, const dt_wire_header *b) {
-    return a->type == b->type && a->flags == b->flags && a->role == b->role && a->task == b->task &&
+    return a->type == b->type && a->flags == b->flags && a->encoding == b->encoding && a->role == b->role && a->task == b->task &&
            a->request_id == b->request_id && a->global_step == b->global_step &&
            a->local_step == b->local_step && a->payload_bytes == b->payload_bytes && a->shard == b->shard &&
            a->status == b->status && a->shard_floats == b->shard_floats && a->opt_kind == b->opt_kind &&
@@ -72,7 +74,7 @@ static void test_byte_layout(void) {
     dt_wire_encode(b, &h);
     CHECK(memcmp(b, "DTRN", 4) == 0);
     CHECK(b[4] == DT_WIRE_VERSION && b[5] == 0);
-    CHECK(b[6] == DT_MSG_PUSH && b[7] == DT_WIRE_F_SYNC && b[8] == DT_ROLE_WORKER && b[9] == 0);
+    CHECK(b[6] == DT_MSG_PUSH && b[7] == (DT_WIRE_F_SYNC | DT_ENC_BF16 << 4) && b[8] == DT_ROLE_WORKER && b[9] == 0);
     CHECK(b[10] == 0x01 && b[11] == 0x02);                       /* task 513, little endian */
     CHECK(b[12] == 0xD4 && b[13] == 0xC3 && b[14] == 0xB2 && b[15] == 0xA1);
     CHECK(b[16] == 0x08 && b[23] == 0x01);                       /* global step */
@@ -145,6 +147,23 @@ static void test_refusals(void) {
     uint8_t sb[DT_WIRE_HEADER_SIZE];
     dt_wire_encode(sb, &stat);
     CHECK(decode_fails(sb, sizeof sb, DT_EFORMAT, "STATUS header: unknown flags 0x01"));
+    /* The encoding (flags bits 4-5): 0..2 on PUSH, PULL and PARAMS only. */
+    memcpy(b, good, sizeof good);
+    b[7] = DT_WIRE_F_EXACT | 3 << 4;
+    CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "PULL header: unknown encoding 3"));
+    for (uint8_t enc = 0; enc < DT_ENC_COUNT; enc++) {
+        b[7] = (uint8_t)(DT_WIRE_F_EXACT | enc << 4);
+        dt_wire_header d;
+        CHECK(dt_wire_decode(&d, b, sizeof good, NULL) == DT_OK && d.encoding == enc && d.flags == DT_WIRE_F_EXACT);
+    }
+    stat.flags = 0;
+    stat.encoding = DT_ENC_BF16;
+    dt_wire_encode(sb, &stat);
+    CHECK(decode_fails(sb, sizeof sb, DT_EFORMAT, "STATUS header: encoding 1 on a message without one"));
+    dt_wire_header ack = sample(DT_MSG_PUSH_ACK);
+    ack.encoding = DT_ENC_FP16;
+    dt_wire_encode(sb, &ack);
+    CHECK(decode_fails(sb, sizeof sb, DT_EFORMAT, "without one"));
     memcpy(b, good, sizeof good);
     b[8] = 9;
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "role"));
@@ -224,6 +243,7 @@ static void test_refusals(void) {
 static void test_payload_bounds(void) {
     dt_error e = {0};
     dt_wire_header h = sample(DT_MSG_PUSH);
+    h.encoding = DT_ENC_FP32;
     h.payload_bytes = 1000 * 4;
     CHECK(dt_wire_check_payload(&h, 1000, &e) == DT_OK);
     h.payload_bytes = 1000 * 4 + 4;
@@ -233,6 +253,26 @@ static void test_payload_bounds(void) {
     CHECK(dt_wire_check_payload(&h, 1000, &e) == DT_EFORMAT);
     h.payload_bytes = 996;
     CHECK(dt_wire_check_payload(&h, 1000, &e) == DT_EFORMAT);
+    /* 16-bit encodings: 2 bytes a value, per chunk; float32's size is refused */
+    h.encoding = DT_ENC_BF16;
+    h.payload_bytes = 2000;
+    CHECK(dt_wire_check_payload(&h, 1000, &e) == DT_OK);
+    h.payload_bytes = 4000;
+    CHECK(dt_wire_check_payload(&h, 1000, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "expected 2000");
+    CHECK_CONTAINS(e.msg, "bf16");
+    h.chunks = 3, h.chunk = 2; /* floats 666..999: 334 */
+    h.payload_bytes = 668;
+    CHECK(dt_wire_check_payload(&h, 1000, &e) == DT_OK);
+    dt_wire_header pa = sample(DT_MSG_PARAMS);
+    pa.encoding = DT_ENC_FP16;
+    pa.payload_bytes = 2000;
+    CHECK(dt_wire_check_payload(&pa, 1000, &e) == DT_OK);
+    pa.encoding = DT_ENC_FP32;
+    CHECK(dt_wire_check_payload(&pa, 1000, &e) == DT_EFORMAT);
+    pa.encoding = 7; /* a hand-made header */
+    CHECK(dt_wire_check_payload(&pa, 1000, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "unknown encoding");
 
     dt_wire_header init = sample(DT_MSG_INIT); /* adam: params + 2 slots */
     init.payload_bytes = 3 * 1000 * 4;
@@ -431,11 +471,29 @@ static void test_oversized_frame_dropped(void) {
 
 /* `test_wire --write-corpus DIR` writes the fuzz seed corpus (fuzz/corpus/wire) for this protocol
  * version: one valid message of each type in the fuzz target's input format ([selector byte]
- * [header][payload]), so the seeds follow the protocol when its version changes. */
+ * [header][payload]), and 16-bit PUSH and PARAMS, so the seeds follow the protocol when its version
+ * changes. */
+static int write_seed(const char *dir, const char *name, uint8_t selector, dt_wire_header *h, size_t payload) {
+    uint8_t buf[1 + DT_WIRE_HEADER_SIZE + 4 * 8 + 16];
+    h->payload_bytes = payload;
+    buf[0] = selector;
+    dt_wire_encode(buf + 1, h);
+    memset(buf + 1 + DT_WIRE_HEADER_SIZE, 0, payload);
+    if (h->type == DT_MSG_ERROR) memcpy(buf + 1 + DT_WIRE_HEADER_SIZE, "oops!", 5);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, 1 + DT_WIRE_HEADER_SIZE + payload, f) != 1 + DT_WIRE_HEADER_SIZE + payload) {
+        fprintf(stderr, "test_wire: cannot write %s\n", path);
+        if (f) fclose(f);
+        return 1;
+    }
+    return fclose(f) != 0;
+}
+
 static int write_corpus(const char *dir) {
     for (int t = 1; t <= DT_MSG_TYPE_MAX; t++) {
         dt_wire_header h = dt_wire_header_make((dt_msg_type)t, t % 2 ? DT_ROLE_WORKER : DT_ROLE_PS, 1, 7);
-        uint8_t buf[1 + DT_WIRE_HEADER_SIZE + 4 * 8 + 16];
         size_t payload = 0;
         h.shard_floats = 4;
         if (t == DT_MSG_INIT || t == DT_MSG_WELCOME || t == DT_MSG_STATE) {
@@ -444,23 +502,19 @@ static int write_corpus(const char *dir) {
         }
         if (t == DT_MSG_INIT || t == DT_MSG_STATE) payload = 4 * 3 * sizeof(float);
         if (t == DT_MSG_PARAMS || t == DT_MSG_PUSH) payload = 4 * sizeof(float);
+        if (t == DT_MSG_PULL) h.encoding = DT_ENC_BF16;
         if (t == DT_MSG_ERROR) payload = 5, h.status = DT_WIRE_E_NOT_READY;
-        h.payload_bytes = payload;
-        buf[0] = 2; /* selector: shard of 1000 floats */
-        dt_wire_encode(buf + 1, &h);
-        memset(buf + 1 + DT_WIRE_HEADER_SIZE, 0, payload);
-        if (t == DT_MSG_ERROR) memcpy(buf + 1 + DT_WIRE_HEADER_SIZE, "oops!", 5);
-        char path[512];
-        snprintf(path, sizeof path, "%s/type%02d", dir, t);
-        FILE *f = fopen(path, "wb");
-        if (!f || fwrite(buf, 1, 1 + DT_WIRE_HEADER_SIZE + payload, f) != 1 + DT_WIRE_HEADER_SIZE + payload) {
-            fprintf(stderr, "test_wire: cannot write %s\n", path);
-            if (f) fclose(f);
-            return 1;
-        }
-        fclose(f);
+        char name[32];
+        snprintf(name, sizeof name, "type%02d", t);
+        if (write_seed(dir, name, 2 /* selector: shard of 1000 floats */, &h, payload)) return 1;
     }
-    return 0;
+    /* 16-bit payloads for a shard of one float (selector 1): 2 bytes each */
+    dt_wire_header push = dt_wire_header_make(DT_MSG_PUSH, DT_ROLE_WORKER, 1, 7);
+    push.encoding = DT_ENC_BF16;
+    push.flags = DT_WIRE_F_PULL;
+    dt_wire_header params = dt_wire_header_make(DT_MSG_PARAMS, DT_ROLE_PS, 0, 7);
+    params.encoding = DT_ENC_FP16;
+    return write_seed(dir, "type07_bf16", 1, &push, 2) || write_seed(dir, "type06_fp16", 1, &params, 2);
 }
 
 int main(int argc, char **argv) {

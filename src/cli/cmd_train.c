@@ -68,6 +68,9 @@ int cmd_train(int argc, char **argv) {
         FLAG_NUM("chunk_kb", FLAG_INT, &o.chunk_kb,
                  "chief: each ps shard travels in chunks of about this many KiB, applied and sent back one by one; "
                  "0: one chunk", 0, 1 << 22, 0),
+        FLAG_TEXT("compression", &o.compression,
+                  "cluster: none, bf16 or fp16: gradients (with error feedback) and parameters travel in 16 bits, "
+                  "half the bytes; the ps tasks keep float32"),
         FLAG_NUM("connect_timeout", FLAG_DOUBLE, &connect_timeout, "seconds a worker retries its ps tasks", 0, DAY,
                  FLAG_LO_OPEN),
         FLAG_NUM("heartbeat_timeout", FLAG_DOUBLE, &heartbeat_timeout,

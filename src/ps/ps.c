@@ -16,6 +16,7 @@
 #include "ps/peers.h"
 #include "ps/snapshots.h"
 #include "transport/auth.h"
+#include "transport/compress.h"
 #include "transport/wire.h"
 #include "transport/zmq_io.h"
 
@@ -63,6 +64,7 @@ typedef struct {
     int count;
     uint16_t *worker;         /* [aggregate] */
     zmq_msg_t *grad;          /* [aggregate] payloads */
+    uint8_t *enc;             /* [aggregate] their encodings (workers may differ) */
 } accum;
 
 /* One chunk of the shard (docs/protocol.md, "Chunks"): its own values, optimizer state, step,
@@ -89,7 +91,7 @@ typedef struct {
     int workers;              /* from INIT: worker tasks in the cluster (0: not told) */
     part_t *parts;            /* [n_parts], the shard cut as INIT said; NULL before INIT */
     int n_parts;
-    float *scratch;           /* [largest part] aligned copy of a misaligned gradient frame (rare) */
+    float *scratch;           /* [largest part] aligned float32 copy of a misaligned or 16-bit gradient frame */
     float *sum;               /* sync: [largest part] the mean gradient of a step */
     dt_opt_config opt;
     int slots, initialised, shutdown;
@@ -260,6 +262,7 @@ static void part_free(part_t *p, int aggregate_staleness) {
         for (int k = 0; k < p->acc[i].count; k++) zmq_msg_close(&p->acc[i].grad[k]);
         free(p->acc[i].worker);
         free(p->acc[i].grad);
+        free(p->acc[i].enc);
     }
     free(p->acc);
     memset(p, 0, sizeof *p);
@@ -272,10 +275,30 @@ static void parts_free(part_t *parts, int n, int staleness) {
 
 /* ---- PARAMS ----------------------------------------------------------------------------------- */
 
-/* The payload of a PARAMS reply of part p at `step` (the current one, or a kept one) for peer:
- * DT_OK, DT_ENOMEM, 1 if the peer has too many replies unread, or 2 if that step is no longer kept. */
-static int params_msg(ps_t *ps, part_t *p, dt_peer *peer, int64_t step, zmq_msg_t *m) {
+/* A PARAMS payload in a 16-bit encoding: packed from the float32 values into a buffer of its own.
+ * 3 if a value does not fit fp16 (nothing is sent: a parameter has no error feedback to carry the
+ * remainder, and a saturated one would be silently wrong). */
+static int params_packed(ps_t *ps, part_t *p, dt_peer *peer, const float *values, uint8_t enc, zmq_msg_t *m) {
+    const size_t bytes = p->n * dt_enc_size(enc);
+    void *packed = malloc(bytes ? bytes : 1);
+    if (!packed) return DT_ENOMEM;
+    if (dt_pack(enc, packed, values, p->n)) {
+        free(packed);
+        return 3;
+    }
+    return reply_msg(ps, peer, m, packed, bytes, NULL, packed);
+}
+
+/* The payload of a PARAMS reply of part p at `step` (the current one, or a kept one) in encoding
+ * enc for peer: DT_OK, DT_ENOMEM, 1 if the peer has too many replies unread, 2 if that step is no
+ * longer kept, or 3 if a value does not fit the encoding. */
+static int params_msg(ps_t *ps, part_t *p, dt_peer *peer, int64_t step, uint8_t enc, zmq_msg_t *m) {
     const size_t bytes = p->n * sizeof(float);
+    if (enc != DT_ENC_FP32) { /* packed from the current values or a kept step's: no snapshot needed */
+        if (step == p->step) return params_packed(ps, p, peer, p->params, enc, m);
+        dt_snap *k = dt_snap_find(&p->snaps, step);
+        return k ? params_packed(ps, p, peer, k->data, enc, m) : 2;
+    }
     dt_snap *b = step == p->step ? snap_current(ps, p) : dt_snap_find(&p->snaps, step);
     if (b) return reply_msg(ps, peer, m, b->data, bytes, b, NULL);
     if (step != p->step) return 2;
@@ -294,12 +317,18 @@ static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_w
     part_t *p = &ps->parts[req->chunk];
     int64_t step = (req->flags & DT_WIRE_F_EXACT) ? req->global_step : p->step;
     zmq_msg_t m;
-    int rc = params_msg(ps, p, peer, step, &m);
+    int rc = params_msg(ps, p, peer, step, req->encoding, &m);
     dt_wire_header r = reply_to(ps, rc ? DT_MSG_ERROR : DT_MSG_PARAMS, req);
     if (rc == 2) {
         dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_GONE,
                            "ps %d: step %lld of chunk %u is no longer kept (now at step %lld, keeping the last %d)",
                            ps->cfg->ps_index, (long long)step, req->chunk, (long long)p->step, SNAP_KEEP);
+        return;
+    }
+    if (rc == 3) {
+        dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BAD_VALUE,
+                           "ps %d: a parameter of chunk %u at step %lld is beyond fp16's range (+-65504): pull in "
+                           "bf16 or float32 (--compression)", ps->cfg->ps_index, req->chunk, (long long)step);
         return;
     }
     if (rc == 1) {
@@ -314,6 +343,7 @@ static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_w
         return;
     }
     r.global_step = step;
+    r.encoding = req->encoding;
     r.status = status;
     r.count_a = waited_us > 0 ? (uint64_t)waited_us : 0;
     r.count_b = stale;
@@ -630,7 +660,8 @@ static int init_prepare(ps_t *ps, const dt_wire_header *h, const float *data, in
             p->acc[i].step = -1;
             p->acc[i].worker = dt_calloc((size_t)s->aggregate, sizeof *p->acc[i].worker, "ps accumulator", NULL);
             p->acc[i].grad = dt_calloc((size_t)s->aggregate, sizeof *p->acc[i].grad, "ps accumulator", NULL);
-            if (!p->acc[i].worker || !p->acc[i].grad) goto oom;
+            p->acc[i].enc = dt_calloc((size_t)s->aggregate, sizeof *p->acc[i].enc, "ps accumulator", NULL);
+            if (!p->acc[i].worker || !p->acc[i].grad || !p->acc[i].enc) goto oom;
         }
     }
     if (!(s->scratch = dt_alloc_floats(largest, "ps gradient scratch", NULL))) goto oom;
@@ -745,12 +776,13 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
 
 /* ---- PUSH ------------------------------------------------------------------------------------- */
 
-/* A gradient's payload as aligned floats (libzmq promises no alignment: copied if needed). */
-static const float *grad_floats(ps_t *ps, zmq_msg_t *m) {
+/* A gradient's payload as aligned float32 (libzmq promises no alignment: copied if needed; a
+ * 16-bit encoding is unpacked, exactly). into: where a copy goes (the scratch buffer, or the sum). */
+static const float *grad_floats(float *into, zmq_msg_t *m, uint8_t enc) {
     const float *g = zmq_msg_data(m);
-    if ((uintptr_t)g % alignof(float) == 0) return g;
-    memcpy(ps->scratch, g, zmq_msg_size(m));
-    return ps->scratch;
+    if (enc == DT_ENC_FP32 && (uintptr_t)g % alignof(float) == 0) return g;
+    dt_unpack(enc, into, g, zmq_msg_size(m) / dt_enc_size(enc));
+    return into;
 }
 
 /* A PUSH's reply: PUSH_ACK, or for a PUSH that asked for PARAMS its chunk's values once they
@@ -779,24 +811,22 @@ static void apply_sync_step(ps_t *ps, part_t *p) {
             zmq_msg_move(&t, &a->grad[j]);
             zmq_msg_move(&a->grad[j], &a->grad[j - 1]);
             zmq_msg_move(&a->grad[j - 1], &t);
+            uint8_t e = a->enc[j];
+            a->enc[j] = a->enc[j - 1], a->enc[j - 1] = e;
         }
     /* mean = ((g0 + g1) + g2 ...) / count in count - 1 passes: the first reads g0 and g1 where they
      * arrived, the division rides on the last; a single gradient is its own mean (no copy).
-     * grad_floats may use the scratch buffer, so a misaligned g0 goes to sum first. */
+     * The later gradients may use the scratch buffer, so a misaligned or 16-bit g0 goes to sum. */
     const size_t n = p->n;
     const float *mean = ps->sum;
     if (a->count == 1) {
-        mean = grad_floats(ps, &a->grad[0]);
+        mean = grad_floats(ps->scratch, &a->grad[0], a->enc[0]);
     } else {
         float *sum = ps->sum;
         const float div = (float)a->count;
-        const float *g0 = zmq_msg_data(&a->grad[0]);
-        if ((uintptr_t)g0 % alignof(float) != 0) {
-            memcpy(sum, g0, n * sizeof(float));
-            g0 = sum;
-        }
+        const float *g0 = grad_floats(sum, &a->grad[0], a->enc[0]);
         for (int k = 1; k < a->count; k++) {
-            const float *g = grad_floats(ps, &a->grad[k]), *acc = k == 1 ? g0 : sum;
+            const float *g = grad_floats(ps->scratch, &a->grad[k], a->enc[k]), *acc = k == 1 ? g0 : sum;
             if (k < a->count - 1)
                 for (size_t i = 0; i < n; i++) sum[i] = acc[i] + g[i];
             else
@@ -873,6 +903,7 @@ static void on_sync_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     a->step = t;
     zmq_msg_init(&a->grad[k]);
     zmq_msg_move(&a->grad[k], &in->payload);
+    a->enc[k] = h->encoding;
     if (h->chunk == 0) ps->pushes++;
     int applied = apply_complete_steps(ps, p);
     push_reply(ps, id, in, DT_WIRE_OK, ps->stale[h->task]);
@@ -902,7 +933,7 @@ static void on_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         return;
     }
     part_t *p = &ps->parts[in->hdr.chunk];
-    advance(ps, p, grad_floats(ps, &in->payload));
+    advance(ps, p, grad_floats(ps->scratch, &in->payload, in->hdr.encoding));
     if (in->hdr.chunk == 0) ps->pushes++, ps->updates++;
     push_reply(ps, id, in, DT_WIRE_OK, 0);
     if (ps->n_pending) serve_pending(ps);

@@ -37,6 +37,7 @@ void dt_train_options_init(dt_train_options *o) {
     o->debug_delay_worker = -1;
     o->debug_emulate_compute_ms = -1;
     o->placement = "greedy";
+    o->compression = "none";
     o->chunk_kb = (int)(DT_WIRE_CHUNK_BYTES_DEFAULT >> 10);
     o->connect_timeout_ms = 60000;
     o->ps_timeout_ms = 120000;
@@ -71,6 +72,9 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     if (o->total_num_replicas && o->replicas_to_aggregate > o->total_num_replicas)
         return dt_errorf(err, DT_EINVAL, "--replicas_to_aggregate=%d is more than --total_num_replicas=%d",
                          o->replicas_to_aggregate, o->total_num_replicas);
+    dt_encoding enc;
+    int rc = dt_enc_parse(o->compression, &enc, err);
+    if (rc) return rc;
     if (o->chunk_kb < 0 || o->chunk_kb > (1 << 22))
         return dt_errorf(err, DT_EINVAL, "--chunk_kb=%d must be 0 (one chunk per shard) to %d", o->chunk_kb, 1 << 22);
     if (o->debug_step_delay_ms < 0)
@@ -264,6 +268,8 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
     int64_t total = o->train_steps > 0 ? o->train_steps : (int64_t)ceil(o->epochs * (double)global_per_epoch);
 
     if (c->distributed) {
+        dt_encoding compression; /* checked by check_options */
+        if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
         dt_remote_config rc_cfg = {.cluster = c,
                                    .placement = &r->placement,
                                    .opt = opt,
@@ -277,6 +283,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
                                                         ? o->debug_step_delay_ms : 0,
                                    .ps_timeout_ms = o->ps_timeout_ms,
                                    .chunk_bytes = (int64_t)o->chunk_kb << 10,
+                                   .compression = compression,
                                    .strict = o->strict,
                                    .seed = o->seed,
                                    .stop = o->stop,

@@ -68,7 +68,7 @@ void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
     memcpy(out + OFF_MAGIC, DT_WIRE_MAGIC, 4);
     put_u16(out + OFF_VERSION, DT_WIRE_VERSION);
     out[OFF_TYPE] = h->type;
-    out[OFF_FLAGS] = h->flags;
+    out[OFF_FLAGS] = (uint8_t)(h->flags | (h->encoding << DT_WIRE_ENC_SHIFT));
     out[OFF_ROLE] = h->role;
     put_u16(out + OFF_TASK, h->task);
     put_u32(out + OFF_REQUEST, h->request_id);
@@ -171,7 +171,8 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     dt_wire_header h;
     h.version = version;
     h.type = p[OFF_TYPE];
-    h.flags = p[OFF_FLAGS];
+    h.flags = (uint8_t)(p[OFF_FLAGS] & ~DT_WIRE_ENC_MASK);
+    h.encoding = (uint8_t)((p[OFF_FLAGS] & DT_WIRE_ENC_MASK) >> DT_WIRE_ENC_SHIFT);
     h.role = p[OFF_ROLE];
     h.task = get_u16(p + OFF_TASK);
     h.request_id = get_u32(p + OFF_REQUEST);
@@ -200,6 +201,14 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     const char *tn = dt_wire_type_name(h.type);
     if (h.flags & ~allowed_flags(h.type))
         return dt_errorf(err, DT_EFORMAT, "%s header: unknown flags 0x%02x (byte %d)", tn, h.flags,
+                         OFF_FLAGS);
+    /* Only a message that carries the shard's values, or asks for them, has an encoding. */
+    int encoded = h.type == DT_MSG_PUSH || h.type == DT_MSG_PULL || h.type == DT_MSG_PARAMS;
+    if (!encoded && h.encoding)
+        return dt_errorf(err, DT_EFORMAT, "%s header: encoding %u on a message without one (byte %d, bits 4-5 must "
+                         "be 0)", tn, h.encoding, OFF_FLAGS);
+    if (h.encoding >= DT_ENC_COUNT)
+        return dt_errorf(err, DT_EFORMAT, "%s header: unknown encoding %u (byte %d, bits 4-5)", tn, h.encoding,
                          OFF_FLAGS);
     if (h.role > DT_ROLE_MAX)
         return dt_errorf(err, DT_EFORMAT, "%s header: unknown sender role %u (byte %d)", tn, h.role,
@@ -254,8 +263,10 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
     switch (h->type) {
     case DT_MSG_PUSH:
     case DT_MSG_PARAMS:
+        if (!dt_enc_size(h->encoding))
+            return dt_errorf(err, DT_EFORMAT, "%s header: unknown encoding %u", tn, h->encoding);
         dt_wire_chunk(shard_floats, h->chunks, h->chunk, &off, &len);
-        want = len * 4;
+        want = len * dt_enc_size(h->encoding);
         break;
     case DT_MSG_INIT:
     case DT_MSG_STATE:
@@ -273,9 +284,10 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
     default: want = 0; break;
     }
     if (h->payload_bytes != want)
-        return dt_errorf(err, DT_EFORMAT, "%s payload of %llu bytes, expected %llu (shard of %llu floats)",
+        return dt_errorf(err, DT_EFORMAT, "%s payload of %llu bytes, expected %llu (shard of %llu floats%s%s)",
                          tn, (unsigned long long)h->payload_bytes, (unsigned long long)want,
-                         (unsigned long long)shard_floats);
+                         (unsigned long long)shard_floats, h->encoding ? ", encoding " : "",
+                         h->encoding ? dt_enc_name(h->encoding) : "");
     return DT_OK;
 }
 

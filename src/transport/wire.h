@@ -18,9 +18,10 @@
 #include <stdint.h>
 
 #include "dtrain.h"
+#include "transport/compress.h"
 
 #define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
-#define DT_WIRE_VERSION 5u              /* 5: chunks, PUSH that asks for PARAMS (docs/protocol.md) */
+#define DT_WIRE_VERSION 6u              /* 6: 16-bit encodings of PUSH and PARAMS (docs/protocol.md) */
 #define DT_WIRE_HEADER_SIZE 104u
 #define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
 #define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
@@ -37,6 +38,11 @@
 #define DT_WIRE_F_STRICT 0x04u /* INIT: a lost worker stops the job instead of lowering the replicas */
 #define DT_WIRE_F_PULL 0x08u   /* PUSH: answer with this chunk's PARAMS (at least step global_step,
                                 * the push's outcome in status) instead of PUSH_ACK */
+/* Bits 4-5 of the flags byte: the encoding (dt_encoding: 0 float32, 1 bf16, 2 fp16; 3 is refused)
+ * of a PUSH's or PARAMS' payload, and of the PARAMS a PULL or a PUSH with the PULL flag asks for.
+ * Decoded into dt_wire_header.encoding, not flags. */
+#define DT_WIRE_ENC_SHIFT 4u
+#define DT_WIRE_ENC_MASK 0x30u
 #define DT_WIRE_MAX_CHUNKS 255u /* a shard is cut into at most this many chunks */
 #define DT_WIRE_CHUNK_BYTES_DEFAULT (512u << 10) /* the chief's default cut: parts of about 512 KiB */
 
@@ -89,6 +95,10 @@ typedef struct {
     uint16_t version;       /* filled by decode; encode always writes DT_WIRE_VERSION */
     uint8_t type;           /* dt_msg_type */
     uint8_t flags;          /* DT_WIRE_F_* allowed for the type; others 0 */
+    /* PUSH, PARAMS: the payload's dt_encoding; PULL, and a PUSH with the PULL flag: the encoding
+     * the PARAMS are wanted in (a PUSH's gradient and its PARAMS share one). Other types: 0. On the
+     * wire: bits 4-5 of the flags byte. */
+    uint8_t encoding;
     uint8_t role;           /* dt_wire_role of the sender */
     uint16_t task;          /* sender's task index */
     uint32_t request_id;    /* chosen by the requester, echoed in the reply */
@@ -137,7 +147,7 @@ uint32_t dt_wire_peek_request_id(const void *buf, size_t len);
 int dt_wire_type_has_payload(uint8_t type);
 
 /* Bounds h->payload_bytes for a receiver whose peer shard holds shard_floats floats: PUSH and
- * PARAMS exactly shard_floats*4, INIT and STATE exactly (1 + opt_slots)*shard_floats*4, ERROR at most
+ * PARAMS exactly their chunk's floats times the encoding's size (4 or 2 bytes), INIT and STATE exactly (1 + opt_slots)*shard_floats*4, ERROR at most
  * DT_WIRE_MAX_ERROR_TEXT, others 0. Call before receiving or allocating anything for the payload. */
 int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_error *err);
 

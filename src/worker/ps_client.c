@@ -12,6 +12,7 @@
 #include "core/finite.h"
 #include "transport/auth.h"
 #include "transport/zmq_io.h"
+#include "worker/codec.h"
 
 /* Outstanding requests per ps within one call: a push and a pull of every chunk. */
 #define MAX_AWAIT (2 * (int)DT_WIRE_MAX_CHUNKS + 2)
@@ -54,6 +55,8 @@ struct dt_ps_client {
     uint64_t chunk_bytes;     /* the cut INIT asks for: chunks of about this size (0: one chunk) */
     int liveness_ms, strict;
     int last_refusal;         /* DT_WIRE_E_* of the latest ERROR reply (dt_ps_client_last_refusal) */
+    uint8_t encoding;         /* --compression: of gradients up and parameters down */
+    dt_codec *codec;          /* 16-bit gradients with error feedback; NULL: float32 */
     void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
     void *name_user;
     dt_ps_client_stats stats;
@@ -301,6 +304,7 @@ void dt_ps_client_close(dt_ps_client *c) {
     }
     /* Terminating the context releases every zero-copy frame still queued (linger is 0). */
     if (c->ctx) zmq_ctx_term(c->ctx);
+    dt_codec_free(c->codec); /* after: libzmq may have held packed gradients till then */
     free(c->ps);
     free(c);
 }
@@ -424,6 +428,11 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
     c->chunk_bytes = cfg->chunk_bytes < 0 ? DT_WIRE_CHUNK_BYTES_DEFAULT : (uint64_t)cfg->chunk_bytes;
     c->name_float = cfg->name_float;
     c->name_user = cfg->name_user;
+    if ((unsigned)cfg->compression >= DT_ENC_COUNT) {
+        free(c);
+        return dt_errorf(err, DT_EINVAL, "ps client: compression %d is not an encoding", (int)cfg->compression);
+    }
+    c->encoding = (uint8_t)cfg->compression;
     c->curve = cfg->auth && cfg->auth->curve;
     if (c->curve) {
         c->auth = *cfg->auth;
@@ -464,6 +473,9 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         strcpy(p->endpoint, ep);
         if ((rc = conn_socket(c, i, err))) goto fail;
     }
+    if (c->encoding != DT_ENC_FP32 && (rc = dt_codec_open(&c->codec, (dt_encoding)c->encoding, c->n_ps,
+                                                          cfg->shard_floats, err)))
+        goto fail;
     if ((rc = hello_all(c, err))) goto fail;
     *out = c;
     return DT_OK;
@@ -587,6 +599,7 @@ static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error 
     const dt_wire_header *h = &in->hdr;
     if (h->status == DT_WIRE_STALE) x->stale[i] = 1;
     else if (h->status != DT_WIRE_OK) return fail_ps(c, i, err, DT_EPROTO, "PUSH", dt_wire_status_name(h->status));
+    if (c->codec) dt_codec_settle(c->codec, i, h->chunk, h->request_id, h->status == DT_WIRE_OK);
     if (h->type == DT_MSG_PUSH_ACK) {
         *chunk_step(x, i, h->chunk) = h->global_step;
         return DT_OK;
@@ -602,7 +615,7 @@ static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error 
     uint64_t off, len;
     dt_wire_chunk(p->n, h->chunks, h->chunk, &off, &len); /* the size was checked by on_message */
     float *dst = x->dst[i] + off;
-    memcpy(dst, zmq_msg_data(&in->payload), len * sizeof(float)); /* libzmq promises no alignment */
+    dt_unpack(h->encoding, dst, zmq_msg_data(&in->payload), (size_t)len); /* libzmq promises no alignment */
     *chunk_step(x, i, h->chunk) = h->global_step;
     /* Caught here, where it enters, it names its source; left alone it would surface only later
      * as a NaN loss. */
@@ -624,6 +637,7 @@ static int send_pull(dt_ps_client *c, int i, int k, int64_t step, int exact, int
     h.global_step = step;
     h.chunk = (uint8_t)k;
     h.chunks = (uint8_t)c->ps[i].chunks;
+    h.encoding = c->encoding;
     if (exact) h.flags = DT_WIRE_F_EXACT;
     return send_req(c, i, &h, DT_MSG_PARAMS, NULL, deadline, err);
 }
@@ -635,9 +649,13 @@ static int send_push(dt_ps_client *c, int i, int k, const float *grad, int64_t l
     ps_conn *p = &c->ps[i];
     uint64_t off, len;
     dt_wire_chunk(p->n, (unsigned)p->chunks, (unsigned)k, &off, &len);
+    const void *data = grad + off;
+    size_t bytes = (size_t)len * sizeof(float);
+    /* --compression: packed with error feedback into the codec's buffer, sent from there. */
+    if (c->codec) data = dt_codec_encode(c->codec, i, (unsigned)p->chunks, (unsigned)k, grad, &bytes);
     zmq_msg_t m;
     atomic_fetch_add(&p->inflight, 1);
-    if (zmq_msg_init_data(&m, (void *)(grad + off), len * sizeof(float), release_inflight, p) != 0) {
+    if (zmq_msg_init_data(&m, (void *)data, bytes, release_inflight, p) != 0) {
         atomic_fetch_sub(&p->inflight, 1);
         return dt_errorf(err, DT_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(errno));
     }
@@ -647,7 +665,10 @@ static int send_push(dt_ps_client *c, int i, int k, const float *grad, int64_t l
     h.chunk = (uint8_t)k;
     h.chunks = (uint8_t)p->chunks;
     h.flags = (uint8_t)((c->aggregate ? DT_WIRE_F_SYNC : 0) | (pull ? DT_WIRE_F_PULL : 0));
-    return send_req(c, i, &h, pull ? DT_MSG_PARAMS : DT_MSG_PUSH_ACK, &m, deadline, err);
+    h.encoding = c->encoding;
+    int rc = send_req(c, i, &h, pull ? DT_MSG_PARAMS : DT_MSG_PUSH_ACK, &m, deadline, err);
+    if (!rc && c->codec) dt_codec_sent(c->codec, i, (unsigned)k, h.request_id);
+    return rc;
 }
 
 /* Every chunk of every ps goes out at once, chunk by chunk across the ps tasks, so every link is

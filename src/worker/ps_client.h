@@ -49,6 +49,10 @@ typedef struct {
      * the live workers only (0: never); strict: a lost worker stops the job instead. */
     int liveness_ms, strict;
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h, copied); NULL: no security */
+    /* Gradients up and parameters down in this encoding (docs/protocol.md, "Encodings"): 16-bit
+     * gradients carry error feedback (worker/codec.h), parameters are unpacked into float32. The
+     * ps keeps float32; INIT and FETCH stay float32. DT_ENC_FP32 (0): as they are. */
+    dt_encoding compression;
     /* Names float `index` of shard `ps` in messages, e.g. "conv2/kernel[123]" (the parameters a pull
      * refuses as non-finite); NULL: "float 123 of its shard". */
     void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);

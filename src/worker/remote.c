@@ -415,6 +415,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .staleness = cfg->staleness,
         .n_workers = cfg->cluster->n_workers,
         .chunk_bytes = cfg->chunk_bytes,
+        .compression = cfg->compression,
         /* Half the request deadline: the ps gives up on a silent worker before the others do. */
         .liveness_ms = r->cfg.request_timeout_ms / 2,
         .strict = cfg->strict,

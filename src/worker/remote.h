@@ -11,6 +11,7 @@
 #include "cluster/cluster.h"
 #include "cluster/placement.h"
 #include "compute/optim.h"
+#include "transport/compress.h"
 #include "train/updater.h"
 
 typedef struct {
@@ -33,6 +34,7 @@ typedef struct {
      * instead of lowering the replicas a step waits for. */
     int ps_timeout_ms, strict;
     int64_t chunk_bytes;          /* chief: the cut INIT asks for (ps_client.h); 0: one chunk per shard */
+    dt_encoding compression;      /* gradients up and parameters down in 16 bits (ps_client.h); 0: float32 */
     uint64_t seed;
     const volatile int *stop;     /* may be NULL; set (a signal): the wait for a lost ps ends */
     /* The newest checkpoint in the flat layout (params [n], state [slots * n]): 1 if there is one,
