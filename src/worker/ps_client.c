@@ -395,7 +395,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
             dt_error_prefix(err, "ps %d at %s: ", i, ep);
             goto fail;
         }
-        if (zmq_connect(p->sock, ep) != 0) {
+        if (dt_zsock_connect(p->sock, ep) != 0) {
             rc = dt_errorf(err, DT_EINVAL, "ps %d: cannot connect to '%s': %s", i, ep, zmq_strerror(errno));
             goto fail;
         }

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Clusters across addresses (issue 12): IPv6 works end to end (a real cluster over [::1]); a ps
+# binds its own address, so ps tasks on one host's different addresses share a port, and --bind
+# binds another; a ps whose address is not this host's says so. Every process is bounded by
+# `timeout` and killed at exit (lib.sh).
+. "$(dirname "$0")/lib.sh"
+data=${FASHION:-/usr/share/datasets/fashion-mnist}
+ln -s "$(cd "$data" && pwd)" "$tmp/data"
+# A tiny model, so that the runs stay short under the sanitizers too.
+printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
+m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threads 1)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# run_cluster TAG PS_HOSTS WORKER_HOSTS [flags for every task]: every task of the cluster as its own
+# process (logs $tmp/TAG.ps<i>, $tmp/TAG.w<i>), a short asynchronous run; 0 if every process exits 0.
+# PS_FLAGS_<i> (arrays named ps_flags0, ps_flags1...) add flags to ps i alone.
+run_cluster() {
+  local tag=$1 ps=$2 workers=$3 i p st=0 pids=()
+  shift 3
+  local nps nw
+  nps=$(tr ',' '\n' <<<"$ps" | wc -l)
+  nw=$(tr ',' '\n' <<<"$workers" | wc -l)
+  for ((i = 0; i < nps; i++)); do
+    local -n extra=ps_flags$i
+    timeout 120 "$bin" train "${m[@]}" --ps_hosts="$ps" --worker_hosts="$workers" --job_name=ps --task_index=$i \
+      "$@" ${extra[@]+"${extra[@]}"} >"$tmp/$tag.ps$i" 2>&1 &
+    pids+=($!)
+    unset -n extra
+  done
+  for ((i = 0; i < nw; i++)); do
+    timeout 120 "$bin" train "${m[@]}" --ps_hosts="${worker_ps_hosts:-$ps}" --worker_hosts="$workers" --job_name=worker \
+      --task_index=$i --train_steps 20 --steps_to_validate 10 "$@" >"$tmp/$tag.w$i" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || st=1; done
+  return $st
+}
+ps_flags0=() ps_flags1=()
+show() { tail -n 3 "$tmp/$1".*; }
+
+# 1. IPv6 end to end: ps tasks on [::1] and on 127.0.0.1 with the same port (each binds its own
+# address), workers over TCP (DTRAIN_IPC=0: not the same-host Unix socket), then the default path.
+if ! grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6 2>/dev/null; then
+  echo "skip IPv6: this kernel has no IPv6 loopback (::1 is not in /proc/net/if_inet6)"
+else
+  port=$(free_port)
+  if DTRAIN_IPC=0 run_cluster v6 "[::1]:$port,127.0.0.1:$port" "[::1]:$((port + 1)),127.0.0.1:$((port + 2))"; then
+    ok "a cluster over [::1] (and 127.0.0.1, same port) trains, every process exits 0"
+  else
+    bad "a cluster over [::1] trains"; show v6
+  fi
+  grep -q "serving .* on tcp://\[::1\]:$port" "$tmp/v6.ps0" && ok "ps 0 serves on tcp://[::1]:$port" \
+    || bad "ps 0 serves on tcp://[::1]:$port: $(cat "$tmp/v6.ps0")"
+  grep -q "test accuracy" "$tmp/v6.w0" && grep -q "^trained" "$tmp/v6.w1" && ok "both workers trained over IPv6" \
+    || bad "both workers trained over IPv6"
+  port=$(free_port)
+  run_cluster v6ipc "[::1]:$port" "[::1]:$((port + 1))" && ok "the docs' [::1]:port works with the same-host path too" \
+    || { bad "the docs' [::1]:port works with the same-host path too"; show v6ipc; }
+fi
+
+summary
