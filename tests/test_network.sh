@@ -58,4 +58,48 @@ else
     || { bad "the docs' [::1]:port works with the same-host path too"; show v6ipc; }
 fi
 
+# 2. Each ps binds its own address: two ps tasks of one host on different addresses share a port.
+# 127.0.0.1 and 127.0.0.2 (both loopback on Linux), over TCP:
+port=$(free_port)
+DTRAIN_IPC=0 run_cluster lo2 "127.0.0.1:$port,127.0.0.2:$port" "127.0.0.1:$((port + 1))" \
+  && ok "ps tasks on 127.0.0.1:$port and 127.0.0.2:$port both bind and serve a cluster" \
+  || { bad "ps tasks on 127.0.0.1 and 127.0.0.2, same port"; show lo2; }
+# This host's name, resolved, beside 127.0.0.2 with the same port (before, a name bound every
+# interface, *:port, and the second ps could not bind).
+name=$(hostname)
+addr=$(getent ahostsv4 "$name" 2>/dev/null | awk 'NR == 1 { print $1 }')
+if [ -z "$addr" ] || [ "$addr" = 127.0.0.2 ] || ! python3 -c "import socket; socket.socket().bind(('$addr', 0))" 2>/dev/null; then
+  echo "skip the host-name case: $name does not resolve to an IPv4 address of this host (other than 127.0.0.2)"
+else
+  port=$(free_port)
+  DTRAIN_IPC=0 run_cluster name "$name:$port,127.0.0.2:$port" "127.0.0.1:$((port + 1))" \
+    && ok "ps tasks on $name:$port ($addr) and 127.0.0.2:$port both bind and serve a cluster" \
+    || { bad "ps tasks on $name and 127.0.0.2, same port"; show name; }
+  grep -q "serving .* on tcp://$addr:$port" "$tmp/name.ps0" && ok "ps 0 binds $name's address, $addr" \
+    || bad "ps 0 binds $name's address: $(cat "$tmp/name.ps0")"
+  if [[ $addr == 127.* ]]; then
+    grep -q "warning: --ps_hosts\[0\]: $name resolves to $addr here, a loopback address" "$tmp/name.ps0" \
+      && ok "a name resolving to loopback is warned about" || bad "a name resolving to loopback is warned about"
+  fi
+fi
+
+# 3. --bind: a ps whose listed address is not its own (NAT: 198.51.100.7, TEST-NET-2, is on no host
+# here) binds 0.0.0.0 instead; the workers reach it at the address they know it by.
+port=$(free_port)
+ps_flags0=(--bind 0.0.0.0)
+DTRAIN_IPC=0 worker_ps_hosts=127.0.0.1:$port run_cluster nat "198.51.100.7:$port" "127.0.0.1:$((port + 1))" \
+  && ok "--bind 0.0.0.0: a ps listed at a NAT'd address serves its workers" || { bad "--bind 0.0.0.0"; show nat; }
+ps_flags0=()
+grep -q "serving .* on tcp://0.0.0.0:$port" "$tmp/nat.ps0" && ok "and it binds 0.0.0.0:$port" \
+  || bad "--bind 0.0.0.0 binds 0.0.0.0: $(cat "$tmp/nat.ps0")"
+# Without --bind that ps stops at once, saying why and what to do.
+timeout 60 "$bin" train "${m[@]}" --ps_hosts=198.51.100.7:$port --worker_hosts=127.0.0.1:1 --job_name=ps >/dev/null 2>"$tmp/e"
+st=$?
+[ $st -ne 0 ] && [ $st -ne 124 ] && grep -q "ps 0: --ps_hosts\[0\]: 198.51.100.7 is not an address of this host" "$tmp/e" \
+  && grep -q -- "--bind" "$tmp/e" && ok "a ps at an address not its own is refused, pointing at --bind" \
+  || bad "a ps at an address not its own is refused, pointing at --bind ($st): $(cat "$tmp/e")"
+"$bin" train "${m[@]}" --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:1 --job_name=ps --bind 'a b' >/dev/null 2>"$tmp/e"
+[ $? -ne 0 ] && grep -q -- '--bind: "a b" is not an address' "$tmp/e" && ok "a bad --bind is refused naming it" \
+  || bad "a bad --bind is refused naming it: $(cat "$tmp/e")"
+
 summary

@@ -41,6 +41,9 @@ int cmd_train(int argc, char **argv) {
         {"worker_hosts", FLAG_STRING, &o.worker_hosts, "cluster: comma-separated host:port of the workers"},
         {"job_name", FLAG_STRING, &o.job_name, "cluster: this process's job, ps or worker"},
         {"task_index", FLAG_STRING, &o.task_index, "cluster: this process's index in its job (default 0)"},
+        {"bind", FLAG_STRING, &o.bind,
+         "ps: address to bind instead of its own in --ps_hosts (0.0.0.0: every IPv4 interface, [::]: every "
+         "interface; behind NAT or a service address)"},
         {"issync", FLAG_INT, &o.issync, "0: asynchronous updates, 1: synchronous replicas"},
         {"replicas_to_aggregate", FLAG_INT, &o.replicas_to_aggregate,
          "sync: gradients averaged per step; 0: the number of workers"},
