@@ -15,6 +15,7 @@
 #define MAX_AWAIT 2           /* outstanding requests per ps within one call */
 #define HELLO_RESEND_MS 1000  /* a HELLO lost with a dropped connection is sent again */
 #define READY_POLL_MS 100
+#define LATE_WAKE_MS 250      /* a poll that returns this much later than asked: the process was stopped */
 
 typedef struct {
     uint32_t id;              /* request id awaited */
@@ -28,6 +29,7 @@ typedef struct {
     dt_ps_shard_status st;
     await_t await[MAX_AWAIT];
     int n_await;
+    int64_t quiet_since;      /* since when this ps may have heard nothing from us (dt_ps_client_silent_ms) */
     zmq_msg_t held;           /* the last PARAMS payload, kept for dt_ps_client_pull_views */
     float *aligned;           /* [n] copy of a PARAMS payload libzmq left misaligned (rare) */
 } ps_conn;
@@ -81,6 +83,7 @@ static int send_req(dt_ps_client *c, int i, dt_wire_header *h, uint8_t want, zmq
     int rc = dt_wire_send(p->sock, NULL, h, payload, 0, &e);
     if (rc) return fail_ps(c, i, err, rc, "", rc == DT_ETIMEOUT ? "send timed out (too many requests queued)" : e.msg);
     p->await[p->n_await++] = (await_t){.id = h->request_id, .req = h->type, .want = want};
+    p->quiet_since = dt_clock_ms();
     return DT_OK;
 }
 
@@ -162,7 +165,15 @@ static int gather(dt_ps_client *c, int64_t deadline, const char *what, reply_fn 
             clear_awaits(c);
             return rc;
         }
-        int r = zmq_poll(items, n, left > 1000 ? 1000 : (long)left);
+        long wait_ms = left > 1000 ? 1000 : (long)left;
+        int64_t before = dt_clock_ms();
+        int r = zmq_poll(items, n, wait_ms);
+        int64_t after = dt_clock_ms();
+        /* Waiting for a reply, this worker counts as alive to the ps (a sync ps holding its PULL
+         * does not count it silent), unless the process was not running: a wake far later than
+         * asked means it was stopped (SIGSTOP, a paused machine), and its silence runs on. */
+        if (after - before <= wait_ms + LATE_WAKE_MS)
+            for (int k = 0; k < n; k++) c->ps[idx[k]].quiet_since = after;
         if (r < 0) {
             if (errno == EINTR) {
                 clear_awaits(c);
@@ -214,6 +225,13 @@ static int wait_inflight(dt_ps_client *c, int64_t deadline, dt_error *err) {
 int dt_ps_client_n_ps(const dt_ps_client *c) { return c->n_ps; }
 
 int dt_ps_client_last_refusal(const dt_ps_client *c) { return c->last_refusal; }
+
+int64_t dt_ps_client_silent_ms(const dt_ps_client *c) {
+    int64_t oldest = INT64_MAX;
+    for (int i = 0; i < c->n_ps; i++)
+        if (c->ps[i].quiet_since < oldest) oldest = c->ps[i].quiet_since;
+    return c->n_ps ? dt_clock_ms() - oldest : 0;
+}
 
 const dt_ps_client_stats *dt_ps_client_get_stats(const dt_ps_client *c) { return &c->stats; }
 
