@@ -48,6 +48,7 @@ struct dt_ps_client {
     int n_workers;            /* told to every ps in INIT; 0: not told */
     int liveness_ms, strict;
     int last_refusal;         /* DT_WIRE_E_* of the latest ERROR reply (dt_ps_client_last_refusal) */
+    FILE *log;                /* NULL: quiet */
     dt_ps_client_stats stats;
 };
 
@@ -265,14 +266,23 @@ static int on_welcome(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_err
  * backoff), so one HELLO per ps would do; it is resent every HELLO_RESEND_MS in case a connection
  * dropped with it, and replies to the duplicates are discarded by request id. */
 static int hello_all(dt_ps_client *c, dt_error *err) {
-    int64_t deadline = dt_clock_ms() + c->connect_timeout_ms;
+    int64_t start = dt_clock_ms(), deadline = start + c->connect_timeout_ms;
     int n = c->n_ps;
     int64_t sent_at[n];
-    int welcomed[n], left = n;
-    for (int i = 0; i < n; i++) sent_at[i] = -1, welcomed[i] = 0;
+    int welcomed[n], told[n], left = n;
+    for (int i = 0; i < n; i++) sent_at[i] = -1, welcomed[i] = 0, told[i] = 0;
     zmq_pollitem_t items[n];
     while (left > 0) {
         int64_t now = dt_clock_ms();
+        /* A ps silent for a second is most likely not up yet: say once whom this worker waits for,
+         * and how long it will, rather than nothing until the deadline. */
+        for (int i = 0; i < n && c->log && now - start >= HELLO_RESEND_MS; i++) {
+            if (welcomed[i] || told[i]) continue;
+            fprintf(c->log, "worker %u: waiting for ps %d at %s (not up yet?); retrying for up to %g s "
+                    "(--connect_timeout)\n", c->task, i, c->ps[i].endpoint, c->connect_timeout_ms / 1000.0);
+            fflush(c->log);
+            told[i] = 1;
+        }
         for (int i = 0; i < n && now >= deadline; i++) {
             if (welcomed[i]) continue;
             char msg[320];
@@ -371,6 +381,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
     c->n_workers = cfg->n_workers > 0 && cfg->n_workers <= (int)DT_WIRE_MAX_REPLICAS ? cfg->n_workers : 0;
     atomic_init(&c->inflight, 0);
     c->curve = cfg->auth && cfg->auth->curve;
+    c->log = cfg->log;
     int rc = DT_OK;
     if (!(c->ps = dt_calloc((size_t)cfg->n_ps, sizeof *c->ps, "ps client connections", err))) {
         rc = DT_ENOMEM;

@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "compute/optim.h"
 #include "dtrain.h"
@@ -39,6 +40,7 @@ typedef struct {
      * the live workers only (0: never); strict: a lost worker stops the job instead. */
     int liveness_ms, strict;
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
+    FILE *log;                    /* NULL: quiet; else open says once whom it waits for (a ps not up yet) */
 } dt_ps_client_config;
 
 typedef struct {
@@ -66,7 +68,7 @@ typedef struct {
 /* Connects to every ps and checks it with HELLO (protocol version, shard size). A ps that is not
  * up yet is retried (ZeroMQ reconnects with backoff from 50 ms doubling to 1 s; HELLO is resent
  * every second) until connect_timeout_ms; then fails naming the address. Every ps is tried in
- * parallel. */
+ * parallel. One that has not answered after a second is named once in cfg->log. */
 int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_error *err);
 void dt_ps_client_close(dt_ps_client *c);
 

@@ -403,6 +403,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .liveness_ms = r->cfg.request_timeout_ms / 2,
         .strict = cfg->strict,
         .auth = cfg->auth,
+        .log = cfg->log,
     };
     r->sync = cfg->replicas_to_aggregate > 0;
     if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;
