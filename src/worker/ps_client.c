@@ -20,6 +20,7 @@
 typedef struct {
     uint32_t id;              /* request id awaited */
     uint8_t req, want;        /* request type sent, reply type expected */
+    int64_t sent_ms;          /* when (dt_clock_ms) */
 } await_t;
 
 typedef struct {
@@ -83,8 +84,8 @@ static int send_req(dt_ps_client *c, int i, dt_wire_header *h, uint8_t want, zmq
     dt_error e = {0};
     int rc = dt_wire_send(p->sock, NULL, h, payload, 0, &e);
     if (rc) return fail_ps(c, i, err, rc, "", rc == DT_ETIMEOUT ? "send timed out (too many requests queued)" : e.msg);
-    p->await[p->n_await++] = (await_t){.id = h->request_id, .req = h->type, .want = want};
     p->quiet_since = dt_clock_ms();
+    p->await[p->n_await++] = (await_t){.id = h->request_id, .req = h->type, .want = want, .sent_ms = p->quiet_since};
     return DT_OK;
 }
 
@@ -114,6 +115,11 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void 
     ps_conn *p = &c->ps[i];
     await_t a;
     if (!take_await(p, in->hdr.request_id, &a)) return 0;
+    /* The ps heard from us when it answered (a PULL it held: that much after we sent it), however
+     * late we read the reply (this process may have been stopped meanwhile). */
+    int64_t now = dt_clock_ms(), held_ms = in->hdr.type == DT_MSG_PARAMS ? (int64_t)(in->hdr.count_a / 1000) : 0;
+    int64_t answered = held_ms < now - a.sent_ms ? a.sent_ms + held_ms : now;
+    if (answered > p->quiet_since) p->quiet_since = answered;
     const uint8_t want = a.want;
     const char *tn = dt_wire_type_name(a.req);
     if (in->hdr.type == DT_MSG_ERROR) {

@@ -132,8 +132,9 @@ int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t l
 int dt_ps_client_last_refusal(const dt_ps_client *c);
 
 /* How long the ps task that heard from this client longest ago may have heard nothing from it:
- * since the latest request sent to it, or the latest moment this process was waiting for its
- * reply (a sync ps holding a PULL counts the worker alive), whichever is later. Time this process
+ * since the latest of the request last sent to it, its answer to one (a PULL it held: when it let
+ * it go, by the hold time the reply reports), and the latest moment this process was waiting for
+ * its reply while running (a sync ps holding a PULL counts the worker alive). Time this process
  * was stopped (SIGSTOP, a paused machine) while waiting counts as silence. A sync ps declares a
  * worker silent for its liveness timeout lost. */
 int64_t dt_ps_client_silent_ms(const dt_ps_client *c);
