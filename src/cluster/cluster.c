@@ -181,16 +181,16 @@ int dt_bind_check(const char *bind, dt_error *err) {
 /* host as an address ZeroMQ binds, into out (IPv6 in brackets): literals as they are, a name as
  * its first IPv4 address, else its first IPv6 one (what libzmq connects a name to: zmq_io.h). */
 static int resolve_host(const char *host, char *out, size_t n, const char *field, dt_error *err) {
-    struct in_addr v4;
-    struct in6_addr v6;
+    struct in_addr a4;
+    struct in6_addr a6;
     char inner[DT_HOST_MAX];
-    if (!strcmp(host, "*") || inet_pton(AF_INET, host, &v4) == 1) {
+    if (!strcmp(host, "*") || inet_pton(AF_INET, host, &a4) == 1) {
         snprintf(out, n, "%s", host);
         return DT_OK;
     }
     if (host[0] == '[') {
         snprintf(inner, sizeof inner, "%.*s", (int)strlen(host) - 2, host + 1);
-        if (inet_pton(AF_INET6, inner, &v6) != 1)
+        if (inet_pton(AF_INET6, inner, &a6) != 1)
             return dt_errorf(err, DT_EINVAL, "%s: %s is not an IPv6 address", field, host);
         snprintf(out, n, "%s", host);
         return DT_OK;
@@ -210,13 +210,14 @@ static int resolve_host(const char *host, char *out, size_t n, const char *field
     for (const struct addrinfo *ai = res; ai && !pick; ai = ai->ai_next)
         if (ai->ai_family == AF_INET6) pick = ai;
     char text[INET6_ADDRSTRLEN] = "";
-    if (pick && pick->ai_family == AF_INET)
+    int v6 = pick && pick->ai_family == AF_INET6;
+    if (pick && !v6)
         inet_ntop(AF_INET, &((const struct sockaddr_in *)pick->ai_addr)->sin_addr, text, sizeof text);
     else if (pick)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr, text, sizeof text);
     freeaddrinfo(res);
     if (!text[0]) return dt_errorf(err, DT_ENET, "%s: %s has no IPv4 or IPv6 address", field, host);
-    snprintf(out, n, pick->ai_family == AF_INET6 ? "[%s]" : "%s", text);
+    snprintf(out, n, v6 ? "[%s]" : "%s", text);
     return DT_OK;
 }
 
