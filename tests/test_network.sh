@@ -13,26 +13,36 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # run_cluster TAG PS_HOSTS WORKER_HOSTS [flags for every task]: every task of the cluster as its own
 # process (logs $tmp/TAG.ps<i>, $tmp/TAG.w<i>), a short asynchronous run; 0 if every process exits 0.
-# PS_FLAGS_<i> (arrays named ps_flags0, ps_flags1...) add flags to ps i alone.
+# Arrays ps_flags0, ps_flags1 add flags to ps 0, ps 1 alone; worker_ps_hosts, if set, is the
+# workers' --ps_hosts. Workers give up after 20 s without their ps; ps tasks still running 15 s
+# after the last worker ended are killed (and count as failed).
 run_cluster() {
-  local tag=$1 ps=$2 workers=$3 i p st=0 pids=()
+  local tag=$1 ps=$2 workers=$3 i p st=0 ps_pids=() w_pids=()
   shift 3
   local nps nw
   nps=$(tr ',' '\n' <<<"$ps" | wc -l)
   nw=$(tr ',' '\n' <<<"$workers" | wc -l)
   for ((i = 0; i < nps; i++)); do
     local -n extra=ps_flags$i
-    timeout 120 "$bin" train "${m[@]}" --ps_hosts="$ps" --worker_hosts="$workers" --job_name=ps --task_index=$i \
+    timeout 300 "$bin" train "${m[@]}" --ps_hosts="$ps" --worker_hosts="$workers" --job_name=ps --task_index=$i \
       "$@" ${extra[@]+"${extra[@]}"} >"$tmp/$tag.ps$i" 2>&1 &
-    pids+=($!)
+    ps_pids+=($!)
     unset -n extra
   done
   for ((i = 0; i < nw; i++)); do
-    timeout 120 "$bin" train "${m[@]}" --ps_hosts="${worker_ps_hosts:-$ps}" --worker_hosts="$workers" --job_name=worker \
-      --task_index=$i --train_steps 20 --steps_to_validate 10 "$@" >"$tmp/$tag.w$i" 2>&1 &
-    pids+=($!)
+    timeout 300 "$bin" train "${m[@]}" --ps_hosts="${worker_ps_hosts:-$ps}" --worker_hosts="$workers" --job_name=worker \
+      --task_index=$i --train_steps 20 --steps_to_validate 10 --connect_timeout 20 "$@" >"$tmp/$tag.w$i" 2>&1 &
+    w_pids+=($!)
   done
-  for p in "${pids[@]}"; do wait "$p" || st=1; done
+  for p in "${w_pids[@]}"; do wait "$p" || st=1; done
+  for _ in $(seq 1 150); do
+    local alive=0
+    for p in "${ps_pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  # TERM: timeout passes it on to dtrain.
+  for p in "${ps_pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null || st=1; done
   return $st
 }
 ps_flags0=() ps_flags1=()
@@ -93,7 +103,7 @@ ps_flags0=()
 grep -q "serving .* on tcp://0.0.0.0:$port" "$tmp/nat.ps0" && ok "and it binds 0.0.0.0:$port" \
   || bad "--bind 0.0.0.0 binds 0.0.0.0: $(cat "$tmp/nat.ps0")"
 # Without --bind that ps stops at once, saying why and what to do.
-timeout 60 "$bin" train "${m[@]}" --ps_hosts=198.51.100.7:$port --worker_hosts=127.0.0.1:1 --job_name=ps >/dev/null 2>"$tmp/e"
+timeout 20 "$bin" train "${m[@]}" --ps_hosts=198.51.100.7:$port --worker_hosts=127.0.0.1:1 --job_name=ps >/dev/null 2>"$tmp/e"
 st=$?
 [ $st -ne 0 ] && [ $st -ne 124 ] && grep -q "ps 0: --ps_hosts\[0\]: 198.51.100.7 is not an address of this host" "$tmp/e" \
   && grep -q -- "--bind" "$tmp/e" && ok "a ps at an address not its own is refused, pointing at --bind" \
