@@ -117,6 +117,11 @@ typedef struct dt_train_options {
      * variable if set, else this machine alone. job_name "ps" serves until the chief ends
      * training; "worker" trains its shard of the data (worker 0 is the chief). */
     const char *ps_hosts, *worker_hosts, *job_name, *task_index;
+    /* A ps binds its own address (a name resolved), or bind instead if set (NULL or "": none):
+     * "0.0.0.0" (every IPv4 interface), "[::]" (every interface) or an interface address, with an
+     * optional ":PORT", for a host whose listed name resolves to another address (NAT, a
+     * Kubernetes service). Workers ignore it. */
+    const char *bind;
     int issync;                  /* 0: asynchronous (the source's default); 1: sync replicas */
     /* Sync replicas (issync 1): each step applies the mean of replicas_to_aggregate workers'
      * gradients (0: every worker); total_num_replicas (0: replicas_to_aggregate) must be the number

@@ -110,7 +110,7 @@ static void test_addresses(void) {
     char ep[DT_ENDPOINT_MAX];
     dt_addr_parse(&a, "10.0.0.1:2222", 13, "f", NULL);
     CHECK(dt_addr_connect_endpoint(&a, ep, sizeof ep) == 0 && strcmp(ep, "tcp://10.0.0.1:2222") == 0);
-    CHECK(dt_addr_bind_endpoint(&a, ep, sizeof ep) == 0 && strcmp(ep, "tcp://*:2222") == 0);
+    CHECK(dt_addr_bind_endpoint(&a, ep, sizeof ep) == 0 && strcmp(ep, "tcp://10.0.0.1:2222") == 0);
     CHECK(!dt_addr_is_loopback(&a));
     dt_addr_parse(&a, "127.0.0.1:5000", 14, "f", NULL);
     CHECK(dt_addr_bind_endpoint(&a, ep, sizeof ep) == 0 && strcmp(ep, "tcp://127.0.0.1:5000") == 0);
@@ -120,6 +120,51 @@ static void test_addresses(void) {
     dt_addr_parse(&a, "[::1]:5000", 10, "f", NULL);
     CHECK(dt_addr_bind_endpoint(&a, ep, sizeof ep) == 0 && strcmp(ep, "tcp://[::1]:5000") == 0);
     CHECK(dt_addr_connect_endpoint(&a, ep, 8) == DT_EINVAL); /* too small */
+}
+
+/* What a ps binds: its own address, or --bind's; an address that is not this host's is refused
+ * naming the field and --bind. */
+static void test_bind_resolve(void) {
+    dt_addr a;
+    dt_error err = {0};
+    char ep[DT_ENDPOINT_MAX], warn[256];
+    dt_addr_parse(&a, "127.0.0.1:5000", 14, "f", NULL);
+    CHECK(dt_addr_bind_resolve(&a, "--ps_hosts[0]", NULL, ep, sizeof ep, warn, sizeof warn, &err) == 0);
+    CHECK(strcmp(ep, "tcp://127.0.0.1:5000") == 0 && warn[0] == '\0');
+    dt_addr_parse(&a, "localhost:5000", 14, "f", NULL);
+    CHECK(dt_addr_bind_resolve(&a, "--ps_hosts[0]", "", ep, sizeof ep, warn, sizeof warn, &err) == 0);
+    CHECK(strcmp(ep, "tcp://127.0.0.1:5000") == 0 && warn[0] == '\0');
+    dt_addr_parse(&a, "[::1]:5000", 10, "f", NULL);
+    CHECK(dt_addr_bind_resolve(&a, "--ps_hosts[0]", NULL, ep, sizeof ep, warn, sizeof warn, &err) == 0);
+    CHECK(strcmp(ep, "tcp://[::1]:5000") == 0);
+
+    /* TEST-NET-2: an address of no host here, as a NAT'd or service address is not. */
+    dt_addr_parse(&a, "198.51.100.7:2222", 17, "f", NULL);
+    CHECK(dt_addr_bind_resolve(&a, "--ps_hosts[1]", NULL, ep, sizeof ep, warn, sizeof warn, &err) == DT_ENET);
+    CHECK_CONTAINS(err.msg, "--ps_hosts[1]: 198.51.100.7 is not an address of this host");
+    CHECK_CONTAINS(err.msg, "--bind");
+    CHECK(dt_addr_bind_resolve(&a, "--ps_hosts[1]", "0.0.0.0", ep, sizeof ep, warn, sizeof warn, &err) == 0);
+    CHECK(strcmp(ep, "tcp://0.0.0.0:2222") == 0);
+    CHECK(dt_addr_bind_resolve(&a, "--ps_hosts[1]", "127.0.0.1:3333", ep, sizeof ep, warn, sizeof warn, &err) == 0);
+    CHECK(strcmp(ep, "tcp://127.0.0.1:3333") == 0);
+    CHECK(dt_addr_bind_resolve(&a, "--ps_hosts[1]", "*", ep, sizeof ep, warn, sizeof warn, &err) == 0);
+    CHECK(strcmp(ep, "tcp://*:2222") == 0);
+    CHECK(dt_addr_bind_resolve(&a, "--ps_hosts[1]", "[::]", ep, sizeof ep, warn, sizeof warn, &err) == 0);
+    CHECK(strcmp(ep, "tcp://[::]:2222") == 0);
+    CHECK(dt_addr_bind_resolve(&a, "--ps_hosts[1]", "[::]:4444", ep, sizeof ep, warn, sizeof warn, &err) == 0);
+    CHECK(strcmp(ep, "tcp://[::]:4444") == 0);
+    CHECK(dt_addr_bind_resolve(&a, "--ps_hosts[1]", "198.51.100.8", ep, sizeof ep, warn, sizeof warn, &err) == DT_ENET);
+    CHECK_CONTAINS(err.msg, "--bind: 198.51.100.8 is not an address of this host");
+
+    CHECK(dt_bind_check(NULL, &err) == 0 && dt_bind_check("", &err) == 0 && dt_bind_check("0.0.0.0", &err) == 0);
+    CHECK(dt_bind_check("[::1]:7", &err) == 0 && dt_bind_check("eth0-host.example", &err) == 0);
+    CHECK(dt_bind_check("a b", &err) == DT_EINVAL);
+    CHECK_CONTAINS(err.msg, "--bind: \"a b\" is not an address");
+    CHECK(dt_bind_check("::", &err) == DT_EINVAL);
+    CHECK_CONTAINS(err.msg, "--bind");
+    CHECK(dt_bind_check("0.0.0.0:70000", &err) == DT_EINVAL);
+    CHECK_CONTAINS(err.msg, "port out of range");
+    CHECK(dt_bind_check("[zz]", &err) == DT_EINVAL);
 }
 
 static char **make_argv(const char *const *args, int n) {
@@ -327,7 +372,7 @@ static void test_tf_config_kubeflow(void) {
     char ep[DT_ENDPOINT_MAX];
     CHECK(dt_addr_connect_endpoint(&c.ps[1], ep, sizeof ep) == 0);
     CHECK(strcmp(ep, "tcp://mnist-ps-1.kubeflow.svc:2222") == 0);
-    CHECK(dt_addr_bind_endpoint(&c.ps[1], ep, sizeof ep) == 0 && strcmp(ep, "tcp://*:2222") == 0);
+    CHECK(dt_addr_bind_endpoint(&c.ps[1], ep, sizeof ep) == 0 && strcmp(ep, "tcp://mnist-ps-1.kubeflow.svc:2222") == 0);
     dt_cluster_free(&c);
 }
 
@@ -449,6 +494,7 @@ int main(void) {
     RUN(test_flags_article_example);
     RUN(test_flag_refusals);
     RUN(test_addresses);
+    RUN(test_bind_resolve);
     RUN(test_from_args);
     RUN(test_precedence);
     RUN(test_tf_config_without_chief);

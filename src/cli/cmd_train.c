@@ -65,6 +65,9 @@ int cmd_train(int argc, char **argv) {
                  "benchmarks: each step sleeps this long instead of computing, then pushes a full-size constant "
                  "gradient (docs/testbed.md); -1: off", -1, 600000, 0),
         FLAG_TEXT("placement", &o.placement, "variables over ps tasks: greedy or round_robin"),
+        FLAG_TEXT("bind", &o.bind,
+                  "ps: address to bind instead of its own in --ps_hosts (0.0.0.0: every IPv4 interface, [::]: every "
+                  "interface; a host behind NAT)"),
         FLAG_NUM("chunk_kb", FLAG_INT, &o.chunk_kb,
                  "chief: each ps shard travels in chunks of about this many KiB, applied and sent back one by one; "
                  "0: one chunk", 0, 1 << 22, 0),

@@ -43,6 +43,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* Logs go to files and pipes (launchers, log collectors) as much as to terminals: each line
+     * as it is written, not when a 4 KiB buffer fills or the process exits. stderr is unbuffered. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -1,12 +1,18 @@
 #include "cluster/cluster.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "core/error.h"
 
@@ -134,9 +140,144 @@ int dt_addr_connect_endpoint(const dt_addr *a, char *buf, size_t n) {
 }
 
 int dt_addr_bind_endpoint(const dt_addr *a, char *buf, size_t n) {
-    if (!dt_addr_is_loopback(a)) return endpoint(buf, n, "*", a->port);
     /* ZeroMQ binds to interfaces and IP addresses, not to names. */
     return endpoint(buf, n, strcasecmp(a->host, "localhost") == 0 ? "127.0.0.1" : a->host, a->port);
+}
+
+/* --bind's value: "*", HOST or HOST:PORT (IPv6 in brackets, with or without a port); *port 0:
+ * none given. */
+static int parse_bind(const char *text, char host[DT_HOST_MAX], int *port, dt_error *err) {
+    size_t len = strlen(text);
+    dt_addr a;
+    *port = 0;
+    if (!strcmp(text, "*")) {
+        strcpy(host, "*");
+        return DT_OK;
+    }
+    const char *close = strrchr(text, ']'), *colon = strchr(text, ':');
+    int has_port = text[0] == '[' ? close && close[1] == ':' : colon != NULL;
+    if (has_port) {
+        if (dt_addr_parse(&a, text, len, "--bind", err)) return DT_EINVAL;
+        *port = a.port;
+    } else {
+        char with_port[DT_HOST_MAX + 8];
+        if (len >= DT_HOST_MAX)
+            return dt_errorf(err, DT_EINVAL, "--bind: host longer than %d characters", DT_HOST_MAX - 1);
+        snprintf(with_port, sizeof with_port, "%s:1", text);
+        char q[80];
+        if (dt_addr_parse(&a, with_port, strlen(with_port), "--bind", NULL))
+            return dt_errorf(err, DT_EINVAL, "--bind: %s is not an address (expected *, HOST or HOST:PORT, IPv6 "
+                             "in brackets: [::])", quote(q, text, len));
+    }
+    strcpy(host, a.host);
+    return DT_OK;
+}
+
+int dt_bind_check(const char *bind, dt_error *err) {
+    char host[DT_HOST_MAX];
+    int port;
+    return bind && *bind ? parse_bind(bind, host, &port, err) : DT_OK;
+}
+
+/* host as an address ZeroMQ binds, into out (IPv6 in brackets): literals as they are, a name as
+ * its first IPv4 address, else its first IPv6 one (what libzmq connects a name to: zmq_io.h). */
+static int resolve_host(const char *host, char *out, size_t n, const char *field, dt_error *err) {
+    struct in_addr a4;
+    struct in6_addr a6;
+    char inner[DT_HOST_MAX];
+    if (!strcmp(host, "*") || inet_pton(AF_INET, host, &a4) == 1) {
+        snprintf(out, n, "%s", host);
+        return DT_OK;
+    }
+    if (host[0] == '[') {
+        snprintf(inner, sizeof inner, "%.*s", (int)strlen(host) - 2, host + 1);
+        if (inet_pton(AF_INET6, inner, &a6) != 1)
+            return dt_errorf(err, DT_EINVAL, "%s: %s is not an IPv6 address", field, host);
+        snprintf(out, n, "%s", host);
+        return DT_OK;
+    }
+    if (!strcasecmp(host, "localhost")) {
+        snprintf(out, n, "127.0.0.1");
+        return DT_OK;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int gai = getaddrinfo(host, NULL, &hints, &res);
+    if (gai != 0)
+        return dt_errorf(err, DT_ENET, "%s: cannot resolve %s: %s (--bind ADDRESS binds another address)", field,
+                         host, gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
+    const struct addrinfo *pick = NULL;
+    for (const struct addrinfo *ai = res; ai && !pick; ai = ai->ai_next)
+        if (ai->ai_family == AF_INET) pick = ai;
+    for (const struct addrinfo *ai = res; ai && !pick; ai = ai->ai_next)
+        if (ai->ai_family == AF_INET6) pick = ai;
+    char text[INET6_ADDRSTRLEN] = "";
+    int v6 = pick && pick->ai_family == AF_INET6;
+    if (pick && !v6)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)pick->ai_addr)->sin_addr, text, sizeof text);
+    else if (pick)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr, text, sizeof text);
+    freeaddrinfo(res);
+    if (!text[0]) return dt_errorf(err, DT_ENET, "%s: %s has no IPv4 or IPv6 address", field, host);
+    snprintf(out, n, v6 ? "[%s]" : "%s", text);
+    return DT_OK;
+}
+
+/* Whether an address (as resolve_host writes it) is one of this host's: a socket binds it. Only
+ * "not available" counts as no; anything else is left for zmq_bind to report. */
+static int is_local(const char *addr, int *loopback) {
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t len;
+    char inner[DT_HOST_MAX];
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    *loopback = 0;
+    if (addr[0] == '[') {
+        snprintf(inner, sizeof inner, "%.*s", (int)strlen(addr) - 2, addr + 1);
+        a6->sin6_family = AF_INET6;
+        if (inet_pton(AF_INET6, inner, &a6->sin6_addr) != 1) return 1;
+        *loopback = IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr);
+        len = sizeof *a6;
+    } else {
+        a4->sin_family = AF_INET;
+        if (inet_pton(AF_INET, addr, &a4->sin_addr) != 1) return 1;
+        *loopback = (ntohl(a4->sin_addr.s_addr) >> 24) == 127;
+        len = sizeof *a4;
+    }
+    int s = socket(ss.ss_family, SOCK_STREAM, 0);
+    if (s < 0) return 1;
+    int ok = bind(s, (struct sockaddr *)&ss, len) == 0 || errno != EADDRNOTAVAIL;
+    close(s);
+    return ok;
+}
+
+int dt_addr_bind_resolve(const dt_addr *a, const char *field, const char *bind, char *buf, size_t n, char *warn,
+                         size_t warn_n, dt_error *err) {
+    char host[DT_HOST_MAX], addr[DT_HOST_MAX];
+    int port = 0, loopback = 0;
+    const char *from = field;
+    if (warn_n) warn[0] = '\0';
+    if (bind && *bind) {
+        if (parse_bind(bind, host, &port, err)) return DT_EINVAL;
+        from = "--bind";
+    } else {
+        snprintf(host, sizeof host, "%s", a->host);
+    }
+    if (!port) port = a->port;
+    int rc = resolve_host(host, addr, sizeof addr, from, err);
+    if (rc) return rc;
+    if (strcmp(addr, "*") && !is_local(addr, &loopback))
+        return dt_errorf(err, DT_ENET, "%s: %s%s%s%s is not an address of this host (behind NAT, or a service "
+                         "address?): bind another with --bind (0.0.0.0: every IPv4 interface; or this host's "
+                         "interface address)", from, host, strcmp(host, addr) ? " (" : "", strcmp(host, addr) ? addr : "",
+                         strcmp(host, addr) ? ")" : "");
+    /* Debian maps the host's own name to 127.0.1.1: such a ps is out of other hosts' reach. */
+    if (loopback && !(bind && *bind) && !dt_addr_is_loopback(a) && warn_n)
+        snprintf(warn, warn_n, "%s: %s resolves to %s here, a loopback address: workers on other hosts cannot "
+                 "reach this ps (fix the name in /etc/hosts, or pass --bind with this host's interface address "
+                 "or 0.0.0.0)", field, a->host, addr);
+    if (endpoint(buf, n, addr, port)) return dt_errorf(err, DT_EINVAL, "%s: address too long", from);
+    return DT_OK;
 }
 
 int dt_addr_ipc_endpoint(const dt_addr *a, char *buf, size_t n) {

@@ -101,14 +101,26 @@ int dt_cluster_format_hosts(const dt_cluster *c, dt_job job, char *buf, size_t n
  * messages, e.g. "--ps_hosts[1]". */
 int dt_addr_parse(dt_addr *a, const char *text, size_t len, const char *field, dt_error *err);
 
-/* ZeroMQ endpoints. Connect: "tcp://host:port". Bind (what a ps listens on): a loopback host binds
- * itself ("localhost" as 127.0.0.1) so a local cluster is not reachable from the network; any
- * other host binds every interface ("*" as the host), because the advertised name (a Kubernetes
- * service, a NAT'd address) is often not an interface of the machine. buf should hold DT_ENDPOINT_MAX bytes;
- * DT_EINVAL if it is too small. */
+/* ZeroMQ endpoints, "tcp://host:port". Connect: the address as listed. Bind: the same, with
+ * "localhost" as 127.0.0.1 (ZeroMQ binds addresses, not names); a ps resolves other names with
+ * dt_addr_bind_resolve. buf should hold DT_ENDPOINT_MAX bytes; DT_EINVAL if it is too small. */
 int dt_addr_connect_endpoint(const dt_addr *a, char *buf, size_t n);
 int dt_addr_bind_endpoint(const dt_addr *a, char *buf, size_t n);
 int dt_addr_is_loopback(const dt_addr *a);
+
+/* The endpoint a ps task binds: its own address a (field names it in messages, e.g.
+ * "--ps_hosts[1]"), so that ps tasks of one host on different addresses may share a port; or,
+ * when bind is non-empty (--bind), that instead: "*" or 0.0.0.0 (every IPv4 interface), [::]
+ * (every interface), an interface address or name, each with an optional :PORT (default a's).
+ * Names are resolved here (blocking) to their first IPv4 address, else their first IPv6 one:
+ * where a worker connecting to the name arrives (transport/zmq_io.h). Fails naming the field or
+ * --bind when a name does not resolve or the address is not this host's (a NAT'd address, a
+ * Kubernetes service address: the message says --bind). warn (warn_n bytes) gets "" or a warning:
+ * a name other than localhost that resolves to a loopback address here. */
+int dt_addr_bind_resolve(const dt_addr *a, const char *field, const char *bind, char *buf, size_t n, char *warn,
+                         size_t warn_n, dt_error *err);
+/* --bind's syntax alone (nothing resolved): DT_EINVAL naming --bind. NULL or "" is fine. */
+int dt_bind_check(const char *bind, dt_error *err);
 
 /* Same-host fast path: a ps on a loopback address also listens on a Unix domain socket (ZeroMQ
  * ipc), which moves large messages about 40% faster than TCP loopback here (BENCHMARKS.md), and

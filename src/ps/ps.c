@@ -1136,7 +1136,7 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
     snprintf(prefix, sizeof prefix, "ps %d: ", cfg->ps_index);
     rc = dt_auth_server_start(&ps->zap, ps->ctx, ps->sock, cfg->auth, cfg->log, prefix, err);
     if (rc) return dt_error_wrap(err, rc, "%s", prefix);
-    if (zmq_bind(ps->sock, cfg->endpoint) != 0)
+    if (dt_zsock_bind(ps->sock, cfg->endpoint) != 0)
         return dt_errorf(err, DT_ENET, "ps %d: cannot bind %s: %s", cfg->ps_index, cfg->endpoint,
                          zmq_strerror(errno));
     char bound[256] = "";

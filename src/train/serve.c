@@ -6,11 +6,18 @@
 #include "ps/ps.h"
 #include "train/serve.h"
 
-int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, int idle_timeout_ms,
-                  const volatile int *stop, FILE *log, dt_error *err) {
-    char endpoint[DT_ENDPOINT_MAX];
-    if (dt_addr_bind_endpoint(&c->ps[c->task_index], endpoint, sizeof endpoint))
-        return dt_errorf(err, DT_EINVAL, "--ps_hosts[%d]: address too long", c->task_index);
+int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, const char *bind,
+                       int idle_timeout_ms, const volatile int *stop, FILE *log, dt_error *err) {
+    char endpoint[DT_ENDPOINT_MAX], field[48], warn[640];
+    snprintf(field, sizeof field, "%s[%d]", c->source && !strcmp(c->source, "TF_CONFIG") ? "TF_CONFIG cluster.ps"
+                                                                                          : "--ps_hosts", c->task_index);
+    int rc = dt_addr_bind_resolve(&c->ps[c->task_index], field, bind, endpoint, sizeof endpoint, warn, sizeof warn,
+                                  err);
+    if (rc) return dt_error_wrap(err, rc, "ps %d: ", c->task_index);
+    if (warn[0]) {
+        fprintf(log, "ps %d: warning: %s\n", c->task_index, warn);
+        fflush(log);
+    }
     dt_ps_stats stats;
     char ipc[DT_ENDPOINT_MAX];
     int has_ipc = dt_addr_ipc_endpoint(&c->ps[c->task_index], ipc, sizeof ipc) == 0;
@@ -23,7 +30,7 @@ int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_a
                         .log = log,
                         .stats = &stats,
                         .auth = auth};
-    int rc = dt_ps_serve(&cfg, err);
+    rc = dt_ps_serve(&cfg, err);
     if (has_ipc) unlink(ipc + strlen("ipc://")); /* libzmq leaves the socket file behind */
     if (rc == 0)
         fprintf(log, "ps %d: training over at global step %lld (%llu pushes, %llu pulls); exiting\n",
@@ -32,3 +39,7 @@ int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_a
     return rc;
 }
 
+int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, int idle_timeout_ms,
+                  const volatile int *stop, FILE *log, dt_error *err) {
+    return dt_serve_task_bind(c, pl, auth, NULL, idle_timeout_ms, stop, log, err);
+}

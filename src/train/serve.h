@@ -15,5 +15,9 @@ struct dt_auth_s; /* transport/auth.h */
  * to log. */
 int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, int idle_timeout_ms,
                   const volatile int *stop, FILE *log, dt_error *err);
+/* The same on bind instead of the ps's own address when bind is non-empty (--bind; cluster.h:
+ * dt_addr_bind_resolve). */
+int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, const char *bind,
+                       int idle_timeout_ms, const volatile int *stop, FILE *log, dt_error *err);
 
 #endif

@@ -86,6 +86,7 @@ static int check_options(const dt_train_options *o, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "--connect_timeout must be positive");
     if (o->ps_timeout_ms < 0 || o->idle_timeout_ms < 0)
         return dt_errorf(err, DT_EINVAL, "--ps_timeout and --idle_timeout must not be negative");
+    if (dt_bind_check(o->bind, err)) return DT_EINVAL;
     return DT_OK;
 }
 
@@ -188,8 +189,8 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
         goto out;
     }
     if (r.cluster.job == DT_JOB_PS) {
-        rc = dt_serve_task(&r.cluster, &r.placement, r.auth.curve ? &r.auth : NULL, o->idle_timeout_ms, o->stop, log,
-                           err);
+        rc = dt_serve_task_bind(&r.cluster, &r.placement, r.auth.curve ? &r.auth : NULL, o->bind,
+                                o->idle_timeout_ms, o->stop, log, err);
         goto out;
     }
     rc = train_loop(&r, o, log, res, err);

@@ -1,6 +1,8 @@
 #include "transport/zmq_io.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +46,46 @@ void *dt_zsock_open(void *ctx, int type, uint64_t max_frame, int linger_ms, int 
         return NULL;
     }
     return s;
+}
+
+/* The host of "tcp://host:port" into out (brackets kept); 0 if the endpoint is not tcp. */
+static int tcp_host(const char *endpoint, char *out, size_t n) {
+    if (strncmp(endpoint, "tcp://", 6) != 0) return 0;
+    const char *host = endpoint + 6, *colon = strrchr(host, ':');
+    if (!colon || (size_t)(colon - host) >= n) return 0;
+    memcpy(out, host, (size_t)(colon - host));
+    out[colon - host] = '\0';
+    return 1;
+}
+
+/* A name with IPv6 addresses and no IPv4 one needs ZMQ_IPV6 to be reached at all. */
+static int ipv6_only_name(const char *host) {
+    struct in_addr v4;
+    if (!strcmp(host, "*") || inet_pton(AF_INET, host, &v4) == 1) return 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0; /* libzmq retries the lookup itself */
+    int v4_seen = 0, v6_seen = 0;
+    for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        v4_seen |= ai->ai_family == AF_INET;
+        v6_seen |= ai->ai_family == AF_INET6;
+    }
+    freeaddrinfo(res);
+    return v6_seen && !v4_seen;
+}
+
+static int set_ipv6(void *s, const char *endpoint, int resolve_names) {
+    char host[300];
+    if (!tcp_host(endpoint, host, sizeof host)) return 0;
+    int on = host[0] == '[' || (resolve_names && ipv6_only_name(host));
+    return on ? zmq_setsockopt(s, ZMQ_IPV6, &on, sizeof on) : 0;
+}
+
+int dt_zsock_bind(void *s, const char *endpoint) {
+    return set_ipv6(s, endpoint, 0) ? -1 : zmq_bind(s, endpoint);
+}
+
+int dt_zsock_connect(void *s, const char *endpoint) {
+    return set_ipv6(s, endpoint, 1) ? -1 : zmq_connect(s, endpoint);
 }
 
 int dt_zsock_heartbeat(void *s, int timeout_ms, dt_error *err) {

@@ -26,6 +26,14 @@ int64_t dt_clock_ms(void);
 void *dt_zsock_open(void *ctx, int type, uint64_t max_frame, int linger_ms, int send_timeout_ms,
                     dt_error *err);
 
+/* zmq_bind / zmq_connect (0, or -1 with errno set, as they do) that first set ZMQ_IPV6 where the
+ * endpoint needs it: "tcp://[v6]:port", or, to connect, a host name with IPv6 addresses only. Off
+ * otherwise, as libzmq's default: with it a name resolves to its IPv6 addresses first, and a ps
+ * binds a name's IPv4 address when it has one (cluster.h: dt_addr_bind_resolve). Connecting to a
+ * name looks it up once here (blocking); libzmq looks it up again on each reconnect. */
+int dt_zsock_bind(void *sock, const char *endpoint);
+int dt_zsock_connect(void *sock, const char *endpoint);
+
 /* ZeroMQ's own heartbeats (ZMTP PING/PONG, answered by the peer's I/O thread, so a busy peer still
  * answers): a connection silent for timeout_ms is closed (and a DEALER reconnects), and the peer
  * drops it after the same time without traffic from here (TTL). Catches what a request deadline

@@ -19,10 +19,12 @@
 #define HELLO_RESEND_MS 1000  /* a HELLO lost with a dropped connection is sent again */
 #define READY_POLL_MS 100
 #define RELEASE_MS 2000       /* how long libzmq may take to drop the frames of a closed socket */
+#define LATE_WAKE_MS 250      /* a poll that returns this much later than asked: the process was stopped */
 
 typedef struct {
     uint32_t id;              /* request id awaited */
     uint8_t req, want;        /* request type sent, reply type expected */
+    int64_t sent_ms;          /* when (dt_clock_ms) */
 } await_t;
 
 typedef struct {
@@ -36,6 +38,7 @@ typedef struct {
     int cut_known;            /* a reply of the initialised ps said so */
     float *recv;              /* [n] the shard as pulled, chunk by chunk (dt_ps_client_pull_views) */
     atomic_int inflight;      /* zero-copy gradient frames to this ps that libzmq still references */
+    int64_t quiet_since;      /* since when this ps may have heard nothing from us (dt_ps_client_silent_ms) */
 } ps_conn;
 
 struct dt_ps_client {
@@ -59,6 +62,7 @@ struct dt_ps_client {
     dt_codec *codec;          /* 16-bit gradients with error feedback; NULL: float32 */
     void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
     void *name_user;
+    FILE *log;                /* NULL: quiet */
     dt_ps_client_stats stats;
 };
 
@@ -97,7 +101,8 @@ static int send_req(dt_ps_client *c, int i, dt_wire_header *h, uint8_t want, zmq
     dt_error e = {0};
     int rc = dt_wire_send(p->sock, NULL, h, payload, 0, &e);
     if (rc) return fail_ps(c, i, err, rc, "", rc == DT_ETIMEOUT ? "send timed out (too many requests queued)" : e.msg);
-    p->await[p->n_await++] = (await_t){.id = h->request_id, .req = h->type, .want = want};
+    p->quiet_since = dt_clock_ms();
+    p->await[p->n_await++] = (await_t){.id = h->request_id, .req = h->type, .want = want, .sent_ms = p->quiet_since};
     return DT_OK;
 }
 
@@ -129,6 +134,11 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void 
     ps_conn *p = &c->ps[i];
     await_t a;
     if (!take_await(p, in->hdr.request_id, &a)) return 0;
+    /* The ps heard from us when it answered (a PULL it held: that much after we sent it), however
+     * late we read the reply (this process may have been stopped meanwhile). */
+    int64_t now = dt_clock_ms(), held_ms = in->hdr.type == DT_MSG_PARAMS ? (int64_t)(in->hdr.count_a / 1000) : 0;
+    int64_t answered = held_ms < now - a.sent_ms ? a.sent_ms + held_ms : now;
+    if (answered > p->quiet_since) p->quiet_since = answered;
     const uint8_t want = a.want;
     const char *tn = dt_wire_type_name(a.req);
     if (in->hdr.type == DT_MSG_ERROR) {
@@ -182,7 +192,15 @@ static int gather(dt_ps_client *c, int64_t deadline, const char *what, reply_fn 
             clear_awaits(c);
             return rc;
         }
-        int r = zmq_poll(items, n, left > 1000 ? 1000 : (long)left);
+        long wait_ms = left > 1000 ? 1000 : (long)left;
+        int64_t before = dt_clock_ms();
+        int r = zmq_poll(items, n, wait_ms);
+        int64_t after = dt_clock_ms();
+        /* Waiting for a reply, this worker counts as alive to the ps (a sync ps holding its PULL
+         * does not count it silent), unless the process was not running: a wake far later than
+         * asked means it was stopped (SIGSTOP, a paused machine), and its silence runs on. */
+        if (after - before <= wait_ms + LATE_WAKE_MS)
+            for (int k = 0; k < n; k++) c->ps[idx[k]].quiet_since = after;
         if (r < 0) {
             if (errno == EINTR) {
                 clear_awaits(c);
@@ -242,7 +260,7 @@ static int conn_socket(dt_ps_client *c, int i, dt_error *err) {
     int rc = s ? DT_OK : e.code;
     if (!rc) rc = dt_zsock_heartbeat(s, c->request_timeout_ms, &e);
     if (!rc) rc = dt_auth_client_socket(s, c->curve ? &c->auth : NULL, &e);
-    if (!rc && zmq_connect(s, p->endpoint) != 0)
+    if (!rc && dt_zsock_connect(s, p->endpoint) != 0)
         rc = dt_errorf(&e, DT_EINVAL, "cannot connect to '%s': %s", p->endpoint, zmq_strerror(errno));
     if (rc) {
         if (s) zmq_close(s);
@@ -289,6 +307,13 @@ int dt_ps_client_last_refusal(const dt_ps_client *c) { return c->last_refusal; }
 
 int dt_ps_client_buffers_held(const dt_ps_client *c) { return c->buffers_held; }
 
+int64_t dt_ps_client_silent_ms(const dt_ps_client *c) {
+    int64_t oldest = INT64_MAX;
+    for (int i = 0; i < c->n_ps; i++)
+        if (c->ps[i].quiet_since < oldest) oldest = c->ps[i].quiet_since;
+    return c->n_ps ? dt_clock_ms() - oldest : 0;
+}
+
 const dt_ps_client_stats *dt_ps_client_get_stats(const dt_ps_client *c) { return &c->stats; }
 
 const dt_ps_shard_status *dt_ps_client_shard(const dt_ps_client *c, int ps) {
@@ -321,14 +346,23 @@ static int on_welcome(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_err
  * backoff), so one HELLO per ps would do; it is resent every HELLO_RESEND_MS in case a connection
  * dropped with it, and replies to the duplicates are discarded by request id. */
 static int hello_all(dt_ps_client *c, dt_error *err) {
-    int64_t deadline = dt_clock_ms() + c->connect_timeout_ms;
+    int64_t start = dt_clock_ms(), deadline = start + c->connect_timeout_ms;
     int n = c->n_ps;
     int64_t sent_at[n];
-    int welcomed[n], left = n;
-    for (int i = 0; i < n; i++) sent_at[i] = -1, welcomed[i] = 0;
+    int welcomed[n], told[n], left = n;
+    for (int i = 0; i < n; i++) sent_at[i] = -1, welcomed[i] = 0, told[i] = 0;
     zmq_pollitem_t items[n];
     while (left > 0) {
         int64_t now = dt_clock_ms();
+        /* A ps silent for a second is most likely not up yet: say once whom this worker waits for,
+         * and how long it will, rather than nothing until the deadline. */
+        for (int i = 0; i < n && c->log && now - start >= HELLO_RESEND_MS; i++) {
+            if (welcomed[i] || told[i]) continue;
+            fprintf(c->log, "worker %u: waiting for ps %d at %s (not up yet?); retrying for up to %g s "
+                    "(--connect_timeout)\n", c->task, i, c->ps[i].endpoint, c->connect_timeout_ms / 1000.0);
+            fflush(c->log);
+            told[i] = 1;
+        }
         for (int i = 0; i < n && now >= deadline; i++) {
             if (welcomed[i]) continue;
             char msg[320];
@@ -439,6 +473,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         c->auth.n_allowed = 0; /* the server's list: not a client's */
         c->auth.allowed = NULL;
     }
+    c->log = cfg->log;
     int rc = DT_OK;
     if (!(c->ps = dt_calloc((size_t)cfg->n_ps, sizeof *c->ps, "ps client connections", err))) {
         rc = DT_ENOMEM;

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "compute/optim.h"
 #include "dtrain.h"
@@ -57,6 +58,7 @@ typedef struct {
      * refuses as non-finite); NULL: "float 123 of its shard". */
     void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
     void *name_user;
+    FILE *log;                    /* NULL: quiet; else open says once whom it waits for (a ps not up yet) */
 } dt_ps_client_config;
 
 typedef struct {
@@ -84,7 +86,7 @@ typedef struct {
 /* Connects to every ps and checks it with HELLO (protocol version, shard size). A ps that is not
  * up yet is retried (ZeroMQ reconnects with backoff from 50 ms doubling to 1 s; HELLO is resent
  * every second) until connect_timeout_ms; then fails naming the address. Every ps is tried in
- * parallel. */
+ * parallel. One that has not answered after a second is named once in cfg->log. */
 int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_error *err);
 void dt_ps_client_close(dt_ps_client *c);
 
@@ -152,6 +154,14 @@ int dt_ps_client_last_refusal(const dt_ps_client *c);
 /* 1 after a call failed with DT_EIO leaving gradient frames with libzmq (see the top of this file):
  * the caller must not write its gradient buffers before dt_ps_client_close. */
 int dt_ps_client_buffers_held(const dt_ps_client *c);
+
+/* How long the ps task that heard from this client longest ago may have heard nothing from it:
+ * since the latest of the request last sent to it, its answer to one (a PULL it held: when it let
+ * it go, by the hold time the reply reports), and the latest moment this process was waiting for
+ * its reply while running (a sync ps holding a PULL counts the worker alive). Time this process
+ * was stopped (SIGSTOP, a paused machine) while waiting counts as silence. A sync ps declares a
+ * worker silent for its liveness timeout lost. */
+int64_t dt_ps_client_silent_ms(const dt_ps_client *c);
 
 /* Fresh STATUS of every ps into out[n_ps] (may be NULL: only refreshes dt_ps_client_shard). */
 int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err);

@@ -282,6 +282,20 @@ static int remote_snapshot(dt_updater *u, dt_net *net, float *params, float *sta
     return rc;
 }
 
+/* Strict sync mode: the ps tasks declare a worker silent for their liveness timeout lost, stop the
+ * job and exit one more timeout later, so a worker that was silent that long (stopped, or busy)
+ * may find nobody left to tell it why. It knows why, and says so, instead of waiting for the ps
+ * tasks to come back. Half a timeout more covers the ps's own check interval. */
+static int lost_to_strict_ps(remote *r, dt_error *err) {
+    if (!r->sync || !r->cfg.strict) return DT_OK;
+    int64_t liveness = r->cfg.request_timeout_ms / 2, silent = dt_ps_client_silent_ms(r->client);
+    if (silent <= liveness + liveness / 2) return DT_OK;
+    return dt_errorf(err, DT_ETIMEOUT, "worker %d: the ps tasks declared this worker lost and the job stopped "
+                     "(--strict): nothing reached them from it for %.1f s (was this process stopped, or busy?), "
+                     "more than their liveness timeout of %.1f s (--heartbeat_timeout / 2)",
+                     r->cfg.cluster->task_index, silent / 1000.0, liveness / 1000.0);
+}
+
 static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
     remote *r = (remote *)u;
     if (r->cfg.step_delay_ms > 0) {
@@ -298,10 +312,14 @@ static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t 
     int64_t min_step = r->sync ? tag + 1 - r->cfg.staleness : 0;
     if (min_step < 0) min_step = 0;
     dt_push_result res;
+    rc = lost_to_strict_ps(r, err);
+    if (rc) return rc;
     /* Push and pull in one round trip per ps. */
     rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, tag, min_step, r->views, r->steps, &res,
                                 err);
     if (rc) {
+        /* No reply after this process was stopped mid-exchange: the same. */
+        if (recoverable(r, rc) && lost_to_strict_ps(r, err)) return DT_ETIMEOUT;
         /* This step's gradient is lost with the ps (or the rollback); training goes on from what the
          * ps tasks hold once they are back. */
         if (r->cfg.ps_timeout_ms <= 0 || !recoverable(r, rc)) return rc;
@@ -422,6 +440,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .auth = cfg->auth,
         .name_float = name_shard_float,
         .name_user = (void *)cfg->placement,
+        .log = cfg->log,
     };
     r->sync = cfg->replicas_to_aggregate > 0;
     if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;
