@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "raw_zmtp.h"
 #include "transport/wire.h"
 #include "transport/zmq_io.h"
 
@@ -35,43 +36,7 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int tcp_connect(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct timeval tv = {1, 0};
-    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (s >= 0) close(s);
-        return -1;
-    }
-    return s;
-}
-
-static int send_all(int s, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len) {
-        ssize_t k = send(s, p, len, MSG_NOSIGNAL);
-        if (k <= 0) return -1;
-        p += k, len -= (size_t)k;
-    }
-    return 0;
-}
-
-/* ZMTP 3.0 greeting and READY of a DEALER, NULL mechanism. */
-static int zmtp_hello(int s) {
-    uint8_t g[64] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 0, 'N', 'U', 'L', 'L'};
-    uint8_t ready[30] = {0x04, 28, 5, 'R', 'E', 'A', 'D', 'Y', 11};
-    memcpy(ready + 9, "Socket-Type", 11);
-    memcpy(ready + 20, "\0\0\0\6DEALER", 10);
-    return send_all(s, g, sizeof g) || send_all(s, ready, sizeof ready) ? -1 : 0;
-}
-
-static int frame_header(int s, uint64_t size, int more) {
-    uint8_t h[9] = {(uint8_t)(0x02 | (more ? 0x01 : 0))};
-    for (int i = 0; i < 8; i++) h[1 + i] = (uint8_t)(size >> (56 - 8 * i));
-    return send_all(s, h, sizeof h);
-}
+static int tcp_connect(void) { return raw_tcp_connect(port, 1); }
 
 /* Frames of 1 MiB with MORE, never the last one; a new connection after each cut. */
 static void *endless(void *arg) {
@@ -84,7 +49,7 @@ static void *endless(void *arg) {
             usleep(100000);
             continue;
         }
-        while (now_ms() < deadline_ms && !frame_header(s, frame_bytes, 1) && !send_all(s, frame, frame_bytes))
+        while (now_ms() < deadline_ms && !zmtp_frame_header(s, frame_bytes, 1) && !raw_send_all(s, frame, frame_bytes))
             atomic_fetch_add(&endless_bytes, (long)frame_bytes);
         if (now_ms() < deadline_ms) atomic_fetch_add(&endless_cuts, 1);
         close(s);
@@ -187,7 +152,7 @@ static void *idle(void *arg) {
                 s[i] = -1;
             }
             if (s[i] < 0 && (s[i] = tcp_connect()) >= 0 && i % 2 &&
-                (zmtp_hello(s[i]) || frame_header(s[i], 4 << 20, 0) || send_all(s[i], "x", 1))) {
+                (zmtp_hello(s[i]) || zmtp_frame_header(s[i], 4 << 20, 0) || raw_send_all(s[i], "x", 1))) {
                 close(s[i]);
                 s[i] = -1;
             }

@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "ps_harness.h"
+#include "raw_zmtp.h"
 
 /* The ps's log, kept in memory to look for lines. */
 typedef struct {
@@ -63,46 +64,7 @@ static int port_of(const char *ep) {
     return c ? atoi(c + 1) : -1;
 }
 
-/* A plain TCP connection to 127.0.0.1:port with bounded sends (SO_SNDTIMEO). */
-static int tcp_connect(int port) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct timeval tv = {2, 0};
-    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(s);
-        return -1;
-    }
-    return s;
-}
-
-static int send_all(int s, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len) {
-        ssize_t k = send(s, p, len, MSG_NOSIGNAL);
-        if (k <= 0) return -1;
-        p += k, len -= (size_t)k;
-    }
-    return 0;
-}
-
-/* The ZMTP 3.0 greeting and READY of a DEALER with the NULL mechanism: after this the ps takes
- * frames from the connection. */
-static int zmtp_hello(int s) {
-    uint8_t g[64] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 0, 'N', 'U', 'L', 'L'};
-    uint8_t ready[2 + 28] = {0x04, 28, 5, 'R', 'E', 'A', 'D', 'Y', 11};
-    memcpy(ready + 9, "Socket-Type", 11);
-    memcpy(ready + 20, "\0\0\0\6DEALER", 10);
-    return send_all(s, g, sizeof g) || send_all(s, ready, sizeof ready) ? -1 : 0;
-}
-
-/* A long frame header: flags (MORE or not) and an 8-byte big-endian size. */
-static int zmtp_frame_header(int s, uint64_t size, int more) {
-    uint8_t h[9] = {(uint8_t)(0x02 | (more ? 0x01 : 0))};
-    for (int i = 0; i < 8; i++) h[1 + i] = (uint8_t)(size >> (56 - 8 * i));
-    return send_all(s, h, sizeof h);
-}
+static int tcp_connect(int port) { return raw_tcp_connect(port, 2); }
 
 /* Whether the ps closed the connection within ms (reads until EOF or an error). */
 static int closed_within(int s, int ms) {
@@ -176,7 +138,7 @@ static void test_endless_message_cut(void) {
     size_t sent = 0;
     int64_t end = dt_clock_ms() + 15000;
     while (sent < (size_t)256 << 20 && dt_clock_ms() < end) { /* 256 MiB at most */
-        if (zmtp_frame_header(s, sizeof frame, 1) || send_all(s, frame, sizeof frame)) break;
+        if (zmtp_frame_header(s, sizeof frame, 1) || raw_send_all(s, frame, sizeof frame)) break;
         sent += sizeof frame;
         long now = rss_kb();
         if (now > peak) peak = now;
@@ -204,7 +166,7 @@ static void test_silent_connections_closed(void) {
     int mid = tcp_connect(port_of(ps.endpoint));
     int mute = tcp_connect(port_of(ps.endpoint));
     CHECK(mid >= 0 && mute >= 0);
-    CHECK(zmtp_hello(mid) == 0 && zmtp_frame_header(mid, 200, 0) == 0 && send_all(mid, "x", 1) == 0);
+    CHECK(zmtp_hello(mid) == 0 && zmtp_frame_header(mid, 200, 0) == 0 && raw_send_all(mid, "x", 1) == 0);
     CHECK(closed_within(mid, 5000));
     CHECK(closed_within(mute, 5000));
     close(mid);
