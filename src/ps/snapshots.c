@@ -75,8 +75,3 @@ void dt_snap_pool_retire(dt_snap_pool *p) {
     }
     p->count = 0;
 }
-
-void dt_snap_pool_free(dt_snap_pool *p) {
-    for (int i = 0; i < p->count; i++) snap_free(p->bufs[i]);
-    p->count = 0;
-}

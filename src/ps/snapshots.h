@@ -50,7 +50,4 @@ void dt_snap_release(dt_snap *b);
 /* Gives every buffer up: freed now, or by its last message. The pool is empty afterwards. */
 void dt_snap_pool_retire(dt_snap_pool *p);
 
-/* Frees every buffer at once: only when no message can hold one (after zmq_ctx_term). */
-void dt_snap_pool_free(dt_snap_pool *p);
-
 #endif
