@@ -28,3 +28,9 @@ fashion_subset() {
       gzip -dc "$src/$prefix-labels-idx1-ubyte.gz" | tail -c +9 | head -c "$n"; } >"$dir/$prefix-labels-idx1-ubyte"
   done
 }
+
+# free_port: a TCP port on 127.0.0.1 that nobody listens on right now (the kernel's pick, closed
+# again at once), so parallel tests do not collide on a random guess.
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
