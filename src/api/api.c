@@ -10,7 +10,7 @@
 #include "model/net.h"
 #include "train/evaluate.h"
 #include "train/serve.h"
-#include "train/updater.h"
+#include "update/updater.h"
 #include "worker/remote.h"
 
 /* ---- Cluster ---- */

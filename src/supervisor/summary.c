@@ -3,8 +3,8 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "supervisor/events.h"
-#include "supervisor/fsutil.h"
+#include "io/events.h"
+#include "io/fsutil.h"
 
 struct dt_summary {
     dt_event_writer *w[2]; /* train, test */

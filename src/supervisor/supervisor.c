@@ -7,7 +7,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
-#include "supervisor/fsutil.h"
+#include "io/fsutil.h"
 #include "supervisor/summary.h"
 
 struct dt_supervisor {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "io/bytes.h"
 
 /* Byte offsets of the header fields (docs/protocol.md has the same table). */
 enum {
@@ -16,36 +17,6 @@ enum {
 _Static_assert(OFF_COUNT_C + 8 == DT_WIRE_HEADER_SIZE, "header layout and size disagree");
 
 #define OPT_KINDS 3 /* sgd, momentum, adam: dt_opt_kind values 0..2 */
-
-static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_f32(uint8_t *p, float f) {
-    uint32_t v;
-    memcpy(&v, &f, 4);
-    put_u32(p, v);
-}
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static uint32_t get_u32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static float get_f32(const uint8_t *p) {
-    uint32_t v = get_u32(p);
-    float f;
-    memcpy(&f, &v, 4);
-    return f;
-}
 
 dt_wire_header dt_wire_header_make(dt_msg_type type, dt_wire_role role, uint16_t task,
                                    uint32_t request_id) {
@@ -66,31 +37,31 @@ dt_wire_header dt_wire_header_make(dt_msg_type type, dt_wire_role role, uint16_t
 void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
     memset(out, 0, DT_WIRE_HEADER_SIZE);
     memcpy(out + OFF_MAGIC, DT_WIRE_MAGIC, 4);
-    put_u16(out + OFF_VERSION, DT_WIRE_VERSION);
+    dt_put_u16(out + OFF_VERSION, DT_WIRE_VERSION);
     out[OFF_TYPE] = h->type;
     out[OFF_FLAGS] = (uint8_t)(h->flags | (h->encoding << DT_WIRE_ENC_SHIFT));
     out[OFF_ROLE] = h->role;
-    put_u16(out + OFF_TASK, h->task);
-    put_u32(out + OFF_REQUEST, h->request_id);
-    put_u64(out + OFF_GSTEP, (uint64_t)h->global_step);
-    put_u64(out + OFF_LSTEP, (uint64_t)h->local_step);
-    put_u64(out + OFF_PAYLOAD, h->payload_bytes);
-    put_u32(out + OFF_SHARD, h->shard);
-    put_u32(out + OFF_STATUS, (uint32_t)h->status);
-    put_u64(out + OFF_SHARD_FLOATS, h->shard_floats);
+    dt_put_u16(out + OFF_TASK, h->task);
+    dt_put_u32(out + OFF_REQUEST, h->request_id);
+    dt_put_u64(out + OFF_GSTEP, (uint64_t)h->global_step);
+    dt_put_u64(out + OFF_LSTEP, (uint64_t)h->local_step);
+    dt_put_u64(out + OFF_PAYLOAD, h->payload_bytes);
+    dt_put_u32(out + OFF_SHARD, h->shard);
+    dt_put_u32(out + OFF_STATUS, (uint32_t)h->status);
+    dt_put_u64(out + OFF_SHARD_FLOATS, h->shard_floats);
     out[OFF_OPT_KIND] = h->opt_kind;
     out[OFF_OPT_SLOTS] = h->opt_slots;
     out[OFF_INIT] = h->initialised;
     out[OFF_CHUNK] = h->chunk;
     out[OFF_CHUNKS] = h->chunks;
-    put_f32(out + OFF_LR, h->learning_rate);
-    put_f32(out + OFF_MOMENTUM, h->momentum);
-    put_f32(out + OFF_BETA1, h->beta1);
-    put_f32(out + OFF_BETA2, h->beta2);
-    put_f32(out + OFF_EPSILON, h->epsilon);
-    put_u64(out + OFF_COUNT_A, h->count_a);
-    put_u64(out + OFF_COUNT_B, h->count_b);
-    put_u64(out + OFF_COUNT_C, h->count_c);
+    dt_put_f32(out + OFF_LR, h->learning_rate);
+    dt_put_f32(out + OFF_MOMENTUM, h->momentum);
+    dt_put_f32(out + OFF_BETA1, h->beta1);
+    dt_put_f32(out + OFF_BETA2, h->beta2);
+    dt_put_f32(out + OFF_EPSILON, h->epsilon);
+    dt_put_u64(out + OFF_COUNT_A, h->count_a);
+    dt_put_u64(out + OFF_COUNT_B, h->count_b);
+    dt_put_u64(out + OFF_COUNT_C, h->count_c);
 }
 
 int dt_wire_type_has_payload(uint8_t type) {
@@ -160,7 +131,7 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
         return dt_errorf(err, DT_EFORMAT,
                          "not a dtrain message: bad magic %02x %02x %02x %02x (expected \"DTRN\")",
                          p[0], p[1], p[2], p[3]);
-    uint16_t version = get_u16(p + OFF_VERSION);
+    uint16_t version = dt_get_u16(p + OFF_VERSION);
     if (version != DT_WIRE_VERSION)
         return dt_errorf(err, DT_EPROTO,
                          "peer speaks dtrain protocol version %u, this program speaks version %u",
@@ -174,27 +145,27 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     h.flags = (uint8_t)(p[OFF_FLAGS] & ~DT_WIRE_ENC_MASK);
     h.encoding = (uint8_t)((p[OFF_FLAGS] & DT_WIRE_ENC_MASK) >> DT_WIRE_ENC_SHIFT);
     h.role = p[OFF_ROLE];
-    h.task = get_u16(p + OFF_TASK);
-    h.request_id = get_u32(p + OFF_REQUEST);
-    h.global_step = (int64_t)get_u64(p + OFF_GSTEP);
-    h.local_step = (int64_t)get_u64(p + OFF_LSTEP);
-    h.payload_bytes = get_u64(p + OFF_PAYLOAD);
-    h.shard = get_u32(p + OFF_SHARD);
-    h.status = (int32_t)get_u32(p + OFF_STATUS);
-    h.shard_floats = get_u64(p + OFF_SHARD_FLOATS);
+    h.task = dt_get_u16(p + OFF_TASK);
+    h.request_id = dt_get_u32(p + OFF_REQUEST);
+    h.global_step = (int64_t)dt_get_u64(p + OFF_GSTEP);
+    h.local_step = (int64_t)dt_get_u64(p + OFF_LSTEP);
+    h.payload_bytes = dt_get_u64(p + OFF_PAYLOAD);
+    h.shard = dt_get_u32(p + OFF_SHARD);
+    h.status = (int32_t)dt_get_u32(p + OFF_STATUS);
+    h.shard_floats = dt_get_u64(p + OFF_SHARD_FLOATS);
     h.opt_kind = p[OFF_OPT_KIND];
     h.opt_slots = p[OFF_OPT_SLOTS];
     h.initialised = p[OFF_INIT];
     h.chunk = p[OFF_CHUNK];
     h.chunks = p[OFF_CHUNKS];
-    h.learning_rate = get_f32(p + OFF_LR);
-    h.momentum = get_f32(p + OFF_MOMENTUM);
-    h.beta1 = get_f32(p + OFF_BETA1);
-    h.beta2 = get_f32(p + OFF_BETA2);
-    h.epsilon = get_f32(p + OFF_EPSILON);
-    h.count_a = get_u64(p + OFF_COUNT_A);
-    h.count_b = get_u64(p + OFF_COUNT_B);
-    h.count_c = get_u64(p + OFF_COUNT_C);
+    h.learning_rate = dt_get_f32(p + OFF_LR);
+    h.momentum = dt_get_f32(p + OFF_MOMENTUM);
+    h.beta1 = dt_get_f32(p + OFF_BETA1);
+    h.beta2 = dt_get_f32(p + OFF_BETA2);
+    h.epsilon = dt_get_f32(p + OFF_EPSILON);
+    h.count_a = dt_get_u64(p + OFF_COUNT_A);
+    h.count_b = dt_get_u64(p + OFF_COUNT_B);
+    h.count_c = dt_get_u64(p + OFF_COUNT_C);
 
     if (h.type < 1 || h.type > DT_MSG_TYPE_MAX)
         return dt_errorf(err, DT_EFORMAT, "unknown message type %u (byte %d)", h.type, OFF_TYPE);
@@ -251,7 +222,7 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
 uint32_t dt_wire_peek_request_id(const void *buf, size_t len) {
     const uint8_t *p = buf;
     if (len < OFF_REQUEST + 4 || memcmp(p + OFF_MAGIC, DT_WIRE_MAGIC, 4) != 0) return 0;
-    return get_u32(p + OFF_REQUEST);
+    return dt_get_u32(p + OFF_REQUEST);
 }
 
 int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_error *err) {
