@@ -21,7 +21,7 @@
 #include "train/serve.h"
 #include "train/evaluate.h"
 #include "train/progress.h"
-#include "train/updater.h"
+#include "update/updater.h"
 #include "transport/auth.h"
 #include "worker/remote.h"
 

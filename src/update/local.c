@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "train/updater.h"
+#include "update/updater.h"
 
 typedef struct {
     dt_updater base;
