@@ -249,7 +249,7 @@ static void test_ps_refusals(void) {
     /* INIT from a worker, then from the chief with a payload length that lies. */
     h = dt_wire_header_make(DT_MSG_INIT, DT_ROLE_WORKER, 1, 8);
     h.shard_floats = N;
-    h.initialised = 1;
+    h.generation = 1;
     zmq_msg_t m;
     zmq_msg_init_size(&m, N * 4);
     memset(zmq_msg_data(&m), 0, N * 4);

@@ -419,7 +419,7 @@ static void test_exact_pulls(void) {
     CHECK(raw_reply(s, &in) == DT_OK && in.hdr.type == DT_MSG_PARAMS && in.hdr.global_step == 8 &&
           in.hdr.request_id == 33);
     CHECK(zmq_msg_size(&in.payload) == N * 4 && ((const float *)zmq_msg_data(&in.payload))[0] == 8.0f);
-    CHECK(in.hdr.count_a >= 100000); /* it waited at least the two polls */
+    CHECK(in.hdr.params.waited_us >= 100000); /* it waited at least the two polls */
     dt_wire_in_close(&in);
     zmq_close(s);
     zmq_ctx_term(ctx);

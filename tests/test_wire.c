@@ -20,14 +20,14 @@ static dt_wire_header sample(uint8_t type) {
     h.shard = 3;
     h.status = -5;
     h.shard_floats = 1000;
-    h.initialised = 1;
-    h.count_a = 0xFFFFFFFFFFull + type;
-    h.count_b = 42;
-    h.count_c = 0x1122334455667788ull;
+    h.generation = 1;
+    h.counters[0] = 0xFFFFFFFFFFull + type;
+    h.counters[1] = 42;
+    h.counters[2] = 0x1122334455667788ull;
     if (type == DT_MSG_INIT) { /* sync: aggregate 2 of 3 replicas, staleness 1 */
-        h.count_a = 2;
-        h.count_b = 3;
-        h.count_c = 1;
+        h.init.replicas_to_aggregate = 2;
+        h.init.total_num_replicas = 3;
+        h.init.staleness = 1;
     }
     if (type == DT_MSG_PULL) h.flags = DT_WIRE_F_EXACT;
     if (type == DT_MSG_PUSH) h.flags = DT_WIRE_F_SYNC;
@@ -51,10 +51,10 @@ static int same(const dt_wire_header *a, const dt_wire_header *b) {
            a->request_id == b->request_id && a->global_step == b->global_step &&
            a->local_step == b->local_step && a->payload_bytes == b->payload_bytes && a->shard == b->shard &&
            a->status == b->status && a->shard_floats == b->shard_floats && a->opt_kind == b->opt_kind &&
-           a->opt_slots == b->opt_slots && a->initialised == b->initialised &&
+           a->opt_slots == b->opt_slots && a->generation == b->generation &&
            a->learning_rate == b->learning_rate && a->momentum == b->momentum && a->beta1 == b->beta1 &&
-           a->beta2 == b->beta2 && a->epsilon == b->epsilon && a->count_a == b->count_a &&
-           a->count_b == b->count_b && a->count_c == b->count_c && b->version == DT_WIRE_VERSION;
+           a->beta2 == b->beta2 && a->epsilon == b->epsilon && a->counters[0] == b->counters[0] &&
+           a->counters[1] == b->counters[1] && a->counters[2] == b->counters[2] && b->version == DT_WIRE_VERSION;
 }
 
 static void test_round_trip_every_type(void) {
@@ -94,6 +94,41 @@ static void test_byte_layout(void) {
     float lr;
     memcpy(&lr, b + 60, 4); /* little-endian host: the IEEE bits as written */
     CHECK(b[56] == 2 && b[57] == 2 && lr == 1e-4f);
+}
+
+/* Each message's named fields sit where docs/protocol.md puts them: INIT's liveness timeout in
+ * bytes 24-31, its sync configuration in 80-103, STATUS_REPLY's counters and PARAMS' barrier wait
+ * there too, the generation in byte 58. */
+static void test_named_fields(void) {
+    uint8_t b[DT_WIRE_HEADER_SIZE];
+    dt_wire_header init = dt_wire_header_make(DT_MSG_INIT, DT_ROLE_CHIEF, 0, 1);
+    init.liveness_ms = 6000;
+    init.generation = 9;
+    init.init.replicas_to_aggregate = 3;
+    init.init.total_num_replicas = 4;
+    init.init.staleness = 2;
+    dt_wire_encode(b, &init);
+    CHECK(b[24] == (6000 & 255) && b[25] == 6000 >> 8 && b[58] == 9);
+    CHECK(b[80] == 3 && b[88] == 4 && b[96] == 2);
+    dt_wire_header st = dt_wire_header_make(DT_MSG_STATUS_REPLY, DT_ROLE_PS, 0, 1);
+    st.status_reply.updates = 11;
+    st.status_reply.params_replies = 12;
+    st.status_reply.workers_done = 13;
+    dt_wire_encode(b, &st);
+    CHECK(b[80] == 11 && b[88] == 12 && b[96] == 13);
+    dt_wire_header pa = dt_wire_header_make(DT_MSG_PARAMS, DT_ROLE_PS, 0, 1);
+    pa.params.waited_us = 250000;
+    pa.params.stale_count = 5;
+    dt_wire_encode(b, &pa);
+    CHECK(b[80] == (250000 & 255) && b[81] == ((250000 >> 8) & 255) && b[82] == 250000 >> 16 && b[88] == 5);
+    dt_wire_header ack = dt_wire_header_make(DT_MSG_PUSH_ACK, DT_ROLE_PS, 0, 1), fs = ack;
+    ack.push_ack.stale_count = 7;
+    dt_wire_encode(b, &ack);
+    CHECK(b[80] == 7);
+    fs.type = DT_MSG_STATE;
+    fs.state.step_max = 99;
+    dt_wire_encode(b, &fs);
+    CHECK(b[80] == 99);
 }
 
 static int decode_fails(const uint8_t *b, size_t len, int want_rc, const char *needle) {
@@ -211,26 +246,26 @@ static void test_refusals(void) {
      * zero and total (the workers) within the limit. */
     dt_wire_header bad = sample(DT_MSG_INIT);
     uint8_t ib[DT_WIRE_HEADER_SIZE];
-    bad.count_b = 1; /* total below aggregate */
+    bad.init.total_num_replicas = 1; /* total below aggregate */
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "total_num_replicas 1 must be in 2.."));
-    bad.count_b = DT_WIRE_MAX_REPLICAS + 1;
+    bad.init.total_num_replicas = DT_WIRE_MAX_REPLICAS + 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "total_num_replicas"));
     bad = sample(DT_MSG_INIT);
-    bad.count_c = DT_WIRE_MAX_STALENESS + 1;
+    bad.init.staleness = DT_WIRE_MAX_STALENESS + 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "staleness"));
     bad = sample(DT_MSG_INIT);
-    bad.count_a = 0; /* asynchronous, yet a staleness */
-    bad.count_c = 1;
+    bad.init.replicas_to_aggregate = 0; /* asynchronous, yet a staleness */
+    bad.init.staleness = 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "asynchronous"));
-    bad.count_c = 0;
-    bad.count_b = DT_WIRE_MAX_REPLICAS + 1;
+    bad.init.staleness = 0;
+    bad.init.total_num_replicas = DT_WIRE_MAX_REPLICAS + 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "workers, beyond the limit"));
-    bad.count_b = 3; /* asynchronous with 3 workers */
+    bad.init.total_num_replicas = 3; /* asynchronous with 3 workers */
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_OK, NULL));
     dt_wire_header state = sample(DT_MSG_STATE);
@@ -570,6 +605,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-corpus")) return write_corpus(argv[2]);
     RUN(test_round_trip_every_type);
     RUN(test_byte_layout);
+    RUN(test_named_fields);
     RUN(test_refusals);
     RUN(test_payload_bounds);
     RUN(test_error_text);

@@ -160,7 +160,7 @@ static dt_wire_header reply_to(const ps_t *ps, dt_msg_type type, const dt_wire_h
     h.shard = (uint32_t)ps->cfg->ps_index;
     h.local_step = req->local_step;
     h.shard_floats = ps->n;
-    h.initialised = ps->initialised ? ps->generation : 0;
+    h.generation = ps->initialised ? ps->generation : 0;
     h.chunks = (uint8_t)ps->n_parts;
     int chunked = type == DT_MSG_PARAMS || type == DT_MSG_PUSH_ACK;
     if (chunked && req->chunk < ps->n_parts) {
@@ -345,8 +345,8 @@ static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_w
     r.global_step = step;
     r.encoding = req->encoding;
     r.status = status;
-    r.count_a = waited_us > 0 ? (uint64_t)waited_us : 0;
-    r.count_b = stale;
+    r.params.waited_us = waited_us > 0 ? (uint64_t)waited_us : 0;
+    r.params.stale_count = stale;
     if (req->chunk == 0) ps->pulls++;
     dt_wire_send(ps->sock, identity, &r, &m, ZMQ_DONTWAIT, NULL);
 }
@@ -562,7 +562,7 @@ static void log_stale_summary(ps_t *ps) {
 
 /* The whole shard for a checkpoint: parameters, then the optimizer state slot-major, as INIT takes
  * them back (a restore is an INIT with this payload and step). global_step is the step every chunk
- * has reached, count_a the step of the chunk furthest ahead: they differ while a gradient is still
+ * has reached, state.step_max the step of the chunk furthest ahead: they differ while a gradient is still
  * arriving, and the client fetches again. */
 static void on_fetch(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     if (!check_ready(ps, id, in)) return;
@@ -589,7 +589,7 @@ static void on_fetch(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     }
     dt_wire_header r = reply_to(ps, DT_MSG_STATE, &in->hdr);
     put_optimizer(ps, &r);
-    r.count_a = (uint64_t)shard_step_max(ps);
+    r.state.step_max = (uint64_t)shard_step_max(ps);
     dt_wire_send(ps->sock, id, &r, &m, ZMQ_DONTWAIT, NULL);
 }
 
@@ -635,8 +635,9 @@ static void init_state_free(init_state *s) {
  * [n] then state slot-major [slots][n]) and, in sync mode, its accumulators. */
 static int init_prepare(ps_t *ps, const dt_wire_header *h, const float *data, int slots, init_state *s) {
     memset(s, 0, sizeof *s);
-    *s = (init_state){.n_parts = h->chunks, .aggregate = (int)h->count_a, .total = (int)h->count_b,
-                      .staleness = (int)h->count_c};
+    *s = (init_state){.n_parts = h->chunks, .aggregate = (int)h->init.replicas_to_aggregate,
+                      .total = (int)h->init.total_num_replicas,
+                      .staleness = (int)h->init.staleness};
     const size_t n = ps->n;
     size_t largest = 0;
     if (!(s->parts = dt_calloc((size_t)s->n_parts, sizeof *s->parts, "ps chunks", NULL))) goto oom;
@@ -745,13 +746,13 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     /* PULLs held for a step of the old values: their workers pull again (a rollback). */
     if (ps->n_pending) {
         snprintf(msg, sizeof msg, "re-initialised by the chief at global step %lld (generation %u): pull again",
-                 (long long)h->global_step, h->initialised);
+                 (long long)h->global_step, h->generation);
         fail_pending(ps, DT_WIRE_E_RESYNC, msg);
     }
     init_commit(ps, &s);
     ps->slots = slots;
     ps->opt = opt;
-    ps->workers = (int)h->count_b;
+    ps->workers = (int)h->init.total_num_replicas;
     prune_done(ps);
     if (ps->peers) dt_peers_set_budget(ps->peers, peers_budget(ps));
     char mode[256] = "asynchronous";
@@ -763,11 +764,11 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
                  (long long)h->local_step, (h->flags & DT_WIRE_F_STRICT) ? " and stops the job (strict)" : "");
     ps_log(ps, "%s by the chief (worker %u) at global step %lld (generation %u): %zu floats in %d chunk(s), %s, "
            "learning rate %g, %s", ps->initialised ? "re-initialised" : "initialised", h->task,
-           (long long)h->global_step, h->initialised, ps->n, ps->n_parts, dt_opt_name(opt.kind),
+           (long long)h->global_step, h->generation, ps->n, ps->n_parts, dt_opt_name(opt.kind),
            (double)opt.learning_rate, mode);
     ps->initialised = 1;
-    ps->generation = h->initialised;
-    ps->liveness_us = ps->aggregate ? h->local_step * 1000 : 0;
+    ps->generation = h->generation;
+    ps->liveness_us = ps->aggregate ? h->liveness_ms * 1000 : 0;
     ps->strict = (h->flags & DT_WIRE_F_STRICT) != 0;
     ps->failed[0] = '\0';
     dt_wire_header r = reply_to(ps, DT_MSG_ACK, h);
@@ -794,7 +795,7 @@ static void push_reply(ps_t *ps, zmq_msg_t *id, dt_wire_in *in, int32_t status, 
     }
     dt_wire_header r = reply_to(ps, DT_MSG_PUSH_ACK, &in->hdr);
     r.status = status;
-    r.count_a = stale;
+    r.push_ack.stale_count = stale;
     dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
 }
 
@@ -1034,9 +1035,9 @@ static void handle(ps_t *ps, dt_wire_in *in) {
     case DT_MSG_FETCH: on_fetch(ps, id, in); return;
     case DT_MSG_STATUS: {
         dt_wire_header r = reply_to(ps, DT_MSG_STATUS_REPLY, h);
-        r.count_a = ps->updates;
-        r.count_b = ps->pulls;
-        r.count_c = ps->n_done;
+        r.status_reply.updates = ps->updates;
+        r.status_reply.params_replies = ps->pulls;
+        r.status_reply.workers_done = ps->n_done;
         dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
         return;
     }

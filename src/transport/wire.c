@@ -11,10 +11,10 @@ enum {
     OFF_MAGIC = 0, OFF_VERSION = 4, OFF_TYPE = 6, OFF_FLAGS = 7, OFF_ROLE = 8, OFF_CHUNK = 9,
     OFF_TASK = 10, OFF_REQUEST = 12, OFF_GSTEP = 16, OFF_LSTEP = 24, OFF_PAYLOAD = 32,
     OFF_SHARD = 40, OFF_STATUS = 44, OFF_SHARD_FLOATS = 48, OFF_OPT_KIND = 56, OFF_OPT_SLOTS = 57,
-    OFF_INIT = 58, OFF_CHUNKS = 59, OFF_LR = 60, OFF_MOMENTUM = 64, OFF_BETA1 = 68, OFF_BETA2 = 72,
-    OFF_EPSILON = 76, OFF_COUNT_A = 80, OFF_COUNT_B = 88, OFF_COUNT_C = 96,
+    OFF_GENERATION = 58, OFF_CHUNKS = 59, OFF_LR = 60, OFF_MOMENTUM = 64, OFF_BETA1 = 68, OFF_BETA2 = 72,
+    OFF_EPSILON = 76, OFF_COUNTERS = 80, /* 3 x u64 */
 };
-_Static_assert(OFF_COUNT_C + 8 == DT_WIRE_HEADER_SIZE, "header layout and size disagree");
+_Static_assert(OFF_COUNTERS + 24 == DT_WIRE_HEADER_SIZE, "header layout and size disagree");
 
 #define OPT_KINDS 3 /* sgd, momentum, adam: dt_opt_kind values 0..2 */
 
@@ -51,7 +51,7 @@ void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
     dt_put_u64(out + OFF_SHARD_FLOATS, h->shard_floats);
     out[OFF_OPT_KIND] = h->opt_kind;
     out[OFF_OPT_SLOTS] = h->opt_slots;
-    out[OFF_INIT] = h->initialised;
+    out[OFF_GENERATION] = h->generation;
     out[OFF_CHUNK] = h->chunk;
     out[OFF_CHUNKS] = h->chunks;
     dt_put_f32(out + OFF_LR, h->learning_rate);
@@ -59,9 +59,7 @@ void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
     dt_put_f32(out + OFF_BETA1, h->beta1);
     dt_put_f32(out + OFF_BETA2, h->beta2);
     dt_put_f32(out + OFF_EPSILON, h->epsilon);
-    dt_put_u64(out + OFF_COUNT_A, h->count_a);
-    dt_put_u64(out + OFF_COUNT_B, h->count_b);
-    dt_put_u64(out + OFF_COUNT_C, h->count_c);
+    for (int i = 0; i < 3; i++) dt_put_u64(out + OFF_COUNTERS + 8 * i, h->counters[i]);
 }
 
 int dt_wire_type_has_payload(uint8_t type) {
@@ -82,22 +80,22 @@ static uint8_t allowed_flags(uint8_t type) {
 /* INIT's sync configuration: asynchronous (aggregate 0, staleness 0, total = the workers, 0 if
  * not told), or 1 <= aggregate <= total <= the replica limit and a staleness within its limit. */
 static int check_sync_config(const dt_wire_header *h, dt_error *err) {
-    if (h->count_a == 0) {
-        if (h->count_c)
+    if (h->init.replicas_to_aggregate == 0) {
+        if (h->init.staleness)
             return dt_errorf(err, DT_EFORMAT, "INIT header: asynchronous (replicas_to_aggregate 0) with "
-                             "staleness %llu (must be 0)", (unsigned long long)h->count_c);
-        if (h->count_b > DT_WIRE_MAX_REPLICAS)
+                             "staleness %llu (must be 0)", (unsigned long long)h->init.staleness);
+        if (h->init.total_num_replicas > DT_WIRE_MAX_REPLICAS)
             return dt_errorf(err, DT_EFORMAT, "INIT header: %llu workers, beyond the limit %u",
-                             (unsigned long long)h->count_b, DT_WIRE_MAX_REPLICAS);
+                             (unsigned long long)h->init.total_num_replicas, DT_WIRE_MAX_REPLICAS);
         return DT_OK;
     }
-    if (h->count_b < h->count_a || h->count_b > DT_WIRE_MAX_REPLICAS)
+    if (h->init.total_num_replicas < h->init.replicas_to_aggregate || h->init.total_num_replicas > DT_WIRE_MAX_REPLICAS)
         return dt_errorf(err, DT_EFORMAT, "INIT header: total_num_replicas %llu must be in %llu..%u "
-                         "(replicas_to_aggregate..limit)", (unsigned long long)h->count_b,
-                         (unsigned long long)h->count_a, DT_WIRE_MAX_REPLICAS);
-    if (h->count_c > DT_WIRE_MAX_STALENESS)
+                         "(replicas_to_aggregate..limit)", (unsigned long long)h->init.total_num_replicas,
+                         (unsigned long long)h->init.replicas_to_aggregate, DT_WIRE_MAX_REPLICAS);
+    if (h->init.staleness > DT_WIRE_MAX_STALENESS)
         return dt_errorf(err, DT_EFORMAT, "INIT header: staleness %llu beyond the limit %u",
-                         (unsigned long long)h->count_c, DT_WIRE_MAX_STALENESS);
+                         (unsigned long long)h->init.staleness, DT_WIRE_MAX_STALENESS);
     return DT_OK;
 }
 
@@ -155,7 +153,7 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     h.shard_floats = dt_get_u64(p + OFF_SHARD_FLOATS);
     h.opt_kind = p[OFF_OPT_KIND];
     h.opt_slots = p[OFF_OPT_SLOTS];
-    h.initialised = p[OFF_INIT];
+    h.generation = p[OFF_GENERATION];
     h.chunk = p[OFF_CHUNK];
     h.chunks = p[OFF_CHUNKS];
     h.learning_rate = dt_get_f32(p + OFF_LR);
@@ -163,9 +161,7 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     h.beta1 = dt_get_f32(p + OFF_BETA1);
     h.beta2 = dt_get_f32(p + OFF_BETA2);
     h.epsilon = dt_get_f32(p + OFF_EPSILON);
-    h.count_a = dt_get_u64(p + OFF_COUNT_A);
-    h.count_b = dt_get_u64(p + OFF_COUNT_B);
-    h.count_c = dt_get_u64(p + OFF_COUNT_C);
+    for (int i = 0; i < 3; i++) h.counters[i] = dt_get_u64(p + OFF_COUNTERS + 8 * i);
 
     if (h.type < 1 || h.type > DT_MSG_TYPE_MAX)
         return dt_errorf(err, DT_EFORMAT, "unknown message type %u (byte %d)", h.type, OFF_TYPE);
@@ -205,8 +201,8 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     if (h.shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
         return dt_errorf(err, DT_EFORMAT, "%s header: shard of %llu floats is beyond the limit %llu", tn,
                          (unsigned long long)h.shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
-    if (h.type == DT_MSG_INIT && h.initialised == 0)
-        return dt_errorf(err, DT_EFORMAT, "INIT header: generation 0 (byte %d must be 1..255)", OFF_INIT);
+    if (h.type == DT_MSG_INIT && h.generation == 0)
+        return dt_errorf(err, DT_EFORMAT, "INIT header: generation 0 (byte %d must be 1..255)", OFF_GENERATION);
     if (h.type == DT_MSG_INIT || h.type == DT_MSG_WELCOME || h.type == DT_MSG_STATE) {
         int rc = check_optimizer(&h, err);
         if (rc) return rc;

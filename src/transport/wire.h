@@ -103,7 +103,10 @@ typedef struct {
     uint16_t task;          /* sender's task index */
     uint32_t request_id;    /* chosen by the requester, echoed in the reply */
     int64_t global_step;    /* >= 0 */
-    int64_t local_step;     /* >= 0; INIT: worker liveness timeout in ms (sync mode; 0: never lost) */
+    union {                 /* >= 0; bytes 24-31 */
+        int64_t local_step; /* PUSH: the worker's step */
+        int64_t liveness_ms; /* INIT: a sync-mode worker silent this long is lost (0: never) */
+    };
     uint64_t payload_bytes; /* size of the payload frame; 0: no payload frame */
     uint32_t shard;         /* ps index the message is for / from */
     int32_t status;         /* DT_WIRE_OK / STALE / E_* */
@@ -112,17 +115,36 @@ typedef struct {
     uint8_t opt_slots;      /* INIT, WELCOME, STATE: state floats per parameter, <= DT_WIRE_MAX_SLOTS */
     /* Every ps reply: 0 not initialised, else the generation 1..255 of the INIT that set the shard
      * (the chief numbers each (re-)initialisation, so a client can tell that every shard comes from
-     * the same one). INIT: the generation it sets. */
-    uint8_t initialised;
+     * the same one). INIT: the generation it sets (1..255). */
+    uint8_t generation;
     /* PUSH, PULL, PARAMS, PUSH_ACK: the chunk (0..chunks-1) of the shard cut into `chunks` even
      * parts (dt_wire_chunk). INIT: the cut the ps uses from now on. Other ps replies: the ps's cut
      * (0 before INIT). Other requests: 0, 0. */
     uint8_t chunk, chunks;
     float learning_rate, momentum, beta1, beta2, epsilon; /* INIT, WELCOME, STATE */
-    /* Per type (docs/protocol.md): STATUS_REPLY updates applied / PARAMS replies / workers done;
-     * INIT replicas_to_aggregate (0: async) / total_num_replicas (async: the workers) / staleness; PUSH_ACK this
-     * worker's stale gradients so far; PARAMS microseconds the PULL waited at the ps. */
-    uint64_t count_a, count_b, count_c;
+    /* Bytes 80-103: three u64 whose meaning depends on the type (docs/protocol.md), each named
+     * here for what it carries; a type that uses none leaves them 0. */
+    union {
+        uint64_t counters[3]; /* the raw view, for encode and decode */
+        struct {              /* INIT: the sync configuration */
+            uint64_t replicas_to_aggregate; /* 0: asynchronous */
+            uint64_t total_num_replicas;    /* the workers (async too) */
+            uint64_t staleness;
+        } init;
+        struct { /* STATUS_REPLY */
+            uint64_t updates, params_replies, workers_done;
+        } status_reply;
+        struct { /* PARAMS */
+            uint64_t waited_us;   /* how long the PULL was held at the ps (the sync barrier) */
+            uint64_t stale_count; /* answering a PUSH with the PULL flag: this worker's stale gradients */
+        } params;
+        struct { /* PUSH_ACK */
+            uint64_t stale_count; /* this worker's stale gradients so far */
+        } push_ack;
+        struct { /* STATE */
+            uint64_t step_max; /* the step of the chunk furthest ahead (global_step: the one behind) */
+        } state;
+    };
 } dt_wire_header;
 
 /* A zeroed header of the given type (version set). */
