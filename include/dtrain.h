@@ -111,6 +111,25 @@ typedef struct dt_train_options {
     double validation_fraction;  /* image folders; < 0: default 0.2 */
     int fail_on_bad_images;      /* 0: count and skip undecodable images; 1: stop with an error */
     int progress;                /* 1: a live progress line with ETA on stderr (a terminal) */
+
+    /* Training options, the same on one machine and on the ps tasks (README, "Training options").
+     * The learning rate of each update follows the global step: lr_schedule "constant" (NULL, the
+     * default), "exponential" (learning_rate * lr_decay_rate ^ (step / lr_decay_steps), floored
+     * with lr_staircase), "piecewise" (lr_values "v0,...,vn" between lr_boundaries "b1,...,bn") or
+     * "cosine" (warmup_steps linear warmup from 0, then down to lr_alpha * learning_rate over
+     * lr_decay_steps; 0: the rest of the run). weight_decay (0..10): L2 for sgd and momentum,
+     * decoupled (AdamW) for adam, on kernels only unless weight_decay_biases (then also rank-1
+     * variables: biases, batch norm's scale and offset). clip_gradient_norm > 0: each gradient is
+     * scaled to at most this global L2 norm before it is applied or pushed. augment: "crop=P",
+     * "flip" or both, comma-separated, for training batches only (NULL or "": none). */
+    const char *lr_schedule, *lr_boundaries, *lr_values;
+    int64_t lr_decay_steps, warmup_steps;
+    double lr_decay_rate, lr_alpha;
+    int lr_staircase;
+    double weight_decay;
+    int weight_decay_biases;
+    double clip_gradient_norm;
+    const char *augment;
     const volatile int *stop;    /* if non-NULL and set (e.g. from SIGINT), training stops early */
 
     /* The cluster, as the source's flags (docs/cluster.md). All NULL: the TF_CONFIG environment

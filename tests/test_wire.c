@@ -312,9 +312,14 @@ static void test_payload_bounds(void) {
     CHECK(dt_wire_check_payload(&pa, 1000, &e) == DT_EFORMAT);
     CHECK_CONTAINS(e.msg, "unknown encoding");
 
-    dt_wire_header init = sample(DT_MSG_INIT); /* adam: params + 2 slots */
-    init.payload_bytes = 3 * 1000 * 4;
+    dt_wire_header init = sample(DT_MSG_INIT); /* adam: params + 2 slots + options + decay bits */
+    init.payload_bytes = 3 * 1000 * 4 + DT_WIRE_OPTS_BYTES + 125;
     CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_OK);
+    init.payload_bytes = 3 * 1000 * 4 + DT_WIRE_OPTS_BYTES + 126;
+    CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_EFORMAT);
+    init.payload_bytes = 3 * 1000 * 4;
+    CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_EFORMAT); /* version 6's INIT */
+    CHECK(dt_wire_init_bytes(0, 9) == 9 * 4 + DT_WIRE_OPTS_BYTES + 2);
     init.payload_bytes = 1000 * 4;
     CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_EFORMAT);
     init.opt_slots = 200; /* a hand-made header: no overflow, refused */
@@ -341,7 +346,7 @@ static void test_payload_bounds(void) {
     h.payload_bytes = 4;
     CHECK(dt_wire_check_payload(&h, DT_WIRE_MAX_SHARD_FLOATS + 1, &e) == DT_EINVAL);
 
-    CHECK(dt_wire_max_frame(1000) == 12000);
+    CHECK(dt_wire_max_frame(1000) == 12000 + DT_WIRE_OPTS_BYTES + 125);
     CHECK(dt_wire_max_frame(1) == DT_WIRE_MAX_ERROR_TEXT);
 }
 
@@ -557,12 +562,15 @@ static void test_ipv6_and_ipv4_endpoints(void) {
  * version: one valid message of each type in the fuzz target's input format ([selector byte]
  * [header][payload]), and 16-bit PUSH and PARAMS, so the seeds follow the protocol when its version
  * changes. */
-static int write_seed(const char *dir, const char *name, uint8_t selector, dt_wire_header *h, size_t payload) {
-    uint8_t buf[1 + DT_WIRE_HEADER_SIZE + 4 * 8 + 16];
+static int write_seed_with(const char *dir, const char *name, uint8_t selector, dt_wire_header *h, size_t payload,
+                           const uint8_t *data) {
+    uint8_t buf[1 + DT_WIRE_HEADER_SIZE + 4 * 16 + DT_WIRE_OPTS_BYTES];
+    if (payload > sizeof buf - 1 - DT_WIRE_HEADER_SIZE) return 1;
     h->payload_bytes = payload;
     buf[0] = selector;
     dt_wire_encode(buf + 1, h);
     memset(buf + 1 + DT_WIRE_HEADER_SIZE, 0, payload);
+    if (data) memcpy(buf + 1 + DT_WIRE_HEADER_SIZE, data, payload);
     if (h->type == DT_MSG_ERROR) memcpy(buf + 1 + DT_WIRE_HEADER_SIZE, "oops!", 5);
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -575,6 +583,10 @@ static int write_seed(const char *dir, const char *name, uint8_t selector, dt_wi
     return fclose(f) != 0;
 }
 
+static int write_seed(const char *dir, const char *name, uint8_t selector, dt_wire_header *h, size_t payload) {
+    return write_seed_with(dir, name, selector, h, payload, NULL);
+}
+
 static int write_corpus(const char *dir) {
     for (int t = 1; t <= DT_MSG_TYPE_MAX; t++) {
         dt_wire_header h = dt_wire_header_make((dt_msg_type)t, t % 2 ? DT_ROLE_WORKER : DT_ROLE_PS, 1, 7);
@@ -584,7 +596,8 @@ static int write_corpus(const char *dir) {
             h.opt_kind = 2, h.opt_slots = 2, h.learning_rate = 0.001f, h.beta1 = 0.9f, h.beta2 = 0.999f,
             h.epsilon = 1e-8f, h.momentum = 0.9f;
         }
-        if (t == DT_MSG_INIT || t == DT_MSG_STATE) payload = 4 * 3 * sizeof(float);
+        if (t == DT_MSG_STATE) payload = 4 * 3 * sizeof(float);
+        if (t == DT_MSG_INIT) payload = (size_t)dt_wire_init_bytes(2, 4);
         if (t == DT_MSG_PARAMS || t == DT_MSG_PUSH) payload = 4 * sizeof(float);
         if (t == DT_MSG_PULL) h.encoding = DT_ENC_BF16;
         if (t == DT_MSG_ERROR) payload = 5, h.status = DT_WIRE_E_NOT_READY;
@@ -598,7 +611,69 @@ static int write_corpus(const char *dir) {
     push.flags = DT_WIRE_F_PULL;
     dt_wire_header params = dt_wire_header_make(DT_MSG_PARAMS, DT_ROLE_PS, 0, 7);
     params.encoding = DT_ENC_FP16;
-    return write_seed(dir, "type07_bf16", 1, &push, 2) || write_seed(dir, "type06_fp16", 1, &params, 2);
+    /* An INIT of a shard of one float (selector 1) with a piecewise schedule, weight decay and the
+     * float's decay bit set. */
+    dt_wire_header init = dt_wire_header_make(DT_MSG_INIT, DT_ROLE_CHIEF, 0, 7);
+    init.shard_floats = 1, init.opt_kind = 1, init.opt_slots = 1, init.learning_rate = 0.1f, init.momentum = 0.9f;
+    init.generation = 1, init.init.total_num_replicas = 1;
+    uint8_t data[2 * 4 + DT_WIRE_OPTS_BYTES + 1] = {0};
+    dt_lr_schedule s = {.kind = DT_LR_PIECEWISE, .n_boundaries = 2, .boundaries = {100, 200}, .values = {0.1f, 0.01f, 0.001f}};
+    dt_wire_opts_encode(data + 8, &s, 5e-4f);
+    data[8 + DT_WIRE_OPTS_BYTES] = 1;
+    return write_seed(dir, "type07_bf16", 1, &push, 2) || write_seed(dir, "type06_fp16", 1, &params, 2) ||
+           write_seed_with(dir, "type03_piecewise", 1, &init, sizeof data, data);
+}
+
+/* INIT's options block: every schedule survives encode and decode exactly; a block that is the
+ * wrong size, names an unknown schedule, sets reserved bytes, has boundaries out of order, a
+ * negative or non-finite weight decay, or a field another schedule uses, is refused by name. */
+static void test_init_options(void) {
+    uint8_t b[DT_WIRE_OPTS_BYTES];
+    dt_lr_schedule in[4] = {
+        {.kind = DT_LR_CONSTANT},
+        {.kind = DT_LR_EXPONENTIAL, .staircase = 1, .decay_steps = 1000, .decay_rate = 0.96f},
+        {.kind = DT_LR_PIECEWISE, .n_boundaries = 3, .boundaries = {10, 20, (int64_t)1 << 40},
+         .values = {0.1f, 0.05f, 0.01f, 0.001f}},
+        {.kind = DT_LR_COSINE, .decay_steps = 9000, .warmup_steps = 500, .alpha = 0.01f},
+    };
+    for (int k = 0; k < 4; k++) {
+        dt_wire_opts_encode(b, &in[k], 0.25f * k);
+        dt_lr_schedule out;
+        float wd = -1;
+        dt_error e = {0};
+        CHECK_MSG(dt_wire_opts_decode(&out, &wd, b, sizeof b, &e) == DT_OK, "%s: %s", dt_lr_kind_name(in[k].kind), e.msg);
+        int same = out.kind == in[k].kind && out.staircase == in[k].staircase && out.decay_steps == in[k].decay_steps &&
+                   out.decay_rate == in[k].decay_rate && out.alpha == in[k].alpha &&
+                   out.warmup_steps == in[k].warmup_steps && out.n_boundaries == in[k].n_boundaries;
+        for (int i = 0; i < DT_LR_MAX_BOUNDARIES; i++) same &= out.boundaries[i] == in[k].boundaries[i];
+        for (int i = 0; i <= DT_LR_MAX_BOUNDARIES; i++) same &= out.values[i] == in[k].values[i];
+        CHECK_MSG(same && wd == 0.25f * k, "%s: decoded differently", dt_lr_kind_name(in[k].kind));
+    }
+    struct { int off; uint8_t v; const char *msg; } bad[] = {
+        {0, 4, "unknown schedule"}, {1, 2, "staircase"}, {2, 17, "boundaries"}, {3, 1, "reserved"},
+        {DT_WIRE_OPTS_BYTES - 1, 1, "reserved"},
+        {7, 0x80, "weight decay"},   /* the sign bit of 0.25: -0.25 */
+        {32, 30, "not increasing"},  /* boundaries[0] = 30 > boundaries[1] = 20 */
+        {16, 0x3f, "lr_decay_rate"}, /* a decay rate on a piecewise schedule */
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        dt_wire_opts_encode(b, &in[2], 0.25f);
+        b[bad[k].off] = bad[k].v;
+        dt_lr_schedule out;
+        float wd;
+        dt_error e = {0};
+        CHECK_MSG(dt_wire_opts_decode(&out, &wd, b, sizeof b, &e) == DT_EFORMAT, "byte %d", bad[k].off);
+        CHECK_CONTAINS(e.msg, bad[k].msg);
+        CHECK_CONTAINS(e.msg, "INIT options");
+    }
+    dt_wire_opts_encode(b, &in[0], 1.0f / 0.0f);
+    dt_lr_schedule out;
+    float wd;
+    dt_error e = {0};
+    CHECK(dt_wire_opts_decode(&out, &wd, b, sizeof b, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "weight decay");
+    CHECK(dt_wire_opts_decode(&out, &wd, b, sizeof b - 1, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "bytes");
 }
 
 int main(int argc, char **argv) {
@@ -608,6 +683,7 @@ int main(int argc, char **argv) {
     RUN(test_named_fields);
     RUN(test_refusals);
     RUN(test_payload_bounds);
+    RUN(test_init_options);
     RUN(test_error_text);
     RUN(test_socket_round_trip_and_refusals);
     RUN(test_oversized_frame_dropped);

@@ -241,7 +241,8 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
         if (h->opt_slots > DT_WIRE_MAX_SLOTS)
             return dt_errorf(err, DT_EFORMAT, "%s header: %u optimizer slots, at most %u", tn, h->opt_slots,
                              DT_WIRE_MAX_SLOTS);
-        want = (1 + (uint64_t)h->opt_slots) * shard_floats * 4;
+        want = h->type == DT_MSG_INIT ? dt_wire_init_bytes(h->opt_slots, shard_floats)
+                                      : (1 + (uint64_t)h->opt_slots) * shard_floats * 4;
         break;
     case DT_MSG_ERROR:
         if (h->payload_bytes > DT_WIRE_MAX_ERROR_TEXT)
@@ -273,8 +274,74 @@ unsigned dt_wire_chunks_for(uint64_t shard_floats, uint64_t chunk_bytes) {
     return k < 1 ? 1 : k > DT_WIRE_MAX_CHUNKS ? DT_WIRE_MAX_CHUNKS : (unsigned)k;
 }
 
+uint64_t dt_wire_init_bytes(unsigned opt_slots, uint64_t shard_floats) {
+    return (1 + (uint64_t)opt_slots) * shard_floats * 4 + DT_WIRE_OPTS_BYTES + (shard_floats + 7) / 8;
+}
+
+/* Offsets in the INIT options block (docs/protocol.md has the same table). */
+enum {
+    OPT_KIND = 0, OPT_STAIRCASE = 1, OPT_NBOUND = 2, OPT_RESERVED0 = 3, OPT_WD = 4, OPT_DECAY_STEPS = 8,
+    OPT_DECAY_RATE = 16, OPT_ALPHA = 20, OPT_WARMUP = 24, OPT_BOUNDARIES = 32,
+    OPT_VALUES = OPT_BOUNDARIES + 8 * DT_LR_MAX_BOUNDARIES, OPT_RESERVED1 = OPT_VALUES + 4 * (DT_LR_MAX_BOUNDARIES + 1),
+};
+_Static_assert(OPT_RESERVED1 + 4 == DT_WIRE_OPTS_BYTES, "INIT options layout and size disagree");
+
+void dt_wire_opts_encode(uint8_t *out, const dt_lr_schedule *s, float weight_decay) {
+    memset(out, 0, DT_WIRE_OPTS_BYTES);
+    out[OPT_KIND] = (uint8_t)s->kind;
+    out[OPT_STAIRCASE] = (uint8_t)(s->staircase != 0);
+    out[OPT_NBOUND] = (uint8_t)s->n_boundaries;
+    dt_put_f32(out + OPT_WD, weight_decay);
+    dt_put_u64(out + OPT_DECAY_STEPS, (uint64_t)s->decay_steps);
+    dt_put_f32(out + OPT_DECAY_RATE, s->decay_rate);
+    dt_put_f32(out + OPT_ALPHA, s->alpha);
+    dt_put_u64(out + OPT_WARMUP, (uint64_t)s->warmup_steps);
+    for (int i = 0; i < DT_LR_MAX_BOUNDARIES; i++) dt_put_u64(out + OPT_BOUNDARIES + 8 * i, (uint64_t)s->boundaries[i]);
+    for (int i = 0; i <= DT_LR_MAX_BOUNDARIES; i++) dt_put_f32(out + OPT_VALUES + 4 * i, s->values[i]);
+}
+
+int dt_wire_opts_decode(dt_lr_schedule *s, float *weight_decay, const void *buf, size_t len, dt_error *err) {
+    const uint8_t *p = buf;
+    memset(s, 0, sizeof *s);
+    if (len != DT_WIRE_OPTS_BYTES)
+        return dt_errorf(err, DT_EFORMAT, "INIT options: %zu bytes, expected %u", len, DT_WIRE_OPTS_BYTES);
+    if (p[OPT_KIND] >= DT_LR_KINDS)
+        return dt_errorf(err, DT_EFORMAT, "INIT options: unknown schedule %u (byte %d)", p[OPT_KIND], OPT_KIND);
+    if (p[OPT_STAIRCASE] > 1)
+        return dt_errorf(err, DT_EFORMAT, "INIT options: staircase %u (byte %d must be 0 or 1)", p[OPT_STAIRCASE],
+                         OPT_STAIRCASE);
+    if (p[OPT_NBOUND] > DT_LR_MAX_BOUNDARIES)
+        return dt_errorf(err, DT_EFORMAT, "INIT options: %u boundaries, at most %d (byte %d)", p[OPT_NBOUND],
+                         DT_LR_MAX_BOUNDARIES, OPT_NBOUND);
+    if (p[OPT_RESERVED0] || dt_get_u32(p + OPT_RESERVED1))
+        return dt_errorf(err, DT_EFORMAT, "INIT options: reserved bytes %d and %d..%d must be 0", OPT_RESERVED0,
+                         OPT_RESERVED1, OPT_RESERVED1 + 3);
+    s->kind = (dt_lr_kind)p[OPT_KIND];
+    s->staircase = p[OPT_STAIRCASE];
+    s->n_boundaries = p[OPT_NBOUND];
+    float wd = dt_get_f32(p + OPT_WD);
+    uint64_t ds = dt_get_u64(p + OPT_DECAY_STEPS), ws = dt_get_u64(p + OPT_WARMUP);
+    /* Beyond 2^50 a step count is refused by the schedule's check: keep the cast from wrapping. */
+    s->decay_steps = ds > (uint64_t)DT_LR_MAX_STEPS ? DT_LR_MAX_STEPS + 1 : (int64_t)ds;
+    s->warmup_steps = ws > (uint64_t)DT_LR_MAX_STEPS ? DT_LR_MAX_STEPS + 1 : (int64_t)ws;
+    s->decay_rate = dt_get_f32(p + OPT_DECAY_RATE);
+    s->alpha = dt_get_f32(p + OPT_ALPHA);
+    for (int i = 0; i < DT_LR_MAX_BOUNDARIES; i++) {
+        uint64_t b = dt_get_u64(p + OPT_BOUNDARIES + 8 * i);
+        s->boundaries[i] = b > (uint64_t)DT_LR_MAX_STEPS ? DT_LR_MAX_STEPS + 1 : (int64_t)b;
+    }
+    for (int i = 0; i <= DT_LR_MAX_BOUNDARIES; i++) s->values[i] = dt_get_f32(p + OPT_VALUES + 4 * i);
+    if (!(wd >= 0 && wd <= DT_WIRE_MAX_WEIGHT_DECAY))
+        return dt_errorf(err, DT_EFORMAT, "INIT options: weight decay %g is not in 0..%g", (double)wd,
+                         (double)DT_WIRE_MAX_WEIGHT_DECAY);
+    int rc = dt_lr_schedule_check(s, err);
+    if (rc) return dt_error_wrap(err, DT_EFORMAT, "INIT options: ");
+    *weight_decay = wd;
+    return DT_OK;
+}
+
 uint64_t dt_wire_max_frame(uint64_t shard_floats) {
-    uint64_t init = (1 + (uint64_t)DT_WIRE_MAX_SLOTS) * shard_floats * 4;
+    uint64_t init = dt_wire_init_bytes(DT_WIRE_MAX_SLOTS, shard_floats);
     uint64_t m = DT_WIRE_HEADER_SIZE > DT_WIRE_MAX_ERROR_TEXT ? DT_WIRE_HEADER_SIZE : DT_WIRE_MAX_ERROR_TEXT;
     return init > m ? init : m;
 }

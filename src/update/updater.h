@@ -36,7 +36,8 @@ struct dt_updater {
                     dt_error *err);
 };
 
-/* The local updater: opt over all n_params parameters, state held here. */
-int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, size_t n_params, dt_error *err);
+/* The local updater: opt over all of net's parameters (weight decay where decay_mask.h says), state
+ * held here. */
+int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt_net *net, dt_error *err);
 
 #endif

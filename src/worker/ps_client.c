@@ -520,7 +520,7 @@ fail:
 }
 
 int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *const *params,
-                      const float *const *state, int64_t global_step, dt_error *err) {
+                      const float *const *state, const uint8_t *const *decay, int64_t global_step, dt_error *err) {
     if (c->role != DT_ROLE_CHIEF) return dt_errorf(err, DT_EINVAL, "only the chief initialises the ps tasks");
     if (global_step < 0) return dt_errorf(err, DT_EINVAL, "initial global step %lld < 0", (long long)global_step);
     int slots = dt_opt_slots(opt);
@@ -537,15 +537,22 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
     }
     for (int i = 0; i < c->n_ps; i++) {
         size_t n = c->ps[i].n, pbytes = n * sizeof(float), sbytes = (size_t)slots * pbytes;
+        size_t total = (size_t)dt_wire_init_bytes((unsigned)slots, n);
         zmq_msg_t m;
-        if (zmq_msg_init_size(&m, pbytes + sbytes) != 0) {
+        if (zmq_msg_init_size(&m, total) != 0) {
             clear_awaits(c);
-            return dt_errorf(err, DT_ENOMEM, "out of memory for the INIT of ps %d (%zu bytes)", i, pbytes + sbytes);
+            return dt_errorf(err, DT_ENOMEM, "out of memory for the INIT of ps %d (%zu bytes)", i, total);
         }
-        char *d = zmq_msg_data(&m);
+        uint8_t *d = zmq_msg_data(&m);
         memcpy(d, params[i], pbytes);
         if (state) memcpy(d + pbytes, state[i], sbytes);
         else memset(d + pbytes, 0, sbytes);
+        /* The options block, then the decay mask as bits (docs/protocol.md, "INIT options"). */
+        uint8_t *o = d + pbytes + sbytes, *bits = o + DT_WIRE_OPTS_BYTES;
+        dt_wire_opts_encode(o, &opt->schedule, opt->weight_decay);
+        memset(bits, 0, (n + 7) / 8);
+        for (size_t k = 0; decay && k < n; k++)
+            if (decay[i][k]) bits[k >> 3] |= (uint8_t)(1u << (k & 7));
         dt_wire_header h = dt_wire_header_make(DT_MSG_INIT, 0, 0, 0);
         h.global_step = global_step;
         h.shard_floats = n;
