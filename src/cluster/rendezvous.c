@@ -153,8 +153,8 @@ static int hello(server *s, int i) {
     for (int r = 1; r < rv->size; r++) {
         int j = s->by_rank[r];
         if (j >= 0 && !strcmp(s->c[j].host, c->host) && s->c[j].port == port) {
-            refuse(s, "%s: %ld at ranks %d and %ld alike, both at %s:%ld", rv->local_var, local, r, rank, c->host,
-                   port);
+            refuse(s, "%s: %ld at ranks %ld and %ld alike, both at %s:%ld", rv->local_var, local,
+                   r < rank ? (long)r : rank, r < rank ? rank : (long)r, c->host, port);
             return 1;
         }
     }
