@@ -227,7 +227,7 @@ int dt_tasks_per_node_parse(int **counts, int *n, const char *text, size_t len, 
         if (count_at(text, len, &i, 2 * DT_CLUSTER_MAX_TASKS, &tasks)) goto bad;
         if (i < len && text[i] == '(') { /* "N(xM)": M nodes of N tasks */
             i++;
-            if (i >= len || text[i++] != 'x' || count_at(text, len, &i, max, &repeat) || i >= len ||
+            if (i >= len || text[i++] != 'x' || count_at(text, len, &i, 999999999, &repeat) || i >= len ||
                 text[i++] != ')')
                 goto bad;
         }
