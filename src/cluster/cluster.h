@@ -3,8 +3,9 @@
  *   1. flags   --ps_hosts=h:p,... --worker_hosts=h:p,... --job_name=ps|worker --task_index=N
  *   2. the TF_CONFIG environment variable (JSON, as written by Kubernetes operators)
  *   3. a local definition on 127.0.0.1 (what `dtrain launch` starts)
- * Precedence: any of the four flags -> the flags alone define the cluster; else a non-empty TF_CONFIG;
- * else a single process (no cluster).
+ *   4. a cluster manager's environment: Slurm, Open MPI, PMI (cluster/manager.h, with --num_ps)
+ * Precedence: any of the four flags -> the flags alone define the cluster; else --num_ps -> the
+ * manager's environment (dt_train); else a non-empty TF_CONFIG; else a single process (no cluster).
  *
  * Worker indexing: the chief counts as a worker and is always worker 0. A TF_CONFIG `chief` (or the
  * legacy `master`) becomes worker 0 and TF_CONFIG's workers are shifted by one (TF_CONFIG worker i is
