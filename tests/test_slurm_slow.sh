@@ -5,6 +5,8 @@
 #   - examples/slurm/train.sbatch through `sbatch --wait`: the job completes
 #   - a worker killed by SIGKILL leaves the ps and the chief running (the existing fault handling);
 #     then `scancel` ends every task of the job, the ps included, within seconds
+#   - `scontrol requeue` of the example's job (it has --requeue): it runs again and the chief
+#     resumes from the newest checkpoint
 # Every daemon is stopped at the end (trap). Needs root (slurmd), Debian slurm-wlm and munge, and a
 # host name that resolves; otherwise it exits 77 (a skip), saying why. Runs by hand too:
 #   DTRAIN_BIN=build/dtrain bash tests/test_slurm_slow.sh
@@ -132,4 +134,21 @@ took=$(( $(date +%s) - t0 ))
 [ -z "$(pids)" ] && ok "scancel ends every task, the ps included (${took} s)" \
   || { bad "scancel ends every task"; ps -f $(pids); tail -15 "$tmp/long.out"; }
 [ -z "$(squeue -h -j "$jid" 2>/dev/null)" ] && ok "scancel: the job is gone" || bad "scancel: the job is gone"
+
+# 4. --requeue (in the example): a requeued job runs the script again and the chief resumes from
+# the newest checkpoint in LOGDIR.
+jid=$(DTRAIN=$bin DATA=$tmp/data BASE_PORT=$base LOGDIR=$tmp/rq sbatch --parsable --overcommit -t 2 -o "$tmp/rq.out" \
+  examples/slurm/train.sbatch --summary_dir= --threads 1 --epochs 100 --save_model_secs 1 --connect_timeout 30)
+for _ in $(seq 1 120); do ls "$tmp"/rq/model.ckpt-[1-9]*.safetensors >/dev/null 2>&1 && break; sleep 0.25; done
+t0=$(date +%s)
+scontrol requeue "$jid" || bad "scontrol requeue"
+# Slurm holds a requeued job back (BeginTime) for a while; a user would wait, the test need not.
+for _ in $(seq 1 20); do squeue -h -j "$jid" -o %T | grep -q PENDING && break; sleep 0.25; done
+scontrol update jobid="$jid" StartTime=now || bad "scontrol update StartTime=now"
+for _ in $(seq 1 240); do grep -q '^restored .*model.ckpt-[1-9][0-9]*.safetensors: global step [1-9]' "$tmp/rq.out" && break; sleep 0.25; done
+grep -q '^restored .*: global step [1-9]' "$tmp/rq.out" \
+  && ok "requeue: the job starts again and the chief resumes from its checkpoint ($(( $(date +%s) - t0 )) s)" \
+  || { bad "requeue: the chief resumes from its checkpoint"; squeue; tail -20 "$tmp/rq.out"; }
+scancel "$jid"
+for _ in $(seq 1 80); do [ -z "$(pids)" ] && break; sleep 0.25; done
 summary
