@@ -220,7 +220,10 @@ static int from_mpi(dt_cluster *c, const dt_manager_options *m, const mpi_vars *
         if (base + local > 65535) rc = port_of(base, local, local_var, &addrs[0], err);
         else rc = dt_rendezvous_gather(&rv, addrs, err);
     } else if (local_size == size) {
-        /* One host: every rank's local rank is its world rank, and loopback reaches them all. */
+        /* One host: loopback reaches every rank, and the world rank, which every rank knows of
+         * every other, keeps the ports apart (it is the local rank too when all share a host). */
+        local_var = v->rank;
+        local = rank;
         for (long r = 0; r < size && !rc; r++) {
             snprintf(addrs[r].host, sizeof addrs[r].host, "127.0.0.1");
             rc = port_of(base, r, local_var, &addrs[r], err);
