@@ -54,8 +54,17 @@ NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 PartitionName=test Nodes=$node Default=YES MaxTime=10 State=UP OverSubscribe=FORCE
 CONF
 
+# A job step's slurmstepd runs in the spool folder; one whose job was cancelled just before
+# slurmd stopped may outlive the daemons, retrying them: found by its folder, and ended.
+stepds() {
+  local p
+  for p in $(pgrep -x slurmstepd); do
+    case $(readlink /proc/$p/cwd 2>/dev/null) in "$s"/*) echo $p ;; esac
+  done
+}
 stop_daemons() {
   scancel --quiet --user=root 2>/dev/null
+  for _ in $(seq 1 40); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.25; done
   for f in slurmd slurmctld munged; do
     [ -s $s/run/$f.pid ] && kill "$(cat $s/run/$f.pid)" 2>/dev/null
   done
@@ -63,6 +72,7 @@ stop_daemons() {
   for f in slurmd slurmctld munged; do
     [ -s $s/run/$f.pid ] && kill -KILL "$(cat $s/run/$f.pid)" 2>/dev/null
   done
+  for p in $(stepds); do kill -KILL $p; done
   lib_cleanup
 }
 trap stop_daemons EXIT
@@ -150,5 +160,5 @@ grep -q '^restored .*: global step [1-9]' "$tmp/rq.out" \
   && ok "requeue: the job starts again and the chief resumes from its checkpoint ($(( $(date +%s) - t0 )) s)" \
   || { bad "requeue: the chief resumes from its checkpoint"; squeue; tail -20 "$tmp/rq.out"; }
 scancel "$jid"
-for _ in $(seq 1 80); do [ -z "$(pids)" ] && break; sleep 0.25; done
+for _ in $(seq 1 80); do [ -z "$(pids)" ] && [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.25; done
 summary
