@@ -167,6 +167,7 @@ static void test_slurm_refusals(void) {
         {"SLURM_STEP_TASKS_PER_NODE=2", "SLURM_STEP_TASKS_PER_NODE: \"2\" counts 1 node, but SLURM_STEP_NODELIST=\"n[1-2]\" names 2"},
         {"SLURM_STEP_NODELIST=n1,n1", "rank 2: duplicate address n1:2222 (also rank 0)"},
         {"SLURM_DISTRIBUTION=arbitrary", "SLURM_DISTRIBUTION: \"arbitrary\""},
+        {"SLURMD_NODENAME=n2", "SLURMD_NODENAME: \"n2\", but SLURM_STEP_TASKS_PER_NODE=\"2(x2)\" over SLURM_STEP_NODELIST=\"n[1-2]\" (block) puts rank 1 on n1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fake_env e = {{cases[i].var, "SLURM_STEP_ID=1", "SLURM_PROCID=1", "SLURM_NTASKS=4", "SLURM_STEP_NODELIST=n[1-2]",

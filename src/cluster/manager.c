@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cluster/hostlist.h"
 #include "cluster/rendezvous.h"
@@ -165,6 +166,13 @@ static int from_slurm(dt_cluster *c, const dt_manager_options *m, int base, dt_e
         rc = dt_errorf(err, DT_EINVAL, "SLURM_NODEID: %ld, but %s=%s over %s=%s (%s) puts rank %ld on node %d (%s)",
                        nodeid, tpn.name, q2, list.name, q, cyclic ? "cyclic" : "block", rank, node[rank],
                        hosts.host[node[rank]]);
+        goto out;
+    }
+    const char *self = env_get(m, "SLURMD_NODENAME");
+    if (self && strcasecmp(self, hosts.host[node[rank]])) {
+        rc = dt_errorf(err, DT_EINVAL, "SLURMD_NODENAME: %s, but %s=%s over %s=%s (%s) puts rank %ld on %s",
+                       dt_text_quote((char[80]){0}, self, strlen(self)), tpn.name, q2, list.name, q,
+                       cyclic ? "cyclic" : "block", rank, hosts.host[node[rank]]);
         goto out;
     }
     for (long r = 0; r < ntasks; r++) {

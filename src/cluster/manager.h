@@ -6,7 +6,8 @@
  *      allocation inherits.
  *   2. Slurm's srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_NODELIST (else
  *      SLURM_JOB_NODELIST), SLURM_STEP_TASKS_PER_NODE (else SLURM_TASKS_PER_NODE), SLURM_DISTRIBUTION
- *      (block, the default, or cyclic). Needs SLURM_STEP_ID: a batch script itself is no task.
+ *      (block, the default, or cyclic); this task's SLURM_LOCALID, SLURM_NODEID and SLURMD_NODENAME
+ *      must agree with that layout. Needs SLURM_STEP_ID: a batch script itself is no task.
  *      With PMI_RANK too (srun --mpi=pmi2), they must agree.
  *   3. A PMI launcher (MPICH's hydra, Intel MPI): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
  *      MPI_LOCALNRANKS.
