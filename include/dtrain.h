@@ -136,6 +136,13 @@ typedef struct dt_train_options {
      * variable if set, else this machine alone. job_name "ps" serves until the chief ends
      * training; "worker" trains its shard of the data (worker 0 is the chief). */
     const char *ps_hosts, *worker_hosts, *job_name, *task_index;
+    /* Or, num_ps > 0 (none of the four above given): the cluster from the cluster manager that
+     * started this task (Open MPI, Slurm, a PMI launcher; docs/cluster.md): its first num_ps ranks
+     * are ps tasks, the rest workers; every task's port is base_port (default 2222) + its local id
+     * on its node; under MPI across hosts the ranks meet at rendezvous ("host:port" where rank 0
+     * runs, NULL: every rank on this host) within connect_timeout_ms. TF_CONFIG is then ignored. */
+    int num_ps, base_port;
+    const char *rendezvous;
     /* A ps binds its own address (a name resolved), or bind instead if set (NULL or "": none):
      * "0.0.0.0" (every IPv4 interface), "[::]" (every interface) or an interface address, with an
      * optional ":PORT", for a host whose listed name resolves to another address (NAT, a

@@ -71,6 +71,14 @@ int cmd_train(int argc, char **argv) {
         FLAG_TEXT("worker_hosts", &o.worker_hosts, "cluster: comma-separated host:port of the workers"),
         FLAG_TEXT("job_name", &o.job_name, "cluster: this process's job, ps or worker"),
         FLAG_TEXT("task_index", &o.task_index, "cluster: this process's index in its job (default 0)"),
+        FLAG_NUM("num_ps", FLAG_INT, &o.num_ps,
+                 "cluster from mpirun, srun or a PMI launcher: its first N ranks are ps tasks, the rest workers "
+                 "(docs/cluster.md); 0: off", 0, MAX_TASKS, 0),
+        FLAG_NUM("base_port", FLAG_INT, &o.base_port, "with --num_ps: each task listens on this + its local id",
+                 1, 65535, 0),
+        FLAG_TEXT("rendezvous", &o.rendezvous,
+                  "with --num_ps under MPI across hosts: host:port where rank 0 runs, where the ranks exchange "
+                  "addresses"),
         FLAG_NUM("issync", FLAG_INT, &o.issync, "0: asynchronous updates, 1: synchronous replicas", 0, 1, 0),
         FLAG_NUM("replicas_to_aggregate", FLAG_INT, &o.replicas_to_aggregate,
                  "sync: gradients averaged per step; 0: the number of workers", 0, MAX_TASKS, 0),
@@ -133,7 +141,8 @@ int cmd_train(int argc, char **argv) {
         printf("usage: dtrain train --model FILE --data PATH [flags]\n\n"
                "Trains a model and prints step, loss, training and validation accuracy every\n"
                "--steps_to_validate steps, then the test accuracy. Alone on this machine by default;\n"
-               "with --ps_hosts/--worker_hosts/--job_name/--task_index (or TF_CONFIG) as one task of\n"
+               "with --ps_hosts/--worker_hosts/--job_name/--task_index (or TF_CONFIG, or --num_ps under\n"
+               "mpirun or srun) as one task of\n"
                "a cluster: a ps serves its share of the variables until the chief (worker 0) ends\n"
                "training. By default the cluster's traffic is neither authenticated nor encrypted: use\n"
                "it on trusted networks only, or --auth=curve with --keys (docs/security.md).\n"

@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "cluster/cluster.h"
+#include "cluster/manager.h"
 #include "cluster/placement.h"
 #include "compute/kernels.h"
 #include "compute/optim.h"
@@ -39,6 +40,7 @@ void dt_train_options_init(dt_train_options *o) {
     o->placement = "greedy";
     o->compression = "none";
     o->chunk_kb = (int)(DT_WIRE_CHUNK_BYTES_DEFAULT >> 10);
+    o->base_port = DT_BASE_PORT_DEFAULT;
     o->connect_timeout_ms = 60000;
     o->ps_timeout_ms = 120000;
     o->idle_timeout_ms = 600000;
@@ -190,6 +192,29 @@ static int load_auth(dt_auth *a, const dt_train_options *o, const dt_cluster *c,
 static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt_train_result *res,
                       dt_error *err);
 
+/* The precedence (docs/cluster.md): the four cluster flags; else --num_ps, the cluster manager's
+ * environment; else TF_CONFIG; else this process alone. */
+static int resolve_cluster(dt_cluster *c, const dt_train_options *o, dt_error *err) {
+    if (o->num_ps <= 0) {
+        if (o->rendezvous && *o->rendezvous)
+            return dt_errorf(err, DT_EINVAL, "--rendezvous needs --num_ps (the cluster from mpirun's environment)");
+        const char *tf = getenv("TF_CONFIG");
+        int rc = dt_cluster_resolve(c, o->ps_hosts, o->worker_hosts, o->job_name, o->task_index, tf, err);
+        if (!rc && tf && *tf && !strcmp(c->source, "flags"))
+            snprintf(c->origin, sizeof c->origin, "--ps_hosts/--worker_hosts/--job_name/--task_index; TF_CONFIG "
+                     "ignored (the flags win)");
+        return rc;
+    }
+    const char *given = o->ps_hosts ? "--ps_hosts" : o->worker_hosts ? "--worker_hosts" : o->job_name ? "--job_name"
+                        : o->task_index ? "--task_index" : NULL;
+    if (given)
+        return dt_errorf(err, DT_EINVAL, "--num_ps: derives the cluster from the cluster manager's environment, "
+                         "but %s defines it too: give one or the other", given);
+    dt_manager_options m = {.num_ps = o->num_ps, .base_port = o->base_port, .rendezvous = o->rendezvous,
+                            .deadline_ms = o->connect_timeout_ms};
+    return dt_cluster_from_manager(c, &m, err);
+}
+
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
     dt_train_result local_res;
     if (!res) res = &local_res;
@@ -210,9 +235,7 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
 
     run_state r = {0};
     dt_cluster_single(&r.cluster);
-    if ((rc = dt_cluster_resolve(&r.cluster, o->ps_hosts, o->worker_hosts, o->job_name, o->task_index,
-                                 getenv("TF_CONFIG"), err)))
-        goto out;
+    if ((rc = resolve_cluster(&r.cluster, o, err))) goto out;
     if (r.cluster.distributed && r.cluster.n_ps < 1) {
         rc = dt_errorf(err, DT_EINVAL, "--ps_hosts: a cluster needs at least one ps task");
         goto out;
@@ -230,6 +253,7 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
         char desc[512];
         dt_cluster_describe(&r.cluster, desc, sizeof desc);
         fprintf(log, "cluster: %s\n", desc);
+        if (r.cluster.origin[0]) fprintf(log, "cluster from %s: %s\n", r.cluster.source, r.cluster.origin);
     }
     if (o->dry_run) {
         fprintf(log, "model %s: %zu parameters in %d variables\n", dt_net_spec(r.net)->name,
