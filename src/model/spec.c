@@ -369,7 +369,7 @@ static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, d
         if (required && !(seen & (1u << o)))
             return FAIL(c, DT_EFORMAT, "%s needs %s=", kname, opts[o]);
     }
-    if (kind == DT_LAYER_MAXPOOL && !stride_given) L->stride_h = L->k_h, L->stride_w = L->k_w;
+    if ((kind == DT_LAYER_MAXPOOL || kind == DT_LAYER_AVGPOOL) && !stride_given) L->stride_h = L->k_h, L->stride_w = L->k_w;
     int bias_o = find_word("bias_init", opts);
     if (!L->use_bias && bias_o >= 0 && (seen & (1u << bias_o)))
         return FAIL(c, DT_EFORMAT, "bias_init given but use_bias=false");
@@ -785,7 +785,7 @@ int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size
             }
             if (mul_sat(mul_sat((size_t)h, (size_t)w), sum_c) > DT_MODEL_MAX_ACT)
                 return FAIL(&c, DT_ESHAPE, "concat output has more than %zu values per example", DT_MODEL_MAX_ACT);
-            ch = (int)sum_c;
+            if (!add) ch = (int)sum_c;
             break;
         }
         case DT_LAYER_FLATTEN:
