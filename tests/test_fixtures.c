@@ -200,7 +200,7 @@ static void run_model(const char *model, const char *model_path, const char *fix
     for (int v = 0; v < dt_net_num_views(net); v++) {
         const dt_param_view *pv = dt_net_view(net, v);
         char key[96];
-        if (!pv->trainable) { /* moving statistics: updated by the forward pass, never trained */
+        if (pv->not_trained) { /* moving statistics: updated by the forward pass, never trained */
             snprintf(key, sizeof key, "moving/%s", pv->name);
             float *m = st_get(f, key, &n);
             CHECK_MSG(m && n == pv->count, "%s: fixture lacks %s", model, key);

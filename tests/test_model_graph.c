@@ -93,7 +93,7 @@ static void test_stack_unchanged(void) {
         const dt_param_view *pv = dt_net_view(net, v);
         CHECK_MSG(!strcmp(pv->name, fashion[v].name) && pv->offset == fashion[v].offset && pv->count == fashion[v].count,
                   "view %d: %s at %zu (%zu)", v, pv->name, pv->offset, pv->count);
-        CHECK(pv->trainable);
+        CHECK(!pv->not_trained);
     }
     const dt_model_spec *s = dt_net_spec(net);
     for (int i = 0; i < s->n_layers; i++) CHECK(s->layers[i].n_inputs == 1 && s->layers[i].inputs[0] == i - 1);
@@ -216,7 +216,7 @@ static void test_param_ranges(void) {
     for (int k = 0; k < dt_net_num_views(net); k++) {
         const dt_param_view *pv = dt_net_view(net, k);
         int is_moving = strstr(pv->name, "/moving_mean") || strstr(pv->name, "/moving_variance");
-        CHECK(pv->trainable == !is_moving);
+        CHECK(pv->not_trained == is_moving);
         moving += is_moving;
     }
     CHECK(moving == 42);
@@ -245,7 +245,7 @@ static void test_moving_statistics(void) {
     for (int v = 0; v < dt_net_num_views(net); v++) {
         const dt_param_view *pv = dt_net_view(net, v);
         int changed = memcmp(before + pv->offset, dt_net_params(net) + pv->offset, pv->count * sizeof(float)) != 0;
-        CHECK_MSG(changed == !pv->trainable, "%s %s", pv->name, changed ? "changed" : "did not change");
+        CHECK_MSG(changed == pv->not_trained, "%s %s", pv->name, changed ? "changed" : "did not change");
     }
     free(before);
     free(x);

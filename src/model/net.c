@@ -72,7 +72,6 @@ static void add_view(dt_net *net, const char *layer_name, const char *what, int 
     snprintf(v->name, sizeof v->name, "%s/%s", layer_name, what);
     v->ndim = ndim;
     v->count = 1;
-    v->trainable = 1;
     for (int d = 0; d < 4; d++) {
         v->shape[d] = d < ndim ? shape[d] : 0;
         if (d < ndim) v->count *= (size_t)shape[d];
@@ -210,7 +209,7 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
             add_view(net, ls->name, "moving_mean", 1, shp, &offset);
             L->mv_view = net->n_views;
             add_view(net, ls->name, "moving_variance", 1, shp, &offset);
-            net->views[L->mm_view].trainable = net->views[L->mv_view].trainable = 0;
+            net->views[L->mm_view].not_trained = net->views[L->mv_view].not_trained = 1;
             L->bn = dt_alloc_floats(5 * (size_t)s->out_c, "batch norm statistics", err);
             if (!L->bn) goto fail;
             size_t wd = batchnorm_work_doubles(mb * (size_t)s->out_h * (size_t)s->out_w, s->out_c);

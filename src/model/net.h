@@ -15,7 +15,7 @@ typedef struct {
     size_t count;
     int ndim;
     int shape[4];       /* conv kernels HWIO, dense kernels [in, out], biases [out] */
-    int trainable;      /* 0 for batch norm's moving mean and variance: the forward pass updates them
+    int not_trained;    /* 1 for batch norm's moving mean and variance: the forward pass updates them
                          * and their gradient is always 0 (an optimizer must not decay them) */
 } dt_param_view;
 
