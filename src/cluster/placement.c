@@ -83,12 +83,6 @@ int dt_placement_compute(dt_placement *p, const dt_param_view *views, int n_view
     size_t end = 0, total = 0;
     for (int i = 0; i < n_views; i++) {
         const dt_param_view *v = &views[i];
-        /* The ps tasks only apply gradients: state the forward pass updates would stay at its
-         * initial value there (docs/batchnorm.md has the design that lifts this). */
-        if (v->not_trained)
-            return dt_errorf(err, DT_EINVAL,
-                             "variable %.48s is batch-norm state updated by the forward pass, which a cluster "
-                             "does not keep yet (docs/batchnorm.md): train this model on one machine", v->name);
         if (v->offset < end)
             return dt_errorf(err, DT_EINVAL,
                              "placement: variable %d (%.48s) at offset %zu overlaps the one before "
