@@ -104,17 +104,19 @@ float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, i
  * partial sums. */
 size_t batchnorm_work_doubles(size_t rows, int C);
 /* Training: mean [C], var [C] (biased: divided by rows) and inv_std [C] = 1/sqrt(var + eps) of
- * in [rows, C] over its rows; out [rows, C] = gamma * (in - mean) * inv_std + beta. */
+ * in [rows, C] over its rows; out [rows, C] = gamma * (in - mean) * inv_std + beta, then
+ * max(out, 0) if relu (a ReLU after the norm, in the same pass). */
 void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, const float *in,
-                       const float *gamma, const float *beta, size_t rows, int C, float eps, double *work);
+                       const float *gamma, const float *beta, size_t rows, int C, float eps, int relu,
+                       double *work);
 /* din [rows, C] (or NULL), dgamma [C], dbeta [C] from dout [rows, C], the forward's in, mean, inv_std */
 void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
                         const float *mean, const float *inv_std, const float *gamma, size_t rows, int C,
                         double *work);
-/* out [rows, C] = in * scale [C] + shift [C]: batch norm in evaluation, with the moving statistics
- * folded into scale and shift. out may alias in. */
+/* out [rows, C] = in * scale [C] + shift [C] (then max(out, 0) if relu): batch norm in
+ * evaluation, with the moving statistics folded into scale and shift. out may alias in. */
 void channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,
-                            size_t rows, int C);
+                            size_t rows, int C, int relu);
 
 /* out [N,OH,OW,C] = mean over the window of in [N,H,W,C], counting only cells inside the image
  * (TensorFlow's SAME average pooling: padding cells are left out of the count, not averaged in). */
@@ -138,8 +140,9 @@ void sigmoid_backward(float *din, const float *dout, const float *out, size_t n)
 void tanh_forward(float *out, const float *in, size_t n);
 void tanh_backward(float *din, const float *dout, const float *out, size_t n);
 
-/* out [n] = a [n] + b [n] (out may alias a or b): the residual sum, one input at a time. */
-void add_forward(float *out, const float *a, const float *b, size_t n);
+/* out [n] = a [n] + b [n], then max(out, 0) if relu (out may alias a or b): the residual sum, one
+ * input at a time, and gradients summed. */
+void add_forward(float *out, const float *a, const float *b, size_t n, int relu);
 /* Concatenation along channels: out [rows, out_c] gets in [rows, in_c] at channels off..off+in_c. */
 void concat_forward(float *out, const float *in, size_t rows, int in_c, int out_c, int off);
 /* din [rows, in_c] = channels off..off+in_c of dout [rows, out_c] */

@@ -18,43 +18,41 @@ static size_t bn_pieces(size_t rows) { return (rows + BN_PIECE - 1) / BN_PIECE; 
 size_t batchnorm_work_doubles(size_t rows, int C) { return bn_pieces(rows) * 2 * (size_t)C; }
 
 void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, const float *in,
-                       const float *gamma, const float *beta, size_t rows, int C, float eps, double *work) {
+                       const float *gamma, const float *beta, size_t rows, int C, float eps, int relu,
+                       double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
     int nt = dt_kernels_get_threads();
-    /* pass 1: sums per piece, then the mean */
+    /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first
+     * row, so the squares do not cancel even when the mean is far larger than the spread. */
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t p = 0; p < np; p++) {
-        double *s = work + p * (size_t)C;
-        size_t r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
-        for (int c = 0; c < C; c++) s[c] = 0;
-        for (size_t r = p * BN_PIECE; r < r1; r++) {
-            const float *x = in + r * (size_t)C;
-            for (int c = 0; c < C; c++) s[c] += x[c];
-        }
-    }
-    for (int c = 0; c < C; c++) {
-        double t = 0;
-        for (size_t p = 0; p < np; p++) t += work[p * (size_t)C + c];
-        mean[c] = (float)(t / (double)rows);
-    }
-    /* pass 2: squared deviations around the mean (two passes: no cancellation) */
-#pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t p = 0; p < np; p++) {
-        double *s = work + p * (size_t)C;
-        size_t r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
-        for (int c = 0; c < C; c++) s[c] = 0;
-        for (size_t r = p * BN_PIECE; r < r1; r++) {
+        double *s = work + p * 2 * (size_t)C, *q = s + C;
+        size_t r0 = p * BN_PIECE, r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
+        const float *k = in + r0 * (size_t)C;
+        for (int c = 0; c < C; c++) s[c] = q[c] = 0;
+        for (size_t r = r0; r < r1; r++) {
             const float *x = in + r * (size_t)C;
             for (int c = 0; c < C; c++) {
-                double d = (double)x[c] - mean[c];
-                s[c] += d * d;
+                double d = (double)x[c] - k[c];
+                s[c] += d;
+                q[c] += d * d;
             }
         }
     }
+    /* Pieces combined in order (Chan et al.): count, mean and squared deviations M2. */
     for (int c = 0; c < C; c++) {
-        double t = 0;
-        for (size_t p = 0; p < np; p++) t += work[p * (size_t)C + c];
-        double v = t / (double)rows;
+        double cnt = 0, m = 0, m2 = 0;
+        for (size_t p = 0; p < np; p++) {
+            size_t r0 = p * BN_PIECE, r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
+            double nb = (double)(r1 - r0), sb = work[p * 2 * (size_t)C + c], qb = work[p * 2 * (size_t)C + C + c];
+            double mb = in[r0 * (size_t)C + c] + sb / nb, m2b = qb - sb * sb / nb;
+            double delta = mb - m, tot = cnt + nb;
+            m += delta * nb / tot;
+            m2 += m2b + delta * delta * cnt * nb / tot;
+            cnt = tot;
+        }
+        double v = m2 / (double)rows;
+        mean[c] = (float)m;
         var[c] = (float)v;
         inv_std[c] = (float)(1.0 / sqrt(v + eps));
     }
@@ -64,7 +62,7 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, cons
         scale[c] = gamma[c] * inv_std[c];
         shift[c] = beta[c] - mean[c] * scale[c];
     }
-    channel_affine_forward(out, in, scale, shift, rows, C);
+    channel_affine_forward(out, in, scale, shift, rows, C, relu);
 }
 
 void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
@@ -112,13 +110,19 @@ void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *do
 }
 
 void channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,
-                            size_t rows, int C) {
+                            size_t rows, int C, int relu) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)C >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
         const float *x = in + r * (size_t)C;
         float *y = out + r * (size_t)C;
-        for (int c = 0; c < C; c++) y[c] = x[c] * scale[c] + shift[c];
+        if (relu)
+            for (int c = 0; c < C; c++) {
+                float v = x[c] * scale[c] + shift[c];
+                y[c] = v > 0.0f ? v : 0.0f;
+            }
+        else
+            for (int c = 0; c < C; c++) y[c] = x[c] * scale[c] + shift[c];
     }
 }
 
@@ -240,8 +244,16 @@ void tanh_backward(float *din, const float *dout, const float *out, size_t n) {
     for (size_t i = 0; i < n; i++) din[i] = dout[i] * (1.0f - out[i] * out[i]);
 }
 
-void add_forward(float *out, const float *a, const float *b, size_t n) {
+void add_forward(float *out, const float *a, const float *b, size_t n, int relu) {
     int nt = dt_kernels_get_threads();
+    if (relu) {
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+        for (size_t i = 0; i < n; i++) {
+            float v = a[i] + b[i];
+            out[i] = v > 0.0f ? v : 0.0f;
+        }
+        return;
+    }
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }

@@ -35,6 +35,9 @@ typedef struct {
     int wants_grad;             /* its output gradient is needed: it or a layer above it learns */
     int fold_into;              /* conv2d: the batchnorm folded into it in evaluation, or -1 */
     int folded;                 /* batchnorm: folded into its conv2d input in evaluation */
+    int fuse_relu;              /* batchnorm, add: the ReLU after it runs in place over its output,
+                                 * so it is applied in the same pass */
+    int relu_done;              /* set by forward: this output already went through that ReLU */
     float *own;                 /* [max_batch, out_size] unless in_place */
     int32_t *argmax;            /* maxpool [max_batch, out_size] */
     uint8_t *mask;              /* dropout [max_batch, out_size] */
@@ -232,6 +235,10 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
         L->in_place = ls->kind == DT_LAYER_FLATTEN ||
                       ((ls->kind == DT_LAYER_RELU || ls->kind == DT_LAYER_LEAKY_RELU) &&
                        may_run_in_place(net, L->in_idx[0]));
+        if (L->in_place && ls->kind == DT_LAYER_RELU && L->in_idx[0] >= 0) {
+            layer *P = &net->layers[L->in_idx[0]];
+            if (P->spec->kind == DT_LAYER_BATCHNORM || P->spec->kind == DT_LAYER_ADD) P->fuse_relu = 1;
+        }
         if (!L->in_place) {
             L->own = dt_alloc_floats(mb * L->out_size, ls->name, err);
             if (!L->own) goto fail;
@@ -418,6 +425,7 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
         const float *in = L->in[0];
         /* An in-place layer writes only into the net's own buffers (see dt_net_build). */
         L->out = L->in_place ? (float *)in : L->own;
+        L->relu_done = 0;
         const float *w = view_ptr(net->params, net, L->w_view), *b = view_ptr(net->params, net, L->b_view);
         switch (s->kind) {
         case DT_LAYER_CONV2D:
@@ -432,7 +440,9 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
         case DT_LAYER_GLOBAL_AVGPOOL:
             global_avgpool_forward(L->out, in, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
             break;
-        case DT_LAYER_RELU: relu_forward(L->out, in, n); break;
+        case DT_LAYER_RELU:
+            if (L->in_idx[0] < 0 || !net->layers[L->in_idx[0]].relu_done) relu_forward(L->out, in, n);
+            break;
         case DT_LAYER_LEAKY_RELU: leaky_relu_forward(L->out, in, n, s->alpha); break;
         case DT_LAYER_SIGMOID: sigmoid_forward(L->out, in, n); break;
         case DT_LAYER_TANH: tanh_forward(L->out, in, n); break;
@@ -446,7 +456,9 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
             int C = L->shape.out_c;
             if (training) {
                 float *mean = L->bn, *var = L->bn + C, *inv_std = L->bn + 2 * C;
-                batchnorm_forward(L->out, mean, var, inv_std, in, w, b, rows, C, s->epsilon, net->bn_work);
+                batchnorm_forward(L->out, mean, var, inv_std, in, w, b, rows, C, s->epsilon, L->fuse_relu,
+                                  net->bn_work);
+                L->relu_done = L->fuse_relu;
                 /* moving = momentum * moving + (1 - momentum) * batch, with the unbiased variance
                  * (as Keras's fused batch norm and PyTorch) */
                 float *mm = net->params + net->views[L->mm_view].offset, *mv = net->params + net->views[L->mv_view].offset;
@@ -460,13 +472,15 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
             } else {
                 float *scale = L->bn + 3 * C, *shift = L->bn + 4 * C;
                 bn_eval_affine(net, L, scale, shift);
-                channel_affine_forward(L->out, in, scale, shift, rows, C);
+                channel_affine_forward(L->out, in, scale, shift, rows, C, L->fuse_relu);
+                L->relu_done = L->fuse_relu;
             }
             break;
         }
         case DT_LAYER_ADD:
-            add_forward(L->out, L->in[0], L->in[1], n);
-            for (int k = 2; k < L->n_in; k++) add_forward(L->out, L->out, L->in[k], n);
+            for (int k = 1; k < L->n_in; k++)
+                add_forward(L->out, k == 1 ? L->in[0] : L->out, L->in[k], n, L->fuse_relu && k == L->n_in - 1);
+            L->relu_done = L->fuse_relu;
             break;
         case DT_LAYER_CONCAT: {
             int off = 0;
@@ -560,7 +574,7 @@ void dt_net_backward(dt_net *net) {
             for (int k = 0; k < L->n_in; k++) {
                 if (L->dst[k] < 0) continue;
                 float *g = net->gbufs[L->dst[k]];
-                if (L->acc[k]) add_forward(g, g, dcur, n);
+                if (L->acc[k]) add_forward(g, g, dcur, n, 0);
                 else if (g != dcur) memcpy(g, dcur, n * sizeof *g);
             }
             break;
@@ -571,7 +585,7 @@ void dt_net_backward(dt_net *net) {
                 float *d = din_target(net, L, k, dcur);
                 if (d) {
                     concat_backward(d, dcur, rows, c, L->shape.out_c, off);
-                    if (L->acc[k]) add_forward(net->gbufs[L->dst[k]], net->gbufs[L->dst[k]], d, rows * (size_t)c);
+                    if (L->acc[k]) add_forward(net->gbufs[L->dst[k]], net->gbufs[L->dst[k]], d, rows * (size_t)c, 0);
                 }
                 off += c;
             }
@@ -581,6 +595,6 @@ void dt_net_backward(dt_net *net) {
         /* An input another layer already gave a gradient gets this one's added (concat and add
          * did their own). */
         if (din && L->acc[0] && s->kind != DT_LAYER_ADD && s->kind != DT_LAYER_CONCAT)
-            add_forward(net->gbufs[L->dst[0]], net->gbufs[L->dst[0]], din, (size_t)batch * L->in_size);
+            add_forward(net->gbufs[L->dst[0]], net->gbufs[L->dst[0]], din, (size_t)batch * L->in_size, 0);
     }
 }
