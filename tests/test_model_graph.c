@@ -89,6 +89,7 @@ static void test_stack_unchanged(void) {
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (rc) return;
     CHECK(dt_net_num_views(net) == 8 && dt_net_param_count(net) == 421642);
+    CHECK(dt_net_num_grad_buffers(net) == 3); /* the logits' and the two a stack ping-pongs between */
     for (int v = 0; v < 8 && v < dt_net_num_views(net); v++) {
         const dt_param_view *pv = dt_net_view(net, v);
         CHECK_MSG(!strcmp(pv->name, fashion[v].name) && pv->offset == fashion[v].offset && pv->count == fashion[v].count,
@@ -193,6 +194,8 @@ static void test_param_ranges(void) {
     if (rc) return;
     const dt_model_spec *s = dt_net_spec(net);
     CHECK(dt_net_num_layers(net) == s->n_layers);
+    if (getenv("SHOW_BUFFERS")) fprintf(stderr, "  resnet: %d gradient buffers\n", dt_net_num_grad_buffers(net));
+    CHECK(dt_net_num_grad_buffers(net) <= 4); /* a residual's shortcut keeps one more alive */
     int v = 0;
     for (int i = 0; i < s->n_layers; i++) {
         size_t begin = dt_net_layer_param_begin(net, i);

@@ -332,6 +332,7 @@ size_t dt_net_layer_param_begin(const dt_net *net, int layer) {
     return layer >= 0 && layer < net->n_layers ? net->layers[layer].param_begin : net->n_params;
 }
 void dt_net_set_fold_batchnorm(dt_net *net, int on) { net->fold_bn = on != 0; }
+int dt_net_num_grad_buffers(const dt_net *net) { return net->n_gbufs; }
 
 /* ---- initialisation ---- */
 

@@ -40,6 +40,8 @@ const dt_param_view *dt_net_view(const dt_net *net, int i);
  * run layer i, gradients [dt_net_layer_param_begin(net, i), param_count) are final. A layer
  * without parameters has begin == the next layer's begin (nothing new becomes final). */
 int dt_net_num_layers(const dt_net *net);
+/* Activation-gradient buffers the backward plan uses, the logits' included (memory-layout.md). */
+int dt_net_num_grad_buffers(const dt_net *net);
 size_t dt_net_layer_param_begin(const dt_net *net, int layer);
 
 /* Evaluation (training = 0) folds each batch norm into the convolution before it when nothing else
