@@ -4,9 +4,12 @@
  * mistake is one message naming file:line, and the network built from a graph keeps its contract
  * with callers (which gradients are final after each layer's backward). Gradients themselves are
  * checked against PyTorch in test_fixtures.c. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "compute/kernels.h"
 #include "core/error.h"
 #include "model/net.h"
 #include "model/spec.h"
@@ -255,7 +258,40 @@ static void test_moving_statistics(void) {
     dt_net_free(net);
 }
 
+/* Batch-norm statistics in one pass stay exact when the mean dwarfs the spread (1000 +- 0.01,
+ * where a plain sum of squares in float would lose everything), over many pieces of rows, and do
+ * not depend on the thread count. */
+static void test_batchnorm_statistics(void) {
+    enum { ROWS = 3001, C = 3 };
+    static float x[ROWS * C], y[ROWS * C], y2[ROWS * C];
+    double sum[C] = {0}, sq[C] = {0};
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < C; c++) {
+            x[r * C + c] = (c == 0 ? 1000.0f : c == 1 ? -3.0f : 0.0f) + 0.01f * (float)((r * 7919 + c * 31) % 201 - 100) / 100.0f;
+            sum[c] += x[r * C + c];
+        }
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < C; c++) sq[c] += (x[r * C + c] - sum[c] / ROWS) * (x[r * C + c] - sum[c] / ROWS);
+    float gamma[C] = {1, 2, 0.5f}, beta[C] = {0, 1, -1}, mean[C], var[C], inv[C], mean2[C], var2[C], inv2[C];
+    double *work = calloc(batchnorm_work_doubles(ROWS, C), sizeof *work);
+    int threads = dt_kernels_get_threads();
+    dt_kernels_set_threads(1);
+    batchnorm_forward(y, mean, var, inv, x, gamma, beta, ROWS, C, 1e-3f, 0, work);
+    dt_kernels_set_threads(2);
+    batchnorm_forward(y2, mean2, var2, inv2, x, gamma, beta, ROWS, C, 1e-3f, 1, work);
+    dt_kernels_set_threads(threads);
+    for (int c = 0; c < C; c++) {
+        double m = sum[c] / ROWS, v = sq[c] / ROWS;
+        CHECK_MSG(fabs(mean[c] - m) <= 1e-6 * fabs(m) + 1e-9, "channel %d: mean %.9g, want %.9g", c, mean[c], m);
+        CHECK_MSG(fabs(var[c] - v) <= 1e-4 * v, "channel %d: var %.9g, want %.9g", c, var[c], v);
+        CHECK(mean[c] == mean2[c] && var[c] == var2[c] && inv[c] == inv2[c]);
+    }
+    for (int i = 0; i < ROWS * C; i++) CHECK(y2[i] == (y[i] > 0 ? y[i] : 0)); /* the fused ReLU */
+    free(work);
+}
+
 int main(void) {
+    RUN(test_batchnorm_statistics);
     RUN(test_resnet_parses);
     RUN(test_stack_unchanged);
     RUN(test_graph_syntax);
