@@ -106,7 +106,7 @@ static int may_run_in_place(const dt_net *net, int j) {
 /* Hands out gradient buffers in backward order, reusing those whose layer is done. Returns the
  * number of buffers (DLOGITS included). */
 static int plan_backward(dt_net *net) {
-    int free_ids[DT_MODEL_MAX_LAYERS + 1], n_free = 0, next = DLOGITS + 1;
+    int free_ids[DT_MODEL_MAX_LAYERS + 2], n_free = 0, next = DLOGITS + 1; /* live buffers <= layers + 1 */
 #define ACQUIRE() (n_free ? free_ids[--n_free] : next++)
 #define RELEASE(b) ((b) != DLOGITS ? (void)(free_ids[n_free++] = (b)) : (void)0)
     for (int i = 0; i < net->n_layers; i++) net->layers[i].gbuf = -1;
