@@ -19,12 +19,37 @@ def catdog():
         nn.Conv2d(32, 64, 3, padding=1), nn.MaxPool2d(2), nn.ReLU(),
         nn.Flatten(), nn.Linear(16 * 16 * 64, 128), nn.ReLU(), nn.Linear(128, 2)), (3, 128, 128), 2
 
+class Block(nn.Module):
+    """conv-bn-relu-conv-bn + shortcut (1x1 stride-2 conv + bn when the size halves), then relu."""
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.branch = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, padding=1, bias=False), nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01),
+            nn.ReLU(), nn.Conv2d(cout, cout, 3, 1, padding=1, bias=False), nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01))
+        self.short = nn.Identity() if stride == 1 else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01))
+
+    def forward(self, x):
+        return torch.relu(self.branch(x) + self.short(x))
+
+def resnet():
+    """models/resnet.model. PyTorch pads stride-2 3x3 convs by 1 on every side where TensorFlow's SAME
+    (and dtrain) pads only bottom/right: the same work, windows shifted by one pixel."""
+    layers = [nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16, eps=1e-3, momentum=0.01), nn.ReLU()]
+    cin = 16
+    for f in (16, 32, 64):
+        for b in range(3):
+            layers.append(Block(cin, f, 2 if f > 16 and b == 0 else 1))
+            cin = f
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)]
+    return nn.Sequential(*layers), (1, 28, 28), 10
+
 def main():
     name, batch, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 5.0
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    model, shape, classes = {"fashion": fashion, "catdog": catdog}[name]()
+    model, shape, classes = {"fashion": fashion, "catdog": catdog, "resnet": resnet}[name]()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = torch.rand(batch, *shape)
     y = torch.randint(0, classes, (batch,))

@@ -47,11 +47,14 @@ int dt_net_load(dt_net **out, const char *model_path, int max_batch, dt_error *e
 void dt_net_free(dt_net *net);
 size_t dt_net_param_count(const dt_net *net);
 /* x [batch, height, width, channels] (NHWC), batch <= max_batch; training turns dropout on (mask
- * from seed). Returns logits [batch, classes], owned by net, valid until the next forward. */
+ * from seed) and makes batch norm use the batch's statistics and update its moving ones
+ * (docs/batchnorm.md); evaluation uses the moving ones. Returns logits [batch, classes], owned by
+ * net, valid until the next forward. */
 const float *dt_net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed);
 /* Mean softmax cross-entropy of the last forward; *correct = argmax matches. */
 float dt_net_loss(dt_net *net, const int32_t *labels, int *correct);
-/* Gradients of the last loss with respect to every parameter. */
+/* Gradients of the last loss with respect to every parameter (0 for batch norm's moving
+ * statistics), after a training forward. */
 void dt_net_backward(dt_net *net);
 
 /* The cluster: the source's flags (--ps_hosts, --worker_hosts, --job_name, --task_index) or the

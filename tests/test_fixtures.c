@@ -35,10 +35,11 @@ static uint32_t raw_hash(uint32_t t, uint32_t i, uint32_t salt) {
     return h32(i * 0x9E3779B1u + t * 0x85EBCA77u + salt * 0xC2B2AE3Du);
 }
 
-static void fill(float *dst, size_t n, uint32_t t, double scale, uint32_t salt) {
+/* float32(offset + scale * v): offset is 0 except for batch norm's gamma and variance (> 0) */
+static void fill(float *dst, size_t n, uint32_t t, double scale, double offset, uint32_t salt) {
     for (size_t i = 0; i < n; i++) {
         double v = ((double)(raw_hash(t, (uint32_t)i, salt) >> 8) + 0.5) / 8388608.0 - 1.0;
-        dst[i] = (float)(scale * v);
+        dst[i] = (float)(offset + scale * v);
     }
 }
 
@@ -75,8 +76,21 @@ static double rel_err(const float *a, const double *ref, size_t n, size_t *where
 
 #define TOL 1e-4
 
+/* A reference that is 0 in exact arithmetic (a conv's bias before a batch norm: the norm removes
+ * any constant) is float64 rounding noise; ours must be float32 noise around 0 then. */
+#define EXACT_ZERO 1e-12
+#define ZERO_TOL 1e-6
+
 static void check_tensor(const char *model, const char *name, const float *ours, const double *ref, size_t n) {
     size_t at;
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(ref[i]));
+    if (mx < EXACT_ZERO) {
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)ours[i]));
+        CHECK_MSG(worst <= ZERO_TOL, "%s %s: reference is 0, ours reaches %.3g", model, name, worst);
+        return;
+    }
     double e = rel_err(ours, ref, n, &at);
     CHECK_MSG(e <= TOL, "%s %s: relative error %.3g at [%zu]: %.9g vs reference %.9g", model, name, e, at,
               (double)ours[at], ref[at]);
@@ -113,15 +127,18 @@ static void run_model(const char *model, const char *model_path, const char *fix
         const char *scale = dt_st_meta_get(f, key);
         snprintf(key, sizeof key, "salt/%s", pv->name);
         const char *salt = dt_st_meta_get(f, key);
+        snprintf(key, sizeof key, "offset/%s", pv->name);
+        const char *offset = dt_st_meta_get(f, key);
         CHECK_MSG(scale && salt, "%s: fixture has no scale/salt for %s", model, pv->name);
         if (!scale || !salt) continue;
-        fill(params + pv->offset, pv->count, (uint32_t)v, strtod(scale, NULL), (uint32_t)strtoul(salt, NULL, 10));
+        fill(params + pv->offset, pv->count, (uint32_t)v, strtod(scale, NULL), offset ? strtod(offset, NULL) : 0.0,
+             (uint32_t)strtoul(salt, NULL, 10));
     }
 
     /* inputs and labels: the fixture keeps the first inputs and the labels to prove we agree */
     size_t in_n = (size_t)batch * dt_net_input_size(net), n;
     float *x = malloc(in_n * sizeof *x);
-    fill(x, in_n, INPUT_ID, 1.0, 0);
+    fill(x, in_n, INPUT_ID, 1.0, 0.0, 0);
     int32_t *labels = malloc((size_t)batch * sizeof *labels);
     int classes = dt_net_num_classes(net);
     for (int i = 0; i < batch; i++) labels[i] = (int32_t)(raw_hash(LABEL_ID, (uint32_t)i, 0) % (uint32_t)classes);
@@ -133,6 +150,22 @@ static void run_model(const char *model, const char *model_path, const char *fix
     for (int i = 0; flabels && i < batch; i++) CHECK(flabels[i] == (float)labels[i]);
     free(flabels);
 
+    double *ref = malloc(sizeof(double) * (in_n > dt_net_param_count(net) ? in_n : dt_net_param_count(net)));
+    /* evaluation first (it reads the moving statistics training then updates): batch norm folded
+     * into the conv before it, and not */
+    float *rel = st_get(f, "eval_logits", &n);
+    if (rel) {
+        CHECK(n == (size_t)batch * (size_t)classes);
+        for (size_t i = 0; i < n; i++) ref[i] = rel[i];
+        for (int fold = 1; fold >= 0 && n == (size_t)batch * (size_t)classes; fold--) {
+            dt_net_set_fold_batchnorm(net, fold);
+            const float *el = dt_net_forward(net, x, batch, 0, 0);
+            CHECK(el != NULL);
+            if (el) check_tensor(model, fold ? "eval_logits (folded)" : "eval_logits", el, ref, n);
+        }
+        free(rel);
+    }
+
     /* forward, loss, backward */
     const float *logits = dt_net_forward(net, x, batch, 1, 0);
     CHECK(logits != NULL);
@@ -140,7 +173,6 @@ static void run_model(const char *model, const char *model_path, const char *fix
     float loss = dt_net_loss(net, labels, &correct);
     dt_net_backward(net);
 
-    double *ref = malloc(sizeof(double) * (in_n > dt_net_param_count(net) ? in_n : dt_net_param_count(net)));
     float *rl = st_get(f, "logits", &n);
     CHECK(rl && n == (size_t)batch * (size_t)classes);
     if (rl && logits && n == (size_t)batch * (size_t)classes) {
@@ -168,6 +200,18 @@ static void run_model(const char *model, const char *model_path, const char *fix
     for (int v = 0; v < dt_net_num_views(net); v++) {
         const dt_param_view *pv = dt_net_view(net, v);
         char key[96];
+        if (pv->not_trained) { /* moving statistics: updated by the forward pass, never trained */
+            snprintf(key, sizeof key, "moving/%s", pv->name);
+            float *m = st_get(f, key, &n);
+            CHECK_MSG(m && n == pv->count, "%s: fixture lacks %s", model, key);
+            if (m && n == pv->count) {
+                for (size_t i = 0; i < n; i++) ref[i] = m[i];
+                check_tensor(model, key, params + pv->offset, ref, n);
+            }
+            free(m);
+            for (size_t i = 0; i < pv->count; i++) CHECK(grads[pv->offset + i] == 0.0f);
+            continue;
+        }
         snprintf(key, sizeof key, "grad/%s", pv->name);
         float *g = st_get(f, key, &n);
         if (g) {
@@ -232,9 +276,20 @@ static void test_tolerance_bites(void) {
     CHECK(rel_err(a, ref, 4, &at) > TOL && at == 2);
 }
 
+/* Every layer kind residual networks brought (tests/fixtures/layers.model), and the shipped ResNet. */
+static void test_layers(void) {
+    run_model("layers", "tests/fixtures/layers.model", "tests/fixtures/layers.safetensors", 0);
+}
+
+static void test_resnet(void) {
+    run_model("resnet", "models/resnet.model", "tests/fixtures/resnet.safetensors", 273754);
+}
+
 int main(void) {
     RUN(test_tolerance_bites);
     RUN(test_fashion);
     RUN(test_catdog);
+    RUN(test_layers);
+    RUN(test_resnet);
     return test_summary();
 }

@@ -121,6 +121,17 @@ static void test_decay_mask(void) {
     CHECK(dt_decay_mask_flat(&m, &c, v, 3, 10, NULL) == DT_OK && m);
     for (int i = 0; m && i < 10; i++) CHECK(m[i] == 1);
     free(m);
+    /* Batch norm's moving statistics are not trained: they never decay, even with the biases. */
+    dt_param_view mv[2] = {v[0], {.name = "bn/moving_mean", .offset = 6, .count = 4, .ndim = 1, .not_trained = 1}};
+    CHECK(dt_decay_mask_flat(&m, &c, mv, 2, 10, NULL) == DT_OK && m);
+    for (int i = 0; m && i < 10; i++) CHECK_MSG(m[i] == (i < 6), "float %d with a moving statistic", i);
+    free(m);
+    dt_placement mpl;
+    CHECK(dt_placement_compute(&mpl, mv, 2, 1, DT_PLACE_ROUND_ROBIN, NULL) == DT_OK);
+    uint8_t ms[10];
+    dt_decay_mask_shard(ms, &c, &mpl, 0);
+    for (int i = 0; i < 10; i++) CHECK_MSG(ms[i] == (i < 6), "shard float %d with a moving statistic", i);
+    dt_placement_free(&mpl);
     c.decay_rank1 = 0;
     dt_placement pl;
     CHECK(dt_placement_compute(&pl, v, 3, 2, DT_PLACE_ROUND_ROBIN, NULL) == DT_OK);

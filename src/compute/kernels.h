@@ -96,4 +96,56 @@ void dense_backward(float *din, float *dw, float *db, const float *dout, const f
 float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
                    int *correct);
 
+/* ---- layers of residual networks (kernels_graph.c) ---------------------------------------- */
+/* Activations of these layers are [rows, C] with rows = N*H*W (NHWC): a channel is a column. */
+
+/* Batch norm sums run in double over fixed pieces of rows, each piece summed on one thread and the
+ * pieces added in order, so results do not depend on the thread count; work holds the pieces'
+ * partial sums. */
+size_t batchnorm_work_doubles(size_t rows, int C);
+/* Training: mean [C], var [C] (biased: divided by rows) and inv_std [C] = 1/sqrt(var + eps) of
+ * in [rows, C] over its rows; out [rows, C] = gamma * (in - mean) * inv_std + beta, then
+ * max(out, 0) if relu (a ReLU after the norm, in the same pass). */
+void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, const float *in,
+                       const float *gamma, const float *beta, size_t rows, int C, float eps, int relu,
+                       double *work);
+/* din [rows, C] (or NULL), dgamma [C], dbeta [C] from dout [rows, C], the forward's in, mean, inv_std */
+void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
+                        const float *mean, const float *inv_std, const float *gamma, size_t rows, int C,
+                        double *work);
+/* out [rows, C] = in * scale [C] + shift [C] (then max(out, 0) if relu): batch norm in
+ * evaluation, with the moving statistics folded into scale and shift. out may alias in. */
+void channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,
+                            size_t rows, int C, int relu);
+
+/* out [N,OH,OW,C] = mean over the window of in [N,H,W,C], counting only cells inside the image
+ * (TensorFlow's SAME average pooling: padding cells are left out of the count, not averaged in). */
+void avgpool_forward(float *out, const float *in, int batch, const dt_window *g);
+/* din [N,H,W,C] (overwritten) from dout [N,OH,OW,C] */
+void avgpool_backward(float *din, const float *dout, int batch, const dt_window *g);
+
+/* out [N,C] = mean of in [N,HW,C] over its HW positions */
+void global_avgpool_forward(float *out, const float *in, int batch, int hw, int C);
+/* din [N,HW,C] = dout [N,C] / HW at every position */
+void global_avgpool_backward(float *din, const float *dout, int batch, int hw, int C);
+
+/* out = in > 0 ? in : alpha * in, 0 <= alpha < 1 (out may alias in); backward reads the sign of
+ * out, which is the sign of in, so it may run over an in-place output. din may alias dout. */
+void leaky_relu_forward(float *out, const float *in, size_t n, float alpha);
+void leaky_relu_backward(float *din, const float *dout, const float *out, size_t n, float alpha);
+/* out = 1 / (1 + exp(-in)); din = dout * out * (1 - out). din may alias dout. */
+void sigmoid_forward(float *out, const float *in, size_t n);
+void sigmoid_backward(float *din, const float *dout, const float *out, size_t n);
+/* out = tanh(in); din = dout * (1 - out^2). din may alias dout. */
+void tanh_forward(float *out, const float *in, size_t n);
+void tanh_backward(float *din, const float *dout, const float *out, size_t n);
+
+/* out [n] = a [n] + b [n], then max(out, 0) if relu (out may alias a or b): the residual sum, one
+ * input at a time, and gradients summed. */
+void add_forward(float *out, const float *a, const float *b, size_t n, int relu);
+/* Concatenation along channels: out [rows, out_c] gets in [rows, in_c] at channels off..off+in_c. */
+void concat_forward(float *out, const float *in, size_t rows, int in_c, int out_c, int off);
+/* din [rows, in_c] = channels off..off+in_c of dout [rows, out_c] */
+void concat_backward(float *din, const float *dout, size_t rows, int in_c, int out_c, int off);
+
 #endif

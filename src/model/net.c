@@ -1,11 +1,14 @@
-/* A sequential network over the kernels in compute/kernels.h.
+/* A network over the kernels in compute/kernels.h: a stack of layers, or a graph whose layers take
+ * their inputs from earlier layers (model/spec.h). Layers run in file order forward and in reverse
+ * order backward; since every input comes from a layer above, that order is topological.
  *
- * Memory: parameters live in one flat buffer, layer by layer, each layer's kernel then its bias,
- * with no gaps (a ps shards this buffer by view); gradients mirror it. Each layer owns its output
- * activation [max_batch, out] except where an alias is free: flatten is a reshape of NHWC memory,
- * and ReLU runs in place over its input when that input is the net's own buffer (no layer's
- * backward needs its own output, only its input, argmax or mask). Input gradients ping-pong
- * between two buffers sized for the largest layer input. */
+ * Memory: parameters live in one flat buffer, layer by layer, each layer's kernel then its bias
+ * (batch norm: gamma, beta, moving mean, moving variance), with no gaps (a ps shards this buffer by
+ * view); gradients mirror it. Each layer owns its output activation [max_batch, out] except where
+ * an alias is free: flatten is a reshape of NHWC memory, and ReLU runs in place over its input when
+ * that buffer is the net's own and nothing else reads it (see may_run_in_place). Output gradients
+ * live in a few buffers handed from layer to layer by a plan made once at build (plan_backward):
+ * for a stack that is the old ping-pong between two buffers; a residual sum keeps one more alive. */
 #include "model/net.h"
 
 #include <math.h>
@@ -16,31 +19,53 @@
 #include "core/rng.h"
 
 #define MAX_BATCH_LIMIT (1 << 20)
+#define MAX_IN DT_LAYER_MAX_INPUTS
+#define DLOGITS 0 /* gradient buffer 0 is dlogits; the others are the pool */
 
 typedef struct {
     const dt_layer_spec *spec;  /* into net->spec.layers */
     dt_layer_shape shape;
-    size_t in_size, out_size;   /* floats per example */
-    int w_view, b_view;         /* indices into net->views, or -1 */
+    size_t in_size, out_size;   /* floats per example (in: of input 0) */
+    int n_in, in_idx[MAX_IN];   /* inputs: layer indices, -1 = the model input */
+    int consumers;              /* layers that read this one's output */
+    int w_view, b_view;         /* conv2d/dense kernel and bias, batchnorm gamma and beta, or -1 */
+    int mm_view, mv_view;       /* batchnorm moving mean and variance, or -1 */
+    size_t param_begin;         /* parameters of layers < this one */
     int in_place;               /* output aliases the input (flatten; relu over an owned buffer) */
+    int wants_grad;             /* its output gradient is needed: it or a layer above it learns */
+    int fold_into;              /* conv2d: the batchnorm folded into it in evaluation, or -1 */
+    int folded;                 /* batchnorm: folded into its conv2d input in evaluation */
+    int fuse_relu;              /* batchnorm, add: the ReLU after it runs in place over its output,
+                                 * so it is applied in the same pass */
+    int relu_done;              /* set by forward: this output already went through that ReLU */
     float *own;                 /* [max_batch, out_size] unless in_place */
     int32_t *argmax;            /* maxpool [max_batch, out_size] */
     uint8_t *mask;              /* dropout [max_batch, out_size] */
-    const float *in;            /* set by forward */
+    float *bn;                  /* batchnorm [5, C]: mean, var, inv_std of the last training batch,
+                                 * then the evaluation's scale and shift */
+    float *fold_w;              /* conv2d with fold_into >= 0: [n_weights + out_c] folded kernel, bias */
+    /* backward plan: gradient buffer ids (DLOGITS or pool), see plan_backward */
+    int gbuf;                   /* holds the gradient of this layer's output */
+    int dst[MAX_IN];            /* per input: where its gradient goes, -1 if not needed */
+    int acc[MAX_IN];            /* per input: add to dst (another reader wrote it first) */
+    int tmp;                    /* a spare buffer for those adds, or -1 */
+    const float *in[MAX_IN];    /* set by forward */
     float *out;                 /* set by forward */
 } layer;
 
 struct dt_net {
     dt_model_spec spec;
-    int max_batch, n_layers, first_param_layer;
+    int max_batch, n_layers, fold_bn;
     layer *layers;
     int n_views;
     dt_param_view *views;
     size_t n_params;
     float *params, *grads;      /* [n_params] */
     float *scratch;             /* conv im2col, [scratch_floats] */
-    float *dbuf[2];             /* input gradients, [max_batch, max in_size] each */
-    float *dlogits;             /* [max_batch, classes] */
+    double *bn_work;            /* batch norm partial sums */
+    int n_gbufs;
+    float **gbufs;              /* [n_gbufs]: [0] = dlogits [max_batch, classes], the others
+                                 * [max_batch, largest output that wants a gradient] */
     int batch, training, have_loss;
 };
 
@@ -56,6 +81,62 @@ static void add_view(dt_net *net, const char *layer_name, const char *what, int 
     }
     v->offset = *offset;
     *offset += v->count;
+}
+
+/* Gradient of a layer's input computed in place over the gradient of its output (element-wise
+ * backward), so the output's gradient buffer can simply be handed down. */
+static int backward_in_place(dt_layer_kind k) {
+    return k == DT_LAYER_RELU || k == DT_LAYER_LEAKY_RELU || k == DT_LAYER_SIGMOID || k == DT_LAYER_TANH ||
+           k == DT_LAYER_DROPOUT || k == DT_LAYER_FLATTEN || k == DT_LAYER_BATCHNORM || k == DT_LAYER_ADD;
+}
+
+/* ReLU (or leaky ReLU) may overwrite its input j when the buffer is the net's own, nothing but this
+ * layer reads any layer aliasing it, and the layer owning it does not need its own output in
+ * backward (sigmoid and tanh do; relu's sign test survives a second relu). */
+static int may_run_in_place(const dt_net *net, int j) {
+    while (j >= 0) {
+        const layer *P = &net->layers[j];
+        if (P->consumers != 1) return 0;
+        if (!P->in_place) return P->spec->kind != DT_LAYER_SIGMOID && P->spec->kind != DT_LAYER_TANH;
+        j = P->in_idx[0];
+    }
+    return 0; /* the caller's input */
+}
+
+/* Hands out gradient buffers in backward order, reusing those whose layer is done. Returns the
+ * number of buffers (DLOGITS included). */
+static int plan_backward(dt_net *net) {
+    int free_ids[DT_MODEL_MAX_LAYERS + 2], n_free = 0, next = DLOGITS + 1; /* live buffers <= layers + 1 */
+#define ACQUIRE() (n_free ? free_ids[--n_free] : next++)
+#define RELEASE(b) ((b) != DLOGITS ? (void)(free_ids[n_free++] = (b)) : (void)0)
+    for (int i = 0; i < net->n_layers; i++) net->layers[i].gbuf = -1;
+    net->layers[net->n_layers - 1].gbuf = DLOGITS;
+    for (int i = net->n_layers - 1; i >= 0; i--) {
+        layer *L = &net->layers[i];
+        L->tmp = -1;
+        if (!L->wants_grad) continue;
+        int cur = L->gbuf, handed = 0, inplace = backward_in_place(L->spec->kind);
+        for (int k = 0; k < L->n_in; k++) {
+            int j = L->in_idx[k];
+            L->dst[k] = -1, L->acc[k] = 0;
+            if (j < 0 || !net->layers[j].wants_grad) continue;
+            layer *P = &net->layers[j];
+            if (P->gbuf < 0) {
+                if (inplace && !handed) P->gbuf = cur, handed = 1;
+                else P->gbuf = ACQUIRE();
+            } else {
+                L->acc[k] = 1;
+                /* element-wise layers compute into their own gradient, then add it */
+                if (!inplace && L->tmp < 0) L->tmp = ACQUIRE();
+            }
+            L->dst[k] = P->gbuf;
+        }
+        if (L->tmp >= 0) RELEASE(L->tmp);
+        if (!handed) RELEASE(cur);
+    }
+#undef ACQUIRE
+#undef RELEASE
+    return next;
 }
 
 int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_error *err) {
@@ -76,28 +157,37 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
     net->max_batch = max_batch;
     net->n_layers = spec->n_layers;
     net->n_params = n_params;
+    net->fold_bn = 1;
     rc = DT_ENOMEM;
     net->layers = dt_calloc((size_t)net->n_layers, sizeof *net->layers, "layers", err);
     dt_layer_shape *shapes = dt_calloc((size_t)net->n_layers, sizeof *shapes, "layer shapes", err);
-    net->views = dt_calloc(2 * (size_t)net->n_layers, sizeof *net->views, "parameter views", err);
+    net->views = dt_calloc(4 * (size_t)net->n_layers, sizeof *net->views, "parameter views", err);
     if (!net->layers || !shapes || !net->views) goto fail;
     if ((rc = dt_model_spec_shapes(&net->spec, shapes, NULL, err))) goto fail;
     rc = DT_ENOMEM;
 
-    size_t offset = 0, max_in = 0, scratch = 0, mb = (size_t)max_batch;
-    int input_owned = 0; /* is the current activation a net-owned buffer (not the caller's x)? */
-    net->first_param_layer = -1;
+    size_t offset = 0, max_grad = 0, scratch = 0, bn_work = 0, mb = (size_t)max_batch;
     for (int i = 0; i < net->n_layers; i++) {
         layer *L = &net->layers[i];
         const dt_layer_spec *ls = &net->spec.layers[i];
-        const dt_layer_shape *s = &shapes[i];
         L->spec = ls;
-        L->shape = *s;
+        L->shape = shapes[i];
+        L->n_in = dt_layer_n_inputs(ls);
+        for (int k = 0; k < L->n_in; k++) {
+            L->in_idx[k] = dt_layer_input(ls, i, k);
+            if (L->in_idx[k] >= 0) net->layers[L->in_idx[k]].consumers++;
+        }
+        L->fold_into = -1;
+    }
+    for (int i = 0; i < net->n_layers; i++) {
+        layer *L = &net->layers[i];
+        const dt_layer_spec *ls = L->spec;
+        const dt_layer_shape *s = &L->shape;
         L->in_size = (size_t)s->in_h * (size_t)s->in_w * (size_t)s->in_c;
         L->out_size = (size_t)s->out_h * (size_t)s->out_w * (size_t)s->out_c;
-        L->w_view = L->b_view = -1;
+        L->w_view = L->b_view = L->mm_view = L->mv_view = -1;
+        L->param_begin = offset;
         if (s->n_weights) {
-            if (net->first_param_layer < 0) net->first_param_layer = i;
             L->w_view = net->n_views;
             if (ls->kind == DT_LAYER_CONV2D) {
                 int shp[4] = {ls->k_h, ls->k_w, s->in_c, s->out_c}; /* HWIO */
@@ -112,13 +202,46 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
                 add_view(net, ls->name, "bias", 1, shp, &offset);
             }
         }
-        if (i > net->first_param_layer && net->first_param_layer >= 0 && L->in_size > max_in)
-            max_in = L->in_size;
-        L->in_place = ls->kind == DT_LAYER_FLATTEN || (ls->kind == DT_LAYER_RELU && input_owned);
+        if (s->n_bn) { /* Keras's names */
+            int shp[1] = {s->out_c};
+            L->w_view = net->n_views;
+            add_view(net, ls->name, "gamma", 1, shp, &offset);
+            L->b_view = net->n_views;
+            add_view(net, ls->name, "beta", 1, shp, &offset);
+            L->mm_view = net->n_views;
+            add_view(net, ls->name, "moving_mean", 1, shp, &offset);
+            L->mv_view = net->n_views;
+            add_view(net, ls->name, "moving_variance", 1, shp, &offset);
+            net->views[L->mm_view].not_trained = net->views[L->mv_view].not_trained = 1;
+            L->bn = dt_alloc_floats(5 * (size_t)s->out_c, "batch norm statistics", err);
+            if (!L->bn) goto fail;
+            size_t wd = batchnorm_work_doubles(mb * (size_t)s->out_h * (size_t)s->out_w, s->out_c);
+            if (wd > bn_work) bn_work = wd;
+            /* Folded into the conv before it when that conv's output goes nowhere else. */
+            int j = L->in_idx[0];
+            if (j >= 0 && net->layers[j].spec->kind == DT_LAYER_CONV2D && net->layers[j].consumers == 1) {
+                net->layers[j].fold_into = i;
+                L->folded = 1;
+                const dt_layer_shape *cs = &net->layers[j].shape;
+                net->layers[j].fold_w = dt_alloc_floats(cs->n_weights + (size_t)cs->out_c, "folded kernel", err);
+                if (!net->layers[j].fold_w) goto fail;
+            }
+        }
+        int has_params = s->n_weights || s->n_bias || s->n_bn;
+        L->wants_grad = has_params;
+        for (int k = 0; k < L->n_in; k++)
+            if (L->in_idx[k] >= 0 && net->layers[L->in_idx[k]].wants_grad) L->wants_grad = 1;
+        if (L->wants_grad && L->out_size > max_grad) max_grad = L->out_size;
+        L->in_place = ls->kind == DT_LAYER_FLATTEN ||
+                      ((ls->kind == DT_LAYER_RELU || ls->kind == DT_LAYER_LEAKY_RELU) &&
+                       may_run_in_place(net, L->in_idx[0]));
+        if (L->in_place && ls->kind == DT_LAYER_RELU && L->in_idx[0] >= 0) {
+            layer *P = &net->layers[L->in_idx[0]];
+            if (P->spec->kind == DT_LAYER_BATCHNORM || P->spec->kind == DT_LAYER_ADD) P->fuse_relu = 1;
+        }
         if (!L->in_place) {
             L->own = dt_alloc_floats(mb * L->out_size, ls->name, err);
             if (!L->own) goto fail;
-            input_owned = 1;
         }
         if (ls->kind == DT_LAYER_MAXPOOL) {
             L->argmax = dt_calloc(mb * L->out_size, sizeof *L->argmax, "maxpool argmax", err);
@@ -140,12 +263,15 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
     int classes = net->layers[net->n_layers - 1].shape.out_c;
     net->params = dt_alloc_floats(n_params, "parameters", err);
     net->grads = dt_alloc_floats(n_params, "gradients", err);
-    net->dlogits = dt_alloc_floats(mb * (size_t)classes, "logit gradients", err);
     net->scratch = dt_alloc_floats(scratch, "convolution scratch", err);
-    net->dbuf[0] = dt_alloc_floats(mb * max_in, "activation gradients", err);
-    net->dbuf[1] = dt_alloc_floats(mb * max_in, "activation gradients", err);
-    if (!net->params || !net->grads || !net->dlogits || !net->scratch || !net->dbuf[0] || !net->dbuf[1])
-        goto fail;
+    net->bn_work = dt_calloc(bn_work ? bn_work : 1, sizeof *net->bn_work, "batch norm scratch", err);
+    net->n_gbufs = plan_backward(net);
+    net->gbufs = dt_calloc((size_t)net->n_gbufs, sizeof *net->gbufs, "gradient buffers", err);
+    if (!net->params || !net->grads || !net->scratch || !net->bn_work || !net->gbufs) goto fail;
+    for (int b = 0; b < net->n_gbufs; b++) {
+        net->gbufs[b] = dt_alloc_floats(mb * (b == DLOGITS ? (size_t)classes : max_grad), "activation gradients", err);
+        if (!net->gbufs[b]) goto fail;
+    }
     free(shapes);
     *out = net;
     return 0;
@@ -172,15 +298,18 @@ void dt_net_free(dt_net *net) {
             free(net->layers[i].own);
             free(net->layers[i].argmax);
             free(net->layers[i].mask);
+            free(net->layers[i].bn);
+            free(net->layers[i].fold_w);
         }
+    if (net->gbufs)
+        for (int b = 0; b < net->n_gbufs; b++) free(net->gbufs[b]);
+    free(net->gbufs);
     free(net->layers);
     free(net->views);
     free(net->params);
     free(net->grads);
     free(net->scratch);
-    free(net->dbuf[0]);
-    free(net->dbuf[1]);
-    free(net->dlogits);
+    free(net->bn_work);
     dt_model_spec_free(&net->spec);
     free(net);
 }
@@ -198,6 +327,12 @@ int dt_net_num_views(const dt_net *net) { return net->n_views; }
 const dt_param_view *dt_net_view(const dt_net *net, int i) {
     return i >= 0 && i < net->n_views ? &net->views[i] : NULL;
 }
+int dt_net_num_layers(const dt_net *net) { return net->n_layers; }
+size_t dt_net_layer_param_begin(const dt_net *net, int layer) {
+    return layer >= 0 && layer < net->n_layers ? net->layers[layer].param_begin : net->n_params;
+}
+void dt_net_set_fold_batchnorm(dt_net *net, int on) { net->fold_bn = on != 0; }
+int dt_net_num_grad_buffers(const dt_net *net) { return net->n_gbufs; }
 
 /* ---- initialisation ---- */
 
@@ -231,6 +366,14 @@ static void init_view(float *p, const dt_param_view *v, const dt_init *in, uint6
 void dt_net_init_params(dt_net *net, uint64_t seed) {
     for (int i = 0; i < net->n_layers; i++) {
         const layer *L = &net->layers[i];
+        if (L->mm_view >= 0) { /* batch norm: gamma 1, beta 0, moving mean 0, moving variance 1 */
+            static const float value[4] = {1, 0, 0, 1};
+            for (int k = 0; k < 4; k++) {
+                const dt_param_view *v = &net->views[L->w_view + k];
+                for (size_t e = 0; e < v->count; e++) net->params[v->offset + e] = value[k];
+            }
+            continue;
+        }
         if (L->w_view >= 0) {
             const dt_param_view *v = &net->views[L->w_view];
             init_view(net->params + v->offset, v, &L->spec->weight_init, dt_hash64(seed, (uint64_t)L->w_view));
@@ -248,80 +391,211 @@ static const float *view_ptr(const float *base, const dt_net *net, int v) {
     return v >= 0 ? base + net->views[v].offset : NULL;
 }
 
+/* Batch norm in evaluation as y = x * scale + shift per channel, from the moving statistics. */
+static void bn_eval_affine(const dt_net *net, const layer *B, float *scale, float *shift) {
+    const float *gamma = view_ptr(net->params, net, B->w_view), *beta = view_ptr(net->params, net, B->b_view);
+    const float *mm = view_ptr(net->params, net, B->mm_view), *mv = view_ptr(net->params, net, B->mv_view);
+    for (int c = 0; c < B->shape.out_c; c++) {
+        scale[c] = gamma[c] / sqrtf(mv[c] + B->spec->epsilon);
+        shift[c] = beta[c] - mm[c] * scale[c];
+    }
+}
+
+/* The conv's kernel and bias with batch norm B folded in: w' = w * scale, b' = b * scale + shift. */
+static void fold_conv(const dt_net *net, layer *L, const layer *B) {
+    int oc = L->shape.out_c;
+    float *w = L->fold_w, *b = L->fold_w + L->shape.n_weights;
+    float *scale = B->bn + 3 * oc, *shift = scale + oc;
+    bn_eval_affine(net, B, scale, shift);
+    const float *kw = view_ptr(net->params, net, L->w_view), *kb = view_ptr(net->params, net, L->b_view);
+    for (size_t r = 0; r < L->shape.n_weights / (size_t)oc; r++)
+        for (int c = 0; c < oc; c++) w[r * oc + c] = kw[r * oc + c] * scale[c];
+    for (int c = 0; c < oc; c++) b[c] = (kb ? kb[c] : 0.0f) * scale[c] + shift[c];
+}
+
 const float *dt_net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed) {
     if (batch < 1 || batch > net->max_batch) return NULL;
     net->batch = batch;
     net->training = training;
     net->have_loss = 0;
-    const float *in = x;
     for (int i = 0; i < net->n_layers; i++) {
         layer *L = &net->layers[i];
         const dt_layer_spec *s = L->spec;
-        size_t n = (size_t)batch * L->out_size;
-        L->in = in;
+        size_t n = (size_t)batch * L->out_size, rows = (size_t)batch * L->shape.out_h * L->shape.out_w;
+        for (int k = 0; k < L->n_in; k++) L->in[k] = L->in_idx[k] < 0 ? x : net->layers[L->in_idx[k]].out;
+        const float *in = L->in[0];
         /* An in-place layer writes only into the net's own buffers (see dt_net_build). */
         L->out = L->in_place ? (float *)in : L->own;
+        L->relu_done = 0;
         const float *w = view_ptr(net->params, net, L->w_view), *b = view_ptr(net->params, net, L->b_view);
         switch (s->kind) {
-        case DT_LAYER_CONV2D: conv2d_forward(L->out, in, w, b, batch, &L->shape.win, net->scratch); break;
+        case DT_LAYER_CONV2D:
+            if (!training && net->fold_bn && L->fold_into >= 0) {
+                fold_conv(net, L, &net->layers[L->fold_into]);
+                w = L->fold_w, b = L->fold_w + L->shape.n_weights;
+            }
+            conv2d_forward(L->out, in, w, b, batch, &L->shape.win, net->scratch);
+            break;
         case DT_LAYER_MAXPOOL: maxpool_forward(L->out, L->argmax, in, batch, &L->shape.win); break;
-        case DT_LAYER_RELU: relu_forward(L->out, in, n); break;
+        case DT_LAYER_AVGPOOL: avgpool_forward(L->out, in, batch, &L->shape.win); break;
+        case DT_LAYER_GLOBAL_AVGPOOL:
+            global_avgpool_forward(L->out, in, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
+            break;
+        case DT_LAYER_RELU:
+            if (L->in_idx[0] < 0 || !net->layers[L->in_idx[0]].relu_done) relu_forward(L->out, in, n);
+            break;
+        case DT_LAYER_LEAKY_RELU: leaky_relu_forward(L->out, in, n, s->alpha); break;
+        case DT_LAYER_SIGMOID: sigmoid_forward(L->out, in, n); break;
+        case DT_LAYER_TANH: tanh_forward(L->out, in, n); break;
         case DT_LAYER_DROPOUT:
             if (training && s->rate > 0)
                 dropout_forward(L->out, L->mask, in, n, s->rate, dt_hash64(seed, (uint64_t)i));
             else
                 memcpy(L->out, in, n * sizeof *in);
             break;
+        case DT_LAYER_BATCHNORM: {
+            int C = L->shape.out_c;
+            if (training) {
+                float *mean = L->bn, *var = L->bn + C, *inv_std = L->bn + 2 * C;
+                batchnorm_forward(L->out, mean, var, inv_std, in, w, b, rows, C, s->epsilon, L->fuse_relu,
+                                  net->bn_work);
+                L->relu_done = L->fuse_relu;
+                /* moving = momentum * moving + (1 - momentum) * batch, with the unbiased variance
+                 * (as Keras's fused batch norm and PyTorch) */
+                float *mm = net->params + net->views[L->mm_view].offset, *mv = net->params + net->views[L->mv_view].offset;
+                double unbias = rows > 1 ? (double)rows / (double)(rows - 1) : 1.0;
+                for (int c = 0; c < C; c++) {
+                    mm[c] = s->momentum * mm[c] + (1 - s->momentum) * mean[c];
+                    mv[c] = s->momentum * mv[c] + (1 - s->momentum) * (float)(var[c] * unbias);
+                }
+            } else if (net->fold_bn && L->folded) {
+                L->out = (float *)in; /* the conv before it already applied it */
+            } else {
+                float *scale = L->bn + 3 * C, *shift = L->bn + 4 * C;
+                bn_eval_affine(net, L, scale, shift);
+                channel_affine_forward(L->out, in, scale, shift, rows, C, L->fuse_relu);
+                L->relu_done = L->fuse_relu;
+            }
+            break;
+        }
+        case DT_LAYER_ADD:
+            for (int k = 1; k < L->n_in; k++)
+                add_forward(L->out, k == 1 ? L->in[0] : L->out, L->in[k], n, L->fuse_relu && k == L->n_in - 1);
+            L->relu_done = L->fuse_relu;
+            break;
+        case DT_LAYER_CONCAT: {
+            int off = 0;
+            for (int k = 0; k < L->n_in; k++) {
+                int j = L->in_idx[k], c = j < 0 ? net->spec.in_c : net->layers[j].shape.out_c;
+                concat_forward(L->out, L->in[k], rows, c, L->shape.out_c, off);
+                off += c;
+            }
+            break;
+        }
         case DT_LAYER_FLATTEN: break;
         case DT_LAYER_DENSE:
             dense_forward(L->out, in, w, b, batch, L->shape.in_c, L->shape.out_c);
             break;
         }
-        in = L->out;
     }
-    return in;
+    return net->layers[net->n_layers - 1].out;
 }
 
 float dt_net_loss(dt_net *net, const int32_t *labels, int *correct) {
     const layer *last = &net->layers[net->n_layers - 1];
     net->have_loss = 1;
-    return softmax_xent(net->dlogits, last->out, labels, net->batch, last->shape.out_c, correct);
+    return softmax_xent(net->gbufs[DLOGITS], last->out, labels, net->batch, last->shape.out_c, correct);
+}
+
+/* Where layer i's backward writes the gradient of input k: straight into the input's buffer, or
+ * into a spare one (acc) that is then added to it. */
+static float *din_target(dt_net *net, const layer *L, int k, float *dcur) {
+    if (L->dst[k] < 0) return NULL;
+    if (!L->acc[k]) return net->gbufs[L->dst[k]];
+    return backward_in_place(L->spec->kind) ? dcur : net->gbufs[L->tmp];
 }
 
 void dt_net_backward(dt_net *net) {
     if (!net->have_loss || net->batch < 1) return;
     int batch = net->batch;
-    float *dcur = net->dlogits;
-    for (int i = net->n_layers - 1; i >= net->first_param_layer; i--) {
+    for (int i = net->n_layers - 1; i >= 0; i--) {
         layer *L = &net->layers[i];
+        if (!L->wants_grad) continue; /* nothing at or before it learns */
         const dt_layer_spec *s = L->spec;
-        size_t n = (size_t)batch * L->out_size;
-        /* The first layer with parameters needs no input gradient: nothing before it learns. */
-        float *din = i > net->first_param_layer ? (dcur == net->dbuf[0] ? net->dbuf[1] : net->dbuf[0]) : NULL;
+        size_t n = (size_t)batch * L->out_size, rows = (size_t)batch * L->shape.out_h * L->shape.out_w;
+        float *dcur = net->gbufs[L->gbuf];
+        /* Input gradients are NULL where nothing before that input learns (the first conv). */
+        float *din = din_target(net, L, 0, dcur);
         const float *w = view_ptr(net->params, net, L->w_view);
         float *dw = L->w_view >= 0 ? net->grads + net->views[L->w_view].offset : NULL;
         float *db = L->b_view >= 0 ? net->grads + net->views[L->b_view].offset : NULL;
         switch (s->kind) {
         case DT_LAYER_CONV2D:
-            conv2d_backward(din, dw, db, dcur, L->in, w, batch, &L->shape.win, net->scratch);
-            dcur = din;
+            conv2d_backward(din, dw, db, dcur, L->in[0], w, batch, &L->shape.win, net->scratch);
             break;
         case DT_LAYER_DENSE:
-            dense_backward(din, dw, db, dcur, L->in, w, batch, L->shape.in_c, L->shape.out_c);
-            dcur = din;
+            dense_backward(din, dw, db, dcur, L->in[0], w, batch, L->shape.in_c, L->shape.out_c);
             break;
         case DT_LAYER_MAXPOOL:
-            maxpool_backward(din, dcur, L->argmax, batch, &L->shape.win);
-            dcur = din;
+            if (din) maxpool_backward(din, dcur, L->argmax, batch, &L->shape.win);
             break;
-        case DT_LAYER_RELU: relu_backward(dcur, dcur, L->out, n); break;
+        case DT_LAYER_AVGPOOL:
+            if (din) avgpool_backward(din, dcur, batch, &L->shape.win);
+            break;
+        case DT_LAYER_GLOBAL_AVGPOOL:
+            if (din) global_avgpool_backward(din, dcur, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
+            break;
+        case DT_LAYER_RELU:
+            if (din) relu_backward(din, dcur, L->out, n);
+            break;
+        case DT_LAYER_LEAKY_RELU:
+            if (din) leaky_relu_backward(din, dcur, L->out, n, s->alpha);
+            break;
+        case DT_LAYER_SIGMOID:
+            if (din) sigmoid_backward(din, dcur, L->out, n);
+            break;
+        case DT_LAYER_TANH:
+            if (din) tanh_backward(din, dcur, L->out, n);
+            break;
         case DT_LAYER_DROPOUT:
-            if (net->training && s->rate > 0) {
-                dropout_backward(din, dcur, L->mask, n, s->rate);
-                dcur = din;
+            if (din && net->training && s->rate > 0) dropout_backward(din, dcur, L->mask, n, s->rate);
+            else if (din && din != dcur) memcpy(din, dcur, n * sizeof *din);
+            break;
+        case DT_LAYER_FLATTEN:
+            if (din && din != dcur) memcpy(din, dcur, n * sizeof *din);
+            break;
+        case DT_LAYER_BATCHNORM: {
+            int C = L->shape.out_c;
+            batchnorm_backward(din, dw, db, dcur, L->in[0], L->bn, L->bn + 2 * C, w, rows, C, net->bn_work);
+            /* the moving statistics are not trained */
+            memset(net->grads + net->views[L->mm_view].offset, 0, 2 * (size_t)C * sizeof(float));
+            break;
+        }
+        case DT_LAYER_ADD:
+            for (int k = 0; k < L->n_in; k++) {
+                if (L->dst[k] < 0) continue;
+                float *g = net->gbufs[L->dst[k]];
+                if (L->acc[k]) add_forward(g, g, dcur, n, 0);
+                else if (g != dcur) memcpy(g, dcur, n * sizeof *g);
             }
             break;
-        case DT_LAYER_FLATTEN: break;
+        case DT_LAYER_CONCAT: {
+            int off = 0;
+            for (int k = 0; k < L->n_in; k++) {
+                int j = L->in_idx[k], c = j < 0 ? net->spec.in_c : net->layers[j].shape.out_c;
+                float *d = din_target(net, L, k, dcur);
+                if (d) {
+                    concat_backward(d, dcur, rows, c, L->shape.out_c, off);
+                    if (L->acc[k]) add_forward(net->gbufs[L->dst[k]], net->gbufs[L->dst[k]], d, rows * (size_t)c, 0);
+                }
+                off += c;
+            }
+            break;
         }
+        }
+        /* An input another layer already gave a gradient gets this one's added (concat and add
+         * did their own). */
+        if (din && L->acc[0] && s->kind != DT_LAYER_ADD && s->kind != DT_LAYER_CONCAT)
+            add_forward(net->gbufs[L->dst[0]], net->gbufs[L->dst[0]], din, (size_t)batch * L->in_size, 0);
     }
 }

@@ -15,6 +15,8 @@ typedef struct {
     size_t count;
     int ndim;
     int shape[4];       /* conv kernels HWIO, dense kernels [in, out], biases [out] */
+    int not_trained;    /* 1 for batch norm's moving mean and variance: the forward pass updates them
+                         * and their gradient is always 0 (an optimizer must not decay them) */
 } dt_param_view;
 
 /* dt_net, dt_net_load, dt_net_free, dt_net_param_count, dt_net_forward, dt_net_loss and
@@ -32,6 +34,20 @@ float *dt_net_params(dt_net *net);             /* [param_count] */
 float *dt_net_grads(dt_net *net);              /* [param_count], written by dt_net_backward */
 int dt_net_num_views(const dt_net *net);
 const dt_param_view *dt_net_view(const dt_net *net, int i);
+
+/* Backward runs the layers from the last to the first; layer i writes the gradients of its own
+ * parameters, which lie in the flat buffer after those of layers < i. So once dt_net_backward has
+ * run layer i, gradients [dt_net_layer_param_begin(net, i), param_count) are final. A layer
+ * without parameters has begin == the next layer's begin (nothing new becomes final). */
+int dt_net_num_layers(const dt_net *net);
+/* Activation-gradient buffers the backward plan uses, the logits' included (memory-layout.md). */
+int dt_net_num_grad_buffers(const dt_net *net);
+size_t dt_net_layer_param_begin(const dt_net *net, int layer);
+
+/* Evaluation (training = 0) folds each batch norm into the convolution before it when nothing else
+ * reads that convolution's output: one pass instead of two, the same function. On by default;
+ * tests turn it off to compare. */
+void dt_net_set_fold_batchnorm(dt_net *net, int on);
 
 /* Initialises every parameter from its layer's initialiser, drawing from a stream seeded by
  * (seed, view index), so the result does not depend on thread count or build order. */

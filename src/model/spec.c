@@ -20,13 +20,21 @@
 static const char *const kind_names[] = {
     [DT_LAYER_CONV2D] = "conv2d", [DT_LAYER_MAXPOOL] = "maxpool", [DT_LAYER_RELU] = "relu",
     [DT_LAYER_DROPOUT] = "dropout", [DT_LAYER_FLATTEN] = "flatten", [DT_LAYER_DENSE] = "dense",
+    [DT_LAYER_BATCHNORM] = "batchnorm", [DT_LAYER_AVGPOOL] = "avgpool",
+    [DT_LAYER_GLOBAL_AVGPOOL] = "global_avgpool", [DT_LAYER_LEAKY_RELU] = "leaky_relu",
+    [DT_LAYER_SIGMOID] = "sigmoid", [DT_LAYER_TANH] = "tanh", [DT_LAYER_ADD] = "add",
+    [DT_LAYER_CONCAT] = "concat",
 };
 #define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 
-/* Prefix of auto-numbered layer names: conv1, pool1, relu1, dropout1, flatten1, dense1. */
+/* Prefix of auto-numbered layer names: conv1, pool1, relu1, dropout1, flatten1, dense1, bn1, ... */
 static const char *const name_prefix[] = {
     [DT_LAYER_CONV2D] = "conv", [DT_LAYER_MAXPOOL] = "pool", [DT_LAYER_RELU] = "relu",
     [DT_LAYER_DROPOUT] = "dropout", [DT_LAYER_FLATTEN] = "flatten", [DT_LAYER_DENSE] = "dense",
+    [DT_LAYER_BATCHNORM] = "bn", [DT_LAYER_AVGPOOL] = "avgpool",
+    [DT_LAYER_GLOBAL_AVGPOOL] = "global_avgpool", [DT_LAYER_LEAKY_RELU] = "leaky_relu",
+    [DT_LAYER_SIGMOID] = "sigmoid", [DT_LAYER_TANH] = "tanh", [DT_LAYER_ADD] = "add",
+    [DT_LAYER_CONCAT] = "concat",
 };
 
 /* Options each layer kind accepts, NULL-terminated. */
@@ -35,14 +43,23 @@ static const char *const conv_opts[] = {"filters", "kernel", "stride", "padding"
 static const char *const pool_opts[] = {"size", "stride", "padding", NULL};
 static const char *const dropout_opts[] = {"rate", NULL};
 static const char *const dense_opts[] = {"units", "use_bias", "weight_init", "bias_init", NULL};
+static const char *const bn_opts[] = {"momentum", "epsilon", NULL};
+static const char *const leaky_opts[] = {"alpha", NULL};
 static const char *const no_opts[] = {NULL};
 static const char *const *const kind_opts[] = {
     [DT_LAYER_CONV2D] = conv_opts, [DT_LAYER_MAXPOOL] = pool_opts, [DT_LAYER_RELU] = no_opts,
     [DT_LAYER_DROPOUT] = dropout_opts, [DT_LAYER_FLATTEN] = no_opts, [DT_LAYER_DENSE] = dense_opts,
+    [DT_LAYER_BATCHNORM] = bn_opts, [DT_LAYER_AVGPOOL] = pool_opts, [DT_LAYER_GLOBAL_AVGPOOL] = no_opts,
+    [DT_LAYER_LEAKY_RELU] = leaky_opts, [DT_LAYER_SIGMOID] = no_opts, [DT_LAYER_TANH] = no_opts,
+    [DT_LAYER_ADD] = no_opts, [DT_LAYER_CONCAT] = no_opts,
 };
+/* Options every layer takes: its name, and where its input comes from (docs/model-format.md). */
+static const char *const graph_opts[] = {"name", "input", NULL};
 
-static const char *const keywords[] = {"model", "input", "conv2d", "maxpool", "relu",
-                                       "dropout", "flatten", "dense", NULL};
+/* "model", "input", then the layer kinds in dt_layer_kind order. */
+static const char *const keywords[] = {"model", "input", "conv2d", "maxpool", "relu", "dropout", "flatten",
+                                       "dense", "batchnorm", "avgpool", "global_avgpool", "leaky_relu",
+                                       "sigmoid", "tanh", "add", "concat", NULL};
 static const char *const init_names[] = {"truncated_normal", "constant", "glorot_uniform",
                                          "he_uniform", NULL};
 static const char *const padding_names[] = {"same", "valid", NULL};
@@ -213,8 +230,39 @@ static int parse_init(const ctx *c, const char *key, const char *v, dt_init *out
 
 /* ---- one layer line ---- */
 
-static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, dt_layer_spec *L) {
+/* A layer name: a letter or '_', then letters, digits, '_', '-', '.'; "input" is the model input. */
+static int valid_layer_name(const char *s) {
+    if (!isalpha((unsigned char)*s) && *s != '_') return 0;
+    if (strlen(s) >= sizeof ((dt_layer_spec *)0)->name) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("_-.", *s)) return 0;
+    return 1;
+}
+
+/* input=NAME[,NAME...]: checks the names; they are resolved once the whole file is read. */
+static int check_input_list(const ctx *c, const char *v) {
+    char buf[64];
+    int n = 0;
+    for (const char *p = v;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof buf)
+            return FAIL(c, DT_EFORMAT, "bad value '%.*s' for input: expected layer names separated by commas", Q(v));
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        if (!valid_layer_name(buf))
+            return FAIL(c, DT_EFORMAT, "bad layer name '%.*s' in input=", Q(buf));
+        if (++n > DT_LAYER_MAX_INPUTS)
+            return FAIL(c, DT_EFORMAT, "too many inputs (at most %d)", DT_LAYER_MAX_INPUTS);
+        p += len;
+        if (!*p) return 0;
+    }
+}
+
+/* *input_ref: the raw input= value (NULL if absent), resolved by resolve_inputs. */
+static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, dt_layer_spec *L,
+                       const char **input_ref) {
     memset(L, 0, sizeof *L);
+    *input_ref = NULL;
     L->kind = kind;
     L->line = c->line;
     L->stride_h = L->stride_w = 1;
@@ -222,9 +270,12 @@ static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, d
     L->use_bias = 1;
     L->weight_init.kind = DT_INIT_GLOROT_UNIFORM;
     L->bias_init.kind = DT_INIT_CONSTANT;
+    L->alpha = 0.3f;      /* Keras's LeakyReLU */
+    L->momentum = 0.99f;  /* Keras's BatchNormalization */
+    L->epsilon = 1e-3f;
     const char *const *opts = kind_opts[kind];
     const char *kname = kind_names[kind];
-    unsigned seen = 0;
+    unsigned seen = 0, graph_seen = 0;
     int stride_given = 0;
     for (int t = 1; t < ntok; t++) {
         char *key = tok[t], *eq = strchr(key, '=');
@@ -233,12 +284,35 @@ static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, d
         *eq = 0;
         const char *v = eq + 1;
         if (!*key) return FAIL(c, DT_EFORMAT, "missing option name before '=%.*s'", Q(v));
+        int go = find_word(key, graph_opts);
+        if (go >= 0) {
+            if (graph_seen & (1u << go)) return FAIL(c, DT_EFORMAT, "duplicate option '%s'", key);
+            graph_seen |= 1u << go;
+            if (!*v) return FAIL(c, DT_EFORMAT, "missing value for '%s'", key);
+            if (go == 0) {
+                if (!valid_layer_name(v) || !strcmp(v, "input"))
+                    return FAIL(c, DT_EFORMAT, "bad layer name '%.*s': a letter or '_', then at most %zu letters, "
+                                "digits, '_', '-' or '.' ('input' names the model input)", Q(v),
+                                sizeof L->name - 2);
+                strcpy(L->name, v);
+            } else {
+                int rc = check_input_list(c, v);
+                if (rc) return rc;
+                *input_ref = v;
+            }
+            continue;
+        }
         int o = find_word(key, opts);
         if (o < 0) {
             char hint[256];
             if (!opts[0])
-                return FAIL(c, DT_EFORMAT, "unknown option '%.*s': %s takes no options", Q(key), kname);
-            suggest(hint, sizeof hint, key, opts);
+                return FAIL(c, DT_EFORMAT, "unknown option '%.*s': %s takes no options but name= and input=",
+                            Q(key), kname);
+            const char *all[16]; /* the kind's options (at most 7), name and input */
+            int na = 0;
+            for (int i = 0; opts[i] && na < 13; i++) all[na++] = opts[i];
+            all[na++] = "name", all[na++] = "input", all[na] = NULL;
+            suggest(hint, sizeof hint, key, all);
             return FAIL(c, DT_EFORMAT, "unknown option '%.*s' for %s%s", Q(key), kname, hint);
         }
         if (seen & (1u << o)) return FAIL(c, DT_EFORMAT, "duplicate option '%s'", key);
@@ -258,11 +332,16 @@ static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, d
             L->use_bias = choice == 0;
         } else if (!strcmp(key, "weight_init")) rc = parse_init(c, key, v, &L->weight_init);
         else if (!strcmp(key, "bias_init")) rc = parse_init(c, key, v, &L->bias_init);
-        else if (!strcmp(key, "rate")) {
+        else if (!strcmp(key, "rate") || !strcmp(key, "alpha") || !strcmp(key, "momentum")) {
             double r;
             if (parse_float(v, &r) != 0 || !(r >= 0 && r < 1))
-                return FAIL(c, DT_EFORMAT, "bad value '%.*s' for rate: expected a number in [0, 1)", Q(v));
-            L->rate = (float)r;
+                return FAIL(c, DT_EFORMAT, "bad value '%.*s' for %s: expected a number in [0, 1)", Q(v), key);
+            *(key[0] == 'r' ? &L->rate : key[0] == 'a' ? &L->alpha : &L->momentum) = (float)r;
+        } else if (!strcmp(key, "epsilon")) {
+            double r;
+            if (parse_float(v, &r) != 0 || !(r >= 1e-12 && r <= 1))
+                return FAIL(c, DT_EFORMAT, "bad value '%.*s' for epsilon: expected a number in [1e-12, 1]", Q(v));
+            L->epsilon = (float)r;
         }
         if (rc) return rc;
     }
@@ -273,7 +352,7 @@ static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, d
         if (required && !(seen & (1u << o)))
             return FAIL(c, DT_EFORMAT, "%s needs %s=", kname, opts[o]);
     }
-    if (kind == DT_LAYER_MAXPOOL && !stride_given) L->stride_h = L->k_h, L->stride_w = L->k_w;
+    if ((kind == DT_LAYER_MAXPOOL || kind == DT_LAYER_AVGPOOL) && !stride_given) L->stride_h = L->k_h, L->stride_w = L->k_w;
     int bias_o = find_word("bias_init", opts);
     if (!L->use_bias && bias_o >= 0 && (seen & (1u << bias_o)))
         return FAIL(c, DT_EFORMAT, "bias_init given but use_bias=false");
@@ -298,6 +377,75 @@ static int valid_name(const char *s) {
     return 1;
 }
 
+/* Index of the layer named `name`, -1 for "input", -2 if none. */
+static int find_layer(const dt_model_spec *spec, const char *name) {
+    if (!strcmp(name, "input")) return -1;
+    for (int j = 0; j < spec->n_layers; j++)
+        if (!strcmp(spec->layers[j].name, name)) return j;
+    return -2;
+}
+
+/* Names every layer is known by are unique; then each input= (refs[i], or NULL for the layer
+ * above) becomes layer indices. Inputs must come from layers above, which also rules out cycles. */
+static int resolve_inputs(const dt_model_spec *spec, const char *const *refs, dt_error *err) {
+    ctx c = {spec->source, 0, err};
+    for (int i = 0; i < spec->n_layers; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(spec->layers[i].name, spec->layers[j].name)) {
+                c.line = spec->layers[i].line;
+                return FAIL(&c, DT_EFORMAT, "layer name '%s' is already used by the %s at line %d", spec->layers[i].name,
+                            kind_names[spec->layers[j].kind], spec->layers[j].line);
+            }
+    for (int i = 0; i < spec->n_layers; i++) {
+        dt_layer_spec *L = &spec->layers[i];
+        c.line = L->line;
+        int multi = L->kind == DT_LAYER_ADD || L->kind == DT_LAYER_CONCAT;
+        if (!refs[i]) {
+            if (multi)
+                return FAIL(&c, DT_EFORMAT, "%s needs input=NAME,NAME,...: the layers it %s", kind_names[L->kind],
+                            L->kind == DT_LAYER_ADD ? "sums" : "concatenates");
+            L->n_inputs = 1;
+            L->inputs[0] = i - 1;
+            continue;
+        }
+        char buf[64];
+        L->n_inputs = 0;
+        for (const char *p = refs[i];; p++) {
+            size_t len = strcspn(p, ","); /* check_input_list checked the lengths */
+            memcpy(buf, p, len);
+            buf[len] = 0;
+            int j = find_layer(spec, buf);
+            if (j == -2) {
+                const char *names[DT_MODEL_MAX_LAYERS + 2];
+                int n = 0;
+                names[n++] = "input";
+                for (int k = 0; k < i; k++) names[n++] = spec->layers[k].name;
+                names[n] = NULL;
+                char hint[256];
+                suggest(hint, sizeof hint, buf, names);
+                if (!strstr(hint, "did you mean")) hint[0] = 0; /* the whole list would be noise */
+                return FAIL(&c, DT_EFORMAT, "input '%.*s' names no layer%s", Q(buf), hint);
+            }
+            if (j == i)
+                return FAIL(&c, DT_EFORMAT, "input '%s' is this layer itself: a layer cannot take its own output (a cycle)", buf);
+            if (j > i)
+                return FAIL(&c, DT_EFORMAT, "input '%s' is the %s at line %d, below this one: inputs must come from "
+                            "layers above (so the graph has no cycles)", buf, kind_names[spec->layers[j].kind],
+                            spec->layers[j].line);
+            for (int k = 0; k < L->n_inputs; k++)
+                if (L->inputs[k] == j) return FAIL(&c, DT_EFORMAT, "input '%s' is given twice", buf);
+            L->inputs[L->n_inputs++] = j;
+            p += len;
+            if (!*p) break;
+        }
+        if (multi && L->n_inputs < 2)
+            return FAIL(&c, DT_EFORMAT, "%s needs at least two inputs, got input=%.*s", kind_names[L->kind], Q(refs[i]));
+        if (!multi && L->n_inputs != 1)
+            return FAIL(&c, DT_EFORMAT, "%s takes one input, got input=%.*s", kind_names[L->kind], Q(refs[i]));
+    }
+    return 0;
+}
+
 int dt_model_spec_parse(dt_model_spec *spec, const char *text, size_t len, const char *source,
                         dt_error *err) {
     memset(spec, 0, sizeof *spec);
@@ -309,6 +457,7 @@ int dt_model_spec_parse(dt_model_spec *spec, const char *text, size_t len, const
                          source, len, DT_MODEL_MAX_TEXT);
     int rc = 0;
     char *work = NULL;
+    const char **refs = NULL; /* [cap]: each layer's input= value, pointing into work */
     spec->text = dt_malloc(len + 1, "model text", err);
     if (!spec->text) return DT_ENOMEM;
     if (len) memcpy(spec->text, text, len);
@@ -402,11 +551,16 @@ int dt_model_spec_parse(dt_model_spec *spec, const char *text, size_t len, const
             int ncap = cap ? cap * 2 : 16;
             dt_layer_spec *nl2 = realloc(spec->layers, sizeof *nl2 * (size_t)ncap);
             if (!nl2) { rc = dt_errorf(err, DT_ENOMEM, "out of memory for model layers"); goto fail; }
-            spec->layers = nl2, cap = ncap;
+            spec->layers = nl2;
+            const char **nr = realloc(refs, sizeof *nr * (size_t)ncap);
+            if (!nr) { rc = dt_errorf(err, DT_ENOMEM, "out of memory for model layers"); goto fail; }
+            refs = nr, cap = ncap;
         }
         dt_layer_spec *L = &spec->layers[spec->n_layers];
-        if ((rc = parse_layer(&c, kind, tok, ntok, L))) goto fail;
-        snprintf(L->name, sizeof L->name, "%s%d", name_prefix[kind], ++counters[kind]);
+        if ((rc = parse_layer(&c, kind, tok, ntok, L, &refs[spec->n_layers]))) goto fail;
+        /* Unnamed layers are numbered per kind, named ones too, so naming a layer renames no other. */
+        ++counters[kind];
+        if (!L->name[0]) snprintf(L->name, sizeof L->name, "%s%d", name_prefix[kind], counters[kind]);
         spec->n_layers++;
     }
     if (!have_input) {
@@ -415,10 +569,13 @@ int dt_model_spec_parse(dt_model_spec *spec, const char *text, size_t len, const
         goto fail;
     }
     if (!have_model) default_name(spec->name, sizeof spec->name, source);
+    if ((rc = resolve_inputs(spec, refs, err))) goto fail;
     if ((rc = dt_model_spec_shapes(spec, NULL, NULL, err))) goto fail;
+    free(refs);
     free(work);
     return 0;
 fail:
+    free(refs);
     free(work);
     dt_model_spec_free(spec);
     return rc;
@@ -496,6 +653,13 @@ static int check_init(const ctx *c, const dt_init *in, const char *what) {
     return ok ? 0 : FAIL(c, DT_EINVAL, "bad %s", what);
 }
 
+/* One layer's output as the walk sees it. */
+typedef struct {
+    int h, w, c, flat, flat_line;
+} out_shape;
+
+static const char *input_name(const dt_model_spec *spec, int j) { return j < 0 ? "input" : spec->layers[j].name; }
+
 int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size_t *param_count,
                          dt_error *err) {
     ctx c = {spec->source[0] ? spec->source : spec->name, spec->input_line > 0 ? spec->input_line : 1, err};
@@ -506,21 +670,37 @@ int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size
         return FAIL(&c, DT_ESHAPE, "no layers: a model ends with a dense layer whose units are the classes");
     if (spec->n_layers > DT_MODEL_MAX_LAYERS)
         return FAIL(&c, DT_EINVAL, "too many layers (at most %d)", DT_MODEL_MAX_LAYERS);
-    int h = spec->in_h, w = spec->in_w, ch = spec->in_c, flat = 0, flat_line = 0;
+    out_shape outs[DT_MODEL_MAX_LAYERS];
+    int consumers[DT_MODEL_MAX_LAYERS];
+    memset(consumers, 0, sizeof consumers);
+    const out_shape model_in = {spec->in_h, spec->in_w, spec->in_c, 0, 0};
     size_t total = 0;
-    if (mul_sat(mul_sat((size_t)h, (size_t)w), (size_t)ch) > DT_MODEL_MAX_ACT)
-        return FAIL(&c, DT_ESHAPE, "input %dx%dx%d has more than %zu values per example", h, w, ch,
-                    DT_MODEL_MAX_ACT);
+    if (mul_sat(mul_sat((size_t)spec->in_h, (size_t)spec->in_w), (size_t)spec->in_c) > DT_MODEL_MAX_ACT)
+        return FAIL(&c, DT_ESHAPE, "input %dx%dx%d has more than %zu values per example", spec->in_h, spec->in_w,
+                    spec->in_c, DT_MODEL_MAX_ACT);
     for (int i = 0; i < spec->n_layers; i++) {
         const dt_layer_spec *L = &spec->layers[i];
         c.line = L->line;
+        const char *kn = dt_layer_kind_name(L->kind);
+        /* inputs: earlier layers only (a spec built in code is checked as strictly as a file) */
+        int n_in = dt_layer_n_inputs(L), multi = L->kind == DT_LAYER_ADD || L->kind == DT_LAYER_CONCAT;
+        if (n_in > DT_LAYER_MAX_INPUTS || (multi ? n_in < 2 : n_in != 1))
+            return FAIL(&c, DT_EINVAL, "%s: %d inputs", kn, n_in);
+        for (int k = 0; k < n_in; k++) {
+            int j = dt_layer_input(L, i, k);
+            if (j < -1 || j >= i) return FAIL(&c, DT_EINVAL, "%s: input %d is not a layer above this one", kn, j);
+            if (j >= 0) consumers[j]++;
+        }
+        int j0 = dt_layer_input(L, i, 0);
+        const out_shape *in = j0 < 0 ? &model_in : &outs[j0];
+        int h = in->h, w = in->w, ch = in->c, flat = in->flat, flat_line = in->flat_line;
         dt_layer_shape s;
         memset(&s, 0, sizeof s);
         s.in_h = h, s.in_w = w, s.in_c = ch;
-        const char *kn = dt_layer_kind_name(L->kind);
         switch (L->kind) {
         case DT_LAYER_CONV2D:
-        case DT_LAYER_MAXPOOL: {
+        case DT_LAYER_MAXPOOL:
+        case DT_LAYER_AVGPOOL: {
             int conv = L->kind == DT_LAYER_CONV2D;
             if (flat)
                 return FAIL(&c, DT_ESHAPE, "%s needs an [H,W,C] input, but its input was flattened at line %d",
@@ -547,11 +727,50 @@ int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size
             }
             break;
         }
-        case DT_LAYER_RELU: break;
+        case DT_LAYER_RELU:
+        case DT_LAYER_SIGMOID:
+        case DT_LAYER_TANH: break;
+        case DT_LAYER_LEAKY_RELU:
+            if (!(L->alpha >= 0 && L->alpha < 1))
+                return FAIL(&c, DT_EINVAL, "leaky_relu alpha %g is not in [0, 1)", (double)L->alpha);
+            break;
         case DT_LAYER_DROPOUT:
             if (!(L->rate >= 0 && L->rate < 1))
                 return FAIL(&c, DT_EINVAL, "dropout rate %g is not in [0, 1)", (double)L->rate);
             break;
+        case DT_LAYER_BATCHNORM:
+            if (!(L->momentum >= 0 && L->momentum < 1) || !(L->epsilon >= 1e-12f && L->epsilon <= 1))
+                return FAIL(&c, DT_EINVAL, "batchnorm momentum %g or epsilon %g out of range", (double)L->momentum,
+                            (double)L->epsilon);
+            s.n_bn = (size_t)ch; /* per channel, or per feature of a flat input */
+            break;
+        case DT_LAYER_GLOBAL_AVGPOOL:
+            if (flat)
+                return FAIL(&c, DT_ESHAPE, "global_avgpool needs an [H,W,C] input, but its input was flattened at line %d",
+                            flat_line);
+            h = w = 1;
+            flat = 1, flat_line = L->line;
+            break;
+        case DT_LAYER_ADD:
+        case DT_LAYER_CONCAT: {
+            int add = L->kind == DT_LAYER_ADD;
+            size_t sum_c = (size_t)ch;
+            for (int k = 1; k < n_in; k++) {
+                int j = dt_layer_input(L, i, k);
+                const out_shape *o = j < 0 ? &model_in : &outs[j];
+                if (add ? (o->h != h || o->w != w || o->c != ch || o->flat != flat)
+                        : (o->h != h || o->w != w || o->flat != flat))
+                    return FAIL(&c, DT_ESHAPE, "%s: input '%s' is [%d,%d,%d]%s but '%s' is [%d,%d,%d]%s%s", kn,
+                                input_name(spec, j0), h, w, ch, flat ? " (flat)" : "", input_name(spec, j), o->h,
+                                o->w, o->c, o->flat ? " (flat)" : "",
+                                add ? ": add sums inputs of one shape" : ": concat joins channels of inputs of one height and width");
+                sum_c += (size_t)o->c;
+            }
+            if (mul_sat(mul_sat((size_t)h, (size_t)w), sum_c) > DT_MODEL_MAX_ACT)
+                return FAIL(&c, DT_ESHAPE, "concat output has more than %zu values per example", DT_MODEL_MAX_ACT);
+            if (!add) ch = (int)sum_c;
+            break;
+        }
         case DT_LAYER_FLATTEN:
             if (!flat) {
                 ch = h * w * ch; /* bounded by DT_MODEL_MAX_ACT, fits an int */
@@ -577,15 +796,23 @@ int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size
             if (L->use_bias && (rc = check_init(&c, &L->bias_init, "bias_init"))) return rc;
         }
         s.out_h = h, s.out_w = w, s.out_c = ch, s.flat = flat;
+        outs[i] = (out_shape){h, w, ch, flat, flat_line};
         if (mul_sat(mul_sat((size_t)h, (size_t)w), (size_t)ch) > DT_MODEL_MAX_ACT)
             return FAIL(&c, DT_ESHAPE, "%s output %dx%dx%d has more than %zu values per example", kn, h, w, ch,
                         DT_MODEL_MAX_ACT);
         total += s.n_weights > DT_MODEL_MAX_PARAMS ? DT_MODEL_MAX_PARAMS + 1 : s.n_weights;
-        total += s.n_bias;
+        total += s.n_bias + 4 * s.n_bn;
         if (total > DT_MODEL_MAX_PARAMS)
             return FAIL(&c, DT_ESHAPE, "too many parameters: more than %zu by this %s layer", DT_MODEL_MAX_PARAMS, kn);
         if (shapes) shapes[i] = s;
     }
+    /* Every output but the last feeds some layer: an unused branch is almost always a typo. */
+    for (int i = 0; i + 1 < spec->n_layers; i++)
+        if (!consumers[i]) {
+            c.line = spec->layers[i].line;
+            return FAIL(&c, DT_ESHAPE, "the output of '%s' is never used: no layer takes it as input",
+                        spec->layers[i].name);
+        }
     const dt_layer_spec *last = &spec->layers[spec->n_layers - 1];
     c.line = last->line;
     if (last->kind != DT_LAYER_DENSE)

@@ -1,4 +1,6 @@
-/* Model files: a small line-oriented text format for sequential models (docs/model-format.md).
+/* Model files: a small line-oriented text format for networks (docs/model-format.md): a stack of
+ * layers, or a graph when layers are named and take their inputs from earlier ones (residual sums,
+ * concatenations).
  * Parsing is separate from building (model/net.h) so the parser can be fuzzed on its own. */
 #ifndef DT_MODEL_SPEC_H
 #define DT_MODEL_SPEC_H
@@ -15,7 +17,18 @@ typedef enum {
     DT_LAYER_DROPOUT,
     DT_LAYER_FLATTEN,
     DT_LAYER_DENSE,
+    DT_LAYER_BATCHNORM,
+    DT_LAYER_AVGPOOL,
+    DT_LAYER_GLOBAL_AVGPOOL,
+    DT_LAYER_LEAKY_RELU,
+    DT_LAYER_SIGMOID,
+    DT_LAYER_TANH,
+    DT_LAYER_ADD,
+    DT_LAYER_CONCAT,
 } dt_layer_kind;
+
+/* Inputs one add or concat layer may take. */
+#define DT_LAYER_MAX_INPUTS 16
 
 typedef enum {
     DT_INIT_CONSTANT,       /* value */
@@ -32,13 +45,19 @@ typedef struct {
 typedef struct {
     dt_layer_kind kind;
     int line;                   /* line in the model file, for messages */
-    char name[32];              /* e.g. "conv1", "dense2": parameter names are "<name>/kernel|bias" */
+    char name[32];              /* name= or e.g. "conv1", "dense2": parameter names are "<name>/kernel|bias" */
+    /* Inputs: indices of earlier layers, -1 for the model's input. n_inputs 0 (a spec built in
+     * code) means the layer above; use dt_layer_input. The parser always fills them. */
+    int n_inputs;
+    int inputs[DT_LAYER_MAX_INPUTS];
     int filters;                /* conv2d */
     int units;                  /* dense */
     int k_h, k_w;               /* conv2d kernel, maxpool size */
     int stride_h, stride_w;     /* conv2d, maxpool */
     dt_padding padding;         /* conv2d, maxpool */
     float rate;                 /* dropout */
+    float alpha;                /* leaky_relu: slope below 0 */
+    float momentum, epsilon;    /* batchnorm: moving = momentum * moving + (1 - momentum) * batch */
     int use_bias;               /* conv2d, dense */
     dt_init weight_init, bias_init;
 } dt_layer_spec;
@@ -68,7 +87,8 @@ typedef struct {
     int in_h, in_w, in_c;
     int out_h, out_w, out_c;
     int flat;                   /* the output is a flat vector (after flatten or dense) */
-    size_t n_weights, n_bias;   /* parameters of this layer */
+    size_t n_weights, n_bias;   /* parameters of this layer (conv2d, dense) */
+    size_t n_bn;                /* batchnorm: channels; 4 parameters each (gamma, beta, moving mean, var) */
     dt_window win;              /* conv2d, maxpool */
 } dt_layer_shape;
 
@@ -88,6 +108,12 @@ int dt_model_spec_copy(dt_model_spec *dst, const dt_model_spec *src, dt_error *e
  * spec may also be built in code. */
 int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size_t *param_count,
                          dt_error *err);
+
+/* Input k (0 <= k < dt_layer_n_inputs) of layer i: a layer index below i, or -1 (the model input). */
+static inline int dt_layer_n_inputs(const dt_layer_spec *L) { return L->n_inputs > 0 ? L->n_inputs : 1; }
+static inline int dt_layer_input(const dt_layer_spec *L, int i, int k) {
+    return L->n_inputs > 0 ? L->inputs[k] : i - 1;
+}
 
 /* "conv2d", "maxpool", ... as written in model files. */
 const char *dt_layer_kind_name(dt_layer_kind kind);

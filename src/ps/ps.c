@@ -250,6 +250,13 @@ static void advance(ps_t *ps, part_t *p, const float *grads) {
     dt_snap *b = dt_snap_claim(&p->snaps, p->step + 1);
     float *out = b ? b->data : p->own;
     dt_opt_apply_to(&ps->opt, out, p->params, grads, p->state, p->decay, p->n, p->step);
+    /* State floats take their change as it is (the optimizer's result for them is overwritten). */
+    for (int r = 0; r < ps->cfg->n_state_ranges; r++) {
+        size_t lo = ps->cfg->state_ranges[2 * r], hi = lo + ps->cfg->state_ranges[2 * r + 1];
+        if (lo < p->off) lo = p->off;
+        if (hi > p->off + p->n) hi = p->off + p->n;
+        for (size_t i = lo; i < hi; i++) out[i - p->off] = p->params[i - p->off] + grads[i - p->off];
+    }
     p->params = out;
     p->step++;
     part_trim(ps, p);
@@ -1127,6 +1134,14 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
                          cfg->shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
     if (cfg->ps_index < 0 || cfg->ps_index > UINT16_MAX)
         return dt_errorf(err, DT_EINVAL, "ps index %d out of range", cfg->ps_index);
+    size_t end = 0;
+    for (int r = 0; r < cfg->n_state_ranges; r++) {
+        size_t off = cfg->state_ranges[2 * r], cnt = cfg->state_ranges[2 * r + 1];
+        if (off < end || cnt > cfg->shard_floats || off > cfg->shard_floats - cnt)
+            return dt_errorf(err, DT_EINVAL, "ps %d: state range %d [%zu, +%zu) out of order or outside the shard",
+                             cfg->ps_index, r, off, cnt);
+        end = off + cnt;
+    }
     if (!(ps->ctx = zmq_ctx_new())) return dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
     /* Every byte a ps moves is copied by a ZeroMQ I/O thread; libzmq spreads connections over its
      * I/O threads, so with more than one the workers' transfers are copied on several cores at once

@@ -66,6 +66,12 @@ typedef struct {
      * descriptor limit allows). */
     int first_message_ms;   /* a new connection must send a valid message within this */
     int max_connections;    /* beyond: the least recently useful connection is cut */
+    /* Floats of the shard that are state, not trained (batch norm's moving statistics,
+     * docs/batchnorm.md): a push carries their change, which is added as it is (sync: the mean of
+     * the step's changes) instead of going through the optimizer. Pairs [offset, count] in shard
+     * floats, ascending, not overlapping; NULL when there are none. */
+    const size_t *state_ranges; /* [2 * n_state_ranges] */
+    int n_state_ranges;
 } dt_ps_config;
 
 /* Serves until SHUTDOWN from the chief (returns 0), *stop (DT_EINTR), the idle deadline or, strict,

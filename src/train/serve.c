@@ -1,4 +1,5 @@
 /* A ps task of a cluster: hold its shard until the chief ends training. */
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,6 +19,19 @@ int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct
         fprintf(log, "ps %d: warning: %s\n", c->task_index, warn);
         fflush(log);
     }
+    /* This ps's floats of batch-norm state (docs/batchnorm.md), in shard order. */
+    int p = c->task_index, n_state = 0;
+    for (int k = pl->ps_begin[p]; k < pl->ps_begin[p + 1]; k++)
+        n_state += pl->views[pl->slices[pl->ps_slices[k]].view].not_trained;
+    size_t *state = dt_calloc(2 * (size_t)n_state + 1, sizeof *state, "state ranges", err);
+    if (!state) return DT_ENOMEM;
+    n_state = 0;
+    for (int k = pl->ps_begin[p]; k < pl->ps_begin[p + 1]; k++) {
+        const dt_slice *sl = &pl->slices[pl->ps_slices[k]];
+        if (!pl->views[sl->view].not_trained) continue;
+        state[2 * n_state] = sl->shard_offset;
+        state[2 * n_state++ + 1] = sl->count;
+    }
     dt_ps_stats stats;
     char ipc[DT_ENDPOINT_MAX];
     int has_ipc = dt_addr_ipc_endpoint(&c->ps[c->task_index], ipc, sizeof ipc) == 0;
@@ -29,8 +43,11 @@ int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct
                         .idle_timeout_ms = idle_timeout_ms,
                         .log = log,
                         .stats = &stats,
-                        .auth = auth};
+                        .auth = auth,
+                        .state_ranges = n_state ? state : NULL,
+                        .n_state_ranges = n_state};
     rc = dt_ps_serve(&cfg, err);
+    free(state);
     if (has_ipc) unlink(ipc + strlen("ipc://")); /* libzmq leaves the socket file behind */
     if (rc == 0)
         fprintf(log, "ps %d: training over at global step %lld (%llu pushes, %llu pulls); exiting\n",

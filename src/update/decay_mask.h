@@ -1,6 +1,6 @@
 /* Which parameters weight decay applies to, as a byte per float (1: decays), from the variables'
  * ranks (dt_opt_decays: kernels always; biases and batch norm's per-channel scale and offset,
- * rank 1, only with --weight_decay_biases). Local training gets the flat mask; each ps its shard's,
+ * rank 1, only with --weight_decay_biases; batch norm's moving statistics never: they are not trained). Local training gets the flat mask; each ps its shard's,
  * sent by the chief in INIT. */
 #ifndef DT_UPDATE_DECAY_MASK_H
 #define DT_UPDATE_DECAY_MASK_H

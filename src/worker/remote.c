@@ -27,7 +27,34 @@ typedef struct {
      * and pull), and within it waiting at the barrier (reported by the ps tasks). */
     double t_last, compute_s, exchange_s, wait_s;
     int64_t updates, stale, recoveries;
+    /* Batch-norm state (docs/batchnorm.md): views the forward pass updates. Their "gradient" is
+     * the change since the values came from the ps tasks, which add it (sync: the mean). */
+    int n_state;
+    int *state_views;             /* [n_state] view indices */
+    float *state_base;            /* their values as last received, back to back */
 } remote;
+
+/* The received values of the state views, for the change pushed with the next gradient. */
+static void remember_state(remote *r, const float *params) {
+    const dt_param_view *v = r->cfg.placement->views;
+    float *b = r->state_base;
+    for (int k = 0; k < r->n_state; k++) {
+        const dt_param_view *sv = &v[r->state_views[k]];
+        memcpy(b, params + sv->offset, sv->count * sizeof *b);
+        b += sv->count;
+    }
+}
+
+/* grads of the state views = their change since remember_state */
+static void state_changes(const remote *r, float *grads, const float *params) {
+    const dt_param_view *v = r->cfg.placement->views;
+    const float *b = r->state_base;
+    for (int k = 0; k < r->n_state; k++) {
+        const dt_param_view *sv = &v[r->state_views[k]];
+        for (size_t i = 0; i < sv->count; i++) grads[sv->offset + i] = params[sv->offset + i] - b[i];
+        b += sv->count;
+    }
+}
 
 /* Names float `index` of ps shard `ps` after its variable ("conv2/kernel[123]"), for messages. */
 static void name_shard_float(void *user, int ps, size_t index, char *out, size_t cap) {
@@ -53,6 +80,7 @@ static int grads_writable(remote *r, dt_error *err) {
 /* The received shards become the net's parameters; ps 0's step is the cluster's global step. */
 static void views_into_net(remote *r, dt_net *net, int64_t *global_step) {
     for (int p = 0; p < r->n_ps; p++) dt_placement_scatter(r->cfg.placement, p, dt_net_params(net), r->views[p]);
+    remember_state(r, dt_net_params(net));
     *global_step = r->steps[0];
 }
 
@@ -324,6 +352,7 @@ static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t 
     double t0 = dt_seconds();
     int rc = grads_writable(r, err);
     if (rc) return rc;
+    state_changes(r, dt_net_grads(net), dt_net_params(net));
     for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_grads(net));
     /* Sync: the gradient is for step iter; the pull waits until step iter - staleness has been
      * applied (staleness 0: this very step, the barrier). Async: tagged with the caller's step. */
@@ -408,6 +437,7 @@ static void remote_free(dt_updater *u) {
         if (r->endpoints) free(r->endpoints[p]);
     }
     free(r->grads), free(r->endpoints), free(r->views), free(r->steps), free(r->steps_max);
+    free(r->state_views), free(r->state_base);
     free(r);
 }
 
@@ -427,6 +457,12 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         !(r->grads = dt_calloc((size_t)r->n_ps, sizeof *r->grads, "shard pointers", err)) ||
         !(r->endpoints = dt_calloc((size_t)r->n_ps, sizeof *r->endpoints, "endpoints", err)))
         goto fail;
+    size_t n_base = 0;
+    const dt_placement *pl = cfg->placement;
+    if (!(r->state_views = dt_calloc((size_t)pl->n_views + 1, sizeof *r->state_views, "state views", err))) goto fail;
+    for (int v = 0; v < pl->n_views; v++)
+        if (pl->views[v].not_trained) r->state_views[r->n_state++] = v, n_base += pl->views[v].count;
+    if (!(r->state_base = dt_alloc_floats(n_base + 1, "state values", err))) goto fail;
     for (int p = 0; p < r->n_ps; p++) {
         size_t n = cfg->placement->shard_count[p];
         if (!(r->grads[p] = dt_alloc_floats(n, "gradient shard", err)) ||

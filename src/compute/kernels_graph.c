@@ -1,0 +1,273 @@
+/* CPU kernels of the layers residual networks add (compute/kernels.h): batch norm, average
+ * pooling, smooth activations, the residual sum and channel concatenation. Memory-bound loops,
+ * split over OpenMP threads like the element-wise kernels of kernels_cpu.c. */
+#include <math.h>
+#include <string.h>
+
+#include "compute/kernels.h"
+
+/* Parallel loops over fewer elements than this run on one thread (as in kernels_cpu.c). */
+#define PAR_MIN_ELEMS 32768
+/* Rows per batch-norm piece: a piece's partial sums are C doubles, its rows stay in cache. */
+#define BN_PIECE 256
+
+/* ---- batch norm ---------------------------------------------------------------------------- */
+
+static size_t bn_pieces(size_t rows) { return (rows + BN_PIECE - 1) / BN_PIECE; }
+
+size_t batchnorm_work_doubles(size_t rows, int C) { return bn_pieces(rows) * 2 * (size_t)C; }
+
+void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, const float *in,
+                       const float *gamma, const float *beta, size_t rows, int C, float eps, int relu,
+                       double *work) {
+    const size_t np = bn_pieces(rows), n = rows * (size_t)C;
+    int nt = dt_kernels_get_threads();
+    /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first
+     * row, so the squares do not cancel even when the mean is far larger than the spread. */
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t p = 0; p < np; p++) {
+        double *s = work + p * 2 * (size_t)C, *q = s + C;
+        size_t r0 = p * BN_PIECE, r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
+        const float *k = in + r0 * (size_t)C;
+        for (int c = 0; c < C; c++) s[c] = q[c] = 0;
+        for (size_t r = r0; r < r1; r++) {
+            const float *x = in + r * (size_t)C;
+            for (int c = 0; c < C; c++) {
+                double d = (double)x[c] - k[c];
+                s[c] += d;
+                q[c] += d * d;
+            }
+        }
+    }
+    /* Pieces combined in order (Chan et al.): count, mean and squared deviations M2. */
+    for (int c = 0; c < C; c++) {
+        double cnt = 0, m = 0, m2 = 0;
+        for (size_t p = 0; p < np; p++) {
+            size_t r0 = p * BN_PIECE, r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
+            double nb = (double)(r1 - r0), sb = work[p * 2 * (size_t)C + c], qb = work[p * 2 * (size_t)C + C + c];
+            double mb = in[r0 * (size_t)C + c] + sb / nb, m2b = qb - sb * sb / nb;
+            double delta = mb - m, tot = cnt + nb;
+            m += delta * nb / tot;
+            m2 += m2b + delta * delta * cnt * nb / tot;
+            cnt = tot;
+        }
+        double v = m2 / (double)rows;
+        mean[c] = (float)m;
+        var[c] = (float)v;
+        inv_std[c] = (float)(1.0 / sqrt(v + eps));
+    }
+    /* pass 3: normalise, scale and shift; scale/shift reuse the work array as floats */
+    float *scale = (float *)work, *shift = scale + C;
+    for (int c = 0; c < C; c++) {
+        scale[c] = gamma[c] * inv_std[c];
+        shift[c] = beta[c] - mean[c] * scale[c];
+    }
+    channel_affine_forward(out, in, scale, shift, rows, C, relu);
+}
+
+void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
+                        const float *mean, const float *inv_std, const float *gamma, size_t rows, int C,
+                        double *work) {
+    const size_t np = bn_pieces(rows), n = rows * (size_t)C;
+    int nt = dt_kernels_get_threads();
+    /* dbeta = sum dout, dgamma = sum dout * xhat, xhat = (in - mean) * inv_std */
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t p = 0; p < np; p++) {
+        double *sb = work + p * 2 * (size_t)C, *sg = sb + C;
+        size_t r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
+        for (int c = 0; c < C; c++) sb[c] = sg[c] = 0;
+        for (size_t r = p * BN_PIECE; r < r1; r++) {
+            const float *x = in + r * (size_t)C, *dy = dout + r * (size_t)C;
+            for (int c = 0; c < C; c++) {
+                sb[c] += dy[c];
+                sg[c] += (double)dy[c] * ((x[c] - mean[c]) * inv_std[c]);
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        double tb = 0, tg = 0;
+        for (size_t p = 0; p < np; p++) tb += work[p * 2 * (size_t)C + c], tg += work[p * 2 * (size_t)C + C + c];
+        dbeta[c] = (float)tb;
+        dgamma[c] = (float)tg;
+    }
+    if (!din) return;
+    /* din = gamma * inv_std * (dout - dbeta / M - xhat * dgamma / M) */
+    float *k = (float *)work, *mb = k + C, *mg = mb + C;
+    for (int c = 0; c < C; c++) {
+        k[c] = gamma[c] * inv_std[c];
+        mb[c] = (float)((double)dbeta[c] / (double)rows);
+        mg[c] = (float)((double)dgamma[c] / (double)rows);
+    }
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = in + r * (size_t)C, *dy = dout + r * (size_t)C;
+        float *dx = din + r * (size_t)C;
+        for (int c = 0; c < C; c++) {
+            float xh = (x[c] - mean[c]) * inv_std[c];
+            dx[c] = k[c] * (dy[c] - mb[c] - xh * mg[c]);
+        }
+    }
+}
+
+void channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,
+                            size_t rows, int C, int relu) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)C >= PAR_MIN_ELEMS)
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = in + r * (size_t)C;
+        float *y = out + r * (size_t)C;
+        if (relu)
+            for (int c = 0; c < C; c++) {
+                float v = x[c] * scale[c] + shift[c];
+                y[c] = v > 0.0f ? v : 0.0f;
+            }
+        else
+            for (int c = 0; c < C; c++) y[c] = x[c] * scale[c] + shift[c];
+    }
+}
+
+/* ---- average pooling ----------------------------------------------------------------------- */
+
+/* The window of output (oh, ow) clipped to the image: rows [h0, h1), columns [w0, w1). */
+static inline void avg_window(const dt_window *g, int oh, int ow, int *h0, int *h1, int *w0, int *w1) {
+    int ih = oh * g->stride_h - g->pad_top, iw = ow * g->stride_w - g->pad_left;
+    *h0 = ih < 0 ? 0 : ih;
+    *h1 = ih + g->k_h > g->in_h ? g->in_h : ih + g->k_h;
+    *w0 = iw < 0 ? 0 : iw;
+    *w1 = iw + g->k_w > g->in_w ? g->in_w : iw + g->k_w;
+}
+
+void avgpool_forward(float *out, const float *in, int batch, const dt_window *g) {
+    const int OH = g->out_h, OW = g->out_w, C = g->in_c;
+    const size_t img = (size_t)g->in_h * g->in_w * C, rows = (size_t)batch * OH;
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * OW * C >= PAR_MIN_ELEMS)
+    for (size_t row = 0; row < rows; row++) {
+        const float *x = in + (row / OH) * img;
+        int oh = (int)(row % OH);
+        for (int ow = 0; ow < OW; ow++) {
+            float *o = out + (row * OW + ow) * C;
+            int h0, h1, w0, w1;
+            avg_window(g, oh, ow, &h0, &h1, &w0, &w1);
+            for (int c = 0; c < C; c++) o[c] = 0;
+            for (int h = h0; h < h1; h++)
+                for (int w = w0; w < w1; w++) {
+                    const float *v = x + ((size_t)h * g->in_w + w) * C;
+                    for (int c = 0; c < C; c++) o[c] += v[c];
+                }
+            float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
+            for (int c = 0; c < C; c++) o[c] *= inv;
+        }
+    }
+}
+
+void avgpool_backward(float *din, const float *dout, int batch, const dt_window *g) {
+    const int OH = g->out_h, OW = g->out_w, C = g->in_c;
+    const size_t img = (size_t)g->in_h * g->in_w * C, osz = (size_t)OH * OW * C;
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (batch * img >= PAR_MIN_ELEMS)
+    for (int n = 0; n < batch; n++) {
+        float *d = din + (size_t)n * img;
+        memset(d, 0, img * sizeof(float));
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+                const float *go = dout + (size_t)n * osz + ((size_t)oh * OW + ow) * C;
+                int h0, h1, w0, w1;
+                avg_window(g, oh, ow, &h0, &h1, &w0, &w1);
+                float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) {
+                        float *v = d + ((size_t)h * g->in_w + w) * C;
+                        for (int c = 0; c < C; c++) v[c] += go[c] * inv;
+                    }
+            }
+    }
+}
+
+void global_avgpool_forward(float *out, const float *in, int batch, int hw, int C) {
+    for (int n = 0; n < batch; n++) {
+        float *o = out + (size_t)n * C;
+        const float *x = in + (size_t)n * hw * C;
+        for (int c = 0; c < C; c++) o[c] = 0;
+        for (int p = 0; p < hw; p++)
+            for (int c = 0; c < C; c++) o[c] += x[(size_t)p * C + c];
+        for (int c = 0; c < C; c++) o[c] /= (float)hw;
+    }
+}
+
+void global_avgpool_backward(float *din, const float *dout, int batch, int hw, int C) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if ((size_t)batch * hw * C >= PAR_MIN_ELEMS)
+    for (int n = 0; n < batch; n++)
+        for (int p = 0; p < hw; p++) {
+            float *d = din + ((size_t)n * hw + p) * C;
+            const float *go = dout + (size_t)n * C;
+            for (int c = 0; c < C; c++) d[c] = go[c] / (float)hw;
+        }
+}
+
+/* ---- element-wise -------------------------------------------------------------------------- */
+
+void leaky_relu_forward(float *out, const float *in, size_t n, float alpha) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : alpha * in[i];
+}
+
+void leaky_relu_backward(float *din, const float *dout, const float *out, size_t n, float alpha) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] : alpha * dout[i];
+}
+
+void sigmoid_forward(float *out, const float *in, size_t n) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) out[i] = 1.0f / (1.0f + expf(-in[i]));
+}
+
+void sigmoid_backward(float *din, const float *dout, const float *out, size_t n) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) din[i] = dout[i] * out[i] * (1.0f - out[i]);
+}
+
+void tanh_forward(float *out, const float *in, size_t n) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) out[i] = tanhf(in[i]);
+}
+
+void tanh_backward(float *din, const float *dout, const float *out, size_t n) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) din[i] = dout[i] * (1.0f - out[i] * out[i]);
+}
+
+void add_forward(float *out, const float *a, const float *b, size_t n, int relu) {
+    int nt = dt_kernels_get_threads();
+    if (relu) {
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+        for (size_t i = 0; i < n; i++) {
+            float v = a[i] + b[i];
+            out[i] = v > 0.0f ? v : 0.0f;
+        }
+        return;
+    }
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void concat_forward(float *out, const float *in, size_t rows, int in_c, int out_c, int off) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)in_c >= PAR_MIN_ELEMS)
+    for (size_t r = 0; r < rows; r++)
+        memcpy(out + r * (size_t)out_c + off, in + r * (size_t)in_c, (size_t)in_c * sizeof(float));
+}
+
+void concat_backward(float *din, const float *dout, size_t rows, int in_c, int out_c, int off) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)in_c >= PAR_MIN_ELEMS)
+    for (size_t r = 0; r < rows; r++)
+        memcpy(din + r * (size_t)in_c, dout + r * (size_t)out_c + off, (size_t)in_c * sizeof(float));
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Graph models through the CLI: a graph mistake is one line naming FILE:LINE and a non-zero exit;
+# a small residual network with batch norm (models/resnet.model's block, cheap enough for the
+# sanitizer build; resnet.model itself is checked against PyTorch in test_fixtures) trains a few
+# steps on a Fashion-MNIST subset, its checkpoint (moving statistics included) restores in 'dtrain
+# eval' with the accuracy training reported; and the same in a sync cluster, whose ps tasks keep
+# the moving statistics.
+. "$(dirname "$0")/lib.sh"
+fashion_subset "$tmp/data" 256 200 || { bad "subset"; summary; exit 1; }
+
+printf 'input 8 8 1\nconv2d name=a filters=2 kernel=3\nrelu input=b\nflatten\ndense units=2\n' >"$tmp/bad.model"
+cat >"$tmp/small.model" <<'EOF'
+input 28 28 1
+conv2d filters=8 kernel=3 stride=2 padding=same use_bias=false
+batchnorm
+relu name=r1
+conv2d filters=8 kernel=3 padding=same use_bias=false
+batchnorm
+add input=bn2,r1
+relu
+global_avgpool
+dense units=10
+EOF
+"$bin" train --model "$tmp/bad.model" --data "$tmp/data" --logdir= --summary_dir= >"$tmp/out" 2>"$tmp/err"
+st=$?
+check "graph error: non-zero exit" test "$st" -ne 0
+check "graph error: one line" test "$(wc -l <"$tmp/err")" -eq 1
+check "graph error names the line" grep -q "bad.model:3: input 'b' names no layer" "$tmp/err"
+
+"$bin" train --model "$tmp/small.model" --data "$tmp/data" --logdir="$tmp/ck" --summary_dir= --batch_size 16 \
+  --train_steps 12 --steps_to_validate 6 --threads 1 >"$tmp/train" 2>&1
+check "small resnet trains" test $? -eq 0
+train_acc=$(sed -n 's/^test accuracy \([0-9.]*\).*/\1/p' "$tmp/train")
+"$bin" eval --logdir "$tmp/ck" --data "$tmp/data" --threads 1 >"$tmp/eval" 2>&1
+check "its checkpoint evaluates" test $? -eq 0
+eval_acc=$(sed -n 's/^test accuracy \([0-9.]*\).*/\1/p' "$tmp/eval")
+check "eval's accuracy '$eval_acc' is training's '$train_acc'" test -n "$eval_acc" -a "$eval_acc" = "$train_acc"
+
+# 1 ps + 2 sync workers: the ps tasks hold the moving statistics and take the workers' mean change
+# (docs/batchnorm.md): the checkpoint's are no longer the initial 0 and 1, and the checkpoint
+# evaluates to the accuracy the chief reported.
+if timeout 300 "$bin" launch --ps 1 --workers 2 --issync 1 --model "$tmp/small.model" --data "$tmp/data" \
+     --logdir="$tmp/ck2" --summary_dir= --batch_size 16 --train_steps 6 --steps_to_validate 6 --threads 1 \
+     >"$tmp/cluster" 2>&1; then
+  ok "cluster: small resnet trains"
+else
+  bad "cluster: small resnet trains (status $?)"; tail -20 "$tmp/cluster"
+fi
+ckpt=$(ls -t "$tmp"/ck2/*.safetensors 2>/dev/null | head -1)
+/usr/bin/python3 - "$ckpt" >"$tmp/moving" 2>&1 <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+def get(name):
+    t = h[name]
+    lo, hi = t["data_offsets"]
+    return struct.unpack("<%df" % ((hi - lo) // 4), b[8 + n + lo:8 + n + hi])
+m, v = get("bn1/moving_mean"), get("bn1/moving_variance")
+print("moved" if any(x != 0 for x in m) and any(x != 1 for x in v) and all(x > 0 for x in v) else "unchanged", m[:3], v[:3])
+PY
+check "cluster: the checkpoint's moving statistics moved ($(head -c 200 "$tmp/moving"))" grep -q '^moved' "$tmp/moving"
+chief_acc=$(sed -n 's/^\[worker0\] test accuracy \([0-9.]*\).*/\1/p' "$tmp/cluster")
+"$bin" eval --logdir "$tmp/ck2" --data "$tmp/data" --threads 1 >"$tmp/eval2" 2>&1
+eval_acc=$(sed -n 's/^test accuracy \([0-9.]*\).*/\1/p' "$tmp/eval2")
+check "cluster: eval's accuracy '$eval_acc' is the chief's '$chief_acc'" test -n "$eval_acc" -a "$eval_acc" = "$chief_acc"
+summary
