@@ -56,10 +56,6 @@ static const char *const *const kind_opts[] = {
 /* Options every layer takes: its name, and where its input comes from (docs/model-format.md). */
 static const char *const graph_opts[] = {"name", "input", NULL};
 
-/* "model", "input", then the layer kinds in dt_layer_kind order. */
-static const char *const keywords[] = {"model", "input", "conv2d", "maxpool", "relu", "dropout", "flatten",
-                                       "dense", "batchnorm", "avgpool", "global_avgpool", "leaky_relu",
-                                       "sigmoid", "tanh", "add", "concat", NULL};
 static const char *const init_names[] = {"truncated_normal", "constant", "glorot_uniform",
                                          "he_uniform", NULL};
 static const char *const padding_names[] = {"same", "valid", NULL};
@@ -89,6 +85,13 @@ static void suggest(char *out, size_t cap, const char *word, const char *const *
     for (int i = 0; cands[i] && n < cap; i++)
         n += (size_t)snprintf(out + n, cap - n, "%s %s", i ? "," : "", cands[i]);
     if (n < cap) snprintf(out + n, cap - n, ")");
+}
+
+/* The dt_layer_kind whose name is word, or -1. */
+static int layer_kind_of(const char *word) {
+    for (int k = 0; k < N_KINDS; k++)
+        if (kind_names[k] && strcmp(word, kind_names[k]) == 0) return k;
+    return -1;
 }
 
 static int find_word(const char *word, const char *const *list) {
@@ -496,14 +499,7 @@ int dt_model_spec_parse(dt_model_spec *spec, const char *text, size_t len, const
         p = eol + 1;
         if (ntok == 0) continue;
         const char *kw = tok[0];
-        int k = find_word(kw, keywords);
-        if (k < 0) {
-            char hint[256];
-            suggest(hint, sizeof hint, kw, keywords);
-            rc = FAIL(&c, DT_EFORMAT, "unknown layer '%.*s'%s", Q(kw), hint);
-            goto fail;
-        }
-        if (k == 0) { /* model NAME */
+        if (!strcmp(kw, "model")) { /* model NAME */
             if (have_model) { rc = FAIL(&c, DT_EFORMAT, "duplicate 'model' line"); goto fail; }
             if (have_input || spec->n_layers) {
                 rc = FAIL(&c, DT_EFORMAT, "the 'model' line must come before 'input' and the layers");
@@ -519,7 +515,7 @@ int dt_model_spec_parse(dt_model_spec *spec, const char *text, size_t len, const
             have_model = 1;
             continue;
         }
-        if (k == 1) { /* input H W C */
+        if (!strcmp(kw, "input")) { /* input H W C */
             if (have_input) { rc = FAIL(&c, DT_EFORMAT, "duplicate 'input' line"); goto fail; }
             if (spec->n_layers) {
                 rc = FAIL(&c, DT_EFORMAT, "the 'input' line must come before the layers");
@@ -538,7 +534,17 @@ int dt_model_spec_parse(dt_model_spec *spec, const char *text, size_t len, const
             spec->input_line = c.line;
             continue;
         }
-        dt_layer_kind kind = (dt_layer_kind)(k - 2);
+        int k = layer_kind_of(kw);
+        if (k < 0) {
+            /* The words a line may start with: the two header lines, then the layer kinds. */
+            const char *words[N_KINDS + 3] = {"model", "input"};
+            for (int i = 0; i < N_KINDS; i++) words[2 + i] = kind_names[i];
+            char hint[256];
+            suggest(hint, sizeof hint, kw, words);
+            rc = FAIL(&c, DT_EFORMAT, "unknown layer '%.*s'%s", Q(kw), hint);
+            goto fail;
+        }
+        dt_layer_kind kind = (dt_layer_kind)k;
         if (!have_input) {
             rc = FAIL(&c, DT_EFORMAT, "%s before the 'input HEIGHT WIDTH CHANNELS' line", kind_names[kind]);
             goto fail;
