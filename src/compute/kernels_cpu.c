@@ -55,6 +55,20 @@ int dt_kernels_get_threads(void) { return nthreads(); }
 /* Parallel loops over fewer elements than this run on one thread: waking a thread costs more. */
 #define PAR_MIN_ELEMS 32768
 
+/* A build for any x86-64 (DTRAIN_NATIVE=OFF, no -march) still runs the loops marked DT_HOT with
+ * AVX-512 or AVX2+FMA where the CPU has them: the compiler makes one copy per instruction set and
+ * the loader picks one at start (target_clones, an ifunc). A native build needs none. Only
+ * functions without an OpenMP parallel region: its body is outlined into a function that is not
+ * cloned. BENCHMARKS.md, "Portable builds", says what this keeps and what it does not. */
+#if defined(__x86_64__) && !defined(__AVX2__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define DT_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef DT_HOT
+#define DT_HOT
+#endif
+
 /* ---- window geometry ----------------------------------------------------------------------- */
 
 int dt_window_init(dt_window *g, int in_h, int in_w, int in_c, int out_c, int k_h, int k_w,
@@ -251,7 +265,7 @@ static inline void inside_cols(const dt_window *g, int *lo, int *hi) {
  * Padding cells are zeros. One window row (KW*C floats) is contiguous in NHWC, so inside the image
  * it is one copy. Walks one output row at a time (bounds worked out once per row) and writes col
  * strictly in order (see copy_floats_over). */
-static void im2col(float *col, const float *in, const dt_window *g, size_t p0, size_t p1) {
+DT_HOT static void im2col(float *col, const float *in, const dt_window *g, size_t p0, size_t p1) {
     const int H = g->in_h, W = g->in_w, C = g->in_c, KH = g->k_h, KW = g->k_w, OW = g->out_w;
     const size_t ohw = (size_t)g->out_h * OW, kwc = (size_t)KW * C, kkc = KH * kwc;
     const size_t img_size = (size_t)H * W * C, step = (size_t)g->stride_w * C;
@@ -295,7 +309,7 @@ static void im2col(float *col, const float *in, const dt_window *g, size_t p0, s
 /* din += scatter of dcol [p1-p0, KH*KW*C] (the adjoint of im2col; padding cells are dropped).
  * Position by position: consecutive windows overlap, and interleaving kernel rows keeps the
  * read-modify-writes of one din cell apart. */
-static void col2im(float *din, const float *dcol, const dt_window *g, size_t p0, size_t p1) {
+DT_HOT static void col2im(float *din, const float *dcol, const dt_window *g, size_t p0, size_t p1) {
     const int H = g->in_h, W = g->in_w, C = g->in_c, KH = g->k_h, KW = g->k_w;
     const size_t ohw = (size_t)g->out_h * g->out_w, kwc = (size_t)KW * C, kkc = KH * kwc;
     const size_t img_size = (size_t)H * W * C;
@@ -506,7 +520,7 @@ static void wino_transform_kernel(float *u, const float *w, int C, int OC, int f
 }
 
 /* v [16][ld][C] rows tl..: B^T d B of the 4x4 patch under output tile `tile` (zeros outside). */
-static inline void wino_input_tile(float *v, size_t ld, size_t tl, const float *in, const wino_geom *g,
+DT_HOT static void wino_input_tile(float *v, size_t ld, size_t tl, const float *in, const wino_geom *g,
                                    size_t tile, const float *zeros) {
     const size_t tw_n = (size_t)(g->ow + 1) / 2, th_n = (size_t)(g->oh + 1) / 2;
     const size_t n = tile / (th_n * tw_n), r = tile % (th_n * tw_n);
@@ -540,7 +554,7 @@ static inline void wino_input_tile(float *v, size_t ld, size_t tl, const float *
 }
 
 /* out (+ b) for output tile `tile` from m [16][ld][OC] row tl: A^T m A, clipped to the image. */
-static inline void wino_output_tile(float *out, const float *b, const float *m, size_t ld, size_t tl,
+DT_HOT static void wino_output_tile(float *out, const float *b, const float *m, size_t ld, size_t tl,
                                     const wino_geom *g, size_t tile) {
     const size_t tw_n = (size_t)(g->ow + 1) / 2, th_n = (size_t)(g->oh + 1) / 2;
     const size_t n = tile / (th_n * tw_n), r = tile % (th_n * tw_n);
@@ -573,7 +587,7 @@ static inline void wino_output_tile(float *out, const float *b, const float *m, 
 }
 
 /* dz [16][ld][OC] row tl: A dY A^T of the 2x2 block of dout under tile `tile` (zeros outside). */
-static inline void wino_dout_tile(float *z, size_t ld, size_t tl, const float *dout, const wino_geom *g,
+DT_HOT static void wino_dout_tile(float *z, size_t ld, size_t tl, const float *dout, const wino_geom *g,
                                   size_t tile, const float *zeros) {
     const size_t tw_n = (size_t)(g->ow + 1) / 2, th_n = (size_t)(g->oh + 1) / 2;
     const size_t n = tile / (th_n * tw_n), r = tile % (th_n * tw_n);
@@ -739,7 +753,7 @@ void conv2d_backward(float *din, float *dw, float *db, const float *dout, const 
 /* One output row oh of one example: o/am [OW, C]. src holds the example's input from element
  * src_off on (element idx of the example is src[idx - src_off]), so the fused conv + pool can pass
  * a chunk of conv rows. argmax is always the index within the whole example. */
-static void maxpool_row(float *o, int32_t *am, const float *src, size_t src_off, const dt_window *g,
+DT_HOT static void maxpool_row(float *o, int32_t *am, const float *src, size_t src_off, const dt_window *g,
                         int oh) {
     const int H = g->in_h, W = g->in_w, C = g->in_c, OW = g->out_w;
     const int ih0 = oh * g->stride_h - g->pad_top;
@@ -966,7 +980,10 @@ void relu_forward(float *out, const float *in, size_t n) {
 void relu_backward(float *din, const float *dout, const float *out, size_t n) {
     int nt = nthreads();
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float d = dout[i]; /* read unconditionally: a conditional load keeps SSE2 from vectorising */
+        din[i] = out[i] > 0.0f ? d : 0.0f;
+    }
 }
 
 void dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float rate, uint64_t seed) {
