@@ -187,7 +187,7 @@ static int run_pushpull(const char *label, size_t n, int iters, const char *opt_
         return 1;
     }
     const float *src[1] = {p0};
-    if (dt_ps_client_init(chief, &opt, src, NULL, 0, &e)) {
+    if (dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e)) {
         fprintf(stderr, "bench: init: %s\n", e.msg);
         kill(ps, SIGKILL);
         return 1;

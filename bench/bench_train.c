@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
             dt_net_forward(net, x, batch, 1, (uint64_t)step);
             dt_net_loss(net, y, &correct);
             dt_net_backward(net);
-            dt_opt_apply(&opt, dt_net_params(net), dt_net_grads(net), state, n, step++);
+            dt_opt_apply(&opt, dt_net_params(net), dt_net_grads(net), state, NULL, n, step++);
             steps++;
         }
         double ips = steps * batch / (now() - t0);

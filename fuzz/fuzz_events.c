@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "supervisor/events.h"
+#include "io/events.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t pos = 0, len;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "supervisor/safetensors.h"
+#include "io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dt_st_file *f = NULL;

@@ -3,7 +3,9 @@
  * and, with its high bit, a header frame length other than DT_WIRE_HEADER_SIZE. Every decoded
  * header is re-encoded and must decode to the same fields; the payload bound must hold before
  * the payload is touched. A PUSH or PARAMS payload that passes is unpacked from its encoding (as
- * the ps and the client do) and packed again: every 16-bit value survives the trip, NaN made quiet. */
+ * the ps and the client do) and packed again: every 16-bit value survives the trip, NaN made quiet.
+ * An INIT that passes has its options block decoded as the ps does; one that decodes is encoded
+ * again to the same bytes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,8 +54,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char text[DT_WIRE_MAX_ERROR_TEXT + 1];
         dt_wire_error_text(text, sizeof text, data + head, payload);
         if (strlen(text) > DT_WIRE_MAX_ERROR_TEXT) __builtin_trap();
-    } else if (payload > (1 + (uint64_t)DT_WIRE_MAX_SLOTS) * shard * 4) {
+    } else if (payload > dt_wire_init_bytes(DT_WIRE_MAX_SLOTS, shard)) {
         __builtin_trap(); /* a payload beyond the largest legal one passed the check */
+    } else if (h.type == DT_MSG_INIT) {
+        const uint8_t *o = data + head + (size_t)(1 + h.opt_slots) * shard * 4;
+        dt_lr_schedule s;
+        float wd;
+        if (dt_wire_opts_decode(&s, &wd, o, DT_WIRE_OPTS_BYTES, &err) == DT_OK) {
+            uint8_t back[DT_WIRE_OPTS_BYTES];
+            dt_wire_opts_encode(back, &s, wd);
+            if (memcmp(back, o, sizeof back) != 0) __builtin_trap();
+            (void)dt_lr_at(&s, 1.0f, (int64_t)(o[5] | o[9] << 8) * 1000); /* any step: no trap */
+        }
     } else if ((h.type == DT_MSG_PUSH || h.type == DT_MSG_PARAMS) && h.encoding != DT_ENC_FP32) {
         if (payload % 2) __builtin_trap(); /* 16-bit values: an even size */
         unpack_repack(h.encoding, data + head, payload);

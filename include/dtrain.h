@@ -121,12 +121,38 @@ typedef struct dt_train_options {
     double validation_fraction;  /* image folders; < 0: default 0.2 */
     int fail_on_bad_images;      /* 0: count and skip undecodable images; 1: stop with an error */
     int progress;                /* 1: a live progress line with ETA on stderr (a terminal) */
+
+    /* Training options, the same on one machine and on the ps tasks (README, "Training options").
+     * The learning rate of each update follows the global step: lr_schedule "constant" (NULL, the
+     * default), "exponential" (learning_rate * lr_decay_rate ^ (step / lr_decay_steps), floored
+     * with lr_staircase), "piecewise" (lr_values "v0,...,vn" between lr_boundaries "b1,...,bn") or
+     * "cosine" (warmup_steps linear warmup from 0, then down to lr_alpha * learning_rate over
+     * lr_decay_steps; 0: the rest of the run). weight_decay (0..10): L2 for sgd and momentum,
+     * decoupled (AdamW) for adam, on kernels only unless weight_decay_biases (then also rank-1
+     * variables: biases, batch norm's scale and offset). clip_gradient_norm > 0: each gradient is
+     * scaled to at most this global L2 norm before it is applied or pushed. augment: "crop=P",
+     * "flip" or both, comma-separated, for training batches only (NULL or "": none). */
+    const char *lr_schedule, *lr_boundaries, *lr_values;
+    int64_t lr_decay_steps, warmup_steps;
+    double lr_decay_rate, lr_alpha;
+    int lr_staircase;
+    double weight_decay;
+    int weight_decay_biases;
+    double clip_gradient_norm;
+    const char *augment;
     const volatile int *stop;    /* if non-NULL and set (e.g. from SIGINT), training stops early */
 
     /* The cluster, as the source's flags (docs/cluster.md). All NULL: the TF_CONFIG environment
      * variable if set, else this machine alone. job_name "ps" serves until the chief ends
      * training; "worker" trains its shard of the data (worker 0 is the chief). */
     const char *ps_hosts, *worker_hosts, *job_name, *task_index;
+    /* Or, num_ps > 0 (none of the four above given): the cluster from the cluster manager that
+     * started this task (Open MPI, Slurm, a PMI launcher; docs/cluster.md): its first num_ps ranks
+     * are ps tasks, the rest workers; every task's port is base_port (default 2222) + its local id
+     * on its node; under MPI across hosts the ranks meet at rendezvous ("host:port" where rank 0
+     * runs, NULL: every rank on this host) within connect_timeout_ms. TF_CONFIG is then ignored. */
+    int num_ps, base_port;
+    const char *rendezvous;
     /* A ps binds its own address (a name resolved), or bind instead if set (NULL or "": none):
      * "0.0.0.0" (every IPv4 interface), "[::]" (every interface) or an interface address, with an
      * optional ":PORT", for a host whose listed name resolves to another address (NAT, a

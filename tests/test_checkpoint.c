@@ -14,7 +14,7 @@
 #include "model/net.h"
 #include "supervisor/checkpoint.h"
 #include "supervisor/ckpt_index.h"
-#include "supervisor/fsutil.h"
+#include "io/fsutil.h"
 #include "supervisor/supervisor.h"
 #include "test.h"
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "supervisor/ckpt_index.h"
-#include "supervisor/fsutil.h"
+#include "io/fsutil.h"
 #include "test.h"
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "supervisor/crc32c.h"
-#include "supervisor/events.h"
-#include "supervisor/fsutil.h"
+#include "io/crc32c.h"
+#include "io/events.h"
+#include "io/fsutil.h"
 #include "test.h"
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {

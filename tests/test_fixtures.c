@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "model/net.h"
-#include "supervisor/safetensors.h"
+#include "io/safetensors.h"
 #include "test.h"
 
 #define INPUT_ID 1000u

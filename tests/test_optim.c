@@ -18,7 +18,7 @@ static void test_sgd_and_momentum(void) {
     dt_opt_config c;
     CHECK(dt_opt_config_init(&c, "sgd", 0.5f, NULL) == 0);
     float p[3] = {1, 2, 3}, g[3] = {0.5f, -1, 2};
-    dt_opt_apply(&c, p, g, NULL, 3, 0);
+    dt_opt_apply(&c, p, g, NULL, NULL, 3, 0);
     CHECK_NEAR(p[0], 0.75, 1e-7);
     CHECK_NEAR(p[1], 2.5, 1e-7);
     CHECK_NEAR(p[2], 2.0, 1e-7);
@@ -28,7 +28,7 @@ static void test_sgd_and_momentum(void) {
     double qd = 1, ad = 0;
     float gs[3] = {1.0f, -0.5f, 0.25f};
     for (int s = 0; s < 3; s++) {
-        dt_opt_apply(&c, q, &gs[s], acc, 1, s);
+        dt_opt_apply(&c, q, &gs[s], acc, NULL, 1, s);
         ad = 0.9 * ad + gs[s];
         qd -= 0.1 * ad;
     }
@@ -49,7 +49,7 @@ static void test_adam(void) {
     for (int s = 0; s < STEPS; s++) {
         float g[N];
         for (int i = 0; i < N; i++) g[i] = (float)(0.3 * (i + 1) * (s % 2 ? -1 : 1) + 0.01 * s);
-        dt_opt_apply(&c, p, g, st, N, s);
+        dt_opt_apply(&c, p, g, st, NULL, N, s);
         /* The hyperparameters are float32 in TF as here: use their float values exactly. */
         const double b1 = 0.9f, b2 = 0.999f, lr = 1e-3f, eps = 1e-8f;
         double t = s + 1, lr_t = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
@@ -71,9 +71,9 @@ static void test_adam(void) {
 
     float a[N], b[N], sa[2 * N] = {0}, s1[N] = {0}, s2[N] = {0}, g[N];
     for (int i = 0; i < N; i++) a[i] = b[i] = 0.05f * i, g[i] = 0.2f * (i - 3);
-    dt_opt_apply(&c, a, g, sa, N, 0);
-    dt_opt_apply(&c, b, g, s1, N / 2, 0);
-    dt_opt_apply(&c, b + N / 2, g + N / 2, s2, N / 2, 0);
+    dt_opt_apply(&c, a, g, sa, NULL, N, 0);
+    dt_opt_apply(&c, b, g, s1, NULL, N / 2, 0);
+    dt_opt_apply(&c, b + N / 2, g + N / 2, s2, NULL, N / 2, 0);
     for (int i = 0; i < N; i++) CHECK(a[i] == b[i]);
 }
 

@@ -50,9 +50,9 @@ static void test_init_then_pull(void) {
     const float *src[1] = {p};
     dt_opt_config opt;
     dt_opt_config_init(&opt, "sgd", 0.1f, NULL);
-    CHECK(dt_ps_client_init(w, &opt, src, NULL, 0, &e) == DT_EINVAL);
+    CHECK(dt_ps_client_init(w, &opt, src, NULL, NULL, 0, &e) == DT_EINVAL);
 
-    CHECK(dt_ps_client_init(chief, &opt, src, NULL, 5, &e) == DT_OK);
+    CHECK(dt_ps_client_init(chief, &opt, src, NULL, NULL, 5, &e) == DT_OK);
     CHECK(dt_ps_client_wait_ready(w, 2000, &e) == DT_OK);
     int64_t steps[1] = {-1};
     CHECK(dt_ps_client_pull_all(w, dst, 0, steps, &e) == DT_OK);
@@ -91,7 +91,7 @@ static void check_optimizer_exact(const char *name) {
     for (int i = 0; i < slots * N1; i++) s1[i] = fabsf(s1[i]);
     const float *src[2] = {p0, p1}, *state[2] = {s0, s1};
     dt_error e = {0};
-    CHECK(dt_ps_client_init(c, &opt, src, state, 10, &e) == DT_OK);
+    CHECK(dt_ps_client_init(c, &opt, src, state, NULL, 10, &e) == DT_OK);
     for (int t = 0; t < STEPS; t++) {
         fill(g0, N0, 0.5f, 100 + t);
         fill(g1, N1, 0.5f, 200 + t);
@@ -99,8 +99,8 @@ static void check_optimizer_exact(const char *name) {
         dt_push_result res;
         CHECK(dt_ps_client_push_all(c, gs, t, &res, &e) == DT_OK);
         CHECK(res.global_step == 11 + t && res.n_stale == 0);
-        dt_opt_apply(&opt, p0, g0, s0, N0, 10 + t);
-        dt_opt_apply(&opt, p1, g1, s1, N1, 10 + t);
+        dt_opt_apply(&opt, p0, g0, s0, NULL, N0, 10 + t);
+        dt_opt_apply(&opt, p1, g1, s1, NULL, N1, 10 + t);
     }
     float *dst[2] = {r0, r1};
     int64_t steps[2];
@@ -162,7 +162,7 @@ static void test_concurrent_pushes_counted(void) {
     dt_opt_config opt;
     dt_opt_config_init(&opt, "sgd", 0.1f, NULL);
     dt_error e = {0};
-    CHECK(dt_ps_client_init(chief, &opt, src, NULL, 0, &e) == DT_OK);
+    CHECK(dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
     pusher u[2];
     pthread_t th[2];
     for (int k = 0; k < 2; k++) {
@@ -249,7 +249,7 @@ static void test_ps_refusals(void) {
     /* INIT from a worker, then from the chief with a payload length that lies. */
     h = dt_wire_header_make(DT_MSG_INIT, DT_ROLE_WORKER, 1, 8);
     h.shard_floats = N;
-    h.initialised = 1;
+    h.generation = 1;
     zmq_msg_t m;
     zmq_msg_init_size(&m, N * 4);
     memset(zmq_msg_data(&m), 0, N * 4);
@@ -380,7 +380,7 @@ static void test_pull_waits_for_step(void) {
     dt_opt_config opt;
     dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
     dt_error e = {0};
-    CHECK(dt_ps_client_init(chief, &opt, src, NULL, 3, &e) == DT_OK);
+    CHECK(dt_ps_client_init(chief, &opt, src, NULL, NULL, 3, &e) == DT_OK);
     void *ctx = zmq_ctx_new();
     void *s = raw_open(ctx, ps.endpoint);
     dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, DT_ROLE_WORKER, 1, 21);
@@ -478,13 +478,13 @@ static void test_fetch_state_and_restore(void) {
     for (int i = 0; i < 2 * N0; i++) s0[i] = fabsf(s0[i]);
     for (int i = 0; i < 2 * N1; i++) s1[i] = fabsf(s1[i]);
     const float *src[2] = {p0, p1}, *st[2] = {s0, s1}, *gs[2] = {g0, g1};
-    CHECK(dt_ps_client_init(c, &adam, src, st, 7, &e) == DT_OK);
+    CHECK(dt_ps_client_init(c, &adam, src, st, NULL, 7, &e) == DT_OK);
     for (int t = 0; t < 3; t++) {
         fill(g0, N0, 0.5f, 300 + t);
         fill(g1, N1, 0.5f, 400 + t);
         CHECK_MSG(dt_ps_client_push_all(w, gs, 7 + t, NULL, &e) == DT_OK, "%s", e.msg);
-        dt_opt_apply(&adam, p0, g0, s0, N0, 7 + t);
-        dt_opt_apply(&adam, p1, g1, s1, N1, 7 + t);
+        dt_opt_apply(&adam, p0, g0, s0, NULL, N0, 7 + t);
+        dt_opt_apply(&adam, p1, g1, s1, NULL, N1, 7 + t);
     }
     int64_t steps[2] = {-1, -1};
     CHECK(dt_ps_client_fetch_state(w, &adam, fp, fs, steps, NULL, &e) == DT_OK); /* any role may read */
@@ -508,14 +508,14 @@ static void test_fetch_state_and_restore(void) {
     CHECK(c != NULL);
     if (!c) goto out;
     const float *rp[2] = {f0, f1}, *rs[2] = {fs0, fs1};
-    CHECK(dt_ps_client_init(c, &adam, rp, rs, steps[0], &e) == DT_OK);
+    CHECK(dt_ps_client_init(c, &adam, rp, rs, NULL, steps[0], &e) == DT_OK);
     fill(g0, N0, 0.5f, 500);
     fill(g1, N1, 0.5f, 501);
     dt_push_result res;
     CHECK(dt_ps_client_push_all(c, gs, 10, &res, &e) == DT_OK);
     CHECK(res.global_step == 11);
-    dt_opt_apply(&adam, p0, g0, s0, N0, 10);
-    dt_opt_apply(&adam, p1, g1, s1, N1, 10);
+    dt_opt_apply(&adam, p0, g0, s0, NULL, N0, 10);
+    dt_opt_apply(&adam, p1, g1, s1, NULL, N1, 10);
     CHECK(dt_ps_client_fetch_state(c, &adam, fp, fs, steps, NULL, &e) == DT_OK);
     CHECK(steps[0] == 11 && steps[1] == 11);
     CHECK(memcmp(f0, p0, sizeof p0) == 0 && memcmp(f1, p1, sizeof p1) == 0);
@@ -614,7 +614,7 @@ static void test_fork_shutdown_exits_0(void) {
     dt_opt_config opt;
     dt_opt_config_init(&opt, "adam", 1e-3f, NULL);
     if (c) {
-        CHECK(dt_ps_client_init(c, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(c, &opt, src, NULL, NULL, 0, &e) == DT_OK);
         CHECK_MSG(dt_ps_client_shutdown(c, &e) == DT_OK, "%s", e.msg);
     }
     int64_t t0 = dt_clock_ms();

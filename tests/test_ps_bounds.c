@@ -99,7 +99,7 @@ static dt_ps_client *init_chief(ps_thread *ps, size_t n, int n_workers) {
     const float *src[1] = {p};
     dt_opt_config opt;
     dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
-    int rc = p ? dt_ps_client_init(c, &opt, src, NULL, 0, &e) : DT_ENOMEM;
+    int rc = p ? dt_ps_client_init(c, &opt, src, NULL, NULL, 0, &e) : DT_ENOMEM;
     free(p);
     if (rc) {
         fprintf(stderr, "  init: %s\n", e.msg);
@@ -344,13 +344,13 @@ static void test_init_out_of_memory_changes_nothing(void) {
     dt_opt_config opt;
     dt_opt_config_init(&opt, "adam", 0.1f, NULL);
     dt_error e = {0};
-    CHECK(dt_ps_client_init(adam, &opt, src, NULL, 0, &e) == DT_OK);
+    CHECK(dt_ps_client_init(adam, &opt, src, NULL, NULL, 0, &e) == DT_OK);
     /* An sgd INIT (zero slots): its state buffer is the first allocation, the sync accumulators
      * come next and fail. */
     dt_opt_config sgd;
     dt_opt_config_init(&sgd, "sgd", 0.5f, NULL);
     dt_alloc_fail_after(2);
-    CHECK(dt_ps_client_init(adam, &sgd, src, NULL, 0, &e) == DT_EPROTO);
+    CHECK(dt_ps_client_init(adam, &sgd, src, NULL, NULL, 0, &e) == DT_EPROTO);
     dt_alloc_fail_after(0);
     CHECK_CONTAINS(e.msg, "out of memory");
     CHECK(dt_ps_client_last_refusal(adam) == DT_WIRE_E_NOMEM);
@@ -380,15 +380,15 @@ static void test_init_non_finite_refused(void) {
         dt_opt_config opt;
         dt_opt_config_init(&opt, "adam", 0.1f, NULL);
         dt_error e = {0};
-        CHECK(dt_ps_client_init(chief, &opt, src, NULL, 0, &e) == DT_EPROTO);
+        CHECK(dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_EPROTO);
         CHECK_CONTAINS(e.msg, "non-finite parameter (nan at float 17");
         p[17] = 0.0f;
         st[N + 5] = INFINITY;
-        CHECK(dt_ps_client_init(chief, &opt, src, state, 0, &e) == DT_EPROTO);
+        CHECK(dt_ps_client_init(chief, &opt, src, state, NULL, 0, &e) == DT_EPROTO);
         CHECK_CONTAINS(e.msg, "non-finite optimizer state value (inf at float 5 of slot 1)");
         CHECK(dt_ps_client_shard(chief, 0)->initialised == 0);
         st[N + 5] = 0.0f;
-        CHECK(dt_ps_client_init(chief, &opt, src, state, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(chief, &opt, src, state, NULL, 0, &e) == DT_OK);
         CHECK(dt_ps_client_shutdown(chief, &e) == DT_OK);
     }
     dt_ps_client_close(chief);

@@ -61,7 +61,7 @@ static void check_async_exact(dt_encoding enc, const char *optimizer) {
     fill(p1, N1, 1.0f, 4);
     const float *src[2] = {p0, p1};
     dt_error e = {0};
-    CHECK(dt_ps_client_init(c, &opt, src, NULL, 0, &e) == DT_OK);
+    CHECK(dt_ps_client_init(c, &opt, src, NULL, NULL, 0, &e) == DT_OK);
     int pull_ok = 1;
     for (int t = 0; t < STEPS; t++) {
         fill(g0, N0, 0.37f, 100 + t); /* values a 16-bit encoding cannot hold exactly */
@@ -72,8 +72,8 @@ static void check_async_exact(dt_encoding enc, const char *optimizer) {
         CHECK(dt_ps_client_push_pull(c, gs, t, 0, views, steps, NULL, &e) == DT_OK);
         mirror_send(enc, g0, e0, c0, N0);
         mirror_send(enc, g1, e1, c1, N1);
-        dt_opt_apply(&opt, p0, c0, s0, N0, t);
-        dt_opt_apply(&opt, p1, c1, s1, N1, t);
+        dt_opt_apply(&opt, p0, c0, s0, NULL, N0, t);
+        dt_opt_apply(&opt, p1, c1, s1, NULL, N1, t);
         rounded(enc, p0, want0, N0);
         rounded(enc, p1, want1, N1);
         pull_ok &= steps[0] == t + 1 && memcmp(views[0], want0, sizeof want0) == 0 &&
@@ -115,7 +115,7 @@ static void test_sync_mixed_cluster(void) {
         dt_opt_config opt;
         dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
         dt_error e = {0};
-        CHECK(dt_ps_client_init(w0, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(w0, &opt, src, NULL, NULL, 0, &e) == DT_OK);
         int ok = 1;
         for (int t = 0; t < STEPS; t++) {
             fill(g0, N, 0.31f, 10 + t);
@@ -126,7 +126,7 @@ static void test_sync_mixed_cluster(void) {
             ok &= dt_ps_client_push_all(w0, a, t, &res, &e) == DT_OK && res.global_step == t + 1;
             mirror_send(DT_ENC_BF16, g0, e0, c0, N);
             for (int i = 0; i < N; i++) mean[i] = (c0[i] + g1[i]) / 2.0f; /* as the ps: worker order */
-            dt_opt_apply(&opt, p, mean, state, N, t);
+            dt_opt_apply(&opt, p, mean, state, NULL, N, t);
             float *dst[1] = {r};
             ok &= dt_ps_client_pull_all(w1, dst, t + 1, NULL, &e) == DT_OK && memcmp(r, p, sizeof r) == 0;
             rounded(DT_ENC_BF16, p, want, N);
@@ -155,7 +155,7 @@ static void test_stale_push_keeps_residual(void) {
         dt_opt_config opt;
         dt_opt_config_init(&opt, "sgd", 1.0f, NULL);
         dt_error e = {0};
-        CHECK(dt_ps_client_init(w[0], &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(w[0], &opt, src, NULL, NULL, 0, &e) == DT_OK);
         const float *gz[1] = {zero}, *gg[1] = {g};
         dt_push_result res;
         /* step 0: worker 2 accepted (sends 1, owes 2^-9), worker 0 completes it */
@@ -201,7 +201,7 @@ static void test_fp16_range_and_raw_sizes(void) {
         dt_opt_config opt;
         dt_opt_config_init(&opt, "sgd", 0.1f, NULL);
         dt_error e = {0};
-        CHECK(dt_ps_client_init(chief, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
         float *dst[1] = {r};
         CHECK(dt_ps_client_pull_all(h16, dst, 0, NULL, &e) == DT_EPROTO);
         CHECK_CONTAINS(e.msg, "beyond fp16's range");
@@ -210,7 +210,7 @@ static void test_fp16_range_and_raw_sizes(void) {
 
         /* raw: a PULL in fp16 of a shard that fits */
         p[3] = 1.0f;
-        CHECK(dt_ps_client_init(chief, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
         dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, DT_ROLE_WORKER, 1, 5);
         h.encoding = DT_ENC_FP16;
         dt_wire_send(raw, NULL, &h, NULL, 0, NULL);

@@ -42,9 +42,9 @@ check "train event file decodes record by record" test $? -eq 0
 "$py" "$src/tests/supervisor_check.py" events "$ev_test" >"$tmp/ev_test" 2>&1
 check "test event file decodes record by record" test $? -eq 0
 check "first record is the file version" test "$(head -1 "$tmp/ev_train")" = "file_version brain.Event:2"
-check "train: cost, accuracy, global_step/sec, examples/sec at 10, 20, 30, 40" \
+check "train: cost, accuracy, global_step/sec, examples/sec, learning_rate at 10, 20, 30, 40" \
   test "$(awk 'NR > 1 { printf "%s:%s ", $1, $2 }' "$tmp/ev_train")" = \
-  "$(for s in 10 20 30 40; do printf "$s:cost $s:accuracy $s:global_step/sec $s:examples/sec "; done)"
+  "$(for s in 10 20 30 40; do printf "$s:cost $s:accuracy $s:global_step/sec $s:examples/sec $s:learning_rate "; done)"
 check "test: cost and accuracy at 10, 20, 30, 40" \
   test "$(awk 'NR > 1 { printf "%s:%s ", $1, $2 }' "$tmp/ev_test")" = \
   "$(for s in 10 20 30 40; do printf "$s:cost $s:accuracy "; done)"

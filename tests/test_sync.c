@@ -70,7 +70,7 @@ static void test_mean_once_behind_barrier(void) {
     const float *src[1] = {p};
     dt_opt_config opt = sgd(0.5f);
     dt_error e = {0};
-    CHECK(dt_ps_client_init(w[0], &opt, src, NULL, 0, &e) == DT_OK);
+    CHECK(dt_ps_client_init(w[0], &opt, src, NULL, NULL, 0, &e) == DT_OK);
     step_job j[2] = {{.c = w[0], .grad = g0, .tag = 0, .min_step = 1},
                      {.c = w[1], .grad = g1, .tag = 0, .min_step = 1, .delay_ms = 300}};
     pthread_t th[2];
@@ -109,7 +109,7 @@ static void test_sum_in_worker_order(void) {
         const float *src[1] = {p};
         dt_opt_config opt = sgd(1.0f);
         dt_error e = {0};
-        CHECK(dt_ps_client_init(w[0], &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(w[0], &opt, src, NULL, NULL, 0, &e) == DT_OK);
         const int order[3] = {2, 0, 1};
         for (int i = 0; i < 3; i++) {
             const float *gs[1] = {g[order[i]]};
@@ -145,7 +145,7 @@ static void test_backup_worker_stale(void) {
         const float *src[1] = {p};
         dt_opt_config opt = sgd(1.0f);
         dt_error e = {0};
-        CHECK(dt_ps_client_init(w[0], &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(w[0], &opt, src, NULL, NULL, 0, &e) == DT_OK);
         dt_push_result r;
         const float *g0[1] = {g[0]}, *g1[1] = {g[1]}, *g2[1] = {g[2]};
         /* step 0: workers 0 and 1; worker 2 late */
@@ -193,8 +193,8 @@ static void test_sync_refusals(void) {
     dt_ps_client *w7 = client_sync(1, &ps[1], sizes, DT_ROLE_WORKER, 7, 2, 3, 1);
     CHECK(ac && sc && sync_to_async && async_to_sync && w7);
     if (ac && sc && sync_to_async && async_to_sync && w7) {
-        CHECK(dt_ps_client_init(ac, &opt, src, NULL, 0, &e) == DT_OK);
-        CHECK(dt_ps_client_init(sc, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(ac, &opt, src, NULL, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(sc, &opt, src, NULL, NULL, 0, &e) == DT_OK);
         expect_push_refused(sync_to_async, g, 0, "asynchronous training (give every task the same --issync)");
         expect_push_refused(async_to_sync, g, 0, "sync replicas (give every task the same --issync)");
         expect_push_refused(w7, g, 0, "worker 7 is not in this cluster (the chief declared 3 worker task(s)");
@@ -238,7 +238,7 @@ static void test_sync_replace(void) {
         float *dst[1] = {got};
         dt_opt_config opt = sgd(1.0f);
         dt_error e = {0};
-        CHECK(dt_ps_client_init(w0, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(w0, &opt, src, NULL, NULL, 0, &e) == DT_OK);
         CHECK(dt_ps_client_push_all(w0, a, 0, NULL, &e) == DT_OK);
         CHECK(dt_ps_client_push_all(w0, b, 0, NULL, &e) == DT_OK);
         CHECK(dt_ps_client_push_all(w1, c, 0, NULL, &e) == DT_OK);
@@ -271,7 +271,7 @@ static void test_lost_worker(void) {
         dt_opt_config opt = sgd(1.0f);
         dt_error e = {0};
         int64_t steps[1] = {0};
-        CHECK(dt_ps_client_init(w[0], &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(w[0], &opt, src, NULL, NULL, 0, &e) == DT_OK);
         int64_t t0 = dt_clock_ms();
         for (int k = 0; k < 2; k++) {
             const float *gs[1] = {g[k]};
@@ -317,7 +317,7 @@ static void test_strict_lost_worker(void) {
         float *dst[1] = {got};
         dt_opt_config opt = sgd(1.0f);
         dt_error e = {0};
-        CHECK(dt_ps_client_init(w0, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(w0, &opt, src, NULL, NULL, 0, &e) == DT_OK);
         CHECK(dt_ps_client_push_all(w0, gs, 0, NULL, &e) == DT_OK);
         CHECK(dt_ps_client_pull_all(w0, dst, 1, NULL, &e) == DT_EPROTO);
         CHECK_CONTAINS(e.msg, "worker 1 lost");
@@ -350,13 +350,13 @@ static void test_reinit_generation(void) {
         dt_opt_config opt = sgd(1.0f);
         dt_error e = {0};
         CHECK(dt_ps_client_shard(c, 0)->generation == 0 && !dt_ps_client_shard(c, 0)->initialised);
-        CHECK(dt_ps_client_init(c, &opt, src, NULL, 5, &e) == DT_OK);
+        CHECK(dt_ps_client_init(c, &opt, src, NULL, NULL, 5, &e) == DT_OK);
         CHECK(dt_ps_client_shard(c, 0)->generation == 1);
         step_job j = {.c = w, .grad = g, .tag = 5, .min_step = 6};
         pthread_t th;
         pthread_create(&th, NULL, step_main, &j); /* held at the barrier: the chief never pushes */
         sleep_ms(200);
-        CHECK(dt_ps_client_init(c, &opt, src, NULL, 3, &e) == DT_OK);
+        CHECK(dt_ps_client_init(c, &opt, src, NULL, NULL, 3, &e) == DT_OK);
         pthread_join(th, NULL);
         CHECK(j.rc == DT_EPROTO && dt_ps_client_last_refusal(w) == DT_WIRE_E_RESYNC);
         CHECK(dt_ps_client_shard(c, 0)->generation == 2);
@@ -398,7 +398,7 @@ static void test_exact_pulls(void) {
     const float *src[1] = {p}, *gs[1] = {g};
     dt_opt_config opt = sgd(1.0f);
     dt_error e = {0};
-    CHECK(dt_ps_client_init(c, &opt, src, NULL, 0, &e) == DT_OK);
+    CHECK(dt_ps_client_init(c, &opt, src, NULL, NULL, 0, &e) == DT_OK);
     for (int t = 0; t < 6; t++) CHECK(dt_ps_client_push_all(c, gs, t, NULL, &e) == DT_OK);
     void *ctx = zmq_ctx_new();
     void *s = raw_open(ctx, ps.endpoint);
@@ -419,7 +419,7 @@ static void test_exact_pulls(void) {
     CHECK(raw_reply(s, &in) == DT_OK && in.hdr.type == DT_MSG_PARAMS && in.hdr.global_step == 8 &&
           in.hdr.request_id == 33);
     CHECK(zmq_msg_size(&in.payload) == N * 4 && ((const float *)zmq_msg_data(&in.payload))[0] == 8.0f);
-    CHECK(in.hdr.count_a >= 100000); /* it waited at least the two polls */
+    CHECK(in.hdr.params.waited_us >= 100000); /* it waited at least the two polls */
     dt_wire_in_close(&in);
     zmq_close(s);
     zmq_ctx_term(ctx);
@@ -481,7 +481,7 @@ static void test_pull_waits_for_one_step(void) {
         const float *src[2] = {p0, p1};
         dt_opt_config opt = sgd(1.0f);
         dt_error e = {0};
-        CHECK(dt_ps_client_init(chief, &opt, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
         CHECK(raw_sync_push(ps[0].endpoint, 0, 1, 0, g0, N0)); /* ps 0 -> step 1 */
         late_push l = {.endpoint = ps[1].endpoint, .g = g1, .n = N1}; /* ps 1 -> step 1, 200 ms later */
         pthread_t th;
@@ -586,7 +586,7 @@ static void run_ts(ts_worker *w, int n, int aggregate, int staleness, const int 
     const float *src[2] = {p0, p1};
     dt_opt_config opt = sgd(1.0f);
     dt_error e = {0};
-    if (chief) CHECK(dt_ps_client_init(chief, &opt, src, NULL, 0, &e) == DT_OK);
+    if (chief) CHECK(dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
     set_all(ts_g0, TS_N0, -1.0f);
     set_all(ts_g1, TS_N1, -1.0f);
     atomic_int pushed[8];
@@ -689,7 +689,7 @@ static void test_barrier_wait_keeps_worker_alive(void) {
         const float *src[1] = {p};
         dt_opt_config o = sgd(0.1f);
         dt_error e = {0};
-        CHECK(dt_ps_client_init(w[0], &o, src, NULL, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_init(w[0], &o, src, NULL, NULL, 0, &e) == DT_OK);
         /* Worker 0 waits 1.5 s at the barrier of step 0 (worker 1 comes late, alive), then takes
          * 150 ms (well within the 600 ms timeout) before pushing step 1; worker 1 pushes step 1 at
          * once. */
@@ -750,7 +750,7 @@ static void test_chunk_has_its_own_barrier(void) {
     dt_opt_config opt;
     dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
     dt_error e = {0};
-    CHECK(dt_ps_client_init(chief, &opt, src, NULL, 0, &e) == DT_OK);
+    CHECK(dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
     void *ctx = zmq_ctx_new();
     void *w0 = raw_open(ctx, ps.endpoint), *w1 = raw_open(ctx, ps.endpoint);
     chunk_push(w1, 1, 0, K, 4.0f, N / K, 1);

@@ -20,14 +20,14 @@ static dt_wire_header sample(uint8_t type) {
     h.shard = 3;
     h.status = -5;
     h.shard_floats = 1000;
-    h.initialised = 1;
-    h.count_a = 0xFFFFFFFFFFull + type;
-    h.count_b = 42;
-    h.count_c = 0x1122334455667788ull;
+    h.generation = 1;
+    h.counters[0] = 0xFFFFFFFFFFull + type;
+    h.counters[1] = 42;
+    h.counters[2] = 0x1122334455667788ull;
     if (type == DT_MSG_INIT) { /* sync: aggregate 2 of 3 replicas, staleness 1 */
-        h.count_a = 2;
-        h.count_b = 3;
-        h.count_c = 1;
+        h.init.replicas_to_aggregate = 2;
+        h.init.total_num_replicas = 3;
+        h.init.staleness = 1;
     }
     if (type == DT_MSG_PULL) h.flags = DT_WIRE_F_EXACT;
     if (type == DT_MSG_PUSH) h.flags = DT_WIRE_F_SYNC;
@@ -51,10 +51,10 @@ static int same(const dt_wire_header *a, const dt_wire_header *b) {
            a->request_id == b->request_id && a->global_step == b->global_step &&
            a->local_step == b->local_step && a->payload_bytes == b->payload_bytes && a->shard == b->shard &&
            a->status == b->status && a->shard_floats == b->shard_floats && a->opt_kind == b->opt_kind &&
-           a->opt_slots == b->opt_slots && a->initialised == b->initialised &&
+           a->opt_slots == b->opt_slots && a->generation == b->generation &&
            a->learning_rate == b->learning_rate && a->momentum == b->momentum && a->beta1 == b->beta1 &&
-           a->beta2 == b->beta2 && a->epsilon == b->epsilon && a->count_a == b->count_a &&
-           a->count_b == b->count_b && a->count_c == b->count_c && b->version == DT_WIRE_VERSION;
+           a->beta2 == b->beta2 && a->epsilon == b->epsilon && a->counters[0] == b->counters[0] &&
+           a->counters[1] == b->counters[1] && a->counters[2] == b->counters[2] && b->version == DT_WIRE_VERSION;
 }
 
 static void test_round_trip_every_type(void) {
@@ -94,6 +94,41 @@ static void test_byte_layout(void) {
     float lr;
     memcpy(&lr, b + 60, 4); /* little-endian host: the IEEE bits as written */
     CHECK(b[56] == 2 && b[57] == 2 && lr == 1e-4f);
+}
+
+/* Each message's named fields sit where docs/protocol.md puts them: INIT's liveness timeout in
+ * bytes 24-31, its sync configuration in 80-103, STATUS_REPLY's counters and PARAMS' barrier wait
+ * there too, the generation in byte 58. */
+static void test_named_fields(void) {
+    uint8_t b[DT_WIRE_HEADER_SIZE];
+    dt_wire_header init = dt_wire_header_make(DT_MSG_INIT, DT_ROLE_CHIEF, 0, 1);
+    init.liveness_ms = 6000;
+    init.generation = 9;
+    init.init.replicas_to_aggregate = 3;
+    init.init.total_num_replicas = 4;
+    init.init.staleness = 2;
+    dt_wire_encode(b, &init);
+    CHECK(b[24] == (6000 & 255) && b[25] == 6000 >> 8 && b[58] == 9);
+    CHECK(b[80] == 3 && b[88] == 4 && b[96] == 2);
+    dt_wire_header st = dt_wire_header_make(DT_MSG_STATUS_REPLY, DT_ROLE_PS, 0, 1);
+    st.status_reply.updates = 11;
+    st.status_reply.params_replies = 12;
+    st.status_reply.workers_done = 13;
+    dt_wire_encode(b, &st);
+    CHECK(b[80] == 11 && b[88] == 12 && b[96] == 13);
+    dt_wire_header pa = dt_wire_header_make(DT_MSG_PARAMS, DT_ROLE_PS, 0, 1);
+    pa.params.waited_us = 250000;
+    pa.params.stale_count = 5;
+    dt_wire_encode(b, &pa);
+    CHECK(b[80] == (250000 & 255) && b[81] == ((250000 >> 8) & 255) && b[82] == 250000 >> 16 && b[88] == 5);
+    dt_wire_header ack = dt_wire_header_make(DT_MSG_PUSH_ACK, DT_ROLE_PS, 0, 1), fs = ack;
+    ack.push_ack.stale_count = 7;
+    dt_wire_encode(b, &ack);
+    CHECK(b[80] == 7);
+    fs.type = DT_MSG_STATE;
+    fs.state.step_max = 99;
+    dt_wire_encode(b, &fs);
+    CHECK(b[80] == 99);
 }
 
 static int decode_fails(const uint8_t *b, size_t len, int want_rc, const char *needle) {
@@ -211,26 +246,26 @@ static void test_refusals(void) {
      * zero and total (the workers) within the limit. */
     dt_wire_header bad = sample(DT_MSG_INIT);
     uint8_t ib[DT_WIRE_HEADER_SIZE];
-    bad.count_b = 1; /* total below aggregate */
+    bad.init.total_num_replicas = 1; /* total below aggregate */
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "total_num_replicas 1 must be in 2.."));
-    bad.count_b = DT_WIRE_MAX_REPLICAS + 1;
+    bad.init.total_num_replicas = DT_WIRE_MAX_REPLICAS + 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "total_num_replicas"));
     bad = sample(DT_MSG_INIT);
-    bad.count_c = DT_WIRE_MAX_STALENESS + 1;
+    bad.init.staleness = DT_WIRE_MAX_STALENESS + 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "staleness"));
     bad = sample(DT_MSG_INIT);
-    bad.count_a = 0; /* asynchronous, yet a staleness */
-    bad.count_c = 1;
+    bad.init.replicas_to_aggregate = 0; /* asynchronous, yet a staleness */
+    bad.init.staleness = 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "asynchronous"));
-    bad.count_c = 0;
-    bad.count_b = DT_WIRE_MAX_REPLICAS + 1;
+    bad.init.staleness = 0;
+    bad.init.total_num_replicas = DT_WIRE_MAX_REPLICAS + 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "workers, beyond the limit"));
-    bad.count_b = 3; /* asynchronous with 3 workers */
+    bad.init.total_num_replicas = 3; /* asynchronous with 3 workers */
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_OK, NULL));
     dt_wire_header state = sample(DT_MSG_STATE);
@@ -277,9 +312,14 @@ static void test_payload_bounds(void) {
     CHECK(dt_wire_check_payload(&pa, 1000, &e) == DT_EFORMAT);
     CHECK_CONTAINS(e.msg, "unknown encoding");
 
-    dt_wire_header init = sample(DT_MSG_INIT); /* adam: params + 2 slots */
-    init.payload_bytes = 3 * 1000 * 4;
+    dt_wire_header init = sample(DT_MSG_INIT); /* adam: params + 2 slots + options + decay bits */
+    init.payload_bytes = 3 * 1000 * 4 + DT_WIRE_OPTS_BYTES + 125;
     CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_OK);
+    init.payload_bytes = 3 * 1000 * 4 + DT_WIRE_OPTS_BYTES + 126;
+    CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_EFORMAT);
+    init.payload_bytes = 3 * 1000 * 4;
+    CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_EFORMAT); /* version 6's INIT */
+    CHECK(dt_wire_init_bytes(0, 9) == 9 * 4 + DT_WIRE_OPTS_BYTES + 2);
     init.payload_bytes = 1000 * 4;
     CHECK(dt_wire_check_payload(&init, 1000, &e) == DT_EFORMAT);
     init.opt_slots = 200; /* a hand-made header: no overflow, refused */
@@ -306,7 +346,7 @@ static void test_payload_bounds(void) {
     h.payload_bytes = 4;
     CHECK(dt_wire_check_payload(&h, DT_WIRE_MAX_SHARD_FLOATS + 1, &e) == DT_EINVAL);
 
-    CHECK(dt_wire_max_frame(1000) == 12000);
+    CHECK(dt_wire_max_frame(1000) == 12000 + DT_WIRE_OPTS_BYTES + 125);
     CHECK(dt_wire_max_frame(1) == DT_WIRE_MAX_ERROR_TEXT);
 }
 
@@ -522,12 +562,15 @@ static void test_ipv6_and_ipv4_endpoints(void) {
  * version: one valid message of each type in the fuzz target's input format ([selector byte]
  * [header][payload]), and 16-bit PUSH and PARAMS, so the seeds follow the protocol when its version
  * changes. */
-static int write_seed(const char *dir, const char *name, uint8_t selector, dt_wire_header *h, size_t payload) {
-    uint8_t buf[1 + DT_WIRE_HEADER_SIZE + 4 * 8 + 16];
+static int write_seed_with(const char *dir, const char *name, uint8_t selector, dt_wire_header *h, size_t payload,
+                           const uint8_t *data) {
+    uint8_t buf[1 + DT_WIRE_HEADER_SIZE + 4 * 16 + DT_WIRE_OPTS_BYTES];
+    if (payload > sizeof buf - 1 - DT_WIRE_HEADER_SIZE) return 1;
     h->payload_bytes = payload;
     buf[0] = selector;
     dt_wire_encode(buf + 1, h);
     memset(buf + 1 + DT_WIRE_HEADER_SIZE, 0, payload);
+    if (data) memcpy(buf + 1 + DT_WIRE_HEADER_SIZE, data, payload);
     if (h->type == DT_MSG_ERROR) memcpy(buf + 1 + DT_WIRE_HEADER_SIZE, "oops!", 5);
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -540,6 +583,10 @@ static int write_seed(const char *dir, const char *name, uint8_t selector, dt_wi
     return fclose(f) != 0;
 }
 
+static int write_seed(const char *dir, const char *name, uint8_t selector, dt_wire_header *h, size_t payload) {
+    return write_seed_with(dir, name, selector, h, payload, NULL);
+}
+
 static int write_corpus(const char *dir) {
     for (int t = 1; t <= DT_MSG_TYPE_MAX; t++) {
         dt_wire_header h = dt_wire_header_make((dt_msg_type)t, t % 2 ? DT_ROLE_WORKER : DT_ROLE_PS, 1, 7);
@@ -549,7 +596,8 @@ static int write_corpus(const char *dir) {
             h.opt_kind = 2, h.opt_slots = 2, h.learning_rate = 0.001f, h.beta1 = 0.9f, h.beta2 = 0.999f,
             h.epsilon = 1e-8f, h.momentum = 0.9f;
         }
-        if (t == DT_MSG_INIT || t == DT_MSG_STATE) payload = 4 * 3 * sizeof(float);
+        if (t == DT_MSG_STATE) payload = 4 * 3 * sizeof(float);
+        if (t == DT_MSG_INIT) payload = (size_t)dt_wire_init_bytes(2, 4);
         if (t == DT_MSG_PARAMS || t == DT_MSG_PUSH) payload = 4 * sizeof(float);
         if (t == DT_MSG_PULL) h.encoding = DT_ENC_BF16;
         if (t == DT_MSG_ERROR) payload = 5, h.status = DT_WIRE_E_NOT_READY;
@@ -563,15 +611,79 @@ static int write_corpus(const char *dir) {
     push.flags = DT_WIRE_F_PULL;
     dt_wire_header params = dt_wire_header_make(DT_MSG_PARAMS, DT_ROLE_PS, 0, 7);
     params.encoding = DT_ENC_FP16;
-    return write_seed(dir, "type07_bf16", 1, &push, 2) || write_seed(dir, "type06_fp16", 1, &params, 2);
+    /* An INIT of a shard of one float (selector 1) with a piecewise schedule, weight decay and the
+     * float's decay bit set. */
+    dt_wire_header init = dt_wire_header_make(DT_MSG_INIT, DT_ROLE_CHIEF, 0, 7);
+    init.shard_floats = 1, init.opt_kind = 1, init.opt_slots = 1, init.learning_rate = 0.1f, init.momentum = 0.9f;
+    init.generation = 1, init.init.total_num_replicas = 1;
+    uint8_t data[2 * 4 + DT_WIRE_OPTS_BYTES + 1] = {0};
+    dt_lr_schedule s = {.kind = DT_LR_PIECEWISE, .n_boundaries = 2, .boundaries = {100, 200}, .values = {0.1f, 0.01f, 0.001f}};
+    dt_wire_opts_encode(data + 8, &s, 5e-4f);
+    data[8 + DT_WIRE_OPTS_BYTES] = 1;
+    return write_seed(dir, "type07_bf16", 1, &push, 2) || write_seed(dir, "type06_fp16", 1, &params, 2) ||
+           write_seed_with(dir, "type03_piecewise", 1, &init, sizeof data, data);
+}
+
+/* INIT's options block: every schedule survives encode and decode exactly; a block that is the
+ * wrong size, names an unknown schedule, sets reserved bytes, has boundaries out of order, a
+ * negative or non-finite weight decay, or a field another schedule uses, is refused by name. */
+static void test_init_options(void) {
+    uint8_t b[DT_WIRE_OPTS_BYTES];
+    dt_lr_schedule in[4] = {
+        {.kind = DT_LR_CONSTANT},
+        {.kind = DT_LR_EXPONENTIAL, .staircase = 1, .decay_steps = 1000, .decay_rate = 0.96f},
+        {.kind = DT_LR_PIECEWISE, .n_boundaries = 3, .boundaries = {10, 20, (int64_t)1 << 40},
+         .values = {0.1f, 0.05f, 0.01f, 0.001f}},
+        {.kind = DT_LR_COSINE, .decay_steps = 9000, .warmup_steps = 500, .alpha = 0.01f},
+    };
+    for (int k = 0; k < 4; k++) {
+        dt_wire_opts_encode(b, &in[k], 0.25f * k);
+        dt_lr_schedule out;
+        float wd = -1;
+        dt_error e = {0};
+        CHECK_MSG(dt_wire_opts_decode(&out, &wd, b, sizeof b, &e) == DT_OK, "%s: %s", dt_lr_kind_name(in[k].kind), e.msg);
+        int same = out.kind == in[k].kind && out.staircase == in[k].staircase && out.decay_steps == in[k].decay_steps &&
+                   out.decay_rate == in[k].decay_rate && out.alpha == in[k].alpha &&
+                   out.warmup_steps == in[k].warmup_steps && out.n_boundaries == in[k].n_boundaries;
+        for (int i = 0; i < DT_LR_MAX_BOUNDARIES; i++) same &= out.boundaries[i] == in[k].boundaries[i];
+        for (int i = 0; i <= DT_LR_MAX_BOUNDARIES; i++) same &= out.values[i] == in[k].values[i];
+        CHECK_MSG(same && wd == 0.25f * k, "%s: decoded differently", dt_lr_kind_name(in[k].kind));
+    }
+    struct { int off; uint8_t v; const char *msg; } bad[] = {
+        {0, 4, "unknown schedule"}, {1, 2, "staircase"}, {2, 17, "boundaries"}, {3, 1, "reserved"},
+        {DT_WIRE_OPTS_BYTES - 1, 1, "reserved"},
+        {7, 0x80, "weight decay"},   /* the sign bit of 0.25: -0.25 */
+        {32, 30, "not increasing"},  /* boundaries[0] = 30 > boundaries[1] = 20 */
+        {16, 0x3f, "lr_decay_rate"}, /* a decay rate on a piecewise schedule */
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        dt_wire_opts_encode(b, &in[2], 0.25f);
+        b[bad[k].off] = bad[k].v;
+        dt_lr_schedule out;
+        float wd;
+        dt_error e = {0};
+        CHECK_MSG(dt_wire_opts_decode(&out, &wd, b, sizeof b, &e) == DT_EFORMAT, "byte %d", bad[k].off);
+        CHECK_CONTAINS(e.msg, bad[k].msg);
+        CHECK_CONTAINS(e.msg, "INIT options");
+    }
+    dt_wire_opts_encode(b, &in[0], 1.0f / 0.0f);
+    dt_lr_schedule out;
+    float wd;
+    dt_error e = {0};
+    CHECK(dt_wire_opts_decode(&out, &wd, b, sizeof b, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "weight decay");
+    CHECK(dt_wire_opts_decode(&out, &wd, b, sizeof b - 1, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "bytes");
 }
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-corpus")) return write_corpus(argv[2]);
     RUN(test_round_trip_every_type);
     RUN(test_byte_layout);
+    RUN(test_named_fields);
     RUN(test_refusals);
     RUN(test_payload_bounds);
+    RUN(test_init_options);
     RUN(test_error_text);
     RUN(test_socket_round_trip_and_refusals);
     RUN(test_oversized_frame_dropped);

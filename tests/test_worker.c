@@ -159,7 +159,7 @@ static void test_push_to_dead_ps_not_sent_later(void) {
     dt_opt_config opt;
     dt_opt_config_init(&opt, "sgd", 0.1f, NULL);
     dt_error e = {0};
-    CHECK(dt_ps_client_init(c, &opt, src, NULL, 0, &e) == DT_OK);
+    CHECK(dt_ps_client_init(c, &opt, src, NULL, NULL, 0, &e) == DT_OK);
     CHECK(ps_stop(&ps) == DT_EINTR);
     CHECK(dt_ps_client_push_all(c, gs, 0, NULL, &e) == DT_ETIMEOUT);
     for (int i = 0; i < N; i++) g[i] = MARKER;

@@ -10,7 +10,7 @@
 #include "model/net.h"
 #include "train/evaluate.h"
 #include "train/serve.h"
-#include "train/updater.h"
+#include "update/updater.h"
 #include "worker/remote.h"
 
 /* ---- Cluster ---- */
@@ -123,7 +123,7 @@ int dt_optimizer_new(dt_optimizer **out, const char *name, float learning_rate, 
     dt_optimizer *o = dt_calloc(1, sizeof *o, "optimizer", err);
     if (!o) return DT_ENOMEM;
     int rc = dt_opt_config_init(&o->config, name, learning_rate, err);
-    if (!rc) rc = dt_local_updater_create(&o->updater, &o->config, dt_net_param_count(net), err);
+    if (!rc) rc = dt_local_updater_create(&o->updater, &o->config, net, err);
     if (rc) {
         dt_optimizer_free(o);
         return rc;

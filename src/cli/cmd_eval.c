@@ -13,7 +13,7 @@
 #include "flags.h"
 #include "model/net.h"
 #include "supervisor/checkpoint.h"
-#include "supervisor/fsutil.h"
+#include "io/fsutil.h"
 #include "train/evaluate.h"
 
 /* Rows: true class; columns: predicted class. */

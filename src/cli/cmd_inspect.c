@@ -14,9 +14,9 @@
 #include "core/error.h"
 #include "supervisor/checkpoint.h"
 #include "supervisor/ckpt_index.h"
-#include "supervisor/events.h"
-#include "supervisor/fsutil.h"
-#include "supervisor/safetensors.h"
+#include "io/events.h"
+#include "io/fsutil.h"
+#include "io/safetensors.h"
 
 #define MAX_EVENT_FILE ((size_t)1 << 32)
 

@@ -13,6 +13,7 @@
 #define DAY 86400.0           /* the longest timeout, in seconds */
 #define MAX_STEPS 1e12        /* steps: far beyond any run, exact as a double */
 #define MAX_TASKS DT_CLUSTER_MAX_TASKS /* workers in a cluster */
+#define MAX_SCHED_STEPS 1125899906842624.0 /* 2^50: a schedule's step counts (compute/schedule.h) */
 
 /* A duration flag in seconds (its range checked by the table) into milliseconds, at least 1 unless
  * it is zero. */
@@ -34,6 +35,29 @@ int cmd_train(int argc, char **argv) {
         FLAG_TEXT("data", &o.data_path, "IDX folder or image folder (see docs/data.md)"),
         FLAG_TEXT("optimizer", &o.optimizer, "sgd, momentum or adam"),
         FLAG_NUM("learning_rate", FLAG_FLOAT, &o.learning_rate, "learning rate", 0, 100, FLAG_LO_OPEN),
+        FLAG_TEXT("lr_schedule", &o.lr_schedule,
+                  "learning rate by the global step: constant, exponential, piecewise or cosine (TensorFlow's formulas)"),
+        FLAG_NUM("lr_decay_steps", FLAG_INT64, &o.lr_decay_steps,
+                 "exponential: steps per decay_rate factor; cosine: steps of the decay after warmup (0: the rest of "
+                 "the run)", 0, MAX_SCHED_STEPS, 0),
+        FLAG_NUM("lr_decay_rate", FLAG_DOUBLE, &o.lr_decay_rate, "exponential: factor per --lr_decay_steps", 0, 100, 0),
+        FLAG_SWITCH("lr_staircase", &o.lr_staircase, "exponential: decay in whole steps of --lr_decay_steps"),
+        FLAG_TEXT("lr_boundaries", &o.lr_boundaries, "piecewise: increasing global steps b1,...,bn"),
+        FLAG_TEXT("lr_values", &o.lr_values,
+                  "piecewise: the n+1 learning rates v0,...,vn (v0 until step b1 included; --learning_rate unused)"),
+        FLAG_NUM("lr_alpha", FLAG_DOUBLE, &o.lr_alpha, "cosine: the final rate as a fraction of --learning_rate", 0, 1, 0),
+        FLAG_NUM("warmup_steps", FLAG_INT64, &o.warmup_steps, "cosine: linear warmup from 0 over this many steps", 0,
+                 MAX_SCHED_STEPS, 0),
+        FLAG_NUM("weight_decay", FLAG_DOUBLE, &o.weight_decay,
+                 "L2 for sgd and momentum, decoupled (AdamW) for adam; kernels only", 0, 10, 0),
+        FLAG_SWITCH("weight_decay_biases", &o.weight_decay_biases,
+                    "weight decay on rank-1 variables too (biases, batch norm's scale and offset)"),
+        FLAG_NUM("clip_gradient_norm", FLAG_DOUBLE, &o.clip_gradient_norm,
+                 "scale each gradient to at most this global L2 norm before it is applied or pushed; 0: off", 0, 1e9,
+                 0),
+        FLAG_TEXT("augment", &o.augment,
+                  "training batches only: crop=P (random crop after padding P pixels), flip (horizontal), or "
+                  "crop=P,flip; not flip for digits"),
         FLAG_NUM("batch_size", FLAG_INT, &o.batch_size, "examples per step", 1, 65536, 0),
         FLAG_NUM("train_steps", FLAG_INT64, &o.train_steps, "steps to train; 0: use --epochs", 0, MAX_STEPS, 0),
         FLAG_NUM("epochs", FLAG_DOUBLE, &epochs, "epochs to train when --train_steps is 0", 0, 1e6, 0),
@@ -50,6 +74,14 @@ int cmd_train(int argc, char **argv) {
         FLAG_TEXT("worker_hosts", &o.worker_hosts, "cluster: comma-separated host:port of the workers"),
         FLAG_TEXT("job_name", &o.job_name, "cluster: this process's job, ps or worker"),
         FLAG_TEXT("task_index", &o.task_index, "cluster: this process's index in its job (default 0)"),
+        FLAG_NUM("num_ps", FLAG_INT, &o.num_ps,
+                 "cluster from mpirun, srun or a PMI launcher: its first N ranks are ps tasks, the rest workers "
+                 "(docs/cluster.md); 0: off", 0, MAX_TASKS, 0),
+        FLAG_NUM("base_port", FLAG_INT, &o.base_port, "with --num_ps: each task listens on this + its local id",
+                 1, 65535, 0),
+        FLAG_TEXT("rendezvous", &o.rendezvous,
+                  "with --num_ps under MPI across hosts: host:port where rank 0 runs, where the ranks exchange "
+                  "addresses"),
         FLAG_NUM("issync", FLAG_INT, &o.issync, "0: asynchronous updates, 1: synchronous replicas", 0, 1, 0),
         FLAG_NUM("replicas_to_aggregate", FLAG_INT, &o.replicas_to_aggregate,
                  "sync: gradients averaged per step; 0: the number of workers", 0, MAX_TASKS, 0),
@@ -112,7 +144,8 @@ int cmd_train(int argc, char **argv) {
         printf("usage: dtrain train --model FILE --data PATH [flags]\n\n"
                "Trains a model and prints step, loss, training and validation accuracy every\n"
                "--steps_to_validate steps, then the test accuracy. Alone on this machine by default;\n"
-               "with --ps_hosts/--worker_hosts/--job_name/--task_index (or TF_CONFIG) as one task of\n"
+               "with --ps_hosts/--worker_hosts/--job_name/--task_index (or TF_CONFIG, or --num_ps under\n"
+               "mpirun or srun) as one task of\n"
                "a cluster: a ps serves its share of the variables until the chief (worker 0) ends\n"
                "training. By default the cluster's traffic is neither authenticated nor encrypted: use\n"
                "it on trusted networks only, or --auth=curve with --keys (docs/security.md).\n"

@@ -6,22 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-
-/* Levenshtein distance, for "did you mean" suggestions. */
-static int edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63) return 99;
-    int d[64][64];
-    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
-    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
-    for (size_t i = 1; i <= la; i++)
-        for (size_t j = 1; j <= lb; j++) {
-            int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
-            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-        }
-    return d[la][lb];
-}
+#include "core/text.h"
 
 static int is_numeric(flag_type t) { return t != FLAG_STRING && t != FLAG_BOOL; }
 
@@ -137,7 +122,7 @@ int flags_parse(const flag_def *defs, int n_defs, int argc, char **argv, int *he
             const char *best = NULL;
             int best_d = 3;
             for (int j = 0; j < n_defs; j++) {
-                int d = edit_distance(given, defs[j].name);
+                int d = dt_edit_distance(given, defs[j].name);
                 if (d < best_d) best_d = d, best = defs[j].name;
             }
             if (best) rc = dt_errorf(err, DT_EINVAL, "unknown flag --%s (did you mean --%s?)", given, best);

@@ -39,6 +39,8 @@ static const char *quote(char out[80], const char *s, size_t len) {
     return out;
 }
 
+const char *dt_text_quote(char out[80], const char *s, size_t len) { return quote(out, s, len); }
+
 static int is_name_char(char ch) {
     return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
            ch == '.' || ch == '-' || ch == '_';
@@ -641,6 +643,25 @@ int dt_cluster_local(dt_cluster *c, int n_ps, int n_workers, const int *ports, d
     }
     c->source = "local";
     return done(c, &all, finish(c, &all, n_ps, n_workers, 0, err));
+}
+
+/* ---- the ranks of a cluster manager's job ---- */
+
+int dt_cluster_from_ranks(dt_cluster *c, const dt_addr *addrs, int n, int n_ps, int rank, const char *source,
+                          dt_error *err) {
+    dt_cluster_single(c);
+    if (n_ps < 1 || n <= n_ps || n - n_ps > DT_CLUSTER_MAX_TASKS || n_ps > DT_CLUSTER_MAX_TASKS)
+        return dt_errorf(err, DT_EINVAL, "%d tasks: not %d ps and 1..%d workers", n, n_ps, DT_CLUSTER_MAX_TASKS);
+    if (rank < 0 || rank >= n) return dt_errorf(err, DT_EINVAL, "rank %d is out of range 0..%d", rank, n - 1);
+    entries all = {0};
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        if (!(rc = entries_push(&all, "%s %d", "rank", i, err))) all.e[all.n - 1].addr = addrs[i];
+    if (rc) return done(c, &all, rc);
+    c->job = rank < n_ps ? DT_JOB_PS : DT_JOB_WORKER;
+    c->task_index = rank < n_ps ? rank : rank - n_ps;
+    c->source = source;
+    return done(c, &all, finish(c, &all, n_ps, n - n_ps, 0, err));
 }
 
 /* ---- precedence and argv ---- */

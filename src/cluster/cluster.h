@@ -3,8 +3,9 @@
  *   1. flags   --ps_hosts=h:p,... --worker_hosts=h:p,... --job_name=ps|worker --task_index=N
  *   2. the TF_CONFIG environment variable (JSON, as written by Kubernetes operators)
  *   3. a local definition on 127.0.0.1 (what `dtrain launch` starts)
- * Precedence: any of the four flags -> the flags alone define the cluster; else a non-empty TF_CONFIG;
- * else a single process (no cluster).
+ *   4. a cluster manager's environment: Slurm, Open MPI, PMI (cluster/manager.h, with --num_ps)
+ * Precedence: any of the four flags -> the flags alone define the cluster; else --num_ps -> the
+ * manager's environment (dt_train); else a non-empty TF_CONFIG; else a single process (no cluster).
  *
  * Worker indexing: the chief counts as a worker and is always worker 0. A TF_CONFIG `chief` (or the
  * legacy `master`) becomes worker 0 and TF_CONFIG's workers are shifted by one (TF_CONFIG worker i is
@@ -45,7 +46,8 @@ typedef struct dt_cluster {
     dt_job job;             /* this process */
     int task_index;         /* index into this job's list */
     int is_chief;           /* job == worker && task_index == 0, or single process */
-    const char *source;     /* "single process", "flags", "TF_CONFIG" or "local" (static string) */
+    const char *source;     /* "single process", "flags", "TF_CONFIG", "local", "slurm" or "mpi" (static) */
+    char origin[768];       /* a cluster manager's: where each derived value came from (manager.h); or "" */
 } dt_cluster;
 
 /* Every constructor below starts by overwriting *c (it need not be initialised) and, on failure,
@@ -67,6 +69,13 @@ int dt_cluster_from_tf_config(dt_cluster *c, const char *text, size_t len, dt_er
  * DT_JOB_NONE for a launcher that only needs the lists. */
 int dt_cluster_local(dt_cluster *c, int n_ps, int n_workers, const int *ports, dt_job job,
                      int task_index, dt_error *err);
+
+/* n ranks of a cluster manager's job (cluster/manager.h): ranks [0, n_ps) are ps 0..n_ps-1 and the
+ * rest workers, rank n_ps being worker 0, the chief; this process is rank `rank`. addrs[n] are the
+ * ranks' addresses (checked like any list: a duplicate is refused as "rank 2: duplicate address
+ * h:p (also rank 1)"); source is a static string. */
+int dt_cluster_from_ranks(dt_cluster *c, const dt_addr *addrs, int n, int n_ps, int rank, const char *source,
+                          dt_error *err);
 
 /* Applies the precedence: any flag non-NULL -> flags; else tf_config non-NULL and not blank ->
  * TF_CONFIG; else single process. */
@@ -98,6 +107,10 @@ void dt_cluster_describe(const dt_cluster *c, char *buf, size_t n);
 /* The list of one job as "h:p,h:p" (to pass --ps_hosts/--worker_hosts to child processes).
  * DT_EINVAL if buf is too small. */
 int dt_cluster_format_hosts(const dt_cluster *c, dt_job job, char *buf, size_t n, dt_error *err);
+
+/* Untrusted text for a message (cluster/hostlist.c, manager.c): in double quotes, at most 64
+ * characters then "...", non-printables as '?'. Returns out. */
+const char *dt_text_quote(char out[80], const char *s, size_t len);
 
 /* Parses one "host:port" (len bytes; surrounding blanks ignored). field names the value in
  * messages, e.g. "--ps_hosts[1]". */

@@ -42,57 +42,80 @@ int dt_opt_slots(const dt_opt_config *c) {
     return 0;
 }
 
-/* One loop body per optimizer, instantiated for in-place (out == params) and out-of-place use, so
- * that restrict holds in both and the compiler vectorises without runtime overlap checks (which
- * would fail, and fall back to scalar code, when out == params). */
+int dt_opt_decays(const dt_opt_config *c, int rank) { return rank >= 2 || c->decay_rank1; }
+
+/* One loop body per optimizer over a run of len floats that share one weight decay wd, instantiated
+ * for in-place (out == params) and out-of-place use, so that restrict holds in both and the
+ * compiler vectorises without runtime overlap checks (which would fail, and fall back to scalar
+ * code, when out == params). State slot k of float i lives at state[k * stride + i]. */
 #define OPT_LOOPS(OUT, IN)                                                                       \
     switch (c->kind) {                                                                           \
     case DT_OPT_SGD:                                                                             \
-        for (size_t i = 0; i < n; i++) OUT[i] = IN[i] - lr * grads[i];                           \
+        for (size_t i = 0; i < len; i++) OUT[i] = IN[i] - lr * (grads[i] + wd * IN[i]);          \
         break;                                                                                   \
     case DT_OPT_MOMENTUM: {                                                                      \
         float *restrict acc = state, mom = c->momentum;                                          \
-        for (size_t i = 0; i < n; i++) {                                                         \
-            acc[i] = mom * acc[i] + grads[i];                                                    \
+        for (size_t i = 0; i < len; i++) {                                                       \
+            acc[i] = mom * acc[i] + (grads[i] + wd * IN[i]);                                     \
             OUT[i] = IN[i] - lr * acc[i];                                                        \
         }                                                                                        \
         break;                                                                                   \
     }                                                                                            \
     case DT_OPT_ADAM: {                                                                          \
-        /* Bias correction folded into the step size, in double as TF computes the beta powers. */ \
-        double t = (double)step + 1.0;                                                           \
-        float lr_t = (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));     \
-        float b1 = c->beta1, b2 = c->beta2, eps = c->epsilon;                                    \
-        float *restrict m = state, *restrict v = state + n;                                      \
-        for (size_t i = 0; i < n; i++) {                                                         \
+        float b1 = c->beta1, b2 = c->beta2, eps = c->epsilon, lwd = lr * wd;                     \
+        float *restrict m = state, *restrict v = state + stride;                                 \
+        for (size_t i = 0; i < len; i++) {                                                       \
             float g = grads[i];                                                                  \
             m[i] = b1 * m[i] + (1.0f - b1) * g;                                                  \
             v[i] = b2 * v[i] + (1.0f - b2) * g * g;                                              \
-            OUT[i] = IN[i] - lr_t * m[i] / (sqrtf(v[i]) + eps);                                  \
+            OUT[i] = IN[i] - lwd * IN[i] - lr_t * m[i] / (sqrtf(v[i]) + eps);                    \
         }                                                                                        \
         break;                                                                                   \
     }                                                                                            \
     }
 
-static void apply_in_place(const dt_opt_config *c, float *restrict params, const float *restrict grads,
-                           float *restrict state, size_t n, int64_t step) {
-    const float lr = c->learning_rate;
+static void run_in_place(const dt_opt_config *c, float *restrict params, const float *restrict grads,
+                         float *restrict state, size_t stride, size_t len, float lr, float lr_t, float wd) {
     OPT_LOOPS(params, params)
 }
 
-static void apply_out_of_place(const dt_opt_config *c, float *restrict out, const float *restrict params,
-                               const float *restrict grads, float *restrict state, size_t n, int64_t step) {
-    const float lr = c->learning_rate;
+static void run_out_of_place(const dt_opt_config *c, float *restrict out, const float *restrict params,
+                             const float *restrict grads, float *restrict state, size_t stride, size_t len, float lr,
+                             float lr_t, float wd) {
     OPT_LOOPS(out, params)
 }
 
 void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, const float *grads, float *state,
-                     size_t n, int64_t step) {
-    if (out == params) apply_in_place(c, out, grads, state, n, step);
-    else apply_out_of_place(c, out, params, grads, state, n, step);
+                     const uint8_t *decay, size_t n, int64_t step) {
+    const float lr = dt_lr_at(&c->schedule, c->learning_rate, step);
+    /* Adam's bias correction folded into the step size, in double as TF computes the beta powers. */
+    double t = (double)step + 1.0;
+    const float lr_t = c->kind == DT_OPT_ADAM ? (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t))) : 0;
+    /* Runs of floats that decay alike (whole variables: a few runs per slice). */
+    if (c->weight_decay == 0) decay = NULL;
+    for (size_t i = 0; i < n;) {
+        size_t j = decay ? i + 1 : n;
+        while (j < n && (decay[j] != 0) == (decay[i] != 0)) j++;
+        float wd = decay && decay[i] ? c->weight_decay : 0.0f;
+        float *st = state ? state + i : NULL;
+        if (out == params) run_in_place(c, out + i, grads + i, st, n, j - i, lr, lr_t, wd);
+        else run_out_of_place(c, out + i, params + i, grads + i, st, n, j - i, lr, lr_t, wd);
+        i = j;
+    }
 }
 
-void dt_opt_apply(const dt_opt_config *c, float *params, const float *grads, float *state, size_t n,
-                  int64_t step) {
-    dt_opt_apply_to(c, params, params, grads, state, n, step);
+void dt_opt_apply(const dt_opt_config *c, float *params, const float *grads, float *state, const uint8_t *decay,
+                  size_t n, int64_t step) {
+    dt_opt_apply_to(c, params, params, grads, state, decay, n, step);
+}
+
+double dt_clip_global_norm(float *g, size_t n, float max_norm) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += (double)g[i] * g[i];
+    double norm = sqrt(sum);
+    if (norm > (double)max_norm && max_norm > 0) {
+        float scale = (float)((double)max_norm / norm);
+        for (size_t i = 0; i < n; i++) g[i] *= scale;
+    }
+    return norm;
 }

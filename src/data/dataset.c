@@ -15,6 +15,10 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "io/fsutil.h"
+
+/* dt_path_join_dup failed: too long (err says so) or out of memory. */
+#define JOIN_FAILED(err) ((err) && (err)->code ? (err)->code : DT_ENOMEM)
 
 enum { DS_IDX = 1, DS_FOLDER = 2 };
 
@@ -51,17 +55,6 @@ static char *str_dup(const char *s, dt_error *err) {
     return d;
 }
 
-static char *path_join(const char *dir, const char *name, dt_error *err) {
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = dt_malloc(a + b + 2, "a path", err);
-    if (!p) return NULL;
-    memcpy(p, dir, a);
-    size_t k = a;
-    if (a && dir[a - 1] != '/') p[k++] = '/';
-    memcpy(p + k, name, b + 1);
-    return p;
-}
-
 static int is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -76,40 +69,6 @@ static void free_strings(char **v, size_t n) {
     if (!v) return;
     for (size_t i = 0; i < n; i++) free(v[i]);
     free(v);
-}
-
-/* Reads a whole regular file of at most max_len bytes. Errors name the file. */
-static int read_file(uint8_t **out, size_t *len, const char *path, size_t max_len, dt_error *err) {
-    *out = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_errorf(err, DT_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return dt_errorf(err, DT_EIO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > max_len) {
-        fclose(f);
-        return dt_errorf(err, DT_EFORMAT, "%s: file of %lld bytes is over the limit of %zu bytes", path,
-                         (long long)st.st_size, max_len);
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *buf = dt_malloc(n, path, err);
-    if (!buf) {
-        fclose(f);
-        return DT_ENOMEM;
-    }
-    size_t got = n ? fread(buf, 1, n, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || got != n) {
-        free(buf);
-        return dt_errorf(err, DT_EIO, "%s: read %zu of %zu bytes", path, got, n);
-    }
-    *out = buf;
-    *len = n;
-    return 0;
 }
 
 static dt_dataset *dataset_new(int kind, dt_error *err) {
@@ -407,8 +366,8 @@ int dt_dataset_open_idx(dt_dataset **out, const char *images_path, const char *l
     uint8_t *ib = NULL, *lb = NULL;
     size_t il = 0, ll = 0;
     idx_part img = {0}, lab = {0};
-    int rc = read_file(&ib, &il, images_path, IDX_MAX_FILE, err);
-    if (!rc) rc = read_file(&lb, &ll, labels_path, IDX_MAX_FILE, err);
+    int rc = dt_read_file(&ib, &il, images_path, IDX_MAX_FILE, err);
+    if (!rc) rc = dt_read_file(&lb, &ll, labels_path, IDX_MAX_FILE, err);
     if (!rc) rc = idx_parse(&img, ib, il, 3, images_path, err);
     if (!rc) rc = idx_parse(&lab, lb, ll, 1, labels_path, err);
     /* A gzip file's compressed bytes are no longer needed once parsed. */
@@ -426,8 +385,8 @@ int dt_dataset_open_idx(dt_dataset **out, const char *images_path, const char *l
  * itself (not through err, which may be NULL). */
 static int idx_find(char **out, const char *dir, const char *stem, dt_error *err) {
     *out = NULL;
-    char *p = path_join(dir, stem, err);
-    if (!p) return DT_ENOMEM;
+    char *p = dt_path_join_dup(dir, stem, err);
+    if (!p) return JOIN_FAILED(err);
     if (is_file(p)) {
         *out = p;
         return 0;
@@ -456,7 +415,7 @@ static int idx_folder_has_any(const char *dir) {
         for (int gz = 0; gz < 2; gz++) {
             char name[64];
             snprintf(name, sizeof name, "%s%s", stems[k], gz ? ".gz" : "");
-            char *p = path_join(dir, name, NULL);
+            char *p = dt_path_join_dup(dir, name, NULL);
             int found = p && is_file(p);
             free(p);
             if (found) return 1;
@@ -535,9 +494,9 @@ static int list_dir(char ***names, size_t *count, const char *dir, int want_dirs
             isdir = e->d_type == DT_DIR;
             isfile = !isdir;
         } else { /* links and file systems without d_type */
-            char *p = path_join(dir, e->d_name, err);
+            char *p = dt_path_join_dup(dir, e->d_name, err);
             if (!p) {
-                rc = DT_ENOMEM;
+                rc = JOIN_FAILED(err);
                 break;
             }
             struct stat st;
@@ -602,8 +561,8 @@ static int listing_add(listing *L, const char *dir, const char *name, int32_t la
         L->labels = nl;
         L->cap = cap;
     }
-    char *p = path_join(dir, name, err);
-    if (!p) return DT_ENOMEM;
+    char *p = dt_path_join_dup(dir, name, err);
+    if (!p) return JOIN_FAILED(err);
     L->paths[L->n] = p;
     L->labels[L->n] = label;
     L->n++;
@@ -648,8 +607,8 @@ static int list_root(listing *L, char ***classes, int *nclasses, const char *roo
                                root, names[s]);
                 break;
             }
-            char *dir = path_join(root, names[s], err);
-            if (!dir) rc = DT_ENOMEM;
+            char *dir = dt_path_join_dup(root, names[s], err);
+            if (!dir) rc = JOIN_FAILED(err);
             if (!rc) rc = list_dir(&files, &nfiles, dir, 0, err);
             for (size_t f = 0; !rc && f < nfiles; f++) rc = listing_add(L, dir, files[f], label, err);
             free_strings(files, nfiles);
@@ -765,11 +724,11 @@ static int open_image_folder(dt_data_splits *out, const char *path, const dt_dat
     double frac = opt->validation_fraction < 0 ? 0.2 : opt->validation_fraction;
     if (!(frac < 1.0))
         return dt_errorf(err, DT_EINVAL, "validation fraction %g must be below 1", frac);
-    char *train_dir = path_join(path, "train", err), *test_dir = path_join(path, "test", err);
+    char *train_dir = dt_path_join_dup(path, "train", err), *test_dir = dt_path_join_dup(path, "test", err);
     if (!train_dir || !test_dir) {
         free(train_dir);
         free(test_dir);
-        return DT_ENOMEM;
+        return JOIN_FAILED(err);
     }
     int split_layout = is_dir(train_dir);
     const char *root = split_layout ? train_dir : path;
@@ -882,7 +841,7 @@ int dt_dataset_get(const dt_dataset *ds, size_t i, float *x, int32_t *label, dt_
     uint8_t *bytes = NULL, *pix = NULL;
     size_t len = 0;
     int ih = 0, iw = 0;
-    int rc = read_file(&bytes, &len, path, IMAGE_MAX_FILE, err);
+    int rc = dt_read_file(&bytes, &len, path, IMAGE_MAX_FILE, err);
     if (!rc) rc = dt_image_decode(&pix, &ih, &iw, bytes, len, ds->c, ds->h, ds->w, 0, path, err);
     free(bytes);
     if (!rc) rc = dt_resize_bilinear(x, ds->h, ds->w, pix, ih, iw, ds->c, 255.0f, err);

@@ -53,6 +53,8 @@ struct dt_loader {
     int64_t perm_epoch;
     size_t eval_cursor;      /* next shard position of the evaluation pass */
     int *codes;              /* [B] per-example result of the current fill */
+    float *scratch;          /* [B * example] augmentation's copies; NULL when it is off */
+    int h, w, c;
     dt_error *errs;          /* [B] */
 };
 
@@ -89,6 +91,10 @@ static void decode_rows(dt_loader *l, slot *s, size_t first, int m, int row0, in
         if (rc && replace && skippable(l, rc))
             rc = dt_errorf(&l->errs[k], DT_EFORMAT, "shard %d of %d: no decodable image among its %zu",
                            l->opt.shard_index, l->opt.shard_count, l->shard_len);
+        /* Training rows only: the draw is the example's own (augment.h), whatever row it fills. */
+        if (!rc && l->scratch)
+            dt_augment_apply(&l->opt.augment, x, l->scratch + (size_t)(row0 + k) * D, l->h, l->w, l->c,
+                             dt_augment_key(l->opt.seed, s->epoch, shard_example(l, j)));
         l->codes[k] = rc;
     }
 }
@@ -218,9 +224,13 @@ int dt_loader_create(dt_loader **out, const dt_dataset *ds, const dt_loader_opti
     atomic_init(&l->stop, 0);
     int h, w, c;
     dt_dataset_dims(ds, &h, &w, &c);
+    l->h = h, l->w = w, l->c = c;
     l->example_floats = (size_t)h * (size_t)w * (size_t)c;
     size_t B = (size_t)opt->batch_size;
-    int rc = 0;
+    int rc = opt->shuffle ? dt_augment_check(&opt->augment, h, w, err) : 0;
+    if (!rc && opt->shuffle && dt_augment_on(&opt->augment) &&
+        !(l->scratch = dt_alloc_floats(B * l->example_floats, "augmentation scratch", err)))
+        rc = DT_ENOMEM;
     for (int k = 0; k < 2 && !rc; k++) {
         l->slots[k].x = dt_alloc_floats(B * l->example_floats, "batch", err);
         l->slots[k].labels = dt_calloc(B, sizeof(int32_t), "batch labels", err);
@@ -314,6 +324,7 @@ void dt_loader_free(dt_loader *l) {
     }
     free(l->codes);
     free(l->errs);
+    free(l->scratch);
     free(l->perm);
     free(l);
 }

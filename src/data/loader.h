@@ -10,6 +10,7 @@
 #ifndef DT_DATA_LOADER_H
 #define DT_DATA_LOADER_H
 
+#include "data/augment.h"
 #include "data/dataset.h"
 
 typedef struct {
@@ -19,6 +20,7 @@ typedef struct {
     int shard_index, shard_count; /* 0 and 1 when not sharded */
     int decode_threads;      /* threads decoding one batch of an image folder; <= 0: 1 (the loader
                                 thread alone; see docs/data.md for the measurements) */
+    dt_augment augment;      /* training order only (data/augment.h); evaluation passes never */
 } dt_loader_options;
 
 typedef struct {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/text.h"
 
 #define MAX_TOKENS 32
 
@@ -53,31 +54,13 @@ const char *dt_layer_kind_name(dt_layer_kind kind) {
 
 /* ---- suggestions for misspelled words ---- */
 
-/* Levenshtein distance, capped: words longer than 63 bytes never get a suggestion. */
-static int edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63) return INT_MAX;
-    int prev[64], cur[64];
-    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        cur[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
-            int del = prev[j] + 1, ins = cur[j - 1] + 1;
-            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-        }
-        memcpy(prev, cur, sizeof(int) * (lb + 1));
-    }
-    return prev[lb];
-}
-
 /* Writes " (did you mean 'x'?)" for the closest candidate within reach, or " (expected one of:
  * a, b, c)" when nothing is close. */
 static void suggest(char *out, size_t cap, const char *word, const char *const *cands) {
     const char *best = NULL;
     int best_d = INT_MAX;
     for (int i = 0; cands[i]; i++) {
-        int d = edit_distance(word, cands[i]);
+        int d = dt_edit_distance(word, cands[i]);
         if (d < best_d) best_d = d, best = cands[i];
     }
     size_t lw = strlen(word);

@@ -75,6 +75,7 @@ typedef struct {
     float *params;            /* [n] the current values: own, or the current step's snapshot */
     float *own;               /* [n] the ps's private copy, when no snapshot buffer is free (and after INIT) */
     float *state;             /* [slots * n], slot-major as dt_opt_apply wants */
+    uint8_t *decay;           /* [n] 1 where weight decay applies (INIT's mask); NULL: no weight decay */
     dt_snap_pool snaps;
     int64_t step;             /* updates applied to this part */
     accum *acc;               /* sync: [staleness + 1], step t in acc[t % (staleness + 1)] */
@@ -160,7 +161,7 @@ static dt_wire_header reply_to(const ps_t *ps, dt_msg_type type, const dt_wire_h
     h.shard = (uint32_t)ps->cfg->ps_index;
     h.local_step = req->local_step;
     h.shard_floats = ps->n;
-    h.initialised = ps->initialised ? ps->generation : 0;
+    h.generation = ps->initialised ? ps->generation : 0;
     h.chunks = (uint8_t)ps->n_parts;
     int chunked = type == DT_MSG_PARAMS || type == DT_MSG_PUSH_ACK;
     if (chunked && req->chunk < ps->n_parts) {
@@ -248,7 +249,7 @@ static void advance(ps_t *ps, part_t *p, const float *grads) {
     part_trim(ps, p);
     dt_snap *b = dt_snap_claim(&p->snaps, p->step + 1);
     float *out = b ? b->data : p->own;
-    dt_opt_apply_to(&ps->opt, out, p->params, grads, p->state, p->n, p->step);
+    dt_opt_apply_to(&ps->opt, out, p->params, grads, p->state, p->decay, p->n, p->step);
     p->params = out;
     p->step++;
     part_trim(ps, p);
@@ -258,6 +259,7 @@ static void part_free(part_t *p, int aggregate_staleness) {
     dt_snap_pool_retire(&p->snaps);
     free(p->own);
     free(p->state);
+    free(p->decay);
     for (int i = 0; p->acc && i < aggregate_staleness; i++) {
         for (int k = 0; k < p->acc[i].count; k++) zmq_msg_close(&p->acc[i].grad[k]);
         free(p->acc[i].worker);
@@ -345,8 +347,8 @@ static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_w
     r.global_step = step;
     r.encoding = req->encoding;
     r.status = status;
-    r.count_a = waited_us > 0 ? (uint64_t)waited_us : 0;
-    r.count_b = stale;
+    r.params.waited_us = waited_us > 0 ? (uint64_t)waited_us : 0;
+    r.params.stale_count = stale;
     if (req->chunk == 0) ps->pulls++;
     dt_wire_send(ps->sock, identity, &r, &m, ZMQ_DONTWAIT, NULL);
 }
@@ -562,7 +564,7 @@ static void log_stale_summary(ps_t *ps) {
 
 /* The whole shard for a checkpoint: parameters, then the optimizer state slot-major, as INIT takes
  * them back (a restore is an INIT with this payload and step). global_step is the step every chunk
- * has reached, count_a the step of the chunk furthest ahead: they differ while a gradient is still
+ * has reached, state.step_max the step of the chunk furthest ahead: they differ while a gradient is still
  * arriving, and the client fetches again. */
 static void on_fetch(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     if (!check_ready(ps, id, in)) return;
@@ -589,7 +591,7 @@ static void on_fetch(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     }
     dt_wire_header r = reply_to(ps, DT_MSG_STATE, &in->hdr);
     put_optimizer(ps, &r);
-    r.count_a = (uint64_t)shard_step_max(ps);
+    r.state.step_max = (uint64_t)shard_step_max(ps);
     dt_wire_send(ps->sock, id, &r, &m, ZMQ_DONTWAIT, NULL);
 }
 
@@ -631,12 +633,14 @@ static void init_state_free(init_state *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Cuts the shard into chunks parts, each with its values and state from INIT's payload (params
- * [n] then state slot-major [slots][n]) and, in sync mode, its accumulators. */
-static int init_prepare(ps_t *ps, const dt_wire_header *h, const float *data, int slots, init_state *s) {
+/* Cuts the shard into chunks parts, each with its values, state and decay mask from INIT's payload
+ * (params [n], state slot-major [slots][n], the options block, the mask's bits; the mask is only
+ * kept with weight decay on) and, in sync mode, its accumulators. */
+static int init_prepare(ps_t *ps, const dt_wire_header *h, const float *data, int slots, int decays, init_state *s) {
     memset(s, 0, sizeof *s);
-    *s = (init_state){.n_parts = h->chunks, .aggregate = (int)h->count_a, .total = (int)h->count_b,
-                      .staleness = (int)h->count_c};
+    *s = (init_state){.n_parts = h->chunks, .aggregate = (int)h->init.replicas_to_aggregate,
+                      .total = (int)h->init.total_num_replicas,
+                      .staleness = (int)h->init.staleness};
     const size_t n = ps->n;
     size_t largest = 0;
     if (!(s->parts = dt_calloc((size_t)s->n_parts, sizeof *s->parts, "ps chunks", NULL))) goto oom;
@@ -653,6 +657,11 @@ static int init_prepare(ps_t *ps, const dt_wire_header *h, const float *data, in
         memcpy(p->own, data + p->off, p->n * sizeof(float));
         for (int k = 0; k < slots; k++)
             memcpy(p->state + (size_t)k * p->n, data + (size_t)(1 + k) * n + p->off, p->n * sizeof(float));
+        if (decays) {
+            if (!(p->decay = dt_calloc(p->n, 1, "ps decay mask", NULL))) goto oom;
+            const uint8_t *bits = (const uint8_t *)data + (size_t)(1 + slots) * n * sizeof(float) + DT_WIRE_OPTS_BYTES;
+            for (size_t i = 0; i < p->n; i++) p->decay[i] = (bits[(p->off + i) >> 3] >> ((p->off + i) & 7)) & 1;
+        }
         p->params = p->own;
         if (!s->aggregate) continue;
         if (!(p->acc = dt_calloc((size_t)s->staleness + 1, sizeof *p->acc, "ps accumulators", NULL))) goto oom;
@@ -724,6 +733,12 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     int slots = dt_opt_slots(&opt);
     /* Non-finite values would only show up later as a NaN loss, far from their source. */
     const float *data = zmq_msg_data(&in->payload);
+    dt_error oe = {0};
+    if (dt_wire_opts_decode(&opt.schedule, &opt.weight_decay, (const uint8_t *)data + (size_t)(1 + slots) * ps->n * 4,
+                            DT_WIRE_OPTS_BYTES, &oe)) {
+        refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, oe.msg);
+        return;
+    }
     size_t total = (size_t)(1 + slots) * ps->n, bad = dt_first_nonfinite(data, total);
     if (bad < total) {
         float v;
@@ -738,36 +753,38 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     }
     /* The payload may be misaligned (libzmq promises nothing): the parts are filled with memcpy. */
     init_state s;
-    if (init_prepare(ps, h, data, slots, &s)) {
+    if (init_prepare(ps, h, data, slots, opt.weight_decay != 0, &s)) {
         refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for the shard's chunks, optimizer state or accumulators");
         return;
     }
     /* PULLs held for a step of the old values: their workers pull again (a rollback). */
     if (ps->n_pending) {
         snprintf(msg, sizeof msg, "re-initialised by the chief at global step %lld (generation %u): pull again",
-                 (long long)h->global_step, h->initialised);
+                 (long long)h->global_step, h->generation);
         fail_pending(ps, DT_WIRE_E_RESYNC, msg);
     }
     init_commit(ps, &s);
     ps->slots = slots;
     ps->opt = opt;
-    ps->workers = (int)h->count_b;
+    ps->workers = (int)h->init.total_num_replicas;
     prune_done(ps);
     if (ps->peers) dt_peers_set_budget(ps->peers, peers_budget(ps));
     char mode[256] = "asynchronous";
     if (ps->aggregate)
         snprintf(mode, sizeof mode, "sync replicas: mean of %d of %d workers' gradients per step, staleness %d",
                  ps->aggregate, ps->total, ps->staleness);
-    if (ps->aggregate && h->local_step)
+    if (ps->aggregate && h->liveness_ms)
         snprintf(mode + strlen(mode), sizeof mode - strlen(mode), "; a worker silent %lld ms is lost%s",
-                 (long long)h->local_step, (h->flags & DT_WIRE_F_STRICT) ? " and stops the job (strict)" : "");
+                 (long long)h->liveness_ms, (h->flags & DT_WIRE_F_STRICT) ? " and stops the job (strict)" : "");
+    char sched[160];
+    dt_lr_describe(&opt.schedule, sched, sizeof sched);
     ps_log(ps, "%s by the chief (worker %u) at global step %lld (generation %u): %zu floats in %d chunk(s), %s, "
-           "learning rate %g, %s", ps->initialised ? "re-initialised" : "initialised", h->task,
-           (long long)h->global_step, h->initialised, ps->n, ps->n_parts, dt_opt_name(opt.kind),
-           (double)opt.learning_rate, mode);
+           "learning rate %g, schedule %s, weight decay %g, %s", ps->initialised ? "re-initialised" : "initialised",
+           h->task, (long long)h->global_step, h->generation, ps->n, ps->n_parts, dt_opt_name(opt.kind),
+           (double)opt.learning_rate, sched, (double)opt.weight_decay, mode);
     ps->initialised = 1;
-    ps->generation = h->initialised;
-    ps->liveness_us = ps->aggregate ? h->local_step * 1000 : 0;
+    ps->generation = h->generation;
+    ps->liveness_us = ps->aggregate ? h->liveness_ms * 1000 : 0;
     ps->strict = (h->flags & DT_WIRE_F_STRICT) != 0;
     ps->failed[0] = '\0';
     dt_wire_header r = reply_to(ps, DT_MSG_ACK, h);
@@ -794,7 +811,7 @@ static void push_reply(ps_t *ps, zmq_msg_t *id, dt_wire_in *in, int32_t status, 
     }
     dt_wire_header r = reply_to(ps, DT_MSG_PUSH_ACK, &in->hdr);
     r.status = status;
-    r.count_a = stale;
+    r.push_ack.stale_count = stale;
     dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
 }
 
@@ -1034,9 +1051,9 @@ static void handle(ps_t *ps, dt_wire_in *in) {
     case DT_MSG_FETCH: on_fetch(ps, id, in); return;
     case DT_MSG_STATUS: {
         dt_wire_header r = reply_to(ps, DT_MSG_STATUS_REPLY, h);
-        r.count_a = ps->updates;
-        r.count_b = ps->pulls;
-        r.count_c = ps->n_done;
+        r.status_reply.updates = ps->updates;
+        r.status_reply.params_replies = ps->pulls;
+        r.status_reply.workers_done = ps->n_done;
         dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
         return;
     }

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/finite.h"
 #include "supervisor/ckpt_index.h"
-#include "supervisor/fsutil.h"
+#include "io/fsutil.h"
 
 #define MAX_SLOTS 2
 #define NAME_CAP 80 /* a view name (< 48) + "/" + a slot name */

@@ -20,7 +20,7 @@
 #include "dtrain.h"
 #include "model/net.h"
 #include "supervisor/ckpt_index.h"
-#include "supervisor/safetensors.h"
+#include "io/safetensors.h"
 
 #define DT_CKPT_STEP_TENSOR "global_step"
 

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "supervisor/fsutil.h"
+#include "io/fsutil.h"
 
 void dt_ckpt_free_paths(char **paths, int n) {
     for (int i = 0; i < n; i++) free(paths[i]);

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "supervisor/events.h"
-#include "supervisor/fsutil.h"
+#include "io/events.h"
+#include "io/fsutil.h"
 
 struct dt_summary {
     dt_event_writer *w[2]; /* train, test */
@@ -40,10 +40,10 @@ static int scalars(dt_event_writer *w, int64_t step, const char *const *tags, co
 }
 
 int dt_summary_train(dt_summary *s, int64_t global_step, double cost, double accuracy, double steps_per_sec,
-                     double examples_per_sec, dt_error *err) {
-    static const char *const tags[] = {"cost", "accuracy", "global_step/sec", "examples/sec"};
-    double v[] = {cost, accuracy, steps_per_sec, examples_per_sec};
-    return scalars(s->w[0], global_step, tags, v, 4, err);
+                     double examples_per_sec, double learning_rate, dt_error *err) {
+    static const char *const tags[] = {"cost", "accuracy", "global_step/sec", "examples/sec", "learning_rate"};
+    double v[] = {cost, accuracy, steps_per_sec, examples_per_sec, learning_rate};
+    return scalars(s->w[0], global_step, tags, v, 5, err);
 }
 
 int dt_summary_test(dt_summary *s, int64_t global_step, double cost, double accuracy, dt_error *err) {

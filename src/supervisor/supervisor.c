@@ -7,7 +7,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
-#include "supervisor/fsutil.h"
+#include "io/fsutil.h"
 #include "supervisor/summary.h"
 
 struct dt_supervisor {
@@ -186,9 +186,12 @@ void dt_supervisor_summary_train(dt_supervisor *s, int64_t global_step, double c
     double steps_per_sec = dt > 0 ? (double)(global_step - s->rate_step) / dt : 0;
     s->rate_step = global_step;
     s->rate_time = now;
+    /* The rate of the update at this global step, as every ps computes it (compute/schedule.h). */
+    const dt_opt_config *o = s->cfg.run.opt;
+    double lr = o ? (double)dt_lr_at(&o->schedule, o->learning_rate, global_step) : 0;
     dt_error e = {0};
     if (dt_summary_train(s->summary, global_step, cost, accuracy, steps_per_sec,
-                         steps_per_sec * s->cfg.examples_per_step, &e))
+                         steps_per_sec * s->cfg.examples_per_step, lr, &e))
         summary_failed(s, &e);
 }
 

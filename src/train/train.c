@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "cluster/cluster.h"
+#include "cluster/manager.h"
 #include "cluster/placement.h"
 #include "compute/kernels.h"
 #include "compute/optim.h"
@@ -22,7 +23,7 @@
 #include "train/evaluate.h"
 #include "train/progress.h"
 #include "train/train_debug.h"
-#include "train/updater.h"
+#include "update/updater.h"
 #include "transport/auth.h"
 #include "worker/remote.h"
 
@@ -38,6 +39,7 @@ void dt_train_options_init(dt_train_options *o) {
     o->placement = "greedy";
     o->compression = "none";
     o->chunk_kb = (int)(DT_WIRE_CHUNK_BYTES_DEFAULT >> 10);
+    o->base_port = DT_BASE_PORT_DEFAULT;
     o->connect_timeout_ms = 60000;
     o->ps_timeout_ms = 120000;
     o->idle_timeout_ms = 600000;
@@ -98,6 +100,51 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     return DT_OK;
 }
 
+/* The run's optimizer: kind and rate, the learning-rate schedule and weight decay (README,
+ * "Training options"). total: the run's global steps, which cosine's decay spans after the warmup
+ * unless --lr_decay_steps says otherwise. */
+static int opt_from_options(const dt_train_options *o, int64_t total, dt_opt_config *c, dt_error *err) {
+    int rc = dt_opt_config_init(c, o->optimizer, o->learning_rate, err);
+    if (rc) return rc;
+    dt_lr_schedule *s = &c->schedule;
+    if ((rc = dt_lr_kind_parse(o->lr_schedule && *o->lr_schedule ? o->lr_schedule : "constant", &s->kind, err)))
+        return rc;
+    int lists = (o->lr_boundaries && *o->lr_boundaries) || (o->lr_values && *o->lr_values);
+    if (s->kind == DT_LR_PIECEWISE) {
+        if (!(o->lr_boundaries && *o->lr_boundaries && o->lr_values && *o->lr_values))
+            return dt_errorf(err, DT_EINVAL, "--lr_schedule piecewise needs --lr_boundaries and --lr_values");
+        if ((rc = dt_lr_parse_boundaries(s, o->lr_boundaries, err)) || (rc = dt_lr_parse_values(s, o->lr_values, err)))
+            return rc;
+    } else if (lists) {
+        return dt_errorf(err, DT_EINVAL, "--lr_boundaries and --lr_values need --lr_schedule piecewise");
+    }
+    if (s->kind == DT_LR_EXPONENTIAL && (!o->lr_decay_steps || !o->lr_decay_rate))
+        return dt_errorf(err, DT_EINVAL, "--lr_schedule exponential needs --lr_decay_steps and --lr_decay_rate");
+    s->staircase = o->lr_staircase;
+    s->decay_steps = o->lr_decay_steps;
+    s->decay_rate = (float)o->lr_decay_rate;
+    s->alpha = (float)o->lr_alpha;
+    s->warmup_steps = o->warmup_steps;
+    if (s->kind == DT_LR_COSINE && !s->decay_steps) {
+        if (s->warmup_steps >= total)
+            return dt_errorf(err, DT_EINVAL, "--warmup_steps %lld leaves nothing of the run's %lld steps to decay over "
+                             "(give --lr_decay_steps)", (long long)s->warmup_steps, (long long)total);
+        s->decay_steps = total - s->warmup_steps;
+    }
+    if ((rc = dt_lr_schedule_check(s, err))) return rc;
+    if (!(o->weight_decay >= 0 && o->weight_decay <= DT_WIRE_MAX_WEIGHT_DECAY))
+        return dt_errorf(err, DT_EINVAL, "--weight_decay must be in 0..%g, got %g", (double)DT_WIRE_MAX_WEIGHT_DECAY,
+                         o->weight_decay);
+    if (o->weight_decay_biases && !o->weight_decay)
+        return dt_errorf(err, DT_EINVAL, "--weight_decay_biases needs --weight_decay");
+    c->weight_decay = (float)o->weight_decay;
+    c->decay_rank1 = o->weight_decay_biases;
+    if (!(o->clip_gradient_norm >= 0 && o->clip_gradient_norm <= 1e30))
+        return dt_errorf(err, DT_EINVAL, "--clip_gradient_norm must be a non-negative number, got %g",
+                         o->clip_gradient_norm);
+    return DT_OK;
+}
+
 /* --debug_dump_params: the final parameters as raw little-endian float32, for tests that compare
  * runs bit for bit. */
 static int dump_params(const char *path, const dt_net *net, dt_error *err) {
@@ -154,6 +201,29 @@ static int load_auth(dt_auth *a, const dt_train_options *o, const dt_cluster *c,
 static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt_train_result *res,
                       dt_error *err);
 
+/* The precedence (docs/cluster.md): the four cluster flags; else --num_ps, the cluster manager's
+ * environment; else TF_CONFIG; else this process alone. */
+static int resolve_cluster(dt_cluster *c, const dt_train_options *o, dt_error *err) {
+    if (o->num_ps <= 0) {
+        if (o->rendezvous && *o->rendezvous)
+            return dt_errorf(err, DT_EINVAL, "--rendezvous needs --num_ps (the cluster from mpirun's environment)");
+        const char *tf = getenv("TF_CONFIG");
+        int rc = dt_cluster_resolve(c, o->ps_hosts, o->worker_hosts, o->job_name, o->task_index, tf, err);
+        if (!rc && tf && *tf && !strcmp(c->source, "flags"))
+            snprintf(c->origin, sizeof c->origin, "--ps_hosts/--worker_hosts/--job_name/--task_index; TF_CONFIG "
+                     "ignored (the flags win)");
+        return rc;
+    }
+    const char *given = o->ps_hosts ? "--ps_hosts" : o->worker_hosts ? "--worker_hosts" : o->job_name ? "--job_name"
+                        : o->task_index ? "--task_index" : NULL;
+    if (given)
+        return dt_errorf(err, DT_EINVAL, "--num_ps: derives the cluster from the cluster manager's environment, "
+                         "but %s defines it too: give one or the other", given);
+    dt_manager_options m = {.num_ps = o->num_ps, .base_port = o->base_port, .rendezvous = o->rendezvous,
+                            .deadline_ms = o->connect_timeout_ms};
+    return dt_cluster_from_manager(c, &m, err);
+}
+
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
     return dt_train_debug_run(o, NULL, log, res, err);
 }
@@ -173,17 +243,19 @@ int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FIL
     if (!rc) rc = check_debug(dbg, err);
     if (rc) return rc;
 
+    /* The flags checked up front (a ps too); the run's length is known later, so cosine's default
+     * decay is checked again then. */
     dt_opt_config opt;
-    if ((rc = dt_opt_config_init(&opt, o->optimizer, o->learning_rate, err))) return rc;
+    if ((rc = opt_from_options(o, o->train_steps > 0 ? o->train_steps : o->warmup_steps + 1, &opt, err))) return rc;
+    dt_augment aug;
+    if ((rc = dt_augment_parse(&aug, o->augment, err))) return rc;
     dt_place_strategy strategy;
     if ((rc = dt_place_strategy_parse(o->placement ? o->placement : "greedy", &strategy, err))) return rc;
     dt_kernels_set_threads(o->threads);
 
     run_state r = {.dbg = dbg};
     dt_cluster_single(&r.cluster);
-    if ((rc = dt_cluster_resolve(&r.cluster, o->ps_hosts, o->worker_hosts, o->job_name, o->task_index,
-                                 getenv("TF_CONFIG"), err)))
-        goto out;
+    if ((rc = resolve_cluster(&r.cluster, o, err))) goto out;
     if (r.cluster.distributed && r.cluster.n_ps < 1) {
         rc = dt_errorf(err, DT_EINVAL, "--ps_hosts: a cluster needs at least one ps task");
         goto out;
@@ -201,6 +273,7 @@ int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FIL
         char desc[512];
         dt_cluster_describe(&r.cluster, desc, sizeof desc);
         fprintf(log, "cluster: %s\n", desc);
+        if (r.cluster.origin[0]) fprintf(log, "cluster from %s: %s\n", r.cluster.source, r.cluster.origin);
     }
     if (o->dry_run) {
         fprintf(log, "model %s: %zu parameters in %d variables\n", dt_net_spec(r.net)->name,
@@ -251,8 +324,6 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
     FILE *log = r->log = dt_progress_wrap(&r->prog, log_out);
     const dt_cluster *c = &r->cluster;
     if (!o->data_path || !*o->data_path) return dt_errorf(err, DT_EINVAL, "--data: no data path given");
-    dt_opt_config opt;
-    if ((rc = dt_opt_config_init(&opt, o->optimizer, o->learning_rate, err))) return rc;
     const dt_model_spec *spec = dt_net_spec(r->net);
     dt_data_options dopt = {.h = spec->in_h, .w = spec->in_w, .c = spec->in_c,
                             .validation_fraction = o->validation_fraction, .seed = o->seed,
@@ -267,6 +338,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
     int n_workers = c->distributed ? c->n_workers : 1, shard = c->distributed ? c->task_index : 0;
     dt_loader_options lo = {.batch_size = o->batch_size, .shuffle = 1, .seed = o->seed,
                             .shard_index = shard, .shard_count = n_workers};
+    if ((rc = dt_augment_parse(&lo.augment, o->augment, err))) return rc;
     if ((rc = dt_loader_create(&r->loader, r->data.train, &lo, err))) return rc;
     int64_t per_epoch = dt_loader_batches_per_epoch(r->loader);
     if (per_epoch < 1)
@@ -287,6 +359,8 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
      * a sync step takes one batch from every worker (n*B examples). */
     int64_t global_per_epoch = sync ? per_epoch : per_epoch * n_workers;
     int64_t total = o->train_steps > 0 ? o->train_steps : (int64_t)ceil(o->epochs * (double)global_per_epoch);
+    dt_opt_config opt;
+    if ((rc = opt_from_options(o, total, &opt, err))) return rc;
 
     if (c->distributed) {
         dt_encoding compression; /* checked by check_options */
@@ -314,7 +388,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
                                    .auth = r->auth.curve ? &r->auth : NULL};
         rc = dt_remote_updater_create(&r->updater, &rc_cfg, err);
     } else {
-        rc = dt_local_updater_create(&r->updater, &opt, dt_net_param_count(r->net), err);
+        rc = dt_local_updater_create(&r->updater, &opt, r->net, err);
     }
     if (rc) return rc;
 
@@ -357,6 +431,12 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
             dt_dataset_size(r->data.validation), dt_dataset_size(r->data.test), dt_opt_name(opt.kind),
             (double)opt.learning_rate, o->batch_size, (long long)total, (double)total / (double)global_per_epoch,
             dt_kernels_get_threads(), role);
+    char sched[160], clip[64] = "none";
+    dt_lr_describe(&opt.schedule, sched, sizeof sched);
+    if (o->clip_gradient_norm > 0) snprintf(clip, sizeof clip, "global norm %g", o->clip_gradient_norm);
+    fprintf(log, "learning rate schedule %s, weight decay %g%s, gradient clipping %s, augmentation %s\n", sched,
+            (double)opt.weight_decay, opt.weight_decay && !opt.decay_rank1 ? " (kernels only)" : "", clip,
+            o->augment && *o->augment ? o->augment : "none");
     fflush(log);
     if ((rc = dt_supervisor_started(r->supervisor, global_step, err))) return rc;
 
@@ -399,6 +479,9 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
                 break;
             }
             dt_net_backward(r->net);
+            /* The whole gradient, before it is applied here or cut into shards and pushed. */
+            if (o->clip_gradient_norm > 0)
+                dt_clip_global_norm(dt_net_grads(r->net), dt_net_param_count(r->net), (float)o->clip_gradient_norm);
         }
         if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? global_step : local_step, &global_step, err)))
             break;

@@ -4,48 +4,19 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "io/bytes.h"
 
 /* Byte offsets of the header fields (docs/protocol.md has the same table). */
 enum {
     OFF_MAGIC = 0, OFF_VERSION = 4, OFF_TYPE = 6, OFF_FLAGS = 7, OFF_ROLE = 8, OFF_CHUNK = 9,
     OFF_TASK = 10, OFF_REQUEST = 12, OFF_GSTEP = 16, OFF_LSTEP = 24, OFF_PAYLOAD = 32,
     OFF_SHARD = 40, OFF_STATUS = 44, OFF_SHARD_FLOATS = 48, OFF_OPT_KIND = 56, OFF_OPT_SLOTS = 57,
-    OFF_INIT = 58, OFF_CHUNKS = 59, OFF_LR = 60, OFF_MOMENTUM = 64, OFF_BETA1 = 68, OFF_BETA2 = 72,
-    OFF_EPSILON = 76, OFF_COUNT_A = 80, OFF_COUNT_B = 88, OFF_COUNT_C = 96,
+    OFF_GENERATION = 58, OFF_CHUNKS = 59, OFF_LR = 60, OFF_MOMENTUM = 64, OFF_BETA1 = 68, OFF_BETA2 = 72,
+    OFF_EPSILON = 76, OFF_COUNTERS = 80, /* 3 x u64 */
 };
-_Static_assert(OFF_COUNT_C + 8 == DT_WIRE_HEADER_SIZE, "header layout and size disagree");
+_Static_assert(OFF_COUNTERS + 24 == DT_WIRE_HEADER_SIZE, "header layout and size disagree");
 
 #define OPT_KINDS 3 /* sgd, momentum, adam: dt_opt_kind values 0..2 */
-
-static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_f32(uint8_t *p, float f) {
-    uint32_t v;
-    memcpy(&v, &f, 4);
-    put_u32(p, v);
-}
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static uint32_t get_u32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static float get_f32(const uint8_t *p) {
-    uint32_t v = get_u32(p);
-    float f;
-    memcpy(&f, &v, 4);
-    return f;
-}
 
 dt_wire_header dt_wire_header_make(dt_msg_type type, dt_wire_role role, uint16_t task,
                                    uint32_t request_id) {
@@ -66,31 +37,29 @@ dt_wire_header dt_wire_header_make(dt_msg_type type, dt_wire_role role, uint16_t
 void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
     memset(out, 0, DT_WIRE_HEADER_SIZE);
     memcpy(out + OFF_MAGIC, DT_WIRE_MAGIC, 4);
-    put_u16(out + OFF_VERSION, DT_WIRE_VERSION);
+    dt_put_u16(out + OFF_VERSION, DT_WIRE_VERSION);
     out[OFF_TYPE] = h->type;
     out[OFF_FLAGS] = (uint8_t)(h->flags | (h->encoding << DT_WIRE_ENC_SHIFT));
     out[OFF_ROLE] = h->role;
-    put_u16(out + OFF_TASK, h->task);
-    put_u32(out + OFF_REQUEST, h->request_id);
-    put_u64(out + OFF_GSTEP, (uint64_t)h->global_step);
-    put_u64(out + OFF_LSTEP, (uint64_t)h->local_step);
-    put_u64(out + OFF_PAYLOAD, h->payload_bytes);
-    put_u32(out + OFF_SHARD, h->shard);
-    put_u32(out + OFF_STATUS, (uint32_t)h->status);
-    put_u64(out + OFF_SHARD_FLOATS, h->shard_floats);
+    dt_put_u16(out + OFF_TASK, h->task);
+    dt_put_u32(out + OFF_REQUEST, h->request_id);
+    dt_put_u64(out + OFF_GSTEP, (uint64_t)h->global_step);
+    dt_put_u64(out + OFF_LSTEP, (uint64_t)h->local_step);
+    dt_put_u64(out + OFF_PAYLOAD, h->payload_bytes);
+    dt_put_u32(out + OFF_SHARD, h->shard);
+    dt_put_u32(out + OFF_STATUS, (uint32_t)h->status);
+    dt_put_u64(out + OFF_SHARD_FLOATS, h->shard_floats);
     out[OFF_OPT_KIND] = h->opt_kind;
     out[OFF_OPT_SLOTS] = h->opt_slots;
-    out[OFF_INIT] = h->initialised;
+    out[OFF_GENERATION] = h->generation;
     out[OFF_CHUNK] = h->chunk;
     out[OFF_CHUNKS] = h->chunks;
-    put_f32(out + OFF_LR, h->learning_rate);
-    put_f32(out + OFF_MOMENTUM, h->momentum);
-    put_f32(out + OFF_BETA1, h->beta1);
-    put_f32(out + OFF_BETA2, h->beta2);
-    put_f32(out + OFF_EPSILON, h->epsilon);
-    put_u64(out + OFF_COUNT_A, h->count_a);
-    put_u64(out + OFF_COUNT_B, h->count_b);
-    put_u64(out + OFF_COUNT_C, h->count_c);
+    dt_put_f32(out + OFF_LR, h->learning_rate);
+    dt_put_f32(out + OFF_MOMENTUM, h->momentum);
+    dt_put_f32(out + OFF_BETA1, h->beta1);
+    dt_put_f32(out + OFF_BETA2, h->beta2);
+    dt_put_f32(out + OFF_EPSILON, h->epsilon);
+    for (int i = 0; i < 3; i++) dt_put_u64(out + OFF_COUNTERS + 8 * i, h->counters[i]);
 }
 
 int dt_wire_type_has_payload(uint8_t type) {
@@ -111,22 +80,22 @@ static uint8_t allowed_flags(uint8_t type) {
 /* INIT's sync configuration: asynchronous (aggregate 0, staleness 0, total = the workers, 0 if
  * not told), or 1 <= aggregate <= total <= the replica limit and a staleness within its limit. */
 static int check_sync_config(const dt_wire_header *h, dt_error *err) {
-    if (h->count_a == 0) {
-        if (h->count_c)
+    if (h->init.replicas_to_aggregate == 0) {
+        if (h->init.staleness)
             return dt_errorf(err, DT_EFORMAT, "INIT header: asynchronous (replicas_to_aggregate 0) with "
-                             "staleness %llu (must be 0)", (unsigned long long)h->count_c);
-        if (h->count_b > DT_WIRE_MAX_REPLICAS)
+                             "staleness %llu (must be 0)", (unsigned long long)h->init.staleness);
+        if (h->init.total_num_replicas > DT_WIRE_MAX_REPLICAS)
             return dt_errorf(err, DT_EFORMAT, "INIT header: %llu workers, beyond the limit %u",
-                             (unsigned long long)h->count_b, DT_WIRE_MAX_REPLICAS);
+                             (unsigned long long)h->init.total_num_replicas, DT_WIRE_MAX_REPLICAS);
         return DT_OK;
     }
-    if (h->count_b < h->count_a || h->count_b > DT_WIRE_MAX_REPLICAS)
+    if (h->init.total_num_replicas < h->init.replicas_to_aggregate || h->init.total_num_replicas > DT_WIRE_MAX_REPLICAS)
         return dt_errorf(err, DT_EFORMAT, "INIT header: total_num_replicas %llu must be in %llu..%u "
-                         "(replicas_to_aggregate..limit)", (unsigned long long)h->count_b,
-                         (unsigned long long)h->count_a, DT_WIRE_MAX_REPLICAS);
-    if (h->count_c > DT_WIRE_MAX_STALENESS)
+                         "(replicas_to_aggregate..limit)", (unsigned long long)h->init.total_num_replicas,
+                         (unsigned long long)h->init.replicas_to_aggregate, DT_WIRE_MAX_REPLICAS);
+    if (h->init.staleness > DT_WIRE_MAX_STALENESS)
         return dt_errorf(err, DT_EFORMAT, "INIT header: staleness %llu beyond the limit %u",
-                         (unsigned long long)h->count_c, DT_WIRE_MAX_STALENESS);
+                         (unsigned long long)h->init.staleness, DT_WIRE_MAX_STALENESS);
     return DT_OK;
 }
 
@@ -160,7 +129,7 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
         return dt_errorf(err, DT_EFORMAT,
                          "not a dtrain message: bad magic %02x %02x %02x %02x (expected \"DTRN\")",
                          p[0], p[1], p[2], p[3]);
-    uint16_t version = get_u16(p + OFF_VERSION);
+    uint16_t version = dt_get_u16(p + OFF_VERSION);
     if (version != DT_WIRE_VERSION)
         return dt_errorf(err, DT_EPROTO,
                          "peer speaks dtrain protocol version %u, this program speaks version %u",
@@ -174,27 +143,25 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     h.flags = (uint8_t)(p[OFF_FLAGS] & ~DT_WIRE_ENC_MASK);
     h.encoding = (uint8_t)((p[OFF_FLAGS] & DT_WIRE_ENC_MASK) >> DT_WIRE_ENC_SHIFT);
     h.role = p[OFF_ROLE];
-    h.task = get_u16(p + OFF_TASK);
-    h.request_id = get_u32(p + OFF_REQUEST);
-    h.global_step = (int64_t)get_u64(p + OFF_GSTEP);
-    h.local_step = (int64_t)get_u64(p + OFF_LSTEP);
-    h.payload_bytes = get_u64(p + OFF_PAYLOAD);
-    h.shard = get_u32(p + OFF_SHARD);
-    h.status = (int32_t)get_u32(p + OFF_STATUS);
-    h.shard_floats = get_u64(p + OFF_SHARD_FLOATS);
+    h.task = dt_get_u16(p + OFF_TASK);
+    h.request_id = dt_get_u32(p + OFF_REQUEST);
+    h.global_step = (int64_t)dt_get_u64(p + OFF_GSTEP);
+    h.local_step = (int64_t)dt_get_u64(p + OFF_LSTEP);
+    h.payload_bytes = dt_get_u64(p + OFF_PAYLOAD);
+    h.shard = dt_get_u32(p + OFF_SHARD);
+    h.status = (int32_t)dt_get_u32(p + OFF_STATUS);
+    h.shard_floats = dt_get_u64(p + OFF_SHARD_FLOATS);
     h.opt_kind = p[OFF_OPT_KIND];
     h.opt_slots = p[OFF_OPT_SLOTS];
-    h.initialised = p[OFF_INIT];
+    h.generation = p[OFF_GENERATION];
     h.chunk = p[OFF_CHUNK];
     h.chunks = p[OFF_CHUNKS];
-    h.learning_rate = get_f32(p + OFF_LR);
-    h.momentum = get_f32(p + OFF_MOMENTUM);
-    h.beta1 = get_f32(p + OFF_BETA1);
-    h.beta2 = get_f32(p + OFF_BETA2);
-    h.epsilon = get_f32(p + OFF_EPSILON);
-    h.count_a = get_u64(p + OFF_COUNT_A);
-    h.count_b = get_u64(p + OFF_COUNT_B);
-    h.count_c = get_u64(p + OFF_COUNT_C);
+    h.learning_rate = dt_get_f32(p + OFF_LR);
+    h.momentum = dt_get_f32(p + OFF_MOMENTUM);
+    h.beta1 = dt_get_f32(p + OFF_BETA1);
+    h.beta2 = dt_get_f32(p + OFF_BETA2);
+    h.epsilon = dt_get_f32(p + OFF_EPSILON);
+    for (int i = 0; i < 3; i++) h.counters[i] = dt_get_u64(p + OFF_COUNTERS + 8 * i);
 
     if (h.type < 1 || h.type > DT_MSG_TYPE_MAX)
         return dt_errorf(err, DT_EFORMAT, "unknown message type %u (byte %d)", h.type, OFF_TYPE);
@@ -234,8 +201,8 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
     if (h.shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
         return dt_errorf(err, DT_EFORMAT, "%s header: shard of %llu floats is beyond the limit %llu", tn,
                          (unsigned long long)h.shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
-    if (h.type == DT_MSG_INIT && h.initialised == 0)
-        return dt_errorf(err, DT_EFORMAT, "INIT header: generation 0 (byte %d must be 1..255)", OFF_INIT);
+    if (h.type == DT_MSG_INIT && h.generation == 0)
+        return dt_errorf(err, DT_EFORMAT, "INIT header: generation 0 (byte %d must be 1..255)", OFF_GENERATION);
     if (h.type == DT_MSG_INIT || h.type == DT_MSG_WELCOME || h.type == DT_MSG_STATE) {
         int rc = check_optimizer(&h, err);
         if (rc) return rc;
@@ -251,7 +218,7 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
 uint32_t dt_wire_peek_request_id(const void *buf, size_t len) {
     const uint8_t *p = buf;
     if (len < OFF_REQUEST + 4 || memcmp(p + OFF_MAGIC, DT_WIRE_MAGIC, 4) != 0) return 0;
-    return get_u32(p + OFF_REQUEST);
+    return dt_get_u32(p + OFF_REQUEST);
 }
 
 int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_error *err) {
@@ -274,7 +241,8 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
         if (h->opt_slots > DT_WIRE_MAX_SLOTS)
             return dt_errorf(err, DT_EFORMAT, "%s header: %u optimizer slots, at most %u", tn, h->opt_slots,
                              DT_WIRE_MAX_SLOTS);
-        want = (1 + (uint64_t)h->opt_slots) * shard_floats * 4;
+        want = h->type == DT_MSG_INIT ? dt_wire_init_bytes(h->opt_slots, shard_floats)
+                                      : (1 + (uint64_t)h->opt_slots) * shard_floats * 4;
         break;
     case DT_MSG_ERROR:
         if (h->payload_bytes > DT_WIRE_MAX_ERROR_TEXT)
@@ -306,8 +274,74 @@ unsigned dt_wire_chunks_for(uint64_t shard_floats, uint64_t chunk_bytes) {
     return k < 1 ? 1 : k > DT_WIRE_MAX_CHUNKS ? DT_WIRE_MAX_CHUNKS : (unsigned)k;
 }
 
+uint64_t dt_wire_init_bytes(unsigned opt_slots, uint64_t shard_floats) {
+    return (1 + (uint64_t)opt_slots) * shard_floats * 4 + DT_WIRE_OPTS_BYTES + (shard_floats + 7) / 8;
+}
+
+/* Offsets in the INIT options block (docs/protocol.md has the same table). */
+enum {
+    OPT_KIND = 0, OPT_STAIRCASE = 1, OPT_NBOUND = 2, OPT_RESERVED0 = 3, OPT_WD = 4, OPT_DECAY_STEPS = 8,
+    OPT_DECAY_RATE = 16, OPT_ALPHA = 20, OPT_WARMUP = 24, OPT_BOUNDARIES = 32,
+    OPT_VALUES = OPT_BOUNDARIES + 8 * DT_LR_MAX_BOUNDARIES, OPT_RESERVED1 = OPT_VALUES + 4 * (DT_LR_MAX_BOUNDARIES + 1),
+};
+_Static_assert(OPT_RESERVED1 + 4 == DT_WIRE_OPTS_BYTES, "INIT options layout and size disagree");
+
+void dt_wire_opts_encode(uint8_t *out, const dt_lr_schedule *s, float weight_decay) {
+    memset(out, 0, DT_WIRE_OPTS_BYTES);
+    out[OPT_KIND] = (uint8_t)s->kind;
+    out[OPT_STAIRCASE] = (uint8_t)(s->staircase != 0);
+    out[OPT_NBOUND] = (uint8_t)s->n_boundaries;
+    dt_put_f32(out + OPT_WD, weight_decay);
+    dt_put_u64(out + OPT_DECAY_STEPS, (uint64_t)s->decay_steps);
+    dt_put_f32(out + OPT_DECAY_RATE, s->decay_rate);
+    dt_put_f32(out + OPT_ALPHA, s->alpha);
+    dt_put_u64(out + OPT_WARMUP, (uint64_t)s->warmup_steps);
+    for (int i = 0; i < DT_LR_MAX_BOUNDARIES; i++) dt_put_u64(out + OPT_BOUNDARIES + 8 * i, (uint64_t)s->boundaries[i]);
+    for (int i = 0; i <= DT_LR_MAX_BOUNDARIES; i++) dt_put_f32(out + OPT_VALUES + 4 * i, s->values[i]);
+}
+
+int dt_wire_opts_decode(dt_lr_schedule *s, float *weight_decay, const void *buf, size_t len, dt_error *err) {
+    const uint8_t *p = buf;
+    memset(s, 0, sizeof *s);
+    if (len != DT_WIRE_OPTS_BYTES)
+        return dt_errorf(err, DT_EFORMAT, "INIT options: %zu bytes, expected %u", len, DT_WIRE_OPTS_BYTES);
+    if (p[OPT_KIND] >= DT_LR_KINDS)
+        return dt_errorf(err, DT_EFORMAT, "INIT options: unknown schedule %u (byte %d)", p[OPT_KIND], OPT_KIND);
+    if (p[OPT_STAIRCASE] > 1)
+        return dt_errorf(err, DT_EFORMAT, "INIT options: staircase %u (byte %d must be 0 or 1)", p[OPT_STAIRCASE],
+                         OPT_STAIRCASE);
+    if (p[OPT_NBOUND] > DT_LR_MAX_BOUNDARIES)
+        return dt_errorf(err, DT_EFORMAT, "INIT options: %u boundaries, at most %d (byte %d)", p[OPT_NBOUND],
+                         DT_LR_MAX_BOUNDARIES, OPT_NBOUND);
+    if (p[OPT_RESERVED0] || dt_get_u32(p + OPT_RESERVED1))
+        return dt_errorf(err, DT_EFORMAT, "INIT options: reserved bytes %d and %d..%d must be 0", OPT_RESERVED0,
+                         OPT_RESERVED1, OPT_RESERVED1 + 3);
+    s->kind = (dt_lr_kind)p[OPT_KIND];
+    s->staircase = p[OPT_STAIRCASE];
+    s->n_boundaries = p[OPT_NBOUND];
+    float wd = dt_get_f32(p + OPT_WD);
+    uint64_t ds = dt_get_u64(p + OPT_DECAY_STEPS), ws = dt_get_u64(p + OPT_WARMUP);
+    /* Beyond 2^50 a step count is refused by the schedule's check: keep the cast from wrapping. */
+    s->decay_steps = ds > (uint64_t)DT_LR_MAX_STEPS ? DT_LR_MAX_STEPS + 1 : (int64_t)ds;
+    s->warmup_steps = ws > (uint64_t)DT_LR_MAX_STEPS ? DT_LR_MAX_STEPS + 1 : (int64_t)ws;
+    s->decay_rate = dt_get_f32(p + OPT_DECAY_RATE);
+    s->alpha = dt_get_f32(p + OPT_ALPHA);
+    for (int i = 0; i < DT_LR_MAX_BOUNDARIES; i++) {
+        uint64_t b = dt_get_u64(p + OPT_BOUNDARIES + 8 * i);
+        s->boundaries[i] = b > (uint64_t)DT_LR_MAX_STEPS ? DT_LR_MAX_STEPS + 1 : (int64_t)b;
+    }
+    for (int i = 0; i <= DT_LR_MAX_BOUNDARIES; i++) s->values[i] = dt_get_f32(p + OPT_VALUES + 4 * i);
+    if (!(wd >= 0 && wd <= DT_WIRE_MAX_WEIGHT_DECAY))
+        return dt_errorf(err, DT_EFORMAT, "INIT options: weight decay %g is not in 0..%g", (double)wd,
+                         (double)DT_WIRE_MAX_WEIGHT_DECAY);
+    int rc = dt_lr_schedule_check(s, err);
+    if (rc) return dt_error_wrap(err, DT_EFORMAT, "INIT options: ");
+    *weight_decay = wd;
+    return DT_OK;
+}
+
 uint64_t dt_wire_max_frame(uint64_t shard_floats) {
-    uint64_t init = (1 + (uint64_t)DT_WIRE_MAX_SLOTS) * shard_floats * 4;
+    uint64_t init = dt_wire_init_bytes(DT_WIRE_MAX_SLOTS, shard_floats);
     uint64_t m = DT_WIRE_HEADER_SIZE > DT_WIRE_MAX_ERROR_TEXT ? DT_WIRE_HEADER_SIZE : DT_WIRE_MAX_ERROR_TEXT;
     return init > m ? init : m;
 }

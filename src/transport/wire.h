@@ -17,11 +17,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compute/schedule.h"
 #include "dtrain.h"
 #include "transport/compress.h"
 
 #define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
-#define DT_WIRE_VERSION 6u              /* 6: 16-bit encodings of PUSH and PARAMS (docs/protocol.md) */
+#define DT_WIRE_VERSION 7u              /* 7: INIT carries the training options (docs/protocol.md) */
 #define DT_WIRE_HEADER_SIZE 104u
 #define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
 #define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
@@ -49,7 +50,8 @@
 typedef enum {
     DT_MSG_HELLO = 1,      /* client -> ps: version and role check; shard_floats = expected (0 any) */
     DT_MSG_WELCOME = 2,    /* ps -> client: shard_floats, initialised, global_step, optimizer */
-    DT_MSG_INIT = 3,       /* chief -> ps: payload params[n] ++ state[slots*n]; optimizer in header */
+    DT_MSG_INIT = 3,       /* chief -> ps: payload params[n] ++ state[slots*n] ++ options ++ decay bits;
+                            * optimizer in header */
     DT_MSG_ACK = 4,        /* ps -> client: INIT or SHUTDOWN done; global_step */
     DT_MSG_PULL = 5,       /* client -> ps: global_step = oldest step wanted (0: current) */
     DT_MSG_PARAMS = 6,     /* ps -> client: payload params[chunk]; global_step = their step */
@@ -103,7 +105,10 @@ typedef struct {
     uint16_t task;          /* sender's task index */
     uint32_t request_id;    /* chosen by the requester, echoed in the reply */
     int64_t global_step;    /* >= 0 */
-    int64_t local_step;     /* >= 0; INIT: worker liveness timeout in ms (sync mode; 0: never lost) */
+    union {                 /* >= 0; bytes 24-31 */
+        int64_t local_step; /* PUSH: the worker's step */
+        int64_t liveness_ms; /* INIT: a sync-mode worker silent this long is lost (0: never) */
+    };
     uint64_t payload_bytes; /* size of the payload frame; 0: no payload frame */
     uint32_t shard;         /* ps index the message is for / from */
     int32_t status;         /* DT_WIRE_OK / STALE / E_* */
@@ -112,17 +117,36 @@ typedef struct {
     uint8_t opt_slots;      /* INIT, WELCOME, STATE: state floats per parameter, <= DT_WIRE_MAX_SLOTS */
     /* Every ps reply: 0 not initialised, else the generation 1..255 of the INIT that set the shard
      * (the chief numbers each (re-)initialisation, so a client can tell that every shard comes from
-     * the same one). INIT: the generation it sets. */
-    uint8_t initialised;
+     * the same one). INIT: the generation it sets (1..255). */
+    uint8_t generation;
     /* PUSH, PULL, PARAMS, PUSH_ACK: the chunk (0..chunks-1) of the shard cut into `chunks` even
      * parts (dt_wire_chunk). INIT: the cut the ps uses from now on. Other ps replies: the ps's cut
      * (0 before INIT). Other requests: 0, 0. */
     uint8_t chunk, chunks;
     float learning_rate, momentum, beta1, beta2, epsilon; /* INIT, WELCOME, STATE */
-    /* Per type (docs/protocol.md): STATUS_REPLY updates applied / PARAMS replies / workers done;
-     * INIT replicas_to_aggregate (0: async) / total_num_replicas (async: the workers) / staleness; PUSH_ACK this
-     * worker's stale gradients so far; PARAMS microseconds the PULL waited at the ps. */
-    uint64_t count_a, count_b, count_c;
+    /* Bytes 80-103: three u64 whose meaning depends on the type (docs/protocol.md), each named
+     * here for what it carries; a type that uses none leaves them 0. */
+    union {
+        uint64_t counters[3]; /* the raw view, for encode and decode */
+        struct {              /* INIT: the sync configuration */
+            uint64_t replicas_to_aggregate; /* 0: asynchronous */
+            uint64_t total_num_replicas;    /* the workers (async too) */
+            uint64_t staleness;
+        } init;
+        struct { /* STATUS_REPLY */
+            uint64_t updates, params_replies, workers_done;
+        } status_reply;
+        struct { /* PARAMS */
+            uint64_t waited_us;   /* how long the PULL was held at the ps (the sync barrier) */
+            uint64_t stale_count; /* answering a PUSH with the PULL flag: this worker's stale gradients */
+        } params;
+        struct { /* PUSH_ACK */
+            uint64_t stale_count; /* this worker's stale gradients so far */
+        } push_ack;
+        struct { /* STATE */
+            uint64_t step_max; /* the step of the chunk furthest ahead (global_step: the one behind) */
+        } state;
+    };
 } dt_wire_header;
 
 /* A zeroed header of the given type (version set). */
@@ -143,12 +167,25 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
  * version keeps the magic, version and request id at these offsets. */
 uint32_t dt_wire_peek_request_id(const void *buf, size_t len);
 
+/* INIT's payload after the parameters and optimizer state (docs/protocol.md, "INIT options"): a
+ * block of DT_WIRE_OPTS_BYTES with the learning-rate schedule and the weight decay, then the decay
+ * mask, one bit per float of the shard (LSB first; 1: weight decay applies), ceil(n / 8) bytes. */
+#define DT_WIRE_OPTS_BYTES 232u
+#define DT_WIRE_MAX_WEIGHT_DECAY 10.0f /* --weight_decay's range: 0..10 */
+uint64_t dt_wire_init_bytes(unsigned opt_slots, uint64_t shard_floats);
+void dt_wire_opts_encode(uint8_t *out, const dt_lr_schedule *s, float weight_decay);
+/* Decodes and checks a block of len bytes (must be DT_WIRE_OPTS_BYTES): known kind, flags 0 or 1,
+ * reserved bytes zero, every field in range for its kind and unused ones zero, weight decay in
+ * 0..DT_WIRE_MAX_WEIGHT_DECAY. */
+int dt_wire_opts_decode(dt_lr_schedule *s, float *weight_decay, const void *buf, size_t len, dt_error *err);
+
 /* Whether a message of this type carries a payload frame. */
 int dt_wire_type_has_payload(uint8_t type);
 
 /* Bounds h->payload_bytes for a receiver whose peer shard holds shard_floats floats: PUSH and
- * PARAMS exactly their chunk's floats times the encoding's size (4 or 2 bytes), INIT and STATE exactly (1 + opt_slots)*shard_floats*4, ERROR at most
- * DT_WIRE_MAX_ERROR_TEXT, others 0. Call before receiving or allocating anything for the payload. */
+ * PARAMS exactly their chunk's floats times the encoding's size (4 or 2 bytes), STATE exactly
+ * (1 + opt_slots)*shard_floats*4, INIT dt_wire_init_bytes, ERROR at most DT_WIRE_MAX_ERROR_TEXT,
+ * others 0. Call before receiving or allocating anything for the payload. */
 int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_error *err);
 
 /* Chunk `chunk` of a shard of shard_floats cut into `chunks` even parts: floats [*off, *off + *len).

@@ -122,10 +122,10 @@ static void clear_awaits(dt_ps_client *c) {
 
 static void note_status(ps_conn *p, const dt_wire_header *h) {
     if (h->type != DT_MSG_PARAMS && h->type != DT_MSG_PUSH_ACK) p->st.global_step = h->global_step; /* a chunk's own */
-    p->st.initialised = h->initialised != 0;
-    p->st.generation = h->initialised;
+    p->st.initialised = h->generation != 0;
+    p->st.generation = h->generation;
     if (h->chunks) p->chunks = h->chunks;
-    if (h->chunks && h->initialised) p->cut_known = 1;
+    if (h->chunks && h->generation) p->cut_known = 1;
 }
 
 /* Handles one received message from ps i: 1 if it answered an awaited request, 0 if it was a
@@ -136,7 +136,7 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void 
     if (!take_await(p, in->hdr.request_id, &a)) return 0;
     /* The ps heard from us when it answered (a PULL it held: that much after we sent it), however
      * late we read the reply (this process may have been stopped meanwhile). */
-    int64_t now = dt_clock_ms(), held_ms = in->hdr.type == DT_MSG_PARAMS ? (int64_t)(in->hdr.count_a / 1000) : 0;
+    int64_t now = dt_clock_ms(), held_ms = in->hdr.type == DT_MSG_PARAMS ? (int64_t)(in->hdr.params.waited_us / 1000) : 0;
     int64_t answered = held_ms < now - a.sent_ms ? a.sent_ms + held_ms : now;
     if (answered > p->quiet_since) p->quiet_since = answered;
     const uint8_t want = a.want;
@@ -520,7 +520,7 @@ fail:
 }
 
 int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *const *params,
-                      const float *const *state, int64_t global_step, dt_error *err) {
+                      const float *const *state, const uint8_t *const *decay, int64_t global_step, dt_error *err) {
     if (c->role != DT_ROLE_CHIEF) return dt_errorf(err, DT_EINVAL, "only the chief initialises the ps tasks");
     if (global_step < 0) return dt_errorf(err, DT_EINVAL, "initial global step %lld < 0", (long long)global_step);
     int slots = dt_opt_slots(opt);
@@ -537,15 +537,22 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
     }
     for (int i = 0; i < c->n_ps; i++) {
         size_t n = c->ps[i].n, pbytes = n * sizeof(float), sbytes = (size_t)slots * pbytes;
+        size_t total = (size_t)dt_wire_init_bytes((unsigned)slots, n);
         zmq_msg_t m;
-        if (zmq_msg_init_size(&m, pbytes + sbytes) != 0) {
+        if (zmq_msg_init_size(&m, total) != 0) {
             clear_awaits(c);
-            return dt_errorf(err, DT_ENOMEM, "out of memory for the INIT of ps %d (%zu bytes)", i, pbytes + sbytes);
+            return dt_errorf(err, DT_ENOMEM, "out of memory for the INIT of ps %d (%zu bytes)", i, total);
         }
-        char *d = zmq_msg_data(&m);
+        uint8_t *d = zmq_msg_data(&m);
         memcpy(d, params[i], pbytes);
         if (state) memcpy(d + pbytes, state[i], sbytes);
         else memset(d + pbytes, 0, sbytes);
+        /* The options block, then the decay mask as bits (docs/protocol.md, "INIT options"). */
+        uint8_t *o = d + pbytes + sbytes, *bits = o + DT_WIRE_OPTS_BYTES;
+        dt_wire_opts_encode(o, &opt->schedule, opt->weight_decay);
+        memset(bits, 0, (n + 7) / 8);
+        for (size_t k = 0; decay && k < n; k++)
+            if (decay[i][k]) bits[k >> 3] |= (uint8_t)(1u << (k & 7));
         dt_wire_header h = dt_wire_header_make(DT_MSG_INIT, 0, 0, 0);
         h.global_step = global_step;
         h.shard_floats = n;
@@ -556,13 +563,13 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
         h.beta1 = opt->beta1;
         h.beta2 = opt->beta2;
         h.epsilon = opt->epsilon;
-        h.count_a = (uint64_t)c->aggregate;
-        h.count_b = (uint64_t)(c->aggregate ? c->total : c->n_workers);
-        h.count_c = (uint64_t)c->staleness;
-        h.initialised = (uint8_t)gen;
+        h.init.replicas_to_aggregate = (uint64_t)c->aggregate;
+        h.init.total_num_replicas = (uint64_t)(c->aggregate ? c->total : c->n_workers);
+        h.init.staleness = (uint64_t)c->staleness;
+        h.generation = (uint8_t)gen;
         unsigned k = dt_wire_chunks_for(n, c->chunk_bytes);
         h.chunks = (uint8_t)(k > n ? n : k);
-        h.local_step = c->liveness_ms;
+        h.liveness_ms = c->liveness_ms;
         if (c->strict) h.flags = DT_WIRE_F_STRICT;
         int rc = send_req(c, i, &h, DT_MSG_ACK, &m, deadline, err);
         if (rc) {
@@ -574,9 +581,9 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
 }
 
 static int on_status(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
-    c->ps[i].st.pushes = in->hdr.count_a;
-    c->ps[i].st.pulls = in->hdr.count_b;
-    c->ps[i].st.workers_done = in->hdr.count_c;
+    c->ps[i].st.pushes = in->hdr.status_reply.updates;
+    c->ps[i].st.pulls = in->hdr.status_reply.params_replies;
+    c->ps[i].st.workers_done = in->hdr.status_reply.workers_done;
     return DT_OK;
 }
 
@@ -645,7 +652,7 @@ static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error 
                  (long long)h->global_step, h->chunk);
         return fail_ps(c, i, err, DT_EPROTO, "PULL", msg);
     }
-    int64_t waited = h->count_a > INT64_MAX ? INT64_MAX : (int64_t)h->count_a;
+    int64_t waited = h->params.waited_us > INT64_MAX ? INT64_MAX : (int64_t)h->params.waited_us;
     if (waited > x->res.wait_us) x->res.wait_us = waited;
     uint64_t off, len;
     dt_wire_chunk(p->n, h->chunks, h->chunk, &off, &len); /* the size was checked by on_message */
@@ -875,7 +882,7 @@ static int on_state(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error
     size_t pbytes = c->ps[i].n * sizeof(float);
     memcpy(f->params[i], d, pbytes);
     if (f->state && h->opt_slots) memcpy(f->state[i], d + pbytes, (size_t)h->opt_slots * pbytes);
-    if (f->steps_max) f->steps_max[i] = h->count_a > INT64_MAX ? INT64_MAX : (int64_t)h->count_a;
+    if (f->steps_max) f->steps_max[i] = h->state.step_max > INT64_MAX ? INT64_MAX : (int64_t)h->state.step_max;
     return DT_OK;
 }
 

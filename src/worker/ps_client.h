@@ -96,12 +96,13 @@ const dt_ps_client_stats *dt_ps_client_get_stats(const dt_ps_client *c);
 const dt_ps_shard_status *dt_ps_client_shard(const dt_ps_client *c, int ps);
 
 /* Chief only: sends every ps its initial parameters (params[i], shard_floats[i] floats), optimizer
- * state (state[i], slots * shard_floats[i] floats slot-major; state == NULL: zeros) and the
- * optimizer configuration; global_step is the starting step (0, or a restored checkpoint's). Each
+ * state (state[i], slots * shard_floats[i] floats slot-major; state == NULL: zeros), the
+ * optimizer configuration (its schedule and weight decay too) and the decay mask (decay[i],
+ * shard_floats[i] bytes, non-zero where weight decay applies; NULL: nowhere); global_step is the starting step (0, or a restored checkpoint's). Each
  * INIT is a new generation, one that no shard reported last (every shard gets the same one), so a
  * client seeing every shard at one generation knows they come from one initialisation. */
 int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *const *params,
-                      const float *const *state, int64_t global_step, dt_error *err);
+                      const float *const *state, const uint8_t *const *decay, int64_t global_step, dt_error *err);
 
 /* Reads every ps's whole shard for a checkpoint: parameters into params[i] (shard_floats[i]
  * floats), optimizer state into state[i] (dt_opt_slots(opt) * shard_floats[i] floats, slot-major as

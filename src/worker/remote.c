@@ -6,6 +6,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "update/decay_mask.h"
 #include "transport/wire.h"
 #include "transport/zmq_io.h"
 #include "worker/ps_client.h"
@@ -104,8 +105,26 @@ static int init_shards(remote *r, dt_net *net, const float *state, int64_t step,
         for (int k = 0; k < slots; k++)
             dt_placement_gather(pl, p, st[p] + (size_t)k * pl->shard_count[p], state + (size_t)k * n);
     }
-    rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, (const float *const *)st, step,
-                           err);
+    /* Each shard's decay mask (the ps applies weight decay where it says), when weight decay is on. */
+    uint8_t **decay = NULL;
+    if (r->cfg.opt.weight_decay != 0) {
+        size_t total = 0;
+        for (int p = 0; p < r->n_ps; p++) total += pl->shard_count[p];
+        if (!(decay = dt_calloc((size_t)r->n_ps + 1, sizeof *decay, "decay masks", err)) ||
+            !(decay[r->n_ps] = dt_calloc(total ? total : 1, 1, "decay masks", err))) {
+            free(decay);
+            free_shard_buffers(pl, st);
+            return DT_ENOMEM;
+        }
+        for (size_t p = 0, off = 0; p < (size_t)r->n_ps; off += pl->shard_count[p], p++) {
+            decay[p] = decay[r->n_ps] + off;
+            dt_decay_mask_shard(decay[p], &r->cfg.opt, pl, (int)p);
+        }
+    }
+    rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, (const float *const *)st,
+                           (const uint8_t *const *)decay, step, err);
+    if (decay) free(decay[r->n_ps]);
+    free(decay);
     free_shard_buffers(pl, st);
     return rc;
 }

@@ -12,7 +12,7 @@
 #include "cluster/placement.h"
 #include "compute/optim.h"
 #include "transport/compress.h"
-#include "train/updater.h"
+#include "update/updater.h"
 
 typedef struct {
     const dt_cluster *cluster;    /* job must be worker */

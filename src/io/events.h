@@ -2,8 +2,8 @@
  *   uint64 length (LE) | uint32 masked_crc32c(length bytes) | data | uint32 masked_crc32c(data)
  * and each record's data is an Event protobuf (proto/event.proto, TensorFlow's field numbers). The
  * first record carries file_version "brain.Event:2"; the rest carry Summary scalars. */
-#ifndef DT_SUPERVISOR_EVENTS_H
-#define DT_SUPERVISOR_EVENTS_H
+#ifndef DT_IO_EVENTS_H
+#define DT_IO_EVENTS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,11 +1,12 @@
-/* How a step's gradients become new parameters. The training loop (train.c) is the same on one
- * machine and on a cluster worker; only the updater differs:
- *   local  (train/local.c):    the optimizer runs here on the whole flat buffer;
+/* How a step's gradients become new parameters: the seam between the training loop (train/) and
+ * where updates happen. The loop is the same on one machine and on a cluster worker; only the
+ * updater differs:
+ *   local  (update/local.c):   the optimizer runs here on the whole flat buffer;
  *   remote (worker/remote.c):  gradients go to the ps tasks holding each slice, and the fresh
  *                              parameters come back.
  * A small vtable rather than if/else in the loop, so each side owns its own state. */
-#ifndef DT_TRAIN_UPDATER_H
-#define DT_TRAIN_UPDATER_H
+#ifndef DT_UPDATE_UPDATER_H
+#define DT_UPDATE_UPDATER_H
 
 #include <stdint.h>
 
@@ -35,7 +36,8 @@ struct dt_updater {
                     dt_error *err);
 };
 
-/* The local updater: opt over all n_params parameters, state held here. */
-int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, size_t n_params, dt_error *err);
+/* The local updater: opt over all of net's parameters (weight decay where decay_mask.h says), state
+ * held here. */
+int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt_net *net, dt_error *err);
 
 #endif

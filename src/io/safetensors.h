@@ -4,8 +4,8 @@
  * under "crc32c" (8 lowercase hex digits); the reader validates every header field against the file
  * before trusting it and then verifies that checksum when present. Readable by Python's safetensors,
  * numpy or torch without dtrain. */
-#ifndef DT_SUPERVISOR_SAFETENSORS_H
-#define DT_SUPERVISOR_SAFETENSORS_H
+#ifndef DT_IO_SAFETENSORS_H
+#define DT_IO_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>

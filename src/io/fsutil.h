@@ -1,8 +1,8 @@
 /* File helpers for the supervisor's outputs: atomic replacement (temporary file, fsync, rename,
  * fsync of the folder), creating a folder with its parents, and reading a whole file with a size
  * bound. A reader never sees a half-written checkpoint or index: either the old file or the new. */
-#ifndef DT_SUPERVISOR_FSUTIL_H
-#define DT_SUPERVISOR_FSUTIL_H
+#ifndef DT_IO_FSUTIL_H
+#define DT_IO_FSUTIL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -42,5 +42,7 @@ int dt_read_plain_file(uint8_t **out, size_t *len, const char *path, size_t max_
 
 /* Joins dir and name into out ("dir/name"; name alone if it is absolute or dir is empty). */
 int dt_path_join(char *out, size_t cap, const char *dir, const char *name, dt_error *err);
+/* The same into a malloc'd string (NULL on error: too long, or out of memory), for paths kept. */
+char *dt_path_join_dup(const char *dir, const char *name, dt_error *err);
 
 #endif

@@ -1,4 +1,4 @@
-#include "supervisor/fsutil.h"
+#include "io/fsutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -185,4 +185,13 @@ int dt_path_join(char *out, size_t cap, const char *dir, const char *name, dt_er
     if (n < 0 || (size_t)n >= cap)
         return dt_errorf(err, DT_EINVAL, "path %s/%s is too long", dir ? dir : "", name);
     return 0;
+}
+
+char *dt_path_join_dup(const char *dir, const char *name, dt_error *err) {
+    char buf[DT_PATH_MAX];
+    if (dt_path_join(buf, sizeof buf, dir, name, err)) return NULL;
+    size_t n = strlen(buf) + 1;
+    char *p = dt_malloc(n, "a path", err);
+    if (p) memcpy(p, buf, n);
+    return p;
 }

@@ -1,7 +1,7 @@
 /* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as used by TensorFlow's record framing and
  * by dtrain's checkpoint checksum. Check value: dt_crc32c(0, "123456789", 9) == 0xE3069283. */
-#ifndef DT_SUPERVISOR_CRC32C_H
-#define DT_SUPERVISOR_CRC32C_H
+#ifndef DT_IO_CRC32C_H
+#define DT_IO_CRC32C_H
 
 #include <stddef.h>
 #include <stdint.h>

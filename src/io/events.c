@@ -1,4 +1,4 @@
-#include "supervisor/events.h"
+#include "io/events.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,26 +11,14 @@
 
 #include "core/error.h"
 #include "event.pb-c.h"
-#include "supervisor/crc32c.h"
-#include "supervisor/fsutil.h"
+#include "io/crc32c.h"
+#include "io/fsutil.h"
+#include "io/bytes.h"
 
 double dt_wall_time(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
 }
 
 /* ---- Writer --------------------------------------------------------------------------------- */
@@ -48,10 +36,10 @@ static int write_event(dt_event_writer *w, const Dtrain__Tb__Event *ev, dt_error
     size_t n = dtrain__tb__event__get_packed_size(ev);
     uint8_t *buf = dt_malloc(n + DT_RECORD_OVERHEAD, "event record", err);
     if (!buf) return DT_ENOMEM;
-    put_u64(buf, n);
-    put_u32(buf + 8, dt_crc32c_mask(dt_crc32c(0, buf, 8)));
+    dt_put_u64(buf, n);
+    dt_put_u32(buf + 8, dt_crc32c_mask(dt_crc32c(0, buf, 8)));
     dtrain__tb__event__pack(ev, buf + 12);
-    put_u32(buf + 12 + n, dt_crc32c_mask(dt_crc32c(0, buf + 12, n)));
+    dt_put_u32(buf + 12 + n, dt_crc32c_mask(dt_crc32c(0, buf + 12, n)));
     size_t wrote = fwrite(buf, 1, n + DT_RECORD_OVERHEAD, w->f);
     free(buf);
     if (wrote != n + DT_RECORD_OVERHEAD) {
@@ -155,8 +143,8 @@ int dt_record_next(const uint8_t *buf, size_t n, size_t *pos, const uint8_t **da
     size_t left = n - at;
     if (left < 12)
         return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: truncated framing (%zu of 12 bytes)", label, at, left);
-    uint64_t ln = get_u64(buf + at);
-    uint32_t want = dt_crc32c_unmask(get_u32(buf + at + 8)), got = dt_crc32c(0, buf + at, 8);
+    uint64_t ln = dt_get_u64(buf + at);
+    uint32_t want = dt_crc32c_unmask(dt_get_u32(buf + at + 8)), got = dt_crc32c(0, buf + at, 8);
     if (want != got)
         return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: length CRC mismatch (stored %08" PRIx32
                          ", computed %08" PRIx32 ")", label, at, want, got);
@@ -167,7 +155,7 @@ int dt_record_next(const uint8_t *buf, size_t n, size_t *pos, const uint8_t **da
         return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: truncated (needs %" PRIu64 " bytes, %zu left)", label,
                          at, ln + DT_RECORD_OVERHEAD, left);
     const uint8_t *d = buf + at + 12;
-    want = dt_crc32c_unmask(get_u32(d + ln));
+    want = dt_crc32c_unmask(dt_get_u32(d + ln));
     got = dt_crc32c(0, d, (size_t)ln);
     if (want != got)
         return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: data CRC mismatch (stored %08" PRIx32

@@ -1,4 +1,4 @@
-#include "supervisor/safetensors.h"
+#include "io/safetensors.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "supervisor/crc32c.h"
-#include "supervisor/fsutil.h"
+#include "io/crc32c.h"
+#include "io/fsutil.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this writer and reader copy host bytes as they are"

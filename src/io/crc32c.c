@@ -1,6 +1,6 @@
 /* Slicing-by-8 CRC-32C: eight 256-entry tables let the loop consume 8 bytes per step. The tables are
  * built once (pthread_once), so concurrent first calls from several threads are safe. */
-#include "supervisor/crc32c.h"
+#include "io/crc32c.h"
 
 #include <pthread.h>
 #include <string.h>

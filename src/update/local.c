@@ -3,12 +3,14 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "train/updater.h"
+#include "update/decay_mask.h"
+#include "update/updater.h"
 
 typedef struct {
     dt_updater base;
     dt_opt_config opt;
     float *state;
+    uint8_t *decay;   /* [n] where weight decay applies (decay_mask.h); NULL: nowhere */
     int64_t step;     /* updates applied: the global step */
 } local_updater;
 
@@ -38,7 +40,8 @@ static int local_snapshot(dt_updater *u, dt_net *net, float *params, float *stat
 
 static int local_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
     local_updater *l = (local_updater *)u;
-    dt_opt_apply(&l->opt, dt_net_params(net), dt_net_grads(net), l->state, dt_net_param_count(net), local_step);
+    dt_opt_apply(&l->opt, dt_net_params(net), dt_net_grads(net), l->state, l->decay, dt_net_param_count(net),
+                 local_step);
     *global_step = l->step = local_step + 1;
     return DT_OK;
 }
@@ -47,20 +50,24 @@ static int local_finish(dt_updater *u, dt_error *err) { return DT_OK; }
 
 static void local_free(dt_updater *u) {
     local_updater *l = (local_updater *)u;
-    if (l) free(l->state);
+    if (l) free(l->state), free(l->decay);
     free(l);
 }
 
-int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, size_t n_params, dt_error *err) {
+int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt_net *net, dt_error *err) {
     *out = NULL;
+    size_t n_params = dt_net_param_count(net);
     local_updater *l = dt_calloc(1, sizeof *l, "updater", err);
     if (!l) return DT_ENOMEM;
     l->base = (dt_updater){local_start, local_apply, local_finish, local_free, local_restore, local_snapshot};
     l->opt = *opt;
     size_t n_state = n_params * (size_t)dt_opt_slots(opt);
-    if (!(l->state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) {
-        free(l);
-        return DT_ENOMEM;
+    int rc = DT_OK;
+    if (!(l->state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) rc = DT_ENOMEM;
+    if (!rc) rc = dt_decay_mask_flat(&l->decay, opt, dt_net_view(net, 0), dt_net_num_views(net), n_params, err);
+    if (rc) {
+        local_free(&l->base);
+        return rc;
     }
     *out = &l->base;
     return DT_OK;

@@ -1,0 +1,57 @@
+/* Internals shared by the CPU kernels' files (kernels_cpu.c, winograd_cpu.c); not part of the
+ * compute seam (compute/kernels.h). */
+#ifndef DT_COMPUTE_CPU_H
+#define DT_COMPUTE_CPU_H
+
+#include <cblas.h>
+#include <stddef.h>
+
+#include "compute/kernels.h"
+
+/* OpenMP threads the kernels use now, and the cap (cores) that scratch sizes are computed for. */
+int dt_cpu_threads(void);
+int dt_cpu_max_threads(void);
+
+/* One single-threaded sgemm (OpenBLAS is pinned to one thread by init_once). */
+static inline void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                          int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* A build for any x86-64 (DTRAIN_NATIVE=OFF, no -march) still runs the loops marked DT_HOT with
+ * AVX-512 or AVX2+FMA where the CPU has them: the compiler makes one copy per instruction set and
+ * the loader picks one at start (target_clones, an ifunc). A native build needs none. Only
+ * functions without an OpenMP parallel region: its body is outlined into a function that is not
+ * cloned. BENCHMARKS.md, "Portable builds", says what this keeps and what it does not. */
+#if defined(__x86_64__) && !defined(__AVX2__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define DT_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef DT_HOT
+#define DT_HOT
+#endif
+
+/* Backward splits the batch into this many pieces of whole examples (fewer if the batch is
+ * smaller), whatever the thread count: each piece sums its own dW/db partial and the partials are
+ * added in piece order, so gradients are bit-identical for any thread count and any timing. */
+#define CONV_BWD_PIECES 16
+
+/* Work is handed out dynamically in pieces (a core shared with another process falls behind
+ * without stalling the rest); at least PIECES_PER_THREAD pieces per thread keep the last ones
+ * short. */
+#define PIECES_PER_THREAD 4
+
+/* Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with enough channels (winograd_cpu.c). */
+int dt_wino_applies(const dt_window *g);
+size_t dt_wino_scratch_floats(const dt_window *g, int batch);
+void dt_wino_forward(float *out, const float *in, const float *w, const float *b, int batch, const dt_window *g,
+                     float *scratch);
+void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
+                      int batch, const dt_window *g, float *scratch);
+
+#endif

@@ -1,0 +1,30 @@
+# The folders of src/ form layers (docs/architecture.md): a file includes headers of its own folder
+# or of folders below it, never above, so the arrows between modules run one way.
+. "$(dirname "$0")/lib.sh"
+order="cli api train supervisor worker ps update cluster transport data model compute io core"
+rank() { local i=0 f; for f in $order; do [ "$f" = "$1" ] && { echo $i; return; }; i=$((i + 1)); done; echo -1; }
+# upward ROOT: prints each include under ROOT/ that goes from a folder to one above it.
+upward() {
+  local file inc from to
+  while IFS=: read -r file _ inc; do
+    from=$(basename "$(dirname "$file")")
+    to=$(echo "$inc" | sed -n 's/.*#include "\([a-z_]*\)\/.*/\1/p')
+    [ -n "$to" ] && [ "$to" != "$from" ] || continue
+    [ "$(rank "$to")" -lt "$(rank "$from")" ] && echo "$file includes $to/ (above $from/)"
+  done < <(grep -rn '#include "' "$1")
+}
+for d in src/*/; do
+  d=$(basename "$d")
+  check "src/$d has a place in the layer order" [ "$(rank "$d")" -ge 0 ]
+done
+found=$(upward src)
+[ -z "$found" ] || echo "$found"
+check "no folder includes one above it" [ -z "$found" ]
+# The scan itself can fail: an include from core/ up to train/ in a scratch tree is reported.
+mkdir -p "$tmp/src/core" "$tmp/src/train"
+printf '#include "core/error.h"\n#include "train/train.h"\n' >"$tmp/src/core/bad.c"
+printf '#include "core/error.h"\n' >"$tmp/src/train/ok.c"
+found=$(upward "$tmp/src")
+check "an upward include is reported" [ "$(echo "$found" | grep -c 'bad.c includes train/')" = 1 ]
+check "a downward include is not" [ "$(echo "$found" | grep -c 'ok.c')" = 0 ]
+summary
