@@ -128,7 +128,7 @@ static int run_worker(const char *model, int batch, int workers, int index, int 
     if (rc) fail("worker", &e);
     u->free(u);
     dt_placement_free(&pl);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     dt_net_free(net);
     free(x), free(y);
     return rc ? 1 : 0;

@@ -16,7 +16,7 @@ int main(int argc, char **argv) {
     dt_optimizer *opt = NULL;
     int status = 1;
     dt_cluster *cluster = NULL;                                             /* CHANGE 1 */
-    if (dt_cluster_from_args(&cluster, &argc, argv, &err)) goto done;      /* CHANGE 1 */
+    if (dt_cluster_from_args(&cluster, &argc, argv, &err)) goto done;       /* CHANGE 1 */
 
     if (argc < 3) {
         snprintf(err.msg, sizeof err.msg, "usage: MODEL DATA [STEPS]");
@@ -25,12 +25,12 @@ int main(int argc, char **argv) {
     int64_t steps = argc > 3 ? atoll(argv[3]) : 500, step = 0;
     if (dt_net_load(&net, argv[1], 64, &err)) goto done;
     if (dt_cluster_is_ps(cluster)) {                                        /* CHANGE 2 */
-        status = dt_serve(cluster, net, NULL, &err) ? 1 : 0;                /* CHANGE 2 */
+        status = dt_serve(cluster, net, NULL, 600000, NULL, &err) ? 1 : 0;  /* CHANGE 2 */
         goto done;                                                          /* CHANGE 2 */
     }                                                                       /* CHANGE 2 */
     if (dt_batches_open(&batches, argv[2], net, 64, 1, cluster, &err)) goto done; /* CHANGE 1: shard */
     if (dt_optimizer_new(&opt, "adam", 0.001f, net, &err)) goto done;
-    if (dt_optimizer_distribute(&opt, cluster, net, 0, &err)) goto done;   /* CHANGE 3 */
+    if (dt_optimizer_distribute(opt, cluster, net, 0, NULL, &err)) goto done; /* CHANGE 3 */
 
     if (dt_optimizer_start(opt, net, 1, &step, &err)) goto done;
     while (step < steps) {
@@ -54,6 +54,6 @@ done:
     dt_optimizer_free(opt);
     dt_batches_free(batches);
     dt_net_free(net);
-    dt_cluster_delete(cluster);                                             /* CHANGE 1 */
+    dt_cluster_free(cluster);                                               /* CHANGE 1 */
     return status;
 }

@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&err, 0, sizeof err);
     if (dt_cluster_from_manager(&c, &m, &err) == 0) {
         if (!c.distributed || c.n_ps != 1 || c.n_workers < 1 || !c.origin[0]) __builtin_trap();
-        dt_cluster_free(&c);
+        dt_cluster_clear(&c);
     } else {
         refused(&err);
     }

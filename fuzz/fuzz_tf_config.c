@@ -20,6 +20,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (err.msg[0] == '\0' || memchr(err.msg, '\0', sizeof err.msg) == NULL) {
         __builtin_trap(); /* every refusal says why */
     }
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     return 0;
 }

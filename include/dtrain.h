@@ -14,6 +14,12 @@
 extern "C" {
 #endif
 
+/* libdtrain is built with -fvisibility=hidden: what this header declares is all the shared library
+ * exports (tests/test_symbols.sh checks it). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 enum {
     DT_OK = 0,
     DT_EINVAL = -1,   /* bad argument, flag or config value */
@@ -38,7 +44,7 @@ const char *dt_version(void);
 /* ---- Building blocks of your own training program (examples/) --------------------------------
  * A single-machine program becomes distributed with three changes (examples/train_distributed.c):
  *   1. the cluster from the command line: dt_cluster_from_args (also picks this worker's data shard);
- *   2. a ps only serves: if (dt_cluster_is_ps(cluster)) return dt_serve(cluster, net, NULL, &err);
+ *   2. a ps only serves: if (dt_cluster_is_ps(cluster)) return dt_serve(cluster, net, NULL, 600000, NULL, &err);
  *   3. the optimizer wrapped for the cluster: dt_optimizer_distribute. */
 
 /* A network built from a model file (docs/model-format.md): parameters in one flat buffer. */
@@ -62,13 +68,16 @@ void dt_net_backward(dt_net *net);
 typedef struct dt_cluster dt_cluster;
 /* Takes the four cluster flags out of argv (the rest stay, in order) and reads TF_CONFIG. */
 int dt_cluster_from_args(dt_cluster **out, int *argc, char **argv, dt_error *err);
-void dt_cluster_delete(dt_cluster *c);
+void dt_cluster_free(dt_cluster *c);
 int dt_cluster_is_ps(const dt_cluster *c);
 int dt_cluster_is_chief(const dt_cluster *c);
 /* A ps task: holds its share of net's variables (and their optimizer state) and applies the
- * workers' updates until the chief ends training; then returns 0. stop (may be NULL): once *stop
- * is set (e.g. from a SIGINT handler) it returns DT_EINTR. */
-int dt_serve(const dt_cluster *c, const dt_net *net, const volatile int *stop, dt_error *err);
+ * workers' updates until the chief ends training; then returns 0. It reports to log (NULL:
+ * stdout). A ps that hears from nobody for idle_timeout_ms returns DT_ETIMEOUT (its chief is
+ * gone; `dtrain train` waits 600000); 0: it waits for ever. stop (may be NULL): once *stop is set
+ * (e.g. from a SIGINT handler) it returns DT_EINTR. */
+int dt_serve(const dt_cluster *c, const dt_net *net, FILE *log, int idle_timeout_ms, const volatile int *stop,
+             dt_error *err);
 
 /* Training batches of a data path (docs/data.md) for net's input: shuffled per epoch from seed;
  * with a cluster (non-NULL), only this worker's shard. */
@@ -84,10 +93,11 @@ void dt_batches_free(dt_batches *b);
 typedef struct dt_optimizer dt_optimizer;
 int dt_optimizer_new(dt_optimizer **out, const char *name, float learning_rate, const dt_net *net,
                      dt_error *err);
-/* Wraps *opt for the cluster: the variables and the optimizer's state live on the ps tasks, each
- * update is pushed there and the new parameters pulled back. issync: 0 asynchronous, 1
- * synchronous replicas (each step applies the mean of every worker's gradient: docs/protocol.md). */
-int dt_optimizer_distribute(dt_optimizer **opt, const dt_cluster *c, const dt_net *net, int issync,
+/* Makes opt work for the cluster (a single process: nothing changes): the variables and the
+ * optimizer's state live on the ps tasks, each update is pushed there and the new parameters
+ * pulled back. issync: 0 asynchronous, 1 synchronous replicas (each step applies the mean of every
+ * worker's gradient: docs/protocol.md). The worker reports waits and faults to log (NULL: stdout). */
+int dt_optimizer_distribute(dt_optimizer *opt, const dt_cluster *c, const dt_net *net, int issync, FILE *log,
                             dt_error *err);
 /* Sets net's starting parameters: initialised from seed (the chief, or a single process), or
  * pulled once the chief has initialised them. *global_step: where training starts. */
@@ -157,15 +167,6 @@ typedef struct dt_train_options {
      * of workers, more than replicas_to_aggregate means backup workers whose late gradients are
      * dropped and counted; a worker may run at most staleness steps ahead (0: fully synchronous). */
     int replicas_to_aggregate, total_num_replicas, staleness;
-    /* Testing: worker debug_delay_worker (-1, the default: every worker) sleeps debug_step_delay_ms
-     * before each update; the chief (or a single process) writes its final parameters to
-     * debug_dump_params (raw float32) if set. */
-    int debug_step_delay_ms, debug_delay_worker;
-    /* Benchmarks of scale only: >= 0 replaces each step's batch, forward and backward with a sleep
-     * of this many ms and pushes a constant gradient of the model's full size (nothing learns and
-     * nothing is evaluated); -1 (the default): off. docs/testbed.md. */
-    int debug_emulate_compute_ms;
-    const char *debug_dump_params;
     const char *placement;       /* "greedy" (default) or "round_robin" */
     /* The chief cuts each ps shard into chunks of about chunk_kb KiB (default 512; 0: one chunk),
      * which travel, are applied and come back one by one, so both directions of the wire work at
@@ -218,6 +219,10 @@ typedef struct dt_train_result {
 void dt_train_options_init(dt_train_options *o);
 /* Trains on this machine, logging to `log` (NULL: stdout); returns DT_EINTR if *stop was set. */
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *result, dt_error *err);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

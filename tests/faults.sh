@@ -58,17 +58,17 @@ if [ "$repeat" -gt 0 ]; then
   exit
 fi
 
-tmp=$(mktemp -d)
+. "$(dirname "$0")/lib.sh" # $tmp and free_port; its exit trap is replaced below
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
 cleanup() { pkill -KILL -f "$tmp/" 2>/dev/null; [ -n "$keep" ] && cp -r "$tmp/." "$keep/" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 [ -n "$keep" ] && mkdir -p "$keep"
 
-port=$(( 20000 + RANDOM % 30000 ))
-ph=127.0.0.1:$port
-for i in $(seq 1 $((n_ps - 1))); do ph=$ph,127.0.0.1:$((port + i)); done
-wh=127.0.0.1:$((port + n_ps))
-for i in $(seq 1 $((workers - 1))); do wh=$wh,127.0.0.1:$((port + n_ps + i)); done
+ports=($(free_port $((n_ps + workers))))
+ph=127.0.0.1:${ports[0]}
+for i in $(seq 1 $((n_ps - 1))); do ph=$ph,127.0.0.1:${ports[i]}; done
+wh=127.0.0.1:${ports[n_ps]}
+for i in $(seq 1 $((workers - 1))); do wh=$wh,127.0.0.1:${ports[n_ps + i]}; done
 common=(--model models/fashion.model --data "$tmp/data" --logdir="$tmp/ckpt" --summary_dir= --save_model_secs 5
         --train_steps "$steps" --steps_to_validate 100000 --heartbeat_timeout "$heartbeat" --connect_timeout 60
         --ps_hosts=$ph --worker_hosts=$wh --threads 1)

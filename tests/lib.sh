@@ -29,8 +29,12 @@ fashion_subset() {
   done
 }
 
-# free_port: a TCP port on 127.0.0.1 that nobody listens on right now (the kernel's pick, closed
-# again at once), so parallel tests do not collide on a random guess.
+# free_port [N]: N (default 1) different TCP ports on 127.0.0.1 that nobody listens on right now
+# (the kernel's picks, held together so they differ, closed again at once), space-separated, so
+# parallel tests do not collide on a random guess:  ports=($(free_port 3))
 free_port() {
-  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  /usr/bin/python3 -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "${1:-1}"
 }

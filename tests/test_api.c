@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -97,7 +98,7 @@ static int cluster_args(const char *a1, const char *a2, const char *a3, dt_error
     int argc = a3 ? 4 : a2 ? 3 : 2;
     dt_cluster *c = NULL;
     int rc = dt_cluster_from_args(&c, &argc, argv, E);
-    dt_cluster_delete(c);
+    dt_cluster_free(c);
     return rc;
 }
 
@@ -108,8 +109,8 @@ static int serve(const char *ps_hosts, const dt_net *net, dt_error *E) {
     int argc = 4;
     dt_cluster *c = NULL;
     int rc = dt_cluster_from_args(&c, &argc, argv, E);
-    if (!rc) rc = dt_serve(c, net, NULL, E);
-    dt_cluster_delete(c);
+    if (!rc) rc = dt_serve(c, net, NULL, 600000, NULL, E);
+    dt_cluster_free(c);
     return rc;
 }
 
@@ -127,7 +128,7 @@ static int batches_first(const char *data, const dt_net *net, dt_error *E) {
 static int optimizer(const char *name, float lr, const dt_net *net, const dt_cluster *c, dt_error *E) {
     dt_optimizer *o = NULL;
     int rc = dt_optimizer_new(&o, name, lr, net, E);
-    if (!rc) rc = dt_optimizer_distribute(&o, c, net, 0, E);
+    if (!rc) rc = dt_optimizer_distribute(o, c, net, 0, NULL, E);
     dt_optimizer_free(o);
     return rc;
 }
@@ -170,7 +171,7 @@ static void test_single_process(void) {
     int rc = dt_net_load(&net, model, 8, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (rc) return;
-    SAME_CODE(DT_EINVAL, dt_serve(NULL, net, NULL, E)); /* not a ps */
+    SAME_CODE(DT_EINVAL, dt_serve(NULL, net, NULL, 600000, NULL, E)); /* not a ps */
     /* A ps that cannot bind: the port is taken by a socket of ours. */
     int port = free_port(), s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -193,7 +194,7 @@ static void test_single_process(void) {
     int argc = 4;
     CHECK(dt_cluster_from_args(&ps, &argc, argv, &err) == 0);
     SAME_CODE(DT_EINVAL, optimizer("sgd", 0.1f, net, ps, E)); /* a ps does not distribute an optimizer */
-    dt_cluster_delete(ps);
+    dt_cluster_free(ps);
     dt_net_free(net);
 
     dt_train_options o;
@@ -302,6 +303,86 @@ static void test_distributed_end(void) {
     CHECK_MSG(with != 0 && with == without, "%d with err (%s), %d with NULL", with, e.msg, without);
 }
 
+/* ---- the caller's log and idle timeout (dt_serve, dt_optimizer_distribute) ---------------------- */
+
+static int cluster_of(dt_cluster **c, const char *ps_hosts, const char *worker_hosts, const char *job, dt_error *E) {
+    char a1[96], a2[96], a3[32];
+    snprintf(a1, sizeof a1, "--ps_hosts=%s", ps_hosts);
+    snprintf(a2, sizeof a2, "--worker_hosts=%s", worker_hosts);
+    snprintf(a3, sizeof a3, "--job_name=%s", job);
+    char *argv[5] = {"prog", a1, a2, a3, NULL};
+    int argc = 4;
+    return dt_cluster_from_args(c, &argc, argv, E);
+}
+
+typedef struct {
+    const dt_cluster *c;
+    const dt_net *net;
+    FILE *log;
+    int idle_ms, rc;
+    dt_error err;
+} serve_thread;
+
+static void *serve_main(void *arg) {
+    serve_thread *t = arg;
+    t->rc = dt_serve(t->c, t->net, t->log, t->idle_ms, NULL, &t->err);
+    return NULL;
+}
+
+static void test_log_and_idle_timeout(void) {
+    unsetenv("TF_CONFIG");
+    dt_error e = {0};
+    dt_net *net = NULL;
+    int rc = dt_net_load(&net, tpath("tiny.model"), 2, &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (rc) return;
+    char ps_hosts[64], worker_hosts[64], ps_log[600], worker_log[600];
+    snprintf(ps_hosts, sizeof ps_hosts, "127.0.0.1:%d", free_port());
+    snprintf(worker_hosts, sizeof worker_hosts, "127.0.0.1:%d", free_port());
+    snprintf(ps_log, sizeof ps_log, "%s", tpath("serve.log"));
+    snprintf(worker_log, sizeof worker_log, "%s", tpath("worker.log"));
+    dt_cluster *ps = NULL, *worker = NULL;
+    CHECK(cluster_of(&ps, ps_hosts, worker_hosts, "ps", &e) == 0);
+    CHECK(cluster_of(&worker, ps_hosts, worker_hosts, "worker", &e) == 0);
+    if (!ps || !worker) goto out;
+
+    /* A negative idle timeout is refused; a ps nobody talks to gives up after the caller's 300 ms,
+     * having logged to the caller's file. */
+    SAME_CODE(DT_EINVAL, dt_serve(ps, net, NULL, -1, NULL, E));
+    serve_thread t = {.c = ps, .net = net, .log = fopen(ps_log, "w"), .idle_ms = 300};
+    double t0 = (double)time(NULL);
+    serve_main(&t);
+    fclose(t.log);
+    CHECK_MSG(t.rc == DT_ETIMEOUT, "dt_serve returned %d: %s", t.rc, t.err.msg);
+    CHECK((double)time(NULL) - t0 < 20);
+    CHECK_MSG(file_has(ps_log, "serving"), "the ps's log %s", ps_log);
+
+    /* A ps (idle timeout 0: never) and the chief on the public API: the worker's lines go to the
+     * caller's file, and the chief's end stops the ps (returns 0). */
+    t = (serve_thread){.c = ps, .net = net, .log = fopen(ps_log, "w"), .idle_ms = 0};
+    pthread_t tp;
+    pthread_create(&tp, NULL, serve_main, &t);
+    dt_optimizer *opt = NULL;
+    FILE *wlog = fopen(worker_log, "w");
+    int64_t step = 0;
+    rc = dt_optimizer_new(&opt, "sgd", 0.1f, net, &e);
+    if (!rc) rc = dt_optimizer_distribute(opt, worker, net, 0, wlog, &e);
+    if (!rc) rc = dt_optimizer_start(opt, net, 1, &step, &e);
+    if (!rc) rc = dt_optimizer_finish(opt, &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    dt_optimizer_free(opt);
+    pthread_join(tp, NULL);
+    fclose(wlog);
+    fclose(t.log);
+    CHECK_MSG(t.rc == 0, "dt_serve returned %d: %s", t.rc, t.err.msg);
+    CHECK_MSG(file_has(worker_log, "chief: initialised 1 ps task(s)"), "the worker's log %s", worker_log);
+    CHECK_MSG(file_has(ps_log, "shutdown by the chief"), "the ps's log %s", ps_log);
+out:
+    dt_cluster_free(ps);
+    dt_cluster_free(worker);
+    dt_net_free(net);
+}
+
 int main(void) {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/dt_test_api_XXXXXX");
     if (!mkdtemp(tmp_root)) {
@@ -311,6 +392,7 @@ int main(void) {
     RUN(test_wrap);
     RUN(test_single_process);
     RUN(test_distributed_end);
+    RUN(test_log_and_idle_timeout);
     nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return test_summary();
 }

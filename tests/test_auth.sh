@@ -14,7 +14,6 @@ trap cleanup EXIT
 # A small IDX data set: the first 512 training and 64 test images of Fashion-MNIST.
 data=$tmp/data
 fashion_subset "$data" 512 64
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # ---- keygen ----
 k=$tmp/keys
@@ -31,7 +30,7 @@ k=$tmp/keys
 mkdir -p "$k/authorized" && cp "$k/client.key" "$k/authorized/worker0.key"
 cp "$k/server.key" "$tmp/other/server.key"                    # a stranger who knows the server key
 
-ps_port=$(port); wk_port=$(port)
+read -r ps_port wk_port <<<"$(free_port 2)"
 cl=(--ps_hosts=127.0.0.1:$ps_port --worker_hosts=127.0.0.1:$wk_port)
 base=(--model models/fashion.model --data "$data" --logdir= --summary_dir= --steps_to_validate 1000 --seed 7 --batch_size 16)
 common=("${base[@]}" --train_steps 30) # launch below runs 10 steps: base, as a flag given twice is refused

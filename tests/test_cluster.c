@@ -28,20 +28,20 @@ static void test_flags_article_example(void) {
     CHECK(strcmp(c.source, "flags") == 0);
     const dt_addr *self = dt_cluster_self(&c);
     CHECK(self && self->port == 2225);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 
     CHECK(flags(&c, "10.0.0.1:2222", "10.0.0.1:2224,10.0.0.2:2225", "worker", NULL, &err) == 0);
     CHECK(c.task_index == 0 && c.is_chief); /* task_index defaults to 0, worker 0 is the chief */
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 
     CHECK(flags(&c, "10.0.0.1:2222", "10.0.0.1:2224", "ps", "0", &err) == 0);
     CHECK(c.job == DT_JOB_PS && c.task_index == 0 && !c.is_chief);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 
     /* blanks around entries are tolerated; no ps at all is a valid worker-only definition */
     CHECK(flags(&c, NULL, " a:1 , b:2 ", "worker", " 1 ", &err) == 0);
     CHECK(c.n_ps == 0 && c.n_workers == 2 && strcmp(c.workers[1].host, "b") == 0);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 }
 
 static void test_flag_refusals(void) {
@@ -89,7 +89,7 @@ static void test_flag_refusals(void) {
         CHECK_CONTAINS(err.msg, cases[i].field);
         CHECK_CONTAINS(err.msg, cases[i].what);
         CHECK(!c.distributed && c.ps == NULL && c.workers == NULL); /* nothing left allocated */
-        dt_cluster_free(&c);
+        dt_cluster_clear(&c);
     }
 }
 
@@ -189,7 +189,7 @@ static void test_from_args(void) {
     CHECK(strcmp(argv[0], "prog") == 0 && strcmp(argv[1], "--epochs=3") == 0);
     CHECK(strcmp(argv[2], "data_dir") == 0 && strcmp(argv[3], "--") == 0);
     CHECK(strcmp(argv[4], "--job_name=ps") == 0 && argv[5] == NULL);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     free(argv);
 
     /* "--task_index -1": a value may start with one dash */
@@ -244,7 +244,7 @@ static void test_precedence(void) {
     dt_error err = {0};
     CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == 0);
     CHECK(strcmp(c.source, "TF_CONFIG") == 0 && c.job == DT_JOB_PS && c.n_workers == 2);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     free(argv);
 
     const char *with_flags[] = {"prog", "--worker_hosts=a:1,b:2,c:3", "--job_name=worker",
@@ -254,7 +254,7 @@ static void test_precedence(void) {
     CHECK(dt_cluster_parse_args(&c, &argc, argv, &err) == 0);
     CHECK(strcmp(c.source, "flags") == 0 && c.n_workers == 3 && c.n_ps == 0 && c.task_index == 2);
     CHECK(argc == 1);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     free(argv);
 
     setenv("TF_CONFIG", "  ", 1); /* blank: as if unset */
@@ -278,12 +278,12 @@ static void test_tf_config_without_chief(void) {
     CHECK(tf(&c, json, &err) == 0);
     CHECK(c.n_workers == 2 && c.n_ps == 1 && c.job == DT_JOB_WORKER && c.task_index == 0 && c.is_chief);
     CHECK(strcmp(c.workers[0].host, "w0") == 0);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     json = "{\"cluster\": {\"worker\": [\"w0:2222\", \"w1:2222\"], \"ps\": [\"p0:2222\"]},"
            " \"task\": {\"type\": \"worker\", \"index\": 1}}";
     CHECK(tf(&c, json, &err) == 0);
     CHECK(c.task_index == 1 && !c.is_chief);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 }
 
 /* The chief is worker 0; TF_CONFIG's worker i is our worker i + 1. */
@@ -298,19 +298,19 @@ static void test_tf_config_chief(void) {
     CHECK(c.n_workers == 3 && c.n_ps == 2 && c.job == DT_JOB_WORKER && c.task_index == 0 && c.is_chief);
     CHECK(strcmp(c.workers[0].host, "c0") == 0 && strcmp(c.workers[1].host, "w0") == 0 &&
           strcmp(c.workers[2].host, "w1") == 0);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     snprintf(json, sizeof json, base, "worker", 0);
     CHECK(tf(&c, json, &err) == 0);
     CHECK(c.task_index == 1 && !c.is_chief && strcmp(dt_cluster_self(&c)->host, "w0") == 0);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     snprintf(json, sizeof json, base, "worker", 1);
     CHECK(tf(&c, json, &err) == 0);
     CHECK(c.task_index == 2 && strcmp(dt_cluster_self(&c)->host, "w1") == 0);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     snprintf(json, sizeof json, base, "ps", 1);
     CHECK(tf(&c, json, &err) == 0);
     CHECK(c.job == DT_JOB_PS && c.task_index == 1 && strcmp(dt_cluster_self(&c)->host, "p1") == 0);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     snprintf(json, sizeof json, base, "worker", 2);
     CHECK(tf(&c, json, &err) == DT_EINVAL);
     CHECK_CONTAINS(err.msg, "task.index");
@@ -322,7 +322,7 @@ static void test_tf_config_chief(void) {
     CHECK(tf(&c, "{\"cluster\": {\"chief\": [\"c:1\"], \"ps\": [\"p:1\"]}, \"task\": {\"type\": \"chief\"}}",
              &err) == 0);
     CHECK(c.n_workers == 1 && c.is_chief);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 }
 
 static void test_tf_config_master(void) {
@@ -331,11 +331,11 @@ static void test_tf_config_master(void) {
     CHECK(tf(&c, "{\"cluster\": {\"master\": [\"m:1\"], \"worker\": [\"w:1\"]},"
                  " \"task\": {\"type\": \"master\", \"index\": 0}}", &err) == 0);
     CHECK(c.n_workers == 2 && c.task_index == 0 && c.is_chief && strcmp(c.workers[0].host, "m") == 0);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     CHECK(tf(&c, "{\"cluster\": {\"master\": [\"m:1\"], \"worker\": [\"w:1\"]},"
                  " \"task\": {\"type\": \"worker\", \"index\": 0}}", &err) == 0);
     CHECK(c.task_index == 1 && !c.is_chief);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 }
 
 static void test_tf_config_evaluator(void) {
@@ -345,11 +345,11 @@ static void test_tf_config_evaluator(void) {
                  " \"evaluator\": [\"e:1\"]}, \"task\": {\"type\": \"evaluator\", \"index\": 0}}", &err) == 0);
     CHECK(c.job == DT_JOB_EVALUATOR && !c.is_chief && c.n_workers == 2 && c.n_evaluators == 1);
     CHECK(strcmp(dt_cluster_self(&c)->host, "e") == 0);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     /* not listed: index 0 only, no address of its own */
     CHECK(tf(&c, "{\"cluster\": {\"worker\": [\"w:1\"]}, \"task\": {\"type\": \"evaluator\"}}", &err) == 0);
     CHECK(c.job == DT_JOB_EVALUATOR && dt_cluster_self(&c) == NULL && c.n_evaluators == 0);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     CHECK(tf(&c, "{\"cluster\": {\"worker\": [\"w:1\"]}, \"task\": {\"type\": \"evaluator\", \"index\": 1}}",
              &err) == DT_EINVAL);
     CHECK_CONTAINS(err.msg, "task.index");
@@ -373,7 +373,7 @@ static void test_tf_config_kubeflow(void) {
     CHECK(dt_addr_connect_endpoint(&c.ps[1], ep, sizeof ep) == 0);
     CHECK(strcmp(ep, "tcp://mnist-ps-1.kubeflow.svc:2222") == 0);
     CHECK(dt_addr_bind_endpoint(&c.ps[1], ep, sizeof ep) == 0 && strcmp(ep, "tcp://mnist-ps-1.kubeflow.svc:2222") == 0);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 }
 
 static void test_tf_config_single(void) {
@@ -446,11 +446,11 @@ static void test_local(void) {
     CHECK(dt_cluster_from_flags(&f, ps_list, wk_list, "worker", "1", &err) == 0);
     CHECK(f.n_ps == c.n_ps && f.n_workers == c.n_workers &&
           memcmp(f.workers, c.workers, sizeof *c.workers * 2) == 0 && f.task_index == c.task_index);
-    dt_cluster_free(&f);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&f);
+    dt_cluster_clear(&c);
 
     CHECK(dt_cluster_local(&c, 1, 2, ports, DT_JOB_NONE, 0, &err) == 0 && !c.is_chief && c.distributed);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     int dup[] = {5000, 5001, 5000};
     CHECK(dt_cluster_local(&c, 1, 2, dup, DT_JOB_PS, 0, &err) == DT_EINVAL);
     CHECK_CONTAINS(err.msg, "duplicate");
@@ -479,7 +479,7 @@ static void test_describe(void) {
     char tiny[12];
     dt_cluster_describe(&c, tiny, sizeof tiny); /* truncated, still a string */
     CHECK(strlen(tiny) == sizeof tiny - 1);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 
     char many[2048] = "";
     for (int i = 0; i < 20; i++) snprintf(many + strlen(many), sizeof many - strlen(many), "%sh%d:1", i ? "," : "", i);
@@ -487,7 +487,7 @@ static void test_describe(void) {
     dt_cluster_describe(&c, line, sizeof line);
     CHECK_CONTAINS(line, "worker 19 of 20");
     CHECK_CONTAINS(line, "12 more");
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 }
 
 int main(void) {

@@ -69,19 +69,19 @@ expect "TF_CONFIG not JSON" "TF_CONFIG" env TF_CONFIG='{"cluster": ' "$bin" trai
 expect "launch refuses cluster flags" "--job_name" "$bin" launch --job_name=ps $m
 
 # A worker whose ps never appears: retries, then exits non-zero naming the address, in time.
-port=$(free_port)
+ports=($(free_port 2)); port=${ports[0]}
 start=$(date +%s)
 expect "worker without its ps gives up naming the address" "127.0.0.1:$port" \
-  "$bin" train $m --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)) --job_name=worker --connect_timeout 2
+  "$bin" train $m --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]} --job_name=worker --connect_timeout 2
 took=$(( $(date +%s) - start ))
 [ "$took" -le 10 ] && ok "connect timeout honoured (${took}s)" || bad "connect timeout honoured (${took}s)"
 
 # A worker started before its ps connects once the ps appears.
-"$bin" train $m --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)) --job_name=worker \
+"$bin" train $m --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]} --job_name=worker \
   --train_steps 5 --connect_timeout 30 >"$tmp/w" 2>&1 &
 wpid=$!
 sleep 1
-"$bin" train $m --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)) --job_name=ps >"$tmp/p" 2>&1 &
+"$bin" train $m --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]} --job_name=ps >"$tmp/p" 2>&1 &
 ppid=$!
 wait $wpid; wst=$?
 wait $ppid; pst=$?

@@ -40,8 +40,8 @@ for c in bf16 fp16; do
 done
 
 # One cluster, two encodings: worker 0 (the chief) sends bf16, worker 1 float32.
-port=$(( 20000 + RANDOM % 30000 ))
-h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2)))
+ports=($(free_port 3)); port=${ports[0]}
+h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]})
 timeout 300 "$bin" train "${common[@]}" "${h[@]}" --job_name=ps >mixed_ps.log 2>&1 &
 ps=$!
 timeout 300 "$bin" train "${common[@]}" "${h[@]}" --job_name=worker --task_index=1 >mixed_w1.log 2>&1 &

@@ -18,8 +18,8 @@ removed=$(diff examples/train_single.c examples/train_distributed.c | grep '^<' 
   awk '/^test accuracy/ { exit !($3 > 0.5) }' "$tmp/single" && ok "single-machine example trains" \
   || { bad "single-machine example trains"; cat "$tmp/single"; }
 
-port=$(( 20000 + RANDOM % 20000 ))
-P="--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2))"
+ports=($(free_port 3)); port=${ports[0]}
+P="--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
 "$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=ps >"$tmp/ps" 2>&1 & p0=$!
 "$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=worker --task_index=1 >"$tmp/w1" 2>&1 & p2=$!
 "$bindir/train_distributed" models/fashion.model "$tmp/data" 100 $P --job_name=worker --task_index=0 >"$tmp/w0" 2>&1 & p1=$!

@@ -8,8 +8,8 @@
 . "$(dirname "$0")/lib.sh"
 hostile=${DTRAIN_HOSTILE:-build/hostile_peer}
 fashion_subset "$tmp/data" 8000 1000 || { bad "fashion subset"; summary; exit; }
-port=$(( 20000 + RANDOM % 30000 ))
-h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2)))
+ports=($(free_port 3)); port=${ports[0]}
+h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]})
 a=(--model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= --threads 1 --issync=1
    --train_steps 200 --steps_to_validate 100000 --debug_step_delay_ms 65)
 # Under AddressSanitizer the ps's freed memory waits in a quarantine (256 MB by default) and counts

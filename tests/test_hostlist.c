@@ -129,14 +129,14 @@ static void test_slurm_block_and_cyclic(void) {
     CHECK(!strcmp(c.workers[0].host, "n2") && c.workers[0].port == 2222); /* rank 2, the chief */
     CHECK(!strcmp(c.workers[3].host, "n3") && c.workers[3].port == 2223);
     CHECK_CONTAINS(c.origin, "SLURM_STEP_NODELIST=\"n[1-3]\"");
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     /* cyclic: ranks go n1 n2 n3 n1 n2 n3; rank 3 is n1's second task */
     fake_env cy = {{"SLURM_STEP_ID=4", "SLURM_PROCID=3", "SLURM_NTASKS=6", "SLURM_LOCALID=1", "SLURM_NODEID=0",
                     "SLURM_STEP_NODELIST=n[1-3]", "SLURM_STEP_TASKS_PER_NODE=2(x3)", "SLURM_DISTRIBUTION=cyclic"}};
     CHECK(derive(&c, &cy, 2, &err) == 0);
     CHECK(!strcmp(c.ps[1].host, "n2") && c.ps[1].port == 2222);
     CHECK(!strcmp(c.workers[1].host, "n1") && c.workers[1].port == 2223);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     /* The layout must agree with this task's own SLURM_LOCALID: with cyclic unsaid, it does not. */
     cy.vars[7] = NULL;
     CHECK(derive(&c, &cy, 2, &err) == DT_EINVAL);
@@ -152,7 +152,7 @@ static void test_slurm_block_and_cyclic(void) {
     CHECK(derive(&c, &job, 1, &err) == 0);
     CHECK(c.job == DT_JOB_PS && !strcmp(c.workers[0].host, "b") && c.workers[0].port == 2222);
     CHECK_CONTAINS(c.origin, "SLURM_JOB_NODELIST");
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 }
 
 static void test_slurm_refusals(void) {
@@ -196,7 +196,7 @@ static void test_mpi_and_pmi(void) {
                           "OMPI_COMM_WORLD_LOCAL_SIZE=3", "SLURM_PROCID=0", "SLURM_STEP_ID=0"}};
     CHECK(derive(&c, &one_host, 1, &err) == 0);
     CHECK(!strcmp(c.source, "mpi") && c.is_chief && !strcmp(c.ps[0].host, "127.0.0.1") && c.workers[1].port == 2224);
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     fake_env spread = {{"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_LOCAL_RANK=1",
                         "OMPI_COMM_WORLD_LOCAL_SIZE=2"}};
     CHECK(derive(&c, &spread, 1, &err) == DT_EINVAL);
@@ -209,14 +209,14 @@ static void test_mpi_and_pmi(void) {
                       "SLURM_STEP_NODELIST=a,b", "SLURM_STEP_TASKS_PER_NODE=1(x2)"}};
     CHECK(derive(&c, &pmi2, 1, &err) == 0);
     CHECK(!strcmp(c.source, "slurm") && !strcmp(c.workers[0].host, "b"));
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
     /* A PMI launcher inside an allocation: its ranks, not the inherited Slurm ones. */
     fake_env hydra = {{"PMI_RANK=2", "PMI_SIZE=3", "MPI_LOCALRANKID=2", "MPI_LOCALNRANKS=3", "SLURM_PROCID=0",
                        "SLURM_NTASKS=1"}};
     CHECK(derive(&c, &hydra, 1, &err) == 0);
     CHECK(!strcmp(c.source, "mpi") && c.task_index == 1 && c.workers[1].port == 2224);
     CHECK_CONTAINS(c.origin, "PMI_RANK=2");
-    dt_cluster_free(&c);
+    dt_cluster_clear(&c);
 }
 
 int main(void) {

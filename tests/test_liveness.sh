@@ -13,8 +13,8 @@ printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nfla
 m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threads 1)
 
 # 1. A ps and worker 1, no chief: worker 1 waits --connect_timeout for the model, then exits.
-port=$(( 20000 + RANDOM % 30000 ))
-h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2)))
+ports=($(free_port 3)); port=${ports[0]}
+h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]})
 "$bin" train "${m[@]}" "${h[@]}" --job_name=ps >"$tmp/ps1" 2>&1 &
 ps1=$!
 start=$(date +%s)
@@ -32,8 +32,8 @@ kill -KILL $ps1 2>/dev/null; wait $ps1 2>/dev/null
 # heartbeat timeout, each step then waits for the chief alone, and the cluster finishes (exit 0).
 sync_cluster() { # $1: tag, then extra flags for every task
   local tag=$1; shift
-  port=$(( 20000 + RANDOM % 30000 ))
-  h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2)))
+  ports=($(free_port 3)); port=${ports[0]}
+  h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]})
   # Paced (20 ms a step), so that the kill lands mid-run in a release build too.
   s=(--issync=1 --train_steps 300 --debug_step_delay_ms 20 --steps_to_validate 100000 --heartbeat_timeout 3 "$@")
   "$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=ps >"$tmp/ps$tag" 2>&1 &
@@ -80,9 +80,9 @@ fi
 kill -KILL $chief $ps2 2>/dev/null; wait $chief $ps2 2>/dev/null
 
 # 4. A ps nobody talks to (its chief never came, or is gone) exits after --idle_timeout.
-port=$(( 20000 + RANDOM % 30000 ))
+ports=($(free_port 2)); port=${ports[0]}
 start=$(date +%s)
-timeout 60 "$bin" train "${m[@]}" --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)) --job_name=ps \
+timeout 60 "$bin" train "${m[@]}" --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]} --job_name=ps \
   --idle_timeout 2 >"$tmp/ps4" 2>"$tmp/ps4e"
 st=$?
 took=$(( $(date +%s) - start ))
@@ -95,8 +95,8 @@ grep -q "no message from any worker for 2 s (--idle_timeout)" "$tmp/ps4e" && ok 
 # worker trains. Sets port, ps and chief; logs in $tmp/ps$tag, $tmp/c$tag (stdout), $tmp/c${tag}e.
 ps_and_chief() { # tag, then flags for both
   local tag=$1; shift
-  port=$(( 20000 + RANDOM % 30000 ))
-  local h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)))
+  ports=($(free_port 2)); port=${ports[0]}
+  local h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]})
   "$bin" train "${m[@]}" "${h[@]}" "$@" --job_name=ps >"$tmp/ps$tag" 2>&1 &
   ps=$!
   "$bin" train "${m[@]}" "${h[@]}" "$@" --job_name=worker --task_index=0 >"$tmp/c$tag" 2>"$tmp/c${tag}e" &

@@ -14,9 +14,9 @@ m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threa
 # silent 1.5 s is lost); SLOW_WORKER sleeps 50 ms before each push, so worker 1 is stopped mostly at
 # the barrier (0: the chief is slow) or mostly between steps (1). Worker 1 is stopped for 7 s.
 stopped() {
-  local tag=$1 slow=$2 port h s ps chief w st took start
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2)))
+  local tag=$1 slow=$2 ports h s ps chief w st took start
+  ports=($(free_port 3))
+  h=(--ps_hosts=127.0.0.1:${ports[0]} --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]})
   s=(--issync=1 --strict --train_steps 100000 --steps_to_validate 100000 --heartbeat_timeout 3 --ps_timeout 60
      --debug_step_delay_ms 50 --debug_delay_worker "$slow")
   timeout 300 "$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=ps >"$tmp/ps$tag" 2>&1 &

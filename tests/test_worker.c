@@ -244,7 +244,7 @@ static void test_nonfinite_params_named(void) {
 out:
     for (int i = 0; i < 2; i++) CHECK(ps_stop(&ps[i]) == DT_EINTR);
     dt_placement_free(&pl);
-    dt_cluster_free(&cl);
+    dt_cluster_clear(&cl);
     dt_net_free(net);
 }
 

@@ -28,22 +28,25 @@ int dt_cluster_from_args(dt_cluster **out, int *argc, char **argv, dt_error *err
     return DT_OK;
 }
 
-void dt_cluster_delete(dt_cluster *c) {
+void dt_cluster_free(dt_cluster *c) {
     if (!c) return;
-    dt_cluster_free(c);
+    dt_cluster_clear(c);
     free(c);
 }
 
 int dt_cluster_is_ps(const dt_cluster *c) { return c && c->job == DT_JOB_PS; }
 int dt_cluster_is_chief(const dt_cluster *c) { return !c || c->is_chief; }
 
-int dt_serve(const dt_cluster *c, const dt_net *net, const volatile int *stop, dt_error *err) {
+int dt_serve(const dt_cluster *c, const dt_net *net, FILE *log, int idle_timeout_ms, const volatile int *stop,
+             dt_error *err) {
     if (!dt_cluster_is_ps(c)) return dt_errorf(err, DT_EINVAL, "dt_serve: this process is not a ps task");
+    if (idle_timeout_ms < 0)
+        return dt_errorf(err, DT_EINVAL, "dt_serve: idle_timeout_ms must not be negative, got %d", idle_timeout_ms);
     dt_placement pl;
     int rc = dt_placement_compute(&pl, dt_net_view(net, 0), dt_net_num_views(net), c->n_ps, DT_PLACE_GREEDY, err);
     if (rc) return rc;
-    /* The public API has no --auth yet; the idle deadline is dtrain train's default. */
-    rc = dt_serve_task(c, &pl, NULL, 600000, stop, stdout, err);
+    /* The public API has no --auth yet. */
+    rc = dt_serve_task(c, &pl, NULL, idle_timeout_ms, stop, log ? log : stdout, err);
     dt_placement_free(&pl);
     return rc;
 }
@@ -129,16 +132,16 @@ int dt_optimizer_new(dt_optimizer **out, const char *name, float learning_rate, 
     return DT_OK;
 }
 
-int dt_optimizer_distribute(dt_optimizer **opt, const dt_cluster *c, const dt_net *net, int issync, dt_error *err) {
+int dt_optimizer_distribute(dt_optimizer *o, const dt_cluster *c, const dt_net *net, int issync, FILE *log,
+                            dt_error *err) {
     if (!c || !c->distributed) return DT_OK; /* a single process keeps its local optimizer */
     if (c->job != DT_JOB_WORKER) return dt_errorf(err, DT_EINVAL, "dt_optimizer_distribute: this process is not a worker");
-    dt_optimizer *o = *opt;
     dt_updater *remote = NULL;
     dt_placement pl;
     int rc = dt_placement_compute(&pl, dt_net_view(net, 0), dt_net_num_views(net), c->n_ps, DT_PLACE_GREEDY, err);
     if (rc) return rc;
     dt_remote_config cfg = {.cluster = c, .placement = &o->placement, .opt = o->config,
-                            .connect_timeout_ms = 60000, .n_workers_to_wait = c->n_workers - 1, .log = stdout,
+                            .connect_timeout_ms = 60000, .n_workers_to_wait = c->n_workers - 1, .log = log ? log : stdout,
                             /* A lost ps is waited for as by dtrain train (no checkpoints here: a
                              * ps that lost its shard restarts the model from the seed). */
                             .ps_timeout_ms = 120000,

@@ -7,6 +7,7 @@
 #include "cluster/cluster.h"
 #include "commands.h"
 #include "flags.h"
+#include "train/train_debug.h"
 
 /* Ranges of the numeric flags (the flag table refuses anything outside). */
 #define DAY 86400.0           /* the longest timeout, in seconds */
@@ -24,6 +25,8 @@ static int seconds_to_ms(double secs) {
 int cmd_train(int argc, char **argv) {
     dt_train_options o;
     dt_train_options_init(&o);
+    dt_train_debug dbg;
+    dt_train_debug_init(&dbg);
     const char *bad_images = "skip", *auth = "none";
     double epochs = o.epochs, connect_timeout = o.connect_timeout_ms / 1000.0, heartbeat_timeout = 60,
            ps_timeout = o.ps_timeout_ms / 1000.0, idle_timeout = o.idle_timeout_ms / 1000.0;
@@ -87,13 +90,13 @@ int cmd_train(int argc, char **argv) {
                  "workers); 0: --replicas_to_aggregate", 0, MAX_TASKS, 0),
         FLAG_NUM("staleness", FLAG_INT, &o.staleness,
                  "sync: steps a worker may run ahead of the slowest; 0: fully synchronous", 0, 64, 0),
-        FLAG_NUM("debug_step_delay_ms", FLAG_INT, &o.debug_step_delay_ms,
+        FLAG_NUM("debug_step_delay_ms", FLAG_INT, &dbg.step_delay_ms,
                  "testing: sleep this long before each update", 0, 600000, 0),
-        FLAG_NUM("debug_delay_worker", FLAG_INT, &o.debug_delay_worker,
+        FLAG_NUM("debug_delay_worker", FLAG_INT, &dbg.delay_worker,
                  "testing: only this worker sleeps; -1: every worker", -1, MAX_TASKS - 1, 0),
-        FLAG_TEXT("debug_dump_params", &o.debug_dump_params,
+        FLAG_TEXT("debug_dump_params", &dbg.dump_params,
                   "testing: the chief writes its final parameters to this file (raw float32)"),
-        FLAG_NUM("debug_emulate_compute_ms", FLAG_INT, &o.debug_emulate_compute_ms,
+        FLAG_NUM("debug_emulate_compute_ms", FLAG_INT, &dbg.emulate_compute_ms,
                  "benchmarks: each step sleeps this long instead of computing, then pushes a full-size constant "
                  "gradient (docs/testbed.md); -1: off", -1, 600000, 0),
         FLAG_TEXT("placement", &o.placement, "variables over ps tasks: greedy or round_robin"),
@@ -167,7 +170,7 @@ int cmd_train(int argc, char **argv) {
     o.stop = &cli_stop;
     cli_install_signal_handlers();
     dt_train_result res;
-    int rc = dt_train(&o, stdout, &res, &err);
+    int rc = dt_train_debug_run(&o, &dbg, stdout, &res, &err);
     if (rc) {
         fprintf(stderr, "dtrain train: %s\n", err.msg);
         return rc == DT_EINTR ? 130 : 1;

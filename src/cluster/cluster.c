@@ -366,7 +366,7 @@ void dt_cluster_single(dt_cluster *c) {
     c->source = "single process";
 }
 
-void dt_cluster_free(dt_cluster *c) {
+void dt_cluster_clear(dt_cluster *c) {
     if (!c) return;
     free(c->ps);
     free(c->workers);
@@ -377,7 +377,7 @@ void dt_cluster_free(dt_cluster *c) {
 /* Leaves c single and frees what was built if rc is an error. */
 static int done(dt_cluster *c, entries *all, int rc) {
     free(all->e);
-    if (rc) dt_cluster_free(c);
+    if (rc) dt_cluster_clear(c);
     return rc;
 }
 

@@ -51,7 +51,7 @@ typedef struct dt_cluster {
 } dt_cluster;
 
 /* Every constructor below starts by overwriting *c (it need not be initialised) and, on failure,
- * leaves it as a single-process definition with nothing allocated. Free with dt_cluster_free. */
+ * leaves it as a single-process definition with nothing allocated. Release with dt_cluster_clear. */
 
 /* A single process: no ps, no workers, is_chief = 1. Allocates nothing. */
 void dt_cluster_single(dt_cluster *c);
@@ -89,7 +89,9 @@ int dt_cluster_resolve(dt_cluster *c, const char *ps_hosts, const char *worker_h
  * argv[*argc] = NULL. Scanning stops at "--". On failure argv is left unchanged. */
 int dt_cluster_parse_args(dt_cluster *c, int *argc, char **argv, dt_error *err);
 
-void dt_cluster_free(dt_cluster *c);
+/* Frees what c holds and leaves it a single process (c itself is the caller's: the public
+ * dt_cluster_free frees both). */
+void dt_cluster_clear(dt_cluster *c);
 
 /* This process's address, or NULL (single process, launcher, evaluator not listed). */
 const dt_addr *dt_cluster_self(const dt_cluster *c);

@@ -22,6 +22,20 @@ static inline void sgemm1(int trans_a, int trans_b, int M, int N, int K, float a
 
 static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
+/* A build for any x86-64 (DTRAIN_NATIVE=OFF, no -march) still runs the loops marked DT_HOT with
+ * AVX-512 or AVX2+FMA where the CPU has them: the compiler makes one copy per instruction set and
+ * the loader picks one at start (target_clones, an ifunc). A native build needs none. Only
+ * functions without an OpenMP parallel region: its body is outlined into a function that is not
+ * cloned. BENCHMARKS.md, "Portable builds", says what this keeps and what it does not. */
+#if defined(__x86_64__) && !defined(__AVX2__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define DT_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef DT_HOT
+#define DT_HOT
+#endif
+
 /* Backward splits the batch into this many pieces of whole examples (fewer if the batch is
  * smaller), whatever the thread count: each piece sums its own dW/db partial and the partials are
  * added in piece order, so gradients are bit-identical for any thread count and any timing. */

@@ -242,7 +242,7 @@ static inline void inside_cols(const dt_window *g, int *lo, int *hi) {
  * Padding cells are zeros. One window row (KW*C floats) is contiguous in NHWC, so inside the image
  * it is one copy. Walks one output row at a time (bounds worked out once per row) and writes col
  * strictly in order (see copy_floats_over). */
-static void im2col(float *col, const float *in, const dt_window *g, size_t p0, size_t p1) {
+DT_HOT static void im2col(float *col, const float *in, const dt_window *g, size_t p0, size_t p1) {
     const int H = g->in_h, W = g->in_w, C = g->in_c, KH = g->k_h, KW = g->k_w, OW = g->out_w;
     const size_t ohw = (size_t)g->out_h * OW, kwc = (size_t)KW * C, kkc = KH * kwc;
     const size_t img_size = (size_t)H * W * C, step = (size_t)g->stride_w * C;
@@ -286,7 +286,7 @@ static void im2col(float *col, const float *in, const dt_window *g, size_t p0, s
 /* din += scatter of dcol [p1-p0, KH*KW*C] (the adjoint of im2col; padding cells are dropped).
  * Position by position: consecutive windows overlap, and interleaving kernel rows keeps the
  * read-modify-writes of one din cell apart. */
-static void col2im(float *din, const float *dcol, const dt_window *g, size_t p0, size_t p1) {
+DT_HOT static void col2im(float *din, const float *dcol, const dt_window *g, size_t p0, size_t p1) {
     const int H = g->in_h, W = g->in_w, C = g->in_c, KH = g->k_h, KW = g->k_w;
     const size_t ohw = (size_t)g->out_h * g->out_w, kwc = (size_t)KW * C, kkc = KH * kwc;
     const size_t img_size = (size_t)H * W * C;
@@ -426,7 +426,7 @@ void conv2d_backward(float *din, float *dw, float *db, const float *dout, const 
 /* One output row oh of one example: o/am [OW, C]. src holds the example's input from element
  * src_off on (element idx of the example is src[idx - src_off]), so the fused conv + pool can pass
  * a chunk of conv rows. argmax is always the index within the whole example. */
-static void maxpool_row(float *o, int32_t *am, const float *src, size_t src_off, const dt_window *g,
+DT_HOT static void maxpool_row(float *o, int32_t *am, const float *src, size_t src_off, const dt_window *g,
                         int oh) {
     const int H = g->in_h, W = g->in_w, C = g->in_c, OW = g->out_w;
     const int ih0 = oh * g->stride_h - g->pad_top;
@@ -653,7 +653,10 @@ void relu_forward(float *out, const float *in, size_t n) {
 void relu_backward(float *din, const float *dout, const float *out, size_t n) {
     int nt = dt_cpu_threads();
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float d = dout[i]; /* read unconditionally: a conditional load keeps SSE2 from vectorising */
+        din[i] = out[i] > 0.0f ? d : 0.0f;
+    }
 }
 
 void dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float rate, uint64_t seed) {

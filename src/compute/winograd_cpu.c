@@ -93,7 +93,7 @@ static void wino_transform_kernel(float *u, const float *w, int C, int OC, int f
 }
 
 /* v [16][ld][C] rows tl..: B^T d B of the 4x4 patch under output tile `tile` (zeros outside). */
-static inline void wino_input_tile(float *v, size_t ld, size_t tl, const float *in, const wino_geom *g,
+DT_HOT static void wino_input_tile(float *v, size_t ld, size_t tl, const float *in, const wino_geom *g,
                                    size_t tile, const float *zeros) {
     const size_t tw_n = (size_t)(g->ow + 1) / 2, th_n = (size_t)(g->oh + 1) / 2;
     const size_t n = tile / (th_n * tw_n), r = tile % (th_n * tw_n);
@@ -127,7 +127,7 @@ static inline void wino_input_tile(float *v, size_t ld, size_t tl, const float *
 }
 
 /* out (+ b) for output tile `tile` from m [16][ld][OC] row tl: A^T m A, clipped to the image. */
-static inline void wino_output_tile(float *out, const float *b, const float *m, size_t ld, size_t tl,
+DT_HOT static void wino_output_tile(float *out, const float *b, const float *m, size_t ld, size_t tl,
                                     const wino_geom *g, size_t tile) {
     const size_t tw_n = (size_t)(g->ow + 1) / 2, th_n = (size_t)(g->oh + 1) / 2;
     const size_t n = tile / (th_n * tw_n), r = tile % (th_n * tw_n);
@@ -160,7 +160,7 @@ static inline void wino_output_tile(float *out, const float *b, const float *m, 
 }
 
 /* dz [16][ld][OC] row tl: A dY A^T of the 2x2 block of dout under tile `tile` (zeros outside). */
-static inline void wino_dout_tile(float *z, size_t ld, size_t tl, const float *dout, const wino_geom *g,
+DT_HOT static void wino_dout_tile(float *z, size_t ld, size_t tl, const float *dout, const wino_geom *g,
                                   size_t tile, const float *zeros) {
     const size_t tw_n = (size_t)(g->ow + 1) / 2, th_n = (size_t)(g->oh + 1) / 2;
     const size_t n = tile / (th_n * tw_n), r = tile % (th_n * tw_n);

@@ -22,6 +22,7 @@
 #include "train/serve.h"
 #include "train/evaluate.h"
 #include "train/progress.h"
+#include "train/train_debug.h"
 #include "update/updater.h"
 #include "transport/auth.h"
 #include "worker/remote.h"
@@ -35,8 +36,6 @@ void dt_train_options_init(dt_train_options *o) {
     o->steps_to_validate = 1000;
     o->seed = 1;
     o->validation_fraction = -1.0;
-    o->debug_delay_worker = -1;
-    o->debug_emulate_compute_ms = -1;
     o->placement = "greedy";
     o->compression = "none";
     o->chunk_kb = (int)(DT_WIRE_CHUNK_BYTES_DEFAULT >> 10);
@@ -48,6 +47,20 @@ void dt_train_options_init(dt_train_options *o) {
     o->save_model_secs = 60;
     o->max_to_keep = 5;
     o->summary_dir = "./summary_log";
+}
+
+void dt_train_debug_init(dt_train_debug *d) {
+    memset(d, 0, sizeof *d);
+    d->delay_worker = -1;
+    d->emulate_compute_ms = -1;
+}
+
+static int check_debug(const dt_train_debug *d, dt_error *err) {
+    if (d->step_delay_ms < 0) return dt_errorf(err, DT_EINVAL, "--debug_step_delay_ms must not be negative");
+    if (d->emulate_compute_ms > 600000)
+        return dt_errorf(err, DT_EINVAL, "--debug_emulate_compute_ms must be at most 600000, got %d",
+                         d->emulate_compute_ms);
+    return DT_OK;
 }
 
 static int check_options(const dt_train_options *o, dt_error *err) {
@@ -79,11 +92,6 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     if (rc) return rc;
     if (o->chunk_kb < 0 || o->chunk_kb > (1 << 22))
         return dt_errorf(err, DT_EINVAL, "--chunk_kb=%d must be 0 (one chunk per shard) to %d", o->chunk_kb, 1 << 22);
-    if (o->debug_step_delay_ms < 0)
-        return dt_errorf(err, DT_EINVAL, "--debug_step_delay_ms must not be negative");
-    if (o->debug_emulate_compute_ms > 600000)
-        return dt_errorf(err, DT_EINVAL, "--debug_emulate_compute_ms must be at most 600000, got %d",
-                         o->debug_emulate_compute_ms);
     if (o->connect_timeout_ms < 1)
         return dt_errorf(err, DT_EINVAL, "--connect_timeout must be positive");
     if (o->ps_timeout_ms < 0 || o->idle_timeout_ms < 0)
@@ -161,6 +169,7 @@ typedef struct {
     dt_auth auth;                 /* --auth=curve: this task's keys */
     dt_progress prog;             /* the live progress line (a terminal) */
     FILE *log, *log_out;          /* training's log: log_out, through the progress line's stream */
+    const dt_train_debug *dbg;    /* the test hooks (train_debug.h) */
 } run_state;
 
 static void run_free(run_state *r) {
@@ -170,7 +179,7 @@ static void run_free(run_state *r) {
     dt_data_splits_free(&r->data);
     dt_net_free(r->net);
     dt_placement_free(&r->placement);
-    dt_cluster_free(&r->cluster);
+    dt_cluster_clear(&r->cluster);
     dt_auth_free(&r->auth);
     dt_progress_unwrap(r->log, r->log_out); /* last: the frees above may still log */
 }
@@ -216,11 +225,22 @@ static int resolve_cluster(dt_cluster *c, const dt_train_options *o, dt_error *e
 }
 
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
+    return dt_train_debug_run(o, NULL, log, res, err);
+}
+
+int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FILE *log, dt_train_result *res,
+                       dt_error *err) {
     dt_train_result local_res;
     if (!res) res = &local_res;
     memset(res, 0, sizeof *res);
     if (!log) log = stdout;
+    dt_train_debug off;
+    if (!dbg) {
+        dt_train_debug_init(&off);
+        dbg = &off;
+    }
     int rc = check_options(o, err);
+    if (!rc) rc = check_debug(dbg, err);
     if (rc) return rc;
 
     /* The flags checked up front (a ps too); the run's length is known later, so cosine's default
@@ -233,7 +253,7 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
     if ((rc = dt_place_strategy_parse(o->placement ? o->placement : "greedy", &strategy, err))) return rc;
     dt_kernels_set_threads(o->threads);
 
-    run_state r = {0};
+    run_state r = {.dbg = dbg};
     dt_cluster_single(&r.cluster);
     if ((rc = resolve_cluster(&r.cluster, o, err))) goto out;
     if (r.cluster.distributed && r.cluster.n_ps < 1) {
@@ -354,8 +374,8 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
                                    .replicas_to_aggregate = aggregate,
                                    .total_num_replicas = replicas,
                                    .staleness = o->staleness,
-                                   .step_delay_ms = o->debug_delay_worker < 0 || o->debug_delay_worker == c->task_index
-                                                        ? o->debug_step_delay_ms : 0,
+                                   .step_delay_ms = r->dbg->delay_worker < 0 || r->dbg->delay_worker == c->task_index
+                                                        ? r->dbg->step_delay_ms : 0,
                                    .ps_timeout_ms = o->ps_timeout_ms,
                                    .chunk_bytes = (int64_t)o->chunk_kb << 10,
                                    .compression = compression,
@@ -424,12 +444,12 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
      * and backward, so many workers share few cores without slowing each other down, and a fixed
      * gradient of the model's full size is pushed, so the ps tasks and the network do the real
      * work. Its values are small and deterministic; nothing learns, so nothing is evaluated. */
-    int emulate = o->debug_emulate_compute_ms >= 0;
+    int emulate = r->dbg->emulate_compute_ms >= 0;
     if (emulate) {
         float *g = dt_net_grads(r->net);
         for (size_t i = 0, n = dt_net_param_count(r->net); i < n; i++) g[i] = (float)((int)(i % 7) - 3) * 1e-4f;
         fprintf(log, "emulating compute: %d ms per step, a constant gradient, no evaluation (benchmarks only)\n",
-                o->debug_emulate_compute_ms);
+                r->dbg->emulate_compute_ms);
     }
     /* Only the chief validates and tests: the others would repeat the same numbers. */
     int evaluates = c->is_chief && !emulate;
@@ -447,7 +467,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
         int correct = 0;
         float loss = 0;
         if (emulate) {
-            struct timespec ts = {o->debug_emulate_compute_ms / 1000, (long)(o->debug_emulate_compute_ms % 1000) * 1000000L};
+            struct timespec ts = {r->dbg->emulate_compute_ms / 1000, (long)(r->dbg->emulate_compute_ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         } else {
             if ((rc = dt_loader_next(r->loader, &b, err))) break;
@@ -525,7 +545,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
         res->test_accuracy = test.accuracy;
         res->test_loss = test.loss;
         res->test_examples = test.examples;
-        if (o->debug_dump_params && *o->debug_dump_params && (rc = dump_params(o->debug_dump_params, r->net, err)))
+        if (r->dbg->dump_params && *r->dbg->dump_params && (rc = dump_params(r->dbg->dump_params, r->net, err)))
             return rc;
         fprintf(log, "test accuracy %.4f  test loss %.4f  (%lld examples)\n", test.accuracy, test.loss,
                 (long long)test.examples);

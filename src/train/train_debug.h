@@ -1,0 +1,27 @@
+/* Test and benchmark hooks of dt_train, kept out of the public dt_train_options: the --debug_*
+ * flags of `dtrain train`, for the tests and bench/ only. */
+#ifndef DT_TRAIN_DEBUG_H
+#define DT_TRAIN_DEBUG_H
+
+#include <stdio.h>
+
+#include "dtrain.h"
+
+typedef struct dt_train_debug {
+    /* Worker delay_worker (-1: every worker) sleeps step_delay_ms before each update. */
+    int step_delay_ms, delay_worker;
+    /* Benchmarks of scale only: >= 0 replaces each step's batch, forward and backward with a sleep
+     * of this many ms and pushes a constant gradient of the model's full size (nothing learns and
+     * nothing is evaluated); -1: off. docs/testbed.md. */
+    int emulate_compute_ms;
+    /* If set, the chief (or a single process) writes its final parameters there (raw float32). */
+    const char *dump_params;
+} dt_train_debug;
+
+/* Every hook off. */
+void dt_train_debug_init(dt_train_debug *d);
+/* dt_train with the hooks of d (NULL: off). */
+int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *d, FILE *log, dt_train_result *result,
+                       dt_error *err);
+
+#endif
