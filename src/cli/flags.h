@@ -31,9 +31,14 @@ typedef struct {
 #define FLAG_SWITCH(name, value, help) {(name), FLAG_BOOL, (value), (help), 0, 0, 0}
 #define FLAG_NUM(name, type, value, help, lo, hi, open) {(name), (type), (value), (help), (lo), (hi), (open)}
 
-/* Parses argv[0..argc) against defs. Positional arguments are refused (dtrain takes none), and so
+/* Parses argv[0..argc) against defs. Positional arguments are refused, and so
  * is a flag given twice. Sets *help if --help or -h was given. */
 int flags_parse(const flag_def *defs, int n_defs, int argc, char **argv, int *help, dt_error *err);
+/* The same for a command that takes arguments besides its flags (dtrain predict's images, dtrain
+ * plot's runs): they go to args (room for argc entries, pointers into argv) in order, *n_args
+ * counting them; everything after a lone "--" is an argument. */
+int flags_parse_args(const flag_def *defs, int n_defs, int argc, char **argv, int *help, char **args, int *n_args,
+                     dt_error *err);
 void flags_print_help(FILE *f, const flag_def *defs, int n_defs);
 
 #endif

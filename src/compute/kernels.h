@@ -96,4 +96,12 @@ void dense_backward(float *din, float *dw, float *db, const float *dout, const f
 float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
                    int *correct);
 
+/* The predicted class of one row of logits x [K]: the index of the largest, the first on ties (a NaN
+ * wins only in first place: comparisons with it are false). softmax_xent's count of correct answers, dt_evaluate's confusion matrix and
+ * prediction all use it, so they agree exactly. */
+int argmax_first(const float *x, int classes);
+/* probs [N,K] = softmax of each row of logits [N,K], as softmax_xent computes it (around the row's
+ * max, sums in double). probs may alias logits. */
+void softmax_forward(float *probs, const float *logits, int batch, int classes);
+
 #endif
