@@ -31,6 +31,7 @@ struct dt_dataset {
     int h, w, c;                 /* delivered example shape */
     int num_classes;
     char **class_names;          /* [num_classes], owned */
+    char *source;                /* IDX: the images file's name, owned */
     dt_bad_image_policy bad_images;
     /* IDX */
     uint8_t *pix_block, *lab_block; /* owned storage the two pointers below point into */
@@ -124,6 +125,7 @@ static dt_dataset *dataset_new(int kind, dt_error *err) {
 void dt_dataset_free(dt_dataset *ds) {
     if (!ds) return;
     free_strings(ds->class_names, (size_t)ds->num_classes);
+    free(ds->source);
     free(ds->pix_block);
     free(ds->lab_block);
     free_strings(ds->paths, ds->n);
@@ -349,6 +351,10 @@ static int idx_make(dt_dataset **out, idx_part *img, uint8_t **img_file, idx_par
     ds->w = (int)img->dims[2];
     ds->c = 1;
     ds->bad_images = DT_BAD_IMAGES_FAIL;
+    if (!(ds->source = str_dup(img_name, err))) {
+        dt_dataset_free(ds);
+        return DT_ENOMEM;
+    }
     idx_part *parts[2] = {img, lab};
     uint8_t **files[2] = {img_file, lab_file};
     uint8_t **blocks[2] = {&ds->pix_block, &ds->lab_block};
@@ -908,6 +914,8 @@ const char *dt_dataset_class_name(const dt_dataset *ds, int k) {
 char *const *dt_dataset_class_names(const dt_dataset *ds) {
     return ds->kind == DS_FOLDER && ds->num_classes > 0 ? ds->class_names : NULL;
 }
+
+const char *dt_dataset_source(const dt_dataset *ds) { return ds->source; }
 
 const char *dt_dataset_path(const dt_dataset *ds, size_t i) {
     return ds->kind == DS_FOLDER && i < ds->n ? ds->paths[i] : NULL;

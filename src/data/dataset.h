@@ -64,6 +64,8 @@ int dt_data_open_inputs(dt_dataset **out, char *const *inputs, size_t n, const c
                         const dt_data_options *opt, dt_error *err);
 /* The file example i was read from; NULL for IDX data. */
 const char *dt_dataset_path(const dt_dataset *ds, size_t i);
+/* An IDX data set's images file (as named when opened); NULL for image files. */
+const char *dt_dataset_source(const dt_dataset *ds);
 
 size_t dt_dataset_size(const dt_dataset *ds);
 int dt_dataset_num_classes(const dt_dataset *ds);
