@@ -7,14 +7,6 @@
 . "$(dirname "$0")/lib.sh"
 py=/usr/bin/python3
 
-expect_error() {
-  local name=$1 want=$2 pat=$3; shift 3
-  "$@" >"$tmp/eout" 2>"$tmp/eerr"; local st=$?
-  local lines; lines=$(wc -l <"$tmp/eerr")
-  if [ "$st" -eq "$want" ] && [ "$lines" -eq 1 ] && grep -qE -- "$pat" "$tmp/eerr"; then ok "$name"
-  else bad "$name (status $st, want $want; $lines stderr lines: $(head -c 400 "$tmp/eerr"))"; fi
-}
-
 fashion_subset "$tmp/fs" 384 64
 printf 'model tiny28\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny28.model"
 run() { # run DIR LR STEPS

@@ -6,15 +6,6 @@
 . "$(dirname "$0")/lib.sh"
 py=/usr/bin/python3
 
-# expect_error NAME STATUS PATTERN CMD...: exit status STATUS, exactly one stderr line matching PATTERN
-expect_error() {
-  local name=$1 want=$2 pat=$3; shift 3
-  "$@" >"$tmp/eout" 2>"$tmp/eerr"; local st=$?
-  local lines; lines=$(wc -l <"$tmp/eerr")
-  if [ "$st" -eq "$want" ] && [ "$lines" -eq 1 ] && grep -qE -- "$pat" "$tmp/eerr"; then ok "$name"
-  else bad "$name (status $st, want $want; $lines stderr lines: $(head -c 400 "$tmp/eerr"))"; fi
-}
-
 # agree NAME EVAL_OUT PREDICT_CSV TRUTH: the confusion matrix and accuracy of predict's classes
 # against TRUTH (one true class name per CSV row, in order) equal eval's printed ones.
 agree() {

@@ -44,14 +44,8 @@ int cmd_eval(int argc, char **argv) {
     const char *logdir = "./checkpoint", *data = NULL, *model = NULL, *file = NULL;
     int batch_size = 0, threads = 0;
     flag_def defs[] = {
-        FLAG_TEXT("logdir", &logdir, "folder of checkpoints; the newest good one is restored"),
-        FLAG_TEXT("checkpoint", &file, "evaluate this checkpoint file instead of the newest in --logdir"),
+        FLAGS_RESTORE(&logdir, &file, &model, &batch_size, &threads),
         FLAG_TEXT("data", &data, "IDX folder or image folder; its test split is evaluated"),
-        FLAG_TEXT("model", &model, "model file; default: the model stored in the checkpoint"),
-        FLAG_NUM("batch_size", FLAG_INT, &batch_size, "examples per forward pass; 0: the training batch size", 0,
-                 65536, 0),
-        FLAG_NUM("threads", FLAG_INT, &threads, "compute threads (at most the cores there are); 0: all cores", 0,
-                 1024, 0),
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
     dt_error err = {0};

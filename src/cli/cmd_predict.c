@@ -154,17 +154,11 @@ int cmd_predict(int argc, char **argv) {
                *bad = "skip";
     int batch_size = 0, threads = 0;
     flag_def defs[] = {
-        FLAG_TEXT("logdir", &logdir, "folder of checkpoints; the newest good one is restored"),
-        FLAG_TEXT("checkpoint", &file, "use this checkpoint file instead of the newest in --logdir"),
-        FLAG_TEXT("model", &model, "model file; default: the model stored in the checkpoint"),
+        FLAGS_RESTORE(&logdir, &file, &model, &batch_size, &threads),
         FLAG_TEXT("out", &out, "write the CSV to this file (default: standard output)"),
         FLAG_TEXT("format", &format, "csv (file,class,p_<class>...) or kaggle (id,label: the probability of dog)"),
         FLAG_TEXT("list", &list, "a text file naming more images (or folders), one per line"),
         FLAG_TEXT("bad_images", &bad, "skip (count and report) or fail on undecodable images"),
-        FLAG_NUM("batch_size", FLAG_INT, &batch_size, "images per forward pass; 0: the training batch size", 0,
-                 65536, 0),
-        FLAG_NUM("threads", FLAG_INT, &threads, "compute threads (at most the cores there are); 0: all cores", 0,
-                 1024, 0),
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0, n_inputs = 0;
     dt_error err = {0};
