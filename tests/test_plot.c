@@ -91,6 +91,11 @@ static void test_extremes(void) {
         s->step[s->n] = steps[i];
         s->value[s->n++] = v[i];
     }
+    /* One point far from 0, where step + 1 rounds back to step in a double (found by fuzz_plot). */
+    dt_series *one = &c.s[DT_SPLIT_TRAIN][DT_TAG_ACCURACY];
+    one->step = malloc(sizeof *one->step);
+    one->value = malloc(sizeof *one->value);
+    one->step[0] = (int64_t)1 << 62, one->value[0] = 0.5, one->n = 1;
     CHECK(dt_curves_finish(&c, &err) == 0);
     CHECK(c.s[DT_SPLIT_TEST][DT_TAG_COST].step[0] == INT64_MIN);
     char *svg = NULL;

@@ -36,7 +36,7 @@ static int put(sink *s, dt_error *err, const char *fmt, ...) {
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
-        int n = vsnprintf(s->buf + s->len, s->cap - s->len, fmt, ap);
+        int n = vsnprintf(s->buf ? s->buf + s->len : NULL, s->cap - s->len, fmt, ap);
         va_end(ap);
         if (n < 0) return dt_errorf(err, DT_EINVAL, "cannot format an output line");
         if ((size_t)n < s->cap - s->len) {

@@ -62,7 +62,8 @@ static void panel_range(axes *a, const dt_run_curves *runs, int n_runs, int tag)
         }
     if (!(x0 <= x1)) x0 = 0, x1 = 1;
     if (!(y0 <= y1)) y0 = 0, y1 = 1;
-    if (x1 - x0 < 1) x1 = x0 + 1; /* steps are integers */
+    /* Steps are integers; far from 0 a step of 1 is lost in a double's rounding, so widen relatively. */
+    if (x1 - x0 < 1) x1 = x0 + fmax(1, fabs(x0) * 1e-9);
     if (y1 - y0 < 1e-30 * (fabs(y0) + fabs(y1)) || y1 - y0 < 1e-300) y1 = y0 + (y0 ? fabs(y0) : 1);
     if (tag == DT_TAG_COST) y1 += (y1 - y0) * 0.05; /* headroom: the first loss is the largest */
     a->x0 = x0, a->x1 = x1, a->y0 = y0, a->y1 = y1;
