@@ -530,8 +530,10 @@ int dt_ckpt_read_info(const dt_st_file *f, const char *label, dt_ckpt_info *info
             errno = 0;
             unsigned long long v = strtoull(s, &end, 10);
             if (*end || errno || s[0] == '-') {
+                /* s lives in o: the message first, then o goes */
+                rc = dt_errorf(err, DT_EFORMAT, "%s: metadata rng_state: seed \"%.40s\" is not a number", label, s);
                 json_decref(o);
-                return dt_errorf(err, DT_EFORMAT, "%s: metadata rng_state: seed \"%.40s\" is not a number", label, s);
+                return rc;
             }
             info->seed = v;
             info->has_seed = 1;
