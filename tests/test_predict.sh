@@ -105,6 +105,26 @@ check "no temporary file left" test -z "$(ls "$tmp" | grep never)"
 check "kaggle: header and ids" test "$(cut -d, -f1 "$tmp/k.csv" | tr '\n' ' ')" = "id 1 10 2 d03 "
 check "kaggle: label is p_dog" test "$(cut -d, -f2 "$tmp/k.csv" | sed 1d)" = "$(cut -d, -f4 "$tmp/c.csv" | sed 1d)"
 
+# A checkpoint written before class names were recorded (the key taken out of a copy's header):
+# classes are numbered, and --format kaggle takes class 1 as dog with a warning.
+"$py" - "$(ls "$tmp"/ck2/model.ckpt-40.safetensors)" "$tmp/old.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+del h["__metadata__"]["classes"]
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+PY
+"$bin" predict --checkpoint "$tmp/old.safetensors" "$tmp/img/test1" >"$tmp/old.csv" 2>"$tmp/olderr"
+check "old checkpoint: numbered classes" grep -qx 'file,class,p_0,p_1' <(head -1 "$tmp/old.csv")
+check "old checkpoint: same predictions" test "$(cut -d, -f3- "$tmp/old.csv" | sed 1d)" = "$(sed 1d "$tmp/c.csv" | head -3 | cut -d, -f3-)"
+"$bin" predict --checkpoint "$tmp/old.safetensors" --format kaggle "$tmp/img/test1" >"$tmp/oldk.csv" 2>"$tmp/olderr"
+check "old checkpoint: kaggle takes class 1 as dog, with a warning" \
+  test "$(grep -c "warning: .*records no class names; taking class 1 as dog" "$tmp/olderr")" -eq 1 -a \
+       "$(sed 1d "$tmp/oldk.csv")" = "$(sed 1d "$tmp/k.csv" | head -3)"
+
 # --list: one path per line, in order, blank lines ignored; positional inputs come first.
 printf '%s\n\n%s\n' "$tmp/img/test/dog/d01.png" "$tmp/img/test/cat/c02.png" >"$tmp/list.txt"
 "$bin" predict --logdir "$tmp/ck2" --list "$tmp/list.txt" "$tmp/img/test/cat/c05.png" >"$tmp/l.csv" 2>/dev/null
