@@ -1,12 +1,14 @@
 /* libFuzzer target: bytes as a safetensors file. The reader must refuse (saying why) or accept
  * without crashing, leaking or reading past the input; an accepted file must be self-consistent:
- * tensors tile the data section exactly, lookups find every tensor, and reads stay in bounds. */
+ * tensors tile the data section exactly, lookups find every tensor, and reads stay in bounds; its
+ * checkpoint metadata (info, class names) is parsed within its bounds or refused. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/safetensors.h"
+#include "supervisor/checkpoint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dt_st_file *f = NULL;
@@ -32,6 +34,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *k, *v;
         dt_st_meta_at(f, i, &k, &v);
         if (!k || !v || dt_st_meta_get(f, k) != v) __builtin_trap();
+    }
+    /* The checkpoint metadata dtrain reads back: parsed or refused, never trusted. */
+    dt_ckpt_info info;
+    dt_ckpt_read_info(f, "fuzz", &info, &err);
+    char **names = NULL;
+    int n = 0;
+    if (dt_ckpt_read_classes(f, "fuzz", 16, &names, &n, &err) == 0) {
+        if (n < 0 || n > 16 || (n > 0) != (names != NULL)) __builtin_trap();
+        for (int k = 0; k < n; k++) {
+            if (!names[k][0] || strlen(names[k]) > DT_CKPT_MAX_CLASS_NAME) __builtin_trap();
+            free(names[k]);
+        }
+        free(names);
     }
     dt_st_close(f);
     return 0;

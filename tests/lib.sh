@@ -12,6 +12,15 @@ ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
 summary() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; }
+# expect_error NAME STATUS PATTERN CMD...: exit status STATUS and exactly one stderr line, matching
+# PATTERN (the CLI's contract for bad input); stdout and stderr are left in $tmp/out and $tmp/err.
+expect_error() {
+  local name=$1 want=$2 pat=$3; shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"; local st=$?
+  local lines; lines=$(wc -l <"$tmp/err")
+  if [ "$st" -eq "$want" ] && [ "$lines" -eq 1 ] && grep -qE -- "$pat" "$tmp/err"; then ok "$name"
+  else bad "$name (status $st, want $want; $lines stderr lines: $(head -c 400 "$tmp/err"))"; fi
+}
 
 # fashion_subset DIR NTRAIN NTEST: the first NTRAIN training and NTEST test images of Fashion-MNIST
 # ($FASHION, default the Debian package's folder) as uncompressed IDX files in DIR (created), so a

@@ -865,6 +865,58 @@ static void test_nonfinite_is_damage(void) {
     dt_net_free(net);
 }
 
+/* The "classes" metadata: written from the run's names, read back; absent is no names; a value a
+ * hand-edited or hostile file could hold is refused naming the file. */
+static void test_class_names(void) {
+    char path[512];
+    subdir(path, sizeof path, "classes.safetensors");
+    int64_t step = 3;
+    dt_st_tensor t = {.name = DT_CKPT_STEP_TENSOR, .dtype = DT_ST_I64, .ndim = 0, .data = &step};
+    static const char *const cases[][2] = {
+        /* value, NULL when accepted */
+        {"[\"cat\",\"dog\"]", NULL},
+        {"[\"a, \\\"b\\\"\"]", NULL},
+        {"{\"cat\":0}", "not a list"},
+        {"[]", "not a list"},
+        {"[\"a\",\"b\",\"c\"]", "not a list"}, /* more names than the model's 2 classes */
+        {"[\"a\",\"a\"]", "entry 1"},
+        {"[\"\",\"b\"]", "entry 0"},
+        {"[\"a\\nb\"]", "entry 0"},
+        {"[\"a\",7]", "entry 1"},
+        {"[\"a\\u0000b\"]", "not a list"}, /* jansson refuses a NUL inside a string */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dt_st_meta m = {"classes", cases[i][0]};
+        dt_error err = {0};
+        CHECK(dt_st_write(path, &t, 1, &m, 1, &err) == 0);
+        dt_st_file *f = NULL;
+        CHECK(dt_st_open(&f, path, &err) == 0);
+        char **names = NULL;
+        int n = -1;
+        int rc = f ? dt_ckpt_read_classes(f, path, 2, &names, &n, &err) : -1;
+        if (!cases[i][1]) {
+            CHECK_MSG(rc == 0 && n >= 1, "case %zu refused: %s", i, err.msg);
+        } else {
+            CHECK_MSG(rc == DT_EFORMAT && strstr(err.msg, cases[i][1]) && strstr(err.msg, "classes.safetensors") &&
+                      n == 0 && !names, "case %zu: rc %d, '%s'", i, rc, err.msg);
+        }
+        if (i == 0) CHECK(n == 2 && !strcmp(names[0], "cat") && !strcmp(names[1], "dog"));
+        if (i == 1) CHECK(n == 1 && !strcmp(names[0], "a, \"b\""));
+        for (int k = 0; k < n; k++) free(names[k]);
+        free(names);
+        dt_st_close(f);
+    }
+    /* No "classes": no names, no error (checkpoints written before they were recorded). */
+    dt_error err = {0};
+    CHECK(dt_st_write(path, &t, 1, NULL, 0, &err) == 0);
+    dt_st_file *f = NULL;
+    CHECK(dt_st_open(&f, path, &err) == 0);
+    char **names = (char **)1;
+    int n = -1;
+    CHECK(f && dt_ckpt_read_classes(f, path, 2, &names, &n, &err) == 0 && n == 0 && names == NULL);
+    dt_st_close(f);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dtrain_test_checkpoint.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -882,6 +934,7 @@ int main(void) {
     RUN(test_orphan_of_failed_index_write);
     RUN(test_impossible_step);
     RUN(test_supervisor_index_repair);
+    RUN(test_class_names);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -4,15 +4,6 @@
 . "$(dirname "$0")/lib.sh"
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 
-# expect_error NAME STATUS PATTERN CMD...: exit status STATUS, exactly one stderr line matching PATTERN
-expect_error() {
-  local name=$1 want=$2 pat=$3; shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"; local st=$?
-  local lines; lines=$(wc -l <"$tmp/err")
-  if [ "$st" -eq "$want" ] && [ "$lines" -eq 1 ] && grep -qE -- "$pat" "$tmp/err"; then ok "$name"
-  else bad "$name (status $st, want $want; $lines stderr lines: $(head -c 400 "$tmp/err"))"; fi
-}
-
 "$bin" --help >"$tmp/out" 2>&1 && grep -q "train" "$tmp/out" && ok "help lists commands" || bad "help lists commands"
 "$bin" train --help >"$tmp/out" 2>&1 && grep -q -- "--learning_rate" "$tmp/out" && grep -q -- "--steps_to_validate" "$tmp/out" \
   && ok "train --help lists flags" || bad "train --help lists flags"

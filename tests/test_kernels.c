@@ -836,6 +836,48 @@ static void test_softmax_xent_stability_and_count(void) {
     CHECK(isnan(softmax_xent(d, x, y, 3, 3, &correct)));
 }
 
+/* softmax_forward against the double reference, on rows softmax_xent's gradient also gives (its
+ * dlogits plus the one-hot, times N, is the softmax); huge logits stay finite; argmax_first takes the
+ * first of a tie, and a NaN only in first place. */
+static void test_softmax_forward_and_argmax(void) {
+    dt_rng r;
+    dt_rng_seed(&r, 9);
+    int N = 6, K = 4;
+    float *x = randn((size_t)N * K, &r, 3.0f), p[24], d[24];
+    double ref[24];
+    int32_t y[6] = {0};
+    softmax_forward(p, x, N, K);
+    softmax_xent(d, x, y, N, K, NULL);
+    double worst = 0;
+    for (int n = 0; n < N; n++) {
+        double mx = x[n * K], s = 0, sum = 0;
+        for (int k = 1; k < K; k++) mx = x[n * K + k] > mx ? x[n * K + k] : mx;
+        for (int k = 0; k < K; k++) s += exp(x[n * K + k] - mx);
+        for (int k = 0; k < K; k++) {
+            ref[n * K + k] = exp(x[n * K + k] - mx) / s;
+            sum += p[n * K + k];
+            double from_xent = (d[n * K + k] + (k == 0 ? 1.0 / N : 0.0)) * N;
+            if (fabs(from_xent - p[n * K + k]) > worst) worst = fabs(from_xent - p[n * K + k]);
+        }
+        CHECK_NEAR(sum, 1.0, 1e-6);
+        int best = argmax_first(x + n * K, K);
+        for (int k = 0; k < K; k++) CHECK(x[n * K + k] <= x[n * K + best]);
+        CHECK(p[n * K + best] >= p[n * K + (best + 1) % K]);
+    }
+    CHECK(max_rel_err(p, ref, (size_t)N * K) < 1e-6);
+    CHECK_MSG(worst < 1e-6, "softmax_forward vs softmax_xent's gradient: worst %g", worst);
+    float big[3] = {1e4f, -1e4f, 1e4f}, pb[3];
+    softmax_forward(pb, big, 1, 3);
+    CHECK_NEAR(pb[0], 0.5, 1e-7);
+    CHECK_NEAR(pb[1], 0.0, 1e-7);
+    CHECK(argmax_first(big, 3) == 0);
+    float nan_row[3] = {NAN, 1.0f, 2.0f};
+    CHECK(argmax_first(nan_row, 3) == 0); /* comparisons with NaN are false: it keeps first place */
+    float nan_later[3] = {1.0f, NAN, 0.5f};
+    CHECK(argmax_first(nan_later, 3) == 0);
+    free(x);
+}
+
 int main(void) {
     RUN(test_window_same_padding);
     RUN(test_window_valid_and_errors);
@@ -852,5 +894,6 @@ int main(void) {
     RUN(test_dense);
     RUN(test_softmax_xent);
     RUN(test_softmax_xent_stability_and_count);
+    RUN(test_softmax_forward_and_argmax);
     return test_summary();
 }

@@ -11,10 +11,8 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "flags.h"
-#include "model/net.h"
-#include "supervisor/checkpoint.h"
-#include "io/fsutil.h"
 #include "train/evaluate.h"
+#include "train/restore.h"
 
 /* Rows: true class; columns: predicted class. */
 static void print_confusion(const int64_t *cm, int classes, const dt_dataset *ds) {
@@ -46,14 +44,8 @@ int cmd_eval(int argc, char **argv) {
     const char *logdir = "./checkpoint", *data = NULL, *model = NULL, *file = NULL;
     int batch_size = 0, threads = 0;
     flag_def defs[] = {
-        FLAG_TEXT("logdir", &logdir, "folder of checkpoints; the newest good one is restored"),
-        FLAG_TEXT("checkpoint", &file, "evaluate this checkpoint file instead of the newest in --logdir"),
+        FLAGS_RESTORE(&logdir, &file, &model, &batch_size, &threads),
         FLAG_TEXT("data", &data, "IDX folder or image folder; its test split is evaluated"),
-        FLAG_TEXT("model", &model, "model file; default: the model stored in the checkpoint"),
-        FLAG_NUM("batch_size", FLAG_INT, &batch_size, "examples per forward pass; 0: the training batch size", 0,
-                 65536, 0),
-        FLAG_NUM("threads", FLAG_INT, &threads, "compute threads (at most the cores there are); 0: all cores", 0,
-                 1024, 0),
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
     dt_error err = {0};
@@ -72,52 +64,16 @@ int cmd_eval(int argc, char **argv) {
     if (!data || !*data) return fail("--data: no data path given");
     dt_kernels_set_threads(threads);
 
-    dt_st_file *f = NULL;
-    char path[DT_PATH_MAX];
-    int rc;
-    if (file) {
-        snprintf(path, sizeof path, "%s", file);
-        rc = dt_st_open(&f, path, &err);
-    } else {
-        rc = dt_ckpt_open_latest(&f, path, sizeof path, logdir, stderr, &err);
-        if (rc == 0) rc = dt_errorf(&err, DT_EINVAL, "%s: no checkpoint found (train with --logdir %s first)", logdir, logdir);
-    }
-    if (rc < 0) return fail(err.msg);
-
-    dt_model_spec spec;
-    dt_net *net = NULL;
+    dt_restored r;
+    if (dt_restore_net(&r, logdir, file, model, batch_size, stderr, &err)) return fail(err.msg);
+    dt_net *net = r.net;
     dt_data_splits splits = {0};
     int64_t *cm = NULL;
-    dt_ckpt_info info;
-    int status = 1;
-    if ((rc = dt_ckpt_read_info(f, path, &info, &err))) goto out;
-    if (model) {
-        rc = dt_model_spec_load(&spec, model, &err);
-    } else {
-        const char *text = dt_ckpt_model_text(f);
-        if (!text) {
-            rc = dt_errorf(&err, DT_EINVAL, "%s holds no model text: pass --model", path);
-            goto out;
-        }
-        char label[DT_PATH_MAX + 16];
-        snprintf(label, sizeof label, "%s (model)", path);
-        rc = dt_model_spec_parse(&spec, text, strlen(text), label, &err);
-    }
-    if (rc) goto out;
-    /* The training batch size by default: the same batches give the same sums, so the accuracy and
-     * loss printed here are those the training run printed for this checkpoint. */
-    int batch = batch_size > 0 ? batch_size : info.batch_size > 0 ? info.batch_size : 64;
-    rc = dt_net_build(&net, &spec, batch, &err);
-    dt_model_spec_free(&spec);
-    if (rc) goto out;
-    dt_ckpt_run run = {.net = net};
-    int64_t step = 0;
-    if ((rc = dt_ckpt_load(f, path, &run, dt_net_params(net), NULL, &step, &err))) goto out;
-
+    int status = 1, rc;
     const dt_model_spec *ms = dt_net_spec(net);
     dt_data_options dopt = {.h = ms->in_h, .w = ms->in_w, .c = ms->in_c,
-                            .validation_fraction = info.validation_fraction,
-                            .seed = info.has_seed ? info.seed : 1,
+                            .validation_fraction = r.info.validation_fraction,
+                            .seed = r.info.has_seed ? r.info.seed : 1,
                             .bad_images = DT_BAD_IMAGES_SKIP};
     if ((rc = dt_data_open(&splits, data, &dopt, &err))) goto out;
     int classes = dt_net_num_classes(net);
@@ -129,7 +85,7 @@ int cmd_eval(int argc, char **argv) {
     if (!(cm = dt_calloc((size_t)classes * classes, sizeof *cm, "confusion matrix", &err))) goto out;
     dt_eval_result res;
     if ((rc = dt_evaluate(net, splits.test, cm, &res, &err))) goto out;
-    printf("checkpoint %s: model %s, global step %" PRId64 "\n", path, ms->name, step);
+    printf("checkpoint %s: model %s, global step %" PRId64 "\n", r.path, ms->name, r.step);
     printf("test accuracy %.4f  test loss %.4f  (%lld examples)\n", res.accuracy, res.loss, (long long)res.examples);
     print_confusion(cm, classes, splits.test);
     if (dt_dataset_bad_count(splits.test))
@@ -139,7 +95,6 @@ out:
     if (status) fprintf(stderr, "dtrain eval: %s\n", err.msg);
     free(cm);
     dt_data_splits_free(&splits);
-    dt_net_free(net);
-    dt_st_close(f);
+    dt_restored_free(&r);
     return status;
 }

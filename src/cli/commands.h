@@ -7,6 +7,8 @@ int cmd_train(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 
 /* Set by SIGINT/SIGTERM; long-running commands poll it and stop cleanly. */

@@ -96,7 +96,13 @@ static int check_table(const flag_def *defs, int n_defs, dt_error *err) {
 }
 
 int flags_parse(const flag_def *defs, int n_defs, int argc, char **argv, int *help, dt_error *err) {
+    return flags_parse_args(defs, n_defs, argc, argv, help, NULL, NULL, err);
+}
+
+int flags_parse_args(const flag_def *defs, int n_defs, int argc, char **argv, int *help, char **args, int *n_args,
+                     dt_error *err) {
     *help = 0;
+    if (n_args) *n_args = 0;
     int rc = check_table(defs, n_defs, err);
     if (rc) return rc;
     unsigned char *seen = calloc(n_defs > 0 ? (size_t)n_defs : 1, 1);
@@ -105,6 +111,14 @@ int flags_parse(const flag_def *defs, int n_defs, int argc, char **argv, int *he
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             *help = 1;
+            continue;
+        }
+        if (args && !strcmp(a, "--")) { /* the rest are arguments, even those starting with -- */
+            while (++i < argc) args[(*n_args)++] = argv[i];
+            break;
+        }
+        if (args && strncmp(a, "--", 2) != 0) {
+            args[(*n_args)++] = argv[i];
             continue;
         }
         if (strncmp(a, "--", 2) != 0 || !a[2]) {

@@ -31,9 +31,24 @@ typedef struct {
 #define FLAG_SWITCH(name, value, help) {(name), FLAG_BOOL, (value), (help), 0, 0, 0}
 #define FLAG_NUM(name, type, value, help, lo, hi, open) {(name), (type), (value), (help), (lo), (hi), (open)}
 
-/* Parses argv[0..argc) against defs. Positional arguments are refused (dtrain takes none), and so
+/* The flags of a command that restores a checkpoint for inference (eval, predict: restore.h). */
+#define FLAGS_RESTORE(logdir, file, model, batch_size, threads)                                                   \
+    FLAG_TEXT("logdir", (logdir), "folder of checkpoints; the newest good one is restored"),                      \
+        FLAG_TEXT("checkpoint", (file), "use this checkpoint file instead of the newest in --logdir"),             \
+        FLAG_TEXT("model", (model), "model file; default: the model stored in the checkpoint"),                  \
+        FLAG_NUM("batch_size", FLAG_INT, (batch_size), "examples per forward pass; 0: the training batch size", 0, \
+                 65536, 0),                                                                                         \
+        FLAG_NUM("threads", FLAG_INT, (threads), "compute threads (at most the cores there are); 0: all cores", 0, \
+                 1024, 0)
+
+/* Parses argv[0..argc) against defs. Positional arguments are refused, and so
  * is a flag given twice. Sets *help if --help or -h was given. */
 int flags_parse(const flag_def *defs, int n_defs, int argc, char **argv, int *help, dt_error *err);
+/* The same for a command that takes arguments besides its flags (dtrain predict's images, dtrain
+ * plot's runs): they go to args (room for argc entries, pointers into argv) in order, *n_args
+ * counting them; everything after a lone "--" is an argument. */
+int flags_parse_args(const flag_def *defs, int n_defs, int argc, char **argv, int *help, char **args, int *n_args,
+                     dt_error *err);
 void flags_print_help(FILE *f, const flag_def *defs, int n_defs);
 
 #endif

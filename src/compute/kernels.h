@@ -148,4 +148,12 @@ void concat_forward(float *out, const float *in, size_t rows, int in_c, int out_
 /* din [rows, in_c] = channels off..off+in_c of dout [rows, out_c] */
 void concat_backward(float *din, const float *dout, size_t rows, int in_c, int out_c, int off);
 
+/* The predicted class of one row of logits x [K]: the index of the largest, the first on ties (a NaN
+ * wins only in first place: comparisons with it are false). softmax_xent's count of correct answers, dt_evaluate's confusion matrix and
+ * prediction all use it, so they agree exactly. */
+int argmax_first(const float *x, int classes);
+/* probs [N,K] = softmax of each row of logits [N,K], as softmax_xent computes it (around the row's
+ * max, sums in double). probs may alias logits. */
+void softmax_forward(float *probs, const float *logits, int batch, int classes);
+
 #endif

@@ -701,6 +701,25 @@ void dense_backward(float *din, float *dw, float *db, const float *dout, const f
 
 /* ---- loss ---------------------------------------------------------------------------------- */
 
+int argmax_first(const float *x, int classes) {
+    int best = 0;
+    for (int k = 1; k < classes; k++)
+        if (x[k] > x[best]) best = k;
+    return best;
+}
+
+void softmax_forward(float *probs, const float *logits, int batch, int classes) {
+    for (int n = 0; n < batch; n++) {
+        const float *x = logits + (size_t)n * classes;
+        float *p = probs + (size_t)n * classes;
+        float mx = x[argmax_first(x, classes)];
+        double sum = 0.0;
+        for (int k = 0; k < classes; k++) sum += exp((double)x[k] - mx);
+        double inv = 1.0 / sum;
+        for (int k = 0; k < classes; k++) p[k] = (float)(exp((double)x[k] - mx) * inv);
+    }
+}
+
 float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
                    int *correct) {
     double loss = 0.0;
@@ -708,9 +727,7 @@ float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, i
     for (int n = 0; n < batch; n++) {
         const float *x = logits + (size_t)n * classes;
         int32_t y = labels[n];
-        int best = 0;
-        for (int k = 1; k < classes; k++)
-            if (x[k] > x[best]) best = k;
+        int best = argmax_first(x, classes);
         /* log-sum-exp around the max: exp never overflows, the largest term is exactly 1. */
         float mx = x[best];
         double sum = 0.0;

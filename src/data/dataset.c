@@ -15,10 +15,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/listing.h"
 #include "io/fsutil.h"
-
-/* dt_path_join_dup failed: too long (err says so) or out of memory. */
-#define JOIN_FAILED(err) ((err) && (err)->code ? (err)->code : DT_ENOMEM)
 
 enum { DS_IDX = 1, DS_FOLDER = 2 };
 
@@ -34,6 +32,7 @@ struct dt_dataset {
     int h, w, c;                 /* delivered example shape */
     int num_classes;
     char **class_names;          /* [num_classes], owned */
+    char *source;                /* IDX: the images file's name, owned */
     dt_bad_image_policy bad_images;
     /* IDX */
     uint8_t *pix_block, *lab_block; /* owned storage the two pointers below point into */
@@ -82,6 +81,7 @@ static dt_dataset *dataset_new(int kind, dt_error *err) {
 void dt_dataset_free(dt_dataset *ds) {
     if (!ds) return;
     free_strings(ds->class_names, (size_t)ds->num_classes);
+    free(ds->source);
     free(ds->pix_block);
     free(ds->lab_block);
     free_strings(ds->paths, ds->n);
@@ -297,7 +297,7 @@ static char **numeric_names(int k, dt_error *err) {
  * part is adopted from *file_buf when the caller hands its file buffer over, else copied. */
 static int idx_make(dt_dataset **out, idx_part *img, uint8_t **img_file, idx_part *lab,
                     uint8_t **lab_file, const char *img_name, const char *lab_name, dt_error *err) {
-    if (img->dims[0] != lab->dims[0])
+    if (lab && img->dims[0] != lab->dims[0])
         return dt_errorf(err, DT_EFORMAT, "%s holds %u images but %s holds %u labels", img_name,
                          img->dims[0], lab_name, lab->dims[0]);
     dt_dataset *ds = dataset_new(DS_IDX, err);
@@ -307,11 +307,15 @@ static int idx_make(dt_dataset **out, idx_part *img, uint8_t **img_file, idx_par
     ds->w = (int)img->dims[2];
     ds->c = 1;
     ds->bad_images = DT_BAD_IMAGES_FAIL;
+    if (!(ds->source = str_dup(img_name, err))) {
+        dt_dataset_free(ds);
+        return DT_ENOMEM;
+    }
     idx_part *parts[2] = {img, lab};
     uint8_t **files[2] = {img_file, lab_file};
     uint8_t **blocks[2] = {&ds->pix_block, &ds->lab_block};
     const uint8_t **views[2] = {&ds->pixels, &ds->labels8};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < (lab ? 2 : 1); k++) { /* images without labels: prediction's input */
         idx_part *p = parts[k];
         if (p->owned) {
             *blocks[k] = p->owned;
@@ -330,6 +334,10 @@ static int idx_make(dt_dataset **out, idx_part *img, uint8_t **img_file, idx_par
             memcpy(*blocks[k], p->data, p->data_len);
             *views[k] = *blocks[k];
         }
+    }
+    if (!lab) {
+        *out = ds;
+        return 0;
     }
     int maxl = 0;
     for (size_t i = 0; i < ds->n; i++)
@@ -378,6 +386,28 @@ int dt_dataset_open_idx(dt_dataset **out, const char *images_path, const char *l
     free(lab.owned);
     free(ib);
     free(lb);
+    return rc;
+}
+
+static int idx_check_shape(const dt_dataset *ds, const char *file, const dt_data_options *opt,
+                           dt_error *err);
+
+int dt_dataset_open_idx_images(dt_dataset **out, const char *images_path, const dt_data_options *opt,
+                               dt_error *err) {
+    *out = NULL;
+    uint8_t *ib = NULL;
+    size_t il = 0;
+    idx_part img = {0};
+    int rc = dt_read_file(&ib, &il, images_path, IDX_MAX_FILE, err);
+    if (!rc) rc = idx_parse(&img, ib, il, 3, images_path, err);
+    if (!rc && img.owned) free(ib), ib = NULL;
+    if (!rc) rc = idx_make(out, &img, &ib, NULL, NULL, images_path, NULL, err);
+    if (!rc && (rc = idx_check_shape(*out, images_path, opt, err))) {
+        dt_dataset_free(*out);
+        *out = NULL;
+    }
+    free(img.owned);
+    free(ib);
     return rc;
 }
 
@@ -478,7 +508,7 @@ static int cmp_str(const void *a, const void *b) {
 
 /* Sorted names of the non-hidden entries of dir that are folders (want_dirs) or regular files;
  * entries that cannot be looked at (stat fails) count as files. */
-static int list_dir(char ***names, size_t *count, const char *dir, int want_dirs, dt_error *err) {
+int dt_data_list_dir(char ***names, size_t *count, const char *dir, int want_dirs, dt_error *err) {
     *names = NULL;
     *count = 0;
     DIR *d = opendir(dir);
@@ -591,7 +621,7 @@ static int list_root(listing *L, char ***classes, int *nclasses, const char *roo
     int discover = *classes == NULL;
     char **subdirs = NULL, **files = NULL;
     size_t nsub = 0, nfiles = 0;
-    int rc = list_dir(&subdirs, &nsub, root, 1, err);
+    int rc = dt_data_list_dir(&subdirs, &nsub, root, 1, err);
     if (!rc && nsub > 0) { /* one sub-folder per class */
         if (discover) {
             if (nsub > INT32_MAX) nsub = INT32_MAX;
@@ -609,14 +639,14 @@ static int list_root(listing *L, char ***classes, int *nclasses, const char *roo
             }
             char *dir = dt_path_join_dup(root, names[s], err);
             if (!dir) rc = JOIN_FAILED(err);
-            if (!rc) rc = list_dir(&files, &nfiles, dir, 0, err);
+            if (!rc) rc = dt_data_list_dir(&files, &nfiles, dir, 0, err);
             for (size_t f = 0; !rc && f < nfiles; f++) rc = listing_add(L, dir, files[f], label, err);
             free_strings(files, nfiles);
             files = NULL;
             free(dir);
         }
     } else if (!rc) { /* flat: class = text before the first '.' */
-        rc = list_dir(&files, &nfiles, root, 0, err);
+        rc = dt_data_list_dir(&files, &nfiles, root, 0, err);
         if (!rc && discover) {
             char **pre = dt_calloc(nfiles ? nfiles : 1, sizeof *pre, "class names", err);
             size_t np = 0;
@@ -716,11 +746,39 @@ static int cmp_u32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Images are decoded to the model's input: its size must be one they can be resized to. */
+static int check_image_input(const char *path, const dt_data_options *opt, dt_error *err) {
+    if (opt->h <= 0 || opt->w <= 0 || opt->h > 16384 || opt->w > 16384 || (opt->c != 1 && opt->c != 3))
+        return dt_errorf(err, DT_EINVAL, "%s: images need the model's input size (got %dx%dx%d; "
+                                         "channels 1 or 3)", path, opt->h, opt->w, opt->c);
+    return 0;
+}
+
+int dt_dataset_from_paths(dt_dataset **out, char *const *paths, size_t n, const dt_data_options *opt,
+                          dt_error *err) {
+    *out = NULL;
+    int rc = check_image_input(n ? paths[0] : "images", opt, err);
+    if (rc) return rc;
+    if (n == 0) return dt_errorf(err, DT_EINVAL, "no image files given");
+    if (n > IDX_MAX_COUNT) return dt_errorf(err, DT_EINVAL, "%zu image files, over the limit of %llu", n,
+                                            (unsigned long long)IDX_MAX_COUNT);
+    listing L = {0};
+    uint32_t *idx = dt_malloc(n * sizeof *idx, "image indices", err);
+    if (!idx) return DT_ENOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        idx[i] = (uint32_t)i;
+        rc = listing_add(&L, "", paths[i], -1, err); /* no label: -1 */
+    }
+    if (!rc) rc = folder_make(out, &L, idx, n, NULL, 0, opt, 0, err);
+    free(idx);
+    listing_free(&L);
+    return rc;
+}
+
 static int open_image_folder(dt_data_splits *out, const char *path, const dt_data_options *opt,
                              dt_error *err) {
-    if (opt->h <= 0 || opt->w <= 0 || opt->h > 16384 || opt->w > 16384 || (opt->c != 1 && opt->c != 3))
-        return dt_errorf(err, DT_EINVAL, "%s: an image folder needs the model's input size (got %dx%dx%d; "
-                                         "channels 1 or 3)", path, opt->h, opt->w, opt->c);
+    int rc0 = check_image_input(path, opt, err);
+    if (rc0) return rc0;
     double frac = opt->validation_fraction < 0 ? 0.2 : opt->validation_fraction;
     if (!(frac < 1.0))
         return dt_errorf(err, DT_EINVAL, "validation fraction %g must be below 1", frac);
@@ -809,6 +867,16 @@ const char *dt_dataset_class_name(const dt_dataset *ds, int k) {
     return k >= 0 && k < ds->num_classes ? ds->class_names[k] : NULL;
 }
 
+char *const *dt_dataset_class_names(const dt_dataset *ds) {
+    return ds->kind == DS_FOLDER && ds->num_classes > 0 ? ds->class_names : NULL;
+}
+
+const char *dt_dataset_source(const dt_dataset *ds) { return ds->source; }
+
+const char *dt_dataset_path(const dt_dataset *ds, size_t i) {
+    return ds->kind == DS_FOLDER && i < ds->n ? ds->paths[i] : NULL;
+}
+
 void dt_dataset_dims(const dt_dataset *ds, int *h, int *w, int *c) {
     if (h) *h = ds->h;
     if (w) *w = ds->w;
@@ -832,7 +900,7 @@ int dt_dataset_get(const dt_dataset *ds, size_t i, float *x, int32_t *label, dt_
         size_t d = (size_t)ds->h * (size_t)ds->w;
         const uint8_t *p = ds->pixels + i * d;
         for (size_t j = 0; j < d; j++) x[j] = (float)p[j] / 255.0f;
-        *label = ds->labels8[i];
+        *label = ds->labels8 ? ds->labels8[i] : -1;
         return 0;
     }
     const char *path = ds->paths[i];

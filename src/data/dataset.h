@@ -47,9 +47,32 @@ int dt_dataset_from_idx_bytes(dt_dataset **out, const uint8_t *images, size_t im
                               dt_error *err);
 void dt_dataset_free(dt_dataset *ds);
 
+/* Unlabelled data sets, for prediction (labels are -1, there are no classes):
+ * dt_dataset_from_paths: the image files paths[0..n) (copied), decoded on demand exactly as an image
+ * folder's (opt: the model's input size and the bad-image policy);
+ * dt_dataset_open_idx_images: one IDX images file (plain or gzip), whose images must be the model's
+ * input size when opt gives one (DT_ESHAPE naming the file and both shapes). */
+int dt_dataset_from_paths(dt_dataset **out, char *const *paths, size_t n, const dt_data_options *opt,
+                          dt_error *err);
+int dt_dataset_open_idx_images(dt_dataset **out, const char *images_path, const dt_data_options *opt,
+                               dt_error *err);
+/* The images of the inputs a user names for prediction (docs/data.md, "Inputs for prediction"):
+ * each of inputs[0..n) is a folder (its image files, then those of its sub-folders, each sorted by
+ * name), an image file, or an IDX images file (recognised by its first bytes; then it must be the
+ * only input). list_file (may be NULL) names a text file of more inputs, one per line. */
+int dt_data_open_inputs(dt_dataset **out, char *const *inputs, size_t n, const char *list_file,
+                        const dt_data_options *opt, dt_error *err);
+/* The file example i was read from; NULL for IDX data. */
+const char *dt_dataset_path(const dt_dataset *ds, size_t i);
+/* An IDX data set's images file (as named when opened); NULL for image files. */
+const char *dt_dataset_source(const dt_dataset *ds);
+
 size_t dt_dataset_size(const dt_dataset *ds);
 int dt_dataset_num_classes(const dt_dataset *ds);
 const char *dt_dataset_class_name(const dt_dataset *ds, int k);   /* "0".."9" for IDX */
+/* The class names the data gave ([num_classes]: an image folder's sub-folder names or flat-name
+ * prefixes), for checkpoints to record; NULL when the classes are only numbered (IDX). */
+char *const *dt_dataset_class_names(const dt_dataset *ds);
 void dt_dataset_dims(const dt_dataset *ds, int *h, int *w, int *c); /* delivered size */
 
 /* Decodes example i into x [h*w*c] floats and *label. Thread-safe for distinct outputs.

@@ -24,6 +24,7 @@ enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 typedef struct {
     float *x;          // [B, h, w, c]
     int32_t *labels;   // [B]
+    size_t *ids;       // [B] the data set's example index of each row
     int n, state, rc;
     int64_t index, epoch;
     uint64_t gen;
@@ -83,10 +84,13 @@ static void decode_rows(dt_loader *l, slot *s, size_t first, int m, int row0, in
         size_t j = first + (size_t)k;
         float *x = s->x + (size_t)(row0 + k) * D;
         int32_t *y = s->labels + row0 + k;
-        int rc = dt_dataset_get(l->ds, shard_example(l, j), x, y, &l->errs[k]);
+        size_t *id = s->ids + row0 + k;
+        *id = shard_example(l, j);
+        int rc = dt_dataset_get(l->ds, *id, x, y, &l->errs[k]);
         for (size_t tries = 1; rc && replace && skippable(l, rc) && tries < l->shard_len; tries++) {
             j = (j + 1) % l->shard_len;
-            rc = dt_dataset_get(l->ds, shard_example(l, j), x, y, &l->errs[k]);
+            *id = shard_example(l, j);
+            rc = dt_dataset_get(l->ds, *id, x, y, &l->errs[k]);
         }
         if (rc && replace && skippable(l, rc))
             rc = dt_errorf(&l->errs[k], DT_EFORMAT, "shard %d of %d: no decodable image among its %zu",
@@ -148,6 +152,7 @@ static int fill_eval(dt_loader *l, slot *s) {
             if (dst != src) { /* close the gap left by skipped rows */
                 memcpy(s->x + (size_t)dst * D, s->x + (size_t)src * D, D * sizeof(float));
                 s->labels[dst] = s->labels[src];
+                s->ids[dst] = s->ids[src];
             }
             dst++;
         }
@@ -234,7 +239,8 @@ int dt_loader_create(dt_loader **out, const dt_dataset *ds, const dt_loader_opti
     for (int k = 0; k < 2 && !rc; k++) {
         l->slots[k].x = dt_alloc_floats(B * l->example_floats, "batch", err);
         l->slots[k].labels = dt_calloc(B, sizeof(int32_t), "batch labels", err);
-        if (!l->slots[k].x || !l->slots[k].labels) rc = DT_ENOMEM;
+        l->slots[k].ids = dt_calloc(B, sizeof(size_t), "batch example ids", err);
+        if (!l->slots[k].x || !l->slots[k].labels || !l->slots[k].ids) rc = DT_ENOMEM;
     }
     if (!rc && !(l->codes = dt_calloc(B, sizeof(int), "loader", err))) rc = DT_ENOMEM;
     if (!rc && !(l->errs = dt_calloc(B, sizeof(dt_error), "loader", err))) rc = DT_ENOMEM;
@@ -282,6 +288,7 @@ int dt_loader_next(dt_loader *l, dt_batch *b, dt_error *err) {
     b->n = s->n;
     b->x = s->x;
     b->labels = s->labels;
+    b->ids = s->ids;
     b->epoch = s->epoch;
     b->index = s->index;
     if (s->rc) {
@@ -321,6 +328,7 @@ void dt_loader_free(dt_loader *l) {
     for (int k = 0; k < 2; k++) {
         free(l->slots[k].x);
         free(l->slots[k].labels);
+        free(l->slots[k].ids);
     }
     free(l->codes);
     free(l->errs);

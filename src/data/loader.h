@@ -27,6 +27,8 @@ typedef struct {
     int n;                   /* examples in this batch (0: evaluation pass finished) */
     const float *x;          /* [n, h, w, c], valid until the next dt_loader_next */
     const int32_t *labels;   /* [n] */
+    const size_t *ids;       /* [n] the data set's index of each example (bad images left out of an
+                                evaluation pass leave gaps; prediction names each row's file by it) */
     int64_t epoch;           /* epoch the batch's first example belongs to */
     int64_t index;           /* batch number since the loader started (or was last reset) */
 } dt_batch;

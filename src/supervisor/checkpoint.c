@@ -77,6 +77,17 @@ static char *rng_json(const dt_ckpt_run *run) {
     return dump(j);
 }
 
+/* The data's class names as a JSON array (NULL with none: nothing is recorded). */
+static char *classes_json(const dt_ckpt_run *run) {
+    json_t *a = json_array();
+    for (int k = 0; a && k < run->n_class_names; k++)
+        if (json_array_append_new(a, json_string(run->class_names[k]))) {
+            json_decref(a);
+            return NULL;
+        }
+    return dump(a);
+}
+
 /* ---- Saving --------------------------------------------------------------------------------- */
 
 static void warn(FILE *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -110,8 +121,9 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     dt_st_tensor *t = dt_calloc((size_t)cap, sizeof *t, "checkpoint tensor list", err);
     char *names = dt_calloc((size_t)cap, NAME_CAP, "checkpoint tensor names", err);
     char *meta_opt = run->opt ? optimizer_json(run->opt) : NULL, *meta_data = data_position_json(run, global_step),
-         *meta_rng = rng_json(run);
-    if (!t || !names || (run->opt && !meta_opt) || !meta_data || !meta_rng) {
+         *meta_rng = rng_json(run), *meta_classes = run->n_class_names > 0 ? classes_json(run) : NULL;
+    if (!t || !names || (run->opt && !meta_opt) || !meta_data || !meta_rng ||
+        (run->n_class_names > 0 && !meta_classes)) {
         rc = t && names ? dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory for the metadata") : DT_ENOMEM;
         goto out;
     }
@@ -134,13 +146,14 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     t[nt++] = (dt_st_tensor){.name = DT_CKPT_STEP_TENSOR, .dtype = DT_ST_I64, .ndim = 0, .data = &global_step};
 
     const dt_model_spec *spec = dt_net_spec(run->net);
-    dt_st_meta meta[5];
+    dt_st_meta meta[6];
     int nm = 0;
     meta[nm++] = (dt_st_meta){"dtrain_version", dt_version()};
     meta[nm++] = (dt_st_meta){"model", spec->text ? spec->text : ""};
     if (meta_opt) meta[nm++] = (dt_st_meta){"optimizer", meta_opt};
     meta[nm++] = (dt_st_meta){"data_position", meta_data};
     meta[nm++] = (dt_st_meta){"rng_state", meta_rng};
+    if (meta_classes) meta[nm++] = (dt_st_meta){"classes", meta_classes};
 
     char name[64], path[DT_PATH_MAX];
     dt_ckpt_file_name(name, sizeof name, global_step);
@@ -156,6 +169,7 @@ out:
     free(meta_opt);
     free(meta_data);
     free(meta_rng);
+    free(meta_classes);
     return rc;
 }
 
@@ -415,6 +429,46 @@ int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const
 
 const char *dt_ckpt_model_text(const dt_st_file *f) { return dt_st_meta_get(f, "model"); }
 
+int dt_ckpt_read_classes(const dt_st_file *f, const char *label, int max_classes, char ***names, int *n,
+                         dt_error *err) {
+    *names = NULL;
+    *n = 0;
+    const char *s = dt_st_meta_get(f, "classes");
+    if (!s) return 0;
+    json_error_t je;
+    json_t *a = json_loads(s, 0, &je);
+    size_t count = json_is_array(a) ? json_array_size(a) : 0;
+    int rc = 0;
+    if (!json_is_array(a) || count == 0 || count > (size_t)max_classes)
+        rc = dt_errorf(err, DT_EFORMAT, "%s: metadata \"classes\" is not a list of 1 to %d class names (the model's "
+                       "classes)", label, max_classes);
+    char **v = rc ? NULL : dt_calloc(count, sizeof *v, "class names", err);
+    if (!rc && !v) rc = DT_ENOMEM;
+    for (size_t k = 0; !rc && k < count; k++) {
+        json_t *e = json_array_get(a, k);
+        const char *name = json_string_value(e);
+        size_t len = name ? json_string_length(e) : 0;
+        int ok = name && len > 0 && len <= DT_CKPT_MAX_CLASS_NAME && strlen(name) == len;
+        for (size_t i = 0; ok && i < len; i++) ok = (unsigned char)name[i] >= 0x20 && name[i] != 0x7f;
+        for (size_t j = 0; ok && j < k; j++) ok = strcmp(v[j], name) != 0;
+        if (!ok) {
+            rc = dt_errorf(err, DT_EFORMAT, "%s: metadata \"classes\": entry %zu is not a distinct name of 1 to %d "
+                           "printable bytes", label, k, DT_CKPT_MAX_CLASS_NAME);
+        } else if (!(v[k] = strdup(name))) {
+            rc = dt_errorf(err, DT_ENOMEM, "%s: out of memory reading the class names", label);
+        }
+    }
+    json_decref(a);
+    if (rc) {
+        for (size_t k = 0; v && k < count; k++) free(v[k]);
+        free(v);
+        return rc;
+    }
+    *names = v;
+    *n = (int)count;
+    return 0;
+}
+
 /* A metadata value that is a JSON object (NULL if absent); malformed JSON is an error. */
 static int meta_object(json_t **out, const dt_st_file *f, const char *label, const char *key, dt_error *err) {
     *out = NULL;
@@ -476,8 +530,10 @@ int dt_ckpt_read_info(const dt_st_file *f, const char *label, dt_ckpt_info *info
             errno = 0;
             unsigned long long v = strtoull(s, &end, 10);
             if (*end || errno || s[0] == '-') {
+                /* s lives in o: the message first, then o goes */
+                rc = dt_errorf(err, DT_EFORMAT, "%s: metadata rng_state: seed \"%.40s\" is not a number", label, s);
                 json_decref(o);
-                return dt_errorf(err, DT_EFORMAT, "%s: metadata rng_state: seed \"%.40s\" is not a number", label, s);
+                return rc;
             }
             info->seed = v;
             info->has_seed = 1;

@@ -34,6 +34,9 @@ typedef struct {
     int sync;                       /* sync replicas: every worker takes one batch per global step */
     int64_t batches_per_epoch;      /* per worker */
     double validation_fraction;     /* as given (< 0: the data layer's default) */
+    char *const *class_names;       /* [n_class_names] the data's names of classes 0.., recorded for
+                                       dtrain predict; NULL (0): numbered only, nothing recorded */
+    int n_class_names;
 } dt_ckpt_run;
 
 /* The metadata of a checkpoint, parsed (fields from files without them keep the defaults shown). */
@@ -101,6 +104,15 @@ int dt_ckpt_read_info(const dt_st_file *f, const char *label, dt_ckpt_info *info
  * differing line); one of another optimizer says which. label names the file in messages. */
 int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run, float *params, float *state,
                  int64_t *global_step, dt_error *err);
+
+/* The class names a checkpoint records (metadata "classes", docs/checkpoint-format.md): *names
+ * [*n] (malloc'ed, free each and the array), *n = 0 and NULL when it records none (older
+ * checkpoints, IDX data). A value that is not a JSON array of 1 to max_classes distinct non-empty
+ * strings of at most DT_CKPT_MAX_CLASS_NAME bytes without control characters is refused naming
+ * label. */
+#define DT_CKPT_MAX_CLASS_NAME 255
+int dt_ckpt_read_classes(const dt_st_file *f, const char *label, int max_classes, char ***names, int *n,
+                         dt_error *err);
 
 /* The model file text stored in the checkpoint (NULL if absent). */
 const char *dt_ckpt_model_text(const dt_st_file *f);

@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "compute/kernels.h"
 #include "core/error.h"
 #include "data/loader.h"
 
@@ -26,10 +27,7 @@ int dt_evaluate(dt_net *net, const dt_dataset *ds, int64_t *confusion, dt_eval_r
         out->examples += b.n;
         if (confusion) {
             for (int i = 0; i < b.n; i++) {
-                const float *row = logits + (size_t)i * classes;
-                int best = 0;
-                for (int k = 1; k < classes; k++)
-                    if (row[k] > row[best]) best = k;
+                int best = argmax_first(logits + (size_t)i * classes, classes);
                 int y = b.labels[i];
                 if (y >= 0 && y < classes) confusion[(size_t)y * classes + best]++;
             }

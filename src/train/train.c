@@ -400,7 +400,10 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
                                    .examples_per_step = sync ? o->batch_size * aggregate : o->batch_size,
                                    .run = {.net = r->net, .opt = &r->opt, .seed = o->seed, .batch_size = o->batch_size,
                                            .n_workers = n_workers, .sync = sync, .batches_per_epoch = per_epoch,
-                                           .validation_fraction = o->validation_fraction}};
+                                           .validation_fraction = o->validation_fraction,
+                                           .class_names = dt_dataset_class_names(r->data.train),
+                                           .n_class_names = dt_dataset_class_names(r->data.train)
+                                                                ? dt_dataset_num_classes(r->data.train) : 0}};
         if ((rc = dt_supervisor_open(&r->supervisor, &sc, err))) return rc;
     }
     int64_t global_step = 0, restored_step;
