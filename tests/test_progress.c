@@ -30,9 +30,9 @@ static void test_warning_on_its_own_line(void) {
     dt_progress_init(&p, 1, 10);
     FILE *log = dt_progress_wrap(&p, out);
     CHECK(log != out);
-    dt_progress_update(&p, 10, 1.0); /* the last step is drawn at once */
+    dt_progress_update(&p, 10, 1.0, 0.5); /* the last step is drawn at once */
     fprintf(log, "warning: summaries turned off: disk full\n");
-    dt_progress_update(&p, 10, 1.0);
+    dt_progress_update(&p, 10, 1.0, 0.5);
     fprintf(log, "step 10  loss 0.5");     /* a line in two writes reaches the log whole */
     fprintf(log, "  val_acc 0.9\n");
     dt_progress_unwrap(log, out);

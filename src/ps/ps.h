@@ -66,6 +66,7 @@ typedef struct {
      * descriptor limit allows). */
     int first_message_ms;   /* a new connection must send a valid message within this */
     int max_connections;    /* beyond: the least recently useful connection is cut */
+    struct dt_metrics *metrics; /* Prometheus series of this ps (docs/metrics.md); NULL: none */
 } dt_ps_config;
 
 /* Serves until SHUTDOWN from the chief (returns 0), *stop (DT_EINTR), the idle deadline or, strict,
