@@ -64,7 +64,7 @@ int dt_status_create(dt_status **out, dt_metrics *m, const dt_cluster *c, dt_err
         return dt_errorf(err, DT_ENOMEM, "status page: cannot create its mutex");
     }
     s->m = m;
-    s->chief = !c || c->is_chief;
+    s->chief = !c || (c->is_chief && c->job != DT_JOB_PS);
     int n_ps = c && c->distributed ? c->n_ps : 0, n_workers = c && c->distributed ? c->n_workers : 0;
     if ((n_ps && !(s->ps = dt_calloc((size_t)n_ps, sizeof *s->ps, "status page: ps tasks", err))) ||
         (n_workers && !(s->workers = dt_calloc((size_t)n_workers, sizeof *s->workers, "status page: workers", err))) ||
@@ -77,6 +77,9 @@ int dt_status_create(dt_status **out, dt_metrics *m, const dt_cluster *c, dt_err
     for (int i = 0; i < n_ps; i++) set_address(&s->ps[i], &c->ps[i]), clear_self(&s->ps[i].self);
     for (int i = 0; i < n_workers; i++) set_address(&s->workers[i], &c->workers[i]), clear_self(&s->workers[i].self);
     s->loss = s->acc = s->steps_per_sec = s->examples_per_sec = NAN;
+    s->g_mem = dt_metrics_gauge(m, DT_M_MEMORY, "Resident memory of this process, bytes.", NULL);
+    *out = s;
+    if (c && c->job == DT_JOB_PS) return DT_OK; /* a ps does not train: no training figures */
     s->g_loss = dt_metrics_gauge(m, DT_M_TRAIN_LOSS, "Mean training loss of this worker's latest steps (about half a second).", NULL);
     s->g_acc = dt_metrics_gauge(m, DT_M_TRAIN_ACC, "Training accuracy of this worker's latest steps.", NULL);
     s->g_eps = dt_metrics_gauge(m, DT_M_EXAMPLES_PER_SEC, "Examples per second this worker trained on lately.", NULL);
@@ -86,8 +89,6 @@ int dt_status_create(dt_status **out, dt_metrics *m, const dt_cluster *c, dt_err
         s->g_vloss = dt_metrics_gauge(m, DT_M_VAL_LOSS, "Validation loss at the latest validation (chief).", NULL);
         s->g_vacc = dt_metrics_gauge(m, DT_M_VAL_ACC, "Validation accuracy at the latest validation (chief).", NULL);
     }
-    s->g_mem = dt_metrics_gauge(m, DT_M_MEMORY, "Resident memory of this process, bytes.", NULL);
-    *out = s;
     return DT_OK;
 }
 

@@ -181,6 +181,7 @@ static int metrics_start(run_state *r, const dt_train_options *o, FILE *log, dt_
             port);
     fflush(log);
     dt_metrics *m = r->metrics;
+    if (c->job == DT_JOB_PS) return DT_OK; /* its series are the ps's own (ps.c) */
     r->m.step = dt_metrics_gauge(m, DT_M_GLOBAL_STEP, "Global step after this worker's latest update.", NULL);
     r->m.local = dt_metrics_counter(m, DT_M_LOCAL_STEPS, "Steps this worker has trained (its updates).", NULL);
     r->m.examples = dt_metrics_counter(m, DT_M_EXAMPLES, "Training examples this worker has computed gradients on.", NULL);
