@@ -39,7 +39,7 @@ struct dt_status {
     /* The training (the loop's figures; everything below under lock). */
     int training, finished;
     int64_t total, start_step, global_step;
-    double t_start;
+    double t_start, examples_per_step;
     curve train, val;
     double w_loss, w_t;           /* the window since the latest point */
     int64_t w_correct, w_n, w_steps0;
@@ -102,10 +102,11 @@ void dt_status_free(dt_status *s) {
     free(s);
 }
 
-void dt_status_start(dt_status *s, int64_t total_steps, int64_t start_step) {
+void dt_status_start(dt_status *s, int64_t total_steps, int64_t start_step, double examples_per_step) {
     if (!s) return;
     pthread_mutex_lock(&s->lock);
     s->training = 1;
+    s->examples_per_step = examples_per_step;
     s->total = total_steps;
     s->start_step = s->global_step = s->w_steps0 = start_step;
     s->t_start = s->w_t = dt_seconds();
@@ -279,10 +280,11 @@ int dt_status_json(dt_status *s, char **out, size_t *len, dt_error *err) {
         double rate = s->training && elapsed > 0 ? done / elapsed : NAN;
         double eta = rate > 0 ? (double)(s->total - s->global_step) / rate : NAN;
         json_t *training = json_pack(
-            "{s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "global_step", (json_int_t)s->global_step, "total_steps",
+            "{s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "global_step", (json_int_t)s->global_step, "total_steps",
             (json_int_t)s->total, "progress", num(s->total > 0 ? (double)s->global_step / (double)s->total : NAN),
-            "eta_seconds", num(s->finished ? 0 : eta), "elapsed_seconds", num(s->training ? elapsed : NAN), "train",
-            curve_json(&s->train), "validation", curve_json(&s->val));
+            "eta_seconds", num(s->finished ? 0 : eta), "elapsed_seconds", num(s->training ? elapsed : NAN),
+            "examples_per_sec", num(s->steps_per_sec * s->examples_per_step), "train", curve_json(&s->train),
+            "validation", curve_json(&s->val));
         json_t *cluster = json_pack("{s:o, s:o}", "ps", tasks_json(s->ps, s->n_ps, -1, &self, now), "workers",
                                     tasks_json(s->workers, s->n_workers, self.task, &self, now));
         if (json_object_set_new(root, "training", training) || json_object_set_new(root, "cluster", cluster)) {

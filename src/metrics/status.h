@@ -35,8 +35,9 @@ typedef struct {
 int dt_status_create(dt_status **out, dt_metrics *m, const dt_cluster *cluster, dt_error *err);
 void dt_status_free(dt_status *s);
 
-/* The training loop: the steps to reach, and where this process started (a restored step). */
-void dt_status_start(dt_status *s, int64_t total_steps, int64_t start_step);
+/* The training loop: the steps to reach, where this process started (a restored step), and the
+ * examples one global step takes (the cluster's examples/s from the global step's rate). */
+void dt_status_start(dt_status *s, int64_t total_steps, int64_t start_step, double examples_per_step);
 /* After each step: the global step, the batch's loss and correct count of its n examples. */
 void dt_status_step(dt_status *s, int64_t global_step, double loss, int correct, int n);
 void dt_status_validation(dt_status *s, int64_t global_step, double loss, double accuracy);

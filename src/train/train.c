@@ -424,8 +424,9 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
     int evaluates = c->is_chief && !emulate;
     dt_progress *prog = &r->prog;
     dt_progress_init(prog, o->progress, total);
-    dt_progress_start(prog, global_step, sync ? (double)o->batch_size * aggregate : o->batch_size);
-    dt_status_start(r->status, total, global_step);
+    double examples_per_step = sync ? (double)o->batch_size * aggregate : o->batch_size;
+    dt_progress_start(prog, global_step, examples_per_step);
+    dt_status_start(r->status, total, global_step, examples_per_step);
     dt_metric_set(r->m.step, (double)global_step);
     double t_start = dt_seconds(), t_interval = t_start, t_step = t_start;
     double loss_sum = 0;

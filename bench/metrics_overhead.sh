@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Cost of metrics (issue 14): fashion, 1 ps + 2 asynchronous workers (dtrain launch), the chief's
+# training time per step with metrics off, and on (--metrics_port: every process serves, the
+# chief polls the other two once a second) while every process's /metrics and the chief's
+# /status.json are scraped once a second, as Prometheus would. Runs alternate off/on (PAIRS
+# pairs, default 5) so that load from elsewhere on the machine falls on both alike; prints each
+# run, the medians and the ratio on/off.
+# usage: bench/metrics_overhead.sh [STEPS]   (global steps per run, default 600)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${BUILD:-build}
+STEPS=${1:-600}
+PAIRS=${PAIRS:-5}
+DATA=${FASHION:-/usr/share/datasets/fashion-mnist}
+export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000}
+tmp=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# one RUN: prints seconds per local step of the chief (its own "trained N local steps in S s" line)
+run() {
+  local mode=$1 extra=() scraper=
+  if [ "$mode" = on ]; then
+    local base; base=$(port)
+    extra=(--metrics_port "$base")
+    ( while :; do
+        for p in "$base" $((base + 1)) $((base + 2)); do curl -s -m 1 "http://127.0.0.1:$p/metrics" >/dev/null || :; done
+        curl -s -m 1 "http://127.0.0.1:$((base + 1))/status.json" >/dev/null || :
+        sleep 1
+      done ) &
+    scraper=$!
+  fi
+  (cd "$tmp" && "$OLDPWD/$B/dtrain" launch --ps 1 --workers 2 --model "$OLDPWD/models/fashion.model" --data "$DATA" \
+     --train_steps "$STEPS" --steps_to_validate 100000 --logdir= --summary_dir= --progress=never "${extra[@]}") \
+    >"$tmp/$mode.log" 2>&1
+  [ -n "$scraper" ] && kill "$scraper" 2>/dev/null && wait "$scraper" 2>/dev/null || :
+  sed -n 's/^\[worker0\] trained \([0-9]*\) local steps in \([0-9.]*\) s.*/\1 \2/p' "$tmp/$mode.log" |
+    awk '{ printf "%.3f\n", 1000 * $2 / $1 }'
+}
+
+echo "fashion, 1 ps + 2 async workers, $STEPS global steps per run; ms per local step of the chief"
+off=() on=()
+for i in $(seq "$PAIRS"); do
+  a=$(run off); b=$(run on)
+  echo "pair $i: off $a  on $b"
+  off+=("$a"); on+=("$b")
+done
+/usr/bin/python3 - "${off[*]}" "${on[*]}" <<'PY'
+import statistics, sys
+off = [float(x) for x in sys.argv[1].split()]
+on = [float(x) for x in sys.argv[2].split()]
+mo, mn = statistics.median(off), statistics.median(on)
+print(f"median ms/step: off {mo:.2f} [{min(off):.2f}-{max(off):.2f}]  on {mn:.2f} [{min(on):.2f}-{max(on):.2f}]  "
+      f"ratio on/off {mn / mo:.4f} ({100 * (mn / mo - 1):+.2f}%)")
+PY
