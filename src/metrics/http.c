@@ -178,7 +178,6 @@ int dt_http_port(const dt_http *h) { return h ? h->port : 0; }
 
 void dt_http_stop(dt_http *h) {
     if (!h) return;
-    MHD_stop_daemon(h->d);
-    close(h->fd); /* a socket passed in is the caller's to close */
+    MHD_stop_daemon(h->d); /* closes the listening socket too, though it was passed in */
     free(h);
 }

@@ -217,17 +217,6 @@ double dt_metrics_lookup(dt_metrics *m, const char *name, const char *labels) {
     return v;
 }
 
-double dt_metrics_sum(dt_metrics *m, const char *name) {
-    if (!m) return NAN;
-    double v = NAN;
-    pthread_mutex_lock(&m->lock);
-    for (const family *f = m->families; f; f = f->next)
-        if (!strcmp(f->name, name))
-            for (const dt_metric *s = f->series; s; s = s->next) v = (isnan(v) ? 0 : v) + dt_metric_value(s);
-    pthread_mutex_unlock(&m->lock);
-    return v;
-}
-
 const char *dt_metrics_job(const dt_metrics *m) { return m ? m->job : ""; }
 int dt_metrics_task(const dt_metrics *m) { return m ? m->task : 0; }
 

@@ -47,8 +47,6 @@ double dt_metric_value(const dt_metric *x);
 /* The value (as dt_metric_value) of the series of family name with exactly these extra labels
  * (NULL: none), NaN if there is none: for the status page, which shows some series as figures. */
 double dt_metrics_lookup(dt_metrics *m, const char *name, const char *labels);
-/* The sum over every series of family name (NaN if it has none). */
-double dt_metrics_sum(dt_metrics *m, const char *name);
 
 /* Bucket bounds shared by the latency histograms (seconds, 100 us .. 60 s). */
 extern const double dt_metrics_latency_bounds[];
