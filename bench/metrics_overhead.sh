@@ -4,7 +4,8 @@
 # chief polls the other two once a second) while every process's /metrics and the chief's
 # /status.json are scraped once a second, as Prometheus would. Runs alternate off/on (PAIRS
 # pairs, default 5) so that load from elsewhere on the machine falls on both alike; prints each
-# run, the medians and the ratio on/off.
+# run, the medians and the ratio on/off. BASE=path/to/dtrain (a build without metrics, e.g. of
+# the commit before them) adds a third run to each round: metrics off must cost nothing against it.
 # usage: bench/metrics_overhead.sh [STEPS]   (global steps per run, default 600)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,8 @@ port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0
 
 # one RUN: prints seconds per local step of the chief (its own "trained N local steps in S s" line)
 run() {
-  local mode=$1 extra=() scraper=
+  local mode=$1 extra=() scraper= exe=$PWD/$B/dtrain
+  [ "$mode" = base ] && exe=$BASE
   if [ "$mode" = on ]; then
     local base; base=$(port)
     extra=(--metrics_port "$base")
@@ -30,8 +32,9 @@ run() {
       done ) &
     scraper=$!
   fi
-  (cd "$tmp" && "$OLDPWD/$B/dtrain" launch --ps 1 --workers 2 --model "$OLDPWD/models/fashion.model" --data "$DATA" \
-     --train_steps "$STEPS" --steps_to_validate 100000 --logdir= --summary_dir= --progress=never "${extra[@]}") \
+  [ "$mode" = base ] || extra+=(--progress=never)
+  (cd "$tmp" && "$exe" launch --ps 1 --workers 2 --model "$OLDPWD/models/fashion.model" --data "$DATA" \
+     --train_steps "$STEPS" --steps_to_validate 100000 --logdir= --summary_dir= "${extra[@]}") \
     >"$tmp/$mode.log" 2>&1
   [ -n "$scraper" ] && kill "$scraper" 2>/dev/null && wait "$scraper" 2>/dev/null || :
   sed -n 's/^\[worker0\] trained \([0-9]*\) local steps in \([0-9.]*\) s.*/\1 \2/p' "$tmp/$mode.log" |
@@ -39,17 +42,24 @@ run() {
 }
 
 echo "fashion, 1 ps + 2 async workers, $STEPS global steps per run; ms per local step of the chief"
-off=() on=()
+off=() on=() base=()
 for i in $(seq "$PAIRS"); do
+  c=; [ -n "${BASE:-}" ] && c=$(run base) && base+=("$c")
   a=$(run off); b=$(run on)
-  echo "pair $i: off $a  on $b"
+  echo "round $i: off $a  on $b${c:+  before $c}"
   off+=("$a"); on+=("$b")
 done
-/usr/bin/python3 - "${off[*]}" "${on[*]}" <<'PY'
+/usr/bin/python3 - "${off[*]}" "${on[*]}" "${base[*]}" <<'PY'
 import statistics, sys
-off = [float(x) for x in sys.argv[1].split()]
-on = [float(x) for x in sys.argv[2].split()]
+off, on, base = ([float(x) for x in a.split()] for a in sys.argv[1:4])
+def fig(name, xs): return f"{name} {statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
 mo, mn = statistics.median(off), statistics.median(on)
-print(f"median ms/step: off {mo:.2f} [{min(off):.2f}-{max(off):.2f}]  on {mn:.2f} [{min(on):.2f}-{max(on):.2f}]  "
-      f"ratio on/off {mn / mo:.4f} ({100 * (mn / mo - 1):+.2f}%)")
+line = f"median ms/step: {fig('off', off)}  {fig('on', on)}"
+if base: line += f"  {fig('before', base)}"
+print(line)
+print(f"ratio on/off {mn / mo:.4f} ({100 * (mn / mo - 1):+.2f}%)" +
+      (f"; off/before {mo / statistics.median(base):.4f}" if base else ""))
+# per round (neighbouring runs share the machine's load): the median of the ratios
+print(f"median of the per-round ratios on/off {statistics.median(b / a for a, b in zip(off, on)):.4f}" +
+      (f", off/before {statistics.median(a / c for a, c in zip(off, base)):.4f}" if base else ""))
 PY
