@@ -16,7 +16,21 @@ DATA=${FASHION:-/usr/share/datasets/fashion-mnist}
 export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000}
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# a base port with base..base+2 free (launch gives process i base + i)
+port() {
+  /usr/bin/python3 - <<'PY'
+import socket
+while True:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); base = s.getsockname()[1]; s.close()
+    try:
+        held = [socket.socket() for _ in range(3)]
+        for i, t in enumerate(held): t.bind(("127.0.0.1", base + i))
+        print(base); break
+    except OSError: pass
+    finally:
+        for t in held: t.close()
+PY
+}
 
 # one RUN: prints seconds per local step of the chief (its own "trained N local steps in S s" line)
 run() {
@@ -37,15 +51,19 @@ run() {
      --train_steps "$STEPS" --steps_to_validate 100000 --logdir= --summary_dir= "${extra[@]}") \
     >"$tmp/$mode.log" 2>&1
   [ -n "$scraper" ] && kill "$scraper" 2>/dev/null && wait "$scraper" 2>/dev/null || :
-  sed -n 's/^\[worker0\] trained \([0-9]*\) local steps in \([0-9.]*\) s.*/\1 \2/p' "$tmp/$mode.log" |
-    awk '{ printf "%.3f\n", 1000 * $2 / $1 }'
+  local r
+  r=$(sed -n 's/^\[worker0\] trained \([0-9]*\) local steps in \([0-9.]*\) s.*/\1 \2/p' "$tmp/$mode.log" |
+    awk '{ printf "%.3f\n", 1000 * $2 / $1 }')
+  [ -n "$r" ] || { echo "run $mode failed:" >&2; tail -5 "$tmp/$mode.log" >&2; return 1; }
+  echo "$r"
 }
 
 echo "fashion, 1 ps + 2 async workers, $STEPS global steps per run; ms per local step of the chief"
 off=() on=() base=()
 for i in $(seq "$PAIRS"); do
-  c=; [ -n "${BASE:-}" ] && c=$(run base) && base+=("$c")
-  a=$(run off); b=$(run on)
+  c=; [ -n "${BASE:-}" ] && { c=$(run base) || exit 1; base+=("$c"); }
+  a=$(run off) || exit 1
+  b=$(run on) || exit 1
   echo "round $i: off $a  on $b${c:+  before $c}"
   off+=("$a"); on+=("$b")
 done

@@ -4,7 +4,9 @@
 # script, and the DOM it leaves must show the global step (between the chief's step just before
 # and just after the load), 2 workers of 2 alive, 1 ps, and a training curve with points; a
 # screenshot at a phone's width is saved. Also: unknown paths are 404, other methods 405, and a
-# metrics port in use stops `dtrain train` at start with a message naming it.
+# metrics port in use stops `dtrain train` at start with a message naming it. Then a cluster
+# started by hand (asynchronous, so the others train on) loses a worker to SIGKILL: the chief's
+# page shows it lost within a few seconds, the other one still training.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/metrics_lib.sh"
 case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
@@ -73,4 +75,27 @@ check "... with a message naming it" grep -q "port $chief: Address already in us
 wait "$launch_pid"; rc=$?
 check "the cluster finished (rc $rc)" test "$rc" -eq 0
 [ "$rc" -eq 0 ] || tail -20 launch.log
+
+# A worker lost: processes started one by one (launch would stop them all when one dies).
+mbase=$(free_ports 3) || { bad "three free ports"; summary; exit; }
+hosts=(--ps_hosts "127.0.0.1:$(free_port)" --worker_hosts "127.0.0.1:$(free_port),127.0.0.1:$(free_port)")
+run_task() { # JOB INDEX METRICS_PORT [flags]
+  local job=$1 idx=$2 port=$3; shift 3
+  timeout 120 "$bin" train --model tiny.model --data "$tmp/data" --batch_size 16 --train_steps 3000 --threads 1 \
+    --logdir= --summary_dir= --steps_to_validate 1000 --debug_step_delay_ms 40 "${hosts[@]}" --job_name "$job" \
+    --task_index "$idx" --metrics_port "$port" "$@" >"$job$idx.log" 2>&1 &
+}
+run_task ps 0 "$mbase"
+run_task worker 0 $((mbase + 1)) --metrics_peers "127.0.0.1:$mbase,127.0.0.1:$((mbase + 2))"
+run_task worker 1 $((mbase + 2))
+w1=$!
+url=http://127.0.0.1:$((mbase + 1))
+states() { json_get "$url/status.json" '",".join(w["state"] for w in d["cluster"]["workers"])'; }
+both() { [ "$(states)" = training,training ]; }
+lost() { [ "$(states)" = training,lost ]; }
+check "a cluster started by hand: the chief sees both workers training" wait_for 60 both
+kill -KILL $(pgrep -P "$w1") "$w1" # the training process under timeout, then timeout
+t0=$SECONDS
+check "worker 1 killed: the chief's page shows it lost, worker 0 training" wait_for 20 lost
+echo "     (after $((SECONDS - t0)) s)"
 summary
