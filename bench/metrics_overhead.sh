@@ -15,7 +15,7 @@ PAIRS=${PAIRS:-5}
 DATA=${FASHION:-/usr/share/datasets/fashion-mnist}
 export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000}
 tmp=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || :; rm -rf "$tmp"' EXIT
 # a base port with base..base+2 free (launch gives process i base + i)
 port() {
   /usr/bin/python3 - <<'PY'
