@@ -123,7 +123,8 @@ typedef struct dt_train_options {
     int threads;                 /* compute threads; <= 0: all cores */
     double validation_fraction;  /* image folders; < 0: default 0.2 */
     int fail_on_bad_images;      /* 0: count and skip undecodable images; 1: stop with an error */
-    int progress;                /* 1: a live progress line with ETA on stderr (a terminal) */
+    int progress;                /* 1: a live progress line with ETA on stderr (a terminal); 2: the same as
+                                  * whole lines starting with '\r', for `dtrain launch` to redraw; 0: none */
 
     /* Training options, the same on one machine and on the ps tasks (README, "Training options").
      * The learning rate of each update follows the global step: lr_schedule "constant" (NULL, the
@@ -200,6 +201,14 @@ typedef struct dt_train_options {
     /* Security (docs/security.md): auth "none" (NULL, the default: trusted networks only) or
      * "curve" (ZeroMQ CURVE, authenticated and encrypted) with the keys folder `keys`. */
     const char *auth, *keys;
+
+    /* Metrics (docs/metrics.md): with metrics_port 1..65535, or metrics_addr "ADDR:PORT", this
+     * process serves Prometheus metrics (/metrics), its figures (/status.json) and the status page
+     * (/) over HTTP on metrics_addr (NULL or "": 127.0.0.1); a port in use fails at start.
+     * metrics_peers (the chief): comma-separated host:port of the other tasks' metrics servers,
+     * fetched every second for the status page's view of the cluster. 0 and no port: off. */
+    int metrics_port;
+    const char *metrics_addr, *metrics_peers;
 } dt_train_options;
 
 typedef struct dt_train_result {

@@ -32,6 +32,24 @@ typedef struct {
     int status, exited;
 } child;
 
+/* The chief's relayed progress line (train --progress=relay), drawn in place at the bottom of
+ * launch's terminal: erased before any other line is printed, drawn again after it. */
+static char progress_line[512];
+static int progress_shown;
+
+static void progress_erase(void) {
+    if (!progress_shown) return;
+    fputs("\r\033[K", stderr);
+    progress_shown = 0;
+}
+
+static void progress_draw(void) {
+    if (!progress_line[0]) return;
+    fprintf(stderr, "\r\033[K%s", progress_line);
+    fflush(stderr);
+    progress_shown = 1;
+}
+
 /* A port the kernel says is free now; the child binds it moments later. */
 static int free_port(void) {
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -49,20 +67,30 @@ static void flush_line(child *c, int k, int force) {
     FILE *out = k == 0 ? stdout : stderr;
     char *start = c->buf[k];
     size_t left = c->len[k];
+    int printed = 0;
     for (;;) {
         char *nl = memchr(start, '\n', left);
         if (!nl) break;
-        fprintf(out, "[%s] %.*s\n", c->label, (int)(nl - start), start);
+        if (k == 1 && start[0] == '\r') { /* a relayed progress state: drawn, not printed */
+            snprintf(progress_line, sizeof progress_line, "[%s] %.*s", c->label, (int)(nl - start - 1), start + 1);
+        } else {
+            progress_erase();
+            fprintf(out, "[%s] %.*s\n", c->label, (int)(nl - start), start);
+            printed = 1;
+        }
         left -= (size_t)(nl - start) + 1;
         start = nl + 1;
     }
     if (force && left) {
+        progress_erase();
         fprintf(out, "[%s] %.*s\n", c->label, (int)left, start);
         left = 0;
+        printed = 1;
     }
     memmove(c->buf[k], start, left);
     c->len[k] = left;
     fflush(out);
+    if (printed || (k == 1 && progress_line[0] && !progress_shown)) progress_draw();
 }
 
 static void pump(child *cs, int n, int timeout_ms) {
@@ -194,7 +222,7 @@ static void remove_keys(const char *dir) {
 }
 
 int cmd_launch(int argc, char **argv) {
-    int n_ps = 1, n_workers = 2, seen_ps = 0, seen_workers = 0;
+    int n_ps = 1, n_workers = 2, seen_ps = 0, seen_workers = 0, metrics_port = 0, seen_metrics = 0;
     char **pass = calloc((size_t)argc + 8, sizeof *pass);
     int n_pass = 0;
     if (!pass) {
@@ -208,6 +236,8 @@ int cmd_launch(int argc, char **argv) {
         const char *flag = NULL;
         if (!strncmp(a, "--ps", 4) && (a[4] == 0 || a[4] == '=')) target = &n_ps, flag = "--ps";
         else if (!strncmp(a, "--workers", 9) && (a[9] == 0 || a[9] == '=')) target = &n_workers, flag = "--workers";
+        else if (!strncmp(a, "--metrics_port", 14) && (a[14] == 0 || a[14] == '='))
+            target = &metrics_port, flag = "--metrics_port";
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: dtrain launch [--ps N] [--workers M] [train flags]\n\n"
                    "Starts a cluster on 127.0.0.1: N parameter servers (default 1) and M workers\n"
@@ -216,6 +246,10 @@ int cmd_launch(int argc, char **argv) {
                    "Unless --threads is given, each worker gets cores/M compute threads, a ps one.\n"
                    "Output lines are prefixed with [ps0], [worker1], ... The exit status is the\n"
                    "first failure's, after the others are stopped; Ctrl-C stops everything.\n"
+                   "With --metrics_port P, process i (the ps tasks first, then the workers) serves\n"
+                   "its metrics on port P + i, and the chief's status page (http://127.0.0.1:P+N/,\n"
+                   "N ps tasks) shows the whole cluster (docs/metrics.md). When stderr is a\n"
+                   "terminal, the chief's progress line is drawn at the bottom (--progress=never: none).\n"
                    "With --auth=curve and no --keys, launch makes a throwaway key set for the\n"
                    "cluster in a private temp folder (removed at the end); with --keys=DIR every\n"
                    "process uses DIR (docs/security.md).\n"
@@ -224,7 +258,7 @@ int cmd_launch(int argc, char **argv) {
             return 0;
         }
         if (target) {
-            int *seen = target == &n_ps ? &seen_ps : &seen_workers;
+            int *seen = target == &n_ps ? &seen_ps : target == &n_workers ? &seen_workers : &seen_metrics;
             if ((*seen)++) { /* as every subcommand: the last one winning would hide the first */
                 fprintf(stderr, "dtrain launch: %s: given twice\n", flag);
                 free(pass);
@@ -238,14 +272,14 @@ int cmd_launch(int argc, char **argv) {
                 free(pass);
                 return 2;
             }
-            if (parse_count(flag, v, 1, 32, target)) {
+            if (target == &metrics_port ? parse_count(flag, v, 1, 65535 - 2 * 32, target) : parse_count(flag, v, 1, 32, target)) {
                 free(pass);
                 return 2;
             }
             continue;
         }
         if (!strncmp(a, "--ps_hosts", 10) || !strncmp(a, "--worker_hosts", 14) || !strncmp(a, "--job_name", 10) ||
-            !strncmp(a, "--task_index", 12)) {
+            !strncmp(a, "--task_index", 12) || !strncmp(a, "--metrics_peers", 15)) {
             fprintf(stderr, "dtrain launch: %s is set by launch itself; use 'dtrain train' to join a cluster by hand\n", a);
             free(pass);
             return 2;
@@ -273,8 +307,18 @@ int cmd_launch(int argc, char **argv) {
     /* Several processes share this machine's cores: unless told otherwise, each worker gets its
      * share of them and a ps one thread, and OpenMP threads spin only briefly before sleeping
      * (libgomp's default spin wait starves the other processes; it reads this at start). */
-    int threads_given = 0;
-    for (int i = 0; i < n_pass; i++) threads_given |= !strncmp(pass[i], "--threads", 9);
+    int threads_given = 0, progress_given = 0;
+    const char *metrics_host = "127.0.0.1";
+    for (int i = 0; i < n_pass; i++) {
+        threads_given |= !strncmp(pass[i], "--threads", 9);
+        progress_given |= !strncmp(pass[i], "--progress", 10);
+        /* the chief reaches the others' metrics where they bind them (any address: this host's loopback) */
+        if (!strncmp(pass[i], "--metrics_addr=", 15)) metrics_host = pass[i] + 15;
+        else if (!strcmp(pass[i], "--metrics_addr") && i + 1 < n_pass) metrics_host = pass[i + 1];
+    }
+    if (!strcmp(metrics_host, "0.0.0.0")) metrics_host = "127.0.0.1";
+    else if (!strcmp(metrics_host, "::") || !strcmp(metrics_host, "[::]")) metrics_host = "[::1]";
+    int relay = !progress_given && isatty(STDERR_FILENO);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int worker_threads = (int)(cores / n_workers) > 1 ? (int)(cores / n_workers) : 1;
     setenv("GOMP_SPINCOUNT", "10000", 0);
@@ -318,7 +362,16 @@ int cmd_launch(int argc, char **argv) {
             rc = 1;
             break;
         }
-        char a_ps[sizeof ps_hosts + 16], a_wk[sizeof worker_hosts + 16], a_job[32], a_idx[32], a_thr[32];
+        char a_ps[sizeof ps_hosts + 16], a_wk[sizeof worker_hosts + 16], a_job[32], a_idx[32], a_thr[32], a_mp[32];
+        char a_peers[MAX_PROCS * 80 + 32] = "--metrics_peers=";
+        snprintf(a_mp, sizeof a_mp, "--metrics_port=%d", metrics_port + i);
+        if (metrics_port && !is_ps && idx == 0) /* the chief: every other process's metrics */
+            for (int j = 0, first = 1; j < n; j++) {
+                if (j == i) continue;
+                size_t len = strlen(a_peers);
+                snprintf(a_peers + len, sizeof a_peers - len, "%s%s:%d", first ? "" : ",", metrics_host, metrics_port + j);
+                first = 0;
+            }
         snprintf(a_thr, sizeof a_thr, "--threads=%d", is_ps ? 1 : worker_threads);
         snprintf(a_ps, sizeof a_ps, "--ps_hosts=%s", ps_hosts);
         snprintf(a_wk, sizeof a_wk, "--worker_hosts=%s", worker_hosts);
@@ -335,7 +388,7 @@ int cmd_launch(int argc, char **argv) {
             dup2(out[1], STDOUT_FILENO);
             dup2(errp[1], STDERR_FILENO);
             close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
-            char **args = calloc((size_t)n_pass + 8, sizeof *args);
+            char **args = calloc((size_t)n_pass + 12, sizeof *args);
             if (!args) _exit(127);
             int k = 0;
             args[k++] = self;
@@ -346,6 +399,9 @@ int cmd_launch(int argc, char **argv) {
             args[k++] = a_job;
             args[k++] = a_idx;
             if (!threads_given) args[k++] = a_thr;
+            if (metrics_port) args[k++] = a_mp;
+            if (metrics_port && !is_ps && idx == 0 && n > 1) args[k++] = a_peers;
+            if (relay && !is_ps && idx == 0) args[k++] = "--progress=relay";
             args[k] = NULL;
             execv(self, args);
             fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
@@ -358,6 +414,9 @@ int cmd_launch(int argc, char **argv) {
     }
     free(pass);
     fprintf(stderr, "dtrain launch: %d ps (%s), %d workers (%s)\n", n_ps, ps_hosts, n_workers, worker_hosts);
+    if (metrics_port)
+        fprintf(stderr, "dtrain launch: metrics on ports %d..%d; the status page: http://%s:%d/\n", metrics_port,
+                metrics_port + n - 1, metrics_host, metrics_port + n_ps);
 
     /* Run until every process has exited, or one fails, or we are told to stop. */
     while (rc == 0) {
@@ -379,6 +438,7 @@ int cmd_launch(int argc, char **argv) {
         }
     }
     stop_all(cs, started, 10.0);
+    progress_erase();
     if (keys_dir[0]) remove_keys(keys_dir);
     return rc;
 }

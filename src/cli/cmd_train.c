@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cluster/cluster.h"
+#include "train/progress.h"
 #include "commands.h"
 #include "flags.h"
 #include "train/train_debug.h"
@@ -27,7 +28,7 @@ int cmd_train(int argc, char **argv) {
     dt_train_options_init(&o);
     dt_train_debug dbg;
     dt_train_debug_init(&dbg);
-    const char *bad_images = "skip", *auth = "none";
+    const char *bad_images = "skip", *auth = "none", *progress = "auto";
     double epochs = o.epochs, connect_timeout = o.connect_timeout_ms / 1000.0, heartbeat_timeout = 60,
            ps_timeout = o.ps_timeout_ms / 1000.0, idle_timeout = o.idle_timeout_ms / 1000.0;
     flag_def defs[] = {
@@ -133,6 +134,18 @@ int cmd_train(int argc, char **argv) {
         FLAG_TEXT("keys", &o.keys,
                   "--auth=curve: keys folder (ps: server.secret, authorized/*.key; worker: client.secret, "
                   "server.key; see dtrain keygen)"),
+        FLAG_NUM("metrics_port", FLAG_INT, &o.metrics_port,
+                 "serve Prometheus metrics (/metrics) and the status page (/) on this port; 0: off (docs/metrics.md)",
+                 0, 65535, 0),
+        FLAG_TEXT("metrics_addr", &o.metrics_addr,
+                  "address the metrics server binds (ADDR or ADDR:PORT; default 127.0.0.1; it shows training figures, "
+                  "never parameters or files: docs/security.md)"),
+        FLAG_TEXT("metrics_peers", &o.metrics_peers,
+                  "chief: comma-separated host:port of the other tasks' metrics servers, for the status page's cluster "
+                  "view (dtrain launch sets it)"),
+        FLAG_TEXT("progress", &progress,
+                  "progress line on stderr: auto (when stderr is a terminal), always, never, or relay (whole lines "
+                  "that dtrain launch redraws in place)"),
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
     dt_error err = {0};
@@ -166,7 +179,14 @@ int cmd_train(int argc, char **argv) {
     o.heartbeat_timeout_ms = seconds_to_ms(heartbeat_timeout);
     o.ps_timeout_ms = seconds_to_ms(ps_timeout);
     o.idle_timeout_ms = seconds_to_ms(idle_timeout);
-    o.progress = isatty(STDERR_FILENO);
+    if (!strcmp(progress, "auto")) o.progress = isatty(STDERR_FILENO) ? DT_PROGRESS_TTY : DT_PROGRESS_OFF;
+    else if (!strcmp(progress, "always")) o.progress = DT_PROGRESS_TTY;
+    else if (!strcmp(progress, "never")) o.progress = DT_PROGRESS_OFF;
+    else if (!strcmp(progress, "relay")) o.progress = DT_PROGRESS_RELAY;
+    else {
+        fprintf(stderr, "dtrain train: --progress: expected auto, always, never or relay, got '%s'\n", progress);
+        return 2;
+    }
     o.stop = &cli_stop;
     cli_install_signal_handlers();
     dt_train_result res;

@@ -13,6 +13,8 @@
 #include "compute/optim.h"
 #include "core/error.h"
 #include "core/finite.h"
+#include "metrics/metrics.h"
+#include "metrics/names.h"
 #include "ps/peers.h"
 #include "ps/snapshots.h"
 #include "transport/auth.h"
@@ -117,6 +119,11 @@ typedef struct {
     char failed[320];         /* strict mode after a loss: why every request is now refused */
     int64_t failed_at_us;
     int64_t last_message_us;  /* any client's latest message (the idle deadline) */
+    /* Metrics (NULL series when off): the counts above, published once per loop (ps_publish). */
+    struct {
+        dt_metric *step, *pushes, *updates, *pulls, *refused, *live, *rx, *tx, *wait;
+        uint64_t stale_seen;
+    } m;
 } ps_t;
 
 static int64_t now_us(void) {
@@ -357,6 +364,8 @@ static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_w
     r.params.waited_us = waited_us > 0 ? (uint64_t)waited_us : 0;
     r.params.stale_count = stale;
     if (req->chunk == 0) ps->pulls++;
+    if (waited_us > 0) dt_metric_observe(ps->m.wait, (double)waited_us * 1e-6);
+    dt_metric_add(ps->m.tx, (double)(DT_WIRE_HEADER_SIZE + zmq_msg_size(&m)));
     dt_wire_send(ps->sock, identity, &r, &m, ZMQ_DONTWAIT, NULL);
 }
 
@@ -1123,6 +1132,46 @@ static int limit_socket(void *s, int handshake_ms, dt_error *err) {
     return dt_zsock_heartbeat(s, PEER_SILENCE_MS, err);
 }
 
+/* ---- Metrics ---------------------------------------------------------------------------------- */
+
+static void ps_metrics_open(ps_t *ps) {
+    struct dt_metrics *r = ps->cfg->metrics;
+    ps->m.step = dt_metrics_gauge(r, DT_M_GLOBAL_STEP, "Global step: updates this ps has applied to its shard.", NULL);
+    ps->m.pushes = dt_metrics_counter(r, DT_M_PS_PUSHES, "Gradients this ps accepted.", NULL);
+    ps->m.updates = dt_metrics_counter(r, "dtrain_ps_updates_total", "Optimizer updates this ps applied.", NULL);
+    ps->m.pulls = dt_metrics_counter(r, DT_M_PS_PULLS, "Parameter replies this ps sent.", NULL);
+    ps->m.refused = dt_metrics_counter(r, "dtrain_ps_refused_total", "Requests this ps refused (ERROR replies).", NULL);
+    ps->m.live = dt_metrics_gauge(r, DT_M_PS_LIVE_WORKERS, "Workers this ps counts as alive: sync mode, those not "
+                                  "lost; asynchronous, those declared that have not finished.", NULL);
+    ps->m.rx = dt_metrics_counter(r, DT_M_RECEIVED, DT_M_RECEIVED_HELP, NULL);
+    ps->m.tx = dt_metrics_counter(r, DT_M_SENT, DT_M_SENT_HELP, NULL);
+    ps->m.wait = dt_metrics_histogram(r, "dtrain_ps_barrier_wait_seconds", "How long this ps held a PULL until its "
+                                      "step was reached (the sync barrier).", NULL, dt_metrics_latency_bounds,
+                                      dt_metrics_latency_n);
+}
+
+/* The ps's counts into its series; per worker stale counts only when one changed. */
+static void ps_publish(ps_t *ps) {
+    if (!ps->cfg->metrics) return;
+    dt_metric_set(ps->m.step, (double)shard_step(ps));
+    dt_metric_set(ps->m.pushes, (double)ps->pushes);
+    dt_metric_set(ps->m.updates, (double)ps->updates);
+    dt_metric_set(ps->m.pulls, (double)ps->pulls);
+    dt_metric_set(ps->m.refused, (double)ps->refused);
+    int live = ps->aggregate ? ps->total - ps->n_lost : ps->workers - (int)ps->n_done;
+    dt_metric_set(ps->m.live, live > 0 ? live : 0);
+    if (ps->stale && ps->n_stale != ps->m.stale_seen) {
+        for (int w = 0; w < ps->total; w++) {
+            char label[32];
+            snprintf(label, sizeof label, "worker=\"%d\"", w);
+            dt_metric_set(dt_metrics_counter(ps->cfg->metrics, "dtrain_ps_stale_gradients_total",
+                                             "Sync mode: gradients this ps dropped as stale, per worker.", label),
+                          (double)ps->stale[w]);
+        }
+        ps->m.stale_seen = ps->n_stale;
+    }
+}
+
 static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
     int rc;
     ps->cfg = cfg;
@@ -1178,6 +1227,7 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
         return dt_errorf(err, DT_ENET, "ps %d: cannot bind %s: %s (DTRAIN_IPC=0 turns the same-host path off)",
                          cfg->ps_index, cfg->ipc_endpoint, zmq_strerror(errno));
     if (cfg->ipc_endpoint) ps_log(ps, "same-host workers connect on %s", cfg->ipc_endpoint);
+    ps_metrics_open(ps);
     ps_log(ps, "serving %zu floats on %s", ps->n, bound);
     if (cfg->on_bound) cfg->on_bound(cfg->user, bound);
     return DT_OK;
@@ -1253,6 +1303,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
                 break;
             }
             ps.last_message_us = now_us();
+            dt_metric_add(ps.m.rx, (double)(DT_WIRE_HEADER_SIZE + zmq_msg_size(&in.payload)));
             ps.peer = dt_peers_of(ps.peers, in.srcfd);
             dt_peers_delivered(ps.peers, ps.peer, r == DT_OK && in.hdr.role != DT_ROLE_NONE);
             if (r == DT_OK) handle(&ps, &in);
@@ -1263,6 +1314,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
         /* The counters are read with the router drained, so a connection's unread bytes are its
          * unfinished message, not whole ones waiting here; a flood that keeps the router from
          * draining gets the looser check (peers.h) rather than none. */
+        ps_publish(&ps);
         int64_t since = now_us() - ps.peers_checked_us, every = dt_peers_check_interval_us(ps.peers);
         if ((drained && since >= every) || since >= 4 * every) {
             dt_peers_check(ps.peers, drained);

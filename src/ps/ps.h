@@ -72,6 +72,7 @@ typedef struct {
      * floats, ascending, not overlapping; NULL when there are none. */
     const size_t *state_ranges; /* [2 * n_state_ranges] */
     int n_state_ranges;
+    struct dt_metrics *metrics; /* Prometheus series of this ps (docs/metrics.md); NULL: none */
 } dt_ps_config;
 
 /* Serves until SHUTDOWN from the chief (returns 0), *stop (DT_EINTR), the idle deadline or, strict,

@@ -8,7 +8,8 @@
 #include "train/serve.h"
 
 int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, const char *bind,
-                       int idle_timeout_ms, const volatile int *stop, FILE *log, dt_error *err) {
+                       int idle_timeout_ms, const volatile int *stop, struct dt_metrics *metrics, FILE *log,
+                       dt_error *err) {
     char endpoint[DT_ENDPOINT_MAX], field[48], warn[640];
     snprintf(field, sizeof field, "%s[%d]", c->source && !strcmp(c->source, "TF_CONFIG") ? "TF_CONFIG cluster.ps"
                                                                                           : "--ps_hosts", c->task_index);
@@ -45,7 +46,8 @@ int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct
                         .stats = &stats,
                         .auth = auth,
                         .state_ranges = n_state ? state : NULL,
-                        .n_state_ranges = n_state};
+                        .n_state_ranges = n_state,
+                        .metrics = metrics};
     rc = dt_ps_serve(&cfg, err);
     free(state);
     if (has_ipc) unlink(ipc + strlen("ipc://")); /* libzmq leaves the socket file behind */
@@ -58,5 +60,5 @@ int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct
 
 int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, int idle_timeout_ms,
                   const volatile int *stop, FILE *log, dt_error *err) {
-    return dt_serve_task_bind(c, pl, auth, NULL, idle_timeout_ms, stop, log, err);
+    return dt_serve_task_bind(c, pl, auth, NULL, idle_timeout_ms, stop, NULL, log, err);
 }

@@ -16,8 +16,10 @@ struct dt_auth_s; /* transport/auth.h */
 int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, int idle_timeout_ms,
                   const volatile int *stop, FILE *log, dt_error *err);
 /* The same on bind instead of the ps's own address when bind is non-empty (--bind; cluster.h:
- * dt_addr_bind_resolve). */
+ * dt_addr_bind_resolve), updating the series of metrics (NULL: none). */
+struct dt_metrics;
 int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, const char *bind,
-                       int idle_timeout_ms, const volatile int *stop, FILE *log, dt_error *err);
+                       int idle_timeout_ms, const volatile int *stop, struct dt_metrics *metrics, FILE *log,
+                       dt_error *err);
 
 #endif

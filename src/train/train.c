@@ -17,6 +17,11 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/loader.h"
+#include "metrics/http.h"
+#include "metrics/metrics.h"
+#include "metrics/names.h"
+#include "metrics/peers.h"
+#include "metrics/status.h"
 #include "model/net.h"
 #include "supervisor/supervisor.h"
 #include "train/serve.h"
@@ -170,11 +175,23 @@ typedef struct {
     dt_progress prog;             /* the live progress line (a terminal) */
     FILE *log, *log_out;          /* training's log: log_out, through the progress line's stream */
     const dt_train_debug *dbg;    /* the test hooks (train_debug.h) */
+    /* --metrics_port: the registry, the status page's figures, its server, the chief's peer poll */
+    dt_metrics *metrics;
+    dt_status *status;
+    dt_http *http;
+    dt_peer_poll *peers;
+    struct {
+        dt_metric *step, *local, *examples, *step_s, *ckpt_age, *ckpt_s, *ckpts;
+    } m;
 } run_state;
 
 static void run_free(run_state *r) {
+    dt_peer_poll_stop(r->peers);
+    dt_http_stop(r->http); /* nothing reads the figures any more */
     dt_supervisor_close(r->supervisor);
     if (r->updater) r->updater->free(r->updater);
+    dt_status_free(r->status); /* nothing updates them any more */
+    dt_metrics_free(r->metrics);
     dt_loader_free(r->loader);
     dt_data_splits_free(&r->data);
     dt_net_free(r->net);
@@ -224,6 +241,56 @@ static int resolve_cluster(dt_cluster *c, const dt_train_options *o, dt_error *e
     return dt_cluster_from_manager(c, &m, err);
 }
 
+/* --metrics_port / --metrics_addr: the registry and its HTTP server, started before anything else
+ * is loaded so that a port in use stops the run at once; the chief also polls --metrics_peers. */
+static int metrics_start(run_state *r, const dt_train_options *o, FILE *log, dt_error *err) {
+    char host[64];
+    int port, rc = dt_http_listen_spec(o->metrics_addr, o->metrics_port, host, sizeof host, &port, err);
+    if (rc || !port) return rc;
+    const dt_cluster *c = &r->cluster;
+    if ((rc = dt_metrics_create(&r->metrics, c->job == DT_JOB_PS ? "ps" : "worker", c->distributed ? c->task_index : 0,
+                                err)) ||
+        (rc = dt_status_create(&r->status, r->metrics, c, err)) ||
+        (rc = dt_http_start(&r->http, host, port, r->metrics, r->status, err)))
+        return rc;
+    if (c->is_chief && c->job != DT_JOB_PS && (rc = dt_peer_poll_start(&r->peers, o->metrics_peers, r->status, err)))
+        return rc;
+    const char *l = strchr(host, ':') && host[0] != '[' ? "[" : "", *rb = *l ? "]" : "";
+    fprintf(log, "metrics: http://%s%s%s:%d/metrics, status page http://%s%s%s:%d/\n", l, host, rb, port, l, host, rb,
+            port);
+    fflush(log);
+    dt_metrics *m = r->metrics;
+    if (c->job == DT_JOB_PS) return DT_OK; /* its series are the ps's own (ps.c) */
+    r->m.step = dt_metrics_gauge(m, DT_M_GLOBAL_STEP, "Global step after this worker's latest update.", NULL);
+    r->m.local = dt_metrics_counter(m, DT_M_LOCAL_STEPS, "Steps this worker has trained (its updates).", NULL);
+    r->m.examples = dt_metrics_counter(m, DT_M_EXAMPLES, "Training examples this worker has computed gradients on.", NULL);
+    r->m.step_s = dt_metrics_histogram(m, "dtrain_step_seconds", "One step of this worker: batch, forward, backward "
+                                       "and the exchange with the ps tasks.", NULL, dt_metrics_latency_bounds,
+                                       dt_metrics_latency_n);
+    if (c->is_chief && c->job != DT_JOB_PS) {
+        r->m.ckpt_age = dt_metrics_age(m, "dtrain_checkpoint_age_seconds", "Seconds since the latest checkpoint was "
+                                       "saved (NaN before the first).", NULL);
+        r->m.ckpt_s = dt_metrics_gauge(m, "dtrain_checkpoint_duration_seconds", "How long saving the latest "
+                                       "checkpoint took.", NULL);
+        r->m.ckpts = dt_metrics_counter(m, "dtrain_checkpoints_total", "Checkpoints saved by this chief.", NULL);
+    }
+    return DT_OK;
+}
+
+/* A supervisor call that may save a checkpoint, timed for the metrics when it did. */
+static int supervised(run_state *r, int (*call)(dt_supervisor *, int64_t, dt_error *), int64_t step, dt_error *err) {
+    if (!r->m.ckpts) return call(r->supervisor, step, err);
+    int saves = dt_supervisor_saves(r->supervisor);
+    double t = dt_seconds();
+    int rc = call(r->supervisor, step, err);
+    if (dt_supervisor_saves(r->supervisor) != saves) {
+        dt_metric_set(r->m.ckpt_s, dt_seconds() - t);
+        dt_metric_touch(r->m.ckpt_age);
+        dt_metric_add(r->m.ckpts, 1);
+    }
+    return rc;
+}
+
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
     return dt_train_debug_run(o, NULL, log, res, err);
 }
@@ -264,6 +331,7 @@ int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FIL
         rc = dt_errorf(err, DT_EINVAL, "TF_CONFIG: task type evaluator is not supported by 'dtrain train'");
         goto out;
     }
+    if (!o->dry_run && (rc = metrics_start(&r, o, log, err))) goto out;
     if ((rc = load_auth(&r.auth, o, &r.cluster, err))) goto out;
     if ((rc = dt_net_load(&r.net, o->model_path, o->batch_size, err))) goto out;
     if (r.cluster.distributed) {
@@ -283,7 +351,7 @@ int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FIL
     }
     if (r.cluster.job == DT_JOB_PS) {
         rc = dt_serve_task_bind(&r.cluster, &r.placement, r.auth.curve ? &r.auth : NULL, o->bind,
-                                o->idle_timeout_ms, o->stop, log, err);
+                                o->idle_timeout_ms, o->stop, r.metrics, log, err);
         goto out;
     }
     rc = train_loop(&r, o, log, res, err);
@@ -385,7 +453,8 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
                                    .reload = reload,
                                    .user = r,
                                    .log = log,
-                                   .auth = r->auth.curve ? &r->auth : NULL};
+                                   .auth = r->auth.curve ? &r->auth : NULL,
+                                   .metrics = r->metrics};
         rc = dt_remote_updater_create(&r->updater, &rc_cfg, err);
     } else {
         rc = dt_local_updater_create(&r->updater, &opt, r->net, err);
@@ -441,7 +510,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
             (double)opt.weight_decay, opt.weight_decay && !opt.decay_rank1 ? " (kernels only)" : "", clip,
             o->augment && *o->augment ? o->augment : "none");
     fflush(log);
-    if ((rc = dt_supervisor_started(r->supervisor, global_step, err))) return rc;
+    if ((rc = supervised(r, dt_supervisor_started, global_step, err))) return rc;
 
     /* Benchmarks of scale (--debug_emulate_compute_ms): a sleep stands in for the batch, forward
      * and backward, so many workers share few cores without slowing each other down, and a fixed
@@ -458,7 +527,11 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
     int evaluates = c->is_chief && !emulate;
     dt_progress *prog = &r->prog;
     dt_progress_init(prog, o->progress, total);
-    double t_start = dt_seconds(), t_interval = t_start;
+    double examples_per_step = sync ? (double)o->batch_size * aggregate : o->batch_size;
+    dt_progress_start(prog, global_step, examples_per_step);
+    dt_status_start(r->status, total, global_step, examples_per_step);
+    dt_metric_set(r->m.step, (double)global_step);
+    double t_start = dt_seconds(), t_interval = t_start, t_step = t_start;
     double loss_sum = 0;
     int64_t correct_sum = 0, seen = 0, interval_examples = 0, last_log = global_step;
     while (global_step < total) {
@@ -494,8 +567,18 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
         seen += b.n;
         interval_examples += b.n;
         res->steps = global_step;
-        if ((rc = dt_supervisor_step(r->supervisor, global_step, err))) break;
-        dt_progress_update(prog, global_step < total ? global_step : total, (double)global_step / (double)global_per_epoch);
+        if (r->metrics) {
+            double t = dt_seconds();
+            dt_metric_observe(r->m.step_s, t - t_step);
+            t_step = t;
+            dt_metric_set(r->m.step, (double)global_step);
+            dt_metric_add(r->m.local, 1);
+            dt_metric_add(r->m.examples, b.n);
+            dt_status_step(r->status, global_step, loss, correct, b.n);
+        }
+        if ((rc = supervised(r, dt_supervisor_step, global_step, err))) break;
+        dt_progress_update(prog, global_step < total ? global_step : total, (double)global_step / (double)global_per_epoch,
+                           emulate || !seen ? NAN : loss_sum / (double)seen);
 
         int epoch_end = !emulate && local_step % per_epoch == 0; /* emulated: no data, no epochs */
         if (global_step / o->steps_to_validate > last_log / o->steps_to_validate || epoch_end || global_step >= total) {
@@ -519,12 +602,14 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
             fflush(log);
             dt_supervisor_summary_train(r->supervisor, global_step, train_loss, train_acc);
             if (evaluates) dt_supervisor_summary_test(r->supervisor, global_step, val.loss, val.accuracy);
+            if (evaluates) dt_status_validation(r->status, global_step, val.loss, val.accuracy);
             loss_sum = 0;
             correct_sum = seen = interval_examples = 0;
-            t_interval = dt_seconds(); /* validation time is not training time */
+            t_interval = t_step = dt_seconds(); /* validation time is not training time */
         }
     }
     dt_progress_clear(prog);
+    dt_status_finished(r->status);
     res->seconds = dt_seconds() - t_start;
     res->examples_per_sec = (double)(local_step - first_local_step) * o->batch_size / res->seconds;
     if (rc == DT_EINTR && !c->distributed) {

@@ -8,8 +8,11 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/finite.h"
+#include "metrics/metrics.h"
+#include "metrics/names.h"
 #include "transport/auth.h"
 #include "transport/zmq_io.h"
 #include "worker/codec.h"
@@ -64,6 +67,8 @@ struct dt_ps_client {
     void *name_user;
     FILE *log;                /* NULL: quiet */
     dt_ps_client_stats stats;
+    /* Metrics (NULL series when off): latency of each kind of exchange, bytes, stale gradients. */
+    dt_metric *m_push, *m_pull, *m_push_pull, *m_wait, *m_tx, *m_rx, *m_stale;
 };
 
 /* What a gather call does with each expected reply. */
@@ -98,6 +103,7 @@ static int send_req(dt_ps_client *c, int i, dt_wire_header *h, uint8_t want, zmq
     h->request_id = c->next_id;
     h->shard = (uint32_t)i;
     set_send_timeout(p, deadline);
+    dt_metric_add(c->m_tx, (double)(DT_WIRE_HEADER_SIZE + (payload ? zmq_msg_size(payload) : 0)));
     dt_error e = {0};
     int rc = dt_wire_send(p->sock, NULL, h, payload, 0, &e);
     if (rc) return fail_ps(c, i, err, rc, "", rc == DT_ETIMEOUT ? "send timed out (too many requests queued)" : e.msg);
@@ -133,6 +139,7 @@ static void note_status(ps_conn *p, const dt_wire_header *h) {
 static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void *user, dt_error *err) {
     ps_conn *p = &c->ps[i];
     await_t a;
+    dt_metric_add(c->m_rx, (double)(DT_WIRE_HEADER_SIZE + zmq_msg_size(&in->payload)));
     if (!take_await(p, in->hdr.request_id, &a)) return 0;
     /* The ps heard from us when it answered (a PULL it held: that much after we sent it), however
      * late we read the reply (this process may have been stopped meanwhile). */
@@ -427,6 +434,21 @@ static int hello_all(dt_ps_client *c, dt_error *err) {
     return DT_OK;
 }
 
+/* The client's series; one reopened after a fault continues the same ones. */
+static void client_metrics(dt_ps_client *c, struct dt_metrics *m) {
+    const double *b = dt_metrics_latency_bounds;
+    int n = dt_metrics_latency_n;
+    c->m_push = dt_metrics_histogram(m, "dtrain_push_seconds", "Pushing a gradient to every ps, until acknowledged.", NULL, b, n);
+    c->m_pull = dt_metrics_histogram(m, "dtrain_pull_seconds", "Pulling the parameters from every ps.", NULL, b, n);
+    c->m_push_pull = dt_metrics_histogram(m, "dtrain_push_pull_seconds", "A push and the following pull in one "
+                                          "exchange (each step's), until every parameter is back.", NULL, b, n);
+    c->m_wait = dt_metrics_histogram(m, "dtrain_barrier_wait_seconds", "Per pull, the longest a ps held it until its "
+                                     "step was reached (the sync barrier).", NULL, b, n);
+    c->m_tx = dt_metrics_counter(m, DT_M_SENT, DT_M_SENT_HELP, NULL);
+    c->m_rx = dt_metrics_counter(m, DT_M_RECEIVED, DT_M_RECEIVED_HELP, NULL);
+    c->m_stale = dt_metrics_counter(m, DT_M_STALE, "This worker's gradients that at least one ps dropped as stale.", NULL);
+}
+
 int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_error *err) {
     *out = NULL;
     if (cfg->n_ps <= 0 || !cfg->endpoints || !cfg->shard_floats)
@@ -468,6 +490,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
     }
     c->encoding = (uint8_t)cfg->compression;
     c->curve = cfg->auth && cfg->auth->curve;
+    client_metrics(c, cfg->metrics);
     if (c->curve) {
         c->auth = *cfg->auth;
         c->auth.n_allowed = 0; /* the server's list: not a client's */
@@ -781,6 +804,7 @@ static int xfer_once(dt_ps_client *c, const float *const *grads, int64_t local_s
     if (grads && local_step < 0) return dt_errorf(err, DT_EINVAL, "push: local_step %lld < 0", (long long)local_step);
     if (min_step < 0) return dt_errorf(err, DT_EINVAL, "pull: min_step %lld < 0", (long long)min_step);
     int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
+    double t0 = c->m_push || c->m_pull ? dt_seconds() : 0;
     int64_t cs[(size_t)c->n_ps * DT_WIRE_MAX_CHUNKS];
     uint8_t stale[c->n_ps];
     memset(stale, 0, sizeof stale);
@@ -810,6 +834,11 @@ static int xfer_once(dt_ps_client *c, const float *const *grads, int64_t local_s
     if (grads) {
         c->stats.pushes++;
         c->stats.stale_pushes += x.res.n_stale > 0;
+    }
+    if (c->m_push || c->m_pull) {
+        dt_metric_observe(grads && dst ? c->m_push_pull : grads ? c->m_push : c->m_pull, dt_seconds() - t0);
+        if (dst) dt_metric_observe(c->m_wait, (double)x.res.wait_us * 1e-6);
+        if (grads && x.res.n_stale > 0) dt_metric_add(c->m_stale, 1);
     }
     if (res) *res = x.res;
     return DT_OK;

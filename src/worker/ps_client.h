@@ -59,6 +59,7 @@ typedef struct {
     void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
     void *name_user;
     FILE *log;                    /* NULL: quiet; else open says once whom it waits for (a ps not up yet) */
+    struct dt_metrics *metrics;   /* Prometheus series (push/pull latency, bytes, stale; docs/metrics.md); NULL: none */
 } dt_ps_client_config;
 
 typedef struct {

@@ -496,6 +496,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .name_float = name_shard_float,
         .name_user = (void *)cfg->placement,
         .log = cfg->log,
+        .metrics = cfg->metrics,
     };
     r->sync = cfg->replicas_to_aggregate > 0;
     if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;

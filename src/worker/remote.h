@@ -43,6 +43,7 @@ typedef struct {
     void *user;
     FILE *log;
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
+    struct dt_metrics *metrics;   /* the ps client's series (ps_client.h); NULL: none */
 } dt_remote_config;
 
 int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_error *err);
