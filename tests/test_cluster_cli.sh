@@ -67,6 +67,8 @@ expect "task index out of range" "--task_index" "$bin" train $m --ps_hosts=127.0
 expect "unknown job" "--job_name" "$bin" train $m --ps_hosts=127.0.0.1:4 --worker_hosts=127.0.0.1:5 --job_name=boss
 expect "TF_CONFIG not JSON" "TF_CONFIG" env TF_CONFIG='{"cluster": ' "$bin" train $m
 expect "launch refuses cluster flags" "--job_name" "$bin" launch --job_name=ps $m
+expect "launch checks train's flags before starting anything" "--batch_size" "$bin" launch $m --batch_size=0
+expect "launch refuses its own flag twice" "--workers: given twice" "$bin" launch $m --workers 2 --workers=3
 
 # A worker whose ps never appears: retries, then exits non-zero naming the address, in time.
 ports=($(free_port 2)); port=${ports[0]}

@@ -19,6 +19,7 @@
 
 #include "core/clock.h"
 #include "commands.h"
+#include "flags.h"
 #include "transport/auth.h"
 
 #define MAX_PROCS 64
@@ -166,23 +167,6 @@ static void stop_all(child *cs, int n, double grace_sec) {
             }
 }
 
-/* As the flag table's messages (flags.c): the value quoted as given. */
-static int parse_count(const char *flag, const char *v, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || (errno && errno != ERANGE)) {
-        fprintf(stderr, "dtrain launch: %s: '%s' is not an integer\n", flag, v);
-        return -1;
-    }
-    if (errno == ERANGE || x < lo || x > hi) {
-        fprintf(stderr, "dtrain launch: %s: %s is out of range %d..%d\n", flag, v, lo, hi);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
 /* --auth=curve without --keys: a throwaway key set for this cluster in a private temp folder
  * (server and client pairs, the client's public key authorized), removed when launch ends. */
 static int make_keys(char *dir, size_t cap) {
@@ -221,78 +205,90 @@ static void remove_keys(const char *dir) {
     rmdir(dir);
 }
 
+static void launch_help(void) {
+    printf("usage: dtrain launch [--ps N] [--workers M] [--metrics_port P] [train flags]\n\n"
+           "Starts a cluster on 127.0.0.1: N parameter servers (default 1) and M workers\n"
+           "(default 2), each running `dtrain train` with the given flags and the cluster\n"
+           "flags (--ps_hosts, --worker_hosts, --job_name, --task_index) on free ports.\n"
+           "Unless --threads is given, each worker gets cores/M compute threads, a ps one.\n"
+           "Output lines are prefixed with [ps0], [worker1], ... The exit status is the\n"
+           "first failure's, after the others are stopped; Ctrl-C stops everything.\n"
+           "With --metrics_port P, process i (the ps tasks first, then the workers) serves\n"
+           "its metrics on port P + i, and the chief's status page (http://127.0.0.1:P+N/,\n"
+           "N ps tasks) shows the whole cluster (docs/metrics.md). When stderr is a\n"
+           "terminal, the chief's progress line is drawn at the bottom (--progress=never: none).\n"
+           "With --auth=curve and no --keys, launch makes a throwaway key set for the\n"
+           "cluster in a private temp folder (removed at the end); with --keys=DIR every\n"
+           "process uses DIR (docs/security.md).\n"
+           "See 'dtrain train --help' for the training flags.\n");
+}
+
+/* Whether argv[i] is one of defs' flags ("--name" or "--name=value"). */
+static int is_flag_of(const flag_def *defs, int n, const char *arg) {
+    if (strncmp(arg, "--", 2)) return 0;
+    const char *name = arg + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    for (int k = 0; k < n; k++)
+        if (strlen(defs[k].name) == len && !strncmp(defs[k].name, name, len)) return 1;
+    return 0;
+}
+
 int cmd_launch(int argc, char **argv) {
-    int n_ps = 1, n_workers = 2, seen_ps = 0, seen_workers = 0, metrics_port = 0, seen_metrics = 0;
-    char **pass = calloc((size_t)argc + 8, sizeof *pass);
-    int n_pass = 0;
-    if (!pass) {
+    int n_ps = 1, n_workers = 2, metrics_port = 0;
+    const flag_def launch_defs[] = {
+        FLAG_NUM("ps", FLAG_INT, &n_ps, "parameter servers", 1, 32, 0),
+        FLAG_NUM("workers", FLAG_INT, &n_workers, "workers (worker 0 is the chief)", 1, 32, 0),
+        FLAG_NUM("metrics_port", FLAG_INT, &metrics_port, "process i serves its metrics on this port + i; 0: off", 0,
+                 65535 - 2 * 32, 0),
+    };
+    const int n_launch = (int)(sizeof launch_defs / sizeof launch_defs[0]);
+    /* launch's own flags (with a value as "--ps 2" or "--ps=2") apart from train's, which are passed on */
+    char **own = calloc((size_t)argc + 1, sizeof *own), **pass = calloc((size_t)argc + 8, sizeof *pass);
+    int n_own = 0, n_pass = 0;
+    if (!own || !pass) {
         fprintf(stderr, "dtrain launch: out of memory\n");
+        free(own), free(pass);
         return 1;
     }
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = NULL;
-        int *target = NULL;
-        const char *flag = NULL;
-        if (!strncmp(a, "--ps", 4) && (a[4] == 0 || a[4] == '=')) target = &n_ps, flag = "--ps";
-        else if (!strncmp(a, "--workers", 9) && (a[9] == 0 || a[9] == '=')) target = &n_workers, flag = "--workers";
-        else if (!strncmp(a, "--metrics_port", 14) && (a[14] == 0 || a[14] == '='))
-            target = &metrics_port, flag = "--metrics_port";
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: dtrain launch [--ps N] [--workers M] [train flags]\n\n"
-                   "Starts a cluster on 127.0.0.1: N parameter servers (default 1) and M workers\n"
-                   "(default 2), each running `dtrain train` with the given flags and the cluster\n"
-                   "flags (--ps_hosts, --worker_hosts, --job_name, --task_index) on free ports.\n"
-                   "Unless --threads is given, each worker gets cores/M compute threads, a ps one.\n"
-                   "Output lines are prefixed with [ps0], [worker1], ... The exit status is the\n"
-                   "first failure's, after the others are stopped; Ctrl-C stops everything.\n"
-                   "With --metrics_port P, process i (the ps tasks first, then the workers) serves\n"
-                   "its metrics on port P + i, and the chief's status page (http://127.0.0.1:P+N/,\n"
-                   "N ps tasks) shows the whole cluster (docs/metrics.md). When stderr is a\n"
-                   "terminal, the chief's progress line is drawn at the bottom (--progress=never: none).\n"
-                   "With --auth=curve and no --keys, launch makes a throwaway key set for the\n"
-                   "cluster in a private temp folder (removed at the end); with --keys=DIR every\n"
-                   "process uses DIR (docs/security.md).\n"
-                   "See 'dtrain train --help' for the training flags.\n");
-            free(pass);
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            launch_help();
+            free(own), free(pass);
             return 0;
         }
-        if (target) {
-            int *seen = target == &n_ps ? &seen_ps : target == &n_workers ? &seen_workers : &seen_metrics;
-            if ((*seen)++) { /* as every subcommand: the last one winning would hide the first */
-                fprintf(stderr, "dtrain launch: %s: given twice\n", flag);
-                free(pass);
-                return 2;
-            }
-            const char *eq = strchr(a, '=');
-            if (eq) v = eq + 1;
-            else if (i + 1 < argc) v = argv[++i];
-            else {
-                fprintf(stderr, "dtrain launch: %s needs a value\n", flag);
-                free(pass);
-                return 2;
-            }
-            if (target == &metrics_port ? parse_count(flag, v, 1, 65535 - 2 * 32, target) : parse_count(flag, v, 1, 32, target)) {
-                free(pass);
-                return 2;
-            }
-            continue;
+        if (is_flag_of(launch_defs, n_launch, argv[i])) {
+            own[n_own++] = argv[i];
+            if (!strchr(argv[i], '=') && i + 1 < argc) own[n_own++] = argv[++i];
+        } else {
+            pass[n_pass++] = argv[i];
         }
-        if (!strncmp(a, "--ps_hosts", 10) || !strncmp(a, "--worker_hosts", 14) || !strncmp(a, "--job_name", 10) ||
-            !strncmp(a, "--task_index", 12) || !strncmp(a, "--metrics_peers", 15)) {
-            fprintf(stderr, "dtrain launch: %s is set by launch itself; use 'dtrain train' to join a cluster by hand\n", a);
-            free(pass);
-            return 2;
-        }
-        pass[n_pass++] = argv[i];
+    }
+    /* Both sets checked here, with the tables' messages, before any process starts; train's values
+     * tell launch what the user set (-1 / NULL: not given). */
+    train_args ta;
+    train_args_init(&ta);
+    ta.o.threads = -1;
+    ta.progress = NULL;
+    int help = 0;
+    dt_error err = {0};
+    if (flags_parse(launch_defs, n_launch, n_own, own, &help, &err) ||
+        train_args_parse(&ta, n_pass, pass, &help, &err)) {
+        fprintf(stderr, "dtrain launch: %s\n", err.msg);
+        free(own), free(pass);
+        return 2;
+    }
+    free(own);
+    const char *set_by_launch = ta.o.ps_hosts ? "--ps_hosts" : ta.o.worker_hosts ? "--worker_hosts"
+                                : ta.o.job_name ? "--job_name" : ta.o.task_index ? "--task_index"
+                                : ta.o.metrics_peers ? "--metrics_peers" : NULL;
+    if (set_by_launch) {
+        fprintf(stderr, "dtrain launch: %s is set by launch itself; use 'dtrain train' to join a cluster by hand\n",
+                set_by_launch);
+        free(pass);
+        return 2;
     }
 
-    int curve = 0, keys_given = 0;
-    for (int i = 0; i < n_pass; i++) {
-        curve |= !strcmp(pass[i], "--auth=curve") || (!strcmp(pass[i], "--auth") && i + 1 < n_pass &&
-                                                      !strcmp(pass[i + 1], "curve"));
-        keys_given |= !strncmp(pass[i], "--keys", 6);
-    }
+    int curve = !strcmp(ta.o.auth, "curve"), keys_given = ta.o.keys != NULL;
     char keys_dir[4096] = "", keys_arg[4200];
     if (curve && !keys_given) {
         if (make_keys(keys_dir, sizeof keys_dir)) {
@@ -307,15 +303,9 @@ int cmd_launch(int argc, char **argv) {
     /* Several processes share this machine's cores: unless told otherwise, each worker gets its
      * share of them and a ps one thread, and OpenMP threads spin only briefly before sleeping
      * (libgomp's default spin wait starves the other processes; it reads this at start). */
-    int threads_given = 0, progress_given = 0;
-    const char *metrics_host = "127.0.0.1";
-    for (int i = 0; i < n_pass; i++) {
-        threads_given |= !strncmp(pass[i], "--threads", 9);
-        progress_given |= !strncmp(pass[i], "--progress", 10);
-        /* the chief reaches the others' metrics where they bind them (any address: this host's loopback) */
-        if (!strncmp(pass[i], "--metrics_addr=", 15)) metrics_host = pass[i] + 15;
-        else if (!strcmp(pass[i], "--metrics_addr") && i + 1 < n_pass) metrics_host = pass[i + 1];
-    }
+    int threads_given = ta.o.threads >= 0, progress_given = ta.progress != NULL;
+    /* the chief reaches the others' metrics where they bind them (any address: this host's loopback) */
+    const char *metrics_host = ta.o.metrics_addr ? ta.o.metrics_addr : "127.0.0.1";
     if (!strcmp(metrics_host, "0.0.0.0")) metrics_host = "127.0.0.1";
     else if (!strcmp(metrics_host, "::") || !strcmp(metrics_host, "[::]")) metrics_host = "[::1]";
     int relay = !progress_given && isatty(STDERR_FILENO);
