@@ -1,5 +1,12 @@
 # Sourced by the metrics tests (after lib.sh): a launched cluster with metrics, and its figures.
 
+# tiny_setup: in the current folder, data/ (1024 + 64 Fashion-MNIST images) and tiny.model, a
+# network that trains in seconds even under ASan.
+tiny_setup() {
+  fashion_subset data 1024 64
+  printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2 padding=same\nrelu\nflatten\ndense units=10\n' >tiny.model
+}
+
 # free_ports N: a base port such that base..base+N-1 are all free on 127.0.0.1 right now (dtrain
 # launch gives process i the metrics port base + i).
 free_ports() {

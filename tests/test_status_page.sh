@@ -13,8 +13,7 @@ case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 cd "$tmp"
 command -v chromium >/dev/null || { echo "chromium is not installed (deps/debian-packages.txt)"; exit 1; }
 
-fashion_subset data 1024 64
-printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2 padding=same\nrelu\nflatten\ndense units=10\n' >tiny.model
+tiny_setup
 
 # Paced so that the page is loaded while training runs (about 20 s in all, longer under ASan).
 base=$(free_ports 3) || { bad "three free ports"; summary; exit; }
