@@ -42,6 +42,7 @@ struct dt_net {
     float *dbuf[2];             /* input gradients, [max_batch, max in_size] each */
     float *dlogits;             /* [max_batch, classes] */
     int batch, training, have_loss;
+    dt_net_hooks hooks;         /* around each layer with parameters (dt_net_set_hooks) */
 };
 
 static void add_view(dt_net *net, const char *layer_name, const char *what, int ndim, const int *shape,
@@ -244,6 +245,24 @@ void dt_net_init_params(dt_net *net, uint64_t seed) {
 
 /* ---- forward / backward ---- */
 
+void dt_net_set_hooks(dt_net *net, const dt_net_hooks *hooks) {
+    net->hooks = hooks ? *hooks : (dt_net_hooks){0};
+}
+
+const dt_net_hooks *dt_net_get_hooks(const dt_net *net) { return &net->hooks; }
+
+int dt_net_num_layers(const dt_net *net) { return net->n_layers; }
+
+/* A layer's kernel and bias are adjacent in the flat buffer (dt_net_build). */
+int dt_net_layer_params(const dt_net *net, int i, size_t *offset, size_t *count) {
+    const layer *L = &net->layers[i];
+    int first = L->w_view >= 0 ? L->w_view : L->b_view, last = L->b_view >= 0 ? L->b_view : L->w_view;
+    if (first < 0) return 0;
+    *offset = net->views[first].offset;
+    *count = net->views[last].offset + net->views[last].count - *offset;
+    return 1;
+}
+
 static const float *view_ptr(const float *base, const dt_net *net, int v) {
     return v >= 0 ? base + net->views[v].offset : NULL;
 }
@@ -261,6 +280,9 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
         L->in = in;
         /* An in-place layer writes only into the net's own buffers (see dt_net_build). */
         L->out = L->in_place ? (float *)in : L->own;
+        size_t po, pc;
+        if (net->hooks.before_forward && dt_net_layer_params(net, i, &po, &pc))
+            net->hooks.before_forward(net->hooks.user, po, pc); /* e.g. wait until they have arrived */
         const float *w = view_ptr(net->params, net, L->w_view), *b = view_ptr(net->params, net, L->b_view);
         switch (s->kind) {
         case DT_LAYER_CONV2D: conv2d_forward(L->out, in, w, b, batch, &L->shape.win, net->scratch); break;
@@ -323,5 +345,8 @@ void dt_net_backward(dt_net *net) {
             break;
         case DT_LAYER_FLATTEN: break;
         }
+        size_t po, pc;
+        if (net->hooks.after_backward && dt_net_layer_params(net, i, &po, &pc))
+            net->hooks.after_backward(net->hooks.user, po, pc); /* e.g. push this gradient now */
     }
 }

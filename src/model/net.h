@@ -33,6 +33,23 @@ float *dt_net_grads(dt_net *net);              /* [param_count], written by dt_n
 int dt_net_num_views(const dt_net *net);
 const dt_param_view *dt_net_view(const dt_net *net, int i);
 
+/* Layer i's parameters: the flat floats [*offset, *offset + *count) (kernel and bias); 0 if it has
+ * none. Layers count from 0 in the model file's order. */
+int dt_net_num_layers(const dt_net *net);
+int dt_net_layer_params(const dt_net *net, int i, size_t *offset, size_t *count);
+
+/* Calls around the layers that have parameters (worker/overlap.c streams the exchange with them):
+ * before_forward before a layer reads its parameters [offset, offset + count) of the flat buffer,
+ * after_backward once its gradient there is final (backward runs the last layer first). Either may
+ * be NULL. They see every forward (evaluation too) and every backward. */
+typedef struct {
+    void (*before_forward)(void *user, size_t offset, size_t count);
+    void (*after_backward)(void *user, size_t offset, size_t count);
+    void *user;
+} dt_net_hooks;
+void dt_net_set_hooks(dt_net *net, const dt_net_hooks *hooks); /* NULL: none */
+const dt_net_hooks *dt_net_get_hooks(const dt_net *net);
+
 /* Initialises every parameter from its layer's initialiser, drawing from a stream seeded by
  * (seed, view index), so the result does not depend on thread count or build order. */
 void dt_net_init_params(dt_net *net, uint64_t seed);

@@ -55,7 +55,7 @@ int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, size_t n
     *out = NULL;
     local_updater *l = dt_calloc(1, sizeof *l, "updater", err);
     if (!l) return DT_ENOMEM;
-    l->base = (dt_updater){local_start, local_apply, local_finish, local_free, local_restore, local_snapshot};
+    l->base = (dt_updater){local_start, local_apply, local_finish, local_free, local_restore, local_snapshot, NULL};
     l->opt = *opt;
     size_t n_state = n_params * (size_t)dt_opt_slots(opt);
     if (!(l->state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) {
