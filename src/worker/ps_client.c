@@ -761,12 +761,18 @@ static int send_all(dt_ps_client *c, const float *const *grads, int64_t local_st
 /* Sync mode: a chunk may come back a step ahead of another (with backup workers a ps can move a
  * chunk on while this worker's requests are in flight). The chunks behind are pulled again at
  * exactly the newest step seen: a ps answers an EXACT pull when the chunk reaches that step, or
- * from its snapshot if it has passed it, so one round makes every chunk of every ps one step. */
-static int same_step(dt_ps_client *c, int64_t deadline, xfer_ctx *x, dt_error *err) {
-    int64_t newest = 0;
+ * from its snapshot if it has passed it, so one round makes every chunk of every ps one step.
+ * oldest (a worker resuming, which pushes nothing for the step under way): the chunks ahead are
+ * pulled again at the oldest step instead, from the ps's snapshots. Waiting for the newest would
+ * wait for this worker's own gradient: a ps counts a worker that was lost as live again from its
+ * first message, so the chunks behind now wait for its gradient of their step, which comes only
+ * after the pull (the chief moving on alone streams its chunks one by one, so a resuming worker
+ * often finds them a step apart). */
+static int same_step(dt_ps_client *c, int64_t deadline, xfer_ctx *x, int oldest, dt_error *err) {
+    int64_t newest = oldest ? INT64_MAX : 0;
     for (int i = 0; i < c->n_ps; i++)
         for (int k = 0; k < c->ps[i].chunks; k++)
-            if (*chunk_step(x, i, k) > newest) newest = *chunk_step(x, i, k);
+            if (oldest ? *chunk_step(x, i, k) < newest : *chunk_step(x, i, k) > newest) newest = *chunk_step(x, i, k);
     int behind = 0, shards = 0;
     for (int i = 0; i < c->n_ps; i++) {
         int any = 0;
@@ -826,7 +832,7 @@ static void xfer_done(dt_ps_client *c, xfer_ctx *x, int pushed, int pulled, int6
 /* One call for push, pull or both (a PUSH that asks for PARAMS): sends everything, then gathers
  * every reply; pulled chunks go into dst[i]. */
 static int xfer_once(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t min_step,
-                float *const *dst, int64_t *steps, dt_push_result *res, dt_error *err) {
+                float *const *dst, int64_t *steps, dt_push_result *res, int oldest, dt_error *err) {
     if (c->unusable[0]) return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
     if (grads && local_step < 0) return dt_errorf(err, DT_EINVAL, "push: local_step %lld < 0", (long long)local_step);
     if (min_step < 0) return dt_errorf(err, DT_EINVAL, "pull: min_step %lld < 0", (long long)min_step);
@@ -842,7 +848,7 @@ static int xfer_once(dt_ps_client *c, const float *const *grads, int64_t local_s
     /* Whatever happened, the caller gets its gradient buffers back. */
     if (grads) rc = release_gradients(c, rc, deadline, err);
     if (rc) return rc;
-    if (dst && c->aggregate && (rc = same_step(c, deadline, &x, err))) return rc;
+    if (dst && c->aggregate && (rc = same_step(c, deadline, &x, oldest, err))) return rc;
     xfer_done(c, &x, grads != NULL, dst != NULL, steps, res);
     return DT_OK;
 }
@@ -852,11 +858,11 @@ static int xfer_once(dt_ps_client *c, const float *const *grads, int64_t local_s
  * with a wrong cut would be refused at that ps while another applied it, and could not simply be
  * sent again. */
 static int xfer(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t min_step, float *const *dst,
-                int64_t *steps, dt_push_result *res, dt_error *err) {
+                int64_t *steps, dt_push_result *res, int oldest, dt_error *err) {
     int known = 1;
     for (int i = 0; i < c->n_ps; i++) known &= c->ps[i].cut_known;
     int rc = known ? DT_OK : dt_ps_client_status(c, NULL, err);
-    return rc ? rc : xfer_once(c, grads, local_step, min_step, dst, steps, res, err);
+    return rc ? rc : xfer_once(c, grads, local_step, min_step, dst, steps, res, oldest, err);
 }
 
 /* The receive buffers pull_views hands out. */
@@ -873,14 +879,22 @@ int dt_ps_client_pull_views(dt_ps_client *c, int64_t min_step, const float **vie
     return dt_ps_client_push_pull(c, NULL, 0, min_step, views, steps, NULL, err);
 }
 
+int dt_ps_client_pull_resume(dt_ps_client *c, const float **views, int64_t *steps, dt_error *err) {
+    float *dst[c->n_ps];
+    int rc = recv_buffers(c, dst, err);
+    if (!rc) rc = xfer(c, NULL, 0, 0, dst, steps, NULL, 1, err);
+    for (int i = 0; i < c->n_ps && !rc; i++) views[i] = dst[i];
+    return rc;
+}
+
 int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
                           dt_error *err) {
-    return xfer(c, NULL, 0, min_step, params, steps, NULL, err);
+    return xfer(c, NULL, 0, min_step, params, steps, NULL, 0, err);
 }
 
 int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,
                           dt_push_result *res, dt_error *err) {
-    return xfer(c, grads, local_step, 0, NULL, NULL, res, err);
+    return xfer(c, grads, local_step, 0, NULL, NULL, res, 0, err);
 }
 
 int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t local_step,
@@ -888,7 +902,7 @@ int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t l
                            dt_error *err) {
     float *dst[c->n_ps];
     int rc = recv_buffers(c, dst, err);
-    if (!rc) rc = xfer(c, grads, local_step, min_step, dst, steps, res, err);
+    if (!rc) rc = xfer(c, grads, local_step, min_step, dst, steps, res, 0, err);
     for (int i = 0; i < c->n_ps && !rc; i++) views[i] = dst[i];
     return rc;
 }

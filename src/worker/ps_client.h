@@ -137,6 +137,12 @@ int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_ste
 int dt_ps_client_pull_views(dt_ps_client *c, int64_t min_step, const float **views, int64_t *steps,
                             dt_error *err);
 
+/* pull_views for a worker resuming (min_step 0): in sync mode, chunks found a step apart are all
+ * taken at the oldest of their steps (the ones ahead from the ps's snapshots), not the newest: a
+ * worker that was lost is counted live again by its pull, so the chunks behind wait for its
+ * gradient, which it sends only after this pull. */
+int dt_ps_client_pull_resume(dt_ps_client *c, const float **views, int64_t *steps, dt_error *err);
+
 /* Pushes grads[i] (shard_floats[i] floats) to every ps, tagged with local_step (sync mode: the step
  * the gradient is for); waits for every acknowledgement. res may be NULL. */
 int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,

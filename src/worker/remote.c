@@ -70,7 +70,7 @@ static void views_into_net(remote *r, dt_net *net, int64_t *global_step) {
 
 /* The net's parameters as they are now become what the ps tasks hold, after pulling them. */
 static int resume_from_ps(remote *r, dt_net *net, int64_t *global_step, dt_error *err) {
-    int rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err);
+    int rc = dt_ps_client_pull_resume(r->client, r->views, r->steps, err);
     if (rc) return rc;
     views_into_net(r, net, global_step);
     r->iter = *global_step;
