@@ -138,7 +138,7 @@ typedef struct dt_train_options {
     int debug_emulate_compute_ms;
     const char *debug_dump_params;
     const char *placement;       /* "greedy" (default) or "round_robin" */
-    /* The chief cuts each ps shard into chunks of about chunk_kb KiB (default 512; 0: one chunk),
+    /* The chief cuts each ps shard into chunks of about chunk_kb KiB (default 128; 0: one chunk),
      * which travel, are applied and come back one by one, so both directions of the wire work at
      * once (docs/protocol.md, "Chunks"). At most 255 chunks per shard. */
     int chunk_kb;
