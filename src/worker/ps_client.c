@@ -937,11 +937,6 @@ int dt_ps_client_stream_begin(dt_ps_client *c, int64_t local_step, int64_t min_s
 
 int dt_ps_client_chunks(const dt_ps_client *c, int ps) { return c->ps[ps].chunks; }
 
-int dt_ps_client_stream_due(const dt_ps_client *c) {
-    for (int i = 0; i < c->n_ps; i++)
-        if (c->ps[i].n_await) return 1;
-    return 0;
-}
 
 int dt_ps_client_inflight(const dt_ps_client *c, int ps) { return atomic_load(&c->ps[ps].inflight); }
 

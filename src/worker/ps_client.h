@@ -172,8 +172,6 @@ int dt_ps_client_stream_push(dt_ps_client *c, int ps, int chunk, const float *gr
 /* Waits up to max_ms for replies (returning early when fd >= 0 becomes readable) and handles
  * those in; fails when replies are due longer than the request timeout after the latest push. */
 int dt_ps_client_stream_poll(dt_ps_client *c, int fd, int max_ms, dt_ps_chunk_fn fn, void *user, dt_error *err);
-/* Whether any reply of the exchange is still due. */
-int dt_ps_client_stream_due(const dt_ps_client *c);
 /* Ends the exchange: rc 0 once every reply is in (steps, res as for push_pull: a shard's step is its
  * oldest chunk's; chunks a step apart are not pulled again), or an error code. */
 int dt_ps_client_stream_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_result *res, dt_error *err);
