@@ -169,7 +169,7 @@ typedef struct dt_train_options {
      * dropped and counted; a worker may run at most staleness steps ahead (0: fully synchronous). */
     int replicas_to_aggregate, total_num_replicas, staleness;
     const char *placement;       /* "greedy" (default) or "round_robin" */
-    /* The chief cuts each ps shard into chunks of about chunk_kb KiB (default 512; 0: one chunk),
+    /* The chief cuts each ps shard into chunks of about chunk_kb KiB (default 128; 0: one chunk),
      * which travel, are applied and come back one by one, so both directions of the wire work at
      * once (docs/protocol.md, "Chunks"). At most 255 chunks per shard. */
     int chunk_kb;
@@ -178,6 +178,13 @@ typedef struct dt_train_options {
      * tasks keep float32 values and optimizer state, checkpoints stay float32. Per worker: workers
      * with and without it can share a cluster (docs/protocol.md, "Encodings"). */
     const char *compression;
+    /* Cluster: "priority" (NULL: the default), "fifo" or "none". A worker pushes each layer's
+     * gradient as soon as backward has made it and starts each layer of the next forward as soon
+     * as its parameters are back, so the exchange runs under the compute; priority sends first
+     * what the next forward needs first, fifo in the order backward makes it; none exchanges
+     * between steps. Results are the same either way (sync mode: bit for bit). Sync mode with
+     * backup workers or staleness exchanges between steps (docs/protocol.md, "Overlap"). */
+    const char *overlap;
     int connect_timeout_ms;      /* how long a worker retries the ps tasks (default 60000) */
     int heartbeat_timeout_ms;    /* the longest a worker waits for any ps reply (a sync barrier
                                   * included) before it gives up naming the ps; <= 0: 60000. In

@@ -64,4 +64,13 @@ chief_acc=$(sed -n 's/^\[worker0\] test accuracy \([0-9.]*\).*/\1/p' "$tmp/clust
 "$bin" eval --logdir "$tmp/ck2" --data "$tmp/data" --threads 1 >"$tmp/eval2" 2>&1
 eval_acc=$(sed -n 's/^test accuracy \([0-9.]*\).*/\1/p' "$tmp/eval2")
 check "cluster: eval's accuracy '$eval_acc' is the chief's '$chief_acc'" test -n "$eval_acc" -a "$eval_acc" = "$chief_acc"
+
+# Batch norm's moving statistics travel with the streamed exchange too: a sync cluster gives the same
+# parameters, bit for bit, with --overlap none and with the default overlap.
+for ov in none priority; do
+  timeout 300 "$bin" launch --ps 1 --workers 2 --issync 1 --model "$tmp/small.model" --data "$tmp/data" \
+    --logdir= --summary_dir= --batch_size 16 --train_steps 6 --steps_to_validate 6 --threads 1 --overlap "$ov" \
+    --debug_dump_params "$tmp/params.$ov" >"$tmp/cluster.$ov" 2>&1 || { bad "cluster with --overlap $ov"; tail -5 "$tmp/cluster.$ov"; }
+done
+check "cluster: batch norm, overlap on and off give the same parameters" cmp -s "$tmp/params.none" "$tmp/params.priority"
 summary

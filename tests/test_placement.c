@@ -236,6 +236,39 @@ static void test_gather_scatter_locate(void) {
     dt_placement_free(&p);
 }
 
+/* A shard gathered and scattered in uneven parts (chunks, as the overlap streams them) is the
+ * shard gathered whole, and a part touches no float outside it. */
+static void test_ranges(void) {
+    dt_param_view views[16];
+    make_views(views, CATS, NVARS(CATS));
+    dt_placement p;
+    CHECK(dt_placement_compute(&p, views, NVARS(CATS), 3, DT_PLACE_GREEDY, NULL) == 0);
+    size_t flat_n = views[NVARS(CATS) - 1].offset + views[NVARS(CATS) - 1].count;
+    float *flat = calloc(flat_n, sizeof *flat), *back = calloc(flat_n, sizeof *back);
+    for (size_t i = 0; i < flat_n; i++) flat[i] = (float)i + 0.5f;
+    int bad = 0;
+    for (int ps = 0; ps < 3; ps++) {
+        size_t n = p.shard_count[ps];
+        float *whole = calloc(n, sizeof *whole), *parts = calloc(n, sizeof *parts);
+        dt_placement_gather(&p, ps, whole, flat);
+        for (size_t off = 0, len = 1; off < n; off += len, len = len * 3 + 7) {
+            if (len > n - off) len = n - off;
+            if (off + len < n) parts[off + len] = -1; /* must stay: outside the part */
+            dt_placement_gather_range(&p, ps, off, len, parts, flat);
+            if (off + len < n) bad += parts[off + len] != -1;
+            dt_placement_scatter_range(&p, ps, off, len, back, parts);
+        }
+        bad += memcmp(whole, parts, n * sizeof *whole) != 0;
+        free(whole);
+        free(parts);
+    }
+    CHECK_MSG(bad == 0, "%d ranges disagree with the whole shard", bad);
+    CHECK(memcmp(flat, back, flat_n * sizeof *flat) == 0); /* CATS has no gaps: every float came back */
+    free(flat);
+    free(back);
+    dt_placement_free(&p);
+}
+
 static void test_refusals(void) {
     dt_param_view views[16];
     make_views(views, FASHION, NVARS(FASHION));
@@ -336,6 +369,7 @@ int main(void) {
     RUN(test_split);
     RUN(test_deterministic);
     RUN(test_gather_scatter_locate);
+    RUN(test_ranges);
     RUN(test_refusals);
     RUN(test_edges);
     RUN(test_random_bound);

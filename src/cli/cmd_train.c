@@ -116,6 +116,9 @@ static int train_flags(train_args *a, flag_def *out) {
         FLAG_TEXT("compression", &o->compression,
                   "cluster: none, bf16 or fp16: gradients (with error feedback) and parameters travel in 16 bits, "
                   "half the bytes; the ps tasks keep float32"),
+        FLAG_TEXT("overlap", &o->overlap,
+                  "cluster: priority, fifo or none: each layer's gradient goes as soon as backward made it and the "
+                  "next forward waits per layer for its parameters (priority: what it needs first goes first)"),
         FLAG_NUM("connect_timeout", FLAG_DOUBLE, &a->connect_timeout, "seconds a worker retries its ps tasks", 0, DAY,
                  FLAG_LO_OPEN),
         FLAG_NUM("heartbeat_timeout", FLAG_DOUBLE, &a->heartbeat_timeout,

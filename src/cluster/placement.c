@@ -152,18 +152,34 @@ int dt_placement_locate(const dt_placement *p, size_t flat_offset, int *ps, size
     return -1;
 }
 
-void dt_placement_gather(const dt_placement *p, int ps, float *shard, const float *flat) {
+/* Copies the floats of ps's shard [off, off + len) between the shard and the flat buffer. */
+static void copy_range(const dt_placement *p, int ps, size_t off, size_t len, float *shard, float *flat, int to_shard) {
+    size_t end = off + len;
     for (int j = p->ps_begin[ps]; j < p->ps_begin[ps + 1]; j++) {
         const dt_slice *s = &p->slices[p->ps_slices[j]];
-        memcpy(shard + s->shard_offset, flat + s->offset, s->count * sizeof(float));
+        size_t a = s->shard_offset > off ? s->shard_offset : off;
+        size_t b = s->shard_offset + s->count < end ? s->shard_offset + s->count : end;
+        if (a >= b) continue;
+        float *sh = shard + a, *fl = flat + s->offset + (a - s->shard_offset);
+        if (to_shard) memcpy(sh, fl, (b - a) * sizeof(float));
+        else memcpy(fl, sh, (b - a) * sizeof(float));
     }
 }
 
+void dt_placement_gather_range(const dt_placement *p, int ps, size_t off, size_t len, float *shard, const float *flat) {
+    copy_range(p, ps, off, len, shard, (float *)flat, 1);
+}
+
+void dt_placement_scatter_range(const dt_placement *p, int ps, size_t off, size_t len, float *flat, const float *shard) {
+    copy_range(p, ps, off, len, (float *)shard, flat, 0);
+}
+
+void dt_placement_gather(const dt_placement *p, int ps, float *shard, const float *flat) {
+    dt_placement_gather_range(p, ps, 0, p->shard_count[ps], shard, flat);
+}
+
 void dt_placement_scatter(const dt_placement *p, int ps, float *flat, const float *shard) {
-    for (int j = p->ps_begin[ps]; j < p->ps_begin[ps + 1]; j++) {
-        const dt_slice *s = &p->slices[p->ps_slices[j]];
-        memcpy(flat + s->offset, shard + s->shard_offset, s->count * sizeof(float));
-    }
+    dt_placement_scatter_range(p, ps, 0, p->shard_count[ps], flat, shard);
 }
 
 double dt_placement_imbalance(const dt_placement *p) {

@@ -66,6 +66,9 @@ int dt_placement_locate(const dt_placement *p, size_t flat_offset, int *ps, size
 /* shard [shard_count[ps]] <- flat, and flat <- shard (only the floats that ps holds are written). */
 void dt_placement_gather(const dt_placement *p, int ps, float *shard, const float *flat);
 void dt_placement_scatter(const dt_placement *p, int ps, float *flat, const float *shard);
+/* The same for the part [off, off + len) of ps's shard only (a chunk of it). */
+void dt_placement_gather_range(const dt_placement *p, int ps, size_t off, size_t len, float *shard, const float *flat);
+void dt_placement_scatter_range(const dt_placement *p, int ps, size_t off, size_t len, float *flat, const float *shard);
 
 /* max shard / (total / n_ps): 1.0 is perfectly even (also when total is 0). */
 double dt_placement_imbalance(const dt_placement *p);

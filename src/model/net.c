@@ -67,6 +67,7 @@ struct dt_net {
     float **gbufs;              /* [n_gbufs]: [0] = dlogits [max_batch, classes], the others
                                  * [max_batch, largest output that wants a gradient] */
     int batch, training, have_loss;
+    dt_net_hooks hooks;         /* around each layer with parameters (dt_net_set_hooks) */
 };
 
 static void add_view(dt_net *net, const char *layer_name, const char *what, int ndim, const int *shape,
@@ -387,6 +388,21 @@ void dt_net_init_params(dt_net *net, uint64_t seed) {
 
 /* ---- forward / backward ---- */
 
+void dt_net_set_hooks(dt_net *net, const dt_net_hooks *hooks) {
+    net->hooks = hooks ? *hooks : (dt_net_hooks){0};
+}
+
+const dt_net_hooks *dt_net_get_hooks(const dt_net *net) { return &net->hooks; }
+
+/* A layer's parameters are adjacent in the flat buffer, in layer order (dt_net_build). */
+int dt_net_layer_params(const dt_net *net, int i, size_t *offset, size_t *count) {
+    size_t begin = dt_net_layer_param_begin(net, i), end = dt_net_layer_param_begin(net, i + 1);
+    if (end <= begin) return 0;
+    *offset = begin;
+    *count = end - begin;
+    return 1;
+}
+
 static const float *view_ptr(const float *base, const dt_net *net, int v) {
     return v >= 0 ? base + net->views[v].offset : NULL;
 }
@@ -427,6 +443,9 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
         /* An in-place layer writes only into the net's own buffers (see dt_net_build). */
         L->out = L->in_place ? (float *)in : L->own;
         L->relu_done = 0;
+        size_t po, pc;
+        if (net->hooks.before_forward && dt_net_layer_params(net, i, &po, &pc))
+            net->hooks.before_forward(net->hooks.user, po, pc); /* e.g. wait until they have arrived */
         const float *w = view_ptr(net->params, net, L->w_view), *b = view_ptr(net->params, net, L->b_view);
         switch (s->kind) {
         case DT_LAYER_CONV2D:
@@ -597,5 +616,8 @@ void dt_net_backward(dt_net *net) {
          * did their own). */
         if (din && L->acc[0] && s->kind != DT_LAYER_ADD && s->kind != DT_LAYER_CONCAT)
             add_forward(net->gbufs[L->dst[0]], net->gbufs[L->dst[0]], din, (size_t)batch * L->in_size, 0);
+        size_t po, pc;
+        if (net->hooks.after_backward && dt_net_layer_params(net, i, &po, &pc))
+            net->hooks.after_backward(net->hooks.user, po, pc); /* e.g. push this gradient now */
     }
 }

@@ -48,6 +48,21 @@ size_t dt_net_layer_param_begin(const dt_net *net, int layer);
  * reads that convolution's output: one pass instead of two, the same function. On by default;
  * tests turn it off to compare. */
 void dt_net_set_fold_batchnorm(dt_net *net, int on);
+/* Layer i's parameters: the flat floats [*offset, *offset + *count), all of them (kernel and bias,
+ * batch norm's scale, offset and moving statistics); 0 if it has none. */
+int dt_net_layer_params(const dt_net *net, int i, size_t *offset, size_t *count);
+
+/* Calls around the layers that have parameters (worker/overlap.c streams the exchange with them):
+ * before_forward before a layer reads its parameters [offset, offset + count) of the flat buffer,
+ * after_backward once its gradient there is final (backward runs the last layer first). Either may
+ * be NULL. They see every forward (evaluation too) and every backward. */
+typedef struct {
+    void (*before_forward)(void *user, size_t offset, size_t count);
+    void (*after_backward)(void *user, size_t offset, size_t count);
+    void *user;
+} dt_net_hooks;
+void dt_net_set_hooks(dt_net *net, const dt_net_hooks *hooks); /* NULL: none */
+const dt_net_hooks *dt_net_get_hooks(const dt_net *net);
 
 /* Initialises every parameter from its layer's initialiser, drawing from a stream seeded by
  * (seed, view index), so the result does not depend on thread count or build order. */

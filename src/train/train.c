@@ -25,6 +25,7 @@
 #include "model/net.h"
 #include "supervisor/supervisor.h"
 #include "train/serve.h"
+#include "train/emulate.h"
 #include "train/evaluate.h"
 #include "train/progress.h"
 #include "train/train_debug.h"
@@ -43,6 +44,7 @@ void dt_train_options_init(dt_train_options *o) {
     o->validation_fraction = -1.0;
     o->placement = "greedy";
     o->compression = "none";
+    o->overlap = "priority";
     o->chunk_kb = (int)(DT_WIRE_CHUNK_BYTES_DEFAULT >> 10);
     o->base_port = DT_BASE_PORT_DEFAULT;
     o->connect_timeout_ms = 60000;
@@ -95,6 +97,8 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     dt_encoding enc;
     int rc = dt_enc_parse(o->compression, &enc, err);
     if (rc) return rc;
+    dt_overlap_mode overlap;
+    if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
     if (o->chunk_kb < 0 || o->chunk_kb > (1 << 22))
         return dt_errorf(err, DT_EINVAL, "--chunk_kb=%d must be 0 (one chunk per shard) to %d", o->chunk_kb, 1 << 22);
     if (o->connect_timeout_ms < 1)
@@ -433,6 +437,8 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
     if (c->distributed) {
         dt_encoding compression; /* checked by check_options */
         if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
+        dt_overlap_mode overlap; /* checked by check_options */
+        if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
         dt_remote_config rc_cfg = {.cluster = c,
                                    .placement = &r->placement,
                                    .opt = opt,
@@ -447,6 +453,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
                                    .ps_timeout_ms = o->ps_timeout_ms,
                                    .chunk_bytes = (int64_t)o->chunk_kb << 10,
                                    .compression = compression,
+                                   .overlap = overlap,
                                    .strict = o->strict,
                                    .seed = o->seed,
                                    .stop = o->stop,
@@ -543,8 +550,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
         int correct = 0;
         float loss = 0;
         if (emulate) {
-            struct timespec ts = {r->dbg->emulate_compute_ms / 1000, (long)(r->dbg->emulate_compute_ms % 1000) * 1000000L};
-            nanosleep(&ts, NULL);
+            dt_emulate_step(r->net, r->dbg->emulate_compute_ms);
         } else {
             if ((rc = dt_loader_next(r->loader, &b, err))) break;
             dt_net_forward(r->net, b.x, b.n, 1, dt_hash64(o->seed, (uint64_t)(local_step * n_workers + shard)));
@@ -608,6 +614,9 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
             t_interval = t_step = dt_seconds(); /* validation time is not training time */
         }
     }
+    /* An overlapping updater's last parameters are still on their way. */
+    if (!rc && r->updater->settle && (rc = r->updater->settle(r->updater, r->net, &global_step, err)) == DT_OK)
+        res->steps = global_step;
     dt_progress_clear(prog);
     dt_status_finished(r->status);
     res->seconds = dt_seconds() - t_start;

@@ -59,7 +59,7 @@ int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt
     size_t n_params = dt_net_param_count(net);
     local_updater *l = dt_calloc(1, sizeof *l, "updater", err);
     if (!l) return DT_ENOMEM;
-    l->base = (dt_updater){local_start, local_apply, local_finish, local_free, local_restore, local_snapshot};
+    l->base = (dt_updater){local_start, local_apply, local_finish, local_free, local_restore, local_snapshot, NULL};
     l->opt = *opt;
     size_t n_state = n_params * (size_t)dt_opt_slots(opt);
     int rc = DT_OK;

@@ -34,6 +34,10 @@ struct dt_updater {
                    dt_error *err);
     int (*snapshot)(dt_updater *u, dt_net *net, float *params, float *state, int64_t *global_step, int final,
                     dt_error *err);
+    /* May be NULL. An updater whose apply returns before the parameters are all in (the remote one
+     * with --overlap: they land under the next forward) completes the last update: the net then
+     * holds its parameters and *global_step is the cluster's step. */
+    int (*settle)(dt_updater *u, dt_net *net, int64_t *global_step, dt_error *err);
 };
 
 /* The local updater: opt over all of net's parameters (weight decay where decay_mask.h says), state

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "core/clock.h"
@@ -41,8 +42,21 @@ typedef struct {
     int cut_known;            /* a reply of the initialised ps said so */
     float *recv;              /* [n] the shard as pulled, chunk by chunk (dt_ps_client_pull_views) */
     atomic_int inflight;      /* zero-copy gradient frames to this ps that libzmq still references */
+    atomic_int wake_fd;       /* written when libzmq lets one go (dt_ps_client_set_wake_fd); -1: none */
     int64_t quiet_since;      /* since when this ps may have heard nothing from us (dt_ps_client_silent_ms) */
 } ps_conn;
+
+/* Where the replies of a push and/or pull go: each chunk of PARAMS into dst[i] at its offset. */
+typedef struct {
+    dt_push_result res;
+    float *const *dst;        /* [n_ps] */
+    int64_t min_step;
+    int64_t *chunk_step;      /* [n_ps * DT_WIRE_MAX_CHUNKS] the step each chunk came back at */
+    uint8_t *stale;           /* [n_ps] a chunk of this ps's push arrived stale */
+    double t0;                /* when it began (dt_seconds), for the latency metrics; 0: metrics off */
+} xfer_ctx;
+
+static int64_t *chunk_step(xfer_ctx *x, int i, int k) { return &x->chunk_step[(size_t)i * DT_WIRE_MAX_CHUNKS + k]; }
 
 struct dt_ps_client {
     void *ctx;
@@ -66,9 +80,17 @@ struct dt_ps_client {
     void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
     void *name_user;
     FILE *log;                /* NULL: quiet */
+    int sndbuf;               /* SO_SNDBUF of each connection; 0: the kernel's */
     dt_ps_client_stats stats;
     /* Metrics (NULL series when off): latency of each kind of exchange, bytes, stale gradients. */
     dt_metric *m_push, *m_pull, *m_push_pull, *m_wait, *m_tx, *m_rx, *m_stale;
+    /* The streaming exchange under way (dt_ps_client_stream_begin .. _end). */
+    int streaming;
+    xfer_ctx sx;
+    int64_t s_local_step, s_deadline;
+    int64_t *s_chunk_step;    /* [n_ps * DT_WIRE_MAX_CHUNKS] */
+    uint8_t *s_stale;         /* [n_ps] */
+    float **s_dst;            /* [n_ps] the receive buffers */
 };
 
 /* What a gather call does with each expected reply. */
@@ -170,71 +192,83 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void 
     return rc ? rc : 1;
 }
 
+/* One wait of at most max_ms for the awaited replies (each handed to fn) and, fd >= 0, for fd to
+ * become readable: 1 when no reply is awaited any more, 0 while some still are, < 0 on error (the
+ * deadline passed with replies missing, a bad reply). */
+static int gather_round(dt_ps_client *c, int64_t deadline, long max_ms, int fd, const char *what, reply_fn fn,
+                        void *user, dt_error *err) {
+    zmq_pollitem_t items[c->n_ps + 1];
+    int idx[c->n_ps];
+    int n = 0;
+    for (int i = 0; i < c->n_ps; i++)
+        if (c->ps[i].n_await) {
+            items[n] = (zmq_pollitem_t){.socket = c->ps[i].sock, .events = ZMQ_POLLIN};
+            idx[n++] = i;
+        }
+    if (n == 0 && fd < 0) return 1;
+    int64_t left = deadline - dt_clock_ms();
+    if (n && left <= 0) {
+        char msg[256];
+        /* A sync PULL is the barrier: it waits for the other workers, not only for the ps. */
+        snprintf(msg, sizeof msg, "no reply within %d ms (--heartbeat_timeout): %s", c->request_timeout_ms,
+                 c->aggregate && strstr(what, "PULL")
+                     ? "the ps is down, or the sync barrier waits for workers that are gone (the step "
+                       "needs --replicas_to_aggregate gradients; backup workers let it lose some)"
+                     : "the ps is down or overloaded");
+        int rc = fail_ps(c, idx[0], err, DT_ETIMEOUT, what, msg);
+        clear_awaits(c);
+        return rc;
+    }
+    long wait_ms = n && left < max_ms ? (long)left : max_ms;
+    int m = n;
+    if (fd >= 0) items[m++] = (zmq_pollitem_t){.socket = NULL, .fd = fd, .events = ZMQ_POLLIN};
+    int64_t before = dt_clock_ms();
+    int r = zmq_poll(items, m, wait_ms);
+    int64_t after = dt_clock_ms();
+    /* Waiting for a reply, this worker counts as alive to the ps (a sync ps holding its PULL
+     * does not count it silent), unless the process was not running: a wake far later than
+     * asked means it was stopped (SIGSTOP, a paused machine), and its silence runs on. */
+    if (after - before <= wait_ms + LATE_WAKE_MS)
+        for (int k = 0; k < n; k++) c->ps[idx[k]].quiet_since = after;
+    if (r < 0) {
+        clear_awaits(c);
+        if (errno == EINTR) return dt_errorf(err, DT_EINTR, "%s interrupted by a signal", what);
+        return dt_errorf(err, DT_ENET, "%s: zmq_poll: %s", what, zmq_strerror(errno));
+    }
+    for (int k = 0; k < n && r > 0; k++) {
+        if (!(items[k].revents & ZMQ_POLLIN)) continue;
+        int i = idx[k];
+        while (c->ps[i].n_await) {
+            dt_wire_in in;
+            dt_error e = {0};
+            int rc = dt_wire_recv(c->ps[i].sock, 0, &in, &e);
+            if (rc == DT_ETIMEOUT) {
+                dt_wire_in_close(&in);
+                break;
+            }
+            if (rc == DT_OK) rc = on_message(c, i, &in, fn, user, err);
+            else rc = fail_ps(c, i, err, rc, what, e.msg);
+            dt_wire_in_close(&in);
+            if (rc < 0) {
+                clear_awaits(c);
+                return rc;
+            }
+        }
+    }
+    for (int i = 0; i < c->n_ps; i++)
+        if (c->ps[i].n_await) return 0;
+    return 1;
+}
+
 /* Waits until every awaited reply has arrived (calling fn on each) or the deadline passes. */
 static int gather(dt_ps_client *c, int64_t deadline, const char *what, reply_fn fn, void *user,
                   dt_error *err) {
-    zmq_pollitem_t items[c->n_ps];
-    int idx[c->n_ps];
     for (;;) {
-        int n = 0;
-        for (int i = 0; i < c->n_ps; i++)
-            if (c->ps[i].n_await) {
-                items[n] = (zmq_pollitem_t){.socket = c->ps[i].sock, .events = ZMQ_POLLIN};
-                idx[n++] = i;
-            }
-        if (n == 0) {
+        int rc = gather_round(c, deadline, 1000, -1, what, fn, user, err);
+        if (rc < 0) return rc;
+        if (rc) {
             c->last_refusal = 0;
             return DT_OK;
-        }
-        int64_t left = deadline - dt_clock_ms();
-        if (left <= 0) {
-            char msg[256];
-            /* A sync PULL is the barrier: it waits for the other workers, not only for the ps. */
-            snprintf(msg, sizeof msg, "no reply within %d ms (--heartbeat_timeout): %s", c->request_timeout_ms,
-                     c->aggregate && strstr(what, "PULL")
-                         ? "the ps is down, or the sync barrier waits for workers that are gone (the step "
-                           "needs --replicas_to_aggregate gradients; backup workers let it lose some)"
-                         : "the ps is down or overloaded");
-            int rc = fail_ps(c, idx[0], err, DT_ETIMEOUT, what, msg);
-            clear_awaits(c);
-            return rc;
-        }
-        long wait_ms = left > 1000 ? 1000 : (long)left;
-        int64_t before = dt_clock_ms();
-        int r = zmq_poll(items, n, wait_ms);
-        int64_t after = dt_clock_ms();
-        /* Waiting for a reply, this worker counts as alive to the ps (a sync ps holding its PULL
-         * does not count it silent), unless the process was not running: a wake far later than
-         * asked means it was stopped (SIGSTOP, a paused machine), and its silence runs on. */
-        if (after - before <= wait_ms + LATE_WAKE_MS)
-            for (int k = 0; k < n; k++) c->ps[idx[k]].quiet_since = after;
-        if (r < 0) {
-            if (errno == EINTR) {
-                clear_awaits(c);
-                return dt_errorf(err, DT_EINTR, "%s interrupted by a signal", what);
-            }
-            clear_awaits(c);
-            return dt_errorf(err, DT_ENET, "%s: zmq_poll: %s", what, zmq_strerror(errno));
-        }
-        for (int k = 0; k < n && r > 0; k++) {
-            if (!(items[k].revents & ZMQ_POLLIN)) continue;
-            int i = idx[k];
-            while (c->ps[i].n_await) {
-                dt_wire_in in;
-                dt_error e = {0};
-                int rc = dt_wire_recv(c->ps[i].sock, 0, &in, &e);
-                if (rc == DT_ETIMEOUT) {
-                    dt_wire_in_close(&in);
-                    break;
-                }
-                if (rc == DT_OK) rc = on_message(c, i, &in, fn, user, err);
-                else rc = fail_ps(c, i, err, rc, what, e.msg);
-                dt_wire_in_close(&in);
-                if (rc < 0) {
-                    clear_awaits(c);
-                    return rc;
-                }
-            }
         }
     }
 }
@@ -242,7 +276,14 @@ static int gather(dt_ps_client *c, int64_t deadline, const char *what, reply_fn 
 /* libzmq's I/O thread calls this when it is done with a zero-copy gradient frame (hint: its ps). */
 static void release_inflight(void *data, void *hint) {
     (void)data;
-    atomic_fetch_sub(&((ps_conn *)hint)->inflight, 1);
+    ps_conn *p = hint;
+    atomic_fetch_sub(&p->inflight, 1);
+    int fd = atomic_load(&p->wake_fd);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(fd, &one, sizeof one); /* an eventfd: never blocks for long */
+        (void)w;
+    }
 }
 
 /* Waits until libzmq has released every gradient frame (DT_OK) or the deadline passes (DT_ETIMEOUT). */
@@ -266,6 +307,8 @@ static int conn_socket(dt_ps_client *c, int i, dt_error *err) {
     void *s = dt_zsock_open(c->ctx, ZMQ_DEALER, dt_wire_max_frame(p->n), 0, c->request_timeout_ms, &e);
     int rc = s ? DT_OK : e.code;
     if (!rc) rc = dt_zsock_heartbeat(s, c->request_timeout_ms, &e);
+    if (!rc && c->sndbuf > 0 && zmq_setsockopt(s, ZMQ_SNDBUF, &c->sndbuf, sizeof c->sndbuf) != 0)
+        rc = dt_errorf(&e, DT_ENET, "zmq_setsockopt(ZMQ_SNDBUF): %s", zmq_strerror(errno));
     if (!rc) rc = dt_auth_client_socket(s, c->curve ? &c->auth : NULL, &e);
     if (!rc && dt_zsock_connect(s, p->endpoint) != 0)
         rc = dt_errorf(&e, DT_EINVAL, "cannot connect to '%s': %s", p->endpoint, zmq_strerror(errno));
@@ -337,6 +380,7 @@ void dt_ps_client_close(dt_ps_client *c) {
     /* Terminating the context releases every zero-copy frame still queued (linger is 0). */
     if (c->ctx) zmq_ctx_term(c->ctx);
     dt_codec_free(c->codec); /* after: libzmq may have held packed gradients till then */
+    free(c->s_chunk_step), free(c->s_stale), free(c->s_dst);
     free(c->ps);
     free(c);
 }
@@ -497,6 +541,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
         c->auth.allowed = NULL;
     }
     c->log = cfg->log;
+    c->sndbuf = cfg->sndbuf_bytes > 0 ? cfg->sndbuf_bytes : 0;
     int rc = DT_OK;
     if (!(c->ps = dt_calloc((size_t)cfg->n_ps, sizeof *c->ps, "ps client connections", err))) {
         rc = DT_ENOMEM;
@@ -509,6 +554,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
     for (int i = 0; i < c->n_ps; i++) {
         atomic_init(&c->ps[i].inflight, 0);
         c->ps[i].chunks = 1;
+        atomic_init(&c->ps[i].wake_fd, -1);
     }
     for (int i = 0; i < c->n_ps; i++) {
         ps_conn *p = &c->ps[i];
@@ -645,17 +691,6 @@ int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err) {
     }
 }
 
-/* Where the replies of a push and/or pull go: each chunk of PARAMS into dst[i] at its offset. */
-typedef struct {
-    dt_push_result res;
-    float *const *dst;        /* [n_ps] */
-    int64_t min_step;
-    int64_t *chunk_step;      /* [n_ps * DT_WIRE_MAX_CHUNKS] the step each chunk came back at */
-    uint8_t *stale;           /* [n_ps] a chunk of this ps's push arrived stale */
-} xfer_ctx;
-
-static int64_t *chunk_step(xfer_ctx *x, int i, int k) { return &x->chunk_step[(size_t)i * DT_WIRE_MAX_CHUNKS + k]; }
-
 /* PARAMS: the chunk goes into dst at its offset (checked: its step, finite values). PUSH_ACK and
  * a PARAMS answering a PUSH: the push's outcome is counted. */
 static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
@@ -757,12 +792,18 @@ static int send_all(dt_ps_client *c, const float *const *grads, int64_t local_st
 /* Sync mode: a chunk may come back a step ahead of another (with backup workers a ps can move a
  * chunk on while this worker's requests are in flight). The chunks behind are pulled again at
  * exactly the newest step seen: a ps answers an EXACT pull when the chunk reaches that step, or
- * from its snapshot if it has passed it, so one round makes every chunk of every ps one step. */
-static int same_step(dt_ps_client *c, int64_t deadline, xfer_ctx *x, dt_error *err) {
-    int64_t newest = 0;
+ * from its snapshot if it has passed it, so one round makes every chunk of every ps one step.
+ * oldest (a worker resuming, which pushes nothing for the step under way): the chunks ahead are
+ * pulled again at the oldest step instead, from the ps's snapshots. Waiting for the newest would
+ * wait for this worker's own gradient: a ps counts a worker that was lost as live again from its
+ * first message, so the chunks behind now wait for its gradient of their step, which comes only
+ * after the pull (the chief moving on alone streams its chunks one by one, so a resuming worker
+ * often finds them a step apart). */
+static int same_step(dt_ps_client *c, int64_t deadline, xfer_ctx *x, int oldest, dt_error *err) {
+    int64_t newest = oldest ? INT64_MAX : 0;
     for (int i = 0; i < c->n_ps; i++)
         for (int k = 0; k < c->ps[i].chunks; k++)
-            if (*chunk_step(x, i, k) > newest) newest = *chunk_step(x, i, k);
+            if (oldest ? *chunk_step(x, i, k) < newest : *chunk_step(x, i, k) > newest) newest = *chunk_step(x, i, k);
     int behind = 0, shards = 0;
     for (int i = 0; i < c->n_ps; i++) {
         int any = 0;
@@ -796,51 +837,56 @@ static int same_step(dt_ps_client *c, int64_t deadline, xfer_ctx *x, dt_error *e
     return DT_OK;
 }
 
+/* After every reply of an exchange: each shard's step (what every one of its chunks reached), the
+ * counts. */
+static void xfer_done(dt_ps_client *c, xfer_ctx *x, int pushed, int pulled, int64_t *steps, dt_push_result *res) {
+    for (int i = 0; i < c->n_ps; i++) {
+        int64_t s = *chunk_step(x, i, 0);
+        for (int k = 1; k < c->ps[i].chunks; k++)
+            if (*chunk_step(x, i, k) < s) s = *chunk_step(x, i, k);
+        c->ps[i].st.global_step = s;
+        x->res.n_stale += x->stale[i];
+        if (steps) steps[i] = s;
+    }
+    x->res.global_step = c->ps[0].st.global_step;
+    if (pulled) {
+        c->stats.pulls++;
+        c->stats.wait_us += x->res.wait_us;
+    }
+    if (pushed) {
+        c->stats.pushes++;
+        c->stats.stale_pushes += x->res.n_stale > 0;
+    }
+    if (c->m_push || c->m_pull) {
+        dt_metric_observe(pushed && pulled ? c->m_push_pull : pushed ? c->m_push : c->m_pull, dt_seconds() - x->t0);
+        if (pulled) dt_metric_observe(c->m_wait, (double)x->res.wait_us * 1e-6);
+        if (pushed && x->res.n_stale > 0) dt_metric_add(c->m_stale, 1);
+    }
+    if (res) *res = x->res;
+}
+
 /* One call for push, pull or both (a PUSH that asks for PARAMS): sends everything, then gathers
  * every reply; pulled chunks go into dst[i]. */
 static int xfer_once(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t min_step,
-                float *const *dst, int64_t *steps, dt_push_result *res, dt_error *err) {
+                float *const *dst, int64_t *steps, dt_push_result *res, int oldest, dt_error *err) {
     if (c->unusable[0]) return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
     if (grads && local_step < 0) return dt_errorf(err, DT_EINVAL, "push: local_step %lld < 0", (long long)local_step);
     if (min_step < 0) return dt_errorf(err, DT_EINVAL, "pull: min_step %lld < 0", (long long)min_step);
     int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
-    double t0 = c->m_push || c->m_pull ? dt_seconds() : 0;
     int64_t cs[(size_t)c->n_ps * DT_WIRE_MAX_CHUNKS];
     uint8_t stale[c->n_ps];
     memset(stale, 0, sizeof stale);
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) cs[k] = -1; /* a chunk not heard from */
-    xfer_ctx x = {.dst = dst, .min_step = min_step, .chunk_step = cs, .stale = stale};
+    xfer_ctx x = {.dst = dst, .min_step = min_step, .chunk_step = cs, .stale = stale,
+                  .t0 = c->m_push || c->m_pull ? dt_seconds() : 0};
     int rc = send_all(c, grads, local_step, dst != NULL, min_step, deadline, err);
     if (rc) clear_awaits(c);
     else rc = gather(c, deadline, grads && dst ? "PUSH+PULL" : grads ? "PUSH" : "PULL", on_xfer, &x, err);
     /* Whatever happened, the caller gets its gradient buffers back. */
     if (grads) rc = release_gradients(c, rc, deadline, err);
     if (rc) return rc;
-    if (dst && c->aggregate && (rc = same_step(c, deadline, &x, err))) return rc;
-    /* A shard's step: what every one of its chunks has reached. */
-    for (int i = 0; i < c->n_ps; i++) {
-        int64_t s = *chunk_step(&x, i, 0);
-        for (int k = 1; k < c->ps[i].chunks; k++)
-            if (*chunk_step(&x, i, k) < s) s = *chunk_step(&x, i, k);
-        c->ps[i].st.global_step = s;
-        x.res.n_stale += stale[i];
-        if (steps) steps[i] = s;
-    }
-    x.res.global_step = c->ps[0].st.global_step;
-    if (dst) {
-        c->stats.pulls++;
-        c->stats.wait_us += x.res.wait_us;
-    }
-    if (grads) {
-        c->stats.pushes++;
-        c->stats.stale_pushes += x.res.n_stale > 0;
-    }
-    if (c->m_push || c->m_pull) {
-        dt_metric_observe(grads && dst ? c->m_push_pull : grads ? c->m_push : c->m_pull, dt_seconds() - t0);
-        if (dst) dt_metric_observe(c->m_wait, (double)x.res.wait_us * 1e-6);
-        if (grads && x.res.n_stale > 0) dt_metric_add(c->m_stale, 1);
-    }
-    if (res) *res = x.res;
+    if (dst && c->aggregate && (rc = same_step(c, deadline, &x, oldest, err))) return rc;
+    xfer_done(c, &x, grads != NULL, dst != NULL, steps, res);
     return DT_OK;
 }
 
@@ -849,11 +895,11 @@ static int xfer_once(dt_ps_client *c, const float *const *grads, int64_t local_s
  * with a wrong cut would be refused at that ps while another applied it, and could not simply be
  * sent again. */
 static int xfer(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t min_step, float *const *dst,
-                int64_t *steps, dt_push_result *res, dt_error *err) {
+                int64_t *steps, dt_push_result *res, int oldest, dt_error *err) {
     int known = 1;
     for (int i = 0; i < c->n_ps; i++) known &= c->ps[i].cut_known;
     int rc = known ? DT_OK : dt_ps_client_status(c, NULL, err);
-    return rc ? rc : xfer_once(c, grads, local_step, min_step, dst, steps, res, err);
+    return rc ? rc : xfer_once(c, grads, local_step, min_step, dst, steps, res, oldest, err);
 }
 
 /* The receive buffers pull_views hands out. */
@@ -870,14 +916,22 @@ int dt_ps_client_pull_views(dt_ps_client *c, int64_t min_step, const float **vie
     return dt_ps_client_push_pull(c, NULL, 0, min_step, views, steps, NULL, err);
 }
 
+int dt_ps_client_pull_resume(dt_ps_client *c, const float **views, int64_t *steps, dt_error *err) {
+    float *dst[c->n_ps];
+    int rc = recv_buffers(c, dst, err);
+    if (!rc) rc = xfer(c, NULL, 0, 0, dst, steps, NULL, 1, err);
+    for (int i = 0; i < c->n_ps && !rc; i++) views[i] = dst[i];
+    return rc;
+}
+
 int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
                           dt_error *err) {
-    return xfer(c, NULL, 0, min_step, params, steps, NULL, err);
+    return xfer(c, NULL, 0, min_step, params, steps, NULL, 0, err);
 }
 
 int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,
                           dt_push_result *res, dt_error *err) {
-    return xfer(c, grads, local_step, 0, NULL, NULL, res, err);
+    return xfer(c, grads, local_step, 0, NULL, NULL, res, 0, err);
 }
 
 int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t local_step,
@@ -885,9 +939,92 @@ int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t l
                            dt_error *err) {
     float *dst[c->n_ps];
     int rc = recv_buffers(c, dst, err);
-    if (!rc) rc = xfer(c, grads, local_step, min_step, dst, steps, res, err);
+    if (!rc) rc = xfer(c, grads, local_step, min_step, dst, steps, res, 0, err);
     for (int i = 0; i < c->n_ps && !rc; i++) views[i] = dst[i];
     return rc;
+}
+
+/* ---- streaming: one exchange whose chunks are pushed one by one (worker/overlap.c) ---- */
+
+int dt_ps_client_stream_begin(dt_ps_client *c, int64_t local_step, int64_t min_step, dt_error *err) {
+    if (c->streaming) return dt_errorf(err, DT_EINVAL, "ps client: an exchange is already under way");
+    if (c->unusable[0]) return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
+    if (local_step < 0 || min_step < 0)
+        return dt_errorf(err, DT_EINVAL, "push: local_step %lld or min_step %lld < 0", (long long)local_step,
+                         (long long)min_step);
+    int known = 1;
+    for (int i = 0; i < c->n_ps; i++) known &= c->ps[i].cut_known;
+    int rc = known ? DT_OK : dt_ps_client_status(c, NULL, err);
+    if (rc) return rc;
+    size_t n = (size_t)c->n_ps * DT_WIRE_MAX_CHUNKS;
+    if (!c->s_chunk_step && !(c->s_chunk_step = dt_calloc(n, sizeof *c->s_chunk_step, "chunk steps", err)))
+        return DT_ENOMEM;
+    if (!c->s_stale && !(c->s_stale = dt_calloc((size_t)c->n_ps, 1, "stale flags", err))) return DT_ENOMEM;
+    if (!c->s_dst && !(c->s_dst = dt_calloc((size_t)c->n_ps, sizeof *c->s_dst, "receive buffers", err)))
+        return DT_ENOMEM;
+    if ((rc = recv_buffers(c, c->s_dst, err))) return rc;
+    for (size_t k = 0; k < n; k++) c->s_chunk_step[k] = -1; /* a chunk not heard from */
+    memset(c->s_stale, 0, (size_t)c->n_ps);
+    c->sx = (xfer_ctx){.dst = c->s_dst, .min_step = min_step, .chunk_step = c->s_chunk_step, .stale = c->s_stale,
+                       .t0 = c->m_push || c->m_pull ? dt_seconds() : 0};
+    c->s_local_step = local_step;
+    c->s_deadline = dt_clock_ms() + c->request_timeout_ms;
+    c->streaming = 1;
+    return DT_OK;
+}
+
+int dt_ps_client_chunks(const dt_ps_client *c, int ps) { return c->ps[ps].chunks; }
+
+
+int dt_ps_client_inflight(const dt_ps_client *c, int ps) { return atomic_load(&c->ps[ps].inflight); }
+
+void dt_ps_client_set_wake_fd(dt_ps_client *c, int fd) {
+    for (int i = 0; i < c->n_ps; i++) atomic_store(&c->ps[i].wake_fd, fd);
+}
+
+int dt_ps_client_stream_push(dt_ps_client *c, int ps, int chunk, const float *grad, dt_error *err) {
+    if (!c->streaming || ps < 0 || ps >= c->n_ps || chunk < 0 || chunk >= c->ps[ps].chunks)
+        return dt_errorf(err, DT_EINVAL, "ps client: no exchange under way, or no chunk %d of ps %d", chunk, ps);
+    /* The replies are due a request timeout after the latest request (not the first). */
+    c->s_deadline = dt_clock_ms() + c->request_timeout_ms;
+    return send_push(c, ps, chunk, grad, c->s_local_step, 1, c->sx.min_step, c->s_deadline, err);
+}
+
+typedef struct {
+    dt_ps_chunk_fn fn;
+    void *user;
+} stream_ctx;
+
+static int on_stream(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+    stream_ctx *s = user;
+    int rc = on_xfer(c, i, in, &c->sx, err);
+    if (!rc && in->hdr.type == DT_MSG_PARAMS) s->fn(s->user, i, in->hdr.chunk, c->s_dst[i]);
+    return rc;
+}
+
+int dt_ps_client_stream_poll(dt_ps_client *c, int fd, int max_ms, dt_ps_chunk_fn fn, void *user, dt_error *err) {
+    if (!c->streaming) return dt_errorf(err, DT_EINVAL, "ps client: no exchange under way");
+    stream_ctx s = {fn, user};
+    int rc = gather_round(c, c->s_deadline, max_ms, fd, "PUSH+PULL", on_stream, &s, err);
+    return rc < 0 ? rc : DT_OK;
+}
+
+int dt_ps_client_stream_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_result *res, dt_error *err) {
+    if (!c->streaming) return rc ? rc : dt_errorf(err, DT_EINVAL, "ps client: no exchange under way");
+    c->streaming = 0;
+    if (rc) clear_awaits(c);
+    for (int i = 0; i < c->n_ps && !rc; i++)
+        if (c->ps[i].n_await) rc = dt_errorf(err, DT_EINVAL, "ps client: exchange ended with replies of ps %d due", i);
+    rc = release_gradients(c, rc, c->s_deadline, err);
+    if (rc) return rc;
+    /* Sync mode: with every replica's gradient in each step every chunk comes back at one step. While
+     * a ps waits for fewer (a worker lost), a chunk can come back a step ahead of another; the
+     * caller has already computed on it as it came (it cannot be pulled again under a forward that
+     * read it), the shard's step is its oldest chunk's, and the chunks ahead drop the next gradient
+     * as stale, so the worker is back in step after one exchange. */
+    c->last_refusal = 0;
+    xfer_done(c, &c->sx, 1, 1, steps, res);
+    return DT_OK;
 }
 
 /* Where STATE replies go. */

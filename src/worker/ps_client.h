@@ -60,6 +60,10 @@ typedef struct {
     void *name_user;
     FILE *log;                    /* NULL: quiet; else open says once whom it waits for (a ps not up yet) */
     struct dt_metrics *metrics;   /* Prometheus series (push/pull latency, bytes, stale; docs/metrics.md); NULL: none */
+    /* SO_SNDBUF of each connection (0: the kernel's, which grows to MBs): a streaming client that
+     * orders its chunks keeps it small, so what it sends next is not queued behind MBs already
+     * handed to the kernel. */
+    int sndbuf_bytes;
 } dt_ps_client_config;
 
 typedef struct {
@@ -135,6 +139,12 @@ int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_ste
 int dt_ps_client_pull_views(dt_ps_client *c, int64_t min_step, const float **views, int64_t *steps,
                             dt_error *err);
 
+/* pull_views for a worker resuming (min_step 0): in sync mode, chunks found a step apart are all
+ * taken at the oldest of their steps (the ones ahead from the ps's snapshots), not the newest: a
+ * worker that was lost is counted live again by its pull, so the chunks behind wait for its
+ * gradient, which it sends only after this pull. */
+int dt_ps_client_pull_resume(dt_ps_client *c, const float **views, int64_t *steps, dt_error *err);
+
 /* Pushes grads[i] (shard_floats[i] floats) to every ps, tagged with local_step (sync mode: the step
  * the gradient is for); waits for every acknowledgement. res may be NULL. */
 int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,
@@ -147,6 +157,30 @@ int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t lo
 int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t local_step,
                            int64_t min_step, const float **views, int64_t *steps, dt_push_result *res,
                            dt_error *err);
+
+/* Streaming: one push-and-pull exchange whose chunks the caller sends one by one, in the order it
+ * chooses, as their gradients become final; each PUSH asks for its chunk's PARAMS back (at
+ * min_step or later, as dt_ps_client_push_pull), which land in the client's receive buffer of that
+ * shard, chunk by chunk, each handed to fn as it arrives. The calls of one exchange: begin, push
+ * (every chunk of every ps, once), poll until every reply is in, end (also after an error, with
+ * its code: the gradient buffers are then released as the top of this file says). Pushed
+ * gradients must stay unchanged until end returns. All from one thread at a time. */
+typedef void (*dt_ps_chunk_fn)(void *user, int ps, int chunk, const float *shard);
+int dt_ps_client_stream_begin(dt_ps_client *c, int64_t local_step, int64_t min_step, dt_error *err);
+/* How ps cuts its shard (known once begin returned): chunk k is dt_wire_chunk(shard, chunks, k). */
+int dt_ps_client_chunks(const dt_ps_client *c, int ps);
+/* Sends chunk `chunk` of ps's gradient; grad is the whole shard. */
+int dt_ps_client_stream_push(dt_ps_client *c, int ps, int chunk, const float *grad, dt_error *err);
+/* Waits up to max_ms for replies (returning early when fd >= 0 becomes readable) and handles
+ * those in; fails when replies are due longer than the request timeout after the latest push. */
+int dt_ps_client_stream_poll(dt_ps_client *c, int fd, int max_ms, dt_ps_chunk_fn fn, void *user, dt_error *err);
+/* Ends the exchange: rc 0 once every reply is in (steps, res as for push_pull: a shard's step is its
+ * oldest chunk's; chunks a step apart are not pulled again), or an error code. */
+int dt_ps_client_stream_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_result *res, dt_error *err);
+/* Gradient frames of ps that libzmq still holds (sent, not yet all handed to the kernel). */
+int dt_ps_client_inflight(const dt_ps_client *c, int ps);
+/* An eventfd written whenever libzmq lets a gradient frame go (from its I/O thread); -1: none. */
+void dt_ps_client_set_wake_fd(dt_ps_client *c, int fd);
 
 /* The status of the latest ERROR reply a ps sent this client (DT_WIRE_E_*), 0 if none since the
  * last call that succeeded: tells a refusal worth waiting out (a ps restarting: NOT_READY,

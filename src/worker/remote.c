@@ -9,6 +9,7 @@
 #include "update/decay_mask.h"
 #include "transport/wire.h"
 #include "transport/zmq_io.h"
+#include "worker/overlap.h"
 #include "worker/ps_client.h"
 
 typedef struct {
@@ -32,26 +33,41 @@ typedef struct {
     int n_state;
     int *state_views;             /* [n_state] view indices */
     float *state_base;            /* their values as last received, back to back */
+    /* --overlap: the exchange streams under backward and the next forward (worker/overlap.h);
+     * NULL: push and pull between them. */
+    dt_overlap *ov;
+    dt_net *net;                  /* whose hooks drive it */
+    int ov_phase;                 /* OV_NONE, OV_FILLING (backward reports), OV_FLYING (all pushed) */
+    int64_t ov_tag;               /* the step the gradient in the exchange is for */
+    int ov_rc;                    /* a failure met in a hook, reported by the next apply */
+    dt_error ov_err;
+    int64_t gstep;                /* the global step the last apply returned (async: the next tag) */
+    double blocked_s;             /* since the last apply: hooks waiting for the exchange */
 } remote;
 
-/* The received values of the state views, for the change pushed with the next gradient. */
-static void remember_state(remote *r, const float *params) {
+enum { OV_NONE, OV_FILLING, OV_FLYING };
+
+/* The received values of the state views within flat floats [lo, hi), for the change pushed with
+ * the next gradient (with --overlap a layer's values arrive just before its forward). */
+static void remember_state(remote *r, const float *params, size_t lo, size_t hi) {
     const dt_param_view *v = r->cfg.placement->views;
     float *b = r->state_base;
     for (int k = 0; k < r->n_state; k++) {
         const dt_param_view *sv = &v[r->state_views[k]];
-        memcpy(b, params + sv->offset, sv->count * sizeof *b);
+        if (sv->offset >= lo && sv->offset + sv->count <= hi) memcpy(b, params + sv->offset, sv->count * sizeof *b);
         b += sv->count;
     }
 }
 
-/* grads of the state views = their change since remember_state */
-static void state_changes(const remote *r, float *grads, const float *params) {
+/* grads of the state views within [lo, hi) = their change since remember_state (with --overlap,
+ * written after the layer's backward, which zeroes them, and before its range is pushed) */
+static void state_changes(const remote *r, float *grads, const float *params, size_t lo, size_t hi) {
     const dt_param_view *v = r->cfg.placement->views;
     const float *b = r->state_base;
     for (int k = 0; k < r->n_state; k++) {
         const dt_param_view *sv = &v[r->state_views[k]];
-        for (size_t i = 0; i < sv->count; i++) grads[sv->offset + i] = params[sv->offset + i] - b[i];
+        if (sv->offset >= lo && sv->offset + sv->count <= hi)
+            for (size_t i = 0; i < sv->count; i++) grads[sv->offset + i] = params[sv->offset + i] - b[i];
         b += sv->count;
     }
 }
@@ -80,13 +96,13 @@ static int grads_writable(remote *r, dt_error *err) {
 /* The received shards become the net's parameters; ps 0's step is the cluster's global step. */
 static void views_into_net(remote *r, dt_net *net, int64_t *global_step) {
     for (int p = 0; p < r->n_ps; p++) dt_placement_scatter(r->cfg.placement, p, dt_net_params(net), r->views[p]);
-    remember_state(r, dt_net_params(net));
-    *global_step = r->steps[0];
+    remember_state(r, dt_net_params(net), 0, SIZE_MAX);
+    *global_step = r->gstep = r->steps[0];
 }
 
 /* The net's parameters as they are now become what the ps tasks hold, after pulling them. */
 static int resume_from_ps(remote *r, dt_net *net, int64_t *global_step, dt_error *err) {
-    int rc = dt_ps_client_pull_views(r->client, 0, r->views, r->steps, err);
+    int rc = dt_ps_client_pull_resume(r->client, r->views, r->steps, err);
     if (rc) return rc;
     views_into_net(r, net, global_step);
     r->iter = *global_step;
@@ -163,9 +179,13 @@ static int all_initialised(remote *r) {
     return ready;
 }
 
+static int attach(remote *r, dt_net *net, dt_error *err);
+static int remote_settle(dt_updater *u, dt_net *net, int64_t *global_step, dt_error *err);
+
 static int remote_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err) {
     remote *r = (remote *)u;
-    int rc;
+    int rc = attach(r, net, err);
+    if (rc) return rc;
     r->cfg.seed = seed; /* a rollback without a checkpoint starts over from it */
     if (r->cfg.cluster->is_chief) {
         if (!all_initialised(r)) {
@@ -185,6 +205,8 @@ static int remote_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *glob
 static int remote_restore(dt_updater *u, dt_net *net, const float *state, int64_t step, int64_t *global_step,
                           dt_error *err) {
     remote *r = (remote *)u;
+    int rc = attach(r, net, err);
+    if (rc) return rc;
     int ready = all_initialised(r);
     if (!r->cfg.cluster->is_chief || ready) {
         /* The ps tasks outlived the chief: what they hold is newer than any checkpoint. */
@@ -193,7 +215,7 @@ static int remote_restore(dt_updater *u, dt_net *net, const float *state, int64_
                     (long long)dt_ps_client_shard(r->client, 0)->global_step, (long long)step);
         return remote_start(u, net, r->cfg.seed, global_step, err);
     }
-    int rc = init_shards(r, net, state, step, err);
+    rc = init_shards(r, net, state, step, err);
     if (rc) return rc;
     if (r->cfg.log) fprintf(r->cfg.log, "chief: gave %d ps task(s) their shards back at global step %lld\n", r->n_ps,
                             (long long)step);
@@ -293,7 +315,8 @@ static int remote_snapshot(dt_updater *u, dt_net *net, float *params, float *sta
                            dt_error *err) {
     remote *r = (remote *)u;
     const dt_placement *pl = r->cfg.placement;
-    int rc = grads_writable(r, err);
+    int rc = remote_settle(u, net, global_step, err);
+    if (!rc) rc = grads_writable(r, err);
     if (rc) return rc;
     dt_error werr = {0};
     if (final && r->cfg.n_workers_to_wait > 0 &&
@@ -343,6 +366,103 @@ static int lost_to_strict_ps(remote *r, dt_error *err) {
                      r->cfg.cluster->task_index, silent / 1000.0, liveness / 1000.0);
 }
 
+/* A failed exchange: a ps that may come back is waited for (this step's gradient is lost with it, or
+ * with the rollback; training goes on from what the ps tasks hold once they are back). */
+static int exchange_failed(remote *r, dt_net *net, int rc, int64_t *global_step, dt_error *err) {
+    /* No reply after this process was stopped mid-exchange: the same. */
+    if (recoverable(r, rc) && lost_to_strict_ps(r, err)) return DT_ETIMEOUT;
+    if (r->cfg.ps_timeout_ms <= 0 || !recoverable(r, rc)) return rc;
+    return recover(r, net, global_step, err);
+}
+
+/* What an exchange of the gradient for step tag brought back (the parameters are in the net). */
+static void exchange_done(remote *r, int64_t tag, const dt_push_result *res, int64_t *global_step) {
+    *global_step = r->gstep = r->steps[0];
+    r->wait_s += (double)res->wait_us * 1e-6;
+    if (res->n_stale) {
+        r->stale++;
+        if (r->cfg.log && r->stale <= 3)
+            fprintf(r->cfg.log, "worker %d: gradient for step %lld arrived stale at %d of %d ps task(s) (now at "
+                    "step %lld): dropped%s\n", r->cfg.cluster->task_index, (long long)tag, res->n_stale, r->n_ps,
+                    (long long)*global_step, r->stale == 3 ? "; further ones are counted" : "");
+    }
+    /* Next: the step after this one, or the cluster's step if it moved on without us (backup workers). */
+    if (r->sync) r->iter = *global_step > tag + 1 ? *global_step : tag + 1;
+}
+
+/* Sync: the gradient is for step iter; the pull waits until step iter - staleness has been applied
+ * (staleness 0: this very step, the barrier). Async: tagged with the step the loop was given. */
+static int64_t min_step_for(const remote *r, int64_t tag) {
+    int64_t min_step = r->sync ? tag + 1 - r->cfg.staleness : 0;
+    return min_step < 0 ? 0 : min_step;
+}
+
+/* ---- --overlap: the net's hooks drive the exchange (worker/overlap.h) ---- */
+
+/* Ends the exchange in flight and takes in its outcome (*global_step is then the cluster's step).
+ * One whose gradient is incomplete (training stopped mid-step) is abandoned. */
+static int ov_settle(remote *r, int64_t *global_step, dt_error *err) {
+    if (!r->ov || r->ov_phase == OV_NONE) return DT_OK;
+    int abandon = r->ov_phase == OV_FILLING;
+    dt_push_result res;
+    double t0 = dt_seconds();
+    int rc = dt_overlap_finish(r->ov, abandon, r->steps, &res, err);
+    r->blocked_s += dt_seconds() - t0;
+    r->ov_phase = OV_NONE;
+    if (abandon) return DT_OK;
+    if (!rc) exchange_done(r, r->ov_tag, &res, global_step);
+    return rc;
+}
+
+/* The first gradient range of a step is final: the previous exchange has ended by now (the forward
+ * waited for every chunk), so this step's begins. */
+static int ov_open(remote *r, dt_error *err) {
+    int64_t g;
+    int rc = ov_settle(r, &g, err);
+    if (!rc) rc = grads_writable(r, err);
+    if (!rc) rc = lost_to_strict_ps(r, err);
+    if (rc) return rc;
+    r->ov_tag = r->sync ? r->iter : r->gstep;
+    if ((rc = dt_overlap_begin(r->ov, r->ov_tag, min_step_for(r, r->ov_tag), err))) return rc;
+    r->ov_phase = OV_FILLING;
+    return DT_OK;
+}
+
+static void ov_after_backward(void *user, size_t offset, size_t count) {
+    remote *r = user;
+    if (r->ov_rc) return; /* reported by apply */
+    if (r->ov_phase != OV_FILLING && (r->ov_rc = ov_open(r, &r->ov_err))) return;
+    state_changes(r, dt_net_grads(r->net), dt_net_params(r->net), offset, offset + count);
+    dt_overlap_ready(r->ov, offset, count);
+}
+
+static void ov_before_forward(void *user, size_t offset, size_t count) {
+    remote *r = user;
+    if (r->ov_phase != OV_FLYING) return;
+    double t0 = dt_seconds();
+    dt_overlap_need(r->ov, offset, count);
+    r->blocked_s += dt_seconds() - t0;
+    remember_state(r, dt_net_params(r->net), offset, offset + count); /* before the forward moves them */
+}
+
+/* Apply with --overlap: whatever backward did not report goes too, and the step returns at once;
+ * its parameters land under the next forward. Sync with every replica's gradient, the step after
+ * this update is known now (tag + 1); async, one more than the newest step heard of. */
+static int ov_apply(remote *r, int64_t *global_step, dt_error *err) {
+    int rc = r->ov_rc;
+    if (rc) {
+        if (err) *err = r->ov_err;
+        r->ov_rc = 0;
+        return rc;
+    }
+    if (r->ov_phase != OV_FILLING && (rc = ov_open(r, err))) return rc;
+    state_changes(r, dt_net_grads(r->net), dt_net_params(r->net), 0, SIZE_MAX); /* ranges not reported yet */
+    dt_overlap_ready_rest(r->ov);
+    r->ov_phase = OV_FLYING;
+    *global_step = r->gstep = r->sync ? r->ov_tag + 1 : r->gstep + 1;
+    return DT_OK;
+}
+
 static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
     remote *r = (remote *)u;
     if (r->cfg.step_delay_ms > 0) {
@@ -350,47 +470,65 @@ static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t 
         nanosleep(&ts, NULL);
     }
     double t0 = dt_seconds();
-    int rc = grads_writable(r, err);
-    if (rc) return rc;
-    state_changes(r, dt_net_grads(net), dt_net_params(net));
-    for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_grads(net));
-    /* Sync: the gradient is for step iter; the pull waits until step iter - staleness has been
-     * applied (staleness 0: this very step, the barrier). Async: tagged with the caller's step. */
-    int64_t tag = r->sync ? r->iter : local_step;
-    int64_t min_step = r->sync ? tag + 1 - r->cfg.staleness : 0;
-    if (min_step < 0) min_step = 0;
-    dt_push_result res;
-    rc = lost_to_strict_ps(r, err);
-    if (rc) return rc;
-    /* Push and pull in one round trip per ps. */
-    rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, tag, min_step, r->views, r->steps, &res,
-                                err);
+    int rc;
+    if (r->ov) {
+        rc = ov_apply(r, global_step, err);
+    } else if (!(rc = grads_writable(r, err)) && !(rc = lost_to_strict_ps(r, err))) {
+        state_changes(r, dt_net_grads(net), dt_net_params(net), 0, SIZE_MAX);
+        for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_grads(net));
+        int64_t tag = r->sync ? r->iter : local_step;
+        dt_push_result res;
+        /* Push and pull in one round trip per ps. */
+        rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, tag, min_step_for(r, tag), r->views,
+                                    r->steps, &res, err);
+        if (!rc) {
+            views_into_net(r, net, global_step);
+            exchange_done(r, tag, &res, global_step);
+        }
+    }
     if (rc) {
-        /* No reply after this process was stopped mid-exchange: the same. */
-        if (recoverable(r, rc) && lost_to_strict_ps(r, err)) return DT_ETIMEOUT;
-        /* This step's gradient is lost with the ps (or the rollback); training goes on from what the
-         * ps tasks hold once they are back. */
-        if (r->cfg.ps_timeout_ms <= 0 || !recoverable(r, rc)) return rc;
-        if ((rc = recover(r, net, global_step, err))) return rc;
-        r->exchange_s += dt_seconds() - t0;
+        if ((rc = exchange_failed(r, net, rc, global_step, err))) return rc;
+        r->exchange_s += dt_seconds() - t0 + r->blocked_s;
+        r->blocked_s = 0;
         return DT_OK;
     }
-    views_into_net(r, net, global_step);
+    /* Compute: since the last update, less what the hooks waited for the exchange. */
     double t1 = dt_seconds();
-    r->compute_s += t0 - r->t_last;
-    r->exchange_s += t1 - t0;
-    r->wait_s += (double)res.wait_us * 1e-6;
+    r->compute_s += t0 - r->t_last - r->blocked_s;
+    r->exchange_s += t1 - t0 + r->blocked_s;
+    r->blocked_s = 0;
     r->t_last = t1;
     r->updates++;
-    if (res.n_stale) {
-        r->stale++;
-        if (r->cfg.log && r->stale <= 3)
-            fprintf(r->cfg.log, "worker %d: gradient for step %lld arrived stale at %d of %d ps task(s) (now at "
-                    "step %lld): dropped%s\n", r->cfg.cluster->task_index, (long long)tag, res.n_stale, r->n_ps,
-                    (long long)*global_step, r->stale == 3 ? "; further ones are counted" : "");
+    return DT_OK;
+}
+
+/* The net holds the last update's parameters and *global_step is the cluster's step. */
+static int remote_settle(dt_updater *u, dt_net *net, int64_t *global_step, dt_error *err) {
+    remote *r = (remote *)u;
+    int rc = ov_settle(r, global_step, err);
+    return rc ? exchange_failed(r, net, rc, global_step, err) : DT_OK;
+}
+
+/* Connects the net's hooks to the exchange, at the start (the net is known from then on). */
+static int attach(remote *r, dt_net *net, dt_error *err) {
+    if (r->cfg.overlap == DT_OVERLAP_NONE || r->ov) return DT_OK;
+    /* Every chunk of one step comes back at one step only when each sync step waits for every
+     * replica; with backup workers or staleness a chunk can be a step ahead, which the client
+     * repairs by pulling again after the whole exchange. */
+    if (r->sync && (r->cfg.replicas_to_aggregate < r->cfg.total_num_replicas || r->cfg.staleness > 0)) {
+        if (r->cfg.log)
+            fprintf(r->cfg.log, "worker %d: --overlap=%s needs every replica's gradient in every step (no backup "
+                    "workers, --staleness 0): exchanging between steps instead\n", r->cfg.cluster->task_index,
+                    dt_overlap_name(r->cfg.overlap));
+        r->cfg.overlap = DT_OVERLAP_NONE;
+        return DT_OK;
     }
-    /* Next: the step after this one, or the cluster's step if it moved on without us (backup workers). */
-    if (r->sync) r->iter = *global_step > tag + 1 ? *global_step : tag + 1;
+    dt_overlap_config oc = {.client = r->client, .placement = r->cfg.placement, .grads = r->grads,
+                            .params = dt_net_params(net), .flat_grads = dt_net_grads(net), .mode = r->cfg.overlap};
+    int rc = dt_overlap_create(&r->ov, &oc, err);
+    if (rc) return rc;
+    r->net = net;
+    dt_net_set_hooks(net, &(dt_net_hooks){ov_before_forward, ov_after_backward, r});
     return DT_OK;
 }
 
@@ -399,11 +537,18 @@ static void log_summary(remote *r) {
     if (!r->cfg.log || r->updates == 0) return;
     const dt_ps_client_stats *st = dt_ps_client_get_stats(r->client);
     double n = (double)r->updates;
-    fprintf(r->cfg.log, "worker %d: %lld updates (%s): per step compute %.1f ms, exchange %.1f ms (waiting at the "
-            "barrier %.1f ms, transfer and apply %.1f ms); stale gradients dropped: %lld of %lld",
+    fprintf(r->cfg.log, "worker %d: %lld updates (%s): per step compute %.1f ms, exchange %.1f ms ",
             r->cfg.cluster->task_index, (long long)r->updates, r->sync ? "sync replicas" : "asynchronous",
-            1e3 * r->compute_s / n, 1e3 * r->exchange_s / n, 1e3 * r->wait_s / n, 1e3 * (r->exchange_s - r->wait_s) / n,
-            (long long)r->stale, (long long)r->updates);
+            1e3 * r->compute_s / n, 1e3 * r->exchange_s / n);
+    /* Overlapped, the exchange counts only where compute waited for it; the ps's barrier hold
+     * runs under compute too, so it is no part of that. */
+    if (r->ov)
+        fprintf(r->cfg.log, "(compute waiting for it; overlapped, %s order; the ps held chunks at the barrier %.1f ms)",
+                dt_overlap_name(r->cfg.overlap), 1e3 * r->wait_s / n);
+    else
+        fprintf(r->cfg.log, "(waiting at the barrier %.1f ms, transfer and apply %.1f ms)", 1e3 * r->wait_s / n,
+                1e3 * (r->exchange_s - r->wait_s) / n);
+    fprintf(r->cfg.log, "; stale gradients dropped: %lld of %lld", (long long)r->stale, (long long)r->updates);
     if (r->sync && r->n_ps > 1) fprintf(r->cfg.log, "; shards pulled again for one step: %llu",
                                         (unsigned long long)st->repulls);
     if (r->recoveries) fprintf(r->cfg.log, "; ps outages waited out: %lld", (long long)r->recoveries);
@@ -420,6 +565,12 @@ void dt_remote_get_timing(const dt_updater *u, dt_remote_timing *out) {
 
 static int remote_finish(dt_updater *u, dt_error *err) {
     remote *r = (remote *)u;
+    int64_t g;
+    if (r->ov_phase != OV_NONE) {
+        dt_error e = {0};
+        if (ov_settle(r, &g, &e) && r->cfg.log) fprintf(r->cfg.log, "worker %d: the last exchange failed: %s\n",
+                                                         r->cfg.cluster->task_index, e.msg);
+    }
     log_summary(r);
     if (!r->cfg.cluster->is_chief) return dt_ps_client_done(r->client, err);
     dt_error werr = {0};
@@ -431,6 +582,8 @@ static int remote_finish(dt_updater *u, dt_error *err) {
 static void remote_free(dt_updater *u) {
     remote *r = (remote *)u;
     if (!r) return;
+    dt_overlap_free(r->ov); /* first: its thread may hold the client */
+    if (r->net) dt_net_set_hooks(r->net, NULL);
     dt_ps_client_close(r->client);
     for (int p = 0; p < r->n_ps; p++) {
         if (r->grads) free(r->grads[p]);
@@ -446,7 +599,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
     remote *r = dt_calloc(1, sizeof *r, "remote updater", err);
     if (!r) return DT_ENOMEM;
     r->base = (dt_updater){remote_start, remote_apply, remote_finish, remote_free, remote_restore,
-                           remote_snapshot};
+                           remote_snapshot, remote_settle};
     r->cfg = *cfg;
     if (r->cfg.request_timeout_ms <= 0) r->cfg.request_timeout_ms = 60000;
     r->n_ps = cfg->placement->n_ps;
@@ -497,6 +650,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .name_user = (void *)cfg->placement,
         .log = cfg->log,
         .metrics = cfg->metrics,
+        .sndbuf_bytes = cfg->overlap == DT_OVERLAP_PRIORITY ? DT_OVERLAP_SNDBUF : 0,
     };
     r->sync = cfg->replicas_to_aggregate > 0;
     if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;

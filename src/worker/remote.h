@@ -13,6 +13,7 @@
 #include "compute/optim.h"
 #include "transport/compress.h"
 #include "update/updater.h"
+#include "worker/overlap.h"
 
 typedef struct {
     const dt_cluster *cluster;    /* job must be worker */
@@ -35,6 +36,9 @@ typedef struct {
     int ps_timeout_ms, strict;
     int64_t chunk_bytes;          /* chief: the cut INIT asks for (ps_client.h); 0: one chunk per shard */
     dt_encoding compression;      /* gradients up and parameters down in 16 bits (ps_client.h); 0: float32 */
+    /* Stream the exchange under backward and the next forward (worker/overlap.h), through the
+     * net's hooks; DT_OVERLAP_NONE (0): exchange between steps. */
+    dt_overlap_mode overlap;
     uint64_t seed;
     const volatile int *stop;     /* may be NULL; set (a signal): the wait for a lost ps ends */
     /* The newest checkpoint in the flat layout (params [n], state [slots * n]): 1 if there is one,
