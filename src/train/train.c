@@ -165,6 +165,16 @@ static int dump_params(const char *path, const dt_net *net, dt_error *err) {
     return bad ? dt_errorf(err, DT_EIO, "--debug_dump_params: cannot write %s", path) : DT_OK;
 }
 
+/* How a run is cut into steps, from the data, the cluster and the flags (open_data). */
+typedef struct {
+    int n_workers, shard;           /* this worker trains on shard `shard` of n_workers */
+    int sync, aggregate, replicas;  /* sync replicas: gradients per step, workers pushing */
+    int64_t per_epoch;              /* this worker's batches per epoch */
+    int64_t global_per_epoch;       /* global steps per epoch */
+    int64_t total;                  /* global steps of the run */
+    double examples_per_step;       /* per global step, every worker's */
+} run_plan;
+
 /* Everything a run owns, so one cleanup path frees it whatever failed. */
 typedef struct {
     dt_cluster cluster;
@@ -179,6 +189,7 @@ typedef struct {
     dt_progress prog;             /* the live progress line (a terminal) */
     FILE *log, *log_out;          /* training's log: log_out, through the progress line's stream */
     const dt_train_debug *dbg;    /* the test hooks (train_debug.h) */
+    run_plan plan;
     /* --metrics_port: the registry, the status page's figures, its server, the chief's peer poll */
     dt_metrics *metrics;
     dt_status *status;
@@ -386,164 +397,212 @@ static int reload(void *user, const float **params, const float **state, int64_t
     return dt_supervisor_reload(r->supervisor, params, state, step, err);
 }
 
-static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt_train_result *res,
-                      dt_error *err) {
-    int rc;
-    /* Whatever logs during training (the loop, the supervisor's warnings, the remote updater) goes
-     * through one stream that erases the progress line first, so every line starts on its own. */
-    dt_progress_init(&r->prog, o->progress, 1);
-    r->log_out = log_out;
-    FILE *log = r->log = dt_progress_wrap(&r->prog, log_out);
+/* Opens the data, and works out from it and the cluster how the run is cut into steps (r->plan). */
+static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     const dt_cluster *c = &r->cluster;
+    run_plan *p = &r->plan;
     if (!o->data_path || !*o->data_path) return dt_errorf(err, DT_EINVAL, "--data: no data path given");
     const dt_model_spec *spec = dt_net_spec(r->net);
     dt_data_options dopt = {.h = spec->in_h, .w = spec->in_w, .c = spec->in_c,
                             .validation_fraction = o->validation_fraction, .seed = o->seed,
                             .bad_images = o->fail_on_bad_images ? DT_BAD_IMAGES_FAIL : DT_BAD_IMAGES_SKIP};
-    if ((rc = dt_data_open(&r->data, o->data_path, &dopt, err))) return rc;
+    int rc = dt_data_open(&r->data, o->data_path, &dopt, err);
+    if (rc) return rc;
     int classes = dt_net_num_classes(r->net), data_classes = dt_dataset_num_classes(r->data.train);
     if (data_classes > classes)
         return dt_errorf(err, DT_ESHAPE, "%s has %d classes but model %s ends in a dense layer of %d units",
                          o->data_path, data_classes, o->model_path, classes);
 
     /* Worker i of n trains on shard i of every epoch's permutation (docs/data.md). */
-    int n_workers = c->distributed ? c->n_workers : 1, shard = c->distributed ? c->task_index : 0;
+    p->n_workers = c->distributed ? c->n_workers : 1, p->shard = c->distributed ? c->task_index : 0;
     dt_loader_options lo = {.batch_size = o->batch_size, .shuffle = 1, .seed = o->seed,
-                            .shard_index = shard, .shard_count = n_workers};
+                            .shard_index = p->shard, .shard_count = p->n_workers};
     if ((rc = dt_augment_parse(&lo.augment, o->augment, err))) return rc;
     if ((rc = dt_loader_create(&r->loader, r->data.train, &lo, err))) return rc;
-    int64_t per_epoch = dt_loader_batches_per_epoch(r->loader);
-    if (per_epoch < 1)
+    p->per_epoch = dt_loader_batches_per_epoch(r->loader);
+    if (p->per_epoch < 1)
         return dt_errorf(err, DT_EINVAL, "%s: %zu training examples, fewer than one batch of %d for each of %d workers",
-                         o->data_path, dt_dataset_size(r->data.train), o->batch_size, n_workers);
+                         o->data_path, dt_dataset_size(r->data.train), o->batch_size, p->n_workers);
     /* Sync replicas: every step averages replicas_to_aggregate gradients (default: every worker);
      * total_num_replicas counts the workers pushing, backup workers included. */
-    int sync = c->distributed && o->issync, aggregate = 0, replicas = 0;
-    if (sync) {
-        aggregate = o->replicas_to_aggregate ? o->replicas_to_aggregate : n_workers;
-        replicas = o->total_num_replicas ? o->total_num_replicas : aggregate;
-        if (replicas != n_workers)
+    p->sync = c->distributed && o->issync, p->aggregate = 0, p->replicas = 0;
+    if (p->sync) {
+        p->aggregate = o->replicas_to_aggregate ? o->replicas_to_aggregate : p->n_workers;
+        p->replicas = o->total_num_replicas ? o->total_num_replicas : p->aggregate;
+        if (p->replicas != p->n_workers)
             return dt_errorf(err, DT_EINVAL, "--total_num_replicas=%d (default: --replicas_to_aggregate) but the "
-                             "cluster has %d workers: with backup workers set --total_num_replicas=%d", replicas,
-                             n_workers, n_workers);
+                             "cluster has %d workers: with backup workers set --total_num_replicas=%d", p->replicas,
+                             p->n_workers, p->n_workers);
     }
     /* Global steps per epoch: asynchronous workers each advance the global step once per batch;
      * a sync step takes one batch from every worker (n*B examples). */
-    int64_t global_per_epoch = sync ? per_epoch : per_epoch * n_workers;
-    int64_t total = o->train_steps > 0 ? o->train_steps : (int64_t)ceil(o->epochs * (double)global_per_epoch);
-    dt_opt_config opt;
-    if ((rc = opt_from_options(o, total, &opt, err))) return rc;
+    p->global_per_epoch = p->sync ? p->per_epoch : p->per_epoch * p->n_workers;
+    p->total = o->train_steps > 0 ? o->train_steps : (int64_t)ceil(o->epochs * (double)p->global_per_epoch);
+    p->examples_per_step = p->sync ? (double)o->batch_size * p->aggregate : o->batch_size;
+    return DT_OK;
+}
 
-    if (c->distributed) {
-        dt_encoding compression; /* checked by check_options */
-        if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
-        dt_overlap_mode overlap; /* checked by check_options */
-        if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
-        dt_remote_config rc_cfg = {.cluster = c,
-                                   .placement = &r->placement,
-                                   .opt = opt,
-                                   .connect_timeout_ms = o->connect_timeout_ms,
-                                   .request_timeout_ms = o->heartbeat_timeout_ms,
-                                   .n_workers_to_wait = c->n_workers - 1,
-                                   .replicas_to_aggregate = aggregate,
-                                   .total_num_replicas = replicas,
-                                   .staleness = o->staleness,
-                                   .step_delay_ms = r->dbg->delay_worker < 0 || r->dbg->delay_worker == c->task_index
-                                                        ? r->dbg->step_delay_ms : 0,
-                                   .ps_timeout_ms = o->ps_timeout_ms,
-                                   .chunk_bytes = (int64_t)o->chunk_kb << 10,
-                                   .compression = compression,
-                                   .overlap = overlap,
-                                   .strict = o->strict,
-                                   .seed = o->seed,
-                                   .stop = o->stop,
-                                   .reload = reload,
-                                   .user = r,
-                                   .log = log,
-                                   .auth = r->auth.curve ? &r->auth : NULL,
-                                   .metrics = r->metrics};
-        rc = dt_remote_updater_create(&r->updater, &rc_cfg, err);
-    } else {
-        rc = dt_local_updater_create(&r->updater, &opt, r->net, err);
-    }
+/* Where updates happen: on the ps tasks (the remote updater) or here (the local one). */
+static int create_updater(run_state *r, const dt_train_options *o, dt_error *err) {
+    const dt_cluster *c = &r->cluster;
+    const run_plan *p = &r->plan;
+    int rc = opt_from_options(o, p->total, &r->opt, err);
     if (rc) return rc;
+    if (!c->distributed) return dt_local_updater_create(&r->updater, &r->opt, r->net, err);
+    dt_encoding compression; /* checked by check_options */
+    if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
+    dt_overlap_mode overlap; /* checked by check_options */
+    if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
+    /* Clipping scales the whole gradient by its global norm, known only once backward is over: a
+     * streamed exchange would have pushed most of it unclipped by then. */
+    if (overlap != DT_OVERLAP_NONE && o->clip_gradient_norm > 0) {
+        fprintf(r->log, "worker %d: --overlap=%s pushes each layer's gradient as backward makes it, but "
+                "--clip_gradient_norm needs the whole gradient first: exchanging between steps instead\n",
+                c->task_index, dt_overlap_name(overlap));
+        overlap = DT_OVERLAP_NONE;
+    }
+    dt_remote_config rc_cfg = {.cluster = c,
+                               .placement = &r->placement,
+                               .opt = r->opt,
+                               .connect_timeout_ms = o->connect_timeout_ms,
+                               .request_timeout_ms = o->heartbeat_timeout_ms,
+                               .n_workers_to_wait = c->n_workers - 1,
+                               .replicas_to_aggregate = p->aggregate,
+                               .total_num_replicas = p->replicas,
+                               .staleness = o->staleness,
+                               .step_delay_ms = r->dbg->delay_worker < 0 || r->dbg->delay_worker == c->task_index
+                                                    ? r->dbg->step_delay_ms : 0,
+                               .ps_timeout_ms = o->ps_timeout_ms,
+                               .chunk_bytes = (int64_t)o->chunk_kb << 10,
+                               .compression = compression,
+                               .overlap = overlap,
+                               .strict = o->strict,
+                               .seed = o->seed,
+                               .stop = o->stop,
+                               .reload = reload,
+                               .user = r,
+                               .log = r->log,
+                               .auth = r->auth.curve ? &r->auth : NULL,
+                               .metrics = r->metrics};
+    return dt_remote_updater_create(&r->updater, &rc_cfg, err);
+}
 
-    /* The chief restores the newest good checkpoint, or the updater initialises. */
-    r->opt = opt;
+/* The chief's supervisor (checkpoints, summaries); then the newest good checkpoint is restored, or
+ * the updater initialises, and the data stream resumes where the restored step left it. */
+static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *global_step, int64_t *local_step,
+                            dt_error *err) {
+    const dt_cluster *c = &r->cluster;
+    const run_plan *p = &r->plan;
+    int rc;
     if (c->is_chief) {
         dt_supervisor_config sc = {.logdir = o->logdir, .save_secs = o->save_model_secs, .max_to_keep = o->max_to_keep,
-                                   .summary_dir = o->summary_dir, .snapshot = snapshot, .user = r, .log = log,
-                                   .examples_per_step = sync ? o->batch_size * aggregate : o->batch_size,
+                                   .summary_dir = o->summary_dir, .snapshot = snapshot, .user = r, .log = r->log,
+                                   .examples_per_step = (int)p->examples_per_step,
                                    .run = {.net = r->net, .opt = &r->opt, .seed = o->seed, .batch_size = o->batch_size,
-                                           .n_workers = n_workers, .sync = sync, .batches_per_epoch = per_epoch,
+                                           .n_workers = p->n_workers, .sync = p->sync, .batches_per_epoch = p->per_epoch,
                                            .validation_fraction = o->validation_fraction,
                                            .class_names = dt_dataset_class_names(r->data.train),
                                            .n_class_names = dt_dataset_class_names(r->data.train)
                                                                 ? dt_dataset_num_classes(r->data.train) : 0}};
         if ((rc = dt_supervisor_open(&r->supervisor, &sc, err))) return rc;
     }
-    int64_t global_step = 0, restored_step;
+    *global_step = 0;
+    int64_t restored_step;
     const float *restored_params, *restored_state;
     if (dt_supervisor_restored(r->supervisor, &restored_params, &restored_state, &restored_step) &&
         r->updater->restore) {
         memcpy(dt_net_params(r->net), restored_params, dt_net_param_count(r->net) * sizeof(float));
-        rc = r->updater->restore(r->updater, r->net, restored_state, restored_step, &global_step, err);
+        rc = r->updater->restore(r->updater, r->net, restored_state, restored_step, global_step, err);
     } else {
-        rc = r->updater->start(r->updater, r->net, o->seed, &global_step, err);
+        rc = r->updater->start(r->updater, r->net, o->seed, global_step, err);
     }
     if (rc) return rc;
     /* Resuming: each worker has consumed global_step (sync) or global_step / n_workers batches of its shard (exactly so on
      * one machine, where data order and dropout then continue bit for bit). */
-    int64_t local_step = sync ? global_step : global_step / n_workers, first_local_step = local_step;
-    if (local_step > 0) {
-        if ((rc = dt_loader_seek(r->loader, local_step, err))) return rc;
-        fprintf(log, "resuming the data stream at batch %lld (epoch %lld, batch %lld of %lld)\n", (long long)local_step,
-                (long long)(local_step / per_epoch), (long long)(local_step % per_epoch), (long long)per_epoch);
+    *local_step = p->sync ? *global_step : *global_step / p->n_workers;
+    if (*local_step > 0) {
+        if ((rc = dt_loader_seek(r->loader, *local_step, err))) return rc;
+        fprintf(r->log, "resuming the data stream at batch %lld (epoch %lld, batch %lld of %lld)\n",
+                (long long)*local_step, (long long)(*local_step / p->per_epoch),
+                (long long)(*local_step % p->per_epoch), (long long)p->per_epoch);
     }
-    res->start_step = global_step;
+    return DT_OK;
+}
+
+/* The run's opening lines: what trains, on what, how long, with which options. */
+static void log_start(const run_state *r, const dt_train_options *o) {
+    const dt_cluster *c = &r->cluster;
+    const run_plan *p = &r->plan;
+    FILE *log = r->log;
     char role[64] = "";
     if (c->distributed) snprintf(role, sizeof role, ", worker %d of %d%s", c->task_index, c->n_workers,
                                  c->is_chief ? " (chief)" : "");
     fprintf(log, "dtrain %s: model %s (%zu parameters), %zu training / %zu validation / %zu test examples, "
                  "%s lr %g, batch %d, %lld global steps (%.2f epochs), %d threads%s\n",
-            dt_version(), spec->name, dt_net_param_count(r->net), dt_dataset_size(r->data.train),
-            dt_dataset_size(r->data.validation), dt_dataset_size(r->data.test), dt_opt_name(opt.kind),
-            (double)opt.learning_rate, o->batch_size, (long long)total, (double)total / (double)global_per_epoch,
-            dt_kernels_get_threads(), role);
+            dt_version(), dt_net_spec(r->net)->name, dt_net_param_count(r->net), dt_dataset_size(r->data.train),
+            dt_dataset_size(r->data.validation), dt_dataset_size(r->data.test), dt_opt_name(r->opt.kind),
+            (double)r->opt.learning_rate, o->batch_size, (long long)p->total,
+            (double)p->total / (double)p->global_per_epoch, dt_kernels_get_threads(), role);
     char sched[160], clip[64] = "none";
-    dt_lr_describe(&opt.schedule, sched, sizeof sched);
+    dt_lr_describe(&r->opt.schedule, sched, sizeof sched);
     if (o->clip_gradient_norm > 0) snprintf(clip, sizeof clip, "global norm %g", o->clip_gradient_norm);
     fprintf(log, "learning rate schedule %s, weight decay %g%s, gradient clipping %s, augmentation %s\n", sched,
-            (double)opt.weight_decay, opt.weight_decay && !opt.decay_rank1 ? " (kernels only)" : "", clip,
+            (double)r->opt.weight_decay, r->opt.weight_decay && !r->opt.decay_rank1 ? " (kernels only)" : "", clip,
             o->augment && *o->augment ? o->augment : "none");
     fflush(log);
-    if ((rc = supervised(r, dt_supervisor_started, global_step, err))) return rc;
+}
 
-    /* Benchmarks of scale (--debug_emulate_compute_ms): a sleep stands in for the batch, forward
-     * and backward, so many workers share few cores without slowing each other down, and a fixed
-     * gradient of the model's full size is pushed, so the ps tasks and the network do the real
-     * work. Its values are small and deterministic; nothing learns, so nothing is evaluated. */
-    int emulate = r->dbg->emulate_compute_ms >= 0;
-    if (emulate) {
-        float *g = dt_net_grads(r->net);
-        for (size_t i = 0, n = dt_net_param_count(r->net); i < n; i++) g[i] = (float)((int)(i % 7) - 3) * 1e-4f;
-        fprintf(log, "emulating compute: %d ms per step, a constant gradient, no evaluation (benchmarks only)\n",
-                r->dbg->emulate_compute_ms);
+/* Figures of the steps since the last log line. */
+typedef struct {
+    double loss_sum, t_interval;
+    int64_t correct, seen, examples, last_log;
+} interval;
+
+/* Every --steps_to_validate global steps, at an epoch's end and at the last step: one log line (the
+ * chief validates too) and the summaries; the interval starts again. */
+static int log_interval(run_state *r, const dt_train_options *o, int evaluates, int64_t global_step, interval *iv,
+                        dt_train_result *res, dt_error *err) {
+    double t = dt_seconds();
+    double ex_per_sec = iv->examples / (t - iv->t_interval);
+    iv->last_log = global_step;
+    double train_loss = iv->loss_sum / iv->seen, train_acc = (double)iv->correct / iv->seen;
+    res->final_loss = train_loss;
+    dt_eval_result val;
+    if (evaluates) {
+        int rc = dt_evaluate(r->net, r->data.validation, NULL, &val, err);
+        if (rc) return rc;
+        res->validation_accuracy = val.accuracy;
     }
+    /* The whole line first, then the summaries: a warning they print (summaries turned off)
+     * must not land in the middle of it. */
+    dt_progress_clear(&r->prog);
+    fprintf(r->log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f", (long long)global_step,
+            (double)global_step / (double)r->plan.global_per_epoch, train_loss, train_acc);
+    if (evaluates) fprintf(r->log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
+    fprintf(r->log, "  %.0f examples/sec\n", ex_per_sec);
+    fflush(r->log);
+    dt_supervisor_summary_train(r->supervisor, global_step, train_loss, train_acc);
+    if (evaluates) dt_supervisor_summary_test(r->supervisor, global_step, val.loss, val.accuracy);
+    if (evaluates) dt_status_validation(r->status, global_step, val.loss, val.accuracy);
+    iv->loss_sum = 0;
+    iv->correct = iv->seen = iv->examples = 0;
+    iv->t_interval = dt_seconds(); /* validation time is not training time */
+    return DT_OK;
+}
+
+/* The steps: batch, forward, loss, backward, clipping, the update (here or on the ps tasks), the
+ * figures, the supervisor, the log, until the plan's total or a stop. */
+static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64_t *global_step, int64_t *local_step,
+                     dt_train_result *res, dt_error *err) {
+    const dt_cluster *c = &r->cluster;
+    const run_plan *p = &r->plan;
     /* Only the chief validates and tests: the others would repeat the same numbers. */
-    int evaluates = c->is_chief && !emulate;
-    dt_progress *prog = &r->prog;
-    dt_progress_init(prog, o->progress, total);
-    double examples_per_step = sync ? (double)o->batch_size * aggregate : o->batch_size;
-    dt_progress_start(prog, global_step, examples_per_step);
-    dt_status_start(r->status, total, global_step, examples_per_step);
-    dt_metric_set(r->m.step, (double)global_step);
-    double t_start = dt_seconds(), t_interval = t_start, t_step = t_start;
-    double loss_sum = 0;
-    int64_t correct_sum = 0, seen = 0, interval_examples = 0, last_log = global_step;
-    while (global_step < total) {
+    int evaluates = c->is_chief && !emulate, rc = DT_OK;
+    double t_step = dt_seconds();
+    interval iv = {.t_interval = t_step, .last_log = *global_step};
+    while (*global_step < p->total) {
         if (o->stop && *o->stop) {
-            rc = dt_errorf(err, DT_EINTR, "training stopped by a signal at global step %lld", (long long)global_step);
+            rc = dt_errorf(err, DT_EINTR, "training stopped by a signal at global step %lld", (long long)*global_step);
             break;
         }
         dt_batch b = {.n = o->batch_size};
@@ -553,11 +612,12 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
             dt_emulate_step(r->net, r->dbg->emulate_compute_ms);
         } else {
             if ((rc = dt_loader_next(r->loader, &b, err))) break;
-            dt_net_forward(r->net, b.x, b.n, 1, dt_hash64(o->seed, (uint64_t)(local_step * n_workers + shard)));
+            dt_net_forward(r->net, b.x, b.n, 1,
+                           dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard)));
             loss = dt_net_loss(r->net, b.labels, &correct);
             if (!isfinite(loss)) {
                 rc = dt_errorf(err, DT_EINVAL, "loss became %g at global step %lld: lower --learning_rate",
-                               (double)loss, (long long)global_step + 1);
+                               (double)loss, (long long)*global_step + 1);
                 break;
             }
             dt_net_backward(r->net);
@@ -565,72 +625,46 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
             if (o->clip_gradient_norm > 0)
                 dt_clip_global_norm(dt_net_grads(r->net), dt_net_param_count(r->net), (float)o->clip_gradient_norm);
         }
-        if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? global_step : local_step, &global_step, err)))
+        if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? *global_step : *local_step, global_step,
+                                    err)))
             break;
-        local_step++;
-        loss_sum += loss * b.n;
-        correct_sum += correct;
-        seen += b.n;
-        interval_examples += b.n;
-        res->steps = global_step;
+        ++*local_step;
+        iv.loss_sum += loss * b.n;
+        iv.correct += correct;
+        iv.seen += b.n;
+        iv.examples += b.n;
+        res->steps = *global_step;
         if (r->metrics) {
             double t = dt_seconds();
             dt_metric_observe(r->m.step_s, t - t_step);
             t_step = t;
-            dt_metric_set(r->m.step, (double)global_step);
+            dt_metric_set(r->m.step, (double)*global_step);
             dt_metric_add(r->m.local, 1);
             dt_metric_add(r->m.examples, b.n);
-            dt_status_step(r->status, global_step, loss, correct, b.n);
+            dt_status_step(r->status, *global_step, loss, correct, b.n);
         }
-        if ((rc = supervised(r, dt_supervisor_step, global_step, err))) break;
-        dt_progress_update(prog, global_step < total ? global_step : total, (double)global_step / (double)global_per_epoch,
-                           emulate || !seen ? NAN : loss_sum / (double)seen);
+        if ((rc = supervised(r, dt_supervisor_step, *global_step, err))) break;
+        dt_progress_update(&r->prog, *global_step < p->total ? *global_step : p->total,
+                           (double)*global_step / (double)p->global_per_epoch,
+                           emulate || !iv.seen ? NAN : iv.loss_sum / (double)iv.seen);
 
-        int epoch_end = !emulate && local_step % per_epoch == 0; /* emulated: no data, no epochs */
-        if (global_step / o->steps_to_validate > last_log / o->steps_to_validate || epoch_end || global_step >= total) {
-            double t = dt_seconds();
-            double ex_per_sec = interval_examples / (t - t_interval);
-            last_log = global_step;
-            double train_loss = loss_sum / seen, train_acc = (double)correct_sum / seen;
-            res->final_loss = train_loss;
-            dt_eval_result val;
-            if (evaluates) {
-                if ((rc = dt_evaluate(r->net, r->data.validation, NULL, &val, err))) break;
-                res->validation_accuracy = val.accuracy;
-            }
-            /* The whole line first, then the summaries: a warning they print (summaries turned off)
-             * must not land in the middle of it. */
-            dt_progress_clear(prog);
-            fprintf(log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f", (long long)global_step,
-                    (double)global_step / (double)global_per_epoch, train_loss, train_acc);
-            if (evaluates) fprintf(log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
-            fprintf(log, "  %.0f examples/sec\n", ex_per_sec);
-            fflush(log);
-            dt_supervisor_summary_train(r->supervisor, global_step, train_loss, train_acc);
-            if (evaluates) dt_supervisor_summary_test(r->supervisor, global_step, val.loss, val.accuracy);
-            if (evaluates) dt_status_validation(r->status, global_step, val.loss, val.accuracy);
-            loss_sum = 0;
-            correct_sum = seen = interval_examples = 0;
-            t_interval = t_step = dt_seconds(); /* validation time is not training time */
+        int epoch_end = !emulate && *local_step % p->per_epoch == 0; /* emulated: no data, no epochs */
+        if (*global_step / o->steps_to_validate > iv.last_log / o->steps_to_validate || epoch_end ||
+            *global_step >= p->total) {
+            if ((rc = log_interval(r, o, evaluates, *global_step, &iv, res, err))) break;
+            t_step = iv.t_interval;
         }
     }
-    /* An overlapping updater's last parameters are still on their way. */
-    if (!rc && r->updater->settle && (rc = r->updater->settle(r->updater, r->net, &global_step, err)) == DT_OK)
-        res->steps = global_step;
-    dt_progress_clear(prog);
-    dt_status_finished(r->status);
-    res->seconds = dt_seconds() - t_start;
-    res->examples_per_sec = (double)(local_step - first_local_step) * o->batch_size / res->seconds;
-    if (rc == DT_EINTR && !c->distributed) {
-        /* Stopped on one machine: keep what was trained (a cluster is stopped as a whole, its ps
-         * tasks too, so only its periodic checkpoints count). */
-        dt_error serr = {0};
-        if (dt_supervisor_final(r->supervisor, NULL, NULL, &serr)) fprintf(log, "warning: %s\n", serr.msg);
-    }
-    if (rc) return rc;
+    return rc;
+}
+
+/* After the steps: the final checkpoint, the bad images counted, the chief's test, the last line. */
+static int report(run_state *r, const dt_train_options *o, int evaluates, int64_t global_step, int64_t steps_here,
+                  dt_train_result *res, dt_error *err) {
+    FILE *log = r->log;
     /* The final checkpoint (a cluster's after every worker finished) is what the test below sees. */
-    if ((rc = dt_supervisor_final(r->supervisor, dt_net_params(r->net), &global_step, err))) return rc;
-
+    int rc = dt_supervisor_final(r->supervisor, dt_net_params(r->net), &global_step, err);
+    if (rc) return rc;
     res->bad_images = (int64_t)dt_dataset_bad_count(r->data.train);
     if (r->data.validation != r->data.train) res->bad_images += (int64_t)dt_dataset_bad_count(r->data.validation);
     if (res->bad_images)
@@ -647,8 +681,60 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
         fprintf(log, "test accuracy %.4f  test loss %.4f  (%lld examples)\n", test.accuracy, test.loss,
                 (long long)test.examples);
     }
-    fprintf(log, "trained %lld local steps in %.1f s (%.0f examples/sec); global step %lld\n",
-            (long long)(local_step - first_local_step), res->seconds, res->examples_per_sec, (long long)global_step);
+    fprintf(log, "trained %lld local steps in %.1f s (%.0f examples/sec); global step %lld\n", (long long)steps_here,
+            res->seconds, res->examples_per_sec, (long long)global_step);
     fflush(log);
     return DT_OK;
+}
+
+/* A worker's (or a single process's) run, phase by phase. */
+static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt_train_result *res,
+                      dt_error *err) {
+    /* Whatever logs during training (the loop, the supervisor's warnings, the remote updater) goes
+     * through one stream that erases the progress line first, so every line starts on its own. */
+    dt_progress_init(&r->prog, o->progress, 1);
+    r->log_out = log_out;
+    r->log = dt_progress_wrap(&r->prog, log_out);
+    int64_t global_step, local_step;
+    int rc = open_data(r, o, err);
+    if (!rc) rc = create_updater(r, o, err);
+    if (!rc) rc = restore_or_start(r, o, &global_step, &local_step, err);
+    if (rc) return rc;
+    const int64_t first_local_step = local_step;
+    res->start_step = global_step;
+    log_start(r, o);
+    if ((rc = supervised(r, dt_supervisor_started, global_step, err))) return rc;
+
+    /* Benchmarks of scale (--debug_emulate_compute_ms): a sleep stands in for the batch, forward
+     * and backward, so many workers share few cores without slowing each other down, and a fixed
+     * gradient of the model's full size is pushed, so the ps tasks and the network do the real
+     * work. Its values are small and deterministic; nothing learns, so nothing is evaluated. */
+    int emulate = r->dbg->emulate_compute_ms >= 0;
+    if (emulate) {
+        float *g = dt_net_grads(r->net);
+        for (size_t i = 0, n = dt_net_param_count(r->net); i < n; i++) g[i] = (float)((int)(i % 7) - 3) * 1e-4f;
+        fprintf(r->log, "emulating compute: %d ms per step, a constant gradient, no evaluation (benchmarks only)\n",
+                r->dbg->emulate_compute_ms);
+    }
+    dt_progress_init(&r->prog, o->progress, r->plan.total);
+    dt_progress_start(&r->prog, global_step, r->plan.examples_per_step);
+    dt_status_start(r->status, r->plan.total, global_step, r->plan.examples_per_step);
+    dt_metric_set(r->m.step, (double)global_step);
+    double t_start = dt_seconds();
+    rc = run_steps(r, o, emulate, &global_step, &local_step, res, err);
+    /* An overlapping updater's last parameters are still on their way. */
+    if (!rc && r->updater->settle && (rc = r->updater->settle(r->updater, r->net, &global_step, err)) == DT_OK)
+        res->steps = global_step;
+    dt_progress_clear(&r->prog);
+    dt_status_finished(r->status);
+    res->seconds = dt_seconds() - t_start;
+    res->examples_per_sec = (double)(local_step - first_local_step) * o->batch_size / res->seconds;
+    if (rc == DT_EINTR && !r->cluster.distributed) {
+        /* Stopped on one machine: keep what was trained (a cluster is stopped as a whole, its ps
+         * tasks too, so only its periodic checkpoints count). */
+        dt_error serr = {0};
+        if (dt_supervisor_final(r->supervisor, NULL, NULL, &serr)) fprintf(r->log, "warning: %s\n", serr.msg);
+    }
+    if (rc) return rc;
+    return report(r, o, r->cluster.is_chief && !emulate, global_step, local_step - first_local_step, res, err);
 }
