@@ -273,6 +273,22 @@ static int gather(dt_ps_client *c, int64_t deadline, const char *what, reply_fn 
     }
 }
 
+/* The same payload-less request to every ps, then every reply (each passed to fn, if any), within
+ * one request timeout. */
+static int ask_every_ps(dt_ps_client *c, dt_msg_type type, dt_msg_type reply, const char *what, reply_fn fn,
+                        void *user, dt_error *err) {
+    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
+    for (int i = 0; i < c->n_ps; i++) {
+        dt_wire_header h = dt_wire_header_make(type, 0, 0, 0);
+        int rc = send_req(c, i, &h, reply, NULL, deadline, err);
+        if (rc) {
+            clear_awaits(c);
+            return rc;
+        }
+    }
+    return gather(c, deadline, what, fn, user, err);
+}
+
 /* libzmq's I/O thread calls this when it is done with a zero-copy gradient frame (hint: its ps). */
 static void release_inflight(void *data, void *hint) {
     (void)data;
@@ -657,16 +673,7 @@ static int on_status(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_erro
 }
 
 int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err) {
-    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
-    for (int i = 0; i < c->n_ps; i++) {
-        dt_wire_header h = dt_wire_header_make(DT_MSG_STATUS, 0, 0, 0);
-        int rc = send_req(c, i, &h, DT_MSG_STATUS_REPLY, NULL, deadline, err);
-        if (rc) {
-            clear_awaits(c);
-            return rc;
-        }
-    }
-    int rc = gather(c, deadline, "STATUS", on_status, NULL, err);
+    int rc = ask_every_ps(c, DT_MSG_STATUS, DT_MSG_STATUS_REPLY, "STATUS", on_status, NULL, err);
     if (!rc && out)
         for (int i = 0; i < c->n_ps; i++) out[i] = c->ps[i].st;
     return rc;
@@ -1054,17 +1061,8 @@ static int on_state(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error
 
 int dt_ps_client_fetch_state(dt_ps_client *c, const dt_opt_config *opt, float *const *params,
                              float *const *state, int64_t *steps, int64_t *steps_max, dt_error *err) {
-    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
-    for (int i = 0; i < c->n_ps; i++) {
-        dt_wire_header h = dt_wire_header_make(DT_MSG_FETCH, 0, 0, 0);
-        int rc = send_req(c, i, &h, DT_MSG_STATE, NULL, deadline, err);
-        if (rc) {
-            clear_awaits(c);
-            return rc;
-        }
-    }
     fetch_ctx f = {.opt = opt, .params = params, .state = state, .steps_max = steps_max};
-    int rc = gather(c, deadline, "FETCH", on_state, &f, err);
+    int rc = ask_every_ps(c, DT_MSG_FETCH, DT_MSG_STATE, "FETCH", on_state, &f, err);
     if (!rc && steps)
         for (int i = 0; i < c->n_ps; i++) steps[i] = c->ps[i].st.global_step;
     return rc;
@@ -1072,29 +1070,11 @@ int dt_ps_client_fetch_state(dt_ps_client *c, const dt_opt_config *opt, float *c
 
 int dt_ps_client_shutdown(dt_ps_client *c, dt_error *err) {
     if (c->role != DT_ROLE_CHIEF) return dt_errorf(err, DT_EINVAL, "only the chief shuts the ps tasks down");
-    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
-    for (int i = 0; i < c->n_ps; i++) {
-        dt_wire_header h = dt_wire_header_make(DT_MSG_SHUTDOWN, 0, 0, 0);
-        int rc = send_req(c, i, &h, DT_MSG_ACK, NULL, deadline, err);
-        if (rc) {
-            clear_awaits(c);
-            return rc;
-        }
-    }
-    return gather(c, deadline, "SHUTDOWN", NULL, NULL, err);
+    return ask_every_ps(c, DT_MSG_SHUTDOWN, DT_MSG_ACK, "SHUTDOWN", NULL, NULL, err);
 }
 
 int dt_ps_client_done(dt_ps_client *c, dt_error *err) {
-    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
-    for (int i = 0; i < c->n_ps; i++) {
-        dt_wire_header h = dt_wire_header_make(DT_MSG_DONE, 0, 0, 0);
-        int rc = send_req(c, i, &h, DT_MSG_ACK, NULL, deadline, err);
-        if (rc) {
-            clear_awaits(c);
-            return rc;
-        }
-    }
-    return gather(c, deadline, "DONE", NULL, NULL, err);
+    return ask_every_ps(c, DT_MSG_DONE, DT_MSG_ACK, "DONE", NULL, NULL, err);
 }
 
 int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_error *err) {
