@@ -9,7 +9,6 @@ ln -s "$(cd "$data" && pwd)" "$tmp/data"
 # A tiny model, so that the runs stay short under the sanitizers too.
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
 m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threads 1)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # run_cluster TAG PS_HOSTS WORKER_HOSTS [flags for every task]: every task of the cluster as its own
 # process (logs $tmp/TAG.ps<i>, $tmp/TAG.w<i>), a short asynchronous run; 0 if every process exits 0.

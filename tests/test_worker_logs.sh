@@ -7,7 +7,6 @@ data=${FASHION:-/usr/share/datasets/fashion-mnist}
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
 m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threads 1)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # seen_while_running FILE PATTERN PID SECONDS: PATTERN appears in FILE within SECONDS while PID runs.
 seen_while_running() {
   for _ in $(seq 1 $(($4 * 10))); do
