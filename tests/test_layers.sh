@@ -17,6 +17,16 @@ for d in src/*/; do
   d=$(basename "$d")
   check "src/$d has a place in the layer order" [ "$(rank "$d")" -ge 0 ]
 done
+# Each folder's README.md says what it owns and ends with the folders it uses; that line must stay
+# true: exactly the folders its files include from.
+uses_of() { grep -rh '#include "' "src/$1" | sed -n 's/.*#include "\([a-z_]*\)\/.*/\1/p' | grep -vx "$1" | sort -u | tr '\n' ' '; }
+said_of() { sed -n 's/^Uses (includes from): //p' "src/$1/README.md" | grep -o '`[a-z_]*/`' | tr -d '`/' | sort -u | tr '\n' ' '; }
+for d in src/*/; do
+  d=$(basename "$d")
+  check "src/$d/README.md says what the folder owns" test -s "src/$d/README.md"
+  [ -f "src/$d/README.md" ] || continue
+  check "src/$d/README.md names the folders it uses ($(uses_of "$d"))" test "$(said_of "$d")" = "$(uses_of "$d")"
+done
 found=$(upward src)
 [ -z "$found" ] || echo "$found"
 check "no folder includes one above it" [ -z "$found" ]
