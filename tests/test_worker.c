@@ -177,7 +177,9 @@ static void test_push_to_dead_ps_not_sent_later(void) {
 
 /* ---------- non-finite parameters ---------- */
 
-static const char *MODEL = "model small\ninput 6 6 1\nconv2d filters=3 kernel=3\nrelu\nflatten\ndense units=4\n";
+/* The dense kernel (48 x 400 floats) is large enough that its last float lies past the first block
+ * a pulled chunk is unpacked and checked in (ps_client.c, SCAN_BLOCK). */
+static const char *MODEL = "model small\ninput 6 6 1\nconv2d filters=3 kernel=3\nrelu\nflatten\ndense units=400\n";
 
 /* A real ps made to hold -inf (SGD with a gradient whose update overflows): the worker's pull
  * fails naming the ps, its address, the step and the parameter, instead of training on until the
@@ -213,17 +215,21 @@ static void test_nonfinite_params_named(void) {
     if (!u) goto out;
     CHECK_MSG(u->start(u, net, 1, &step, &e) == 0 && step == 0, "%s", e.msg);
 
-    /* Float 1 of the last variable: 10 * 3e38 overflows, so the ps's update makes it -inf. */
-    const dt_param_view *v = dt_net_view(net, dt_net_num_views(net) - 1);
+    /* The last float of the largest variable: 10 * 3e38 overflows, so the ps's update makes it -inf. */
+    const dt_param_view *v = dt_net_view(net, 0);
+    for (int k = 1; k < dt_net_num_views(net); k++)
+        if (dt_net_view(net, k)->count > v->count) v = dt_net_view(net, k);
+    size_t last = v->count - 1;
     int at = -1;
     size_t off = 0;
-    CHECK(dt_placement_locate(&pl, v->offset + 1, &at, &off) >= 0 && at >= 0);
+    CHECK(dt_placement_locate(&pl, v->offset + last, &at, &off) >= 0 && at >= 0);
+    CHECK_MSG(off > 8192, "the float checked lies at %zu of its shard, inside the first block", off);
     memset(dt_net_grads(net), 0, dt_net_param_count(net) * sizeof(float));
-    dt_net_grads(net)[v->offset + 1] = 3e38f;
+    dt_net_grads(net)[v->offset + last] = 3e38f;
     CHECK(u->apply(u, net, 0, &step, &e) == DT_EFORMAT);
     char want[256];
-    snprintf(want, sizeof want, "ps %d at tcp://127.0.0.1:%d: served a non-finite parameter (%s[1] = -inf) at step 1: "
-             "training diverged (lower --learning_rate) or the ps is damaged", at, ports[at], v->name);
+    snprintf(want, sizeof want, "ps %d at tcp://127.0.0.1:%d: served a non-finite parameter (%s[%zu] = -inf) at step 1: "
+             "training diverged (lower --learning_rate) or the ps is damaged", at, ports[at], v->name, last);
     CHECK_CONTAINS(e.msg, want);
 
     /* A plain client, which knows no variable names, gives the float's place in the shard. */

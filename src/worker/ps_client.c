@@ -24,6 +24,7 @@
 #define READY_POLL_MS 100
 #define RELEASE_MS 2000       /* how long libzmq may take to drop the frames of a closed socket */
 #define LATE_WAKE_MS 250      /* a poll that returns this much later than asked: the process was stopped */
+#define SCAN_BLOCK 8192     /* floats unpacked then checked for NaN/infinity while in cache (32 KiB) */
 
 typedef struct {
     uint32_t id;              /* request id awaited */
@@ -722,11 +723,18 @@ static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error 
     uint64_t off, len;
     dt_wire_chunk(p->n, h->chunks, h->chunk, &off, &len); /* the size was checked by on_message */
     float *dst = x->dst[i] + off;
-    dt_unpack(h->encoding, dst, zmq_msg_data(&in->payload), (size_t)len); /* libzmq promises no alignment */
     *chunk_step(x, i, h->chunk) = h->global_step;
-    /* Caught here, where it enters, it names its source; left alone it would surface only later
-     * as a NaN loss. */
-    size_t bad = dt_first_nonfinite(dst, (size_t)len);
+    /* A non-finite value is caught here, where it enters, and named by its source; left alone it
+     * would surface only later as a NaN loss. Unpacked and scanned a block at a time, so the scan
+     * reads what the copy just wrote from cache instead of a whole chunk again from memory. */
+    const unsigned char *src = zmq_msg_data(&in->payload); /* libzmq promises no alignment */
+    size_t esize = dt_enc_size(h->encoding), bad = (size_t)len;
+    for (size_t at = 0; at < (size_t)len && bad == (size_t)len; at += SCAN_BLOCK) {
+        size_t k = (size_t)len - at < SCAN_BLOCK ? (size_t)len - at : SCAN_BLOCK;
+        dt_unpack(h->encoding, dst + at, src + at * esize, k);
+        size_t b = dt_first_nonfinite(dst + at, k);
+        if (b < k) bad = at + b;
+    }
     if (bad < len) {
         char name[96], msg[320];
         if (c->name_float) c->name_float(c->name_user, i, (size_t)off + bad, name, sizeof name);
