@@ -58,16 +58,21 @@ static void wake(dt_overlap *o) {
     (void)w;
 }
 
+/* The part [*a, *b) of the flat floats [offset, end) that slice sl holds; 0 when there is none. */
+static int slice_part(const dt_slice *sl, size_t offset, size_t end, size_t *a, size_t *b) {
+    *a = sl->offset > offset ? sl->offset : offset;
+    *b = sl->offset + sl->count < end ? sl->offset + sl->count : end;
+    return *a < *b;
+}
+
 /* Calls fn(o, chunk, overlap) for every chunk holding part of the flat floats [offset, offset +
  * count): overlap is how many of its floats the range covers. */
 static void for_chunks(dt_overlap *o, size_t offset, size_t count, void (*fn)(dt_overlap *, int, size_t)) {
     const dt_placement *pl = o->cfg.placement;
-    size_t end = offset + count;
+    size_t end = offset + count, a, b;
     for (int s = 0; s < pl->n_slices; s++) {
         const dt_slice *sl = &pl->slices[s];
-        size_t a = sl->offset > offset ? sl->offset : offset;
-        size_t b = sl->offset + sl->count < end ? sl->offset + sl->count : end;
-        if (a >= b) continue;
+        if (!slice_part(sl, offset, end, &a, &b)) continue;
         size_t sa = sl->shard_offset + (a - sl->offset), sb = sa + (b - a); /* in the shard */
         for (int k = o->base[sl->ps]; k < o->base[sl->ps + 1]; k++) {
             size_t ca = o->off[k] > sa ? o->off[k] : sa;
@@ -98,12 +103,10 @@ void dt_overlap_ready(dt_overlap *o, size_t offset, size_t count) {
     if (!o->open) return;
     const dt_placement *pl = o->cfg.placement;
     /* The shards' copies first (the thread reads a chunk only once it is queued). */
-    size_t end = offset + count;
+    size_t end = offset + count, a, b;
     for (int s = 0; s < pl->n_slices; s++) {
         const dt_slice *sl = &pl->slices[s];
-        size_t a = sl->offset > offset ? sl->offset : offset;
-        size_t b = sl->offset + sl->count < end ? sl->offset + sl->count : end;
-        if (a < b)
+        if (slice_part(sl, offset, end, &a, &b))
             memcpy(o->cfg.grads[sl->ps] + sl->shard_offset + (a - sl->offset), o->cfg.flat_grads + a,
                    (b - a) * sizeof(float));
     }
