@@ -753,8 +753,12 @@ extern "C" int dt_cuda_open(int index, dt_error *err) {
     int rc;
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return dt_errorf(err, DT_EINVAL, "--device cuda:%d: no usable CUDA device: %s (%s)", index, cudaGetErrorString(e),
-                         cudaGetErrorName(e));
+        /* Without the driver library the runtime says "driver version is insufficient": say why. */
+        void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        if (drv) dlclose(drv);
+        return dt_errorf(err, DT_EINVAL, "--device cuda:%d: no usable CUDA device: %s (%s)%s", index,
+                         cudaGetErrorString(e), cudaGetErrorName(e),
+                         drv ? "" : "; no CUDA driver here (libcuda.so.1 not found)");
     }
     if (index >= n)
         return dt_errorf(err, DT_EINVAL, "--device cuda:%d: no such CUDA device (%d visible)", index, n);

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# --device without a GPU (runs everywhere; the GPU tests are test_gpu_*): a bad value is refused
+# with one line naming the flag; --device cuda either trains (a GPU is there) or is refused with
+# one line giving the reason: "built without CUDA" in a build without it, the driver's reason
+# (no device, no driver) in a CUDA build. Either way the CPU run next to it trains.
+. "$(dirname "$0")/lib.sh"
+case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
+src=$PWD
+cd "$tmp"
+fashion_subset data 256 64
+common=(--model "$src/models/fashion.model" --data data --logdir= --summary_dir= --batch_size 32 --train_steps 2
+        --threads 1)
+
+expect_error "--device gpu is refused naming the flag" 1 "^dtrain train: --device 'gpu': expected cpu, cuda or cuda:N" \
+  "$bin" train "${common[@]}" --device gpu
+expect_error "--device cuda:64 is refused" 1 "--device 'cuda:64'" "$bin" train "${common[@]}" --device cuda:64
+"$bin" train "${common[@]}" --device cuda >out 2>err
+rc=$?
+if [ $rc -eq 0 ]; then
+  check "--device cuda trains where a GPU is (device named)" grep -q '^device: ' out
+else
+  check "--device cuda without a usable GPU: one line with the reason ($(head -c 300 err))" \
+    test "$(wc -l <err)" -eq 1 -a -n "$(grep -E 'built without CUDA|no usable CUDA device|no such CUDA device|cannot load cuBLAS' err)"
+fi
+check "--device cpu trains" "$bin" train "${common[@]}" --device cpu
+summary
