@@ -42,6 +42,15 @@ fashion_subset() {
 # (the kernel's picks, held together so they differ, closed again at once), space-separated, so
 # parallel tests do not collide on a random guess:  ports=($(free_port 3))
 free_port() {
+  if [ ! -x /usr/bin/python3 ]; then # a machine without python3 (scripts/gpu-check's): random ports nobody answers on
+    local out=() p
+    while [ ${#out[@]} -lt "${1:-1}" ]; do
+      p=$((20000 + RANDOM % 40000))
+      (: </dev/tcp/127.0.0.1/$p) 2>/dev/null || [[ " ${out[*]} " == *" $p "* ]] || out+=("$p")
+    done
+    echo "${out[*]}"
+    return
+  fi
   /usr/bin/python3 -c 'import socket, sys
 socks = [socket.socket() for _ in range(int(sys.argv[1]))]
 for s in socks: s.bind(("127.0.0.1", 0))
