@@ -36,10 +36,7 @@ cluster() {
 
 # Skip (77) unless one step runs on cuda here; the reason goes to the log.
 timeout 60 "$bin" train "${base[@]}" --train_steps 1 --device cuda >probe.log 2>&1
-if [ $? -ne 0 ] && grep -qE "built without CUDA|no usable CUDA device|no such CUDA device|cannot load cuBLAS|sm_90 and newer" probe.log; then
-  echo "skipped: $(tail -n 1 probe.log)"
-  exit 77
-fi
+gpu_skip_unless_ran $? probe.log
 
 cluster mixed cuda cpu
 rc=$?

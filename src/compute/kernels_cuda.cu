@@ -202,7 +202,10 @@ static void *cu_alloc(size_t bytes, const char *what, dt_error *err) {
                   cudaGetErrorString(e));
         return NULL;
     }
-    if (!ck(cudaMemset(p, 0, bytes), "cudaMemset (new buffer)")) {
+    /* cudaMemset is asynchronous on the legacy stream, which the two non-blocking streams do not
+     * wait for: wait here (buffers are made once, when a net moves to the device). */
+    if (!ck(cudaMemset(p, 0, bytes), "cudaMemset (new buffer)") ||
+        !ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize (new buffer)")) {
         cudaFree(p);
         dt_errorf(err, DT_EIO, "cuda:%d: clearing %zu bytes for %s failed", g.index, bytes, what);
         return NULL;
@@ -324,15 +327,20 @@ static void cu_conv2d_backward(float *din, float *dw, float *db, const float *do
 
 /* ---- pooling -------------------------------------------------------------------------------- */
 
+/* Output element i of a pooling [N, OH, OW, C]: its row, column and channel, and its example's input. */
+__device__ static const float *pool_cell(const float *in, const dt_window &w, size_t i, int *oh, int *ow, int *c) {
+    *c = (int)(i % w.in_c);
+    size_t t = i / w.in_c;
+    *ow = (int)(t % w.out_w), *oh = (int)(t / w.out_w % w.out_h);
+    return in + t / ((size_t)w.out_w * w.out_h) * ((size_t)w.in_h * w.in_w * w.in_c);
+}
+
 /* As maxpool_row (kernels_cpu.c): the first in-image cell seeds the max, later ones win if strictly
  * larger or NaN; argmax is the index within the example. */
 __global__ void k_maxpool_fwd(float *out, int32_t *argmax, const float *in, dt_window w, size_t total) {
     LOOP(i, total) {
-        int c = (int)(i % w.in_c);
-        size_t t = i / w.in_c;
-        int ow = (int)(t % w.out_w), oh = (int)(t / w.out_w % w.out_h);
-        size_t n = t / ((size_t)w.out_w * w.out_h);
-        const float *x = in + n * (size_t)w.in_h * w.in_w * w.in_c;
+        int oh, ow, c;
+        const float *x = pool_cell(in, w, i, &oh, &ow, &c);
         int ih0 = oh * w.stride_h - w.pad_top, iw0 = ow * w.stride_w - w.pad_left;
         int kh_lo = ih0 < 0 ? -ih0 : 0, kh_hi = ih0 + w.k_h > w.in_h ? w.in_h - ih0 : w.k_h;
         int kw_lo = iw0 < 0 ? -iw0 : 0, kw_hi = iw0 + w.k_w > w.in_w ? w.in_w - iw0 : w.k_w;
@@ -357,25 +365,8 @@ __device__ static void windows_over(int i, int p, int k, int s, int n_out, int *
     if (*hi > n_out - 1) *hi = n_out - 1;
 }
 
-/* din: each input cell sums the output gradients whose argmax is it, in output order (as the CPU's
- * scatter adds them). */
-__global__ void k_maxpool_bwd(float *din, const float *dout, const int32_t *argmax, dt_window w, size_t total) {
-    const size_t img = (size_t)w.in_h * w.in_w * w.in_c;
-    LOOP(i, total) {
-        size_t n = i / img;
-        int e = (int)(i % img), c = e % w.in_c, iw = e / w.in_c % w.in_w, ih = e / (w.in_c * w.in_w);
-        int oh0, oh1, ow0, ow1;
-        windows_over(ih, w.pad_top, w.k_h, w.stride_h, w.out_h, &oh0, &oh1);
-        windows_over(iw, w.pad_left, w.k_w, w.stride_w, w.out_w, &ow0, &ow1);
-        float sum = 0.0f;
-        for (int oh = oh0; oh <= oh1; oh++)
-            for (int ow = ow0; ow <= ow1; ow++) {
-                size_t o = ((n * w.out_h + oh) * w.out_w + ow) * w.in_c + c;
-                if (argmax[o] == e) sum += dout[o];
-            }
-        din[i] = sum;
-    }
-}
+template <bool MAX>
+__global__ void k_pool_bwd(float *din, const float *dout, const int32_t *argmax, dt_window w, size_t total);
 
 static void cu_maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *w) {
     use();
@@ -387,7 +378,7 @@ static void cu_maxpool_forward(float *out, int32_t *argmax, const float *in, int
 static void cu_maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch, const dt_window *w) {
     use();
     size_t total = (size_t)batch * w->in_h * w->in_w * w->in_c;
-    k_maxpool_bwd<<<blocks_for(total), THREADS, 0, g.compute>>>(din, dout, argmax, *w, total);
+    k_pool_bwd<true><<<blocks_for(total), THREADS, 0, g.compute>>>(din, dout, argmax, *w, total);
     LAUNCHED("maxpool_backward");
 }
 
@@ -402,11 +393,8 @@ __device__ static void avg_window(const dt_window &w, int oh, int ow, int *h0, i
 
 __global__ void k_avgpool_fwd(float *out, const float *in, dt_window w, size_t total) {
     LOOP(i, total) {
-        int c = (int)(i % w.in_c);
-        size_t t = i / w.in_c;
-        int ow = (int)(t % w.out_w), oh = (int)(t / w.out_w % w.out_h);
-        size_t n = t / ((size_t)w.out_w * w.out_h);
-        const float *x = in + n * (size_t)w.in_h * w.in_w * w.in_c;
+        int oh, ow, c;
+        const float *x = pool_cell(in, w, i, &oh, &ow, &c);
         int h0, h1, w0, w1;
         avg_window(w, oh, ow, &h0, &h1, &w0, &w1);
         float sum = 0.0f;
@@ -416,7 +404,11 @@ __global__ void k_avgpool_fwd(float *out, const float *in, dt_window w, size_t t
     }
 }
 
-__global__ void k_avgpool_bwd(float *din, const float *dout, dt_window w, size_t total) {
+/* Pooling backward as a gather: each input cell sums, over the windows containing it in output
+ * order (as the CPU's scatter adds them), the output gradient it earned: max pooling's when the
+ * window's argmax is the cell, average pooling's times 1 / (the window's cells inside the image). */
+template <bool MAX>
+__global__ void k_pool_bwd(float *din, const float *dout, const int32_t *argmax, dt_window w, size_t total) {
     const size_t img = (size_t)w.in_h * w.in_w * w.in_c;
     LOOP(i, total) {
         size_t n = i / img;
@@ -427,10 +419,14 @@ __global__ void k_avgpool_bwd(float *din, const float *dout, dt_window w, size_t
         float sum = 0.0f;
         for (int oh = oh0; oh <= oh1; oh++)
             for (int ow = ow0; ow <= ow1; ow++) {
-                int h0, h1, w0, w1;
-                avg_window(w, oh, ow, &h0, &h1, &w0, &w1);
-                float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
-                sum += dout[((n * w.out_h + oh) * w.out_w + ow) * w.in_c + c] * inv;
+                size_t o = ((n * w.out_h + oh) * w.out_w + ow) * w.in_c + c;
+                if (MAX) {
+                    if (argmax[o] == e) sum += dout[o];
+                } else {
+                    int h0, h1, w0, w1;
+                    avg_window(w, oh, ow, &h0, &h1, &w0, &w1);
+                    sum += dout[o] * (1.0f / (float)((h1 - h0) * (w1 - w0)));
+                }
             }
         din[i] = sum;
     }
@@ -446,7 +442,7 @@ static void cu_avgpool_forward(float *out, const float *in, int batch, const dt_
 static void cu_avgpool_backward(float *din, const float *dout, int batch, const dt_window *w) {
     use();
     size_t total = (size_t)batch * w->in_h * w->in_w * w->in_c;
-    k_avgpool_bwd<<<blocks_for(total), THREADS, 0, g.compute>>>(din, dout, *w, total);
+    k_pool_bwd<false><<<blocks_for(total), THREADS, 0, g.compute>>>(din, dout, NULL, *w, total);
     LAUNCHED("avgpool_backward");
 }
 
