@@ -5,10 +5,10 @@
  *     they are); backward scatters dcol back with a gather (each input cell sums the window
  *     positions that read it), so no atomics: results are deterministic;
  *   - dense layers are one sgemm each way; bias gradients are cuBLAS gemv against a vector of ones;
- *   - every other kernel is a plain grid-stride loop, one thread per output element, in the same
- *     order of summation as the CPU code where it sums.
- * Row-major products: cuBLAS is column-major, and a row-major matrix is its transpose in column-
- * major, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T (gemm_rm).
+ *   - every other kernel is a grid-stride loop, one thread per output element.
+ * The per-element work of the kernels and the sequence of the convolution and dense layers are in
+ * cuda_cells.h, shared with tests/test_cuda_cells.c, which runs them on the CPU against the CPU
+ * kernels; this file holds what only a GPU runs: launches, cuBLAS, memory, streams, failures.
  * Every CUDA and cuBLAS call is checked; the first failure is kept with the call's name (fail) and
  * dt_cuda_status returns it.
  * cuBLAS is opened with dlopen when a device is opened, not linked: a process that computes on the
@@ -28,6 +28,7 @@ extern "C" {
 #include "compute/cuda.h"
 #include "core/error.h"
 }
+#include "compute/cuda_cells.h"
 
 #define MARKERS 64
 /* im2col buffer of one convolution chunk: 32M floats (128 MiB), whole examples per chunk. */
@@ -152,12 +153,10 @@ static unsigned blocks_for(size_t n) {
 }
 #define LOOP(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)blockDim.x * gridDim.x)
 
-/* Row-major C [M,N] = alpha op(A) op(B) + beta C, as dt_gemm (see the top of the file). */
-static void gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
-                    float beta, float *C, int ldc) {
-    if (M <= 0 || N <= 0) return;
-    ckb(blas.sgemm(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
-                    A, lda, &beta, C, ldc),
+/* cuda_cells.h's gemm op: the column-major product, as cuBLAS takes it. */
+static void dev_gemm(const dt_colmajor_gemm *m, float alpha, float beta, float *C) {
+    ckb(blas.sgemm(g.blas, m->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, m->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m->m, m->n,
+                   m->k, &alpha, m->A, m->lda, m->B, m->ldb, &beta, C, m->ldc),
         "cublasSgemm");
 }
 
@@ -187,6 +186,11 @@ static void column_sums(float *out, const float *m, size_t rows, int cols) {
 
 __global__ void k_add_bias(float *out, const float *b, size_t rows, int C) {
     LOOP(i, rows * C) out[i] += b[i % C];
+}
+
+static void dev_add_bias(float *out, const float *b, size_t rows, int C) {
+    k_add_bias<<<blocks_for(rows * C), THREADS, 0, g.compute>>>(out, b, rows, C);
+    LAUNCHED("add_bias");
 }
 
 /* ---- memory --------------------------------------------------------------------------------- */
@@ -233,140 +237,65 @@ static void cu_zero(void *dst, size_t bytes) {
 
 /* ---- convolution ---------------------------------------------------------------------------- */
 
-/* Examples per im2col chunk: as many as fit CONV_COL_FLOATS, at least one. */
-static size_t conv_chunk(const dt_window *w, int batch) {
-    size_t per = (size_t)w->out_h * w->out_w * w->k_h * w->k_w * w->in_c;
-    size_t nb = per ? CONV_COL_FLOATS / per : 1;
-    if (nb < 1) nb = 1;
-    if (nb > (size_t)(batch > 0 ? batch : 1)) nb = (size_t)(batch > 0 ? batch : 1);
-    return nb;
+__global__ void k_im2col(float *col, const float *in, dt_window w, size_t p0, size_t R) {
+    LOOP(i, R * w.k_h * w.k_w * w.in_c) col[i] = im2col_cell(in, &w, p0, i);
 }
+
+__global__ void k_col2im(float *din, const float *dcol, dt_window w, size_t nb) {
+    LOOP(i, nb * w.in_h * w.in_w * w.in_c) din[i] = col2im_cell(dcol, &w, i);
+}
+
+static void dev_im2col(float *col, const float *in, const dt_window *w, size_t p0, size_t R) {
+    k_im2col<<<blocks_for(R * w->k_h * w->k_w * w->in_c), THREADS, 0, g.compute>>>(col, in, *w, p0, R);
+    LAUNCHED("im2col");
+}
+
+static void dev_col2im(float *din, const float *dcol, const dt_window *w, size_t nb) {
+    k_col2im<<<blocks_for(nb * w->in_h * w->in_w * w->in_c), THREADS, 0, g.compute>>>(din, dcol, *w, nb);
+    LAUNCHED("col2im");
+}
+
+/* The layers' steps (cuda_cells.h) over kernel launches and cuBLAS. */
+static const dt_cuda_ops device_ops = {dev_im2col, dev_col2im, dev_gemm, column_sums, dev_add_bias};
 
 static size_t cu_conv2d_scratch_floats(const dt_window *w, int batch) {
-    return conv_chunk(w, batch) * w->out_h * w->out_w * w->k_h * w->k_w * w->in_c;
-}
-
-/* col [R, KH*KW*C] = windows of output positions p0 .. p0 + R (p = (n*OH + oh)*OW + ow); padding 0. */
-__global__ void k_im2col(float *col, const float *in, dt_window w, size_t p0, size_t R) {
-    const size_t kkc = (size_t)w.k_h * w.k_w * w.in_c, ohw = (size_t)w.out_h * w.out_w;
-    LOOP(i, R * kkc) {
-        size_t r = i / kkc, e = i % kkc, p = p0 + r;
-        int c = (int)(e % w.in_c), kw = (int)(e / w.in_c % w.k_w), kh = (int)(e / ((size_t)w.in_c * w.k_w));
-        size_t n = p / ohw, q = p % ohw;
-        int oh = (int)(q / w.out_w), ow = (int)(q % w.out_w);
-        int ih = oh * w.stride_h - w.pad_top + kh, iw = ow * w.stride_w - w.pad_left + kw;
-        col[i] = ih >= 0 && ih < w.in_h && iw >= 0 && iw < w.in_w
-                     ? in[((n * w.in_h + ih) * w.in_w + iw) * w.in_c + c]
-                     : 0.0f;
-    }
-}
-
-/* din [nb, H, W, C] = the adjoint of im2col of dcol [nb*OH*OW, KH*KW*C]: each input cell sums, in
- * (kh, kw) order, the entries of the windows that read it. */
-__global__ void k_col2im(float *din, const float *dcol, dt_window w, size_t nb) {
-    const size_t kkc = (size_t)w.k_h * w.k_w * w.in_c, img = (size_t)w.in_h * w.in_w * w.in_c;
-    LOOP(i, nb * img) {
-        size_t n = i / img, e = i % img;
-        int c = (int)(e % w.in_c), iw = (int)(e / w.in_c % w.in_w), ih = (int)(e / ((size_t)w.in_c * w.in_w));
-        float sum = 0.0f;
-        for (int kh = 0; kh < w.k_h; kh++) {
-            int t = ih + w.pad_top - kh;
-            if (t < 0 || t % w.stride_h) continue;
-            int oh = t / w.stride_h;
-            if (oh >= w.out_h) continue;
-            for (int kw = 0; kw < w.k_w; kw++) {
-                int u = iw + w.pad_left - kw;
-                if (u < 0 || u % w.stride_w) continue;
-                int ow = u / w.stride_w;
-                if (ow >= w.out_w) continue;
-                sum += dcol[((n * w.out_h + oh) * w.out_w + ow) * kkc + ((size_t)kh * w.k_w + kw) * w.in_c + c];
-            }
-        }
-        din[i] = sum;
-    }
+    return conv_scratch_floats_for(w, batch, CONV_COL_FLOATS);
 }
 
 static void cu_conv2d_forward(float *out, const float *in, const float *wt, const float *b, int batch,
                               const dt_window *w, float *scratch) {
     use();
-    const int KKC = w->k_h * w->k_w * w->in_c, OC = w->out_c;
-    const size_t ohw = (size_t)w->out_h * w->out_w, nb = conv_chunk(w, batch);
-    for (size_t n0 = 0; n0 < (size_t)batch; n0 += nb) {
-        size_t cnt = n0 + nb < (size_t)batch ? nb : (size_t)batch - n0, R = cnt * ohw;
-        k_im2col<<<blocks_for(R * KKC), THREADS, 0, g.compute>>>(scratch, in, *w, n0 * ohw, R);
-        if (!LAUNCHED("im2col")) return;
-        gemm_rm(0, 0, (int)R, OC, KKC, 1.0f, scratch, KKC, wt, OC, 0.0f, out + n0 * ohw * OC, OC);
-    }
-    if (b) {
-        k_add_bias<<<blocks_for((size_t)batch * ohw * OC), THREADS, 0, g.compute>>>(out, b, (size_t)batch * ohw, OC);
-        LAUNCHED("add_bias");
-    }
+    conv_forward_steps(&device_ops, out, in, wt, b, batch, w, scratch, CONV_COL_FLOATS);
 }
 
 static void cu_conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                                const float *wt, int batch, const dt_window *w, float *scratch) {
     use();
-    const int KKC = w->k_h * w->k_w * w->in_c, OC = w->out_c;
-    const size_t ohw = (size_t)w->out_h * w->out_w, nb = conv_chunk(w, batch);
-    const size_t img = (size_t)w->in_h * w->in_w * w->in_c;
-    for (size_t n0 = 0; n0 < (size_t)batch; n0 += nb) {
-        size_t cnt = n0 + nb < (size_t)batch ? nb : (size_t)batch - n0, R = cnt * ohw;
-        const float *dout_c = dout + n0 * ohw * OC;
-        k_im2col<<<blocks_for(R * KKC), THREADS, 0, g.compute>>>(scratch, in, *w, n0 * ohw, R);
-        if (!LAUNCHED("im2col")) return;
-        /* dW (+)= col^T dout: the first chunk overwrites, the others add, in chunk order */
-        gemm_rm(1, 0, KKC, OC, (int)R, 1.0f, scratch, KKC, dout_c, OC, n0 ? 1.0f : 0.0f, dw, OC);
-        if (din) {
-            gemm_rm(0, 1, (int)R, KKC, OC, 1.0f, dout_c, OC, wt, OC, 0.0f, scratch, KKC); /* dcol = dout W^T */
-            k_col2im<<<blocks_for(cnt * img), THREADS, 0, g.compute>>>(din + n0 * img, scratch, *w, cnt);
-            if (!LAUNCHED("col2im")) return;
-        }
-    }
-    if (db) column_sums(db, dout, (size_t)batch * ohw, OC);
+    conv_backward_steps(&device_ops, din, dw, db, dout, in, wt, batch, w, scratch, CONV_COL_FLOATS);
 }
 
-/* ---- pooling -------------------------------------------------------------------------------- */
+/* ---- pooling ------------------------------------------------------------------------------- */
 
-/* Output element i of a pooling [N, OH, OW, C]: its row, column and channel, and its example's input. */
-__device__ static const float *pool_cell(const float *in, const dt_window &w, size_t i, int *oh, int *ow, int *c) {
-    *c = (int)(i % w.in_c);
-    size_t t = i / w.in_c;
-    *ow = (int)(t % w.out_w), *oh = (int)(t / w.out_w % w.out_h);
-    return in + t / ((size_t)w.out_w * w.out_h) * ((size_t)w.in_h * w.in_w * w.in_c);
-}
-
-/* As maxpool_row (kernels_cpu.c): the first in-image cell seeds the max, later ones win if strictly
- * larger or NaN; argmax is the index within the example. */
 __global__ void k_maxpool_fwd(float *out, int32_t *argmax, const float *in, dt_window w, size_t total) {
-    LOOP(i, total) {
-        int oh, ow, c;
-        const float *x = pool_cell(in, w, i, &oh, &ow, &c);
-        int ih0 = oh * w.stride_h - w.pad_top, iw0 = ow * w.stride_w - w.pad_left;
-        int kh_lo = ih0 < 0 ? -ih0 : 0, kh_hi = ih0 + w.k_h > w.in_h ? w.in_h - ih0 : w.k_h;
-        int kw_lo = iw0 < 0 ? -iw0 : 0, kw_hi = iw0 + w.k_w > w.in_w ? w.in_w - iw0 : w.k_w;
-        int32_t best_i = ((ih0 + kh_lo) * w.in_w + iw0 + kw_lo) * w.in_c + c;
-        float best = x[best_i];
-        for (int kh = kh_lo; kh < kh_hi; kh++)
-            for (int kw = kw_lo; kw < kw_hi; kw++) {
-                int32_t idx = ((ih0 + kh) * w.in_w + iw0 + kw) * w.in_c + c;
-                float v = x[idx];
-                if (v > best || v != v) best = v, best_i = idx;
-            }
-        out[i] = best;
-        argmax[i] = best_i;
-    }
+    LOOP(i, total) out[i] = maxpool_cell(in, &w, i, &argmax[i]);
 }
 
-/* Output rows [*lo, *hi] whose windows (stride s, size k, padding p) contain input row i. */
-__device__ static void windows_over(int i, int p, int k, int s, int n_out, int *lo, int *hi) {
-    int t = i + p - k + 1;
-    *lo = t <= 0 ? 0 : (t + s - 1) / s;
-    *hi = (i + p) / s;
-    if (*hi > n_out - 1) *hi = n_out - 1;
+__global__ void k_avgpool_fwd(float *out, const float *in, dt_window w, size_t total) {
+    LOOP(i, total) out[i] = avgpool_cell(in, &w, i);
 }
 
-template <bool MAX>
-__global__ void k_pool_bwd(float *din, const float *dout, const int32_t *argmax, dt_window w, size_t total);
+/* argmax NULL: average pooling's */
+__global__ void k_pool_bwd(float *din, const float *dout, const int32_t *argmax, dt_window w, size_t total) {
+    LOOP(i, total) din[i] = pool_backward_cell(dout, argmax, &w, i);
+}
+
+__global__ void k_gap_fwd(float *out, const float *in, int batch, int hw, int C) {
+    LOOP(i, (size_t)batch * C) out[i] = global_avgpool_cell(in, hw, C, i);
+}
+
+__global__ void k_gap_bwd(float *din, const float *dout, int batch, int hw, int C) {
+    LOOP(i, (size_t)batch * hw * C) din[i] = dout[i / ((size_t)hw * C) * C + i % C] / (float)hw;
+}
 
 static void cu_maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *w) {
     use();
@@ -378,58 +307,8 @@ static void cu_maxpool_forward(float *out, int32_t *argmax, const float *in, int
 static void cu_maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch, const dt_window *w) {
     use();
     size_t total = (size_t)batch * w->in_h * w->in_w * w->in_c;
-    k_pool_bwd<true><<<blocks_for(total), THREADS, 0, g.compute>>>(din, dout, argmax, *w, total);
+    k_pool_bwd<<<blocks_for(total), THREADS, 0, g.compute>>>(din, dout, argmax, *w, total);
     LAUNCHED("maxpool_backward");
-}
-
-/* The window of output (oh, ow) clipped to the image, as avg_window (kernels_graph.c). */
-__device__ static void avg_window(const dt_window &w, int oh, int ow, int *h0, int *h1, int *w0, int *w1) {
-    int ih = oh * w.stride_h - w.pad_top, iw = ow * w.stride_w - w.pad_left;
-    *h0 = ih < 0 ? 0 : ih;
-    *h1 = ih + w.k_h > w.in_h ? w.in_h : ih + w.k_h;
-    *w0 = iw < 0 ? 0 : iw;
-    *w1 = iw + w.k_w > w.in_w ? w.in_w : iw + w.k_w;
-}
-
-__global__ void k_avgpool_fwd(float *out, const float *in, dt_window w, size_t total) {
-    LOOP(i, total) {
-        int oh, ow, c;
-        const float *x = pool_cell(in, w, i, &oh, &ow, &c);
-        int h0, h1, w0, w1;
-        avg_window(w, oh, ow, &h0, &h1, &w0, &w1);
-        float sum = 0.0f;
-        for (int h = h0; h < h1; h++)
-            for (int v = w0; v < w1; v++) sum += x[((size_t)h * w.in_w + v) * w.in_c + c];
-        out[i] = sum * (1.0f / (float)((h1 - h0) * (w1 - w0)));
-    }
-}
-
-/* Pooling backward as a gather: each input cell sums, over the windows containing it in output
- * order (as the CPU's scatter adds them), the output gradient it earned: max pooling's when the
- * window's argmax is the cell, average pooling's times 1 / (the window's cells inside the image). */
-template <bool MAX>
-__global__ void k_pool_bwd(float *din, const float *dout, const int32_t *argmax, dt_window w, size_t total) {
-    const size_t img = (size_t)w.in_h * w.in_w * w.in_c;
-    LOOP(i, total) {
-        size_t n = i / img;
-        int e = (int)(i % img), c = e % w.in_c, iw = e / w.in_c % w.in_w, ih = e / (w.in_c * w.in_w);
-        int oh0, oh1, ow0, ow1;
-        windows_over(ih, w.pad_top, w.k_h, w.stride_h, w.out_h, &oh0, &oh1);
-        windows_over(iw, w.pad_left, w.k_w, w.stride_w, w.out_w, &ow0, &ow1);
-        float sum = 0.0f;
-        for (int oh = oh0; oh <= oh1; oh++)
-            for (int ow = ow0; ow <= ow1; ow++) {
-                size_t o = ((n * w.out_h + oh) * w.out_w + ow) * w.in_c + c;
-                if (MAX) {
-                    if (argmax[o] == e) sum += dout[o];
-                } else {
-                    int h0, h1, w0, w1;
-                    avg_window(w, oh, ow, &h0, &h1, &w0, &w1);
-                    sum += dout[o] * (1.0f / (float)((h1 - h0) * (w1 - w0)));
-                }
-            }
-        din[i] = sum;
-    }
 }
 
 static void cu_avgpool_forward(float *out, const float *in, int batch, const dt_window *w) {
@@ -442,25 +321,8 @@ static void cu_avgpool_forward(float *out, const float *in, int batch, const dt_
 static void cu_avgpool_backward(float *din, const float *dout, int batch, const dt_window *w) {
     use();
     size_t total = (size_t)batch * w->in_h * w->in_w * w->in_c;
-    k_pool_bwd<false><<<blocks_for(total), THREADS, 0, g.compute>>>(din, dout, NULL, *w, total);
+    k_pool_bwd<<<blocks_for(total), THREADS, 0, g.compute>>>(din, dout, NULL, *w, total);
     LAUNCHED("avgpool_backward");
-}
-
-__global__ void k_gap_fwd(float *out, const float *in, int batch, int hw, int C) {
-    LOOP(i, (size_t)batch * C) {
-        size_t n = i / C;
-        int c = (int)(i % C);
-        float sum = 0.0f;
-        for (int p = 0; p < hw; p++) sum += in[(n * hw + p) * C + c];
-        out[i] = sum / (float)hw;
-    }
-}
-
-__global__ void k_gap_bwd(float *din, const float *dout, int batch, int hw, int C) {
-    LOOP(i, (size_t)batch * hw * C) {
-        size_t n = i / ((size_t)hw * C);
-        din[i] = dout[n * C + i % C] / (float)hw;
-    }
 }
 
 static void cu_global_avgpool_forward(float *out, const float *in, int batch, int hw, int C) {
@@ -502,19 +364,10 @@ __global__ void k_tanh_bwd(float *din, const float *dout, const float *out, size
     LOOP(i, n) din[i] = dout[i] * (1.0f - out[i] * out[i]);
 }
 
-/* dt_hash64 (core/rng.c) on the device: splitmix64 of seed ^ counter * constant, so a mask is the
- * CPU's mask bit for bit. */
-__device__ static uint64_t hash64(uint64_t seed, uint64_t counter) {
-    uint64_t z = (seed ^ (counter * 0xd1342543de82ef95ULL)) + 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 __global__ void k_dropout_fwd(float *out, uint8_t *mask, const float *in, size_t n, float rate, float scale,
                               uint64_t seed) {
     LOOP(i, n) {
-        float u = (float)(hash64(seed, i) >> 40) * (1.0f / 16777216.0f);
+        float u = (float)(hash64_cell(seed, i) >> 40) * (1.0f / 16777216.0f);
         int keep = rate < 1.0f && u >= rate;
         mask[i] = (uint8_t)keep;
         out[i] = in[i] * (keep ? scale : 0.0f);
@@ -589,43 +442,20 @@ static void cu_concat_backward(float *din, const float *dout, size_t rows, int i
 static void cu_dense_forward(float *out, const float *in, const float *w, const float *b, int batch, int in_dim,
                              int out_dim) {
     use();
-    gemm_rm(0, 0, batch, out_dim, in_dim, 1.0f, in, in_dim, w, out_dim, 0.0f, out, out_dim);
-    if (b) {
-        k_add_bias<<<blocks_for((size_t)batch * out_dim), THREADS, 0, g.compute>>>(out, b, (size_t)batch, out_dim);
-        LAUNCHED("add_bias");
-    }
+    dense_forward_steps(&device_ops, out, in, w, b, batch, in_dim, out_dim);
 }
 
 static void cu_dense_backward(float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
                               int batch, int in_dim, int out_dim) {
     use();
-    gemm_rm(1, 0, in_dim, out_dim, batch, 1.0f, in, in_dim, dout, out_dim, 0.0f, dw, out_dim);
-    if (db) column_sums(db, dout, (size_t)batch, out_dim);
-    if (din) gemm_rm(0, 1, batch, in_dim, out_dim, 1.0f, dout, out_dim, w, out_dim, 0.0f, din, in_dim);
+    dense_backward_steps(&device_ops, din, dw, db, dout, in, w, batch, in_dim, out_dim);
 }
 
 /* ---- loss ----------------------------------------------------------------------------------- */
 
-/* One thread per row, as softmax_xent (kernels_cpu.c): log-sum-exp around the first max, in double. */
 __global__ void k_xent(float *dlogits, double *row_loss, int *row_hit, const float *logits, const int32_t *labels,
                        int batch, int classes) {
-    LOOP(n, (size_t)batch) {
-        const float *x = logits + n * classes;
-        int y = labels[n], best = 0;
-        for (int k = 1; k < classes; k++)
-            if (x[k] > x[best]) best = k;
-        float mx = x[best];
-        double sum = 0.0;
-        for (int k = 0; k < classes; k++) sum += exp((double)x[k] - mx);
-        int valid = y >= 0 && y < classes;
-        row_loss[n] = valid ? log(sum) - ((double)x[y] - mx) : nan("");
-        row_hit[n] = valid && best == y;
-        if (dlogits) {
-            float *d = dlogits + n * classes;
-            double inv = 1.0 / (sum * batch);
-            for (int k = 0; k < classes; k++) d[k] = (float)(exp((double)x[k] - mx) * inv - (k == y ? 1.0 / batch : 0.0));
-        }
-    }
+    LOOP(n, (size_t)batch) xent_row(dlogits, &row_loss[n], &row_hit[n], logits, labels, batch, classes, n);
 }
 
 /* Labels are host memory. The per-row losses come back and are summed on the host in row order,
