@@ -67,6 +67,19 @@ typedef struct dt_backend {
                                double *work);
     void (*channel_affine_forward)(float *out, const float *in, const float *scale, const float *shift,
                                    size_t rows, int C, int relu);
+
+    /* A device backend's copies between host memory and its own, its failures and its end (cuda.h
+     * describes them for CUDA: dt_cuda_upload_params and the rest); NULL on the CPU. */
+    void (*upload_params)(float *dev, const float *host, size_t n);
+    void (*download_grads)(float *host, const float *dev, size_t n, int slot);
+    void (*wait_slot)(int slot);
+    void (*upload)(void *dev, const void *host, size_t bytes);
+    void (*download)(void *host, const void *dev, size_t bytes);
+    void (*sync)(void);
+    int (*status)(dt_error *err);
+    int (*pin)(void *p, size_t bytes);
+    void (*unpin)(void *p);
+    void (*close)(void); /* the net that used it is gone (dt_cuda_close) */
 } dt_backend;
 
 /* kernels.h on the host (OpenBLAS + OpenMP). */

@@ -538,6 +538,16 @@ static dt_backend make_backend(void) {
     k.concat_forward = cu_concat_forward;
     k.concat_backward = cu_concat_backward;
     /* batch norm: not yet (its statistics and folding run on the host in model/net.c) */
+    k.upload_params = dt_cuda_upload_params;
+    k.download_grads = dt_cuda_download_grads;
+    k.wait_slot = dt_cuda_wait_slot;
+    k.upload = dt_cuda_upload;
+    k.download = dt_cuda_download;
+    k.sync = dt_cuda_sync;
+    k.status = dt_cuda_status;
+    k.pin = dt_cuda_pin;
+    k.unpin = dt_cuda_unpin;
+    k.close = dt_cuda_close;
     return k;
 }
 static const dt_backend cuda_backend = make_backend();

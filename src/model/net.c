@@ -324,8 +324,8 @@ void dt_net_free(dt_net *net) {
         k->release(net->kgrads);
         k->release(net->kinput);
         free(net->logits_host);
-        dt_cuda_unpin(net->params);
-        dt_cuda_unpin(net->grads);
+        k->unpin(net->params);
+        k->unpin(net->grads);
     }
     free(net->gbufs);
     free(net->layers);
@@ -334,7 +334,7 @@ void dt_net_free(dt_net *net) {
     free(net->grads);
     free(net->bn_work);
     dt_model_spec_free(&net->spec);
-    if (k->on_device) dt_cuda_close();
+    if (k->on_device) k->close();
     free(net);
 }
 
@@ -436,24 +436,18 @@ static int device_buffers_alloc(const dt_net *net, const dt_backend *k, device_b
     return DT_OK;
 }
 
-int dt_net_set_device(dt_net *net, const char *device, dt_error *err) {
-    int index, rc = dt_device_parse(device, &index, err);
-    if (rc) return rc;
-    if (index < 0) return DT_OK; /* cpu: where every net starts */
-    if (net->k->on_device) return dt_errorf(err, DT_EINVAL, "--device %s: the net is already on %s", device, net->k->name);
-    if ((rc = dt_cuda_open(index, err))) return rc;
-    const dt_backend *k = dt_cuda_backend();
+int dt_net_set_backend(dt_net *net, const dt_backend *k, dt_error *err) {
+    if (net->k->on_device) return dt_errorf(err, DT_EINVAL, "the net is already on %s", net->k->name);
+    if (!k->on_device) return DT_OK; /* the CPU: where every net starts */
     const char *src = net->spec.source[0] ? net->spec.source : net->spec.name;
     for (int i = 0; i < net->n_layers; i++)
-        if (!backend_has(k, net->layers[i].spec->kind)) {
-            dt_cuda_close();
+        if (!backend_has(k, net->layers[i].spec->kind))
             return dt_errorf(err, DT_EINVAL, "%s: not supported on %s yet: layer %s (%s); use --device cpu", src,
-                             device, net->layers[i].spec->name, dt_layer_kind_name(net->layers[i].spec->kind));
-        }
+                             k->name, net->layers[i].spec->name, dt_layer_kind_name(net->layers[i].spec->kind));
     device_buffers d = {0};
-    if ((rc = device_buffers_alloc(net, k, &d, err))) {
+    int rc = device_buffers_alloc(net, k, &d, err);
+    if (rc) {
         device_buffers_free(net, k, &d);
-        dt_cuda_close();
         return rc;
     }
     /* From here nothing fails: the host activations go, the device ones take their place. */
@@ -472,14 +466,23 @@ int dt_net_set_device(dt_net *net, const char *device, dt_error *err) {
     free(d.own), free(d.argmax), free(d.mask), free(d.gbufs);
     net->k = k;
     /* pinned, the parameter and gradient copies run on the copy stream without blocking the host */
-    dt_cuda_pin(net->params, net->n_params * sizeof(float));
-    dt_cuda_pin(net->grads, net->n_params * sizeof(float));
+    k->pin(net->params, net->n_params * sizeof(float));
+    k->pin(net->grads, net->n_params * sizeof(float));
     return DT_OK;
+}
+
+int dt_net_set_device(dt_net *net, const char *device, dt_error *err) {
+    int index, rc = dt_device_parse(device, &index, err);
+    if (rc || index < 0) return rc; /* cpu: where every net starts */
+    if (net->k->on_device) return dt_errorf(err, DT_EINVAL, "--device %s: the net is already on %s", device, net->k->name);
+    if ((rc = dt_cuda_open(index, err))) return rc;
+    if ((rc = dt_net_set_backend(net, dt_cuda_backend(), err))) dt_cuda_close();
+    return rc;
 }
 
 const char *dt_net_device(const dt_net *net) { return net->k->name; }
 
-int dt_net_status(const dt_net *net, dt_error *err) { return net->k->on_device ? dt_cuda_status(err) : DT_OK; }
+int dt_net_status(const dt_net *net, dt_error *err) { return net->k->on_device ? net->k->status(err) : DT_OK; }
 
 /* ---- initialisation ---- */
 
@@ -579,7 +582,7 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
     if (batch < 1 || batch > net->max_batch) return NULL;
     const dt_backend *k = net->k;
     if (k->on_device) {
-        dt_cuda_upload(net->kinput, x, (size_t)batch * dt_net_input_size(net) * sizeof *x);
+        k->upload(net->kinput, x, (size_t)batch * dt_net_input_size(net) * sizeof *x);
         x = net->kinput;
     }
     net->batch = batch;
@@ -598,7 +601,7 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
         if (dt_net_layer_params(net, i, &po, &pc)) {
             if (net->hooks.before_forward)
                 net->hooks.before_forward(net->hooks.user, po, pc); /* e.g. wait until they have arrived */
-            if (k->on_device) dt_cuda_upload_params(net->kparams + po, net->params + po, pc);
+            if (k->on_device) k->upload_params(net->kparams + po, net->params + po, pc);
         }
         const float *w = view_ptr(net->kparams, net, L->w_view), *b = view_ptr(net->kparams, net, L->b_view);
         switch (s->kind) {
@@ -673,7 +676,7 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
     }
     const layer *last = &net->layers[net->n_layers - 1];
     if (!k->on_device) return last->out;
-    dt_cuda_download(net->logits_host, last->out, (size_t)batch * last->shape.out_c * sizeof(float));
+    k->download(net->logits_host, last->out, (size_t)batch * last->shape.out_c * sizeof(float));
     return net->logits_host;
 }
 
@@ -778,7 +781,7 @@ void dt_net_backward(dt_net *net) {
         size_t po, pc;
         if (!dt_net_layer_params(net, i, &po, &pc)) continue;
         if (k->on_device) /* down on the copy stream while the layers below run; slot i marks its end */
-            dt_cuda_download_grads(net->grads + po, net->kgrads + po, pc, i);
+            k->download_grads(net->grads + po, net->kgrads + po, pc, i);
         else if (net->hooks.after_backward)
             net->hooks.after_backward(net->hooks.user, po, pc); /* e.g. push this gradient now */
     }
@@ -788,8 +791,8 @@ void dt_net_backward(dt_net *net) {
     for (int i = net->n_layers - 1; i >= 0; i--) {
         size_t po, pc;
         if (!net->layers[i].wants_grad || !dt_net_layer_params(net, i, &po, &pc)) continue;
-        dt_cuda_wait_slot(i);
+        k->wait_slot(i);
         if (net->hooks.after_backward) net->hooks.after_backward(net->hooks.user, po, pc);
     }
-    dt_cuda_sync();
+    k->sync();
 }

@@ -73,6 +73,10 @@ const dt_net_hooks *dt_net_get_hooks(const dt_net *net);
  * kernel there ("not supported on cuda yet: layer X"). At most once per net. */
 int dt_net_set_device(dt_net *net, const char *device, dt_error *err);
 const char *dt_net_device(const dt_net *net); /* "cpu" or "cuda" */
+/* dt_net_set_device with the backend given (compute/backend.h): a device backend already opened
+ * (its close is called when the net is freed), or a test's. */
+struct dt_backend;
+int dt_net_set_backend(dt_net *net, const struct dt_backend *k, dt_error *err);
 /* A device's first failure (a kernel, a copy, cuBLAS), which forward, loss and backward cannot
  * return: callers check it after each step. Always 0 on the CPU. */
 int dt_net_status(const dt_net *net, dt_error *err);
