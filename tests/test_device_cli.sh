@@ -8,8 +8,8 @@ case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 src=$PWD
 cd "$tmp"
 fashion_subset data 256 64
-common=(--model "$src/models/fashion.model" --data data --logdir= --summary_dir= --batch_size 32 --train_steps 2
-        --threads 1)
+base=(--model "$src/models/fashion.model" --data data --summary_dir= --batch_size 32 --train_steps 2 --threads 1)
+common=("${base[@]}" --logdir=)
 
 expect_error "--device gpu is refused naming the flag" 1 "^dtrain train: --device 'gpu': expected cpu, cuda or cuda:N" \
   "$bin" train "${common[@]}" --device gpu
@@ -22,5 +22,18 @@ else
   check "--device cuda without a usable GPU: one line with the reason ($(head -c 300 err))" \
     test "$(wc -l <err)" -eq 1 -a -n "$(grep -E 'built without CUDA|no usable CUDA device|no such CUDA device|cannot load cuBLAS' err)"
 fi
-check "--device cpu trains" "$bin" train "${common[@]}" --device cpu
+check "--device cpu trains" "$bin" train "${base[@]}" --device cpu --logdir ck
+# eval and predict restore on the CPU and then move the net, or refuse in one line
+expect_error "eval --device gpu is refused naming the flag" 1 "--device 'gpu'" \
+  "$bin" eval --logdir ck --data data --device gpu
+"$bin" eval --logdir ck --data data --device cuda >out 2>err
+rc=$?
+if [ $rc -eq 0 ]; then
+  check "eval --device cuda evaluates where a GPU is" grep -q 'test accuracy' out
+else
+  check "eval --device cuda without a usable GPU: one line with the reason ($(head -c 300 err))" \
+    test "$(wc -l <err)" -eq 1 -a -n "$(grep -E 'built without CUDA|no usable CUDA device|no such CUDA device|cannot load cuBLAS' err)"
+fi
+expect_error "predict --device gpu is refused naming the flag" 1 "--device 'gpu'" \
+  "$bin" predict --logdir ck --device gpu data/t10k-images-idx3-ubyte
 summary

@@ -14,8 +14,9 @@ src=$PWD
 cmp_bin=${DTRAIN_COMPARE:-$(dirname "$bin")/compare_floats}
 cd "$tmp"
 fashion_subset data 2560 512
-common=(--model "$src/models/fashion.model" --data data --logdir= --summary_dir= --batch_size 64 --threads 2
-        --steps_to_validate 20 --seed 7)
+base=(--model "$src/models/fashion.model" --data data --summary_dir= --batch_size 64 --threads 2
+      --steps_to_validate 20 --seed 7)
+common=("${base[@]}" --logdir=)
 run() { timeout 180 "$@" >"$log" 2>&1; }
 
 # (a) the first step: cuda against cpu.
@@ -51,4 +52,13 @@ check "(c) two cuda runs: $out" test "${out%% *}" = identical
 # (d) batch norm: not on cuda yet.
 expect_error "(d) a batch norm model is refused on cuda, naming the layer" 1 "not supported on cuda yet: layer bn1 \(batchnorm\)" \
   "$bin" train --model "$src/tests/fixtures/layers.model" --data data --logdir= --summary_dir= --train_steps 1 --device cuda
+
+# (e) eval on cuda against eval on the CPU, of the same checkpoint.
+log=e_train.log; run "$bin" train "${base[@]}" --train_steps 20 --logdir ck
+ev_cpu=$("$bin" eval --logdir ck --data data 2>&1 | grep 'test accuracy')
+ev_cuda=$("$bin" eval --logdir ck --data data --device cuda 2>&1 | grep 'test accuracy')
+# float rounding may move one example across a tie, and the loss's 4th digit
+close_eval() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); da = x[3] - y[3]; dl = x[6] - y[6];
+  exit !(x[3] != "" && y[3] != "" && da <= 0.0021 && da >= -0.0021 && dl <= 1e-3 * y[6] + 1e-4 && dl >= -1e-3 * y[6] - 1e-4) }'; }
+check "(e) eval on cuda: '$ev_cuda', on the CPU: '$ev_cpu'" close_eval "$ev_cuda" "$ev_cpu"
 summary
