@@ -584,9 +584,10 @@ extern "C" int dt_cuda_open(int index, dt_error *err) {
         g.open_count++;
         return DT_OK;
     }
-    int n = 0;
+    /* cuBLAS first: a machine without a GPU still shows whether the library would load */
+    int n = 0, rc = load_cublas(index, err);
+    if (rc) return rc;
     cudaError_t e = cudaGetDeviceCount(&n);
-    int rc;
     if (e != cudaSuccess) {
         cudaGetLastError();
         /* Without the driver library the runtime says "driver version is insufficient": say why. */
@@ -609,7 +610,6 @@ extern "C" int dt_cuda_open(int index, dt_error *err) {
                          "--device cuda:%d: %s is sm_%d%d; this build has code for sm_90 and newer only "
                          "(set CMAKE_CUDA_ARCHITECTURES to build for it)",
                          index, p.name, p.major, p.minor);
-    if ((rc = load_cublas(index, err))) return rc;
     g.index = index, g.major = p.major, g.minor = p.minor, g.memory = p.totalGlobalMem, g.failed = 0;
     snprintf(g.name, sizeof g.name, "%s", p.name);
     const char *tf32 = getenv("DTRAIN_CUDA_TF32");
