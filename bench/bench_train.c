@@ -133,10 +133,10 @@ int main(int argc, char **argv) {
         const char *pk = getenv("PEAK_TFLOPS");
         double peak = pk ? atof(pk) : 67.0;
         double xfer = (t_in + t_p + t_g) / reps;
-        printf(", \"device\": \"%s\", \"step_ms\": %.3f, \"fwd_bwd_ms\": %.3f, \"update_ms\": %.3f, "
+        printf(", \"device\": \"%s\", \"math\": \"%s\", \"step_ms\": %.3f, \"fwd_bwd_ms\": %.3f, \"update_ms\": %.3f, "
                "\"input_up_ms\": %.3f, \"params_up_ms\": %.3f, \"grads_down_ms\": %.3f, "
                "\"compute_ms_est\": %.3f, \"peak_tflops\": %.1f, \"fraction_of_peak\": %.4f",
-               desc, 1e3 * batch / best, 1e3 * best_fb, 1e3 * best_up, 1e3 * t_in / reps, 1e3 * t_p / reps,
+               desc, strstr(desc, "TF32") ? "tf32" : "fp32", 1e3 * batch / best, 1e3 * best_fb, 1e3 * best_up, 1e3 * t_in / reps, 1e3 * t_p / reps,
                1e3 * t_g / reps, 1e3 * (best_fb - xfer > 0 ? best_fb - xfer : 0), peak,
                peak > 0 ? best * flops * 1e-12 / peak : 0);
     }
