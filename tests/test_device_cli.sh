@@ -14,26 +14,22 @@ common=("${base[@]}" --logdir=)
 expect_error "--device gpu is refused naming the flag" 1 "^dtrain train: --device 'gpu': expected cpu, cuda or cuda:N" \
   "$bin" train "${common[@]}" --device gpu
 expect_error "--device cuda:64 is refused" 1 "--device 'cuda:64'" "$bin" train "${common[@]}" --device cuda:64
-"$bin" train "${common[@]}" --device cuda >out 2>err
-rc=$?
-if [ $rc -eq 0 ]; then
-  check "--device cuda trains where a GPU is (device named)" grep -q '^device: ' out
-else
-  check "--device cuda without a usable GPU: one line with the reason ($(head -c 300 err))" \
-    test "$(wc -l <err)" -eq 1 -a -n "$(grep -E 'built without CUDA|no usable CUDA device|no such CUDA device|cannot load cuBLAS' err)"
-fi
+# works_or_says_why NAME PATTERN CMD...: with a GPU, the command exits 0 and its stdout matches PATTERN;
+# without one, it exits non-zero with one stderr line giving the reason
+works_or_says_why() {
+  local name=$1 pat=$2; shift 2
+  if "$@" >out 2>err; then check "$name where a GPU is" grep -q "$pat" out
+  else
+    check "$name without a usable GPU: one line with the reason ($(head -c 300 err))" \
+      test "$(wc -l <err)" -eq 1 -a -n "$(grep -E 'built without CUDA|no usable CUDA device|no such CUDA device|cannot load cuBLAS' err)"
+  fi
+}
+works_or_says_why "--device cuda trains (device named)" '^device: ' "$bin" train "${common[@]}" --device cuda
 check "--device cpu trains" "$bin" train "${base[@]}" --device cpu --logdir ck
 # eval and predict restore on the CPU and then move the net, or refuse in one line
 expect_error "eval --device gpu is refused naming the flag" 1 "--device 'gpu'" \
   "$bin" eval --logdir ck --data data --device gpu
-"$bin" eval --logdir ck --data data --device cuda >out 2>err
-rc=$?
-if [ $rc -eq 0 ]; then
-  check "eval --device cuda evaluates where a GPU is" grep -q 'test accuracy' out
-else
-  check "eval --device cuda without a usable GPU: one line with the reason ($(head -c 300 err))" \
-    test "$(wc -l <err)" -eq 1 -a -n "$(grep -E 'built without CUDA|no usable CUDA device|no such CUDA device|cannot load cuBLAS' err)"
-fi
+works_or_says_why "eval --device cuda evaluates" 'test accuracy' "$bin" eval --logdir ck --data data --device cuda
 expect_error "predict --device gpu is refused naming the flag" 1 "--device 'gpu'" \
   "$bin" predict --logdir ck --device gpu data/t10k-images-idx3-ubyte
 summary

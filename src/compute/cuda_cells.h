@@ -45,21 +45,34 @@ DT_CELL void windows_over(int i, int p, int k, int s, int n_out, int *lo, int *h
     if (*hi > n_out - 1) *hi = n_out - 1;
 }
 
+/* Input element i of [N, H, W, C] under a window: its example n, channel c, and the output rows
+ * [oh0, oh1] and columns [ow0, ow1] whose windows contain it (a backward gathers over those). */
+typedef struct {
+    size_t n;
+    int c, ih, iw, oh0, oh1, ow0, ow1;
+} dt_in_cell;
+
+DT_CELL dt_in_cell in_cell(const dt_window *w, size_t i) {
+    const size_t img = (size_t)w->in_h * w->in_w * w->in_c, e = i % img;
+    dt_in_cell q;
+    q.n = i / img;
+    q.c = (int)(e % w->in_c), q.iw = (int)(e / w->in_c % w->in_w), q.ih = (int)(e / ((size_t)w->in_c * w->in_w));
+    windows_over(q.ih, w->pad_top, w->k_h, w->stride_h, w->out_h, &q.oh0, &q.oh1);
+    windows_over(q.iw, w->pad_left, w->k_w, w->stride_w, w->out_w, &q.ow0, &q.ow1);
+    return q;
+}
+
 /* din[i] of din [nb, H, W, C]: the adjoint of im2col over dcol [nb*OH*OW, KH*KW*C] (positions
  * counted from the chunk's first example): the entries of the windows that read cell i, in
  * (oh, ow) order. */
 DT_CELL float col2im_cell(const float *dcol, const dt_window *w, size_t i) {
-    const size_t kkc = (size_t)w->k_h * w->k_w * w->in_c, img = (size_t)w->in_h * w->in_w * w->in_c;
-    size_t n = i / img, e = i % img;
-    int c = (int)(e % w->in_c), iw = (int)(e / w->in_c % w->in_w), ih = (int)(e / ((size_t)w->in_c * w->in_w));
-    int oh0, oh1, ow0, ow1;
-    windows_over(ih, w->pad_top, w->k_h, w->stride_h, w->out_h, &oh0, &oh1);
-    windows_over(iw, w->pad_left, w->k_w, w->stride_w, w->out_w, &ow0, &ow1);
+    const size_t kkc = (size_t)w->k_h * w->k_w * w->in_c;
+    const dt_in_cell q = in_cell(w, i);
     float sum = 0.0f;
-    for (int oh = oh0; oh <= oh1; oh++)
-        for (int ow = ow0; ow <= ow1; ow++) {
-            int kh = ih + w->pad_top - oh * w->stride_h, kw = iw + w->pad_left - ow * w->stride_w;
-            sum += dcol[((n * w->out_h + oh) * w->out_w + ow) * kkc + ((size_t)kh * w->k_w + kw) * w->in_c + c];
+    for (int oh = q.oh0; oh <= q.oh1; oh++)
+        for (int ow = q.ow0; ow <= q.ow1; ow++) {
+            int kh = q.ih + w->pad_top - oh * w->stride_h, kw = q.iw + w->pad_left - ow * w->stride_w;
+            sum += dcol[((q.n * w->out_h + oh) * w->out_w + ow) * kkc + ((size_t)kh * w->k_w + kw) * w->in_c + q.c];
         }
     return sum;
 }
@@ -116,16 +129,12 @@ DT_CELL float avgpool_cell(const float *in, const dt_window *w, size_t i) {
  * order (as the CPU's scatter adds them), the gradient it earned: max pooling's (argmax given) when
  * the window's argmax is the cell, average pooling's (argmax NULL) times 1 / the window's cells. */
 DT_CELL float pool_backward_cell(const float *dout, const int32_t *argmax, const dt_window *w, size_t i) {
-    const size_t img = (size_t)w->in_h * w->in_w * w->in_c;
-    size_t n = i / img;
-    int e = (int)(i % img), c = e % w->in_c, iw = e / w->in_c % w->in_w, ih = e / (w->in_c * w->in_w);
-    int oh0, oh1, ow0, ow1;
-    windows_over(ih, w->pad_top, w->k_h, w->stride_h, w->out_h, &oh0, &oh1);
-    windows_over(iw, w->pad_left, w->k_w, w->stride_w, w->out_w, &ow0, &ow1);
+    const dt_in_cell q = in_cell(w, i);
+    const int32_t e = (int32_t)(i % ((size_t)w->in_h * w->in_w * w->in_c)); /* argmax's index within the example */
     float sum = 0.0f;
-    for (int oh = oh0; oh <= oh1; oh++)
-        for (int ow = ow0; ow <= ow1; ow++) {
-            size_t o = ((n * w->out_h + oh) * w->out_w + ow) * w->in_c + c;
+    for (int oh = q.oh0; oh <= q.oh1; oh++)
+        for (int ow = q.ow0; ow <= q.ow1; ow++) {
+            size_t o = ((q.n * w->out_h + oh) * w->out_w + ow) * w->in_c + q.c;
             if (argmax) {
                 if (argmax[o] == e) sum += dout[o];
             } else {
