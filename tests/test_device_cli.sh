@@ -25,7 +25,8 @@ works_or_says_why() {
   fi
 }
 works_or_says_why "--device cuda trains (device named)" '^device: ' "$bin" train "${common[@]}" --device cuda
-check "--device cpu trains" "$bin" train "${base[@]}" --device cpu --logdir ck
+"$bin" train "${base[@]}" --device cpu --logdir ck >cpu.log 2>&1
+check "--device cpu trains (and saves the checkpoint eval and predict use)" test $? -eq 0
 # eval and predict restore on the CPU and then move the net, or refuse in one line
 expect_error "eval --device gpu is refused naming the flag" 1 "--device 'gpu'" \
   "$bin" eval --logdir ck --data data --device gpu
