@@ -25,8 +25,13 @@ static void h_col2im(float *din, const float *dcol, const dt_window *w, size_t n
     for (size_t i = 0; i < n; i++) din[i] = col2im_cell(dcol, w, i);
 }
 
-/* cublasSgemm's definition: C [m, n] column-major; with beta 0, C is not read (it may be garbage). */
+/* cublasSgemm's definition: C [m, n] column-major; with beta 0, C is not read (it may be garbage).
+ * The leading dimensions must be what cuBLAS accepts, or it returns CUBLAS_STATUS_INVALID_VALUE. */
 static void h_gemm(const dt_colmajor_gemm *g, float alpha, float beta, float *C) {
+    CHECK_MSG(g->m > 0 && g->n > 0 && g->k > 0, "gemm %dx%dx%d", g->m, g->n, g->k);
+    CHECK_MSG(g->lda >= (g->trans_a ? g->k : g->m) && g->ldb >= (g->trans_b ? g->n : g->k) && g->ldc >= g->m,
+              "gemm leading dimensions cuBLAS refuses: lda %d ldb %d ldc %d for %c%c %dx%dx%d", g->lda, g->ldb,
+              g->ldc, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', g->m, g->n, g->k);
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {
             double s = 0;
