@@ -36,6 +36,7 @@ extern "C" {
 
 static struct {
     int open_count, index, major, minor, tf32;
+    int sync_each;        /* DTRAIN_CUDA_SYNC=1: wait after every kernel and cuBLAS call (debugging) */
     char name[256];
     size_t memory;
     cudaStream_t compute, copy;
@@ -119,14 +120,21 @@ static int ck(cudaError_t e, const char *what) {
     return 0;
 }
 
+/* With DTRAIN_CUDA_SYNC=1, a fault inside a kernel or cuBLAS call is reported as that call's, not
+ * as the next synchronisation's. */
+static int synced(const char *what) {
+    return !g.sync_each || ck(cudaStreamSynchronize(g.compute), what);
+}
+
 static int ckb(cublasStatus_t s, const char *what) {
-    if (s == CUBLAS_STATUS_SUCCESS) return 1;
+    if (s == CUBLAS_STATUS_SUCCESS) return synced(what);
     fail("cuda:%d: %s failed: %s (cuBLAS status %d)", g.index, what, blas.status_string(s), (int)s);
     return 0;
 }
 
-/* After a kernel launch: a bad configuration shows at once; faults inside show at the next sync. */
-#define LAUNCHED(name) ck(cudaGetLastError(), "kernel " name)
+/* After a kernel launch: a bad configuration shows at once; faults inside show at the next sync
+ * (at once with DTRAIN_CUDA_SYNC=1). */
+#define LAUNCHED(name) (ck(cudaGetLastError(), "kernel " name) && synced("kernel " name))
 
 /* The runtime keeps the current device per thread; the net may run on any thread. */
 static void use(void) { ck(cudaSetDevice(g.index), "cudaSetDevice"); }
@@ -612,8 +620,9 @@ extern "C" int dt_cuda_open(int index, dt_error *err) {
                          index, p.name, p.major, p.minor);
     g.index = index, g.major = p.major, g.minor = p.minor, g.memory = p.totalGlobalMem, g.failed = 0;
     snprintf(g.name, sizeof g.name, "%s", p.name);
-    const char *tf32 = getenv("DTRAIN_CUDA_TF32");
+    const char *tf32 = getenv("DTRAIN_CUDA_TF32"), *sync_each = getenv("DTRAIN_CUDA_SYNC");
     g.tf32 = tf32 && !strcmp(tf32, "1");
+    g.sync_each = sync_each && !strcmp(sync_each, "1");
     const char *what = "cudaStreamCreate";
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     if ((e = cudaStreamCreateWithFlags(&g.compute, cudaStreamNonBlocking)) != cudaSuccess ||
