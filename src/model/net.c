@@ -375,6 +375,7 @@ static int backend_has(const dt_backend *k, dt_layer_kind kind) {
     case DT_LAYER_FLATTEN: return 1;
     case DT_LAYER_DENSE: return k->dense_forward && k->dense_backward;
     case DT_LAYER_BATCHNORM:
+        /* its statistics, their moving averages and the folding are host code in this file */
         return k->batchnorm_forward && k->batchnorm_backward && k->channel_affine_forward && !k->on_device;
     case DT_LAYER_ADD: return k->add_forward != NULL;
     case DT_LAYER_CONCAT: return k->concat_forward && k->concat_backward;
