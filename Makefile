@@ -26,7 +26,7 @@ build: deps
 
 build-asan: deps-test
 	CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_SANITIZE=ON -DDTRAIN_FUZZ=ON \
-	  -DDTRAIN_NATIVE=$(NATIVE) >/dev/null
+	  -DDTRAIN_CUDA=OFF -DDTRAIN_NATIVE=$(NATIVE) >/dev/null
 	cmake --build build-asan -j $(JOBS)
 
 train: deps-test build

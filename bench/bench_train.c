@@ -1,10 +1,16 @@
 /* Training throughput of dtrain on synthetic batches (no data loading: this measures compute).
- * usage: bench_train MODEL BATCH THREADS [SECONDS]
- * Prints one JSON line: images/sec, the model's training FLOPs per image, and the achieved GFLOP/s. */
+ * usage: bench_train MODEL BATCH THREADS [SECONDS] [DEVICE]
+ * Prints one JSON line: images/sec, the model's training FLOPs per image, and the achieved GFLOP/s.
+ * With DEVICE cuda (docs/gpu.md) the step's parts too: forward + backward with their transfers, the
+ * update (Adam, on the host, as `dtrain train --device cuda` runs it), and, timed on their own, the
+ * host transfers of one step (the input batch up, the parameters up, the gradient down), with the
+ * FLOP/s as a fraction of PEAK_TFLOPS (environment; default 67, the H200's fp32 peak). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "compute/cuda.h"
 #include "compute/kernels.h"
 #include "compute/optim.h"
 #include "core/rng.h"
@@ -40,11 +46,12 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_train MODEL BATCH THREADS [SECONDS]\n");
+        fprintf(stderr, "usage: bench_train MODEL BATCH THREADS [SECONDS] [DEVICE]\n");
         return 2;
     }
     int batch = atoi(argv[2]), threads = atoi(argv[3]);
     double seconds = argc > 4 ? atof(argv[4]) : 5.0;
+    const char *device = argc > 5 ? argv[5] : "cpu";
     dt_kernels_set_threads(threads);
     dt_error err = {0};
     dt_net *net;
@@ -52,6 +59,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         return 1;
     }
+    if (dt_net_set_device(net, device, &err)) {
+        fprintf(stderr, "bench_train: %s\n", err.msg);
+        dt_net_free(net);
+        return 1;
+    }
+    int on_gpu = strcmp(dt_net_device(net), "cpu") != 0;
     dt_net_init_params(net, 1);
     size_t in = dt_net_input_size(net), n = dt_net_param_count(net);
     float *x = malloc(sizeof(float) * in * batch), *state = calloc(2 * n, sizeof(float));
@@ -64,26 +77,70 @@ int main(int argc, char **argv) {
     dt_opt_config opt;
     dt_opt_config_init(&opt, "adam", 1e-4f, NULL);
     int64_t step = 0;
-    double t0 = 0, best = 0;
+    double t0 = 0, best = 0, best_fb = 0, best_up = 0;
     /* Warm up, then time rounds of steps and keep the best round (other processes share the CPU). */
     for (int round = -1; round < 5; round++) {
         int steps = 0;
+        double fb = 0, up = 0;
         t0 = now();
         while (now() - t0 < (round < 0 ? 1.0 : seconds / 5)) {
             int correct;
+            double ta = now();
             dt_net_forward(net, x, batch, 1, (uint64_t)step);
             dt_net_loss(net, y, &correct);
             dt_net_backward(net);
+            double tb = now();
             dt_opt_apply(&opt, dt_net_params(net), dt_net_grads(net), state, NULL, n, step++);
+            fb += tb - ta, up += now() - tb;
             steps++;
         }
         double ips = steps * batch / (now() - t0);
-        if (round >= 0 && ips > best) best = ips;
+        if (round >= 0 && ips > best) best = ips, best_fb = fb / steps, best_up = up / steps;
+    }
+    if (dt_net_status(net, &err)) {
+        fprintf(stderr, "bench_train: %s\n", err.msg);
+        dt_net_free(net);
+        return 1;
     }
     double flops = train_flops_per_example(dt_net_spec(net));
-    printf("{\"impl\": \"dtrain\", \"model\": \"%s\", \"batch\": %d, \"threads\": %d, "
-           "\"images_per_sec\": %.1f, \"train_flops_per_image\": %.0f, \"gflops\": %.1f}\n",
-           dt_net_spec(net)->name, batch, threads, best, flops, best * flops * 1e-9);
+    printf("{\"impl\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"threads\": %d, "
+           "\"images_per_sec\": %.1f, \"train_flops_per_image\": %.0f, \"gflops\": %.1f",
+           on_gpu ? "dtrain-cuda" : "dtrain", dt_net_spec(net)->name, batch, threads, best, flops,
+           best * flops * 1e-9);
+    if (on_gpu) {
+        /* The step's host transfers on their own, each waited for: what overlapping can hide at most. */
+        const dt_backend *k = dt_cuda_backend();
+        size_t in_bytes = sizeof(float) * in * batch, p_bytes = sizeof(float) * n;
+        void *d_in = k->alloc(in_bytes, "input", &err), *d_p = k->alloc(p_bytes, "parameters", &err);
+        double t_in = 0, t_p = 0, t_g = 0;
+        const int reps = 20;
+        for (int i = 0; d_in && d_p && i < reps; i++) {
+            double a = now();
+            dt_cuda_upload(d_in, x, in_bytes);
+            dt_cuda_sync();
+            double b = now();
+            dt_cuda_upload_params(d_p, dt_net_params(net), n);
+            dt_cuda_sync();
+            double c = now();
+            dt_cuda_download_grads(dt_net_grads(net), d_p, n, 0);
+            dt_cuda_wait_slot(0);
+            double d = now();
+            t_in += b - a, t_p += c - b, t_g += d - c;
+        }
+        k->release(d_in), k->release(d_p);
+        char desc[320];
+        dt_cuda_describe(desc, sizeof desc);
+        const char *pk = getenv("PEAK_TFLOPS");
+        double peak = pk ? atof(pk) : 67.0;
+        double xfer = (t_in + t_p + t_g) / reps;
+        printf(", \"device\": \"%s\", \"math\": \"%s\", \"step_ms\": %.3f, \"fwd_bwd_ms\": %.3f, \"update_ms\": %.3f, "
+               "\"input_up_ms\": %.3f, \"params_up_ms\": %.3f, \"grads_down_ms\": %.3f, "
+               "\"compute_ms_est\": %.3f, \"peak_tflops\": %.1f, \"fraction_of_peak\": %.4f",
+               desc, strstr(desc, "TF32") ? "tf32" : "fp32", 1e3 * batch / best, 1e3 * best_fb, 1e3 * best_up, 1e3 * t_in / reps, 1e3 * t_p / reps,
+               1e3 * t_g / reps, 1e3 * (best_fb - xfer > 0 ? best_fb - xfer : 0), peak,
+               peak > 0 ? best * flops * 1e-12 / peak : 0);
+    }
+    printf("}\n");
     dt_net_free(net);
     free(x), free(state), free(y);
     return 0;

@@ -216,6 +216,11 @@ typedef struct dt_train_options {
      * fetched every second for the status page's view of the cluster. 0 and no port: off. */
     int metrics_port;
     const char *metrics_addr, *metrics_peers;
+
+    /* Where a worker (or the single process) computes (docs/gpu.md): "cpu" (NULL, the default),
+     * "cuda" or "cuda:N" in a build with CUDA. Parameters stay on the host for the updater, the ps
+     * tasks and checkpoints; a ps task computes nothing and ignores it. */
+    const char *device;
 } dt_train_options;
 
 typedef struct dt_train_result {

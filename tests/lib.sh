@@ -42,8 +42,27 @@ fashion_subset() {
 # (the kernel's picks, held together so they differ, closed again at once), space-separated, so
 # parallel tests do not collide on a random guess:  ports=($(free_port 3))
 free_port() {
+  if [ ! -x /usr/bin/python3 ]; then # a machine without python3 (scripts/gpu-check's): random ports nobody answers on
+    local out=() p
+    while [ ${#out[@]} -lt "${1:-1}" ]; do
+      p=$((20000 + RANDOM % 40000))
+      (: </dev/tcp/127.0.0.1/$p) 2>/dev/null || [[ " ${out[*]} " == *" $p "* ]] || out+=("$p")
+    done
+    echo "${out[*]}"
+    return
+  fi
   /usr/bin/python3 -c 'import socket, sys
 socks = [socket.socket() for _ in range(int(sys.argv[1]))]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))' "${1:-1}"
+}
+
+# gpu_skip_unless_ran STATUS LOG: in the GPU tests (tests/test_gpu_*.sh), exit 77 (ctest: skipped) when
+# a --device cuda run failed because there is no usable GPU here, printing the reason from LOG;
+# any other failure is the test's to report.
+gpu_skip_unless_ran() {
+  if [ "$1" -ne 0 ] && grep -qE "built without CUDA|no usable CUDA device|no such CUDA device|cannot load cuBLAS|sm_90 and newer" "$2"; then
+    echo "skipped: $(tail -n 1 "$2")"
+    exit 77
+  fi
 }

@@ -41,10 +41,10 @@ static int fail(const char *msg) {
 }
 
 int cmd_eval(int argc, char **argv) {
-    const char *logdir = "./checkpoint", *data = NULL, *model = NULL, *file = NULL;
+    const char *logdir = "./checkpoint", *data = NULL, *model = NULL, *file = NULL, *device = NULL;
     int batch_size = 0, threads = 0;
     flag_def defs[] = {
-        FLAGS_RESTORE(&logdir, &file, &model, &batch_size, &threads),
+        FLAGS_RESTORE(&logdir, &file, &model, &batch_size, &threads, &device),
         FLAG_TEXT("data", &data, "IDX folder or image folder; its test split is evaluated"),
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
@@ -66,6 +66,10 @@ int cmd_eval(int argc, char **argv) {
 
     dt_restored r;
     if (dt_restore_net(&r, logdir, file, model, batch_size, stderr, &err)) return fail(err.msg);
+    if (dt_net_set_device(r.net, device, &err)) {
+        dt_restored_free(&r);
+        return fail(err.msg);
+    }
     dt_net *net = r.net;
     dt_data_splits splits = {0};
     int64_t *cm = NULL;

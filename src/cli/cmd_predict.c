@@ -151,10 +151,10 @@ static int fail(const char *msg) {
 
 int cmd_predict(int argc, char **argv) {
     const char *logdir = "./checkpoint", *file = NULL, *model = NULL, *out = NULL, *format = "csv", *list = NULL,
-               *bad = "skip";
+               *bad = "skip", *device = NULL;
     int batch_size = 0, threads = 0;
     flag_def defs[] = {
-        FLAGS_RESTORE(&logdir, &file, &model, &batch_size, &threads),
+        FLAGS_RESTORE(&logdir, &file, &model, &batch_size, &threads, &device),
         FLAG_TEXT("out", &out, "write the CSV to this file (default: standard output)"),
         FLAG_TEXT("format", &format, "csv (file,class,p_<class>...) or kaggle (id,label: the probability of dog)"),
         FLAG_TEXT("list", &list, "a text file naming more images (or folders), one per line"),
@@ -195,6 +195,11 @@ int cmd_predict(int argc, char **argv) {
 
     dt_restored r;
     if (dt_restore_net(&r, logdir, file, model, batch_size, stderr, &err)) {
+        free(inputs);
+        return fail(err.msg);
+    }
+    if (dt_net_set_device(r.net, device, &err)) {
+        dt_restored_free(&r);
         free(inputs);
         return fail(err.msg);
     }

@@ -72,6 +72,8 @@ static int train_flags(train_args *a, flag_def *out) {
                  MAX_STEPS, 0),
         FLAG_NUM("seed", FLAG_UINT64, &o->seed, "seed for initialisation, shuffling and dropout", 0,
                  (double)UINT64_MAX, 0),
+        FLAG_TEXT("device", &o->device,
+                  "where this process computes: cpu, cuda or cuda:N (a CUDA build; docs/gpu.md)"),
         FLAG_NUM("threads", FLAG_INT, &o->threads, "compute threads (at most the cores there are); 0: all cores",
                  0, 1024, 0),
         FLAG_NUM("validation_fraction", FLAG_DOUBLE, &o->validation_fraction,
@@ -103,6 +105,8 @@ static int train_flags(train_args *a, flag_def *out) {
                  "testing: only this worker sleeps; -1: every worker", -1, MAX_TASKS - 1, 0),
         FLAG_TEXT("debug_dump_params", &dbg->dump_params,
                   "testing: the chief writes its final parameters to this file (raw float32)"),
+        FLAG_TEXT("debug_dump_grads", &dbg->dump_grads,
+                  "testing: this process writes its first step's gradient to this file (raw float32)"),
         FLAG_NUM("debug_emulate_compute_ms", FLAG_INT, &dbg->emulate_compute_ms,
                  "benchmarks: each step sleeps this long instead of computing, then pushes a full-size constant "
                  "gradient (docs/testbed.md); -1: off", -1, 600000, 0),

@@ -32,14 +32,15 @@ typedef struct {
 #define FLAG_NUM(name, type, value, help, lo, hi, open) {(name), (type), (value), (help), (lo), (hi), (open)}
 
 /* The flags of a command that restores a checkpoint for inference (eval, predict: restore.h). */
-#define FLAGS_RESTORE(logdir, file, model, batch_size, threads)                                                   \
+#define FLAGS_RESTORE(logdir, file, model, batch_size, threads, device)                                           \
     FLAG_TEXT("logdir", (logdir), "folder of checkpoints; the newest good one is restored"),                      \
         FLAG_TEXT("checkpoint", (file), "use this checkpoint file instead of the newest in --logdir"),             \
         FLAG_TEXT("model", (model), "model file; default: the model stored in the checkpoint"),                  \
         FLAG_NUM("batch_size", FLAG_INT, (batch_size), "examples per forward pass; 0: the training batch size", 0, \
                  65536, 0),                                                                                         \
         FLAG_NUM("threads", FLAG_INT, (threads), "compute threads (at most the cores there are); 0: all cores", 0, \
-                 1024, 0)
+                 1024, 0),                                                                                          \
+        FLAG_TEXT("device", (device), "where to compute: cpu, cuda or cuda:N (a CUDA build; docs/gpu.md)")
 
 /* Parses argv[0..argc) against defs. Positional arguments are refused, and so
  * is a flag given twice. Sets *help if --help or -h was given. */

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/backend.h"
+#include "compute/cuda.h"
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -68,6 +70,14 @@ struct dt_net {
                                  * [max_batch, largest output that wants a gradient] */
     int batch, training, have_loss;
     dt_net_hooks hooks;         /* around each layer with parameters (dt_net_set_hooks) */
+    /* Where the kernels run (dt_net_set_device). Activations, gradient buffers and scratch are the
+     * backend's memory; params and grads above stay on the host (what the updater, the ps client
+     * and checkpoints read), and kparams/kgrads are what the kernels read: the same buffers on the
+     * CPU, device copies on a GPU, refreshed layer by layer each forward and backward. */
+    const dt_backend *k;
+    float *kparams, *kgrads;
+    float *kinput;              /* device: the input batch [max_batch, input size] */
+    float *logits_host;         /* device: the logits copied back [max_batch, classes] */
 };
 
 static void add_view(dt_net *net, const char *layer_name, const char *what, int ndim, const int *shape,
@@ -155,6 +165,7 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
         free(net);
         return rc;
     }
+    net->k = &dt_backend_cpu;
     net->max_batch = max_batch;
     net->n_layers = spec->n_layers;
     net->n_params = n_params;
@@ -269,6 +280,8 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
     net->n_gbufs = plan_backward(net);
     net->gbufs = dt_calloc((size_t)net->n_gbufs, sizeof *net->gbufs, "gradient buffers", err);
     if (!net->params || !net->grads || !net->scratch || !net->bn_work || !net->gbufs) goto fail;
+    net->kparams = net->params;
+    net->kgrads = net->grads;
     for (int b = 0; b < net->n_gbufs; b++) {
         net->gbufs[b] = dt_alloc_floats(mb * (b == DLOGITS ? (size_t)classes : max_grad), "activation gradients", err);
         if (!net->gbufs[b]) goto fail;
@@ -294,24 +307,34 @@ int dt_net_load(dt_net **out, const char *model_path, int max_batch, dt_error *e
 
 void dt_net_free(dt_net *net) {
     if (!net) return;
+    const dt_backend *k = net->k ? net->k : &dt_backend_cpu; /* a build that failed early has none */
     if (net->layers)
         for (int i = 0; i < net->n_layers; i++) {
-            free(net->layers[i].own);
-            free(net->layers[i].argmax);
-            free(net->layers[i].mask);
+            k->release(net->layers[i].own);
+            k->release(net->layers[i].argmax);
+            k->release(net->layers[i].mask);
             free(net->layers[i].bn);
             free(net->layers[i].fold_w);
         }
     if (net->gbufs)
-        for (int b = 0; b < net->n_gbufs; b++) free(net->gbufs[b]);
+        for (int b = 0; b < net->n_gbufs; b++) k->release(net->gbufs[b]);
+    k->release(net->scratch);
+    if (k->on_device) {
+        k->release(net->kparams);
+        k->release(net->kgrads);
+        k->release(net->kinput);
+        free(net->logits_host);
+        k->unpin(net->params);
+        k->unpin(net->grads);
+    }
     free(net->gbufs);
     free(net->layers);
     free(net->views);
     free(net->params);
     free(net->grads);
-    free(net->scratch);
     free(net->bn_work);
     dt_model_spec_free(&net->spec);
+    if (k->on_device) k->close();
     free(net);
 }
 
@@ -334,6 +357,133 @@ size_t dt_net_layer_param_begin(const dt_net *net, int layer) {
 }
 void dt_net_set_fold_batchnorm(dt_net *net, int on) { net->fold_bn = on != 0; }
 int dt_net_num_grad_buffers(const dt_net *net) { return net->n_gbufs; }
+
+/* ---- device ---- */
+
+/* Whether backend k has every kernel a layer of this kind calls (forward, backward, evaluation). */
+static int backend_has(const dt_backend *k, dt_layer_kind kind) {
+    switch (kind) {
+    case DT_LAYER_CONV2D: return k->conv2d_forward && k->conv2d_backward;
+    case DT_LAYER_MAXPOOL: return k->maxpool_forward && k->maxpool_backward;
+    case DT_LAYER_AVGPOOL: return k->avgpool_forward && k->avgpool_backward;
+    case DT_LAYER_GLOBAL_AVGPOOL: return k->global_avgpool_forward && k->global_avgpool_backward;
+    case DT_LAYER_RELU: return k->relu_forward && k->relu_backward;
+    case DT_LAYER_LEAKY_RELU: return k->leaky_relu_forward && k->leaky_relu_backward;
+    case DT_LAYER_SIGMOID: return k->sigmoid_forward && k->sigmoid_backward;
+    case DT_LAYER_TANH: return k->tanh_forward && k->tanh_backward;
+    case DT_LAYER_DROPOUT: return k->dropout_forward && k->dropout_backward;
+    case DT_LAYER_FLATTEN: return 1;
+    case DT_LAYER_DENSE: return k->dense_forward && k->dense_backward;
+    case DT_LAYER_BATCHNORM:
+        /* its statistics, their moving averages and the folding are host code in this file */
+        return k->batchnorm_forward && k->batchnorm_backward && k->channel_affine_forward && !k->on_device;
+    case DT_LAYER_ADD: return k->add_forward != NULL;
+    case DT_LAYER_CONCAT: return k->concat_forward && k->concat_backward;
+    }
+    return 0;
+}
+
+/* The device buffers of a net, allocated all before any host one is given up. */
+typedef struct {
+    float **own, **gbufs, *scratch, *params, *grads, *input, *logits;
+    int32_t **argmax;
+    uint8_t **mask;
+} device_buffers;
+
+static void device_buffers_free(const dt_net *net, const dt_backend *k, device_buffers *d) {
+    for (int i = 0; i < net->n_layers; i++) {
+        if (d->own) k->release(d->own[i]);
+        if (d->argmax) k->release(d->argmax[i]);
+        if (d->mask) k->release(d->mask[i]);
+    }
+    for (int b = 0; d->gbufs && b < net->n_gbufs; b++) k->release(d->gbufs[b]);
+    k->release(d->scratch);
+    k->release(d->params);
+    k->release(d->grads);
+    k->release(d->input);
+    free(d->own), free(d->argmax), free(d->mask), free(d->gbufs), free(d->logits);
+}
+
+static int device_buffers_alloc(const dt_net *net, const dt_backend *k, device_buffers *d, dt_error *err) {
+    size_t mb = (size_t)net->max_batch, classes = (size_t)dt_net_num_classes(net), scratch = 0, max_grad = 0;
+    d->own = dt_calloc((size_t)net->n_layers, sizeof *d->own, "device activations", err);
+    d->argmax = dt_calloc((size_t)net->n_layers, sizeof *d->argmax, "device activations", err);
+    d->mask = dt_calloc((size_t)net->n_layers, sizeof *d->mask, "device activations", err);
+    d->gbufs = dt_calloc((size_t)net->n_gbufs, sizeof *d->gbufs, "device gradient buffers", err);
+    d->logits = dt_alloc_floats(mb * classes, "logits", err);
+    if (!d->own || !d->argmax || !d->mask || !d->gbufs || !d->logits) return DT_ENOMEM;
+    for (int i = 0; i < net->n_layers; i++) {
+        const layer *L = &net->layers[i];
+        size_t n = mb * L->out_size;
+        if (L->wants_grad && L->out_size > max_grad) max_grad = L->out_size;
+        if (L->own && !(d->own[i] = k->alloc(n * sizeof(float), L->spec->name, err))) return DT_ENOMEM;
+        if (L->argmax && !(d->argmax[i] = k->alloc(n * sizeof(int32_t), "maxpool argmax", err))) return DT_ENOMEM;
+        if (L->mask && !(d->mask[i] = k->alloc(n, "dropout mask", err))) return DT_ENOMEM;
+        if (L->spec->kind == DT_LAYER_CONV2D) {
+            size_t sc = k->conv2d_scratch_floats(&L->shape.win, net->max_batch);
+            if (sc > scratch) scratch = sc;
+        }
+    }
+    for (int b = 0; b < net->n_gbufs; b++)
+        if (!(d->gbufs[b] = k->alloc(mb * (b == DLOGITS ? classes : max_grad) * sizeof(float), "activation gradients",
+                                     err)))
+            return DT_ENOMEM;
+    size_t np = net->n_params ? net->n_params : 1;
+    if (!(d->scratch = k->alloc(scratch * sizeof(float), "convolution scratch", err)) ||
+        !(d->params = k->alloc(np * sizeof(float), "parameters", err)) ||
+        !(d->grads = k->alloc(np * sizeof(float), "gradients", err)) ||
+        !(d->input = k->alloc(mb * dt_net_input_size(net) * sizeof(float), "input batch", err)))
+        return DT_ENOMEM;
+    return DT_OK;
+}
+
+int dt_net_set_backend(dt_net *net, const dt_backend *k, dt_error *err) {
+    if (net->k->on_device) return dt_errorf(err, DT_EINVAL, "the net is already on %s", net->k->name);
+    if (!k->on_device) return DT_OK; /* the CPU: where every net starts */
+    const char *src = net->spec.source[0] ? net->spec.source : net->spec.name;
+    for (int i = 0; i < net->n_layers; i++)
+        if (!backend_has(k, net->layers[i].spec->kind))
+            return dt_errorf(err, DT_EINVAL, "%s: not supported on %s yet: layer %s (%s); use --device cpu", src,
+                             k->name, net->layers[i].spec->name, dt_layer_kind_name(net->layers[i].spec->kind));
+    device_buffers d = {0};
+    int rc = device_buffers_alloc(net, k, &d, err);
+    if (rc) {
+        device_buffers_free(net, k, &d);
+        return rc;
+    }
+    /* From here nothing fails: the host activations go, the device ones take their place. */
+    for (int i = 0; i < net->n_layers; i++) {
+        layer *L = &net->layers[i];
+        free(L->own), free(L->argmax), free(L->mask);
+        L->own = d.own[i], L->argmax = d.argmax[i], L->mask = d.mask[i];
+    }
+    for (int b = 0; b < net->n_gbufs; b++) {
+        free(net->gbufs[b]);
+        net->gbufs[b] = d.gbufs[b];
+    }
+    free(net->scratch);
+    net->scratch = d.scratch;
+    net->kparams = d.params, net->kgrads = d.grads, net->kinput = d.input, net->logits_host = d.logits;
+    free(d.own), free(d.argmax), free(d.mask), free(d.gbufs);
+    net->k = k;
+    /* pinned, the parameter and gradient copies run on the copy stream without blocking the host */
+    k->pin(net->params, net->n_params * sizeof(float));
+    k->pin(net->grads, net->n_params * sizeof(float));
+    return DT_OK;
+}
+
+int dt_net_set_device(dt_net *net, const char *device, dt_error *err) {
+    int index, rc = dt_device_parse(device, &index, err);
+    if (rc || index < 0) return rc; /* cpu: where every net starts */
+    if (net->k->on_device) return dt_errorf(err, DT_EINVAL, "--device %s: the net is already on %s", device, net->k->name);
+    if ((rc = dt_cuda_open(index, err))) return rc;
+    if ((rc = dt_net_set_backend(net, dt_cuda_backend(), err))) dt_cuda_close();
+    return rc;
+}
+
+const char *dt_net_device(const dt_net *net) { return net->k->name; }
+
+int dt_net_status(const dt_net *net, dt_error *err) { return net->k->on_device ? net->k->status(err) : DT_OK; }
 
 /* ---- initialisation ---- */
 
@@ -431,6 +581,11 @@ static void fold_conv(const dt_net *net, layer *L, const layer *B) {
 
 const float *dt_net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed) {
     if (batch < 1 || batch > net->max_batch) return NULL;
+    const dt_backend *k = net->k;
+    if (k->on_device) {
+        k->upload(net->kinput, x, (size_t)batch * dt_net_input_size(net) * sizeof *x);
+        x = net->kinput;
+    }
     net->batch = batch;
     net->training = training;
     net->have_loss = 0;
@@ -438,46 +593,49 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
         layer *L = &net->layers[i];
         const dt_layer_spec *s = L->spec;
         size_t n = (size_t)batch * L->out_size, rows = (size_t)batch * L->shape.out_h * L->shape.out_w;
-        for (int k = 0; k < L->n_in; k++) L->in[k] = L->in_idx[k] < 0 ? x : net->layers[L->in_idx[k]].out;
+        for (int q = 0; q < L->n_in; q++) L->in[q] = L->in_idx[q] < 0 ? x : net->layers[L->in_idx[q]].out;
         const float *in = L->in[0];
         /* An in-place layer writes only into the net's own buffers (see dt_net_build). */
         L->out = L->in_place ? (float *)in : L->own;
         L->relu_done = 0;
         size_t po, pc;
-        if (net->hooks.before_forward && dt_net_layer_params(net, i, &po, &pc))
-            net->hooks.before_forward(net->hooks.user, po, pc); /* e.g. wait until they have arrived */
-        const float *w = view_ptr(net->params, net, L->w_view), *b = view_ptr(net->params, net, L->b_view);
+        if (dt_net_layer_params(net, i, &po, &pc)) {
+            if (net->hooks.before_forward)
+                net->hooks.before_forward(net->hooks.user, po, pc); /* e.g. wait until they have arrived */
+            if (k->on_device) k->upload_params(net->kparams + po, net->params + po, pc);
+        }
+        const float *w = view_ptr(net->kparams, net, L->w_view), *b = view_ptr(net->kparams, net, L->b_view);
         switch (s->kind) {
         case DT_LAYER_CONV2D:
             if (!training && net->fold_bn && L->fold_into >= 0) {
                 fold_conv(net, L, &net->layers[L->fold_into]);
                 w = L->fold_w, b = L->fold_w + L->shape.n_weights;
             }
-            conv2d_forward(L->out, in, w, b, batch, &L->shape.win, net->scratch);
+            k->conv2d_forward(L->out, in, w, b, batch, &L->shape.win, net->scratch);
             break;
-        case DT_LAYER_MAXPOOL: maxpool_forward(L->out, L->argmax, in, batch, &L->shape.win); break;
-        case DT_LAYER_AVGPOOL: avgpool_forward(L->out, in, batch, &L->shape.win); break;
+        case DT_LAYER_MAXPOOL: k->maxpool_forward(L->out, L->argmax, in, batch, &L->shape.win); break;
+        case DT_LAYER_AVGPOOL: k->avgpool_forward(L->out, in, batch, &L->shape.win); break;
         case DT_LAYER_GLOBAL_AVGPOOL:
-            global_avgpool_forward(L->out, in, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
+            k->global_avgpool_forward(L->out, in, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
             break;
         case DT_LAYER_RELU:
-            if (L->in_idx[0] < 0 || !net->layers[L->in_idx[0]].relu_done) relu_forward(L->out, in, n);
+            if (L->in_idx[0] < 0 || !net->layers[L->in_idx[0]].relu_done) k->relu_forward(L->out, in, n);
             break;
-        case DT_LAYER_LEAKY_RELU: leaky_relu_forward(L->out, in, n, s->alpha); break;
-        case DT_LAYER_SIGMOID: sigmoid_forward(L->out, in, n); break;
-        case DT_LAYER_TANH: tanh_forward(L->out, in, n); break;
+        case DT_LAYER_LEAKY_RELU: k->leaky_relu_forward(L->out, in, n, s->alpha); break;
+        case DT_LAYER_SIGMOID: k->sigmoid_forward(L->out, in, n); break;
+        case DT_LAYER_TANH: k->tanh_forward(L->out, in, n); break;
         case DT_LAYER_DROPOUT:
             if (training && s->rate > 0)
-                dropout_forward(L->out, L->mask, in, n, s->rate, dt_hash64(seed, (uint64_t)i));
+                k->dropout_forward(L->out, L->mask, in, n, s->rate, dt_hash64(seed, (uint64_t)i));
             else
-                memcpy(L->out, in, n * sizeof *in);
+                k->copy(L->out, in, n * sizeof *in);
             break;
         case DT_LAYER_BATCHNORM: {
             int C = L->shape.out_c;
             if (training) {
                 float *mean = L->bn, *var = L->bn + C, *inv_std = L->bn + 2 * C;
-                batchnorm_forward(L->out, mean, var, inv_std, in, w, b, rows, C, s->epsilon, L->fuse_relu,
-                                  net->bn_work);
+                k->batchnorm_forward(L->out, mean, var, inv_std, in, w, b, rows, C, s->epsilon, L->fuse_relu,
+                                     net->bn_work);
                 L->relu_done = L->fuse_relu;
                 /* moving = momentum * moving + (1 - momentum) * batch, with the unbiased variance
                  * (as Keras's fused batch norm and PyTorch) */
@@ -492,38 +650,41 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
             } else {
                 float *scale = L->bn + 3 * C, *shift = L->bn + 4 * C;
                 bn_eval_affine(net, L, scale, shift);
-                channel_affine_forward(L->out, in, scale, shift, rows, C, L->fuse_relu);
+                k->channel_affine_forward(L->out, in, scale, shift, rows, C, L->fuse_relu);
                 L->relu_done = L->fuse_relu;
             }
             break;
         }
         case DT_LAYER_ADD:
-            for (int k = 1; k < L->n_in; k++)
-                add_forward(L->out, k == 1 ? L->in[0] : L->out, L->in[k], n, L->fuse_relu && k == L->n_in - 1);
+            for (int j = 1; j < L->n_in; j++)
+                k->add_forward(L->out, j == 1 ? L->in[0] : L->out, L->in[j], n, L->fuse_relu && j == L->n_in - 1);
             L->relu_done = L->fuse_relu;
             break;
         case DT_LAYER_CONCAT: {
             int off = 0;
-            for (int k = 0; k < L->n_in; k++) {
-                int j = L->in_idx[k], c = j < 0 ? net->spec.in_c : net->layers[j].shape.out_c;
-                concat_forward(L->out, L->in[k], rows, c, L->shape.out_c, off);
+            for (int q = 0; q < L->n_in; q++) {
+                int j = L->in_idx[q], c = j < 0 ? net->spec.in_c : net->layers[j].shape.out_c;
+                k->concat_forward(L->out, L->in[q], rows, c, L->shape.out_c, off);
                 off += c;
             }
             break;
         }
         case DT_LAYER_FLATTEN: break;
         case DT_LAYER_DENSE:
-            dense_forward(L->out, in, w, b, batch, L->shape.in_c, L->shape.out_c);
+            k->dense_forward(L->out, in, w, b, batch, L->shape.in_c, L->shape.out_c);
             break;
         }
     }
-    return net->layers[net->n_layers - 1].out;
+    const layer *last = &net->layers[net->n_layers - 1];
+    if (!k->on_device) return last->out;
+    k->download(net->logits_host, last->out, (size_t)batch * last->shape.out_c * sizeof(float));
+    return net->logits_host;
 }
 
 float dt_net_loss(dt_net *net, const int32_t *labels, int *correct) {
     const layer *last = &net->layers[net->n_layers - 1];
     net->have_loss = 1;
-    return softmax_xent(net->gbufs[DLOGITS], last->out, labels, net->batch, last->shape.out_c, correct);
+    return net->k->softmax_xent(net->gbufs[DLOGITS], last->out, labels, net->batch, last->shape.out_c, correct);
 }
 
 /* Where layer i's backward writes the gradient of input k: straight into the input's buffer, or
@@ -536,6 +697,7 @@ static float *din_target(dt_net *net, const layer *L, int k, float *dcur) {
 
 void dt_net_backward(dt_net *net) {
     if (!net->have_loss || net->batch < 1) return;
+    const dt_backend *k = net->k;
     int batch = net->batch;
     for (int i = net->n_layers - 1; i >= 0; i--) {
         layer *L = &net->layers[i];
@@ -545,67 +707,68 @@ void dt_net_backward(dt_net *net) {
         float *dcur = net->gbufs[L->gbuf];
         /* Input gradients are NULL where nothing before that input learns (the first conv). */
         float *din = din_target(net, L, 0, dcur);
-        const float *w = view_ptr(net->params, net, L->w_view);
-        float *dw = L->w_view >= 0 ? net->grads + net->views[L->w_view].offset : NULL;
-        float *db = L->b_view >= 0 ? net->grads + net->views[L->b_view].offset : NULL;
+        const float *w = view_ptr(net->kparams, net, L->w_view);
+        float *dw = L->w_view >= 0 ? net->kgrads + net->views[L->w_view].offset : NULL;
+        float *db = L->b_view >= 0 ? net->kgrads + net->views[L->b_view].offset : NULL;
         switch (s->kind) {
         case DT_LAYER_CONV2D:
-            conv2d_backward(din, dw, db, dcur, L->in[0], w, batch, &L->shape.win, net->scratch);
+            k->conv2d_backward(din, dw, db, dcur, L->in[0], w, batch, &L->shape.win, net->scratch);
             break;
         case DT_LAYER_DENSE:
-            dense_backward(din, dw, db, dcur, L->in[0], w, batch, L->shape.in_c, L->shape.out_c);
+            k->dense_backward(din, dw, db, dcur, L->in[0], w, batch, L->shape.in_c, L->shape.out_c);
             break;
         case DT_LAYER_MAXPOOL:
-            if (din) maxpool_backward(din, dcur, L->argmax, batch, &L->shape.win);
+            if (din) k->maxpool_backward(din, dcur, L->argmax, batch, &L->shape.win);
             break;
         case DT_LAYER_AVGPOOL:
-            if (din) avgpool_backward(din, dcur, batch, &L->shape.win);
+            if (din) k->avgpool_backward(din, dcur, batch, &L->shape.win);
             break;
         case DT_LAYER_GLOBAL_AVGPOOL:
-            if (din) global_avgpool_backward(din, dcur, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
+            if (din) k->global_avgpool_backward(din, dcur, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
             break;
         case DT_LAYER_RELU:
-            if (din) relu_backward(din, dcur, L->out, n);
+            if (din) k->relu_backward(din, dcur, L->out, n);
             break;
         case DT_LAYER_LEAKY_RELU:
-            if (din) leaky_relu_backward(din, dcur, L->out, n, s->alpha);
+            if (din) k->leaky_relu_backward(din, dcur, L->out, n, s->alpha);
             break;
         case DT_LAYER_SIGMOID:
-            if (din) sigmoid_backward(din, dcur, L->out, n);
+            if (din) k->sigmoid_backward(din, dcur, L->out, n);
             break;
         case DT_LAYER_TANH:
-            if (din) tanh_backward(din, dcur, L->out, n);
+            if (din) k->tanh_backward(din, dcur, L->out, n);
             break;
         case DT_LAYER_DROPOUT:
-            if (din && net->training && s->rate > 0) dropout_backward(din, dcur, L->mask, n, s->rate);
-            else if (din && din != dcur) memcpy(din, dcur, n * sizeof *din);
+            if (din && net->training && s->rate > 0) k->dropout_backward(din, dcur, L->mask, n, s->rate);
+            else if (din && din != dcur) k->copy(din, dcur, n * sizeof *din);
             break;
         case DT_LAYER_FLATTEN:
-            if (din && din != dcur) memcpy(din, dcur, n * sizeof *din);
+            if (din && din != dcur) k->copy(din, dcur, n * sizeof *din);
             break;
         case DT_LAYER_BATCHNORM: {
             int C = L->shape.out_c;
-            batchnorm_backward(din, dw, db, dcur, L->in[0], L->bn, L->bn + 2 * C, w, rows, C, net->bn_work);
+            k->batchnorm_backward(din, dw, db, dcur, L->in[0], L->bn, L->bn + 2 * C, w, rows, C, net->bn_work);
             /* the moving statistics are not trained */
-            memset(net->grads + net->views[L->mm_view].offset, 0, 2 * (size_t)C * sizeof(float));
+            k->zero(net->kgrads + net->views[L->mm_view].offset, 2 * (size_t)C * sizeof(float));
             break;
         }
         case DT_LAYER_ADD:
-            for (int k = 0; k < L->n_in; k++) {
-                if (L->dst[k] < 0) continue;
-                float *g = net->gbufs[L->dst[k]];
-                if (L->acc[k]) add_forward(g, g, dcur, n, 0);
-                else if (g != dcur) memcpy(g, dcur, n * sizeof *g);
+            for (int q = 0; q < L->n_in; q++) {
+                if (L->dst[q] < 0) continue;
+                float *g = net->gbufs[L->dst[q]];
+                if (L->acc[q]) k->add_forward(g, g, dcur, n, 0);
+                else if (g != dcur) k->copy(g, dcur, n * sizeof *g);
             }
             break;
         case DT_LAYER_CONCAT: {
             int off = 0;
-            for (int k = 0; k < L->n_in; k++) {
-                int j = L->in_idx[k], c = j < 0 ? net->spec.in_c : net->layers[j].shape.out_c;
-                float *d = din_target(net, L, k, dcur);
+            for (int q = 0; q < L->n_in; q++) {
+                int j = L->in_idx[q], c = j < 0 ? net->spec.in_c : net->layers[j].shape.out_c;
+                float *d = din_target(net, L, q, dcur);
                 if (d) {
-                    concat_backward(d, dcur, rows, c, L->shape.out_c, off);
-                    if (L->acc[k]) add_forward(net->gbufs[L->dst[k]], net->gbufs[L->dst[k]], d, rows * (size_t)c, 0);
+                    k->concat_backward(d, dcur, rows, c, L->shape.out_c, off);
+                    if (L->acc[q])
+                        k->add_forward(net->gbufs[L->dst[q]], net->gbufs[L->dst[q]], d, rows * (size_t)c, 0);
                 }
                 off += c;
             }
@@ -615,9 +778,22 @@ void dt_net_backward(dt_net *net) {
         /* An input another layer already gave a gradient gets this one's added (concat and add
          * did their own). */
         if (din && L->acc[0] && s->kind != DT_LAYER_ADD && s->kind != DT_LAYER_CONCAT)
-            add_forward(net->gbufs[L->dst[0]], net->gbufs[L->dst[0]], din, (size_t)batch * L->in_size, 0);
+            k->add_forward(net->gbufs[L->dst[0]], net->gbufs[L->dst[0]], din, (size_t)batch * L->in_size, 0);
         size_t po, pc;
-        if (net->hooks.after_backward && dt_net_layer_params(net, i, &po, &pc))
+        if (!dt_net_layer_params(net, i, &po, &pc)) continue;
+        if (k->on_device) /* down on the copy stream while the layers below run; slot i marks its end */
+            k->download_grads(net->grads + po, net->kgrads + po, pc, i);
+        else if (net->hooks.after_backward)
             net->hooks.after_backward(net->hooks.user, po, pc); /* e.g. push this gradient now */
     }
+    if (!k->on_device) return;
+    /* Each layer's gradient is final on the host once its copy has landed: the hooks see them in the
+     * order the CPU gives them (the last layer first), each as soon as it is there. */
+    for (int i = net->n_layers - 1; i >= 0; i--) {
+        size_t po, pc;
+        if (!net->layers[i].wants_grad || !dt_net_layer_params(net, i, &po, &pc)) continue;
+        k->wait_slot(i);
+        if (net->hooks.after_backward) net->hooks.after_backward(net->hooks.user, po, pc);
+    }
+    k->sync();
 }

@@ -64,6 +64,23 @@ typedef struct {
 void dt_net_set_hooks(dt_net *net, const dt_net_hooks *hooks); /* NULL: none */
 const dt_net_hooks *dt_net_get_hooks(const dt_net *net);
 
+/* Moves the kernels of the net to a device: "cpu" (or NULL, "": nothing to do), "cuda" or "cuda:N"
+ * (compute/cuda.h; docs/gpu.md). Activations then live on the device; dt_net_params and dt_net_grads
+ * stay host buffers with the same contract: forward reads the parameters from them layer by layer
+ * (after the before_forward hook), and when backward returns (each layer's after_backward hook
+ * included) the gradients are in them. Fails, leaving the net on the CPU, when the build has no
+ * CUDA, the device cannot be opened (the driver's reason), memory runs out, or a layer has no
+ * kernel there ("not supported on cuda yet: layer X"). At most once per net. */
+int dt_net_set_device(dt_net *net, const char *device, dt_error *err);
+const char *dt_net_device(const dt_net *net); /* "cpu" or "cuda" */
+/* dt_net_set_device with the backend given (compute/backend.h): a device backend already opened
+ * (its close is called when the net is freed), or a test's. */
+struct dt_backend;
+int dt_net_set_backend(dt_net *net, const struct dt_backend *k, dt_error *err);
+/* A device's first failure (a kernel, a copy, cuBLAS), which forward, loss and backward cannot
+ * return: callers check it after each step. Always 0 on the CPU. */
+int dt_net_status(const dt_net *net, dt_error *err);
+
 /* Initialises every parameter from its layer's initialiser, drawing from a stream seeded by
  * (seed, view index), so the result does not depend on thread count or build order. */
 void dt_net_init_params(dt_net *net, uint64_t seed);

@@ -23,6 +23,7 @@ int dt_evaluate(dt_net *net, const dt_dataset *ds, int64_t *confusion, dt_eval_r
         const float *logits = dt_net_forward(net, b.x, b.n, 0, 0);
         int c = 0;
         loss_sum += (double)dt_net_loss(net, b.labels, &c) * b.n;
+        if ((rc = dt_net_status(net, err))) break; /* a device's failure */
         correct += c;
         out->examples += b.n;
         if (confusion) {

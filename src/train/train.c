@@ -11,6 +11,7 @@
 #include "cluster/cluster.h"
 #include "cluster/manager.h"
 #include "cluster/placement.h"
+#include "compute/cuda.h"
 #include "compute/kernels.h"
 #include "compute/optim.h"
 #include "transport/wire.h"
@@ -154,15 +155,14 @@ static int opt_from_options(const dt_train_options *o, int64_t total, dt_opt_con
     return DT_OK;
 }
 
-/* --debug_dump_params: the final parameters as raw little-endian float32, for tests that compare
- * runs bit for bit. */
-static int dump_params(const char *path, const dt_net *net, dt_error *err) {
+/* --debug_dump_params, --debug_dump_grads: the final parameters or the first gradient as raw
+ * little-endian float32, for tests that compare runs. */
+static int dump_floats(const char *flag, const char *path, const float *x, size_t n, dt_error *err) {
     FILE *f = fopen(path, "wb");
-    if (!f) return dt_errorf(err, DT_EIO, "--debug_dump_params: cannot create %s", path);
-    size_t n = dt_net_param_count(net);
-    int bad = fwrite(dt_net_params((dt_net *)net), sizeof(float), n, f) != n;
+    if (!f) return dt_errorf(err, DT_EIO, "--%s: cannot create %s", flag, path);
+    int bad = fwrite(x, sizeof(float), n, f) != n;
     bad |= fclose(f) != 0;
-    return bad ? dt_errorf(err, DT_EIO, "--debug_dump_params: cannot write %s", path) : DT_OK;
+    return bad ? dt_errorf(err, DT_EIO, "--%s: cannot write %s", flag, path) : DT_OK;
 }
 
 /* How a run is cut into steps, from the data, the cluster and the flags (open_data). */
@@ -368,6 +368,12 @@ int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FIL
         rc = dt_serve_task_bind(&r.cluster, &r.placement, r.auth.curve ? &r.auth : NULL, o->bind,
                                 o->idle_timeout_ms, o->stop, r.metrics, log, err);
         goto out;
+    }
+    if (o->device && *o->device && strcmp(o->device, "cpu")) {
+        if ((rc = dt_net_set_device(r.net, o->device, err))) goto out;
+        char desc[320];
+        dt_cuda_describe(desc, sizeof desc);
+        fprintf(log, "device: %s\n", desc);
     }
     rc = train_loop(&r, o, log, res, err);
     if (rc == 0 || rc == DT_EINTR) {
@@ -615,12 +621,18 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
             dt_net_forward(r->net, b.x, b.n, 1,
                            dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard)));
             loss = dt_net_loss(r->net, b.labels, &correct);
+            if ((rc = dt_net_status(r->net, err))) break; /* a device's failure, named */
             if (!isfinite(loss)) {
                 rc = dt_errorf(err, DT_EINVAL, "loss became %g at global step %lld: lower --learning_rate",
                                (double)loss, (long long)*global_step + 1);
                 break;
             }
             dt_net_backward(r->net);
+            if ((rc = dt_net_status(r->net, err))) break;
+            if (*local_step == 0 && r->dbg->dump_grads && *r->dbg->dump_grads &&
+                (rc = dump_floats("debug_dump_grads", r->dbg->dump_grads, dt_net_grads(r->net),
+                                  dt_net_param_count(r->net), err)))
+                break;
             /* The whole gradient, before it is applied here or cut into shards and pushed. */
             if (o->clip_gradient_norm > 0)
                 dt_clip_global_norm(dt_net_grads(r->net), dt_net_param_count(r->net), (float)o->clip_gradient_norm);
@@ -676,7 +688,9 @@ static int report(run_state *r, const dt_train_options *o, int evaluates, int64_
         res->test_accuracy = test.accuracy;
         res->test_loss = test.loss;
         res->test_examples = test.examples;
-        if (r->dbg->dump_params && *r->dbg->dump_params && (rc = dump_params(r->dbg->dump_params, r->net, err)))
+        if (r->dbg->dump_params && *r->dbg->dump_params &&
+            (rc = dump_floats("debug_dump_params", r->dbg->dump_params, dt_net_params(r->net),
+                              dt_net_param_count(r->net), err)))
             return rc;
         fprintf(log, "test accuracy %.4f  test loss %.4f  (%lld examples)\n", test.accuracy, test.loss,
                 (long long)test.examples);

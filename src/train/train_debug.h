@@ -16,6 +16,9 @@ typedef struct dt_train_debug {
     int emulate_compute_ms;
     /* If set, the chief (or a single process) writes its final parameters there (raw float32). */
     const char *dump_params;
+    /* If set, this process writes the gradient of its first step there (raw float32), as backward
+     * made it: before clipping, the update or the push (tests compare devices with it). */
+    const char *dump_grads;
 } dt_train_debug;
 
 /* Every hook off. */

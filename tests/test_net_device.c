@@ -1,0 +1,184 @@
+/* The net's device path (model/net.c with a device backend) on any machine: a stand-in device whose
+ * "device memory" is separate host memory, whose copies are memcpy and whose kernels are the CPU's.
+ * A net on it must give the CPU net's logits, loss and gradients bit for bit, so every parameter
+ * range must go up before its layer runs (after the before_forward hook, which may have just
+ * written it), every gradient range must come down, the hooks must see the same ranges in the same
+ * order, and the input and logits must travel. The CUDA backend plugs its copies and streams into
+ * the same places (docs/gpu.md). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/backend.h"
+#include "core/rng.h"
+#include "model/net.h"
+#include "test.h"
+
+/* ---- the stand-in device ---- */
+
+static int n_upload_params, n_download_grads, n_closed, n_pinned, n_synced;
+static int waited[DT_MODEL_MAX_LAYERS], n_waited;
+
+static void fake_upload_params(float *dev, const float *host, size_t n) {
+    memcpy(dev, host, n * sizeof *dev);
+    n_upload_params++;
+}
+static void fake_download_grads(float *host, const float *dev, size_t n, int slot) {
+    memcpy(host, dev, n * sizeof *dev);
+    n_download_grads++;
+}
+static void fake_wait_slot(int slot) {
+    if (n_waited < DT_MODEL_MAX_LAYERS) waited[n_waited++] = slot;
+}
+static void fake_upload(void *dev, const void *host, size_t bytes) { memcpy(dev, host, bytes); }
+static void fake_download(void *host, const void *dev, size_t bytes) { memcpy(host, dev, bytes); }
+static void fake_sync(void) { n_synced++; }
+static int fake_status(dt_error *err) { return 0; }
+static int fake_pin(void *p, size_t bytes) { return n_pinned++, 0; }
+static void fake_unpin(void *p) { n_pinned--; }
+static void fake_close(void) { n_closed++; }
+
+static dt_backend fake_device(void) {
+    dt_backend k = dt_backend_cpu;
+    k.name = "fake";
+    k.on_device = 1;
+    k.upload_params = fake_upload_params;
+    k.download_grads = fake_download_grads;
+    k.wait_slot = fake_wait_slot;
+    k.upload = fake_upload;
+    k.download = fake_download;
+    k.sync = fake_sync;
+    k.status = fake_status;
+    k.pin = fake_pin;
+    k.unpin = fake_unpin;
+    k.close = fake_close;
+    return k;
+}
+
+/* ---- hooks that record, and one that writes the parameters it is told about ---- */
+
+typedef struct {
+    int n, kind[512];
+    size_t off[512], cnt[512];
+    float *params; /* if set, before_forward writes this range (as the overlap engine does) */
+    float value;
+} record;
+
+static void rec(record *r, int kind, size_t off, size_t cnt) {
+    if (r->n < 512) r->kind[r->n] = kind, r->off[r->n] = off, r->cnt[r->n] = cnt, r->n++;
+}
+static void before(void *u, size_t off, size_t cnt) {
+    record *r = u;
+    rec(r, 0, off, cnt);
+    if (r->params) r->params[off] = r->value;
+}
+static void after(void *u, size_t off, size_t cnt) { rec(u, 1, off, cnt); }
+
+/* ---- the comparison ---- */
+
+static void same_floats(const char *what, const float *a, const float *b, size_t n) {
+    CHECK_MSG(a && b && memcmp(a, b, n * sizeof *a) == 0, "%s differs", what);
+}
+
+static void compare(const char *path, int batch) {
+    dt_error err = {0};
+    dt_net *cpu = NULL, *dev = NULL;
+    CHECK_MSG(dt_net_load(&cpu, path, batch, &err) == 0, "%s", err.msg);
+    CHECK_MSG(dt_net_load(&dev, path, batch, &err) == 0, "%s", err.msg);
+    if (!cpu || !dev) {
+        dt_net_free(cpu), dt_net_free(dev);
+        return;
+    }
+    static dt_backend k;
+    k = fake_device();
+    int closed = n_closed;
+    CHECK_MSG(dt_net_set_backend(dev, &k, &err) == 0, "%s", err.msg);
+    CHECK(strcmp(dt_net_device(dev), "fake") == 0);
+    CHECK(n_pinned >= 2);
+    size_t np = dt_net_param_count(cpu), in_n = (size_t)batch * dt_net_input_size(cpu);
+    int classes = dt_net_num_classes(cpu);
+    dt_net_init_params(cpu, 5);
+    dt_net_init_params(dev, 5);
+    float *x = malloc(in_n * sizeof *x);
+    int32_t *labels = malloc((size_t)batch * sizeof *labels);
+    dt_rng r;
+    dt_rng_seed(&r, 3);
+    for (size_t i = 0; i < in_n; i++) x[i] = (float)dt_rng_uniform(&r);
+    for (int i = 0; i < batch; i++) labels[i] = (int32_t)dt_rng_below(&r, (uint64_t)classes);
+    record rc_cpu = {0}, rc_dev = {0};
+    dt_net_hooks hc = {before, after, &rc_cpu}, hd = {before, after, &rc_dev};
+    dt_net_set_hooks(cpu, &hc);
+    dt_net_set_hooks(dev, &hd);
+
+    for (int round = 0; round < 3; round++) {
+        /* round 1: the host parameters change between steps (an update); round 2: the hook writes
+         * each layer's first parameter just before the layer runs (a chunk landing) */
+        if (round == 1)
+            for (size_t i = 0; i < np; i++) dt_net_params(cpu)[i] *= 0.5f, dt_net_params(dev)[i] *= 0.5f;
+        if (round == 2) rc_cpu.params = dt_net_params(cpu), rc_dev.params = dt_net_params(dev);
+        rc_cpu.value = rc_dev.value = 0.01f * (float)(round + 1);
+        rc_cpu.n = rc_dev.n = 0, n_waited = 0;
+        int ups = n_upload_params, downs = n_download_grads;
+        const float *lc = dt_net_forward(cpu, x, batch, 1, 77), *ld = dt_net_forward(dev, x, batch, 1, 77);
+        CHECK(ld != NULL && ld != lc);
+        same_floats("training logits", lc, ld, (size_t)batch * classes);
+        int cc = -1, cd = -2;
+        float loss_c = dt_net_loss(cpu, labels, &cc), loss_d = dt_net_loss(dev, labels, &cd);
+        CHECK(loss_c == loss_d && cc == cd);
+        memset(dt_net_grads(dev), 0xff, np * sizeof(float)); /* NaN: what the device does not bring down shows */
+        dt_net_backward(cpu);
+        dt_net_backward(dev);
+        same_floats("gradients", dt_net_grads(cpu), dt_net_grads(dev), np);
+        same_floats("parameters", dt_net_params(cpu), dt_net_params(dev), np);
+        /* the hooks: the same calls, ranges and order */
+        CHECK(rc_cpu.n == rc_dev.n && rc_cpu.n > 0);
+        int same = rc_cpu.n == rc_dev.n;
+        for (int i = 0; same && i < rc_cpu.n; i++)
+            same = rc_cpu.kind[i] == rc_dev.kind[i] && rc_cpu.off[i] == rc_dev.off[i] && rc_cpu.cnt[i] == rc_dev.cnt[i];
+        CHECK_MSG(same, "%s round %d: the hooks differ", path, round);
+        int layers_with_params = 0;
+        for (int i = 0; i < rc_cpu.n; i++) layers_with_params += rc_cpu.kind[i] == 1;
+        CHECK(n_upload_params - ups == layers_with_params && n_download_grads - downs == layers_with_params);
+        CHECK(n_waited == layers_with_params);
+        for (int i = 1; i < n_waited; i++) CHECK(waited[i] < waited[i - 1]); /* the last layer first */
+    }
+    /* evaluation */
+    const float *ec = dt_net_forward(cpu, x, batch, 0, 0), *ed = dt_net_forward(dev, x, batch, 0, 0);
+    same_floats("evaluation logits", ec, ed, (size_t)batch * classes);
+    CHECK(dt_net_status(dev, &err) == 0);
+    dt_net_free(cpu);
+    dt_net_free(dev);
+    CHECK(n_closed == closed + 1);
+    free(x);
+    free(labels);
+}
+
+static void test_fashion(void) { compare("models/fashion.model", 4); }
+static void test_catdog(void) { compare("models/catdog.model", 2); }
+/* graph layers, dropout (the mask is made on the device side), concat, add, pools */
+static void test_cuda_layers(void) { compare("tests/fixtures/cuda_layers.model", 5); }
+
+/* A layer the device has no kernel for: refused naming it; the net stays on the CPU and works. */
+static void test_refused(void) {
+    dt_error err = {0};
+    dt_net *net = NULL;
+    CHECK_MSG(dt_net_load(&net, "tests/fixtures/layers.model", 2, &err) == 0, "%s", err.msg);
+    if (!net) return;
+    static dt_backend k;
+    k = fake_device();
+    CHECK(dt_net_set_backend(net, &k, &err) != 0);
+    CHECK_CONTAINS(err.msg, "not supported on fake yet: layer bn1 (batchnorm)");
+    CHECK(strcmp(dt_net_device(net), "cpu") == 0);
+    float x[2 * 12 * 12 * 2] = {0};
+    CHECK(dt_net_forward(net, x, 2, 0, 0) != NULL);
+    dt_net_free(net);
+}
+
+int main(void) {
+    RUN(test_fashion);
+    RUN(test_catdog);
+    RUN(test_cuda_layers);
+    RUN(test_refused);
+    CHECK(n_pinned == 0); /* every pin undone */
+    return test_summary();
+}
