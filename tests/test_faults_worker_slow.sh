@@ -2,7 +2,7 @@
 # Worker loss with backup workers (sync, 3 workers, aggregate 2), through tests/faults.sh: an
 # undisturbed run, then one where worker 2 is SIGKILLed mid-run. The killed run finishes (every
 # survivor exits 0, no hang), the chief's wait for the dead worker is bounded by
-# --heartbeat_timeout, and the test accuracy is within 1.5 points of the undisturbed run. Then worker 2
+# --heartbeat_timeout, and the test accuracy is at most 1.5 points below the undisturbed run's. Then worker 2
 # is killed and restarted: it rejoins at the current global step and finishes; then the chief.
 . "$(dirname "$0")/lib.sh"
 export DTRAIN_BIN=${DTRAIN_BIN:-build/dtrain}
@@ -23,15 +23,22 @@ grep -q "^killed worker2" "$tmp/kill.out" && ok "worker 2 was killed mid-run" ||
 
 # Sync with backup workers is not deterministic (which gradient of a step arrives last and is
 # dropped depends on timing). Over 20 killed and 6 undisturbed runs (BENCHMARKS.md, "Faults") the
-# means were 0.65 points apart, but single runs spread over 1.3 points, so one run against one run
-# is allowed 1.5 points.
+# killed runs' mean was 0.65 points *above* the undisturbed runs' (fewer workers left, each step
+# aggregates the same number of fresher gradients), and single runs spread over 1.3 points. What
+# the test guards is that losing a worker costs no accuracy, so the bound is one-sided: the killed
+# run at most 1.5 points below the undisturbed one (a CI run saw 0.8992 killed against 0.8827
+# undisturbed, 1.65 points above, which a two-sided bound failed). Both runs must also have
+# trained: at least 0.85 (the 26 runs: 0.8834-0.9003).
 a0=$(echo "$base" | sed -n 's/.*acc=\([0-9.]*\).*/\1/p')
 a1=$(echo "$killed" | sed -n 's/.*acc=\([0-9.]*\).*/\1/p')
-if [ -n "$a0" ] && [ -n "$a1" ] && awk -v a="$a0" -v b="$a1" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.015) }'; then
-  ok "accuracy within 1.5 points ($a0 undisturbed, $a1 with a worker killed)"
+if [ -n "$a0" ] && [ -n "$a1" ] && awk -v a="$a0" -v b="$a1" 'BEGIN { exit !(b >= a - 0.015) }'; then
+  ok "accuracy with a worker killed not more than 1.5 points below the undisturbed run ($a1 against $a0)"
 else
-  bad "accuracy within 1.5 points ('$a0' undisturbed, '$a1' with a worker killed)"
+  bad "accuracy with a worker killed not more than 1.5 points below the undisturbed run ('$a1' against '$a0')"
 fi
+for a in "$a0" "$a1"; do
+  check "test accuracy '$a' at least 0.85" awk -v a="$a" 'BEGIN { exit !(a != "" && a >= 0.85) }'
+done
 # The chief waited for the dead worker's DONE at most --heartbeat_timeout, and said so.
 grep -q "ending the cluster anyway" "$tmp/kill/worker0.log" && ok "the chief's wait for the lost worker is logged" \
   || bad "the chief's wait for the lost worker is logged"
