@@ -32,28 +32,31 @@ typedef struct {
     int ih, iw, ic, oh, ow, oc, pad_top, pad_left;
 } wino_geom;
 
-/* Scratch layout (floats, 16-aligned parts), T = max threads, P = CONV_BWD_PIECES, K = max(C, OC):
+/* Scratch layout (floats, 16-aligned parts), T = max threads, P = CONV_BWD_PIECES, K = max(C, OC),
+ * W = the widest row of the forward or the din pass (max(in_w, out_w)) + 4:
  *   u     [16][C][OC]    transformed kernel (forward) or rotated kernel (din)
- *   zeros [K]            what out-of-image patch cells point at
- *   per thread [T]: v [16][tiles][K], m [16][tiles][K]  transformed inputs and GEMM results
+ *   zeros [W][K]         one row of zeros: what rows above or below the image read
+ *   per thread [T]: v [16][tiles][K], m [16][tiles][K]  transformed inputs and GEMM results,
+ *                   rb [4][W][K]  one tile row's input rows after the rows' half of B^T d B
  *   gw    [P][16][C][OC] per-piece dW partials in the transform domain
  *   db    [P][OC]        per-piece db partials */
 typedef struct {
-    size_t tiles, u_base, zeros_base, thr_base, thr, v, gw_base, gw, db_base, db, total;
+    size_t tiles, u_base, zeros_base, thr_base, thr, v, rb, gw_base, gw, db_base, db, total;
 } wino_scratch;
 
 static wino_scratch wino_scratch_layout(const dt_window *g, int batch) {
     size_t T = (size_t)dt_cpu_max_threads(), C = (size_t)g->in_c, OC = (size_t)g->out_c;
-    size_t K = C > OC ? C : OC;
+    size_t K = C > OC ? C : OC, W = (size_t)(g->in_w > g->out_w ? g->in_w : g->out_w) + 4;
     size_t P = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 1) : CONV_BWD_PIECES;
     wino_scratch s;
     s.tiles = WINO_CHUNK_FLOATS / (32 * K); /* v and m together fill one chunk */
     if (s.tiles < 16) s.tiles = 16;
     s.u_base = 0;
     s.zeros_base = round16(16 * C * OC);
-    s.thr_base = s.zeros_base + round16(K);
+    s.thr_base = s.zeros_base + round16(W * K);
     s.v = round16(16 * s.tiles * K);
-    s.thr = 2 * s.v;
+    s.rb = round16(4 * W * K);
+    s.thr = 2 * s.v + s.rb;
     s.gw_base = s.thr_base + T * s.thr;
     s.gw = round16(16 * C * OC);
     s.db_base = s.gw_base + P * s.gw;
@@ -92,102 +95,171 @@ static void wino_transform_kernel(float *u, const float *w, int C, int OC, int f
         }
 }
 
-/* v [16][ld][C] rows tl..: B^T d B of the 4x4 patch under output tile `tile` (zeros outside). */
-DT_HOT static void wino_input_tile(float *v, size_t ld, size_t tl, const float *in, const wino_geom *g,
-                                   size_t tile, const float *zeros) {
-    const size_t tw_n = (size_t)(g->ow + 1) / 2, th_n = (size_t)(g->oh + 1) / 2;
-    const size_t n = tile / (th_n * tw_n), r = tile % (th_n * tw_n);
-    const int ih0 = (int)(r / tw_n) * 2 - g->pad_top, iw0 = (int)(r % tw_n) * 2 - g->pad_left;
-    const int C = g->ic;
-    const float *img = in + n * g->ih * g->iw * (size_t)C;
-    const float *p[4][4];
+/* The transforms work on runs: consecutive tiles along one row of tiles (image n, tile row ty,
+ * tiles tx .. tx + count - 1). Within a run every stream is contiguous, so the loops run over whole
+ * rows of floats instead of 16 scattered pointers per tile: with 16 to 64 channels, a tile's own
+ * work is a few vectors and the per-tile bookkeeping used to cost more than the arithmetic. */
+typedef struct {
+    size_t n;
+    int ty, tx, count;
+} wino_run;
+
+/* The run that starts at tile t and ends at the row's end or at t_end. */
+static wino_run wino_run_at(const wino_geom *g, size_t t, size_t t_end) {
+    const size_t tw_n = (size_t)(g->ow + 1) / 2, th_n = (size_t)(g->oh + 1) / 2, r = t % (th_n * tw_n);
+    wino_run run = {t / (th_n * tw_n), (int)(r / tw_n), (int)(r % tw_n), 0};
+    size_t left = tw_n - (size_t)run.tx;
+    run.count = (int)(left < t_end - t ? left : t_end - t);
+    return run;
+}
+
+/* v [16][ld][C] rows tl ..: B^T d B of the 4x4 patches under the run's tiles (zeros outside the
+ * image). First the rows' half, t = B^T d, over the run's whole width into rb [4][cols][C]; then
+ * the columns' half, t B, tile by tile, four output streams at a time. */
+DT_HOT static void wino_input_run(float *v, size_t ld, size_t tl, const float *in, const wino_geom *g,
+                                  wino_run run, float *rb, const float *zrow) {
+    const int C = g->ic, cols = 2 * run.count + 2;
+    const int y0 = 2 * run.ty - g->pad_top, x0 = 2 * run.tx - g->pad_left;
+    const float *img = in + run.n * g->ih * g->iw * (size_t)C, *d[4];
     for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) {
-            int y = ih0 + i, x = iw0 + j;
-            p[i][j] = (y >= 0 && y < g->ih && x >= 0 && x < g->iw) ? img + ((size_t)y * g->iw + x) * C : zeros;
-        }
-    float *o = v + tl * C;
+        d[i] = (y0 + i >= 0 && y0 + i < g->ih) ? img + (size_t)(y0 + i) * g->iw * C : zrow;
+    /* The run's columns [xa, xb) are inside the image; the rest are padding: zero after B^T too. */
+    const int xa = x0 < 0 ? (-x0 < cols ? -x0 : cols) : 0;
+    const int xb = g->iw - x0 < cols ? (g->iw - x0 > xa ? g->iw - x0 : xa) : cols;
+    const size_t rs = (size_t)cols * C, a = (size_t)xa * C, e = (size_t)xb * C;
+    const size_t src = (size_t)(x0 + xa) * C; /* where column xa is in an input row */
+    float *t0 = rb, *t1 = rb + rs, *t2 = rb + 2 * rs, *t3 = rb + 3 * rs;
+    for (int i = 0; i < 4; i++) {
+        memset(rb + i * rs, 0, a * sizeof(float));
+        memset(rb + i * rs + e, 0, (rs - e) * sizeof(float));
+    }
+    const float *d0 = d[0] + src, *d1 = d[1] + src, *d2 = d[2] + src, *d3 = d[3] + src;
+#pragma omp simd
+    for (size_t k = 0; k < e - a; k++) {
+        t0[a + k] = d0[k] - d2[k];
+        t1[a + k] = d1[k] + d2[k];
+        t2[a + k] = d2[k] - d1[k];
+        t3[a + k] = d1[k] - d3[k];
+    }
     const size_t xs = ld * C;
+    for (int i = 0; i < 4; i++) {
+        const float *t = rb + i * rs;
+        float *o = v + (4 * i * ld + tl) * C;
+        for (int k = 0; k < run.count; k++) {
+            const float *p = t + (size_t)2 * k * C;
+            float *q = o + (size_t)k * C;
 #pragma omp simd
-    for (int c = 0; c < C; c++) {
-        float t[4][4];
-        for (int j = 0; j < 4; j++) { /* B^T d: rows */
-            t[0][j] = p[0][j][c] - p[2][j][c];
-            t[1][j] = p[1][j][c] + p[2][j][c];
-            t[2][j] = p[2][j][c] - p[1][j][c];
-            t[3][j] = p[1][j][c] - p[3][j][c];
-        }
-        for (int i = 0; i < 4; i++) { /* (B^T d) B: columns */
-            o[(4 * i + 0) * xs + c] = t[i][0] - t[i][2];
-            o[(4 * i + 1) * xs + c] = t[i][1] + t[i][2];
-            o[(4 * i + 2) * xs + c] = t[i][2] - t[i][1];
-            o[(4 * i + 3) * xs + c] = t[i][1] - t[i][3];
+            for (int c = 0; c < C; c++) {
+                float p0 = p[c], p1 = p[C + c], p2 = p[2 * C + c], p3 = p[3 * C + c];
+                q[c] = p0 - p2;
+                q[xs + c] = p1 + p2;
+                q[2 * xs + c] = p2 - p1;
+                q[3 * xs + c] = p1 - p3;
+            }
         }
     }
 }
 
-/* out (+ b) for output tile `tile` from m [16][ld][OC] row tl: A^T m A, clipped to the image. */
-DT_HOT static void wino_output_tile(float *out, const float *b, const float *m, size_t ld, size_t tl,
-                                    const wino_geom *g, size_t tile) {
-    const size_t tw_n = (size_t)(g->ow + 1) / 2, th_n = (size_t)(g->oh + 1) / 2;
-    const size_t n = tile / (th_n * tw_n), r = tile % (th_n * tw_n);
-    const int oh0 = (int)(r / tw_n) * 2, ow0 = (int)(r % tw_n) * 2, OC = g->oc;
-    const int rows = oh0 + 1 < g->oh ? 2 : 1, cols = ow0 + 1 < g->ow ? 2 : 1;
-    float *dst[2][2];
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++)
-            dst[i][j] = out + ((n * g->oh + (size_t)(oh0 + (i < rows ? i : 0))) * g->ow +
-                               (size_t)(ow0 + (j < cols ? j : 0))) * OC;
-    const float *s = m + tl * OC;
-    const size_t xs = ld * OC;
+/* The rows' half of A^T m A for tiles [0, count) of m [16][ld][OC], in place: m[j] <- x[j] + x[4+j]
+ * + x[8+j] and m[4+j] <- x[4+j] - x[8+j] - x[12+j] for each column j of the 4x4 domain. */
+DT_HOT static void wino_output_rows(float *m, size_t ld, size_t count, int OC) {
+    const size_t xs = ld * OC, len = count * OC;
+    for (int j = 0; j < 4; j++) {
+        float *x0 = m + j * xs, *x1 = x0 + 4 * xs, *x2 = x0 + 8 * xs, *x3 = x0 + 12 * xs;
 #pragma omp simd
-    for (int c = 0; c < OC; c++) {
-        float x[16], t[2][4];
-        for (int k = 0; k < 16; k++) x[k] = s[k * xs + c];
-        for (int j = 0; j < 4; j++) { /* A^T m: rows */
-            t[0][j] = x[j] + x[4 + j] + x[8 + j];
-            t[1][j] = x[4 + j] - x[8 + j] - x[12 + j];
+        for (size_t k = 0; k < len; k++) {
+            float a = x0[k], b = x1[k], c = x2[k], d = x3[k];
+            x0[k] = a + b + c;
+            x1[k] = b - c - d;
         }
-        float bias = b ? b[c] : 0.0f;
-        float y00 = t[0][0] + t[0][1] + t[0][2] + bias, y01 = t[0][1] - t[0][2] - t[0][3] + bias;
-        float y10 = t[1][0] + t[1][1] + t[1][2] + bias, y11 = t[1][1] - t[1][2] - t[1][3] + bias;
-        /* clipped cells alias a kept cell; write those first so the kept value lands last */
-        dst[1][1][c] = y11;
-        dst[1][0][c] = y10;
-        dst[0][1][c] = y01;
-        dst[0][0][c] = y00;
     }
 }
 
-/* dz [16][ld][OC] row tl: A dY A^T of the 2x2 block of dout under tile `tile` (zeros outside). */
-DT_HOT static void wino_dout_tile(float *z, size_t ld, size_t tl, const float *dout, const wino_geom *g,
-                                  size_t tile, const float *zeros) {
-    const size_t tw_n = (size_t)(g->ow + 1) / 2, th_n = (size_t)(g->oh + 1) / 2;
-    const size_t n = tile / (th_n * tw_n), r = tile % (th_n * tw_n);
-    const int oh0 = (int)(r / tw_n) * 2, ow0 = (int)(r % tw_n) * 2, OC = g->oc;
-    const float *p[2][2];
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++)
-            p[i][j] = (oh0 + i < g->oh && ow0 + j < g->ow)
-                          ? dout + ((n * g->oh + (size_t)(oh0 + i)) * g->ow + (size_t)(ow0 + j)) * OC
-                          : zeros;
-    float *o = z + tl * OC;
+/* out (+ b) under the run's tiles from m rows tl .. after wino_output_rows: the columns' half,
+ * clipped to the image (the last row or column of tiles may be half outside). */
+DT_HOT static void wino_output_run(float *out, const float *b, const float *m, size_t ld, size_t tl,
+                                   const wino_geom *g, wino_run run) {
+    const int OC = g->oc, oh0 = 2 * run.ty, ow0 = 2 * run.tx;
+    const int rows = oh0 + 1 < g->oh ? 2 : 1;
+    const int full = ow0 + 2 * run.count <= g->ow ? run.count : run.count - 1; /* tiles with 2 columns */
     const size_t xs = ld * OC;
+    for (int i = 0; i < rows; i++) {
+        const float *s = m + (4 * i * xs) + tl * OC; /* row i: columns j at s + j * xs */
+        float *dst = out + ((run.n * g->oh + (size_t)(oh0 + i)) * g->ow + (size_t)ow0) * OC;
+        for (int k = 0; k < run.count; k++) {
+            const float *x = s + (size_t)k * OC;
+            float *y = dst + (size_t)2 * k * OC;
+            if (k < full) {
 #pragma omp simd
-    for (int c = 0; c < OC; c++) {
-        float t[4][2];
-        for (int j = 0; j < 2; j++) { /* A dY: rows */
-            t[0][j] = p[0][j][c];
-            t[1][j] = p[0][j][c] + p[1][j][c];
-            t[2][j] = p[0][j][c] - p[1][j][c];
-            t[3][j] = -p[1][j][c];
+                for (int c = 0; c < OC; c++) {
+                    float bias = b ? b[c] : 0.0f, x1 = x[xs + c], x2 = x[2 * xs + c];
+                    y[c] = x[c] + x1 + x2 + bias;
+                    y[OC + c] = x1 - x2 - x[3 * xs + c] + bias;
+                }
+            } else {
+#pragma omp simd
+                for (int c = 0; c < OC; c++) y[c] = x[c] + x[xs + c] + x[2 * xs + c] + (b ? b[c] : 0.0f);
+            }
         }
-        for (int i = 0; i < 4; i++) { /* (A dY) A^T: columns */
-            o[(4 * i + 0) * xs + c] = t[i][0];
-            o[(4 * i + 1) * xs + c] = t[i][0] + t[i][1];
-            o[(4 * i + 2) * xs + c] = t[i][0] - t[i][1];
-            o[(4 * i + 3) * xs + c] = -t[i][1];
+    }
+}
+
+/* z [16][ld][OC] rows tl ..: A dY A^T of the 2x2 blocks of dout under the run's tiles (zeros
+ * outside). The rows' half of row i is a combination of dout's two rows (r0, r1 below): i = 0: r0,
+ * 1: r0 + r1, 2: r0 - r1, 3: -r1; each i writes its 4 streams. */
+static inline float wino_dout_mix(float r0, float r1, int i) {
+    return i == 0 ? r0 : i == 1 ? r0 + r1 : i == 2 ? r0 - r1 : -r1;
+}
+
+static inline void wino_dout_row(float *o, size_t xs, const float *r0, const float *r1, int i, int count,
+                                 int full, int OC) {
+    for (int k = 0; k < count; k++) {
+        const float *p0 = r0 + (size_t)2 * k * OC, *p1 = r1 + (size_t)2 * k * OC;
+        float *q = o + (size_t)k * OC;
+        if (k < full) {
+#pragma omp simd
+            for (int c = 0; c < OC; c++) {
+                float ta = wino_dout_mix(p0[c], p1[c], i), tb = wino_dout_mix(p0[OC + c], p1[OC + c], i);
+                q[c] = ta;
+                q[xs + c] = ta + tb;
+                q[2 * xs + c] = ta - tb;
+                q[3 * xs + c] = -tb;
+            }
+        } else {
+#pragma omp simd
+            for (int c = 0; c < OC; c++) {
+                float ta = wino_dout_mix(p0[c], p1[c], i);
+                q[c] = ta;
+                q[xs + c] = ta;
+                q[2 * xs + c] = ta;
+                q[3 * xs + c] = 0.0f;
+            }
         }
+    }
+}
+
+DT_HOT static void wino_dout_run(float *z, size_t ld, size_t tl, const float *dout, const wino_geom *g,
+                                 wino_run run, const float *zrow) {
+    const int OC = g->oc, oh0 = 2 * run.ty, ow0 = 2 * run.tx;
+    const int full = ow0 + 2 * run.count <= g->ow ? run.count : run.count - 1;
+    const float *r0 = dout + ((run.n * g->oh + (size_t)oh0) * g->ow + (size_t)ow0) * OC;
+    const float *r1 = oh0 + 1 < g->oh ? r0 + (size_t)g->ow * OC : zrow;
+    const size_t xs = ld * OC;
+    /* i as a literal in each call, so each inlined copy folds its coefficients */
+    wino_dout_row(z + (0 * ld + tl) * OC, xs, r0, r1, 0, run.count, full, OC);
+    wino_dout_row(z + (4 * ld + tl) * OC, xs, r0, r1, 1, run.count, full, OC);
+    wino_dout_row(z + (8 * ld + tl) * OC, xs, r0, r1, 2, run.count, full, OC);
+    wino_dout_row(z + (12 * ld + tl) * OC, xs, r0, r1, 3, run.count, full, OC);
+}
+
+/* v and z (either may be NULL) for tiles [t0, t1), rows 0 .. t1 - t0 - 1 of the chunk. */
+static void wino_transform_chunk(float *v, float *z, size_t ld, const float *in, const float *dout,
+                                 const wino_geom *g, size_t t0, size_t t1, float *rb, const float *zrow) {
+    for (size_t t = t0; t < t1;) {
+        wino_run run = wino_run_at(g, t, t1);
+        if (v) wino_input_run(v, ld, t - t0, in, g, run, rb, zrow);
+        if (z) wino_dout_run(z, ld, t - t0, dout, g, run, zrow);
+        t += (size_t)run.count;
     }
 }
 
@@ -205,12 +277,18 @@ static void wino_run_forward(float *out, const float *in, const float *b, int ba
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t k = 0; k < nchunks; k++) {
         float *v = scratch + s->thr_base + (size_t)omp_get_thread_num() * s->thr, *m = v + s->v;
+        float *rb = m + s->v;
         size_t t0 = k * tiles, t1 = t0 + tiles < total ? t0 + tiles : total;
-        for (size_t t = t0; t < t1; t++) wino_input_tile(v, tiles, t - t0, in, g, t, zeros);
+        wino_transform_chunk(v, NULL, tiles, in, NULL, g, t0, t1, rb, zeros);
         for (int x = 0; x < 16; x++)
             sgemm1(0, 0, (int)(t1 - t0), g->oc, g->ic, 1.0f, v + (size_t)x * tiles * g->ic, g->ic,
                    u + (size_t)x * g->ic * g->oc, g->oc, 0.0f, m + (size_t)x * tiles * g->oc, g->oc);
-        for (size_t t = t0; t < t1; t++) wino_output_tile(out, b, m, tiles, t - t0, g, t);
+        wino_output_rows(m, tiles, t1 - t0, g->oc);
+        for (size_t t = t0; t < t1;) {
+            wino_run run = wino_run_at(g, t, t1);
+            wino_output_run(out, b, m, tiles, t - t0, g, run);
+            t += (size_t)run.count;
+        }
     }
 }
 
@@ -222,7 +300,7 @@ void dt_wino_forward(float *out, const float *in, const float *w, const float *b
                          const dt_window *g, float *scratch) {
     const wino_scratch s = wino_scratch_layout(g, batch);
     const wino_geom wg = wino_geom_of(g);
-    memset(scratch + s.zeros_base, 0, sizeof(float) * (g->in_c > g->out_c ? g->in_c : g->out_c));
+    memset(scratch + s.zeros_base, 0, sizeof(float) * (s.thr_base - s.zeros_base));
     wino_transform_kernel(scratch + s.u_base, w, g->in_c, g->out_c, 0);
     wino_run_forward(out, in, b, batch, &wg, &s, scratch);
 }
@@ -236,13 +314,13 @@ void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const
     const size_t positions = (size_t)batch * g->out_h * g->out_w, ngw = (size_t)16 * C * OC;
     const size_t npieces = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 0) : CONV_BWD_PIECES;
     const float *zeros = scratch + s.zeros_base;
-    memset(scratch + s.zeros_base, 0, sizeof(float) * (C > OC ? C : OC));
+    memset(scratch + s.zeros_base, 0, sizeof(float) * (s.thr_base - s.zeros_base));
     int nt = dt_cpu_threads();
     if ((size_t)nt > npieces) nt = npieces > 0 ? (int)npieces : 1;
     /* dW (transform domain) and db: fixed pieces of tiles / positions, summed in piece order. */
 #pragma omp parallel num_threads(nt)
     {
-        float *v = scratch + s.thr_base + (size_t)omp_get_thread_num() * s.thr, *z = v + s.v;
+        float *v = scratch + s.thr_base + (size_t)omp_get_thread_num() * s.thr, *z = v + s.v, *rb = z + s.v;
 #pragma omp for schedule(dynamic, 1)
         for (size_t piece = 0; piece < npieces; piece++) {
             float *gw = scratch + s.gw_base + piece * s.gw, *dbp = scratch + s.db_base + piece * s.db;
@@ -250,10 +328,7 @@ void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const
             size_t a = total * piece / npieces, e = total * (piece + 1) / npieces;
             for (size_t t0 = a; t0 < e; t0 += s.tiles) {
                 size_t t1 = t0 + s.tiles < e ? t0 + s.tiles : e;
-                for (size_t t = t0; t < t1; t++) {
-                    wino_input_tile(v, s.tiles, t - t0, in, &wg, t, zeros);
-                    wino_dout_tile(z, s.tiles, t - t0, dout, &wg, t, zeros);
-                }
+                wino_transform_chunk(v, z, s.tiles, in, dout, &wg, t0, t1, rb, zeros);
                 for (int x = 0; x < 16; x++)
                     sgemm1(1, 0, C, OC, (int)(t1 - t0), 1.0f, v + (size_t)x * s.tiles * C, C,
                            z + (size_t)x * s.tiles * OC, OC, 1.0f, gw + (size_t)x * C * OC, OC);
