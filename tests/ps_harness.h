@@ -119,6 +119,27 @@ static inline void fill(float *x, size_t n, float scale, int seed) {
     for (size_t i = 0; i < n; i++) x[i] = scale * (float)((int)((i * 2654435761u + (unsigned)seed * 97u) % 2001u) - 1000) / 1000.0f;
 }
 
+/* Pushes `steps` rounds of gradients through c to its two shards (sizes n[0], n[1]), each round
+ * also applied here with dt_opt_apply (decay masks m, may be NULL) to p and s, from global step
+ * `first`; checks each push's global step and that none was stale. Then p holds what the ps tasks
+ * should hold, bit for bit. */
+static inline void push_and_mirror(dt_ps_client *c, const dt_opt_config *opt, float *p[2], float *s[2],
+                                   const uint8_t *m[2], const size_t n[2], int steps, int64_t first) {
+    float *g[2] = {malloc(n[0] * sizeof(float)), malloc(n[1] * sizeof(float))};
+    CHECK(g[0] && g[1]);
+    dt_error e = {0};
+    for (int t = 0; g[0] && g[1] && t < steps; t++) {
+        fill(g[0], n[0], 0.5f, 100 + t);
+        fill(g[1], n[1], 0.5f, 200 + t);
+        const float *gs[2] = {g[0], g[1]};
+        dt_push_result res;
+        CHECK_MSG(dt_ps_client_push_all(c, gs, t, &res, &e) == DT_OK, "%s", e.msg);
+        CHECK(res.global_step == first + 1 + t && res.n_stale == 0);
+        for (int k = 0; k < 2; k++) dt_opt_apply(opt, p[k], g[k], s[k], m ? m[k] : NULL, n[k], first + t);
+    }
+    free(g[0]), free(g[1]);
+}
+
 /* A raw DEALER speaking to the ps: requests the client API would never send. */
 static inline void *raw_open(void *ctx, const char *ep) {
     void *s = dt_zsock_open(ctx, ZMQ_DEALER, 1 << 20, 0, 2000, NULL);

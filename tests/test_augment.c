@@ -8,29 +8,15 @@
 #include <string.h>
 
 #include "data/loader.h"
+#include "idx_fixture.h"
 #include "test.h"
 
 enum { H = 8, W = 6, NEX = 64 };
 
 /* Example i: pixel (r, c) = 1 + (7 i + r W + c) % 250, label i % 10. */
-static dt_dataset *pictures(void) {
-    size_t il = 16 + (size_t)NEX * H * W, ll = 8 + NEX;
-    uint8_t *img = calloc(il, 1), *lab = calloc(ll, 1);
-    img[2] = 8, img[3] = 3, img[7] = NEX, img[11] = H, img[15] = W;
-    lab[2] = 8, lab[3] = 1, lab[7] = NEX;
-    for (int i = 0; i < NEX; i++) {
-        for (int p = 0; p < H * W; p++) img[16 + i * H * W + p] = (uint8_t)(1 + (7 * i + p) % 250);
-        lab[8 + i] = (uint8_t)(i % 10);
-    }
-    dt_dataset *ds = NULL;
-    dt_error e = {0};
-    if (dt_dataset_from_idx_bytes(&ds, img, il, lab, ll, "pictures", &e) != 0) {
-        fprintf(stderr, "pictures: %s\n", e.msg);
-        exit(1);
-    }
-    free(img), free(lab);
-    return ds;
-}
+static uint8_t picture_pixel(uint32_t i, uint32_t p) { return (uint8_t)(1 + (7 * i + p) % 250); }
+static uint8_t picture_label(uint32_t i) { return (uint8_t)(i % 10); }
+static dt_dataset *pictures(void) { return idx_dataset("pictures", NEX, H, W, picture_pixel, picture_label); }
 
 static void test_parse_and_check(void) {
     dt_augment a;

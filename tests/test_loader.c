@@ -8,30 +8,13 @@
 #include <string.h>
 
 #include "data/loader.h"
+#include "idx_fixture.h"
 #include "test.h"
 
 /* N examples of 2x2 pixels: pixel 0 = i % 256, pixel 1 = i / 256; label = i % 5. */
-static dt_dataset *numbered(uint32_t n) {
-    size_t il = 16 + (size_t)n * 4, ll = 8 + n;
-    uint8_t *img = calloc(il, 1), *lab = calloc(ll, 1);
-    img[2] = 8, img[3] = 3, img[11] = 2, img[15] = 2;
-    img[4] = (uint8_t)(n >> 24), img[5] = (uint8_t)(n >> 16), img[6] = (uint8_t)(n >> 8), img[7] = (uint8_t)n;
-    lab[2] = 8, lab[3] = 1;
-    memcpy(lab + 4, img + 4, 4);
-    for (uint32_t i = 0; i < n; i++) {
-        img[16 + 4 * i] = (uint8_t)(i % 256);
-        img[16 + 4 * i + 1] = (uint8_t)(i / 256);
-        lab[8 + i] = (uint8_t)(i % 5);
-    }
-    dt_dataset *ds = NULL;
-    dt_error e = {0};
-    if (dt_dataset_from_idx_bytes(&ds, img, il, lab, ll, "numbered", &e) != 0) {
-        fprintf(stderr, "numbered: %s\n", e.msg);
-        exit(1);
-    }
-    free(img), free(lab);
-    return ds;
-}
+static uint8_t numbered_pixel(uint32_t i, uint32_t p) { return (uint8_t)(p == 0 ? i % 256 : p == 1 ? i / 256 : 0); }
+static uint8_t numbered_label(uint32_t i) { return (uint8_t)(i % 5); }
+static dt_dataset *numbered(uint32_t n) { return idx_dataset("numbered", n, 2, 2, numbered_pixel, numbered_label); }
 
 /* Example number of row r of a batch (checks that the label agrees). */
 static int example_of(const dt_batch *b, int r) {

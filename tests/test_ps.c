@@ -82,7 +82,7 @@ static void check_optimizer_exact(const char *name) {
     dt_opt_config opt;
     dt_opt_config_init(&opt, name, 0.01f, NULL);
     int slots = dt_opt_slots(&opt);
-    static float p0[N0], p1[N1], s0[2 * N0], s1[2 * N1], g0[N0], g1[N1], r0[N0], r1[N1];
+    static float p0[N0], p1[N1], s0[2 * N0], s1[2 * N1], r0[N0], r1[N1];
     fill(p0, N0, 1.0f, 3);
     fill(p1, N1, 1.0f, 4);
     fill(s0, (size_t)slots * N0, 0.01f, 5); /* non-zero state: checks that INIT carries it */
@@ -92,16 +92,8 @@ static void check_optimizer_exact(const char *name) {
     const float *src[2] = {p0, p1}, *state[2] = {s0, s1};
     dt_error e = {0};
     CHECK(dt_ps_client_init(c, &opt, src, state, NULL, 10, &e) == DT_OK);
-    for (int t = 0; t < STEPS; t++) {
-        fill(g0, N0, 0.5f, 100 + t);
-        fill(g1, N1, 0.5f, 200 + t);
-        const float *gs[2] = {g0, g1};
-        dt_push_result res;
-        CHECK(dt_ps_client_push_all(c, gs, t, &res, &e) == DT_OK);
-        CHECK(res.global_step == 11 + t && res.n_stale == 0);
-        dt_opt_apply(&opt, p0, g0, s0, NULL, N0, 10 + t);
-        dt_opt_apply(&opt, p1, g1, s1, NULL, N1, 10 + t);
-    }
+    float *pp[2] = {p0, p1}, *ss[2] = {s0, s1};
+    push_and_mirror(c, &opt, pp, ss, NULL, sizes, STEPS, 10);
     float *dst[2] = {r0, r1};
     int64_t steps[2];
     CHECK(dt_ps_client_pull_all(c, dst, 0, steps, &e) == DT_OK);

@@ -258,7 +258,7 @@ static void check_ps_applies_options(const char *name) {
     dt_opt_config_init(&opt, name, 0.05f, NULL);
     opt.schedule = (dt_lr_schedule){.kind = DT_LR_COSINE, .warmup_steps = 3, .decay_steps = 6, .alpha = 0.2f};
     opt.weight_decay = 0.1f;
-    static float p0[N0], p1[N1], s0[2 * N0], s1[2 * N1], g0[N0], g1[N1], r0[N0], r1[N1];
+    static float p0[N0], p1[N1], s0[2 * N0], s1[2 * N1], g0[N0], r0[N0], r1[N1];
     static uint8_t m0[N0], m1[N1];
     fill(p0, N0, 1.0f, 3);
     fill(p1, N1, 1.0f, 4);
@@ -269,15 +269,8 @@ static void check_ps_applies_options(const char *name) {
     const uint8_t *masks[2] = {m0, m1};
     dt_error e = {0};
     CHECK(dt_ps_client_init(c, &opt, src, NULL, masks, 2, &e) == DT_OK);
-    for (int t = 0; t < STEPS; t++) {
-        fill(g0, N0, 0.5f, 100 + t);
-        fill(g1, N1, 0.5f, 200 + t);
-        const float *gs[2] = {g0, g1};
-        dt_push_result res;
-        CHECK(dt_ps_client_push_all(c, gs, t, &res, &e) == DT_OK);
-        dt_opt_apply(&opt, p0, g0, s0, m0, N0, 2 + t);
-        dt_opt_apply(&opt, p1, g1, s1, m1, N1, 2 + t);
-    }
+    float *pp[2] = {p0, p1}, *ss[2] = {s0, s1};
+    push_and_mirror(c, &opt, pp, ss, masks, sizes, STEPS, 2);
     float *dst[2] = {r0, r1};
     CHECK(dt_ps_client_pull_all(c, dst, 0, NULL, &e) == DT_OK);
     CHECK_MSG(memcmp(r0, p0, sizeof r0) == 0 && memcmp(r1, p1, sizeof r1) == 0, "%s: the ps differs from dt_opt_apply",
