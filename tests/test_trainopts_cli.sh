@@ -52,6 +52,11 @@ if cmp -s single.rates sync.rates && formula_ok single.rates; then
 else bad "learning_rate summaries"; paste single.rates sync.rates; tail -n 3 single.log sync.log; fi
 out=$(params_close single.bin sync.bin) && ok "2 sync workers x 16 = 1 process x 32 with schedule, weight decay, augmentation ($out)" \
   || { bad "2 sync workers x 16 vs 1 x 32 ($out)"; tail -n 3 sync.log; }
+# The sync chief validates at the same steps as one process: those of --steps_to_validate and the
+# epoch's end (its local steps are the global steps).
+vsteps() { sed -n "s/^$1step \([0-9]*\) .*val_acc.*/\1/p" "$2" | tr '\n' ' '; }
+check "the chief validates at the same steps as one process ($(vsteps '\[worker0\] ' sync.log))" \
+  test "$(vsteps '\[worker0\] ' sync.log)" = "$(vsteps '' single.log)" -a "$(vsteps '' single.log)" = "10 20 30 32 40 "
 grep -q "schedule cosine (warmup 8, decay 32 steps, alpha 0), weight decay 0.01" sync.log \
   && ok "the ps logs the schedule and weight decay INIT gave it" || bad "ps log of the options"
 
