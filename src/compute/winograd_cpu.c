@@ -44,6 +44,11 @@ typedef struct {
     size_t tiles, u_base, zeros_base, thr_base, thr, v, rb, gw_base, gw, db_base, db, total;
 } wino_scratch;
 
+/* The stride between the 16 streams of a chunk's transformed data (floats): ld tiles of k floats,
+ * plus one cache line, so that the streams, which the transforms write side by side, fall in
+ * different cache sets instead of evicting each other (a power-of-two stride maps them all to one). */
+static inline size_t wino_xs(size_t ld, int k) { return ld * (size_t)k + 16; }
+
 static wino_scratch wino_scratch_layout(const dt_window *g, int batch) {
     size_t T = (size_t)dt_cpu_max_threads(), C = (size_t)g->in_c, OC = (size_t)g->out_c;
     size_t K = C > OC ? C : OC, W = (size_t)(g->in_w > g->out_w ? g->in_w : g->out_w) + 4;
@@ -54,7 +59,7 @@ static wino_scratch wino_scratch_layout(const dt_window *g, int batch) {
     s.u_base = 0;
     s.zeros_base = round16(16 * C * OC);
     s.thr_base = s.zeros_base + round16(W * K);
-    s.v = round16(16 * s.tiles * K);
+    s.v = round16(16 * wino_xs(s.tiles, (int)K));
     s.rb = round16(4 * W * K);
     s.thr = 2 * s.v + s.rb;
     s.gw_base = s.thr_base + T * s.thr;
@@ -113,10 +118,10 @@ static wino_run wino_run_at(const wino_geom *g, size_t t, size_t t_end) {
     return run;
 }
 
-/* v [16][ld][C] rows tl ..: B^T d B of the 4x4 patches under the run's tiles (zeros outside the
+/* v [16][xs] (tile r's C floats at r * C) rows tl ..: B^T d B of the 4x4 patches under the run's tiles (zeros outside the
  * image). First the rows' half, t = B^T d, over the run's whole width into rb [4][cols][C]; then
  * the columns' half, t B, tile by tile, four output streams at a time. */
-DT_HOT static void wino_input_run(float *v, size_t ld, size_t tl, const float *in, const wino_geom *g,
+DT_HOT static void wino_input_run(float *v, size_t xs, size_t tl, const float *in, const wino_geom *g,
                                   wino_run run, float *rb, const float *zrow) {
     const int C = g->ic, cols = 2 * run.count + 2;
     const int y0 = 2 * run.ty - g->pad_top, x0 = 2 * run.tx - g->pad_left;
@@ -141,10 +146,9 @@ DT_HOT static void wino_input_run(float *v, size_t ld, size_t tl, const float *i
         t2[a + k] = d2[k] - d1[k];
         t3[a + k] = d1[k] - d3[k];
     }
-    const size_t xs = ld * C;
     for (int i = 0; i < 4; i++) {
         const float *t = rb + i * rs;
-        float *o = v + (4 * i * ld + tl) * C;
+        float *o = v + 4 * i * xs + tl * C;
         for (int k = 0; k < run.count; k++) {
             const float *p = t + (size_t)2 * k * C;
             float *q = o + (size_t)k * C;
@@ -160,10 +164,10 @@ DT_HOT static void wino_input_run(float *v, size_t ld, size_t tl, const float *i
     }
 }
 
-/* The rows' half of A^T m A for tiles [0, count) of m [16][ld][OC], in place: m[j] <- x[j] + x[4+j]
+/* The rows' half of A^T m A for tiles [0, count) of m [16][xs], in place: m[j] <- x[j] + x[4+j]
  * + x[8+j] and m[4+j] <- x[4+j] - x[8+j] - x[12+j] for each column j of the 4x4 domain. */
-DT_HOT static void wino_output_rows(float *m, size_t ld, size_t count, int OC) {
-    const size_t xs = ld * OC, len = count * OC;
+DT_HOT static void wino_output_rows(float *m, size_t xs, size_t count, int OC) {
+    const size_t len = count * OC;
     for (int j = 0; j < 4; j++) {
         float *x0 = m + j * xs, *x1 = x0 + 4 * xs, *x2 = x0 + 8 * xs, *x3 = x0 + 12 * xs;
 #pragma omp simd
@@ -177,12 +181,11 @@ DT_HOT static void wino_output_rows(float *m, size_t ld, size_t count, int OC) {
 
 /* out (+ b) under the run's tiles from m rows tl .. after wino_output_rows: the columns' half,
  * clipped to the image (the last row or column of tiles may be half outside). */
-DT_HOT static void wino_output_run(float *out, const float *b, const float *m, size_t ld, size_t tl,
+DT_HOT static void wino_output_run(float *out, const float *b, const float *m, size_t xs, size_t tl,
                                    const wino_geom *g, wino_run run) {
     const int OC = g->oc, oh0 = 2 * run.ty, ow0 = 2 * run.tx;
     const int rows = oh0 + 1 < g->oh ? 2 : 1;
     const int full = ow0 + 2 * run.count <= g->ow ? run.count : run.count - 1; /* tiles with 2 columns */
-    const size_t xs = ld * OC;
     for (int i = 0; i < rows; i++) {
         const float *s = m + (4 * i * xs) + tl * OC; /* row i: columns j at s + j * xs */
         float *dst = out + ((run.n * g->oh + (size_t)(oh0 + i)) * g->ow + (size_t)ow0) * OC;
@@ -204,7 +207,7 @@ DT_HOT static void wino_output_run(float *out, const float *b, const float *m, s
     }
 }
 
-/* z [16][ld][OC] rows tl ..: A dY A^T of the 2x2 blocks of dout under the run's tiles (zeros
+/* z [16][xs] rows tl ..: A dY A^T of the 2x2 blocks of dout under the run's tiles (zeros
  * outside). The rows' half of row i is a combination of dout's two rows (r0, r1 below): i = 0: r0,
  * 1: r0 + r1, 2: r0 - r1, 3: -r1; each i writes its 4 streams. */
 static inline float wino_dout_mix(float r0, float r1, int i) {
@@ -238,27 +241,26 @@ static inline void wino_dout_row(float *o, size_t xs, const float *r0, const flo
     }
 }
 
-DT_HOT static void wino_dout_run(float *z, size_t ld, size_t tl, const float *dout, const wino_geom *g,
+DT_HOT static void wino_dout_run(float *z, size_t xs, size_t tl, const float *dout, const wino_geom *g,
                                  wino_run run, const float *zrow) {
     const int OC = g->oc, oh0 = 2 * run.ty, ow0 = 2 * run.tx;
     const int full = ow0 + 2 * run.count <= g->ow ? run.count : run.count - 1;
     const float *r0 = dout + ((run.n * g->oh + (size_t)oh0) * g->ow + (size_t)ow0) * OC;
     const float *r1 = oh0 + 1 < g->oh ? r0 + (size_t)g->ow * OC : zrow;
-    const size_t xs = ld * OC;
     /* i as a literal in each call, so each inlined copy folds its coefficients */
-    wino_dout_row(z + (0 * ld + tl) * OC, xs, r0, r1, 0, run.count, full, OC);
-    wino_dout_row(z + (4 * ld + tl) * OC, xs, r0, r1, 1, run.count, full, OC);
-    wino_dout_row(z + (8 * ld + tl) * OC, xs, r0, r1, 2, run.count, full, OC);
-    wino_dout_row(z + (12 * ld + tl) * OC, xs, r0, r1, 3, run.count, full, OC);
+    wino_dout_row(z + 0 * xs + tl * OC, xs, r0, r1, 0, run.count, full, OC);
+    wino_dout_row(z + 4 * xs + tl * OC, xs, r0, r1, 1, run.count, full, OC);
+    wino_dout_row(z + 8 * xs + tl * OC, xs, r0, r1, 2, run.count, full, OC);
+    wino_dout_row(z + 12 * xs + tl * OC, xs, r0, r1, 3, run.count, full, OC);
 }
 
 /* v and z (either may be NULL) for tiles [t0, t1), rows 0 .. t1 - t0 - 1 of the chunk. */
-static void wino_transform_chunk(float *v, float *z, size_t ld, const float *in, const float *dout,
+static void wino_transform_chunk(float *v, float *z, size_t xv, size_t xz, const float *in, const float *dout,
                                  const wino_geom *g, size_t t0, size_t t1, float *rb, const float *zrow) {
     for (size_t t = t0; t < t1;) {
         wino_run run = wino_run_at(g, t, t1);
-        if (v) wino_input_run(v, ld, t - t0, in, g, run, rb, zrow);
-        if (z) wino_dout_run(z, ld, t - t0, dout, g, run, zrow);
+        if (v) wino_input_run(v, xv, t - t0, in, g, run, rb, zrow);
+        if (z) wino_dout_run(z, xz, t - t0, dout, g, run, zrow);
         t += (size_t)run.count;
     }
 }
@@ -272,21 +274,21 @@ static void wino_run_forward(float *out, const float *in, const float *b, int ba
     size_t per = (total + (size_t)nt * PIECES_PER_THREAD - 1) / ((size_t)nt * PIECES_PER_THREAD);
     size_t tiles = per < s->tiles ? (per < 16 ? 16 : per) : s->tiles;
     if (tiles > s->tiles) tiles = s->tiles;
-    const size_t nchunks = (total + tiles - 1) / tiles;
+    const size_t nchunks = (total + tiles - 1) / tiles, xv = wino_xs(tiles, g->ic), xm = wino_xs(tiles, g->oc);
     if ((size_t)nt > nchunks) nt = nchunks > 0 ? (int)nchunks : 1;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t k = 0; k < nchunks; k++) {
         float *v = scratch + s->thr_base + (size_t)omp_get_thread_num() * s->thr, *m = v + s->v;
         float *rb = m + s->v;
         size_t t0 = k * tiles, t1 = t0 + tiles < total ? t0 + tiles : total;
-        wino_transform_chunk(v, NULL, tiles, in, NULL, g, t0, t1, rb, zeros);
+        wino_transform_chunk(v, NULL, xv, 0, in, NULL, g, t0, t1, rb, zeros);
         for (int x = 0; x < 16; x++)
-            sgemm1(0, 0, (int)(t1 - t0), g->oc, g->ic, 1.0f, v + (size_t)x * tiles * g->ic, g->ic,
-                   u + (size_t)x * g->ic * g->oc, g->oc, 0.0f, m + (size_t)x * tiles * g->oc, g->oc);
-        wino_output_rows(m, tiles, t1 - t0, g->oc);
+            sgemm1(0, 0, (int)(t1 - t0), g->oc, g->ic, 1.0f, v + x * xv, g->ic, u + (size_t)x * g->ic * g->oc,
+                   g->oc, 0.0f, m + x * xm, g->oc);
+        wino_output_rows(m, xm, t1 - t0, g->oc);
         for (size_t t = t0; t < t1;) {
             wino_run run = wino_run_at(g, t, t1);
-            wino_output_run(out, b, m, tiles, t - t0, g, run);
+            wino_output_run(out, b, m, xm, t - t0, g, run);
             t += (size_t)run.count;
         }
     }
@@ -313,6 +315,7 @@ void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const
     const size_t total = (size_t)batch * ((g->out_h + 1) / 2) * ((g->out_w + 1) / 2);
     const size_t positions = (size_t)batch * g->out_h * g->out_w, ngw = (size_t)16 * C * OC;
     const size_t npieces = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 0) : CONV_BWD_PIECES;
+    const size_t xv = wino_xs(s.tiles, C), xz = wino_xs(s.tiles, OC);
     const float *zeros = scratch + s.zeros_base;
     memset(scratch + s.zeros_base, 0, sizeof(float) * (s.thr_base - s.zeros_base));
     int nt = dt_cpu_threads();
@@ -328,10 +331,10 @@ void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const
             size_t a = total * piece / npieces, e = total * (piece + 1) / npieces;
             for (size_t t0 = a; t0 < e; t0 += s.tiles) {
                 size_t t1 = t0 + s.tiles < e ? t0 + s.tiles : e;
-                wino_transform_chunk(v, z, s.tiles, in, dout, &wg, t0, t1, rb, zeros);
+                wino_transform_chunk(v, z, xv, xz, in, dout, &wg, t0, t1, rb, zeros);
                 for (int x = 0; x < 16; x++)
-                    sgemm1(1, 0, C, OC, (int)(t1 - t0), 1.0f, v + (size_t)x * s.tiles * C, C,
-                           z + (size_t)x * s.tiles * OC, OC, 1.0f, gw + (size_t)x * C * OC, OC);
+                    sgemm1(1, 0, C, OC, (int)(t1 - t0), 1.0f, v + x * xv, C, z + x * xz, OC, 1.0f,
+                           gw + (size_t)x * C * OC, OC);
             }
             if (db) {
                 memset(dbp, 0, OC * sizeof(float));
