@@ -118,9 +118,10 @@ static wino_run wino_run_at(const wino_geom *g, size_t t, size_t t_end) {
     return run;
 }
 
-/* v [16][xs] (tile r's C floats at r * C) rows tl ..: B^T d B of the 4x4 patches under the run's tiles (zeros outside the
- * image). First the rows' half, t = B^T d, over the run's whole width into rb [4][cols][C]; then
- * the columns' half, t B, tile by tile, four output streams at a time. */
+/* v (16 streams xs floats apart, tile r's C floats at r * C) rows tl ..: B^T d B of the 4x4
+ * patches under the run's tiles (zeros outside the image). First the rows' half, t = B^T d, over
+ * the run's whole width into rb [4][cols][C]; then the columns' half, t B, tile by tile, four
+ * output streams at a time. */
 DT_HOT static void wino_input_run(float *v, size_t xs, size_t tl, const float *in, const wino_geom *g,
                                   wino_run run, float *rb, const float *zrow) {
     const int C = g->ic, cols = 2 * run.count + 2;
