@@ -2,6 +2,7 @@
  * pooling, smooth activations, the residual sum and channel concatenation. Memory-bound loops,
  * split over OpenMP threads like the element-wise kernels of kernels_cpu.c. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "compute/kernels.h"
@@ -13,25 +14,44 @@
 
 /* ---- batch norm ---------------------------------------------------------------------------- */
 
+/* Each piece's sums (double: dbeta and the conv bias before a norm are sums that cancel) go into
+ * work [2][C] per piece, and the pieces are combined in piece order: the same result for any
+ * thread count. After the pieces, work holds 2C floats of scale and shift. */
 static size_t bn_pieces(size_t rows) { return (rows + BN_PIECE - 1) / BN_PIECE; }
 
-size_t batchnorm_work_doubles(size_t rows, int C) { return bn_pieces(rows) * 2 * (size_t)C; }
+size_t batchnorm_work_doubles(size_t rows, int C) { return (bn_pieces(rows) * 2 + 1) * (size_t)C; }
+
+static double *bn_piece_sums(double *work, size_t p, int C) { return work + p * 2 * (size_t)C; }
+static float *bn_scale_shift(double *work, size_t rows, int C) {
+    return (float *)(work + bn_pieces(rows) * 2 * (size_t)C);
+}
+
+/* scale = gamma * inv_std, shift = beta - mean * scale: forward applies them, and backward, for a
+ * norm with a ReLU after it, recomputes forward's output sign from in with the very same floats. */
+static void bn_affine_params(float *scale, float *shift, const float *gamma, const float *beta, const float *mean,
+                             const float *inv_std, int C) {
+    for (int c = 0; c < C; c++) {
+        scale[c] = gamma[c] * inv_std[c];
+        shift[c] = beta[c] - mean[c] * scale[c];
+    }
+}
 
 void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, const float *in,
                        const float *gamma, const float *beta, size_t rows, int C, float eps, int relu,
                        double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
     int nt = dt_kernels_get_threads();
-    /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first
-     * row, so the squares do not cancel even when the mean is far larger than the spread. */
+    /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first row, so the
+     * squares do not cancel even when the mean is far larger than the spread. */
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t p = 0; p < np; p++) {
-        double *s = work + p * 2 * (size_t)C, *q = s + C;
+        double *s = bn_piece_sums(work, p, C), *q = s + C;
         size_t r0 = p * BN_PIECE, r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
         const float *k = in + r0 * (size_t)C;
         for (int c = 0; c < C; c++) s[c] = q[c] = 0;
         for (size_t r = r0; r < r1; r++) {
             const float *x = in + r * (size_t)C;
+#pragma omp simd
             for (int c = 0; c < C; c++) {
                 double d = (double)x[c] - k[c];
                 s[c] += d;
@@ -44,7 +64,8 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, cons
         double cnt = 0, m = 0, m2 = 0;
         for (size_t p = 0; p < np; p++) {
             size_t r0 = p * BN_PIECE, r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
-            double nb = (double)(r1 - r0), sb = work[p * 2 * (size_t)C + c], qb = work[p * 2 * (size_t)C + C + c];
+            const double *sd = bn_piece_sums(work, p, C);
+            double nb = (double)(r1 - r0), sb = sd[c], qb = sd[C + c];
             double mb = in[r0 * (size_t)C + c] + sb / nb, m2b = qb - sb * sb / nb;
             double delta = mb - m, tot = cnt + nb;
             m += delta * nb / tot;
@@ -52,41 +73,80 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, cons
             cnt = tot;
         }
         double v = m2 / (double)rows;
+        if (v < 0) v = 0; /* the float sums may round a constant channel's M2 below zero */
         mean[c] = (float)m;
         var[c] = (float)v;
         inv_std[c] = (float)(1.0 / sqrt(v + eps));
     }
-    /* pass 3: normalise, scale and shift; scale/shift reuse the work array as floats */
-    float *scale = (float *)work, *shift = scale + C;
-    for (int c = 0; c < C; c++) {
-        scale[c] = gamma[c] * inv_std[c];
-        shift[c] = beta[c] - mean[c] * scale[c];
-    }
+    float *scale = bn_scale_shift(work, rows, C), *shift = scale + C;
+    bn_affine_params(scale, shift, gamma, beta, mean, inv_std, C);
     channel_affine_forward(out, in, scale, shift, rows, C, relu);
 }
 
+/* dout with forward's ReLU applied if relu: zero where the norm's output was not positive. */
+static inline float bn_relu_grad(const float *dy, const float *x, const float *scale, const float *shift, int c,
+                                 const int relu) {
+    float d = dy[c];
+    if (!relu) return d;
+    float v = x[c] * scale[c] + shift[c];
+    uint32_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    bits &= -(uint32_t)(v > 0.0f); /* a mask, not a branch: GCC keeps a ?: here scalar */
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+/* One row of backward's first pass: sb += g, sg += g * xhat, with g = dout (masked if relu). */
+static inline void bn_backward_sums_row(double *sb, double *sg, const float *x, const float *dy, const float *mean,
+                                        const float *inv_std, const float *scale, const float *shift, int C,
+                                        const int relu) {
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        float g = bn_relu_grad(dy, x, scale, shift, c, relu);
+        sb[c] += g;
+        sg[c] += (double)g * ((x[c] - mean[c]) * inv_std[c]);
+    }
+}
+
+/* One row of backward's second pass: dx = k * (g - mb - xhat * mg). */
+static inline void bn_backward_din_row(float *dx, const float *x, const float *dy, const float *mean,
+                                       const float *inv_std, const float *k, const float *mb, const float *mg,
+                                       const float *scale, const float *shift, int C, const int relu) {
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        float xh = (x[c] - mean[c]) * inv_std[c];
+        float g = bn_relu_grad(dy, x, scale, shift, c, relu);
+        dx[c] = k[c] * (g - mb[c] - xh * mg[c]);
+    }
+}
+
 void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
-                        const float *mean, const float *inv_std, const float *gamma, size_t rows, int C,
-                        double *work) {
+                        const float *mean, const float *inv_std, const float *gamma, const float *beta,
+                        size_t rows, int C, int relu, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
     int nt = dt_kernels_get_threads();
-    /* dbeta = sum dout, dgamma = sum dout * xhat, xhat = (in - mean) * inv_std */
+    float *scale = bn_scale_shift(work, rows, C), *shift = scale + C;
+    if (relu) bn_affine_params(scale, shift, gamma, beta, mean, inv_std, C);
+    /* dbeta = sum dout, dgamma = sum dout * xhat, xhat = (in - mean) * inv_std. The relu test is
+     * outside the rows' loops, each with its own inlined copy: inside an OpenMP body it is a
+     * variable, and a test in the loop would keep it from being vectorised. */
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t p = 0; p < np; p++) {
-        double *sb = work + p * 2 * (size_t)C, *sg = sb + C;
-        size_t r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
+        double *sb = bn_piece_sums(work, p, C), *sg = sb + C;
+        size_t r0 = p * BN_PIECE, r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
         for (int c = 0; c < C; c++) sb[c] = sg[c] = 0;
-        for (size_t r = p * BN_PIECE; r < r1; r++) {
-            const float *x = in + r * (size_t)C, *dy = dout + r * (size_t)C;
-            for (int c = 0; c < C; c++) {
-                sb[c] += dy[c];
-                sg[c] += (double)dy[c] * ((x[c] - mean[c]) * inv_std[c]);
-            }
-        }
+        if (relu)
+            for (size_t r = r0; r < r1; r++)
+                bn_backward_sums_row(sb, sg, in + r * (size_t)C, dout + r * (size_t)C, mean, inv_std, scale, shift,
+                                     C, 1);
+        else
+            for (size_t r = r0; r < r1; r++)
+                bn_backward_sums_row(sb, sg, in + r * (size_t)C, dout + r * (size_t)C, mean, inv_std, scale, shift,
+                                     C, 0);
     }
     for (int c = 0; c < C; c++) {
         double tb = 0, tg = 0;
-        for (size_t p = 0; p < np; p++) tb += work[p * 2 * (size_t)C + c], tg += work[p * 2 * (size_t)C + C + c];
+        for (size_t p = 0; p < np; p++) tb += bn_piece_sums(work, p, C)[c], tg += bn_piece_sums(work, p, C)[C + c];
         dbeta[c] = (float)tb;
         dgamma[c] = (float)tg;
     }
@@ -101,11 +161,10 @@ void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *do
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
         const float *x = in + r * (size_t)C, *dy = dout + r * (size_t)C;
-        float *dx = din + r * (size_t)C;
-        for (int c = 0; c < C; c++) {
-            float xh = (x[c] - mean[c]) * inv_std[c];
-            dx[c] = k[c] * (dy[c] - mb[c] - xh * mg[c]);
-        }
+        if (relu)
+            bn_backward_din_row(din + r * (size_t)C, x, dy, mean, inv_std, k, mb, mg, scale, shift, C, 1);
+        else
+            bn_backward_din_row(din + r * (size_t)C, x, dy, mean, inv_std, k, mb, mg, scale, shift, C, 0);
     }
 }
 
@@ -117,11 +176,13 @@ void channel_affine_forward(float *out, const float *in, const float *scale, con
         const float *x = in + r * (size_t)C;
         float *y = out + r * (size_t)C;
         if (relu)
+#pragma omp simd
             for (int c = 0; c < C; c++) {
                 float v = x[c] * scale[c] + shift[c];
                 y[c] = v > 0.0f ? v : 0.0f;
             }
         else
+#pragma omp simd
             for (int c = 0; c < C; c++) y[c] = x[c] * scale[c] + shift[c];
     }
 }

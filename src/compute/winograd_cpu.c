@@ -328,13 +328,14 @@ void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const
 #pragma omp for schedule(dynamic, 1)
         for (size_t piece = 0; piece < npieces; piece++) {
             float *gw = scratch + s.gw_base + piece * s.gw, *dbp = scratch + s.db_base + piece * s.db;
-            memset(gw, 0, ngw * sizeof(float));
             size_t a = total * piece / npieces, e = total * (piece + 1) / npieces;
+            if (a == e) memset(gw, 0, ngw * sizeof(float));
+            /* The first chunk's GEMMs overwrite the partial (beta 0), the others add to it. */
             for (size_t t0 = a; t0 < e; t0 += s.tiles) {
                 size_t t1 = t0 + s.tiles < e ? t0 + s.tiles : e;
                 wino_transform_chunk(v, z, xv, xz, in, dout, &wg, t0, t1, rb, zeros);
                 for (int x = 0; x < 16; x++)
-                    sgemm1(1, 0, C, OC, (int)(t1 - t0), 1.0f, v + x * xv, C, z + x * xz, OC, 1.0f,
+                    sgemm1(1, 0, C, OC, (int)(t1 - t0), 1.0f, v + x * xv, C, z + x * xz, OC, t0 == a ? 0.0f : 1.0f,
                            gw + (size_t)x * C * OC, OC);
             }
             if (db) {

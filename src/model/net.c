@@ -40,6 +40,9 @@ typedef struct {
     int fuse_relu;              /* batchnorm, add: the ReLU after it runs in place over its output,
                                  * so it is applied in the same pass */
     int relu_done;              /* set by forward: this output already went through that ReLU */
+    int relu_bwd;               /* batchnorm with fuse_relu: its backward also applies the ReLU's
+                                 * (which then skips its own), set by plan_relu_backward */
+    int bwd_in_input;           /* relu: its backward is done by its batchnorm input (relu_bwd) */
     float *own;                 /* [max_batch, out_size] unless in_place */
     int32_t *argmax;            /* maxpool [max_batch, out_size] */
     uint8_t *mask;              /* dropout [max_batch, out_size] */
@@ -148,6 +151,19 @@ static int plan_backward(dt_net *net) {
 #undef ACQUIRE
 #undef RELEASE
     return next;
+}
+
+/* A ReLU that ran inside its batch norm's forward (fuse_relu) and hands its gradient buffer down
+ * in place leaves its backward to the norm too: the norm masks dout as it reads it, which saves a
+ * pass over the gradient (docs/memory-layout.md). */
+static void plan_relu_backward(dt_net *net) {
+    for (int i = 0; i < net->n_layers; i++) {
+        layer *L = &net->layers[i];
+        if (L->spec->kind != DT_LAYER_RELU || !L->in_place || !L->wants_grad || L->in_idx[0] < 0) continue;
+        layer *P = &net->layers[L->in_idx[0]];
+        if (P->spec->kind == DT_LAYER_BATCHNORM && P->fuse_relu && L->dst[0] == L->gbuf && !L->acc[0])
+            P->relu_bwd = L->bwd_in_input = 1;
+    }
 }
 
 int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_error *err) {
@@ -278,6 +294,7 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
     net->scratch = dt_alloc_floats(scratch, "convolution scratch", err);
     net->bn_work = dt_calloc(bn_work ? bn_work : 1, sizeof *net->bn_work, "batch norm scratch", err);
     net->n_gbufs = plan_backward(net);
+    plan_relu_backward(net);
     net->gbufs = dt_calloc((size_t)net->n_gbufs, sizeof *net->gbufs, "gradient buffers", err);
     if (!net->params || !net->grads || !net->scratch || !net->bn_work || !net->gbufs) goto fail;
     net->kparams = net->params;
@@ -727,7 +744,7 @@ void dt_net_backward(dt_net *net) {
             if (din) k->global_avgpool_backward(din, dcur, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
             break;
         case DT_LAYER_RELU:
-            if (din) k->relu_backward(din, dcur, L->out, n);
+            if (din && !L->bwd_in_input) k->relu_backward(din, dcur, L->out, n);
             break;
         case DT_LAYER_LEAKY_RELU:
             if (din) k->leaky_relu_backward(din, dcur, L->out, n, s->alpha);
@@ -747,7 +764,9 @@ void dt_net_backward(dt_net *net) {
             break;
         case DT_LAYER_BATCHNORM: {
             int C = L->shape.out_c;
-            k->batchnorm_backward(din, dw, db, dcur, L->in[0], L->bn, L->bn + 2 * C, w, rows, C, net->bn_work);
+            const float *beta = view_ptr(net->kparams, net, L->b_view);
+            k->batchnorm_backward(din, dw, db, dcur, L->in[0], L->bn, L->bn + 2 * C, w, beta, rows, C, L->relu_bwd,
+                                  net->bn_work);
             /* the moving statistics are not trained */
             k->zero(net->kgrads + net->views[L->mm_view].offset, 2 * (size_t)C * sizeof(float));
             break;
