@@ -250,12 +250,13 @@ static void test_batchnorm_statistics(void) {
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < C; c++) sq[c] += (x[r * C + c] - sum[c] / ROWS) * (x[r * C + c] - sum[c] / ROWS);
     float gamma[C] = {1, 2, 0.5f}, beta[C] = {0, 1, -1}, mean[C], var[C], inv[C], mean2[C], var2[C], inv2[C];
+    float sc[C], sh[C], sc2[C], sh2[C];
     double *work = calloc(batchnorm_work_doubles(ROWS, C), sizeof *work);
     int threads = dt_kernels_get_threads();
     dt_kernels_set_threads(1);
-    batchnorm_forward(y, mean, var, inv, x, gamma, beta, ROWS, C, 1e-3f, 0, work);
+    batchnorm_forward(y, mean, var, inv, sc, sh, x, gamma, beta, ROWS, C, 1e-3f, 0, work);
     dt_kernels_set_threads(2);
-    batchnorm_forward(y2, mean2, var2, inv2, x, gamma, beta, ROWS, C, 1e-3f, 1, work);
+    batchnorm_forward(y2, mean2, var2, inv2, sc2, sh2, x, gamma, beta, ROWS, C, 1e-3f, 1, work);
     dt_kernels_set_threads(threads);
     for (int c = 0; c < C; c++) {
         double m = sum[c] / ROWS, v = sq[c] / ROWS;
@@ -264,6 +265,15 @@ static void test_batchnorm_statistics(void) {
         CHECK(mean[c] == mean2[c] && var[c] == var2[c] && inv[c] == inv2[c]);
     }
     for (int i = 0; i < ROWS * C; i++) CHECK(y2[i] == (y[i] > 0 ? y[i] : 0)); /* the fused ReLU */
+    /* The norm added to a residual in one pass (and its ReLU): y + z, within rounding. */
+    for (int c = 0; c < C; c++) CHECK(sc[c] == sc2[c] && sh[c] == sh2[c]);
+    static float z[ROWS * C], y3[ROWS * C];
+    for (int i = 0; i < ROWS * C; i++) z[i] = (float)(i % 17) - 8.0f;
+    channel_affine_add_forward(y3, x, sc, sh, z, ROWS, C, 1);
+    for (int i = 0; i < ROWS * C; i++) {
+        float want = y[i] + z[i] > 0 ? y[i] + z[i] : 0;
+        CHECK_MSG(fabsf(y3[i] - want) <= 1e-5f * (1 + fabsf(want)), "[%d]: %.9g, want %.9g", i, y3[i], want);
+    }
     free(work);
 }
 

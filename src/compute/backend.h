@@ -59,14 +59,16 @@ typedef struct dt_backend {
     void (*concat_backward)(float *din, const float *dout, size_t rows, int in_c, int out_c, int off);
     /* batch norm: host-side statistics and folding in the net; NULL on a device backend for now */
     size_t (*batchnorm_work_doubles)(size_t rows, int C);
-    void (*batchnorm_forward)(float *out, float *mean, float *var, float *inv_std, const float *in,
-                              const float *gamma, const float *beta, size_t rows, int C, float eps, int relu,
-                              double *work);
+    void (*batchnorm_forward)(float *out, float *mean, float *var, float *inv_std, float *scale, float *shift,
+                              const float *in, const float *gamma, const float *beta, size_t rows, int C,
+                              float eps, int relu, double *work);
     void (*batchnorm_backward)(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
                                const float *mean, const float *inv_std, const float *gamma, const float *beta,
                                size_t rows, int C, int relu, double *work);
     void (*channel_affine_forward)(float *out, const float *in, const float *scale, const float *shift,
                                    size_t rows, int C, int relu);
+    void (*channel_affine_add_forward)(float *out, const float *in, const float *scale, const float *shift,
+                                       const float *b, size_t rows, int C, int relu);
 
     /* A device backend's copies between host memory and its own, its failures and its end (cuda.h
      * describes them for CUDA: dt_cuda_upload_params and the rest); NULL on the CPU. */

@@ -50,4 +50,5 @@ const dt_backend dt_backend_cpu = {
     .batchnorm_forward = batchnorm_forward,
     .batchnorm_backward = batchnorm_backward,
     .channel_affine_forward = channel_affine_forward,
+    .channel_affine_add_forward = channel_affine_add_forward,
 };

@@ -104,11 +104,12 @@ float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, i
  * partial sums. */
 size_t batchnorm_work_doubles(size_t rows, int C);
 /* Training: mean [C], var [C] (biased: divided by rows) and inv_std [C] = 1/sqrt(var + eps) of
- * in [rows, C] over its rows; out [rows, C] = gamma * (in - mean) * inv_std + beta, then
- * max(out, 0) if relu (a ReLU after the norm, in the same pass). */
-void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, const float *in,
-                       const float *gamma, const float *beta, size_t rows, int C, float eps, int relu,
-                       double *work);
+ * in [rows, C] over its rows, scale [C] = gamma * inv_std and shift [C] = beta - mean * scale;
+ * out [rows, C] = in * scale + shift, then max(out, 0) if relu (a ReLU after the norm, in the
+ * same pass). out NULL: the statistics only (channel_affine_add_forward applies them). */
+void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, float *scale, float *shift,
+                       const float *in, const float *gamma, const float *beta, size_t rows, int C, float eps,
+                       int relu, double *work);
 /* din [rows, C] (or NULL), dgamma [C], dbeta [C] from dout [rows, C], the forward's in, mean, inv_std.
  * relu: dout is the gradient of the ReLU after the norm (forward ran with relu): it is masked here
  * where forward's output was not positive, recomputed from in, gamma and beta. */
@@ -119,6 +120,10 @@ void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *do
  * evaluation, with the moving statistics folded into scale and shift. out may alias in. */
 void channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,
                             size_t rows, int C, int relu);
+/* out [rows, C] = in * scale [C] + shift [C] + b [rows, C], then max(out, 0) if relu: a batch
+ * norm's output added to a residual without writing the norm's output first. out may alias b. */
+void channel_affine_add_forward(float *out, const float *in, const float *scale, const float *shift,
+                                const float *b, size_t rows, int C, int relu);
 
 /* out [N,OH,OW,C] = mean over the window of in [N,H,W,C], counting only cells inside the image
  * (TensorFlow's SAME average pooling: padding cells are left out of the count, not averaged in). */

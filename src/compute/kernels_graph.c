@@ -36,9 +36,9 @@ static void bn_affine_params(float *scale, float *shift, const float *gamma, con
     }
 }
 
-void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, const float *in,
-                       const float *gamma, const float *beta, size_t rows, int C, float eps, int relu,
-                       double *work) {
+void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, float *scale, float *shift,
+                       const float *in, const float *gamma, const float *beta, size_t rows, int C, float eps,
+                       int relu, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
     int nt = dt_kernels_get_threads();
     /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first row, so the
@@ -78,9 +78,8 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, cons
         var[c] = (float)v;
         inv_std[c] = (float)(1.0 / sqrt(v + eps));
     }
-    float *scale = bn_scale_shift(work, rows, C), *shift = scale + C;
     bn_affine_params(scale, shift, gamma, beta, mean, inv_std, C);
-    channel_affine_forward(out, in, scale, shift, rows, C, relu);
+    if (out) channel_affine_forward(out, in, scale, shift, rows, C, relu);
 }
 
 /* dout with forward's ReLU applied if relu: zero where the norm's output was not positive. */
@@ -303,6 +302,25 @@ void tanh_backward(float *din, const float *dout, const float *out, size_t n) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) din[i] = dout[i] * (1.0f - out[i] * out[i]);
+}
+
+void channel_affine_add_forward(float *out, const float *in, const float *scale, const float *shift,
+                                const float *b, size_t rows, int C, int relu) {
+    int nt = dt_kernels_get_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)C >= PAR_MIN_ELEMS)
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = in + r * (size_t)C, *z = b + r * (size_t)C;
+        float *y = out + r * (size_t)C;
+        if (relu)
+#pragma omp simd
+            for (int c = 0; c < C; c++) {
+                float v = x[c] * scale[c] + shift[c] + z[c];
+                y[c] = v > 0.0f ? v : 0.0f;
+            }
+        else
+#pragma omp simd
+            for (int c = 0; c < C; c++) y[c] = x[c] * scale[c] + shift[c] + z[c];
+    }
 }
 
 void add_forward(float *out, const float *a, const float *b, size_t n, int relu) {

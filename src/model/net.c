@@ -43,6 +43,8 @@ typedef struct {
     int relu_bwd;               /* batchnorm with fuse_relu: its backward also applies the ReLU's
                                  * (which then skips its own), set by plan_relu_backward */
     int bwd_in_input;           /* relu: its backward is done by its batchnorm input (relu_bwd) */
+    int into_add;               /* batchnorm read only by an add, as its input 0: in training the add
+                                 * applies the norm as it sums (its own output is not written) */
     float *own;                 /* [max_batch, out_size] unless in_place */
     int32_t *argmax;            /* maxpool [max_batch, out_size] */
     uint8_t *mask;              /* dropout [max_batch, out_size] */
@@ -151,6 +153,18 @@ static int plan_backward(dt_net *net) {
 #undef ACQUIRE
 #undef RELEASE
     return next;
+}
+
+/* A batch norm whose only reader is an add (a residual block's last norm, as the add's input 0)
+ * leaves its affine map to the add in training: one pass writes norm + shortcut, instead of the
+ * norm writing its output and the add reading it back. */
+static void plan_norm_into_add(dt_net *net) {
+    for (int i = 0; i < net->n_layers; i++) {
+        layer *L = &net->layers[i];
+        if (L->spec->kind != DT_LAYER_ADD || L->in_idx[0] < 0) continue;
+        layer *P = &net->layers[L->in_idx[0]];
+        if (P->spec->kind == DT_LAYER_BATCHNORM && P->consumers == 1 && !P->fuse_relu) P->into_add = 1;
+    }
 }
 
 /* A ReLU that ran inside its batch norm's forward (fuse_relu) and hands its gradient buffer down
@@ -295,6 +309,7 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
     net->bn_work = dt_calloc(bn_work ? bn_work : 1, sizeof *net->bn_work, "batch norm scratch", err);
     net->n_gbufs = plan_backward(net);
     plan_relu_backward(net);
+    plan_norm_into_add(net);
     net->gbufs = dt_calloc((size_t)net->n_gbufs, sizeof *net->gbufs, "gradient buffers", err);
     if (!net->params || !net->grads || !net->scratch || !net->bn_work || !net->gbufs) goto fail;
     net->kparams = net->params;
@@ -651,8 +666,10 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
             int C = L->shape.out_c;
             if (training) {
                 float *mean = L->bn, *var = L->bn + C, *inv_std = L->bn + 2 * C;
-                k->batchnorm_forward(L->out, mean, var, inv_std, in, w, b, rows, C, s->epsilon, L->fuse_relu,
-                                     net->bn_work);
+                /* scale and shift go where evaluation keeps its own (it recomputes them) */
+                int skip = L->into_add && k->channel_affine_add_forward;
+                k->batchnorm_forward(skip ? NULL : L->out, mean, var, inv_std, L->bn + 3 * C, L->bn + 4 * C, in, w, b,
+                                     rows, C, s->epsilon, L->fuse_relu, net->bn_work);
                 L->relu_done = L->fuse_relu;
                 /* moving = momentum * moving + (1 - momentum) * batch, with the unbiased variance
                  * (as Keras's fused batch norm and PyTorch) */
@@ -672,11 +689,19 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
             }
             break;
         }
-        case DT_LAYER_ADD:
-            for (int j = 1; j < L->n_in; j++)
+        case DT_LAYER_ADD: {
+            const layer *N = L->in_idx[0] >= 0 ? &net->layers[L->in_idx[0]] : NULL;
+            int j = 1, C = L->shape.out_c;
+            if (training && N && N->into_add && k->channel_affine_add_forward) { /* the norm's output, now */
+                k->channel_affine_add_forward(L->out, N->in[0], N->bn + 3 * C, N->bn + 4 * C, L->in[1], rows, C,
+                                              L->fuse_relu && L->n_in == 2);
+                j = 2;
+            }
+            for (; j < L->n_in; j++)
                 k->add_forward(L->out, j == 1 ? L->in[0] : L->out, L->in[j], n, L->fuse_relu && j == L->n_in - 1);
             L->relu_done = L->fuse_relu;
             break;
+        }
         case DT_LAYER_CONCAT: {
             int off = 0;
             for (int q = 0; q < L->n_in; q++) {
