@@ -676,6 +676,41 @@ static void test_init_options(void) {
     CHECK_CONTAINS(e.msg, "bytes");
 }
 
+/* The cut tiles the shard exactly, in order and evenly; the count the chief asks for is the fewest
+ * that keep every chunk within chunk_bytes. */
+static void test_chunk_cut(void) {
+    const uint64_t sizes[] = {1, 7, 100, 1000, 32768, 422146, UINT64_C(1) << 32};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (unsigned chunks = 1; chunks <= DT_WIRE_MAX_CHUNKS; chunks += chunks < 8 ? 1 : 37) {
+            uint64_t n = sizes[i], next = 0, off, len;
+            for (unsigned k = 0; k < chunks; k++) {
+                dt_wire_chunk(n, chunks, k, &off, &len);
+                CHECK_MSG(off == next, "n %llu, chunk %u of %u at %llu, want %llu", (unsigned long long)n, k, chunks,
+                          (unsigned long long)off, (unsigned long long)next);
+                CHECK(len == n / chunks || len == n / chunks + 1);
+                next = off + len;
+            }
+            CHECK_MSG(next == n, "n %llu in %u chunks ends at %llu", (unsigned long long)n, chunks,
+                      (unsigned long long)next);
+        }
+    uint64_t off, len;
+    CHECK(dt_wire_chunks_for(1000, 0) == 1 && dt_wire_chunks_for(1000, 4000) == 1 && dt_wire_chunks_for(1000, 3999) == 2);
+    for (uint64_t n = 2; n < 5000; n += 97)
+        for (uint64_t cb = 8; cb < 4 * n; cb += 4 * n / 7 + 4) {
+            unsigned c = dt_wire_chunks_for(n, cb);
+            if (c == DT_WIRE_MAX_CHUNKS) continue;
+            for (unsigned k = 0; k < c; k++) {
+                dt_wire_chunk(n, c, k, &off, &len);
+                CHECK_MSG(len * 4 <= cb + 4, "n %llu, %llu bytes: chunk of %llu floats", (unsigned long long)n,
+                          (unsigned long long)cb, (unsigned long long)len);
+            }
+            if (c > 1) { /* one chunk fewer would overflow */
+                dt_wire_chunk(n, c - 1, 0, &off, &len);
+                CHECK(len * 4 > cb - 4);
+            }
+        }
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-corpus")) return write_corpus(argv[2]);
     RUN(test_round_trip_every_type);
@@ -683,6 +718,7 @@ int main(int argc, char **argv) {
     RUN(test_named_fields);
     RUN(test_refusals);
     RUN(test_payload_bounds);
+    RUN(test_chunk_cut);
     RUN(test_init_options);
     RUN(test_error_text);
     RUN(test_socket_round_trip_and_refusals);
