@@ -16,7 +16,7 @@
 
 /* Each piece's sums (double: dbeta and the conv bias before a norm are sums that cancel) go into
  * work [2][C] per piece, and the pieces are combined in piece order: the same result for any
- * thread count. After the pieces, work holds 2C floats of scale and shift. */
+ * thread count. After the pieces, backward keeps 2C floats of scale and shift there. */
 static size_t bn_pieces(size_t rows) { return (rows + BN_PIECE - 1) / BN_PIECE; }
 
 size_t batchnorm_work_doubles(size_t rows, int C) { return (bn_pieces(rows) * 2 + 1) * (size_t)C; }
@@ -41,8 +41,8 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, floa
                        int relu, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
     int nt = dt_kernels_get_threads();
-    /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first row, so the
-     * squares do not cancel even when the mean is far larger than the spread. */
+    /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first
+     * row, so the squares do not cancel even when the mean is far larger than the spread. */
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t p = 0; p < np; p++) {
         double *s = bn_piece_sums(work, p, C), *q = s + C;
@@ -73,7 +73,7 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, floa
             cnt = tot;
         }
         double v = m2 / (double)rows;
-        if (v < 0) v = 0; /* the float sums may round a constant channel's M2 below zero */
+        if (v < 0) v = 0; /* rounding can leave a constant channel's M2 a hair below zero */
         mean[c] = (float)m;
         var[c] = (float)v;
         inv_std[c] = (float)(1.0 / sqrt(v + eps));
