@@ -63,8 +63,8 @@ typedef struct dt_backend {
                               const float *in, const float *gamma, const float *beta, size_t rows, int C,
                               float eps, int relu, double *work);
     void (*batchnorm_backward)(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
-                               const float *mean, const float *inv_std, const float *gamma, const float *beta,
-                               size_t rows, int C, int relu, double *work);
+                               const float *mean, const float *inv_std, const float *gamma, const float *scale,
+                               const float *shift, size_t rows, int C, double *work);
     void (*channel_affine_forward)(float *out, const float *in, const float *scale, const float *shift,
                                    size_t rows, int C, int relu);
     void (*channel_affine_add_forward)(float *out, const float *in, const float *scale, const float *shift,

@@ -111,11 +111,12 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, floa
                        const float *in, const float *gamma, const float *beta, size_t rows, int C, float eps,
                        int relu, double *work);
 /* din [rows, C] (or NULL), dgamma [C], dbeta [C] from dout [rows, C], the forward's in, mean, inv_std.
- * relu: dout is the gradient of the ReLU after the norm (forward ran with relu): it is masked here
- * where forward's output was not positive, recomputed from in, gamma and beta. */
+ * scale and shift (forward's, or NULL): dout is the gradient of the ReLU after the norm (forward
+ * ran with relu); it is masked here where forward's output was not positive, recomputed from in
+ * with forward's very floats. */
 void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
-                        const float *mean, const float *inv_std, const float *gamma, const float *beta,
-                        size_t rows, int C, int relu, double *work);
+                        const float *mean, const float *inv_std, const float *gamma, const float *scale,
+                        const float *shift, size_t rows, int C, double *work);
 /* out [rows, C] = in * scale [C] + shift [C] (then max(out, 0) if relu): batch norm in
  * evaluation, with the moving statistics folded into scale and shift. out may alias in. */
 void channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,

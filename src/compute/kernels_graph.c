@@ -16,25 +16,12 @@
 
 /* Each piece's sums (double: dbeta and the conv bias before a norm are sums that cancel) go into
  * work [2][C] per piece, and the pieces are combined in piece order: the same result for any
- * thread count. After the pieces, backward keeps 2C floats of scale and shift there. */
+ * thread count. */
 static size_t bn_pieces(size_t rows) { return (rows + BN_PIECE - 1) / BN_PIECE; }
 
-size_t batchnorm_work_doubles(size_t rows, int C) { return (bn_pieces(rows) * 2 + 1) * (size_t)C; }
+size_t batchnorm_work_doubles(size_t rows, int C) { return bn_pieces(rows) * 2 * (size_t)C; }
 
 static double *bn_piece_sums(double *work, size_t p, int C) { return work + p * 2 * (size_t)C; }
-static float *bn_scale_shift(double *work, size_t rows, int C) {
-    return (float *)(work + bn_pieces(rows) * 2 * (size_t)C);
-}
-
-/* scale = gamma * inv_std, shift = beta - mean * scale: forward applies them, and backward, for a
- * norm with a ReLU after it, recomputes forward's output sign from in with the very same floats. */
-static void bn_affine_params(float *scale, float *shift, const float *gamma, const float *beta, const float *mean,
-                             const float *inv_std, int C) {
-    for (int c = 0; c < C; c++) {
-        scale[c] = gamma[c] * inv_std[c];
-        shift[c] = beta[c] - mean[c] * scale[c];
-    }
-}
 
 void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, float *scale, float *shift,
                        const float *in, const float *gamma, const float *beta, size_t rows, int C, float eps,
@@ -78,7 +65,10 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, floa
         var[c] = (float)v;
         inv_std[c] = (float)(1.0 / sqrt(v + eps));
     }
-    bn_affine_params(scale, shift, gamma, beta, mean, inv_std, C);
+    for (int c = 0; c < C; c++) {
+        scale[c] = gamma[c] * inv_std[c];
+        shift[c] = beta[c] - mean[c] * scale[c];
+    }
     if (out) channel_affine_forward(out, in, scale, shift, rows, C, relu);
 }
 
@@ -120,12 +110,11 @@ static inline void bn_backward_din_row(float *dx, const float *x, const float *d
 }
 
 void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
-                        const float *mean, const float *inv_std, const float *gamma, const float *beta,
-                        size_t rows, int C, int relu, double *work) {
+                        const float *mean, const float *inv_std, const float *gamma, const float *scale,
+                        const float *shift, size_t rows, int C, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
+    const int relu = scale != NULL;
     int nt = dt_kernels_get_threads();
-    float *scale = bn_scale_shift(work, rows, C), *shift = scale + C;
-    if (relu) bn_affine_params(scale, shift, gamma, beta, mean, inv_std, C);
     /* dbeta = sum dout, dgamma = sum dout * xhat, xhat = (in - mean) * inv_std. The relu test is
      * outside the rows' loops, each with its own inlined copy: inside an OpenMP body it is a
      * variable, and a test in the loop would keep it from being vectorised. */

@@ -49,7 +49,7 @@ typedef struct {
     int32_t *argmax;            /* maxpool [max_batch, out_size] */
     uint8_t *mask;              /* dropout [max_batch, out_size] */
     float *bn;                  /* batchnorm [5, C]: mean, var, inv_std of the last training batch,
-                                 * then the evaluation's scale and shift */
+                                 * then scale and shift (that batch's, or evaluation's) */
     float *fold_w;              /* conv2d with fold_into >= 0: [n_weights + out_c] folded kernel, bias */
     /* backward plan: gradient buffer ids (DLOGITS or pool), see plan_backward */
     int gbuf;                   /* holds the gradient of this layer's output */
@@ -666,7 +666,8 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
             int C = L->shape.out_c;
             if (training) {
                 float *mean = L->bn, *var = L->bn + C, *inv_std = L->bn + 2 * C;
-                /* scale and shift go where evaluation keeps its own (it recomputes them) */
+                /* scale and shift go where evaluation keeps its own (it recomputes them): the add
+                 * (into_add) and this norm's backward (relu_bwd) read them there */
                 int skip = L->into_add && k->channel_affine_add_forward;
                 k->batchnorm_forward(skip ? NULL : L->out, mean, var, inv_std, L->bn + 3 * C, L->bn + 4 * C, in, w, b,
                                      rows, C, s->epsilon, L->fuse_relu, net->bn_work);
@@ -789,8 +790,9 @@ void dt_net_backward(dt_net *net) {
             break;
         case DT_LAYER_BATCHNORM: {
             int C = L->shape.out_c;
-            const float *beta = view_ptr(net->kparams, net, L->b_view);
-            k->batchnorm_backward(din, dw, db, dcur, L->in[0], L->bn, L->bn + 2 * C, w, beta, rows, C, L->relu_bwd,
+            /* the ReLU's mask, if it is this norm's to apply, from the scale and shift forward used */
+            const float *scale = L->relu_bwd ? L->bn + 3 * C : NULL, *shift = L->relu_bwd ? L->bn + 4 * C : NULL;
+            k->batchnorm_backward(din, dw, db, dcur, L->in[0], L->bn, L->bn + 2 * C, w, scale, shift, rows, C,
                                   net->bn_work);
             /* the moving statistics are not trained */
             k->zero(net->kgrads + net->views[L->mm_view].offset, 2 * (size_t)C * sizeof(float));
