@@ -45,7 +45,7 @@
 #define DT_WIRE_ENC_SHIFT 4u
 #define DT_WIRE_ENC_MASK 0x30u
 #define DT_WIRE_MAX_CHUNKS 255u /* a shard is cut into at most this many chunks */
-#define DT_WIRE_CHUNK_BYTES_DEFAULT (128u << 10) /* the chief's default cut: parts of about 128 KiB (BENCHMARKS.md, "Overlap") */
+#define DT_WIRE_CHUNK_BYTES_DEFAULT (64u << 10) /* the chief's default cut: parts of about 64 KiB (BENCHMARKS.md, "Eight workers") */
 
 typedef enum {
     DT_MSG_HELLO = 1,      /* client -> ps: version and role check; shard_floats = expected (0 any) */
