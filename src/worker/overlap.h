@@ -37,8 +37,8 @@ const char *dt_overlap_name(dt_overlap_mode mode);
 /* SO_SNDBUF for a client streaming with priority: each connection then keeps at most about this
  * much (the kernel doubles it) between the ordered queue and the wire. What a worker has in flight
  * to a ps queues, first come first served, at that ps's link with every other worker's, ahead of
- * the chunk the next forward waits for: 8 workers at 128 KiB were 17 ms of queue at 1 Gbit
- * (BENCHMARKS.md, "Eight workers"). */
+ * the chunk the next forward waits for: 8 workers at 128 KiB (256 in the kernel) make up to 17 ms
+ * of queue at 1 Gbit (BENCHMARKS.md, "Eight workers"). */
 #define DT_OVERLAP_SNDBUF (32 << 10)
 
 typedef struct dt_overlap dt_overlap;
