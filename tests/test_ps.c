@@ -639,10 +639,46 @@ static void test_fork_sigterm_exits_0(void) {
     CHECK(dt_clock_ms() - t0 < 2000);
 }
 
+/* dt_ps_client_silent_ms: a silence (this process stopped, or busy) is forgotten only when the ps
+ * answers a request sent after it. A request sent after the ps died is only queued (libzmq
+ * reconnects), and waiting for its reply must not count as having been heard: a strict sync ps
+ * that timed the worker out meanwhile has stopped the job (what test_strict_stopped.sh saw). */
+static void test_silence_outlives_a_queued_request(void) {
+    char ep[128];
+    pid_t pid = fork_ps(50, ep, sizeof ep);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    ps_thread fake;
+    snprintf(fake.endpoint, sizeof fake.endpoint, "%s", ep);
+    size_t sizes[1] = {50};
+    request_ms = 1000;
+    dt_ps_client *c = client(1, &fake, sizes, DT_ROLE_CHIEF, 0);
+    request_ms = 3000;
+    CHECK(c != NULL);
+    dt_error e = {0};
+    if (c) {
+        sleep_ms(600);
+        CHECK(dt_ps_client_silent_ms(c) >= 600);
+        CHECK_MSG(dt_ps_client_status(c, NULL, &e) == DT_OK, "%s", e.msg);
+        CHECK_MSG(dt_ps_client_silent_ms(c) < 300, "%lld ms after an answer", (long long)dt_ps_client_silent_ms(c));
+        sleep_ms(1200);
+        kill(pid, SIGKILL);
+        CHECK(wait_exit(pid, 5000) == 128 + SIGKILL);
+        pid = -1;
+        int64_t t0 = dt_clock_ms();
+        CHECK(dt_ps_client_status(c, NULL, &e) == DT_ETIMEOUT);
+        CHECK(dt_clock_ms() - t0 >= 900); /* it was queued and waited for, not refused at once */
+        CHECK_MSG(dt_ps_client_silent_ms(c) >= 1200, "%lld ms", (long long)dt_ps_client_silent_ms(c));
+    }
+    dt_ps_client_close(c);
+    if (pid > 0) wait_exit(pid, 0);
+}
+
 int main(void) {
     /* Forking tests first, while this process has no threads or ZeroMQ contexts. */
     RUN(test_fork_shutdown_exits_0);
     RUN(test_fork_sigterm_exits_0);
+    RUN(test_silence_outlives_a_queued_request);
     RUN(test_init_then_pull);
     RUN(test_async_sgd_exact);
     RUN(test_async_adam_exact);

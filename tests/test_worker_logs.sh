@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a worker's log says while it runs (issue 12): its lines reach a log file as they are
 # written, not at exit (stdout line-buffered); a worker waiting for a ps that is not up yet says
-# once whom it waits for and for how long. Every process is bounded and killed at exit (lib.sh).
+# once whom it waits for and for how long; a worker stopped while it waits stops at once. Every process is bounded and killed at exit (lib.sh).
 . "$(dirname "$0")/lib.sh"
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
@@ -28,7 +28,15 @@ timeout 120 "$bin" train "${m[@]}" "${h[@]}" --job_name=worker --task_index=1 --
 w=$!
 seen_while_running "$tmp/w1" "^cluster: worker 1 of 2" $w 30 && ok "a running worker's log line is in its log file" \
   || bad "a running worker's log line is in its log file: '$(cat "$tmp/w1")'"
-kill $ps $w 2>/dev/null; wait $ps $w 2>/dev/null # TERM: timeout passes it on to dtrain
+# Stopped (TERM: timeout passes it on to dtrain) while it waits for the model, with its ps gone
+# too: it exits within seconds (its DONE to the dead ps waits 2 s at most), not at --connect_timeout
+# or after the request timeout.
+kill $ps $w 2>/dev/null; t0=$(date +%s)
+wait $w; st=$?; took=$(( $(date +%s) - t0 ))
+wait $ps 2>/dev/null
+[ $st -ne 0 ] && [ $st -ne 124 ] && [ $took -le 5 ] && grep -q "interrupted by a signal" "$tmp/w1" \
+  && ok "a worker waiting for the model stops at once on SIGTERM ($st after ${took}s)" \
+  || bad "a worker waiting for the model stops at once on SIGTERM ($st after ${took}s): $(tail -2 "$tmp/w1")"
 
 # 2. A worker whose ps is not up yet says once whom it waits for and for how long, then trains once
 # the ps comes.

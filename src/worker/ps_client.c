@@ -22,6 +22,7 @@
 #define MAX_AWAIT (2 * (int)DT_WIRE_MAX_CHUNKS + 2)
 #define HELLO_RESEND_MS 1000  /* a HELLO lost with a dropped connection is sent again */
 #define READY_POLL_MS 100
+#define STOP_GRACE_MS 2000    /* what a request may still wait once this process is stopped (stop_deadline) */
 #define RELEASE_MS 2000       /* how long libzmq may take to drop the frames of a closed socket */
 #define LATE_WAKE_MS 250      /* a poll that returns this much later than asked: the process was stopped */
 #define SCAN_BLOCK 8192     /* floats unpacked then checked for NaN/infinity while in cache (32 KiB) */
@@ -45,7 +46,18 @@ typedef struct {
     atomic_int inflight;      /* zero-copy gradient frames to this ps that libzmq still references */
     atomic_int wake_fd;       /* written when libzmq lets one go (dt_ps_client_set_wake_fd); -1: none */
     int64_t quiet_since;      /* since when this ps may have heard nothing from us (dt_ps_client_silent_ms) */
+    int64_t gap_ms, gap_end;  /* the longest such silence that has ended, and when: until the ps answers a
+                               * request sent after it, it may have declared us lost meanwhile */
 } ps_conn;
+
+/* This ps may have heard from us at t (a send, or a wait for its reply while running). A silence
+ * that ends here is remembered: the next request resets quiet_since, but a ps that timed us out
+ * during the silence is not brought back by it (it may be gone, the send merely queued). */
+static void heard_at(ps_conn *p, int64_t t) {
+    if (t <= p->quiet_since) return;
+    if (p->quiet_since && t - p->quiet_since > p->gap_ms) p->gap_ms = t - p->quiet_since, p->gap_end = t;
+    p->quiet_since = t;
+}
 
 /* Where the replies of a push and/or pull go: each chunk of PARAMS into dst[i] at its offset. */
 typedef struct {
@@ -82,6 +94,8 @@ struct dt_ps_client {
     void *name_user;
     FILE *log;                /* NULL: quiet */
     int sndbuf;               /* SO_SNDBUF of each connection; 0: the kernel's */
+    const volatile int *stop; /* set by a signal handler: waits end (DT_EINTR); NULL: none */
+    int64_t stopped_at;       /* when a wait first saw *stop set (dt_clock_ms); 0: not yet */
     dt_ps_client_stats stats;
     /* Metrics (NULL series when off): latency of each kind of exchange, bytes, stale gradients. */
     dt_metric *m_push, *m_pull, *m_push_pull, *m_wait, *m_tx, *m_rx, *m_stale;
@@ -130,8 +144,9 @@ static int send_req(dt_ps_client *c, int i, dt_wire_header *h, uint8_t want, zmq
     dt_error e = {0};
     int rc = dt_wire_send(p->sock, NULL, h, payload, 0, &e);
     if (rc) return fail_ps(c, i, err, rc, "", rc == DT_ETIMEOUT ? "send timed out (too many requests queued)" : e.msg);
-    p->quiet_since = dt_clock_ms();
-    p->await[p->n_await++] = (await_t){.id = h->request_id, .req = h->type, .want = want, .sent_ms = p->quiet_since};
+    int64_t now = dt_clock_ms();
+    heard_at(p, now);
+    p->await[p->n_await++] = (await_t){.id = h->request_id, .req = h->type, .want = want, .sent_ms = now};
     return DT_OK;
 }
 
@@ -168,7 +183,7 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void 
      * late we read the reply (this process may have been stopped meanwhile). */
     int64_t now = dt_clock_ms(), held_ms = in->hdr.type == DT_MSG_PARAMS ? (int64_t)(in->hdr.params.waited_us / 1000) : 0;
     int64_t answered = held_ms < now - a.sent_ms ? a.sent_ms + held_ms : now;
-    if (answered > p->quiet_since) p->quiet_since = answered;
+    heard_at(p, answered);
     const uint8_t want = a.want;
     const char *tn = dt_wire_type_name(a.req);
     if (in->hdr.type == DT_MSG_ERROR) {
@@ -188,9 +203,20 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void 
     }
     dt_error e = {0};
     if (dt_wire_check_payload(&in->hdr, p->n, &e)) return fail_ps(c, i, err, DT_EPROTO, tn, e.msg);
+    if (a.sent_ms >= p->gap_end) p->gap_ms = 0; /* it answered after our last silence: it kept us */
     note_status(p, &in->hdr);
     int rc = fn ? fn(c, i, in, user, err) : DT_OK;
     return rc ? rc : 1;
+}
+
+/* Once this process is told to stop (a signal sets *stop), what it still asks (DONE, SHUTDOWN, the
+ * step in flight) waits at most STOP_GRACE_MS more: its ps tasks are most likely stopping too, and
+ * a stop must not wait out --heartbeat_timeout for them. *stopped: 1 when that applies. */
+static int64_t stop_deadline(dt_ps_client *c, int64_t deadline, int *stopped) {
+    if (!c->stop || !*c->stop) return deadline;
+    if (!c->stopped_at) c->stopped_at = dt_clock_ms();
+    *stopped = 1;
+    return c->stopped_at + STOP_GRACE_MS < deadline ? c->stopped_at + STOP_GRACE_MS : deadline;
 }
 
 /* One wait of at most max_ms for the awaited replies (each handed to fn) and, fd >= 0, for fd to
@@ -207,11 +233,14 @@ static int gather_round(dt_ps_client *c, int64_t deadline, long max_ms, int fd, 
             idx[n++] = i;
         }
     if (n == 0 && fd < 0) return 1;
+    int stopped = 0;
+    deadline = stop_deadline(c, deadline, &stopped);
     int64_t left = deadline - dt_clock_ms();
     if (n && left <= 0) {
         char msg[256];
         /* A sync PULL is the barrier: it waits for the other workers, not only for the ps. */
-        snprintf(msg, sizeof msg, "no reply within %d ms (--heartbeat_timeout): %s", c->request_timeout_ms,
+        snprintf(msg, sizeof msg, "no reply within %d ms (%s): %s", stopped ? STOP_GRACE_MS : c->request_timeout_ms,
+                 stopped ? "of this process being stopped by a signal" : "--heartbeat_timeout",
                  c->aggregate && strstr(what, "PULL")
                      ? "the ps is down, or the sync barrier waits for workers that are gone (the step "
                        "needs --replicas_to_aggregate gradients; backup workers let it lose some)"
@@ -230,7 +259,7 @@ static int gather_round(dt_ps_client *c, int64_t deadline, long max_ms, int fd, 
      * does not count it silent), unless the process was not running: a wake far later than
      * asked means it was stopped (SIGSTOP, a paused machine), and its silence runs on. */
     if (after - before <= wait_ms + LATE_WAKE_MS)
-        for (int k = 0; k < n; k++) c->ps[idx[k]].quiet_since = after;
+        for (int k = 0; k < n; k++) heard_at(&c->ps[idx[k]], after);
     if (r < 0) {
         clear_awaits(c);
         if (errno == EINTR) return dt_errorf(err, DT_EINTR, "%s interrupted by a signal", what);
@@ -375,10 +404,13 @@ int dt_ps_client_last_refusal(const dt_ps_client *c) { return c->last_refusal; }
 int dt_ps_client_buffers_held(const dt_ps_client *c) { return c->buffers_held; }
 
 int64_t dt_ps_client_silent_ms(const dt_ps_client *c) {
-    int64_t oldest = INT64_MAX;
-    for (int i = 0; i < c->n_ps; i++)
-        if (c->ps[i].quiet_since < oldest) oldest = c->ps[i].quiet_since;
-    return c->n_ps ? dt_clock_ms() - oldest : 0;
+    int64_t now = dt_clock_ms(), longest = 0;
+    for (int i = 0; i < c->n_ps; i++) {
+        int64_t q = now - c->ps[i].quiet_since;
+        if (q > longest) longest = q;
+        if (c->ps[i].gap_ms > longest) longest = c->ps[i].gap_ms;
+    }
+    return longest;
 }
 
 const dt_ps_client_stats *dt_ps_client_get_stats(const dt_ps_client *c) { return &c->stats; }
@@ -421,6 +453,10 @@ static int hello_all(dt_ps_client *c, dt_error *err) {
     for (int i = 0; i < n; i++) sent_at[i] = -1, welcomed[i] = 0, told[i] = 0;
     zmq_pollitem_t items[n];
     while (left > 0) {
+        if (c->stop && *c->stop) {
+            clear_awaits(c);
+            return dt_errorf(err, DT_EINTR, "connecting to the ps tasks interrupted by a signal");
+        }
         int64_t now = dt_clock_ms();
         /* A ps silent for a second is most likely not up yet: say once whom this worker waits for,
          * and how long it will, rather than nothing until the deadline. */
@@ -525,6 +561,7 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
     c->task = (uint16_t)cfg->task;
     c->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 10000;
     c->request_timeout_ms = cfg->request_timeout_ms > 0 ? cfg->request_timeout_ms : 60000;
+    c->stop = cfg->stop;
     if (cfg->replicas_to_aggregate < 0 || cfg->total_num_replicas < 0 || cfg->staleness < 0 ||
         (cfg->replicas_to_aggregate > 0 &&
          (cfg->total_num_replicas < cfg->replicas_to_aggregate || cfg->total_num_replicas > (int)DT_WIRE_MAX_REPLICAS ||
@@ -683,6 +720,8 @@ int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err)
 int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err) {
     int64_t deadline = dt_clock_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
+        if (c->stop && *c->stop)
+            return dt_errorf(err, DT_EINTR, "interrupted by a signal");
         int rc = dt_ps_client_status(c, NULL, err), waiting = -1;
         if (rc) return rc;
         for (int i = 0; i < c->n_ps && waiting < 0; i++)
@@ -1094,11 +1133,13 @@ int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_er
         for (int i = 0; i < c->n_ps && behind < 0; i++)
             if (c->ps[i].st.workers_done < (uint64_t)n_workers) behind = i;
         if (behind < 0) return DT_OK;
-        int64_t left = deadline - dt_clock_ms();
+        int stopped = 0;
+        int64_t left = stop_deadline(c, deadline, &stopped) - dt_clock_ms();
         if (left <= 0) {
             char msg[200];
-            snprintf(msg, sizeof msg, "only %llu of %d worker(s) finished within %d ms (still training, or gone?)",
-                     (unsigned long long)c->ps[behind].st.workers_done, n_workers, timeout_ms);
+            snprintf(msg, sizeof msg, "only %llu of %d worker(s) finished within %d ms%s (still training, or gone?)",
+                     (unsigned long long)c->ps[behind].st.workers_done, n_workers, stopped ? STOP_GRACE_MS : timeout_ms,
+                     stopped ? " of this process being stopped by a signal" : "");
             return fail_ps(c, behind, err, DT_ETIMEOUT, "", msg);
         }
         zmq_poll(NULL, 0, left < READY_POLL_MS ? (long)left : READY_POLL_MS); /* a bounded sleep */

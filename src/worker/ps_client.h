@@ -64,6 +64,10 @@ typedef struct {
      * orders its chunks keeps it small, so what it sends next is not queued behind MBs already
      * handed to the kernel. */
     int sndbuf_bytes;
+    /* Set by a signal handler (may be NULL). Once set, open and dt_ps_client_wait_ready end with
+     * DT_EINTR, and any other request (DONE, SHUTDOWN, the step in flight) waits at most 2 s more
+     * for its replies, not the request timeout: the ps tasks are most likely stopping too. */
+    const volatile int *stop;
 } dt_ps_client_config;
 
 typedef struct {
@@ -195,8 +199,10 @@ int dt_ps_client_buffers_held(const dt_ps_client *c);
  * since the latest of the request last sent to it, its answer to one (a PULL it held: when it let
  * it go, by the hold time the reply reports), and the latest moment this process was waiting for
  * its reply while running (a sync ps holding a PULL counts the worker alive). Time this process
- * was stopped (SIGSTOP, a paused machine) while waiting counts as silence. A sync ps declares a
- * worker silent for its liveness timeout lost. */
+ * was stopped (SIGSTOP, a paused machine) while waiting counts as silence. A silence that has
+ * ended counts too until the ps answers a request sent after it: a request sent after a long stop
+ * may only have been queued for a ps that has declared the worker lost and exited. A sync ps
+ * declares a worker silent for its liveness timeout lost. */
 int64_t dt_ps_client_silent_ms(const dt_ps_client *c);
 
 /* Fresh STATUS of every ps into out[n_ps] (may be NULL: only refreshes dt_ps_client_shard). */

@@ -651,6 +651,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .log = cfg->log,
         .metrics = cfg->metrics,
         .sndbuf_bytes = cfg->overlap == DT_OVERLAP_PRIORITY ? DT_OVERLAP_SNDBUF : 0,
+        .stop = cfg->stop,
     };
     r->sync = cfg->replicas_to_aggregate > 0;
     if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;

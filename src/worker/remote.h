@@ -40,7 +40,7 @@ typedef struct {
      * net's hooks; DT_OVERLAP_NONE (0): exchange between steps. */
     dt_overlap_mode overlap;
     uint64_t seed;
-    const volatile int *stop;     /* may be NULL; set (a signal): the wait for a lost ps ends */
+    const volatile int *stop;     /* may be NULL; set (a signal): waits for the ps tasks end */
     /* The newest checkpoint in the flat layout (params [n], state [slots * n]): 1 if there is one,
      * 0 if none, < 0 on error. NULL: none. */
     int (*reload)(void *user, const float **params, const float **state, int64_t *step, dt_error *err);
