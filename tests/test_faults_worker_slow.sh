@@ -43,8 +43,9 @@ done
 grep -q "ending the cluster anyway" "$tmp/kill/worker0.log" && ok "the chief's wait for the lost worker is logged" \
   || bad "the chief's wait for the lost worker is logged"
 
-# A restarted worker (same task index) rejoins at the cluster's current global step.
-tests/faults.sh "${args[@]}" --kill worker:2 --after 15 --restart --keep "$tmp/restart" >"$tmp/restart.out" 2>&1
+# A restarted worker (same task index) rejoins at the cluster's current global step. No accuracy is
+# compared from here on: 500 steps (near step 150 at the kill on an idle machine) are enough.
+tests/faults.sh "${args[@]}" --steps 500 --kill worker:2 --after 15 --restart --keep "$tmp/restart" >"$tmp/restart.out" 2>&1
 line=$(grep '^RESULT' "$tmp/restart.out")
 echo "$line"
 case $line in *status=ok*) ok "run with worker 2 killed and restarted finishes, every process exits 0" ;;
@@ -57,7 +58,7 @@ sed -n '/^--- restarted ---/,$p' "$tmp/restart/worker2.log" | grep -q '^trained'
 
 # The chief killed and restarted: it finds the ps tasks still holding the model, which is newer
 # than its newest checkpoint, and resumes from their step (nothing is lost); the run finishes.
-tests/faults.sh "${args[@]}" --kill worker:0 --after 15 --restart --keep "$tmp/chief" >"$tmp/chief.out" 2>&1
+tests/faults.sh "${args[@]}" --steps 500 --kill worker:0 --after 15 --restart --keep "$tmp/chief" >"$tmp/chief.out" 2>&1
 line=$(grep '^RESULT' "$tmp/chief.out")
 echo "$line"
 case $line in *killed=yes*status=ok*) ok "run with the chief killed and restarted finishes, every process exits 0" ;;
