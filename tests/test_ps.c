@@ -587,18 +587,28 @@ static int wait_exit(pid_t pid, int ms) {
     return -1;
 }
 
-/* The chief's SHUTDOWN ends the ps process with status 0 (the source's ps never exits). */
-static void test_fork_shutdown_exits_0(void) {
-    char ep[128];
-    pid_t pid = fork_ps(50, ep, sizeof ep);
-    CHECK(pid > 0);
-    if (pid <= 0) return;
+/* A forked ps of 50 floats (*pid, its endpoint in ep) and a client of it with the given role and
+ * request timeout; NULL (and *pid <= 0 if the fork failed) when either is not up. */
+static dt_ps_client *forked_ps_client(pid_t *pid, char *ep, size_t cap, dt_wire_role role, int task, int req_ms) {
+    *pid = fork_ps(50, ep, cap);
+    if (*pid <= 0) return NULL;
     ps_thread fake; /* only .endpoint is read by client() */
     snprintf(fake.endpoint, sizeof fake.endpoint, "%s", ep);
     size_t sizes[1] = {50};
-    request_ms = 1000; /* the last check waits for this timeout */
-    dt_ps_client *c = client(1, &fake, sizes, DT_ROLE_CHIEF, 0);
+    request_ms = req_ms;
+    dt_ps_client *c = client(1, &fake, sizes, role, task);
     request_ms = 3000;
+    return c;
+}
+
+/* The chief's SHUTDOWN ends the ps process with status 0 (the source's ps never exits). */
+static void test_fork_shutdown_exits_0(void) {
+    char ep[128];
+    pid_t pid;
+    /* The last check waits for the request timeout. */
+    dt_ps_client *c = forked_ps_client(&pid, ep, sizeof ep, DT_ROLE_CHIEF, 0, 1000);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
     CHECK(c != NULL);
     dt_error e = {0};
     static float p[50];
@@ -624,13 +634,10 @@ static void test_fork_shutdown_exits_0(void) {
  * long poll interval. */
 static void test_fork_sigterm_exits_0(void) {
     char ep[128];
-    pid_t pid = fork_ps(50, ep, sizeof ep);
+    pid_t pid;
+    dt_ps_client *c = forked_ps_client(&pid, ep, sizeof ep, DT_ROLE_WORKER, 1, 3000);
     CHECK(pid > 0);
     if (pid <= 0) return;
-    ps_thread fake;
-    snprintf(fake.endpoint, sizeof fake.endpoint, "%s", ep);
-    size_t sizes[1] = {50};
-    dt_ps_client *c = client(1, &fake, sizes, DT_ROLE_WORKER, 1);
     CHECK(c != NULL); /* it is up and answering */
     dt_ps_client_close(c);
     int64_t t0 = dt_clock_ms();
@@ -645,15 +652,10 @@ static void test_fork_sigterm_exits_0(void) {
  * that timed the worker out meanwhile has stopped the job (what test_strict_stopped.sh saw). */
 static void test_silence_outlives_a_queued_request(void) {
     char ep[128];
-    pid_t pid = fork_ps(50, ep, sizeof ep);
+    pid_t pid;
+    dt_ps_client *c = forked_ps_client(&pid, ep, sizeof ep, DT_ROLE_CHIEF, 0, 1000);
     CHECK(pid > 0);
     if (pid <= 0) return;
-    ps_thread fake;
-    snprintf(fake.endpoint, sizeof fake.endpoint, "%s", ep);
-    size_t sizes[1] = {50};
-    request_ms = 1000;
-    dt_ps_client *c = client(1, &fake, sizes, DT_ROLE_CHIEF, 0);
-    request_ms = 3000;
     CHECK(c != NULL);
     dt_error e = {0};
     if (c) {
