@@ -141,7 +141,7 @@ scancel "$jid"
 for _ in $(seq 1 80); do [ -z "$(pids)" ] && [ -z "$(squeue -h -j "$jid" 2>/dev/null)" ] && break; sleep 0.25; done
 took=$(( $(date +%s) - t0 ))
 # Slurm sends SIGTERM, then SIGKILL after KillWait (5 s here): a task still waiting on a peer that
-# stopped first is killed then.
+# stopped first gives up 2 s after its SIGTERM, or is killed then.
 [ -z "$(pids)" ] && ok "scancel ends every task, the ps included (${took} s)" \
   || { bad "scancel ends every task"; ps -f $(pids); tail -15 "$tmp/long.out"; }
 [ -z "$(squeue -h -j "$jid" 2>/dev/null)" ] && ok "scancel: the job is gone" || bad "scancel: the job is gone"
