@@ -519,6 +519,53 @@ out:
     ps_stop(&ps[1]);
 }
 
+/* A pull the ps holds (here until step 4) keeps the worker heard for the whole wait, however many
+ * poll rounds it takes: afterwards dt_ps_client_silent_ms is near 0, not the length of a round. */
+typedef struct {
+    dt_ps_client *c;
+    float *dst;
+    int rc;
+} held_pull;
+
+static void *held_pull_main(void *arg) {
+    held_pull *h = arg;
+    float *dst[1] = {h->dst};
+    dt_error e = {0};
+    h->rc = dt_ps_client_pull_all(h->c, dst, 4, NULL, &e);
+    return NULL;
+}
+
+static void test_held_pull_is_not_silence(void) {
+    enum { N = 32 };
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    size_t sizes[1] = {N};
+    dt_ps_client *chief = client(1, &ps, sizes, DT_ROLE_CHIEF, 0);
+    dt_ps_client *w = client(1, &ps, sizes, DT_ROLE_WORKER, 1);
+    CHECK(chief && w);
+    static float p[N], g[N], got[N];
+    const float *src[1] = {p}, *gs[1] = {g};
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
+    dt_error e = {0};
+    if (chief && w && dt_ps_client_init(chief, &opt, src, NULL, NULL, 3, &e) == DT_OK) {
+        held_pull h = {.c = w, .dst = got, .rc = -1};
+        pthread_t th;
+        pthread_create(&th, NULL, held_pull_main, &h);
+        sleep_ms(1500); /* more than one of the client's poll rounds (1 s) */
+        CHECK(dt_ps_client_push_all(chief, gs, 3, NULL, &e) == DT_OK);
+        pthread_join(th, NULL);
+        CHECK(h.rc == DT_OK);
+        CHECK_MSG(dt_ps_client_silent_ms(w) < 300, "%lld ms after a pull held 1.5 s",
+                  (long long)dt_ps_client_silent_ms(w));
+    } else {
+        CHECK(0);
+    }
+    dt_ps_client_close(w);
+    dt_ps_client_close(chief);
+    ps_stop(&ps);
+}
+
 /* ---------- forked ps processes: exit statuses ---------- */
 
 static volatile sig_atomic_t child_stop;
@@ -686,6 +733,7 @@ int main(void) {
     RUN(test_ps_refusals);
     RUN(test_client_refuses_other_version);
     RUN(test_pull_waits_for_step);
+    RUN(test_held_pull_is_not_silence);
     RUN(test_done_and_wait_done);
     RUN(test_fetch_state_and_restore);
     /* Again with shards cut into chunks of 28 bytes (7 floats): each chunk is applied on its own,

@@ -50,13 +50,14 @@ typedef struct {
                                * request sent after it, it may have declared us lost meanwhile */
 } ps_conn;
 
-/* This ps may have heard from us at t (a send, or a wait for its reply while running). A silence
- * that ends here is remembered: the next request resets quiet_since, but a ps that timed us out
- * during the silence is not brought back by it (it may be gone, the send merely queued). */
-static void heard_at(ps_conn *p, int64_t t) {
-    if (t <= p->quiet_since) return;
-    if (p->quiet_since && t - p->quiet_since > p->gap_ms) p->gap_ms = t - p->quiet_since, p->gap_end = t;
-    p->quiet_since = t;
+/* This ps may have heard from us from `from` until `to` (a send or an answer: one moment; a wait
+ * for its reply while running: the whole wait). A silence that ends at `from` is remembered: the
+ * next request resets quiet_since, but a ps that timed us out during the silence is not brought
+ * back by it (it may be gone, the send merely queued). */
+static void heard(ps_conn *p, int64_t from, int64_t to) {
+    if (to <= p->quiet_since) return;
+    if (p->quiet_since && from - p->quiet_since > p->gap_ms) p->gap_ms = from - p->quiet_since, p->gap_end = from;
+    p->quiet_since = to;
 }
 
 /* Where the replies of a push and/or pull go: each chunk of PARAMS into dst[i] at its offset. */
@@ -145,7 +146,7 @@ static int send_req(dt_ps_client *c, int i, dt_wire_header *h, uint8_t want, zmq
     int rc = dt_wire_send(p->sock, NULL, h, payload, 0, &e);
     if (rc) return fail_ps(c, i, err, rc, "", rc == DT_ETIMEOUT ? "send timed out (too many requests queued)" : e.msg);
     int64_t now = dt_clock_ms();
-    heard_at(p, now);
+    heard(p, now, now);
     p->await[p->n_await++] = (await_t){.id = h->request_id, .req = h->type, .want = want, .sent_ms = now};
     return DT_OK;
 }
@@ -183,7 +184,7 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void 
      * late we read the reply (this process may have been stopped meanwhile). */
     int64_t now = dt_clock_ms(), held_ms = in->hdr.type == DT_MSG_PARAMS ? (int64_t)(in->hdr.params.waited_us / 1000) : 0;
     int64_t answered = held_ms < now - a.sent_ms ? a.sent_ms + held_ms : now;
-    heard_at(p, answered);
+    heard(p, answered, answered);
     const uint8_t want = a.want;
     const char *tn = dt_wire_type_name(a.req);
     if (in->hdr.type == DT_MSG_ERROR) {
@@ -212,8 +213,10 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void 
 /* Once this process is told to stop (a signal sets *stop), what it still asks (DONE, SHUTDOWN, the
  * step in flight) waits at most STOP_GRACE_MS more: its ps tasks are most likely stopping too, and
  * a stop must not wait out --heartbeat_timeout for them. *stopped: 1 when that applies. */
+static int stopping(const dt_ps_client *c) { return c->stop && *c->stop; }
+
 static int64_t stop_deadline(dt_ps_client *c, int64_t deadline, int *stopped) {
-    if (!c->stop || !*c->stop) return deadline;
+    if (!stopping(c)) return deadline;
     if (!c->stopped_at) c->stopped_at = dt_clock_ms();
     *stopped = 1;
     return c->stopped_at + STOP_GRACE_MS < deadline ? c->stopped_at + STOP_GRACE_MS : deadline;
@@ -259,7 +262,7 @@ static int gather_round(dt_ps_client *c, int64_t deadline, long max_ms, int fd, 
      * does not count it silent), unless the process was not running: a wake far later than
      * asked means it was stopped (SIGSTOP, a paused machine), and its silence runs on. */
     if (after - before <= wait_ms + LATE_WAKE_MS)
-        for (int k = 0; k < n; k++) heard_at(&c->ps[idx[k]], after);
+        for (int k = 0; k < n; k++) heard(&c->ps[idx[k]], before, after);
     if (r < 0) {
         clear_awaits(c);
         if (errno == EINTR) return dt_errorf(err, DT_EINTR, "%s interrupted by a signal", what);
@@ -453,7 +456,7 @@ static int hello_all(dt_ps_client *c, dt_error *err) {
     for (int i = 0; i < n; i++) sent_at[i] = -1, welcomed[i] = 0, told[i] = 0;
     zmq_pollitem_t items[n];
     while (left > 0) {
-        if (c->stop && *c->stop) {
+        if (stopping(c)) {
             clear_awaits(c);
             return dt_errorf(err, DT_EINTR, "connecting to the ps tasks interrupted by a signal");
         }
@@ -720,7 +723,7 @@ int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err)
 int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err) {
     int64_t deadline = dt_clock_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
-        if (c->stop && *c->stop)
+        if (stopping(c))
             return dt_errorf(err, DT_EINTR, "interrupted by a signal");
         int rc = dt_ps_client_status(c, NULL, err), waiting = -1;
         if (rc) return rc;
