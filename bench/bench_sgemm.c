@@ -1,5 +1,7 @@
 /* The machine's sgemm peak as OpenBLAS reaches it: a large square row-major sgemm.
- * usage: bench_sgemm THREADS [N]  -> one JSON line with GFLOP/s (best of several runs). */
+ * usage: bench_sgemm THREADS [N]  -> one JSON line with GFLOP/s (best of several runs) and the
+ * kernels OpenBLAS runs ("core": its own pick for the CPU, or what OPENBLAS_CORETYPE forces). */
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -26,7 +28,8 @@ int main(int argc, char **argv) {
         double gf = 2.0 * n * n * (double)n / (now() - t) * 1e-9;
         if (r > 0 && gf > best) best = gf;
     }
-    printf("{\"impl\": \"sgemm\", \"threads\": %d, \"n\": %d, \"gflops\": %.1f}\n", threads, n, best);
+    printf("{\"impl\": \"sgemm\", \"threads\": %d, \"n\": %d, \"gflops\": %.1f, \"core\": \"%s\"}\n", threads, n,
+           best, openblas_get_corename());
     free(a), free(b), free(c);
     return 0;
 }

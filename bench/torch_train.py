@@ -1,8 +1,27 @@
 #!/usr/bin/python3
 """PyTorch baseline for bench/run: the same models, trained on synthetic batches with Adam.
-usage: torch_train.py MODEL BATCH THREADS [SECONDS] -> one JSON line with images/sec.
-The models are written out by hand to mirror models/*.model (NHWC input permuted to NCHW)."""
-import json, sys, time
+usage: torch_train.py MODEL BATCH THREADS [SECONDS] [ALLOCATOR] -> one JSON line with images/sec.
+The models are written out by hand to mirror models/*.model (NHWC input permuted to NCHW).
+ALLOCATOR: "glibc" (default) runs PyTorch as it comes; "retain" sets glibc's malloc to keep freed
+memory (no mmap for large blocks, no trimming), so each step's tensors reuse pages instead of
+faulting fresh ones in. On a virtual machine where a page fault is dear that more than doubles its
+speed (BENCHMARKS.md); Debian's jemalloc with its defaults does not help, as it too gives freed
+pages back."""
+import ctypes, json, sys, time
+
+def retain_freed_memory():
+    libc = ctypes.CDLL("libc.so.6")
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+    for opt, val in ((M_MMAP_THRESHOLD, 1 << 30), (M_TRIM_THRESHOLD, 1 << 30), (M_TOP_PAD, 64 << 20)):
+        if libc.mallopt(opt, val) != 1:
+            sys.exit(f"torch_train.py: mallopt({opt}, {val}) failed")
+
+if __name__ == "__main__" and len(sys.argv) > 5:
+    if sys.argv[5] not in ("glibc", "retain"):
+        sys.exit(f"torch_train.py: ALLOCATOR must be glibc or retain, not {sys.argv[5]!r}")
+    if sys.argv[5] == "retain":
+        retain_freed_memory()
+
 import torch
 import torch.nn as nn
 
@@ -47,6 +66,7 @@ def resnet():
 def main():
     name, batch, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 5.0
+    allocator = sys.argv[5] if len(sys.argv) > 5 else "glibc"
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model, shape, classes = {"fashion": fashion, "catdog": catdog, "resnet": resnet}[name]()
@@ -69,7 +89,7 @@ def main():
         if rnd >= 0:
             best = max(best, ips)
     print(json.dumps({"impl": "pytorch", "version": torch.__version__, "model": name, "batch": batch,
-                      "threads": threads, "images_per_sec": round(best, 1)}))
+                      "threads": threads, "allocator": allocator, "images_per_sec": round(best, 1)}))
 
 if __name__ == "__main__":
     main()
