@@ -207,20 +207,26 @@ static void check_conv(conv_case cc, int finite_diff, uint64_t seed) {
     snprintf(name, sizeof name, "N%d %dx%dx%d->%d k%dx%d s%dx%d %s", cc.N, cc.H, cc.W, cc.C, cc.OC,
              cc.KH, cc.KW, cc.SH, cc.SW, cc.pad == DT_PAD_SAME ? "SAME" : "VALID");
 
+    /* Each output and din element is a float sum of up to KH*KW*max(C, OC) products, summed in an
+     * order that depends on OpenBLAS's kernels: allow rounding growing with that count, as for dW
+     * below (576 products: 3.4e-5; OpenBLAS's Haswell kernels reach 1.3e-5 there). */
+    int terms = cc.KH * cc.KW * (cc.C > cc.OC ? cc.C : cc.OC);
+    double tol_sum = 1e-5 * (1.0 + sqrt(terms / 100.0));
     ref_conv_forward(rout, in, w, b, cc.N, &g);
     for (size_t i = 0; i < nout; i++) out[i] = NAN; /* outputs must be overwritten */
     conv2d_forward(out, in, w, b, cc.N, &g, scratch);
-    CHECK_MSG(max_rel_err(out, rout, nout) < 1e-5, "%s forward", name);
+    CHECK_MSG(max_rel_err(out, rout, nout) < tol_sum, "%s forward %g", name, max_rel_err(out, rout, nout));
     ref_conv_forward(rout, in, w, NULL, cc.N, &g);
     conv2d_forward(out, in, w, NULL, cc.N, &g, scratch);
-    CHECK_MSG(max_rel_err(out, rout, nout) < 1e-5, "%s forward without bias", name);
+    CHECK_MSG(max_rel_err(out, rout, nout) < tol_sum, "%s forward without bias %g", name,
+              max_rel_err(out, rout, nout));
 
     ref_conv_backward(rdin, rdw, rdb, R, in, w, cc.N, &g);
     for (size_t i = 0; i < nin; i++) din[i] = NAN;
     for (size_t i = 0; i < nw; i++) dw[i] = NAN;
     for (int i = 0; i < cc.OC; i++) db[i] = NAN;
     conv2d_backward(din, dw, db, R, in, w, cc.N, &g, scratch);
-    CHECK_MSG(max_rel_err(din, rdin, nin) < 1e-5, "%s din", name);
+    CHECK_MSG(max_rel_err(din, rdin, nin) < tol_sum, "%s din %g", name, max_rel_err(din, rdin, nin));
     /* dW and db sum over every output position in float: allow rounding growing with the count. */
     double tol = 1e-5 * (1.0 + sqrt((double)nout / cc.OC / 100.0));
     CHECK_MSG(max_rel_err(dw, rdw, nw) < tol, "%s dw %g", name, max_rel_err(dw, rdw, nw));

@@ -107,33 +107,38 @@ int dt_window_init(dt_window *g, int in_h, int in_w, int in_c, int out_c, int k_
 
 /* ---- GEMM ---------------------------------------------------------------------------------- */
 
+/* Pieces dt_gemm cuts the longer side of C into, whatever the thread count: OpenBLAS's result for
+ * one element can depend on where it falls in the product it is part of (edge kernels sum in
+ * another order; its Haswell kernels do, its SkylakeX ones did not), so pieces that depend only on
+ * the shape keep results bit-identical for any --threads. */
+#define GEMM_PIECES 8
+#define GEMM_PIECE_MIN 64
+
 void dt_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc) {
-    int nt = dt_cpu_threads();
     double flops = 2.0 * M * N * K;
-    if (nt <= 1 || omp_in_parallel() || flops < 2e6 || (M < 32 && N < 32)) {
+    if (flops < 2e6 || (M < 32 && N < 32)) {
         sgemm1(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    /* Split the longer side of C into one block per thread (multiples of 16 keep the SIMD tiles
-     * whole); each block is an independent sgemm on a sub-matrix. */
-    int split_m = M >= N;
-    int len = split_m ? M : N;
-    int blk = (len + nt - 1) / nt;
+    /* Pieces of the longer side, multiples of 16 (whole SIMD tiles), each an independent sgemm
+     * on a sub-matrix. */
+    const int split_m = M >= N, len = split_m ? M : N;
+    int blk = (len + GEMM_PIECES - 1) / GEMM_PIECES;
     blk = (blk + 15) & ~15;
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num();
-        int lo = t * blk, hi = lo + blk < len ? lo + blk : len;
-        if (lo < hi) {
-            if (split_m) {
-                const float *a = trans_a ? A + lo : A + (size_t)lo * lda;
-                sgemm1(trans_a, trans_b, hi - lo, N, K, alpha, a, lda, B, ldb, beta,
-                       C + (size_t)lo * ldc, ldc);
-            } else {
-                const float *b = trans_b ? B + (size_t)lo * ldb : B + lo;
-                sgemm1(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
-            }
+    if (blk < GEMM_PIECE_MIN) blk = GEMM_PIECE_MIN;
+    const int pieces = (len + blk - 1) / blk;
+    int nt = omp_in_parallel() ? 1 : dt_cpu_threads();
+    if (nt > pieces) nt = pieces;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int p = 0; p < pieces; p++) {
+        int lo = p * blk, hi = lo + blk < len ? lo + blk : len;
+        if (split_m) {
+            const float *a = trans_a ? A + lo : A + (size_t)lo * lda;
+            sgemm1(trans_a, trans_b, hi - lo, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
+        } else {
+            const float *b = trans_b ? B + (size_t)lo * ldb : B + lo;
+            sgemm1(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
         }
     }
 }
