@@ -237,21 +237,33 @@ static void test_moving_statistics(void) {
 
 /* Batch-norm statistics in one pass stay exact when the mean dwarfs the spread (1000 +- 0.01,
  * where a plain sum of squares in float would lose everything), over many pieces of rows, and do
- * not depend on the thread count. */
-static void test_batchnorm_statistics(void) {
-    enum { ROWS = 3001, C = 3 };
-    static float x[ROWS * C], y[ROWS * C], y2[ROWS * C];
-    double sum[C] = {0}, sq[C] = {0};
+ * not depend on the thread count. C = 3 takes the channel-by-channel path, C = 32 the blocks of
+ * 16 channels (kernels_graph.c); the backward sums of both paths are checked against a sum in
+ * double. */
+static void check_batchnorm_statistics(int C) {
+    enum { ROWS = 3001 };
+    const size_t n = (size_t)ROWS * C;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *y2 = malloc(n * sizeof *y2);
+    float *z = malloc(n * sizeof *z), *y3 = malloc(n * sizeof *y3), *dy = malloc(n * sizeof *dy);
+    double *sum = calloc(C, sizeof *sum), *sq = calloc(C, sizeof *sq);
+    float *pc = malloc(12 * C * sizeof *pc); /* per-channel vectors */
+    float *gamma = pc, *beta = pc + C, *mean = pc + 2 * C, *var = pc + 3 * C, *inv = pc + 4 * C;
+    float *mean2 = pc + 5 * C, *var2 = pc + 6 * C, *inv2 = pc + 7 * C, *sc = pc + 8 * C, *sh = pc + 9 * C;
+    float *sc2 = pc + 10 * C, *sh2 = pc + 11 * C;
+    double *work = calloc(batchnorm_work_doubles(ROWS, C), sizeof *work);
+    if (!x || !y || !y2 || !z || !y3 || !dy || !sum || !sq || !pc || !work) {
+        CHECK(!"out of memory");
+        return;
+    }
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < C; c++) {
-            x[r * C + c] = (c == 0 ? 1000.0f : c == 1 ? -3.0f : 0.0f) + 0.01f * (float)((r * 7919 + c * 31) % 201 - 100) / 100.0f;
+            x[r * C + c] = (c % 3 == 0 ? 1000.0f : c % 3 == 1 ? -3.0f : 0.0f) +
+                           0.01f * (float)((r * 7919 + c * 31) % 201 - 100) / 100.0f;
             sum[c] += x[r * C + c];
         }
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < C; c++) sq[c] += (x[r * C + c] - sum[c] / ROWS) * (x[r * C + c] - sum[c] / ROWS);
-    float gamma[C] = {1, 2, 0.5f}, beta[C] = {0, 1, -1}, mean[C], var[C], inv[C], mean2[C], var2[C], inv2[C];
-    float sc[C], sh[C], sc2[C], sh2[C];
-    double *work = calloc(batchnorm_work_doubles(ROWS, C), sizeof *work);
+    for (int c = 0; c < C; c++) gamma[c] = c % 3 == 0 ? 1 : c % 3 == 1 ? 2 : 0.5f, beta[c] = (float)(c % 3) - 1;
     int threads = dt_kernels_get_threads();
     dt_kernels_set_threads(1);
     batchnorm_forward(y, mean, var, inv, sc, sh, x, gamma, beta, ROWS, C, 1e-3f, 0, work);
@@ -260,21 +272,45 @@ static void test_batchnorm_statistics(void) {
     dt_kernels_set_threads(threads);
     for (int c = 0; c < C; c++) {
         double m = sum[c] / ROWS, v = sq[c] / ROWS;
-        CHECK_MSG(fabs(mean[c] - m) <= 1e-6 * fabs(m) + 1e-9, "channel %d: mean %.9g, want %.9g", c, mean[c], m);
-        CHECK_MSG(fabs(var[c] - v) <= 1e-4 * v, "channel %d: var %.9g, want %.9g", c, var[c], v);
+        CHECK_MSG(fabs(mean[c] - m) <= 1e-6 * fabs(m) + 1e-9, "C %d channel %d: mean %.9g, want %.9g", C, c, mean[c], m);
+        CHECK_MSG(fabs(var[c] - v) <= 1e-4 * v, "C %d channel %d: var %.9g, want %.9g", C, c, var[c], v);
         CHECK(mean[c] == mean2[c] && var[c] == var2[c] && inv[c] == inv2[c]);
     }
-    for (int i = 0; i < ROWS * C; i++) CHECK(y2[i] == (y[i] > 0 ? y[i] : 0)); /* the fused ReLU */
+    for (size_t i = 0; i < n; i++) CHECK(y2[i] == (y[i] > 0 ? y[i] : 0)); /* the fused ReLU */
     /* The norm added to a residual in one pass (and its ReLU): y + z, within rounding. */
     for (int c = 0; c < C; c++) CHECK(sc[c] == sc2[c] && sh[c] == sh2[c]);
-    static float z[ROWS * C], y3[ROWS * C];
-    for (int i = 0; i < ROWS * C; i++) z[i] = (float)(i % 17) - 8.0f;
+    for (size_t i = 0; i < n; i++) z[i] = (float)(i % 17) - 8.0f;
     channel_affine_add_forward(y3, x, sc, sh, z, ROWS, C, 1);
-    for (int i = 0; i < ROWS * C; i++) {
+    for (size_t i = 0; i < n; i++) {
         float want = y[i] + z[i] > 0 ? y[i] + z[i] : 0;
-        CHECK_MSG(fabsf(y3[i] - want) <= 1e-5f * (1 + fabsf(want)), "[%d]: %.9g, want %.9g", i, y3[i], want);
+        CHECK_MSG(fabsf(y3[i] - want) <= 1e-5f * (1 + fabsf(want)), "[%zu]: %.9g, want %.9g", i, y3[i], want);
     }
-    free(work);
+    /* Backward's sums, with the ReLU's mask and without: dbeta = sum g, dgamma = sum g * xhat. */
+    for (size_t i = 0; i < n; i++) dy[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+    for (int relu = 0; relu <= 1; relu++) {
+        float *dgamma = y3, *dbeta = y3 + C; /* y3 is free again */
+        batchnorm_backward(NULL, dgamma, dbeta, dy, x, mean, inv, gamma, relu ? sc : NULL, relu ? sh : NULL, ROWS,
+                           C, work);
+        for (int c = 0; c < C; c++) {
+            double sb = 0, sg = 0;
+            for (int r = 0; r < ROWS; r++) {
+                size_t i = (size_t)r * C + c;
+                double g = relu && !(y2[i] > 0) ? 0.0 : dy[i];
+                sb += g;
+                sg += g * (((double)x[i] - mean[c]) * inv[c]);
+            }
+            CHECK_MSG(fabs(dbeta[c] - sb) <= 1e-5 * (1 + fabs(sb)), "C %d relu %d channel %d: dbeta %.9g, want %.9g", C,
+                      relu, c, dbeta[c], sb);
+            CHECK_MSG(fabs(dgamma[c] - sg) <= 1e-3 * (1 + fabs(sg)), "C %d relu %d channel %d: dgamma %.9g, want %.9g",
+                      C, relu, c, dgamma[c], sg);
+        }
+    }
+    free(x), free(y), free(y2), free(z), free(y3), free(dy), free(sum), free(sq), free(pc), free(work);
+}
+
+static void test_batchnorm_statistics(void) {
+    check_batchnorm_statistics(3);
+    check_batchnorm_statistics(32);
 }
 
 int main(void) {

@@ -23,6 +23,28 @@ size_t batchnorm_work_doubles(size_t rows, int C) { return bn_pieces(rows) * 2 *
 
 static double *bn_piece_sums(double *work, size_t p, int C) { return work + p * 2 * (size_t)C; }
 
+/* Channels in blocks of BN_BLOCK when C is a multiple of it: a block's sums then stay in registers
+ * over a piece's rows. Summed into work directly, each row stored and reloaded the sums and waited
+ * for the previous row's store (batch norm was 15% of the resnet model's step). The order of the
+ * additions is the same either way. */
+#define BN_BLOCK 16
+
+/* Sums and sums of squares of rows [r0, r1) shifted by k, channels [0, BN_BLOCK) of x (rows C apart). */
+static inline void bn_stats_block(double *s, double *q, const float *x, const float *k, size_t r0, size_t r1,
+                                  int C) {
+    double sa[BN_BLOCK] = {0}, qa[BN_BLOCK] = {0};
+    for (size_t r = r0; r < r1; r++) {
+        const float *xr = x + r * (size_t)C;
+#pragma omp simd
+        for (int c = 0; c < BN_BLOCK; c++) {
+            double d = (double)xr[c] - k[c];
+            sa[c] += d;
+            qa[c] += d * d;
+        }
+    }
+    for (int c = 0; c < BN_BLOCK; c++) s[c] = sa[c], q[c] = qa[c];
+}
+
 void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, float *scale, float *shift,
                        const float *in, const float *gamma, const float *beta, size_t rows, int C, float eps,
                        int relu, double *work) {
@@ -35,6 +57,10 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, floa
         double *s = bn_piece_sums(work, p, C), *q = s + C;
         size_t r0 = p * BN_PIECE, r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
         const float *k = in + r0 * (size_t)C;
+        if (C % BN_BLOCK == 0) {
+            for (int c0 = 0; c0 < C; c0 += BN_BLOCK) bn_stats_block(s + c0, q + c0, in + c0, k + c0, r0, r1, C);
+            continue;
+        }
         for (int c = 0; c < C; c++) s[c] = q[c] = 0;
         for (size_t r = r0; r < r1; r++) {
             const float *x = in + r * (size_t)C;
@@ -109,6 +135,24 @@ static inline void bn_backward_din_row(float *dx, const float *x, const float *d
     }
 }
 
+/* bn_backward_sums_row over rows [r0, r1) for channels [0, BN_BLOCK) (pointers offset to the
+ * block), the sums in registers. */
+static inline void bn_backward_sums_block(double *sb, double *sg, const float *x, const float *dy, const float *mean,
+                                          const float *inv_std, const float *scale, const float *shift, size_t r0,
+                                          size_t r1, int C, const int relu) {
+    double ba[BN_BLOCK] = {0}, ga[BN_BLOCK] = {0};
+    for (size_t r = r0; r < r1; r++) {
+        const float *xr = x + r * (size_t)C, *dr = dy + r * (size_t)C;
+#pragma omp simd
+        for (int c = 0; c < BN_BLOCK; c++) {
+            float g = bn_relu_grad(dr, xr, scale, shift, c, relu);
+            ba[c] += g;
+            ga[c] += (double)g * ((xr[c] - mean[c]) * inv_std[c]);
+        }
+    }
+    for (int c = 0; c < BN_BLOCK; c++) sb[c] = ba[c], sg[c] = ga[c];
+}
+
 void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
                         const float *mean, const float *inv_std, const float *gamma, const float *scale,
                         const float *shift, size_t rows, int C, double *work) {
@@ -122,6 +166,16 @@ void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *do
     for (size_t p = 0; p < np; p++) {
         double *sb = bn_piece_sums(work, p, C), *sg = sb + C;
         size_t r0 = p * BN_PIECE, r1 = (p + 1) * BN_PIECE < rows ? (p + 1) * BN_PIECE : rows;
+        if (C % BN_BLOCK == 0) {
+            for (int c0 = 0; c0 < C; c0 += BN_BLOCK)
+                if (relu)
+                    bn_backward_sums_block(sb + c0, sg + c0, in + c0, dout + c0, mean + c0, inv_std + c0, scale + c0,
+                                           shift + c0, r0, r1, C, 1);
+                else
+                    bn_backward_sums_block(sb + c0, sg + c0, in + c0, dout + c0, mean + c0, inv_std + c0, NULL,
+                                           NULL, r0, r1, C, 0);
+            continue;
+        }
         for (int c = 0; c < C; c++) sb[c] = sg[c] = 0;
         if (relu)
             for (size_t r = r0; r < r1; r++)

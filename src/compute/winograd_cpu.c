@@ -364,13 +364,19 @@ void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const
                     for (int c = 0; c < OC; c++) dbp[c] += dout[p * OC + c];
             }
         }
-        /* Sum the pieces, then dW = G^T gw G per (c, oc). */
-        float *gsum = scratch + s.gw_base; /* piece 0's partial becomes the total */
+        /* Sum the pieces, then dW = G^T gw G per (c, oc). Piece 0's partial becomes the total; each
+         * element still adds the pieces in piece order, but across a block of elements at a time,
+         * in vectors (summed element by element, a chain of scalar adds 16 pieces long took ~5% of
+         * the resnet model's step). */
+        float *gsum = scratch + s.gw_base;
 #pragma omp for schedule(static)
-        for (size_t i = 0; i < ngw; i++) {
-            float acc = gsum[i];
-            for (size_t piece = 1; piece < npieces; piece++) acc += scratch[s.gw_base + piece * s.gw + i];
-            gsum[i] = acc;
+        for (size_t i0 = 0; i0 < ngw; i0 += 1024) {
+            const size_t i1 = i0 + 1024 < ngw ? i0 + 1024 : ngw;
+            for (size_t piece = 1; piece < npieces; piece++) {
+                const float *part = scratch + s.gw_base + piece * s.gw;
+#pragma omp simd
+                for (size_t i = i0; i < i1; i++) gsum[i] += part[i];
+            }
         }
 #pragma omp for schedule(static)
         for (size_t co = 0; co < (size_t)C * OC; co++) {
