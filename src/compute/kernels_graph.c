@@ -125,13 +125,13 @@ static inline void bn_backward_sums_row(double *sb, double *sg, const float *x, 
 
 /* One row of backward's second pass: dx = k * (g - mb - xhat * mg). */
 static inline void bn_backward_din_row(float *dx, const float *x, const float *dy, const float *mean,
-                                       const float *inv_std, const float *k, const float *mb, const float *mg,
+                                       const float *inv_std, const float *gamma, const double *mb, const double *mg,
                                        const float *scale, const float *shift, int C, const int relu) {
 #pragma omp simd
     for (int c = 0; c < C; c++) {
-        float xh = (x[c] - mean[c]) * inv_std[c];
+        double xh = ((double)x[c] - mean[c]) * inv_std[c];
         float g = bn_relu_grad(dy, x, scale, shift, c, relu);
-        dx[c] = k[c] * (g - mb[c] - xh * mg[c]);
+        dx[c] = (float)((double)(gamma[c] * inv_std[c]) * ((double)g - mb[c] - xh * mg[c]));
     }
 }
 
@@ -194,19 +194,18 @@ void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *do
     }
     if (!din) return;
     /* din = gamma * inv_std * (dout - dbeta / M - xhat * dgamma / M) */
-    float *k = (float *)work, *mb = k + C, *mg = mb + C;
+    double *mb = work, *mg = work + C;
     for (int c = 0; c < C; c++) {
-        k[c] = gamma[c] * inv_std[c];
-        mb[c] = (float)((double)dbeta[c] / (double)rows);
-        mg[c] = (float)((double)dgamma[c] / (double)rows);
+        mb[c] = (double)dbeta[c] / (double)rows;
+        mg[c] = (double)dgamma[c] / (double)rows;
     }
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
         const float *x = in + r * (size_t)C, *dy = dout + r * (size_t)C;
         if (relu)
-            bn_backward_din_row(din + r * (size_t)C, x, dy, mean, inv_std, k, mb, mg, scale, shift, C, 1);
+            bn_backward_din_row(din + r * (size_t)C, x, dy, mean, inv_std, gamma, mb, mg, scale, shift, C, 1);
         else
-            bn_backward_din_row(din + r * (size_t)C, x, dy, mean, inv_std, k, mb, mg, scale, shift, C, 0);
+            bn_backward_din_row(din + r * (size_t)C, x, dy, mean, inv_std, gamma, mb, mg, scale, shift, C, 0);
     }
 }
 
