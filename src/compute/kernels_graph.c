@@ -123,7 +123,8 @@ static inline void bn_backward_sums_row(double *sb, double *sg, const float *x, 
     }
 }
 
-/* One row of backward's second pass: dx = k * (g - mb - xhat * mg). */
+/* One row of backward's second pass: dx = gamma * inv_std * (g - mb - xhat * mg), in double and
+ * rounded once: the bracket is a difference of nearly equal terms (docs/model-format.md). */
 static inline void bn_backward_din_row(float *dx, const float *x, const float *dy, const float *mean,
                                        const float *inv_std, const float *gamma, const double *mb, const double *mg,
                                        const float *scale, const float *shift, int C, const int relu) {
