@@ -74,12 +74,12 @@ static wino_scratch wino_scratch_layout(const dt_window *g, int batch) {
  * for the input gradient (flip) w[2-kh][2-kw][o][c]: the rotated kernel seen from dout's side.
  * Vectorised over oc, which u stores contiguously (and w too, unless flipped): it runs twice per
  * layer and step, and as scalar code it took 2.5% of the resnet model's step, most of it on one
- * thread while the others waited (a 64x64 layer: ~60 us; now a few). */
-DT_HOT static void wino_transform_kernel_rows(float *u, const float *w, int C, int OC, int flip, int i0, int i1) {
+ * thread while the others waited (a 64x64 layer: ~60 us; now a few, too short to share out). */
+DT_HOT static void wino_transform_kernel(float *u, const float *w, int C, int OC, int flip) {
     const int ic = flip ? OC : C, oc = flip ? C : OC;
     const size_t xs = (size_t)ic * oc; /* stride between transform points */
     const size_t tap = (size_t)C * OC; /* stride between the kernel's taps k = kh * 3 + kw */
-    for (int i = i0; i < i1; i++) {
+    for (int i = 0; i < ic; i++) {
         const float *wi = flip ? w + i : w + (size_t)i * OC;
         float *ui = u + (size_t)i * oc;
 #pragma omp simd
@@ -102,20 +102,6 @@ DT_HOT static void wino_transform_kernel_rows(float *u, const float *w, int C, i
                 d[3 * xs] = t[r][2];
             }
         }
-    }
-}
-
-static void wino_transform_kernel(float *u, const float *w, int C, int OC, int flip) {
-    const int ic = flip ? OC : C;
-    int nt = dt_cpu_threads();
-    if ((size_t)C * OC < 65536 || nt < 2) { /* a few microseconds: not worth waking threads */
-        wino_transform_kernel_rows(u, w, C, OC, flip, 0, ic);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num(), n = omp_get_num_threads();
-        wino_transform_kernel_rows(u, w, C, OC, flip, (int)((long)ic * t / n), (int)((long)ic * (t + 1) / n));
     }
 }
 
