@@ -38,7 +38,7 @@ common=("${base[@]}" --train_steps 30) # launch below runs 10 steps: base, as a 
 # ---- reference: the same cluster without authentication ----
 "$bin" train "${common[@]}" "${cl[@]}" --job_name=ps --threads=1 >"$tmp/ref_ps" 2>&1 &
 pids+=($!); ref_ps=$!
-timeout 120 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 \
+timeout --foreground 120 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 \
   --debug_dump_params="$tmp/ref.bin" >"$tmp/ref_w" 2>&1 && ok "reference cluster trains" \
   || { bad "reference cluster trains"; tail -5 "$tmp/ref_w"; }
 wait $ref_ps
@@ -46,15 +46,15 @@ wait $ref_ps
 # ---- CURVE: an authorized chief trains while two strangers try to connect ----
 "$bin" train "${common[@]}" "${cl[@]}" --job_name=ps --threads=1 --auth=curve --keys="$k" >"$tmp/ps" 2>&1 &
 pids+=($!); ps_pid=$!
-timeout 120 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 --auth=curve --keys="$k" \
+timeout --foreground 120 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 --auth=curve --keys="$k" \
   --debug_step_delay_ms=150 --debug_dump_params="$tmp/curve.bin" >"$tmp/good" 2>&1 &
 pids+=($!); good=$!
 sleep 1
 t0=$(date +%s)
-timeout 60 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 --auth=curve --keys="$tmp/other" \
+timeout --foreground 60 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 --auth=curve --keys="$tmp/other" \
   --connect_timeout=2 >"$tmp/wrongkey" 2>&1 &
 wk=$!; pids+=($wk)
-timeout 60 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 --connect_timeout=2 \
+timeout --foreground 60 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 --connect_timeout=2 \
   >"$tmp/nocurve" 2>&1; st_nc=$?
 wait $wk; st_wk=$?
 took=$(( $(date +%s) - t0 ))
@@ -80,7 +80,7 @@ grep -q "after 30 pushes" "$tmp/ps" && ok "the ps applied exactly the chief's 30
   || bad "parameters bit-identical to the unauthenticated run"
 
 # ---- key files refused naming the file ----
-run_ps() { timeout 20 "$bin" train "${common[@]}" "${cl[@]}" --job_name=ps "$@" >"$tmp/e" 2>&1; }
+run_ps() { timeout --foreground 20 "$bin" train "${common[@]}" "${cl[@]}" --job_name=ps "$@" >"$tmp/e" 2>&1; }
 run_ps --auth=curve --keys="$tmp/nope"; [ $? -ne 0 ] && grep -q "$tmp/nope/server.secret" "$tmp/e" \
   && ok "missing keys folder: names server.secret" || { bad "missing keys folder"; cat "$tmp/e"; }
 echo "not a key" >"$k/authorized/broken.key"
@@ -94,7 +94,7 @@ rm "$k/authorized/broken.key"; chmod 644 "$k/server.secret"
 run_ps --auth=curve --keys="$k"; [ $? -ne 0 ] && grep -q "$k/server.secret: secret key readable by group or others" "$tmp/e" \
   && ok "secret key readable by others: refused, naming the file" || { bad "secret key mode"; cat "$tmp/e"; }
 chmod 600 "$k/server.secret"
-timeout 20 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 --auth=curve --keys="$k/authorized" \
+timeout --foreground 20 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 --auth=curve --keys="$k/authorized" \
   >"$tmp/e" 2>&1; [ $? -ne 0 ] && grep -q "$k/authorized/client.secret" "$tmp/e" \
   && ok "worker without client.secret: names it" || { bad "worker missing client.secret"; cat "$tmp/e"; }
 run_ps --auth=rsa >/dev/null; [ $? -ne 0 ] && grep -q -- "--auth: expected none or curve" "$tmp/e" \
@@ -102,7 +102,7 @@ run_ps --auth=rsa >/dev/null; [ $? -ne 0 ] && grep -q -- "--auth: expected none 
 
 # ---- dtrain launch --auth=curve: a throwaway key set, removed afterwards ----
 export TMPDIR=$tmp/launchtmp; mkdir -p "$TMPDIR"
-timeout 120 "$bin" launch --ps 1 --workers 2 "${base[@]}" --train_steps 10 --auth=curve >"$tmp/launch" 2>&1 \
+timeout --foreground 120 "$bin" launch --ps 1 --workers 2 "${base[@]}" --train_steps 10 --auth=curve >"$tmp/launch" 2>&1 \
   && grep -q '^\[ps0\] .*exiting' "$tmp/launch" && ok "launch --auth=curve trains" \
   || { bad "launch --auth=curve trains"; tail -5 "$tmp/launch"; }
 [ -z "$(ls -A "$TMPDIR")" ] && ok "launch removes its throwaway keys" || { bad "launch removes its keys"; ls -R "$TMPDIR"; }

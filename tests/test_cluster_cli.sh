@@ -10,7 +10,7 @@ fashion_subset "$tmp/data" 3000 500
 leftovers() { pgrep -f "$tmp/" >/dev/null; }
 
 # 1 ps + 2 workers, asynchronous, a short run: every process exits 0, the ps exits by itself.
-if timeout 300 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= \
+if timeout --foreground 300 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= \
      --train_steps 40 --steps_to_validate 20 >"$tmp/out" 2>&1; then
   ok "launch 1 ps + 2 workers exits 0"
 else
@@ -22,7 +22,7 @@ grep -q '^\[worker1\] trained' "$tmp/out" && ok "worker 1 finishes" || bad "work
 leftovers && bad "no process left behind" || ok "no process left behind"
 
 # Ctrl-C (SIGINT) to launch stops every process, promptly, with status 130.
-timeout 300 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= --epochs 50 \
+timeout --foreground 300 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= --epochs 50 \
   >"$tmp/int" 2>&1 &
 lpid=$!
 for _ in $(seq 1 100); do grep -q '^\[worker0\] dtrain' "$tmp/int" 2>/dev/null && break; sleep 0.2; done
@@ -36,7 +36,7 @@ sleep 0.5
 leftovers && bad "no process left behind after SIGINT" || ok "no process left behind after SIGINT"
 
 # 2 ps: the placement splits the variables, and both ps serve and exit.
-if timeout 300 "$bin" launch --ps 2 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= \
+if timeout --foreground 300 "$bin" launch --ps 2 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= \
      --train_steps 20 >"$tmp/out2" 2>&1 && grep -q '^\[ps1\] .*exiting' "$tmp/out2"; then
   ok "launch with 2 ps tasks exits 0"
 else

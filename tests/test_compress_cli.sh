@@ -28,7 +28,7 @@ PY
 }
 
 for c in none bf16 fp16; do
-  timeout 300 "$bin" launch --ps 1 --workers 2 "${common[@]}" --compression $c --debug_dump_params "$tmp/$c.bin" \
+  timeout --foreground 300 "$bin" launch --ps 1 --workers 2 "${common[@]}" --compression $c --debug_dump_params "$tmp/$c.bin" \
     >"$c.log" 2>&1 && ok "sync, 2 workers, --compression $c: exit 0" || { bad "--compression $c: exit $?"; tail -5 "$c.log"; }
 done
 a32=$(acc none.log)
@@ -42,11 +42,11 @@ done
 # One cluster, two encodings: worker 0 (the chief) sends bf16, worker 1 float32.
 ports=($(free_port 3)); port=${ports[0]}
 h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]})
-timeout 300 "$bin" train "${common[@]}" "${h[@]}" --job_name=ps >mixed_ps.log 2>&1 &
+timeout --foreground 300 "$bin" train "${common[@]}" "${h[@]}" --job_name=ps >mixed_ps.log 2>&1 &
 ps=$!
-timeout 300 "$bin" train "${common[@]}" "${h[@]}" --job_name=worker --task_index=1 >mixed_w1.log 2>&1 &
+timeout --foreground 300 "$bin" train "${common[@]}" "${h[@]}" --job_name=worker --task_index=1 >mixed_w1.log 2>&1 &
 w1=$!
-timeout 300 "$bin" train "${common[@]}" "${h[@]}" --job_name=worker --task_index=0 --compression bf16 \
+timeout --foreground 300 "$bin" train "${common[@]}" "${h[@]}" --job_name=worker --task_index=0 --compression bf16 \
   --debug_dump_params "$tmp/mixed.bin" >mixed_w0.log 2>&1
 st0=$?
 wait $w1; st1=$?

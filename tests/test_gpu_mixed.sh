@@ -21,12 +21,12 @@ cluster() {
   ports=($(free_port 3))
   local c=(--issync=1 --train_steps 3 --ps_hosts "127.0.0.1:${ports[0]}"
            --worker_hosts "127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}")
-  timeout 150 "$bin" train "${base[@]}" "${c[@]}" --job_name ps --task_index 0 >"${name}_ps.log" 2>&1 &
+  timeout --foreground 150 "$bin" train "${base[@]}" "${c[@]}" --job_name ps --task_index 0 >"${name}_ps.log" 2>&1 &
   local ps=$!
-  timeout 150 "$bin" train "${base[@]}" "${c[@]}" --job_name worker --task_index 1 --device "$3" \
+  timeout --foreground 150 "$bin" train "${base[@]}" "${c[@]}" --job_name worker --task_index 1 --device "$3" \
     --debug_dump_grads "${name}_g1.bin" >"${name}_w1.log" 2>&1 &
   local w1=$!
-  timeout 150 "$bin" train "${base[@]}" "${c[@]}" --job_name worker --task_index 0 --device "$2" \
+  timeout --foreground 150 "$bin" train "${base[@]}" "${c[@]}" --job_name worker --task_index 0 --device "$2" \
     --debug_dump_grads "${name}_g0.bin" --debug_dump_params "${name}_p.bin" >"${name}_w0.log" 2>&1
   local rc=$?
   [ $rc -eq 0 ] || kill $w1 $ps 2>/dev/null # a chief that failed leaves the others waiting
@@ -35,7 +35,7 @@ cluster() {
 }
 
 # Skip (77) unless one step runs on cuda here; the reason goes to the log.
-timeout 60 "$bin" train "${base[@]}" --train_steps 1 --device cuda >probe.log 2>&1
+timeout --foreground 60 "$bin" train "${base[@]}" --train_steps 1 --device cuda >probe.log 2>&1
 gpu_skip_unless_ran $? probe.log
 
 cluster mixed cuda cpu

@@ -17,7 +17,7 @@ fashion_subset data 2560 512
 base=(--model "$src/models/fashion.model" --data data --summary_dir= --batch_size 64 --threads 2
       --steps_to_validate 20 --seed 7)
 common=("${base[@]}" --logdir=)
-run() { timeout 180 "$@" >"$log" 2>&1; }
+run() { timeout --foreground 180 "$@" >"$log" 2>&1; }
 
 # (a) the first step: cuda against cpu.
 log=a_cuda.log; run "$bin" train "${common[@]}" --train_steps 1 --device cuda --debug_dump_grads a_cuda.bin

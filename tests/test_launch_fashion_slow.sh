@@ -4,7 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
-timeout 900 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= \
+timeout --foreground 900 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= \
   --epochs 1 >"$tmp/out" 2>&1
 check "launch exits 0" test $? -eq 0
 cat "$tmp/out"

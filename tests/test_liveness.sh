@@ -82,7 +82,7 @@ kill -KILL $chief $ps2 2>/dev/null; wait $chief $ps2 2>/dev/null
 # 4. A ps nobody talks to (its chief never came, or is gone) exits after --idle_timeout.
 ports=($(free_port 2)); port=${ports[0]}
 start=$(date +%s)
-timeout 60 "$bin" train "${m[@]}" --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]} --job_name=ps \
+timeout --foreground 60 "$bin" train "${m[@]}" --ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]} --job_name=ps \
   --idle_timeout 2 >"$tmp/ps4" 2>"$tmp/ps4e"
 st=$?
 took=$(( $(date +%s) - start ))

@@ -140,13 +140,13 @@ expect "rendezvous not on rank 0's host" '--rendezvous 192.0.2.77:[0-9]+: 192.0.
 if command -v mpirun >/dev/null; then
   mpi=(mpirun --oversubscribe)
   [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
-  timeout 60 "${clean_env[@]}" "${mpi[@]}" -np 3 --tag-output "$bin" train --model $m --dry_run --num_ps 1 \
+  timeout --foreground 60 "${clean_env[@]}" "${mpi[@]}" -np 3 --tag-output "$bin" train --model $m --dry_run --num_ps 1 \
     --rendezvous 127.0.0.1:$(free_port) --connect_timeout 20 >"$tmp/mr" 2>&1
   st=$?
   [ $st -eq 0 ] && grep -q '1,0\]<stdout>:cluster: ps 0 of 1; ps=\[127.0.0.1:2222\] workers=\[127.0.0.1:2223,127.0.0.1:2224\]; from mpi' "$tmp/mr" \
     && grep -q '1,1\]<stdout>:cluster: worker 0 of 2 (chief)' "$tmp/mr" && ok "mpirun -np 3 --dry_run: the cluster from mpi" \
     || { bad "mpirun -np 3 --dry_run (status $st)"; cat "$tmp/mr"; }
-  timeout 60 "${clean_env[@]}" "${mpi[@]}" -np 2 "$bin" train --model $m --dry_run --num_ps 2 >"$tmp/mr2" 2>&1
+  timeout --foreground 60 "${clean_env[@]}" "${mpi[@]}" -np 2 "$bin" train --model $m --dry_run --num_ps 2 >"$tmp/mr2" 2>&1
   st=$?
   n=$(grep -c '^dtrain train: OMPI_COMM_WORLD_SIZE: 2 tasks, but --num_ps 2 needs at least 3' "$tmp/mr2")
   [ $st -ne 0 ] && [ "$n" -eq 2 ] && ok "mpirun -np 2 --num_ps 2: both ranks refuse, naming OMPI_COMM_WORLD_SIZE" \

@@ -29,7 +29,7 @@ prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/prom" \
 prom_pid=$!
 trap 'kill $prom_pid 2>/dev/null; lib_cleanup' EXIT
 
-timeout 120 "$bin" launch --ps 1 --workers 2 --model tiny.model --data data --batch_size 16 --train_steps 1200 \
+timeout --foreground 120 "$bin" launch --ps 1 --workers 2 --model tiny.model --data data --batch_size 16 --train_steps 1200 \
   --steps_to_validate 100 --threads 1 --logdir= --summary_dir= --debug_step_delay_ms 40 --metrics_port "$base" \
   >launch.log 2>&1 &
 launch_pid=$!

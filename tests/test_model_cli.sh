@@ -39,7 +39,7 @@ check "eval's accuracy '$eval_acc' is training's '$train_acc'" test -n "$eval_ac
 # 1 ps + 2 sync workers: the ps tasks hold the moving statistics and take the workers' mean change
 # (docs/batchnorm.md): the checkpoint's are no longer the initial 0 and 1, and the checkpoint
 # evaluates to the accuracy the chief reported.
-if timeout 300 "$bin" launch --ps 1 --workers 2 --issync 1 --model "$tmp/small.model" --data "$tmp/data" \
+if timeout --foreground 300 "$bin" launch --ps 1 --workers 2 --issync 1 --model "$tmp/small.model" --data "$tmp/data" \
      --logdir="$tmp/ck2" --summary_dir= --batch_size 16 --train_steps 6 --steps_to_validate 6 --threads 1 \
      >"$tmp/cluster" 2>&1; then
   ok "cluster: small resnet trains"
@@ -68,7 +68,7 @@ check "cluster: eval's accuracy '$eval_acc' is the chief's '$chief_acc'" test -n
 # Batch norm's moving statistics travel with the streamed exchange too: a sync cluster gives the same
 # parameters, bit for bit, with --overlap none and with the default overlap.
 for ov in none priority; do
-  timeout 300 "$bin" launch --ps 1 --workers 2 --issync 1 --model "$tmp/small.model" --data "$tmp/data" \
+  timeout --foreground 300 "$bin" launch --ps 1 --workers 2 --issync 1 --model "$tmp/small.model" --data "$tmp/data" \
     --logdir= --summary_dir= --batch_size 16 --train_steps 6 --steps_to_validate 6 --threads 1 --overlap "$ov" \
     --debug_dump_params "$tmp/params.$ov" >"$tmp/cluster.$ov" 2>&1 || { bad "cluster with --overlap $ov"; tail -5 "$tmp/cluster.$ov"; }
 done

@@ -11,7 +11,7 @@ mpi=(mpirun --oversubscribe -np 3)
 [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
 t0=$(date +%s)
 # mpirun exits non-zero if any rank does; --tag-output prefixes each line with [job,rank].
-timeout 240 "${mpi[@]}" --tag-output "$bin" train --num_ps 1 --base_port "$base" --rendezvous "127.0.0.1:$rv" \
+timeout --foreground 240 "${mpi[@]}" --tag-output "$bin" train --num_ps 1 --base_port "$base" --rendezvous "127.0.0.1:$rv" \
   --model models/fashion.model --data "$tmp/data" --epochs 1 --logdir= --summary_dir= --threads 1 \
   --connect_timeout 30 >"$tmp/out" 2>&1
 st=$?

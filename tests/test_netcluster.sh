@@ -20,7 +20,7 @@ printf 'model tiny\ninput 28 28 1\nconv2d filters=8 kernel=3 stride=2 padding=sa
 steps=300 workers=2
 floats=15770 # the tiny model's parameters
 
-timeout -k 10 300 "$netcluster" cluster --ps 1 --workers "$workers" --rate 1gbit --timeout 240 --out out --tail 0 \
+timeout --foreground -k 10 300 "$netcluster" cluster --ps 1 --workers "$workers" --rate 1gbit --timeout 240 --out out --tail 0 \
   --bin "$bin" -- --model tiny.model --data data --issync=1 --threads 1 --train_steps "$steps" --batch_size 32 \
   --steps_to_validate 1000 --seed 1 --logdir= --summary_dir= --heartbeat_timeout 60 >report 2>&1 &
 nc_pid=$!

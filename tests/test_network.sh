@@ -23,13 +23,13 @@ run_cluster() {
   nw=$(tr ',' '\n' <<<"$workers" | wc -l)
   for ((i = 0; i < nps; i++)); do
     local -n extra=ps_flags$i
-    timeout 300 "$bin" train "${m[@]}" --ps_hosts="$ps" --worker_hosts="$workers" --job_name=ps --task_index=$i \
+    timeout --foreground 300 "$bin" train "${m[@]}" --ps_hosts="$ps" --worker_hosts="$workers" --job_name=ps --task_index=$i \
       "$@" ${extra[@]+"${extra[@]}"} >"$tmp/$tag.ps$i" 2>&1 &
     ps_pids+=($!)
     unset -n extra
   done
   for ((i = 0; i < nw; i++)); do
-    timeout 300 "$bin" train "${m[@]}" --ps_hosts="${worker_ps_hosts:-$ps}" --worker_hosts="$workers" --job_name=worker \
+    timeout --foreground 300 "$bin" train "${m[@]}" --ps_hosts="${worker_ps_hosts:-$ps}" --worker_hosts="$workers" --job_name=worker \
       --task_index=$i --train_steps 20 --steps_to_validate 10 --connect_timeout 20 "$@" >"$tmp/$tag.w$i" 2>&1 &
     w_pids+=($!)
   done
@@ -102,7 +102,7 @@ ps_flags0=()
 grep -q "serving .* on tcp://0.0.0.0:$port" "$tmp/nat.ps0" && ok "and it binds 0.0.0.0:$port" \
   || bad "--bind 0.0.0.0 binds 0.0.0.0: $(cat "$tmp/nat.ps0")"
 # Without --bind that ps stops at once, saying why and what to do.
-timeout 20 "$bin" train "${m[@]}" --ps_hosts=198.51.100.7:$port --worker_hosts=127.0.0.1:1 --job_name=ps >/dev/null 2>"$tmp/e"
+timeout --foreground 20 "$bin" train "${m[@]}" --ps_hosts=198.51.100.7:$port --worker_hosts=127.0.0.1:1 --job_name=ps >/dev/null 2>"$tmp/e"
 st=$?
 [ $st -ne 0 ] && [ $st -ne 124 ] && grep -q "ps 0: --ps_hosts\[0\]: 198.51.100.7 is not an address of this host" "$tmp/e" \
   && grep -q -- "--bind" "$tmp/e" && ok "a ps at an address not its own is refused, pointing at --bind" \

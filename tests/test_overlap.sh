@@ -15,7 +15,7 @@ cd "$tmp"
 fashion_subset data 1024 64
 common=(--model "$src/models/fashion.model" --data data --logdir= --summary_dir= --threads 1 --steps_to_validate 1000
         --batch_size 32)
-run() { timeout 240 "$@" >"$log" 2>&1; }
+run() { timeout --foreground 240 "$@" >"$log" 2>&1; }
 
 # (a) the same sync run three ways.
 for ov in none priority fifo; do

@@ -95,7 +95,7 @@ common=(--model models/fashion.model --data "$tmp/data" --logdir= --summary_dir=
 
 # 1. srun: 3 tasks on one node, --overcommit for more tasks than cores.
 t0=$(date +%s)
-timeout 120 srun -n 3 --overcommit --label -t 2 "$bin" train --num_ps 1 --base_port "$base" "${common[@]}" \
+timeout --foreground 120 srun -n 3 --overcommit --label -t 2 "$bin" train --num_ps 1 --base_port "$base" "${common[@]}" \
   --epochs 1 >"$tmp/srun.out" 2>&1
 st=$?
 echo "srun took $(( $(date +%s) - t0 )) s"
@@ -112,7 +112,7 @@ check "srun: test accuracy '$acc' at least 0.55 (2000 images, 1 epoch)" awk -v a
 
 # 2. The example batch script, as a user submits it (sbatch --wait returns the job's status).
 t0=$(date +%s)
-DTRAIN=$bin DATA=$tmp/data BASE_PORT=$base LOGDIR=$tmp/ckpt timeout 120 sbatch --wait --overcommit -t 2 \
+DTRAIN=$bin DATA=$tmp/data BASE_PORT=$base LOGDIR=$tmp/ckpt timeout --foreground 120 sbatch --wait --overcommit -t 2 \
   -o "$tmp/batch.out" examples/slurm/train.sbatch --summary_dir= --threads 1 --train_steps 20 >"$tmp/sbatch.out" 2>&1
 st=$?
 echo "sbatch took $(( $(date +%s) - t0 )) s"

@@ -18,7 +18,7 @@ tiny_setup
 # Paced so that the page is loaded while training runs (about 20 s in all, longer under ASan).
 base=$(free_ports 3) || { bad "three free ports"; summary; exit; }
 chief=$((base + 1))
-timeout 120 "$bin" launch --ps 1 --workers 2 --model tiny.model --data data --batch_size 16 --train_steps 800 \
+timeout --foreground 120 "$bin" launch --ps 1 --workers 2 --model tiny.model --data data --batch_size 16 --train_steps 800 \
   --steps_to_validate 40 --threads 1 --logdir= --summary_dir= --debug_step_delay_ms 40 --metrics_port "$base" \
   >launch.log 2>&1 &
 launch_pid=$!
@@ -34,7 +34,7 @@ check "POST: 405" test "$(code -X POST "$url/metrics")" = 405
 check "the page is served as HTML" sh -c "curl -s '$url/' | grep -q '<svg id=\"chart-loss\"'"
 
 before=$(json_get "$url/status.json" 'd["training"]["global_step"]')
-chrome() { HOME=$tmp timeout 60 chromium --headless --no-sandbox --disable-gpu --user-data-dir="$tmp/chrome" \
+chrome() { HOME=$tmp timeout --foreground 60 chromium --headless --no-sandbox --disable-gpu --user-data-dir="$tmp/chrome" \
   --virtual-time-budget=4000 "$@" 2>>chrome.err; }
 chrome --dump-dom "$url/" >dom.html
 after=$(json_get "$url/status.json" 'd["training"]["global_step"]')
@@ -65,7 +65,7 @@ check "a screenshot at a phone's width ($size bytes)" test "$size" -gt 10000
 [ -n "${DTRAIN_KEEP_SCREENSHOT:-}" ] && cp page.png "$DTRAIN_KEEP_SCREENSHOT"
 
 # A metrics port in use is an error at start, naming the port.
-out=$(timeout 60 "$bin" train --model tiny.model --data data --train_steps 5 --logdir= --summary_dir= \
+out=$(timeout --foreground 60 "$bin" train --model tiny.model --data data --train_steps 5 --logdir= --summary_dir= \
   --metrics_port "$chief" 2>&1); rc=$?
 check "a metrics port in use stops dtrain train at start (rc $rc)" test "$rc" -ne 0
 check "... with a message naming it" grep -q "port $chief: Address already in use" <<<"$out"
@@ -80,7 +80,7 @@ mbase=$(free_ports 3) || { bad "three free ports"; summary; exit; }
 hosts=(--ps_hosts "127.0.0.1:$(free_port)" --worker_hosts "127.0.0.1:$(free_port),127.0.0.1:$(free_port)")
 run_task() { # JOB INDEX METRICS_PORT [flags]
   local job=$1 idx=$2 port=$3; shift 3
-  timeout 120 "$bin" train --model tiny.model --data "$tmp/data" --batch_size 16 --train_steps 3000 --threads 1 \
+  timeout --foreground 120 "$bin" train --model tiny.model --data "$tmp/data" --batch_size 16 --train_steps 3000 --threads 1 \
     --logdir= --summary_dir= --steps_to_validate 1000 --debug_step_delay_ms 40 "${hosts[@]}" --job_name "$job" \
     --task_index "$idx" --metrics_port "$port" "$@" >"$job$idx.log" 2>&1 &
 }

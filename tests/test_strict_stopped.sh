@@ -19,9 +19,9 @@ stopped() {
   h=(--ps_hosts=127.0.0.1:${ports[0]} --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]})
   s=(--issync=1 --strict --train_steps 100000 --steps_to_validate 100000 --heartbeat_timeout 3 --ps_timeout 60
      --debug_step_delay_ms 50 --debug_delay_worker "$slow")
-  timeout 300 "$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=ps >"$tmp/ps$tag" 2>&1 &
+  timeout --foreground 300 "$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=ps >"$tmp/ps$tag" 2>&1 &
   ps=$!
-  timeout 300 "$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=worker --task_index=0 >"$tmp/c$tag" 2>&1 &
+  timeout --foreground 300 "$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=worker --task_index=0 >"$tmp/c$tag" 2>&1 &
   chief=$!
   # Not under `timeout`: the signals go to dtrain itself (lib.sh kills it at exit in any case).
   "$bin" train "${m[@]}" "${h[@]}" "${s[@]}" --job_name=worker --task_index=1 >"$tmp/w$tag" 2>"$tmp/we$tag" &

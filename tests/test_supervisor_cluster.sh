@@ -13,7 +13,7 @@ fashion_subset "$tmp/data" 4000 500
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
 # Each run names its --logdir and --summary_dir (a flag given twice is refused).
 run() {
-  timeout 300 "$bin" launch --ps 2 --workers 2 --model "$tmp/tiny.model" --data "$tmp/data" --batch_size 16 \
+  timeout --foreground 300 "$bin" launch --ps 2 --workers 2 --model "$tmp/tiny.model" --data "$tmp/data" --batch_size 16 \
     --steps_to_validate 20 "$@"
 }
 

@@ -16,7 +16,7 @@ case_() {
   local cmd=("$bin" launch --ps 2 --workers 2 --model models/fashion.model --data "$tmp/data" --epochs 1
              --save_model_secs 2 --steps_to_validate 100000 "$@")
   local u="$tmp/$name-u" k="$tmp/$name-k"
-  timeout 900 "${cmd[@]}" --logdir "$u" --summary_dir= >"$u.out" 2>&1
+  timeout --foreground 900 "${cmd[@]}" --logdir "$u" --summary_dir= >"$u.out" 2>&1
   check "$name: uninterrupted run exits 0" test $? -eq 0
   total=$(newest "$u")
   # Its own session, so one kill reaches launch and every ps and worker.
@@ -47,7 +47,7 @@ case_() {
     s=${s%.safetensors}
     [ "$s" -gt "${resume:-0}" ] && "$bin" inspect "$f" >/dev/null 2>&1 && resume=$s
   done
-  timeout 900 "${cmd[@]}" --logdir "$k" --summary_dir= >"$k.2.out" 2>&1
+  timeout --foreground 900 "${cmd[@]}" --logdir "$k" --summary_dir= >"$k.2.out" 2>&1
   check "$name: the same command again exits 0" test $? -eq 0
   check "$name: it resumes from the newest checkpoint's global step ($resume)" \
     grep -q "^\[worker0\] restored $k/model.ckpt-$resume.safetensors: global step $resume\$" "$k.2.out"

@@ -23,7 +23,7 @@ printf 'model mlp\ninput 28 28 1\nflatten\ndense units=64\nrelu\ndense units=10\
 
 # --train_steps is given by each run (20 unless it says otherwise): a flag given twice is refused.
 common=(--data data --logdir= --summary_dir= --threads 1 --steps_to_validate 1000)
-run() { timeout 300 "$@" >"$log" 2>&1; }
+run() { timeout --foreground 300 "$@" >"$log" 2>&1; }
 
 # compare A B: "identical", or the largest difference relative to the largest parameter, and
 # the norm of the difference relative to the norm of A.

@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 data=${FASHION:-/usr/share/datasets/fashion-mnist}
 ln -s "$(cd "$data" && pwd)" "$tmp/data"
-timeout 900 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --epochs 1 \
+timeout --foreground 900 "$bin" launch --ps 1 --workers 2 --model models/fashion.model --data "$tmp/data" --epochs 1 \
   --issync=1 --batch_size 32 --logdir= --summary_dir= >"$tmp/out" 2>&1
 check "launch exits 0" test $? -eq 0
 cat "$tmp/out"

@@ -19,7 +19,7 @@ printf 'model mlp\ninput 28 28 1\nflatten\ndense units=64\nrelu\ndense units=10\
 common=(--model mlp.model --data data --threads 1)
 opts=(--lr_schedule cosine --warmup_steps 8 --learning_rate 0.05 --optimizer momentum --weight_decay 0.01
       --augment crop=2,flip)
-run() { timeout 300 "$@" >"$log" 2>&1; }
+run() { timeout --foreground 300 "$@" >"$log" 2>&1; }
 
 # learning_rate scalars of a summary folder as "step value" lines.
 rates() { "$bin" inspect "$1"/train/events.out.tfevents.* | awk '$4 == "learning_rate" { print $3, $6 }'; }
@@ -84,7 +84,7 @@ log=one_ps.log; run "$bin" launch --ps 2 --workers 1 "${common[@]}" "${all[@]}" 
 # Bad input: one line on stderr naming the flag, non-zero exit.
 refused() { # name needle flags...
   local name=$1 needle=$2; shift 2
-  timeout 60 "$bin" train "${common[@]}" --logdir= --summary_dir= --train_steps 1 "$@" >/dev/null 2>err.txt
+  timeout --foreground 60 "$bin" train "${common[@]}" --logdir= --summary_dir= --train_steps 1 "$@" >/dev/null 2>err.txt
   local rc=$?
   if [ "$rc" -ne 0 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -qF -- "$needle" err.txt; then ok "refused: $name"
   else bad "refused: $name (exit $rc)"; cat err.txt; fi

@@ -22,9 +22,9 @@ seen_while_running() {
 # file meanwhile (no library call flushes that one: only the line buffering does).
 port=$(free_port)
 h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2)))
-timeout 120 "$bin" train "${m[@]}" "${h[@]}" --job_name=ps >"$tmp/ps1" 2>&1 &
+timeout --foreground 120 "$bin" train "${m[@]}" "${h[@]}" --job_name=ps >"$tmp/ps1" 2>&1 &
 ps=$!
-timeout 120 "$bin" train "${m[@]}" "${h[@]}" --job_name=worker --task_index=1 --connect_timeout 60 >"$tmp/w1" 2>&1 &
+timeout --foreground 120 "$bin" train "${m[@]}" "${h[@]}" --job_name=worker --task_index=1 --connect_timeout 60 >"$tmp/w1" 2>&1 &
 w=$!
 seen_while_running "$tmp/w1" "^cluster: worker 1 of 2" $w 30 && ok "a running worker's log line is in its log file" \
   || bad "a running worker's log line is in its log file: '$(cat "$tmp/w1")'"
@@ -42,14 +42,14 @@ wait $ps 2>/dev/null
 # the ps comes.
 port=$(free_port)
 h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:$((port + 1)))
-timeout 120 "$bin" train "${m[@]}" "${h[@]}" --job_name=worker --train_steps 10 --connect_timeout 45 >"$tmp/w2" 2>&1 &
+timeout --foreground 120 "$bin" train "${m[@]}" "${h[@]}" --job_name=worker --train_steps 10 --connect_timeout 45 >"$tmp/w2" 2>&1 &
 w=$!
 want="worker 0: waiting for ps 0 at .*127.0.0.1:$port.* (not up yet?); retrying for up to 45 s (--connect_timeout)"
 seen_while_running "$tmp/w2" "$want" $w 30 && ok "a worker says whom it waits for while its ps is not up" \
   || bad "a worker says whom it waits for while its ps is not up: '$(cat "$tmp/w2")'"
 sleep 2.5 # several HELLO rounds: still one line
 [ "$(grep -c "waiting for ps 0" "$tmp/w2")" -eq 1 ] && ok "once" || bad "once: $(grep -c "waiting for ps 0" "$tmp/w2") lines"
-timeout 120 "$bin" train "${m[@]}" "${h[@]}" --job_name=ps >"$tmp/ps2" 2>&1 &
+timeout --foreground 120 "$bin" train "${m[@]}" "${h[@]}" --job_name=ps >"$tmp/ps2" 2>&1 &
 ps=$!
 wait $w; st=$?
 wait $ps; pst=$?
