@@ -15,6 +15,14 @@ trap lib_cleanup EXIT
 # and the check waits forever (a ps stopped by test_worker_logs hung to ctest's 600 s limit; under
 # load about 1 run in 40). --foreground passes the signal to the command alone, and nothing else.
 # Not a shell function: `f &` runs f in a subshell, and a signal to $! would reach that subshell.
+# The test (and a file that sources this one, such as faults.sh) is checked for plain timeout here.
+lib_checked=("$0")
+[ "${BASH_SOURCE[1]:-$0}" = "$0" ] || lib_checked+=("${BASH_SOURCE[1]}")
+plain_timeout=$(grep -nHE '(^|[[:space:](])timeout +(-k |[0-9])' "${lib_checked[@]}" | grep -v '^[^:]*:[0-9]*:[[:space:]]*#')
+if [ -n "$plain_timeout" ]; then
+  echo "FAIL plain timeout (use timeout --foreground; tests/lib.sh says why): $plain_timeout"
+  exit 1
+fi
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
