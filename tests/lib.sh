@@ -12,8 +12,8 @@ trap lib_cleanup EXIT
 # each signal it passes on (ours, or its own at the limit) with a SIGCONT to the command's process
 # group. In the sanitizer build an exiting process runs LeakSanitizer, which ptrace-attaches its
 # threads and waits for the SIGSTOP each attach sends; a SIGCONT landing then cancels that SIGSTOP
-# and the check waits forever (a ps stopped by test_worker_logs hung to ctest's 600 s limit; under
-# load about 1 run in 40). --foreground passes the signal to the command alone, and nothing else.
+# and the check waits forever (a ps stopped by test_worker_logs hung to ctest's 600 s limit; once
+# in 42 runs under load). --foreground passes the signal to the command alone, and nothing else.
 # Not a shell function: `f &` runs f in a subshell, and a signal to $! would reach that subshell.
 # The test (and a file that sources this one, such as faults.sh) is checked for plain timeout here.
 lib_checked=("$0")
