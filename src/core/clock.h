@@ -2,7 +2,12 @@
 #ifndef DT_CORE_CLOCK_H
 #define DT_CORE_CLOCK_H
 
+#include <stdint.h>
+
 /* Seconds from an arbitrary fixed point (CLOCK_MONOTONIC). */
 double dt_seconds(void);
+
+/* Microseconds from the same point, as an integer (deadlines and ages). */
+int64_t dt_clock_us(void);
 
 #endif

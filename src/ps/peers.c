@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <linux/sockios.h>
 #include <linux/tcp.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -15,18 +16,38 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #define LOG_CUTS 10                 /* cuts logged one by one for each reason; later ones only counted */
 
 /* Why a connection is cut (each reason's first LOG_CUTS are logged). */
-enum { CUT_SILENT, CUT_PARTIAL, CUT_SLOW, CUT_BUDGET, CUT_LIMIT, CUT_REASONS };
+enum { CUT_SILENT, CUT_PARTIAL, CUT_SLOW, CUT_BUDGET, CUT_LIMIT, CUT_QUIET, CUT_UNREAD, CUT_LOCAL, CUT_REASONS };
 #define PARTIAL_SLACK (256u << 10)  /* bytes of ZMTP framing and heartbeats not in any message */
 #define STRIKES 2                   /* checks in a row past the size bound before a cut */
+/* What an unfinished message may really cost per byte received: libzmq keeps each frame as a
+ * 64-byte msg_t, and a 0-byte frame is 2 bytes on the wire. Real messages have 2 or 3 frames, so
+ * this overstates them; only the budget, not the per-connection bound, counts at this rate. */
+#define FRAME_COST 33
+#define REPLY_STALL_US (2 * INT64_C(1000000)) /* replies unread this long, with nothing read meanwhile: a stuck reader */
+#define LOCAL_QUIET_US INT64_C(1000000)       /* ipc: no whole message for this long while memory is unexplained */
+
+/* The bytes of large replies libzmq holds for all connections, shared by the table and each peer
+ * (a reply may outlive both: it is freed by libzmq's I/O thread). */
+typedef struct {
+    atomic_int refs;
+    atomic_llong bytes;
+} reply_total;
+
+static void reply_total_unref(reply_total *t) {
+    if (t && atomic_fetch_sub(&t->refs, 1) == 1) free(t);
+}
 
 struct dt_peer {
     atomic_int refs;        /* the table's (while open) + each holder's */
     atomic_llong reply_bytes; /* large replies libzmq still holds for this peer */
+    atomic_llong reply_moved_us; /* while it holds some: when the latest began from none or one was released */
+    reply_total *total;     /* all peers' reply bytes (a reference) */
     int fd, open, cut, tcp, valid, strikes;
     uint64_t serial;
     struct sockaddr_storage addr; /* getpeername at accept: tells a reused descriptor apart */
@@ -45,15 +66,15 @@ struct dt_peers {
     dt_peer **by_fd;
     int cap, n_open;
     uint64_t serial, cuts, cuts_by[CUT_REASONS];
-    uint64_t budget;        /* unfinished messages of all connections together */
+    uint64_t budget;        /* everything peers make the ps hold, together (peers.h) */
+    uint64_t held;          /* at the latest check: unfinished messages (at FRAME_COST), replies, others */
+    uint64_t unfinished_cost, other;
+    int64_t heap_base;      /* the least heap in use seen beyond what is counted (-1: not yet) */
+    reply_total *total;
     int warned_limit;
 };
 
-static int64_t now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
+#define now_us dt_clock_us
 
 static void peers_log(dt_peers *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void peers_log(dt_peers *p, const char *fmt, ...) {
@@ -72,14 +93,19 @@ void dt_peer_ref(dt_peer *peer) {
 }
 
 void dt_peer_unref(dt_peer *peer) {
-    if (peer && atomic_fetch_sub(&peer->refs, 1) == 1) free(peer);
+    if (!peer || atomic_fetch_sub(&peer->refs, 1) != 1) return;
+    reply_total_unref(peer->total);
+    free(peer);
 }
 
-int dt_peer_reply_begin(dt_peer *peer, uint64_t bytes, uint64_t max) {
+int dt_peer_reply_begin(dt_peers *p, dt_peer *peer, uint64_t bytes, uint64_t max) {
     if (!peer) return 1;
     uint64_t held = (uint64_t)atomic_load(&peer->reply_bytes);
     if (held && held + bytes > max) return 0; /* one reply always goes, however large */
+    if (p && dt_peers_over_budget(p, bytes)) return -1;
+    if (!held) atomic_store(&peer->reply_moved_us, dt_clock_us());
     atomic_fetch_add(&peer->reply_bytes, (long long)bytes);
+    if (peer->total) atomic_fetch_add(&peer->total->bytes, (long long)bytes);
     dt_peer_ref(peer);
     return 1;
 }
@@ -87,8 +113,22 @@ int dt_peer_reply_begin(dt_peer *peer, uint64_t bytes, uint64_t max) {
 void dt_peer_reply_done(dt_peer *peer, uint64_t bytes) {
     if (!peer) return;
     atomic_fetch_sub(&peer->reply_bytes, (long long)bytes);
+    if (peer->total) atomic_fetch_sub(&peer->total->bytes, (long long)bytes);
+    atomic_store(&peer->reply_moved_us, dt_clock_us()); /* the peer reads: progress */
     dt_peer_unref(peer);
 }
+
+int dt_peer_gone(const dt_peer *peer) { return peer && (peer->cut || !peer->open); }
+
+uint64_t dt_peer_serial(const dt_peer *peer) { return peer ? peer->serial : 0; }
+
+uint64_t dt_peers_held(const dt_peers *p) {
+    return p->unfinished_cost + (uint64_t)atomic_load(&p->total->bytes) + p->other;
+}
+
+int dt_peers_over_budget(const dt_peers *p, uint64_t more) { return dt_peers_held(p) + more > p->budget; }
+
+void dt_peers_set_other(dt_peers *p, uint64_t bytes) { p->other = bytes; }
 
 int dt_peers_open(dt_peers **out, void *ctx, void *router, const dt_peers_config *cfg, dt_error *err) {
     *out = NULL;
@@ -96,6 +136,13 @@ int dt_peers_open(dt_peers **out, void *ctx, void *router, const dt_peers_config
     if (!p) return DT_ENOMEM;
     p->cfg = *cfg;
     p->budget = cfg->budget_bytes;
+    p->heap_base = -1;
+    if (!(p->total = calloc(1, sizeof *p->total))) {
+        free(p);
+        return dt_errorf(err, DT_ENOMEM, "out of memory for the ps connection table");
+    }
+    atomic_init(&p->total->refs, 1);
+    atomic_init(&p->total->bytes, 0);
     /* Connections cost a descriptor each: take the hard limit, so the bound below is ours. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -116,6 +163,7 @@ int dt_peers_open(dt_peers **out, void *ctx, void *router, const dt_peers_config
     snprintf(ep, sizeof ep, "inproc://dtrain-ps-peers-%p", (void *)p);
     if (zmq_socket_monitor(router, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
         int rc = dt_errorf(err, DT_ENET, "zmq_socket_monitor: %s", zmq_strerror(errno));
+        reply_total_unref(p->total);
         free(p);
         return rc;
     }
@@ -152,6 +200,7 @@ void dt_peers_close(dt_peers *p) {
      * (seen as a 78-byte leak under ASan: the event's ipc address). */
     if (p->router) zmq_socket_monitor(p->router, NULL, 0);
     if (p->mon) zmq_close(p->mon);
+    reply_total_unref(p->total);
     free(p);
 }
 
@@ -172,6 +221,9 @@ static dt_peer *add(dt_peers *p, int fd, void (*gone)(void *, dt_peer *), void *
     if (!peer) return NULL;
     atomic_init(&peer->refs, 1);
     atomic_init(&peer->reply_bytes, 0);
+    atomic_init(&peer->reply_moved_us, 0);
+    peer->total = p->total;
+    atomic_fetch_add(&p->total->refs, 1);
     peer->fd = fd;
     peer->open = 1;
     peer->serial = ++p->serial;
@@ -305,9 +357,65 @@ static int holds_more(const dt_peer *a, const dt_peer *b, int64_t now) {
     return a->partial > b->partial;
 }
 
+/* For the budget: the connection whose large replies have waited longest unread, past
+ * REPLY_STALL_US (a worker reads its replies as they come; one that does not holds memory). */
+static int stuck_longer(const dt_peer *a, const dt_peer *b, int64_t now) {
+    (void)now;
+    int64_t ma = atomic_load(&a->reply_bytes) > 0 ? atomic_load(&a->reply_moved_us) : INT64_MAX;
+    int64_t mb = atomic_load(&b->reply_bytes) > 0 ? atomic_load(&b->reply_moved_us) : INT64_MAX;
+    return ma < mb;
+}
+
+/* For the budget, same-host connections (no byte counters): the one silent longest. */
+static int local_quieter(const dt_peer *a, const dt_peer *b, int64_t now) {
+    (void)now;
+    if (a->tcp != b->tcp) return !a->tcp;
+    return a->useful_us < b->useful_us;
+}
+
+/* Bytes the process's allocator has handed out and not taken back (not its resident size, which
+ * keeps freed pages). Only for what no counter shows: same-host connections' unfinished messages. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DT_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define DT_ASAN 1
+#endif
+#ifdef DT_ASAN
+#include <sanitizer/allocator_interface.h>
+static int64_t heap_in_use(void) { return (int64_t)__sanitizer_get_current_allocated_bytes(); }
+#else
+static int64_t heap_in_use(void) {
+    struct mallinfo2 mi = mallinfo2();
+    return (int64_t)(mi.uordblks + mi.hblkhd);
+}
+#endif
+
+/* Same-host connections have no byte counters: what the heap holds beyond every counted holding
+ * (and the least seen so, the ps's own) is theirs. Past the budget, the quietest of them (no whole
+ * message for a second: a message still arriving) is cut, one per check. */
+static void check_local(dt_peers *p, int64_t now, char *why, size_t n) {
+    int locals = 0;
+    for (int fd = 0; fd < p->cap && !locals; fd++) locals = p->by_fd[fd] && !p->by_fd[fd]->cut && !p->by_fd[fd]->tcp;
+    int64_t beyond = heap_in_use() - (int64_t)p->held;
+    if (p->heap_base < 0 || beyond < p->heap_base) p->heap_base = beyond;
+    if (!locals || beyond - p->heap_base <= (int64_t)p->budget) return;
+    dt_peer *q = pick(p, local_quieter, now);
+    if (!q || q->tcp || now - q->useful_us <= LOCAL_QUIET_US) return;
+    snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
+             "same-host connection (whose unfinished messages cannot be counted) sent no whole message for %.1f s",
+             (long long)((beyond - p->heap_base) >> 20), (unsigned long long)(p->budget >> 20),
+             (double)(now - q->useful_us) / 1e6);
+    cut(p, q, CUT_LOCAL, why);
+    /* Its memory is freed by libzmq's I/O thread, later: counted gone now, so the next check does not cut another for it. */
+    p->heap_base = beyond;
+}
+
 void dt_peers_check(dt_peers *p, int drained) {
     int64_t now = now_us();
-    char why[192];
+    char why[256];
     uint64_t held = 0;
     int live = 0;
     for (int fd = 0; fd < p->cap; fd++) {
@@ -318,6 +426,18 @@ void dt_peers_check(dt_peers *p, int drained) {
             snprintf(why, sizeof why, "no valid message within %lld s of connecting",
                      (long long)(p->cfg.first_message_us / 1000000));
             cut(p, peer, CUT_SILENT, why);
+            continue;
+        }
+        struct tcp_info ti;
+        socklen_t len = sizeof ti;
+        /* Silence: not a byte (not even a ZMTP heartbeat: clients send one every few seconds) for
+         * this long. Seen in the kernel's counters, not with libzmq's heartbeats on this socket: a
+         * heartbeat timer firing on a connection whose peer reset while its queue was full aborts
+         * libzmq 4.3 (stream_engine_base.cpp, !_io_error). */
+        if (peer->tcp && p->cfg.silence_us > 0 && getsockopt(peer->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+            (int64_t)ti.tcpi_last_data_recv * 1000 > p->cfg.silence_us) {
+            snprintf(why, sizeof why, "nothing received for %u s", ti.tcpi_last_data_recv / 1000);
+            cut(p, peer, CUT_QUIET, why);
             continue;
         }
         uint64_t got;
@@ -349,21 +469,41 @@ void dt_peers_check(dt_peers *p, int drained) {
             cut(p, peer, CUT_SLOW, why);
             continue;
         }
-        held += partial;
+        held += partial * FRAME_COST;
         live++;
     }
-    /* All connections together: the budget for unfinished messages. */
-    while (drained && held > p->budget) {
+    p->unfinished_cost = drained ? held : p->unfinished_cost;
+    p->held = dt_peers_held(p);
+    /* The budget: unfinished messages first (the largest that has been large for over a second:
+     * a healthy transfer finishes; one that does not is the one holding memory). */
+    while (drained && p->held > p->budget) {
         dt_peer *big = pick(p, holds_more, now);
         if (!big || !big->big_since_us || now - big->big_since_us <= 1000000) break;
-        snprintf(why, sizeof why, "unfinished messages of all connections hold %llu bytes, more than the budget "
-                 "of %llu, and this one held the most (%llu) for over a second", (unsigned long long)held,
+        snprintf(why, sizeof why, "peers make the ps hold %llu bytes (unfinished messages counted at %d bytes per "
+                 "byte received), more than the budget of %llu, and this one's unfinished message held the most "
+                 "(%llu bytes received) for over a second", (unsigned long long)p->held, FRAME_COST,
                  (unsigned long long)p->budget, (unsigned long long)big->partial);
-        held -= big->partial;
+        uint64_t cost = big->partial * FRAME_COST;
         cut(p, big, CUT_BUDGET, why);
         if (!big->cut) big->big_since_us = 0; /* could not be cut (already gone): do not pick it again */
         else live--;
+        p->unfinished_cost -= cost < p->unfinished_cost ? cost : p->unfinished_cost;
+        p->held = dt_peers_held(p);
     }
+    /* Then replies nobody reads: the connection whose replies waited longest without progress. */
+    for (int guard = 0; p->held > p->budget && guard < p->cap; guard++) {
+        dt_peer *stuck = pick(p, stuck_longer, now);
+        long long bytes = stuck ? atomic_load(&stuck->reply_bytes) : 0;
+        if (!stuck || bytes <= 0 || now - atomic_load(&stuck->reply_moved_us) <= REPLY_STALL_US) break;
+        snprintf(why, sizeof why, "peers make the ps hold %llu bytes, more than the budget of %llu, and this one left "
+                 "%lld bytes of replies unread for %.1f s", (unsigned long long)p->held, (unsigned long long)p->budget,
+                 bytes, (double)(now - atomic_load(&stuck->reply_moved_us)) / 1e6);
+        cut(p, stuck, CUT_UNREAD, why);
+        if (!stuck->cut) stuck->cut = 1; /* gone already: libzmq drops its replies */
+        else live--;
+        p->held -= (uint64_t)bytes < p->held ? (uint64_t)bytes : p->held;
+    }
+    check_local(p, now, why, sizeof why);
     if (live > p->cfg.max_connections * 4 / 5 && !p->warned_limit) {
         p->warned_limit = 1;
         peers_log(p, "%d connections open, near the limit of %d: the least recently useful ones will be cut", live,

@@ -13,8 +13,11 @@
  * Received minus unread minus what the ps got as whole messages is what libzmq holds for that peer.
  * A connection past a bound is cut with shutdown(2) on its descriptor (checked to still be the
  * same connection): libzmq sees the connection end and frees what it held, the ps logs it once,
- * and the cluster goes on. A same-host connection (ipc) has no byte counters: only its time
- * bounds apply (its socket file is reachable by local users only).
+ * and the cluster goes on. One budget covers everything peers make the ps hold: unfinished
+ * messages (counted at FRAME_COST bytes per byte received, the worst case of tiny frames), large
+ * replies not yet sent, and what the ps reports as its own (deferred PULLs). A same-host
+ * connection (ipc) has no byte counters: what the heap holds beyond every counted holding is
+ * charged to those connections.
  *
  * One thread (the ps's) calls everything here, except dt_peer_reply_done (libzmq's I/O thread). */
 #ifndef DT_PS_PEERS_H
@@ -33,7 +36,8 @@ typedef struct {
     uint64_t max_partial_bytes; /* a connection may hold at most this much of an unfinished message */
     int64_t first_message_us;   /* a new connection must send a valid message within this */
     int64_t message_us;         /* a message, once past 256 KiB, must be complete within this */
-    uint64_t budget_bytes;      /* all connections' unfinished messages together (dt_peers_set_budget) */
+    uint64_t budget_bytes;      /* everything peers make the ps hold, together (dt_peers_set_budget) */
+    int64_t silence_us;         /* a TCP connection that receives nothing for this long is cut; 0: never */
     int max_connections;        /* beyond: the least recently useful connection is cut */
     int queued_messages;        /* whole messages libzmq queues per connection (the router's ZMQ_RCVHWM) */
     FILE *log;                  /* NULL: quiet */
@@ -67,8 +71,17 @@ void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid);
 void dt_peers_check(dt_peers *p, int drained);
 int64_t dt_peers_check_interval_us(const dt_peers *p);
 
-/* A new budget for all connections' unfinished messages (the ps knows its workers after INIT). */
+/* A new budget (the ps knows its workers after INIT). */
 void dt_peers_set_budget(dt_peers *p, uint64_t bytes);
+/* What the ps itself holds for peers beyond replies (deferred PULLs), counted in the budget. */
+void dt_peers_set_other(dt_peers *p, uint64_t bytes);
+/* Everything counted now, and whether `more` bytes would take it past the budget. */
+uint64_t dt_peers_held(const dt_peers *p);
+int dt_peers_over_budget(const dt_peers *p, uint64_t more);
+/* The connection closed or was cut: its requests still queued are not worth an answer. */
+int dt_peer_gone(const dt_peer *peer);
+/* A number for the connection, never reused within a ps (0 for NULL). */
+uint64_t dt_peer_serial(const dt_peer *peer);
 
 /* Open connections now, and connections cut so far. */
 int dt_peers_count(const dt_peers *p);
@@ -80,9 +93,11 @@ void dt_peer_ref(dt_peer *peer);
 void dt_peer_unref(dt_peer *peer);
 
 /* Large replies (PARAMS, STATE) libzmq still holds for a peer, in bytes: begin returns 0 (and
- * counts nothing) when this reply would take the peer past max (a first reply always goes); done
- * is called by the reply's free function with the same bytes (and drops the reference begin took). */
-int dt_peer_reply_begin(dt_peer *peer, uint64_t bytes, uint64_t max);
+ * counts nothing) when this reply would take the peer past max (a first reply always goes), -1
+ * when it would take everything held past the budget of p (NULL: not checked), 1 when counted;
+ * done is called by the reply's free function with the same bytes (and drops the reference begin
+ * took). Call begin before building the reply, so a refusal costs no copy. */
+int dt_peer_reply_begin(dt_peers *p, dt_peer *peer, uint64_t bytes, uint64_t max);
 void dt_peer_reply_done(dt_peer *peer, uint64_t bytes);
 
 #endif

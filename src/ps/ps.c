@@ -11,6 +11,7 @@
 #include <zmq.h>
 
 #include "compute/optim.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/finite.h"
 #include "metrics/metrics.h"
@@ -22,7 +23,7 @@
 #include "transport/wire.h"
 #include "transport/zmq_io.h"
 
-#define MAX_PENDING 4096      /* deferred PULLs (waiting for a later step), bounded */
+#define MAX_PENDING 4096      /* deferred PULLs (waiting for a later step) of strangers, bounded; each worker has its own quota */
 #define PENDING_PER_PEER DT_PS_PENDING_PER_PEER
 #define ASYNC_AHEAD 1024      /* async: a deferred PULL may wait for at most this many steps ahead */
 #define PENDING_MAX_WAIT_US (600 * INT64_C(1000000)) /* no deferred PULL is held longer (async) */
@@ -31,7 +32,8 @@
 #define FIRST_MESSAGE_US (10 * INT64_C(1000000))  /* a new connection's first message, at the latest */
 #define MESSAGE_US (120 * INT64_C(1000000))       /* a large message, once begun, must finish */
 #define MAX_CONNECTIONS 1024
-#define PEER_SILENCE_MS 30000 /* a connection with no traffic at all (not even heartbeats) for this long is dropped */
+#define PEER_SILENCE_MS 30000 /* a connection with no traffic at all (not even its heartbeats) for this long is cut */
+#define LOG_DONE 20           /* DONE lines from tasks not (yet) known as workers: logged one by one, then counted */
 #define DRAIN_US 20000        /* reading the router at most this long before checking *stop and the deadlines */
 #define LOG_REFUSALS 20       /* refusals logged one by one; later ones only counted */
 #define LOG_STALE 3           /* stale gradients logged one by one per worker; later ones counted */
@@ -45,6 +47,7 @@ typedef struct {
     zmq_msg_t identity;
     dt_wire_header req;
     dt_peer *peer;            /* its connection (a reference), NULL if unknown */
+    int owned;                /* from the connection that pushes as its worker task (that task's quota, not strangers') */
     int64_t since_us;         /* when it arrived (its barrier wait is reported in the reply) */
     int32_t status;           /* a PUSH's outcome (OK, STALE), reported with the PARAMS */
     uint64_t stale;           /* that worker's stale gradients so far */
@@ -100,8 +103,12 @@ typedef struct {
     int slots, initialised, shutdown;
     uint8_t generation;       /* of the INIT that set the shard (1..255), reported in every reply */
     uint64_t pushes, updates, pulls, refused; /* pushes and updates counted on chunk 0: whole gradients */
-    pending_pull *pending;
-    int n_pending;
+    uint64_t dropped;         /* requests of connections already closed or cut: not answered */
+    uint64_t budget;          /* everything peers may make this ps hold (peers_budget) */
+    pending_pull *pending;    /* [cap_pending]: MAX_PENDING for strangers, a quota per worker task */
+    int n_pending, cap_pending;
+    uint64_t *owner;          /* [workers] the connection (dt_peer_serial) that latest pushed as each worker task */
+    uint64_t n_done_logged;
     uint8_t *done;            /* [65536 / 8] bitmap of worker tasks that sent DONE (lazily allocated) */
     uint64_t n_done;
     /* Sync replicas (INIT's configuration): aggregate == 0 means asynchronous. */
@@ -126,11 +133,7 @@ typedef struct {
     } m;
 } ps_t;
 
-static int64_t now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
+#define now_us dt_clock_us
 
 static void ps_log(ps_t *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ps_log(ps_t *ps, const char *fmt, ...) {
@@ -207,15 +210,31 @@ static void reply_release(void *data, void *hint) {
     free(h);
 }
 
-/* A large reply to peer, zero-copy from a snapshot (snap) or from a buffer it then owns (own,
- * freed with it). Counts against the connection's replies in flight: 1 if it would take the
- * connection past its budget (nothing is sent; own is freed), DT_ENOMEM, or DT_OK. */
-static int reply_msg(ps_t *ps, dt_peer *peer, zmq_msg_t *m, void *data, size_t bytes, dt_snap *snap, void *own) {
+/* Counts a large reply of `bytes` to peer before anything is built or copied for it: DT_OK, 1 if
+ * it would take the connection past its own budget, 4 if it would take everything peers make the
+ * ps hold past the ps's budget. */
+static int reply_admit(ps_t *ps, dt_peer *peer, size_t bytes) {
+    int r = dt_peer_reply_begin(ps->peers, peer, bytes, peer_reply_budget(ps));
+    return r > 0 ? DT_OK : r == 0 ? 1 : 4;
+}
+
+/* The refusal for reply_admit's 1 or 4. */
+static void refuse_busy(ps_t *ps, zmq_msg_t *id, const dt_wire_in *in, int why) {
+    char msg[224];
+    if (why == 4)
+        snprintf(msg, sizeof msg, "ps %d: its peers hold %llu bytes of its memory, at its budget of %llu: ask again "
+                 "shortly", ps->cfg->ps_index, (unsigned long long)dt_peers_held(ps->peers),
+                 (unsigned long long)ps->budget);
+    else
+        snprintf(msg, sizeof msg, "ps %d: earlier replies to this connection (%llu bytes at most) are still unread: "
+                 "read them first", ps->cfg->ps_index, (unsigned long long)peer_reply_budget(ps));
+    refuse(ps, id, in, DT_WIRE_E_BUSY, msg);
+}
+
+/* A large reply admitted by reply_admit, zero-copy from a snapshot (snap) or from a buffer it then
+ * owns (own, freed with it): DT_ENOMEM (own freed, the admission undone) or DT_OK. */
+static int reply_attach(dt_peer *peer, zmq_msg_t *m, void *data, size_t bytes, dt_snap *snap, void *own) {
     reply_hold *h = NULL;
-    if (!dt_peer_reply_begin(peer, bytes, peer_reply_budget(ps))) {
-        free(own);
-        return 1;
-    }
     if (!(h = malloc(sizeof *h))) {
         dt_peer_reply_done(peer, bytes);
         free(own);
@@ -228,6 +247,11 @@ static int reply_msg(ps_t *ps, dt_peer *peer, zmq_msg_t *m, void *data, size_t b
         return DT_ENOMEM;
     }
     return DT_OK;
+}
+
+static int reply_msg(ps_t *ps, dt_peer *peer, zmq_msg_t *m, void *data, size_t bytes, dt_snap *snap) {
+    int rc = reply_admit(ps, peer, bytes);
+    return rc ? rc : reply_attach(peer, m, data, bytes, snap, NULL);
 }
 
 /* ---- Parts: values, snapshots, updates -------------------------------------------------------- */
@@ -296,18 +320,20 @@ static void parts_free(part_t *parts, int n, int staleness) {
  * remainder, and a saturated one would be silently wrong). */
 static int params_packed(ps_t *ps, part_t *p, dt_peer *peer, const float *values, uint8_t enc, zmq_msg_t *m) {
     const size_t bytes = p->n * dt_enc_size(enc);
+    int rc = reply_admit(ps, peer, bytes);
+    if (rc) return rc;
     void *packed = malloc(bytes ? bytes : 1);
-    if (!packed) return DT_ENOMEM;
-    if (dt_pack(enc, packed, values, p->n)) {
+    if (!packed || dt_pack(enc, packed, values, p->n)) {
+        dt_peer_reply_done(peer, bytes); /* undoes the admission */
         free(packed);
-        return 3;
+        return packed ? 3 : DT_ENOMEM;
     }
-    return reply_msg(ps, peer, m, packed, bytes, NULL, packed);
+    return reply_attach(peer, m, packed, bytes, NULL, packed);
 }
 
 /* The payload of a PARAMS reply of part p at `step` (the current one, or a kept one) in encoding
  * enc for peer: DT_OK, DT_ENOMEM, 1 if the peer has too many replies unread, 2 if that step is no
- * longer kept, or 3 if a value does not fit the encoding. */
+ * longer kept, 3 if a value does not fit the encoding, or 4 if the ps is at its budget. */
 static int params_msg(ps_t *ps, part_t *p, dt_peer *peer, int64_t step, uint8_t enc, zmq_msg_t *m) {
     const size_t bytes = p->n * sizeof(float);
     if (enc != DT_ENC_FP32) { /* packed from the current values or a kept step's: no snapshot needed */
@@ -316,13 +342,18 @@ static int params_msg(ps_t *ps, part_t *p, dt_peer *peer, int64_t step, uint8_t 
         return k ? params_packed(ps, p, peer, k->data, enc, m) : 2;
     }
     dt_snap *b = step == p->step ? snap_current(ps, p) : dt_snap_find(&p->snaps, step);
-    if (b) return reply_msg(ps, peer, m, b->data, bytes, b, NULL);
+    if (b) return reply_msg(ps, peer, m, b->data, bytes, b);
     if (step != p->step) return 2;
     /* every buffer still in flight: a copy of its own */
+    int rc = reply_admit(ps, peer, bytes);
+    if (rc) return rc;
     float *copy = malloc(bytes ? bytes : 1);
-    if (!copy) return DT_ENOMEM;
+    if (!copy) {
+        dt_peer_reply_done(peer, bytes);
+        return DT_ENOMEM;
+    }
     memcpy(copy, p->params, bytes);
-    return reply_msg(ps, peer, m, copy, bytes, NULL, copy);
+    return reply_attach(peer, m, copy, bytes, NULL, copy);
 }
 
 /* Answers a PULL (or a PUSH that asked for PARAMS) with its chunk's values at the step it asked
@@ -347,10 +378,16 @@ static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_w
                            "bf16 or float32 (--compression)", ps->cfg->ps_index, req->chunk, (long long)step);
         return;
     }
-    if (rc == 1) {
-        dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BUSY,
-                           "ps %d: earlier replies to this connection (%llu bytes at most) are still unread: read "
-                           "them first", ps->cfg->ps_index, (unsigned long long)peer_reply_budget(ps));
+    if (rc == 1 || rc == 4) {
+        if (rc == 1)
+            dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BUSY,
+                               "ps %d: earlier replies to this connection (%llu bytes at most) are still unread: read "
+                               "them first", ps->cfg->ps_index, (unsigned long long)peer_reply_budget(ps));
+        else
+            dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BUSY,
+                               "ps %d: its peers hold %llu bytes of its memory, at its budget of %llu: ask again "
+                               "shortly", ps->cfg->ps_index, (unsigned long long)dt_peers_held(ps->peers),
+                               (unsigned long long)ps->budget);
         return;
     }
     if (rc) {
@@ -410,6 +447,7 @@ static void pending_filter(ps_t *ps, int (*keep)(ps_t *, pending_pull *, void *)
             zmq_msg_move(&dst->identity, &p->identity);
             dst->req = p->req;
             dst->peer = p->peer;
+            dst->owned = p->owned;
             dst->since_us = p->since_us;
             dst->status = p->status;
             dst->stale = p->stale;
@@ -477,6 +515,23 @@ static int64_t pull_horizon(const ps_t *ps, const part_t *p) {
     return p->step + (ps->aggregate ? ps->staleness + 2 : ASYNC_AHEAD);
 }
 
+/* Whether a request comes from the connection that latest pushed a gradient as its worker task. */
+static int owns_task(const ps_t *ps, const dt_wire_header *h) {
+    return ps->owner && ps->peer && (h->role == DT_ROLE_WORKER || h->role == DT_ROLE_CHIEF) &&
+           h->task < ps->workers && ps->owner[h->task] == dt_peer_serial(ps->peer);
+}
+
+/* Keeps a deferred PULL unless it is an earlier connection's under the quota of the task of the
+ * PULL that now takes its place (answered ERROR 106, which its client retries). */
+static int keep_not_superseded(ps_t *ps, pending_pull *p, void *user) {
+    const dt_wire_header *h = user;
+    if (!p->owned || p->req.task != h->task || p->peer == ps->peer) return 1;
+    dt_wire_header r = reply_to(ps, DT_MSG_ERROR, &p->req);
+    dt_wire_send_error(ps->sock, &p->identity, r, DT_WIRE_E_BUSY, "ps %d: worker %u's PULLs from another connection "
+                       "took this one's place", ps->cfg->ps_index, h->task);
+    return 0;
+}
+
 /* Answers a PULL now or holds it until its chunk reaches the step (status, stale: a PUSH's outcome
  * to report with the PARAMS). */
 static void answer_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in, int32_t status, uint64_t stale) {
@@ -493,17 +548,36 @@ static void answer_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in, int32_t status,
         refuse(ps, id, in, DT_WIRE_E_BAD_VALUE, msg);
         return;
     }
-    int mine = 0;
-    for (int i = 0; i < ps->n_pending && ps->peer; i++) mine += ps->pending[i].peer == ps->peer;
-    if (mine >= PENDING_PER_PEER || ps->n_pending >= MAX_PENDING) {
+    /* A worker's own PULLs (from the connection that pushes as that task) have a quota of their
+     * own: strangers filling the table cannot hold up the barrier. */
+    const int owned = owns_task(ps, h);
+    int mine = 0, strangers = 0, task_owned = 0;
+    for (int i = 0; i < ps->n_pending; i++) {
+        const pending_pull *q = &ps->pending[i];
+        mine += ps->peer && q->peer == ps->peer;
+        strangers += !q->owned;
+        task_owned += q->owned && q->req.task == h->task;
+    }
+    if (mine >= PENDING_PER_PEER || (!owned && strangers >= MAX_PENDING)) {
         snprintf(msg, sizeof msg, mine >= PENDING_PER_PEER ? "this connection already has %d PULLs waiting"
                                                             : "too many PULLs waiting for a later step (%d)",
                  mine >= PENDING_PER_PEER ? PENDING_PER_PEER : MAX_PENDING);
         refuse(ps, id, in, DT_WIRE_E_BUSY, msg);
         return;
     }
-    if (!ps->pending && !(ps->pending = dt_calloc(MAX_PENDING, sizeof *ps->pending, "ps pending pulls", NULL))) {
-        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a deferred PULL");
+    /* The quota is full of PULLs from an earlier connection of that task (a worker that
+     * reconnected): they give way. */
+    if (owned && task_owned >= PENDING_PER_PEER) pending_filter(ps, keep_not_superseded, (void *)h);
+    if (!ps->pending) {
+        ps->cap_pending = MAX_PENDING + (ps->workers > 0 ? ps->workers : 0) * PENDING_PER_PEER;
+        if (!(ps->pending = dt_calloc((size_t)ps->cap_pending, sizeof *ps->pending, "ps pending pulls", NULL))) {
+            ps->cap_pending = 0;
+            refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a deferred PULL");
+            return;
+        }
+    }
+    if (ps->n_pending >= ps->cap_pending) { /* cannot happen with the quotas above; never overrun */
+        refuse(ps, id, in, DT_WIRE_E_BUSY, "too many PULLs waiting for a later step");
         return;
     }
     pending_pull *q = &ps->pending[ps->n_pending++];
@@ -511,6 +585,7 @@ static void answer_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in, int32_t status,
     zmq_msg_copy(&q->identity, id);
     q->req = *h;
     q->peer = ps->peer;
+    q->owned = owned;
     dt_peer_ref(q->peer);
     q->since_us = now_us();
     q->status = status;
@@ -585,8 +660,15 @@ static void log_stale_summary(ps_t *ps) {
 static void on_fetch(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     if (!check_ready(ps, id, in)) return;
     const size_t n = ps->n, bytes = (size_t)(1 + ps->slots) * n * sizeof(float);
+    /* Counted before the copy: a refused FETCH costs nothing. */
+    int rc = reply_admit(ps, ps->peer, bytes);
+    if (rc) {
+        refuse_busy(ps, id, in, rc);
+        return;
+    }
     float *d = malloc(bytes);
     if (!d) {
+        dt_peer_reply_done(ps->peer, bytes);
         refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a STATE reply");
         return;
     }
@@ -597,12 +679,8 @@ static void on_fetch(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
             memcpy(d + (size_t)(1 + k) * n + p->off, p->state + (size_t)k * p->n, p->n * sizeof(float));
     }
     zmq_msg_t m;
-    int rc = reply_msg(ps, ps->peer, &m, d, bytes, NULL, d);
-    if (rc) {
-        char msg[160];
-        snprintf(msg, sizeof msg, rc == 1 ? "earlier replies to this connection are still unread: read them first"
-                                          : "out of memory for a STATE reply");
-        refuse(ps, id, in, rc == 1 ? DT_WIRE_E_BUSY : DT_WIRE_E_NOMEM, msg);
+    if (reply_attach(ps->peer, &m, d, bytes, NULL, d)) {
+        refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for a STATE reply");
         return;
     }
     dt_wire_header r = reply_to(ps, DT_MSG_STATE, &in->hdr);
@@ -625,11 +703,13 @@ static void prune_done(ps_t *ps) {
     }
 }
 
-/* What all connections' unfinished messages may hold together: every worker's gradient in
- * flight at once, two of the largest messages (an INIT, a STATE-sized one) and room to spare. */
+/* Everything peers may make the ps hold together (docs/security.md): unfinished messages, large
+ * replies not yet sent, deferred PULLs. Room for every worker's pull and gradient of a step in
+ * flight at once, four of the largest messages (an INIT, STATE replies) and 64 MiB to spare. */
 static uint64_t peers_budget(const ps_t *ps) {
     uint64_t shard = (uint64_t)ps->n * sizeof(float);
-    return 2 * dt_wire_max_frame(ps->n) + (uint64_t)(ps->workers > 0 ? ps->workers : 8) * shard + (UINT64_C(64) << 20);
+    return 4 * dt_wire_max_frame(ps->n) + 2 * (uint64_t)(ps->workers > 0 ? ps->workers : 8) * shard +
+           (UINT64_C(64) << 20);
 }
 
 /* Everything an INIT installs, built whole before anything of the ps changes (so a refusal or a
@@ -769,7 +849,10 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     }
     /* The payload may be misaligned (libzmq promises nothing): the parts are filled with memcpy. */
     init_state s;
-    if (init_prepare(ps, h, data, slots, opt.weight_decay != 0, &s)) {
+    uint64_t *owner = dt_calloc(h->init.total_num_replicas ? h->init.total_num_replicas : 1, sizeof *owner,
+                                "ps worker connections", NULL);
+    if (!owner || init_prepare(ps, h, data, slots, opt.weight_decay != 0, &s)) {
+        free(owner);
         refuse(ps, id, in, DT_WIRE_E_NOMEM, "out of memory for the shard's chunks, optimizer state or accumulators");
         return;
     }
@@ -780,11 +863,18 @@ static void on_init(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
         fail_pending(ps, DT_WIRE_E_RESYNC, msg);
     }
     init_commit(ps, &s);
+    /* The deferred PULL table is sized by the workers (a quota each): made anew for the new count. */
+    free(ps->pending);
+    ps->pending = NULL;
+    ps->cap_pending = 0;
+    free(ps->owner);
+    ps->owner = owner;
     ps->slots = slots;
     ps->opt = opt;
     ps->workers = (int)h->init.total_num_replicas;
     prune_done(ps);
-    if (ps->peers) dt_peers_set_budget(ps->peers, peers_budget(ps));
+    ps->budget = peers_budget(ps);
+    if (ps->peers) dt_peers_set_budget(ps->peers, ps->budget);
     char mode[256] = "asynchronous";
     if (ps->aggregate)
         snprintf(mode, sizeof mode, "sync replicas: mean of %d of %d workers' gradients per step, staleness %d",
@@ -945,6 +1035,9 @@ static void on_sync_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
 
 static void on_push(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     if (!check_ready(ps, id, in) || !check_chunks(ps, id, in) || !check_payload(ps, id, in)) return;
+    if (ps->owner && ps->peer && (in->hdr.role == DT_ROLE_WORKER || in->hdr.role == DT_ROLE_CHIEF) &&
+        in->hdr.task < ps->workers)
+        ps->owner[in->hdr.task] = dt_peer_serial(ps->peer);
     int sync = (in->hdr.flags & DT_WIRE_F_SYNC) != 0;
     if (sync != (ps->aggregate > 0)) {
         refuse(ps, id, in, DT_WIRE_E_BAD_VALUE,
@@ -1104,7 +1197,12 @@ static void handle(ps_t *ps, dt_wire_in *in) {
         if (!(ps->done[h->task >> 3] & bit)) {
             ps->done[h->task >> 3] |= bit;
             ps->n_done++;
-            ps_log(ps, "worker %u finished (%llu done)", h->task, (unsigned long long)ps->n_done);
+            /* Every declared worker's line; from tasks not (yet) declared, a few, then a count. */
+            int known = ps->workers && h->task < ps->workers;
+            if (known || ++ps->n_done_logged <= LOG_DONE)
+                ps_log(ps, "worker %u finished (%llu done)%s", h->task, (unsigned long long)ps->n_done,
+                       !known && ps->n_done_logged == LOG_DONE ? "; further DONE from tasks the chief has not "
+                       "declared are counted, not logged" : "");
         }
         dt_wire_header r = reply_to(ps, DT_MSG_ACK, h);
         dt_wire_send(ps->sock, id, &r, NULL, ZMQ_DONTWAIT, NULL);
@@ -1121,15 +1219,15 @@ static void handle(ps_t *ps, dt_wire_in *in) {
 }
 
 /* What libzmq itself bounds per connection: whole messages queued each way (a ROUTER drops
- * replies to a peer past its mark instead of queueing them), the handshake's duration, and
- * silence (ZMTP heartbeats: a peer that stops answering, even in the middle of a frame, is
- * dropped). */
+ * replies to a peer past its mark instead of queueing them) and the handshake's duration. Not
+ * silence: libzmq 4.3's heartbeat timer aborts the process when it fires on a connection that
+ * reset while its queue was full, so peers.c watches silence in the kernel's counters instead. */
 static int limit_socket(void *s, int handshake_ms, dt_error *err) {
     int snd = SEND_HWM, rcv = RECV_HWM;
     if (zmq_setsockopt(s, ZMQ_SNDHWM, &snd, sizeof snd) != 0 || zmq_setsockopt(s, ZMQ_RCVHWM, &rcv, sizeof rcv) != 0 ||
         zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms) != 0)
         return dt_errorf(err, DT_ENET, "zmq_setsockopt (connection bounds): %s", zmq_strerror(errno));
-    return dt_zsock_heartbeat(s, PEER_SILENCE_MS, err);
+    return DT_OK;
 }
 
 /* ---- Metrics ---------------------------------------------------------------------------------- */
@@ -1210,8 +1308,9 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
                           .message_us = MESSAGE_US,
                           .max_connections = cfg->max_connections > 0 ? cfg->max_connections : MAX_CONNECTIONS,
                           .queued_messages = RECV_HWM,
+                          .silence_us = PEER_SILENCE_MS * INT64_C(1000),
                           .log = cfg->log, .ps_index = cfg->ps_index};
-    pc.budget_bytes = peers_budget(ps);
+    pc.budget_bytes = ps->budget = peers_budget(ps);
     if ((rc = dt_peers_open(&ps->peers, ps->ctx, ps->sock, &pc, err))) return dt_error_wrap(err, rc, "ps %d: ", cfg->ps_index);
     char prefix[32];
     snprintf(prefix, sizeof prefix, "ps %d: ", cfg->ps_index);
@@ -1236,6 +1335,7 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
 static void ps_close(ps_t *ps) {
     for (int i = 0; i < ps->n_pending; i++) pending_drop(&ps->pending[i]);
     free(ps->pending);
+    free(ps->owner);
     /* Snapshots still in flight are freed by their last message, at the latest while the context
      * terminates; peers referenced by replies in flight likewise. */
     init_state old = {.parts = ps->parts, .n_parts = ps->n_parts, .staleness = ps->staleness, .scratch = ps->scratch,
@@ -1305,9 +1405,16 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
             ps.last_message_us = now_us();
             dt_metric_add(ps.m.rx, (double)(DT_WIRE_HEADER_SIZE + zmq_msg_size(&in.payload)));
             ps.peer = dt_peers_of(ps.peers, in.srcfd);
+            dt_peer_ref(ps.peer); /* held while handled: the table may drop it meanwhile */
             dt_peers_delivered(ps.peers, ps.peer, r == DT_OK && in.hdr.role != DT_ROLE_NONE);
-            if (r == DT_OK) handle(&ps, &in);
+            /* A request that makes a reply from the model: its connection may have closed while it
+             * waited here (closes are heard on the monitor); nobody would read that reply. */
+            if (r == DT_OK && (in.hdr.type == DT_MSG_FETCH || in.hdr.type == DT_MSG_PULL))
+                dt_peers_events(ps.peers, on_peer_gone, &ps);
+            if (dt_peer_gone(ps.peer)) ps.dropped++;
+            else if (r == DT_OK) handle(&ps, &in);
             else if (in.has_identity) refuse(&ps, &in.identity, &in, r == DT_EPROTO ? DT_WIRE_E_VERSION : DT_WIRE_E_MALFORMED, e.msg);
+            dt_peer_unref(ps.peer);
             ps.peer = NULL;
             dt_wire_in_close(&in);
         }
@@ -1315,6 +1422,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
          * unfinished message, not whole ones waiting here; a flood that keeps the router from
          * draining gets the looser check (peers.h) rather than none. */
         ps_publish(&ps);
+        dt_peers_set_other(ps.peers, (uint64_t)ps.n_pending * (sizeof(pending_pull) + 64));
         int64_t since = now_us() - ps.peers_checked_us, every = dt_peers_check_interval_us(ps.peers);
         if ((drained && since >= every) || since >= 4 * every) {
             dt_peers_check(ps.peers, drained);

@@ -246,11 +246,14 @@ static int rollback(remote *r, dt_net *net, dt_error *err) {
 }
 
 /* Whether a failed exchange may be a ps that is down or restarting, worth waiting for: no reply,
- * or a refusal that a restart or a rollback explains. */
+ * or a refusal that a restart or a rollback explains, or a busy ps (ERROR 106: its memory budget
+ * or its table of deferred PULLs full, maybe of strangers' requests; asking again is safe, since a
+ * PULL changes nothing and the step goes on from what the ps tasks hold). */
 static int recoverable(remote *r, int rc) {
     if (rc == DT_ETIMEOUT || rc == DT_ENET) return 1;
     int why = dt_ps_client_last_refusal(r->client);
-    return rc == DT_EPROTO && (why == DT_WIRE_E_NOT_READY || why == DT_WIRE_E_RESYNC || why == DT_WIRE_E_GONE);
+    return rc == DT_EPROTO && (why == DT_WIRE_E_NOT_READY || why == DT_WIRE_E_RESYNC || why == DT_WIRE_E_GONE ||
+                               why == DT_WIRE_E_BUSY);
 }
 
 /* A ps is lost (cause): wait with backoff, up to --ps_timeout, until every ps answers and holds
