@@ -2,7 +2,18 @@
  * 127.0.0.1:PORT every way docs/security.md bounds, all at once (one thread per attack), and
  * prints what it did. Not a test by itself: the shell test measures the ps meanwhile.
  *
- *   hostile_peer PORT SECONDS FRAME_BYTES
+ *   hostile_peer PORT SECONDS FRAME_BYTES [ATTACK,...]
+ *
+ * Without ATTACK: the first round's attacks, all at once. ATTACK names the second round's
+ * (docs/security.md), any of them together:
+ *   reset      200 connections each queue 8 FETCHes, then reset (SO_LINGER 0), over and over
+ *   ping       the same over raw ZMTP, each burst ending with a ZMTP PING behind the requests
+ *   pulls=N    N connections that never read send PULLs for the step after next, filling the
+ *              deferred-PULL table as a worker's (task 1's) PULLs would
+ *   tiny       14 connections each park 5 MiB of 0-byte frames of one unfinished message
+ *   unread=N   N connections ask for FETCHes and never read the replies (ZMTP heartbeats on)
+ *   ipc=PATH   endless messages over the ps's same-host socket PATH
+ *   first      the first round's attacks too
  *
  * FRAME_BYTES: the endless messages' frame size (below the ps's frame limit, or libzmq itself
  * drops the connection at the first frame).
@@ -10,6 +21,7 @@
  * requests never read; PULLs for step 2^40 and more deferred PULLs than allowed; DONE from tasks
  * outside the cluster; idle connections, and connections stopped in the middle of a frame. */
 #include <arpa/inet.h>
+#include <sys/un.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,6 +41,9 @@ static int port;
 static size_t frame_bytes;
 static int64_t deadline_ms;
 static atomic_long endless_cuts, endless_bytes, unread_asks, refused_far, refused_done, idle_open;
+static atomic_long resets, pulls_sent, tiny_bytes, ipc_bytes, ps_step;
+static int n_pulls = 20, n_unread = 100;
+static const char *ipc_path;
 
 static int64_t now_ms(void) {
     struct timespec ts;
@@ -166,26 +181,236 @@ static void *idle(void *arg) {
     return NULL;
 }
 
+/* ---- The second round ---- */
+
+/* A request as raw ZMTP bytes: the header, one short final frame. */
+static size_t raw_request(uint8_t *out, dt_msg_type type, uint16_t task, uint32_t id) {
+    dt_wire_header h = dt_wire_header_make(type, DT_ROLE_WORKER, task, id);
+    out[0] = 0x00;
+    out[1] = DT_WIRE_HEADER_SIZE;
+    dt_wire_encode(out + 2, &h);
+    return 2 + DT_WIRE_HEADER_SIZE;
+}
+
+static void reset_close(int s) {
+    struct linger l = {1, 0};
+    setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close(s);
+}
+
+/* 200 connections, each 8 FETCHes queued (more than the ps's receive queue of 4 holds while it
+ * is behind), then all reset at once. with_ping: over raw ZMTP, a PING command after the requests,
+ * so libzmq has one to answer on a connection that already reset. */
+static void *reset_storm(void *arg) {
+    const int with_ping = arg != NULL;
+    enum { N = 200, Q = 8 };
+    while (now_ms() < deadline_ms) {
+        int r[N];
+        for (int i = 0; i < N; i++) {
+            if ((r[i] = tcp_connect()) < 0 || zmtp_hello(r[i])) continue;
+            uint8_t buf[Q * (2 + DT_WIRE_HEADER_SIZE) + 16];
+            size_t len = 0;
+            for (int k = 0; k < Q; k++) len += raw_request(buf + len, DT_MSG_FETCH, 1, (uint32_t)k + 1);
+            const uint8_t ping[] = {0x04, 7, 4, 'P', 'I', 'N', 'G', 0, 100}; /* TTL 10 s */
+            if (with_ping) memcpy(buf + len, ping, sizeof ping), len += sizeof ping;
+            raw_send_all(r[i], buf, len);
+        }
+        usleep(with_ping ? 20000 : 100000);
+        for (int i = 0; i < N; i++)
+            if (r[i] >= 0) reset_close(r[i]);
+        atomic_fetch_add(&resets, N);
+    }
+    return NULL;
+}
+
+/* Connections that never read, each sending PULLs for the step after the next (inside what a ps
+ * holds), as worker 1 would at the barrier. */
+static void *pull_fill(void *ctx) {
+    void **z = calloc((size_t)n_pulls, sizeof *z);
+    for (int i = 0; z && i < n_pulls; i++) {
+        if (!(z[i] = zsock(ctx, 1))) continue;
+        uint8_t k = ps_cut(z[i]);
+        if (k) chunks = k;
+    }
+    for (uint32_t id = 1; z && now_ms() < deadline_ms; id++) {
+        /* The ps's step, from a STATUS on the first connection, is read only once: PULLs ask for
+         * step 2^20 when it is unknown, which is refused; the real horizon needs it. */
+        for (int i = 0; i < n_pulls; i++) {
+            if (!z[i]) continue;
+            for (int c = 0; c < chunks; c++) {
+                dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, DT_ROLE_WORKER, 1, id * 256 + (uint32_t)c);
+                h.global_step = (int64_t)atomic_load(&ps_step) + 2;
+                h.chunks = chunks;
+                h.chunk = (uint8_t)c;
+                dt_wire_send(z[i], NULL, &h, NULL, ZMQ_DONTWAIT, NULL);
+                atomic_fetch_add(&pulls_sent, 1);
+            }
+        }
+        usleep(50000);
+    }
+    for (int i = 0; z && i < n_pulls; i++)
+        if (z[i]) zmq_close(z[i]);
+    free(z);
+    return NULL;
+}
+
+/* The ps's global step (STATUS) on a reading socket, for the PULLs above to aim at step + 2. */
+static void *step_watch(void *ctx) {
+    void *s = zsock(ctx, 1000);
+    while (s && now_ms() < deadline_ms) {
+        send_req(s, DT_MSG_STATUS, 1, 0, 7);
+        int64_t end = now_ms() + 200;
+        while (now_ms() < end) {
+            zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+            if (zmq_poll(&it, 1, 50) != 1) continue;
+            dt_wire_in in;
+            if (dt_wire_recv(s, 0, &in, NULL) == DT_OK && in.hdr.type == DT_MSG_STATUS_REPLY)
+                atomic_store(&ps_step, (long)in.hdr.global_step);
+            dt_wire_in_close(&in);
+        }
+    }
+    if (s) zmq_close(s);
+    return NULL;
+}
+
+/* 14 connections, each one unfinished message of 0-byte frames (2 bytes on the wire, a 64-byte
+ * msg_t in libzmq): 5 MiB each, then held open. */
+static void *tiny(void *arg) {
+    (void)arg;
+    enum { N = 14 };
+    const size_t bytes = 5u << 20;
+    uint8_t *frames = malloc(bytes);
+    for (size_t i = 0; frames && i < bytes; i += 2) frames[i] = 0x01, frames[i + 1] = 0; /* MORE, size 0 */
+    int s[N];
+    for (int i = 0; i < N; i++) s[i] = -1;
+    while (frames && now_ms() < deadline_ms) {
+        for (int i = 0; i < N; i++) {
+            char c;
+            if (s[i] >= 0 && recv(s[i], &c, 1, MSG_DONTWAIT) == 0) {
+                close(s[i]);
+                s[i] = -1;
+            }
+            if (s[i] >= 0) continue;
+            if ((s[i] = tcp_connect()) < 0) continue;
+            uint8_t req[2 + DT_WIRE_HEADER_SIZE];
+            raw_request(req, DT_MSG_HELLO, 1, 1); /* a valid message first */
+            if (zmtp_hello(s[i]) || raw_send_all(s[i], req, sizeof req) || raw_send_all(s[i], frames, bytes)) {
+                close(s[i]);
+                s[i] = -1;
+                continue;
+            }
+            atomic_fetch_add(&tiny_bytes, (long)bytes);
+        }
+        usleep(100000);
+    }
+    for (int i = 0; i < N; i++)
+        if (s[i] >= 0) close(s[i]);
+    free(frames);
+    return NULL;
+}
+
+/* Connections that ask for the whole shard and never read it (their heartbeats keep them alive). */
+static void *unread_many(void *ctx) {
+    void **z = calloc((size_t)n_unread, sizeof *z);
+    for (int i = 0; z && i < n_unread; i++) {
+        if (!(z[i] = zsock(ctx, 1))) continue;
+        dt_zsock_heartbeat(z[i], 30000, NULL);
+    }
+    for (uint32_t id = 1; z && now_ms() < deadline_ms; id++) {
+        for (int i = 0; i < n_unread; i++)
+            if (z[i]) send_req(z[i], DT_MSG_FETCH, 1, 0, id);
+        atomic_fetch_add(&unread_asks, n_unread);
+        usleep(200000);
+    }
+    for (int i = 0; z && i < n_unread; i++)
+        if (z[i]) zmq_close(z[i]);
+    free(z);
+    return NULL;
+}
+
+/* Endless messages over the same-host socket: a valid HELLO, then 1 MiB frames with MORE. */
+static void *ipc_endless(void *arg) {
+    (void)arg;
+    uint8_t *frame = calloc(frame_bytes, 1);
+    while (frame && now_ms() < deadline_ms) {
+        int s = socket(AF_UNIX, SOCK_STREAM, 0);
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        snprintf(a.sun_path, sizeof a.sun_path, "%s", ipc_path);
+        struct timeval tv = {1, 0};
+        setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        uint8_t req[2 + DT_WIRE_HEADER_SIZE];
+        raw_request(req, DT_MSG_HELLO, 1, 1);
+        if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) || zmtp_hello(s) || raw_send_all(s, req, sizeof req)) {
+            if (s >= 0) close(s);
+            usleep(100000);
+            continue;
+        }
+        while (now_ms() < deadline_ms && !zmtp_frame_header(s, frame_bytes, 1) && !raw_send_all(s, frame, frame_bytes))
+            atomic_fetch_add(&ipc_bytes, (long)frame_bytes);
+        close(s);
+    }
+    free(frame);
+    return NULL;
+}
+
+static int has(const char *list, const char *name, const char **value) {
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len >= n && !strncmp(p, name, n) && (len == n || p[n] == '=')) {
+            if (value) *value = p[n] == '=' ? p + n + 1 : NULL;
+            return 1;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: hostile_peer PORT SECONDS FRAME_BYTES\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: hostile_peer PORT SECONDS FRAME_BYTES [ATTACK,...]\n");
         return 2;
     }
     port = atoi(argv[1]);
     frame_bytes = (size_t)atol(argv[3]);
     deadline_ms = now_ms() + 1000 * (int64_t)atoi(argv[2]);
+    const char *list = argc == 5 ? argv[4] : "first", *v = NULL;
     void *ctx = zmq_ctx_new();
-    pthread_t th[5];
-    pthread_create(&th[0], NULL, endless, NULL);
-    pthread_create(&th[1], NULL, unread, ctx);
-    pthread_create(&th[2], NULL, unread, ctx);
-    pthread_create(&th[3], NULL, table_fill, ctx);
-    pthread_create(&th[4], NULL, idle, NULL);
-    for (int i = 0; i < 5; i++) pthread_join(th[i], NULL);
+    pthread_t th[16];
+    int n = 0;
+    if (has(list, "first", NULL)) {
+        pthread_create(&th[n++], NULL, endless, NULL);
+        pthread_create(&th[n++], NULL, unread, ctx);
+        pthread_create(&th[n++], NULL, unread, ctx);
+        pthread_create(&th[n++], NULL, table_fill, ctx);
+        pthread_create(&th[n++], NULL, idle, NULL);
+    }
+    if (has(list, "reset", NULL)) pthread_create(&th[n++], NULL, reset_storm, NULL);
+    if (has(list, "ping", NULL)) pthread_create(&th[n++], NULL, reset_storm, (void *)1);
+    if (has(list, "pulls", &v)) {
+        if (v) n_pulls = atoi(v);
+        pthread_create(&th[n++], NULL, step_watch, ctx);
+        pthread_create(&th[n++], NULL, pull_fill, ctx);
+    }
+    if (has(list, "tiny", NULL)) pthread_create(&th[n++], NULL, tiny, NULL);
+    if (has(list, "unread", &v)) {
+        if (v) n_unread = atoi(v);
+        pthread_create(&th[n++], NULL, unread_many, ctx);
+    }
+    if (has(list, "ipc", &v) && v) {
+        ipc_path = v;
+        pthread_create(&th[n++], NULL, ipc_endless, NULL);
+    }
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
     zmq_ctx_term(ctx);
-    printf("endless messages cut: %ld (%ld MiB sent)\nunread requests: %ld\nfar PULLs refused: %ld\n"
-           "DONE from outside refused: %ld\nidle connections open at the end: %ld\n",
-           atomic_load(&endless_cuts), atomic_load(&endless_bytes) >> 20, atomic_load(&unread_asks),
-           atomic_load(&refused_far), atomic_load(&refused_done), atomic_load(&idle_open));
+    if (has(list, "first", NULL))
+        printf("endless messages cut: %ld (%ld MiB sent)\nunread requests: %ld\nfar PULLs refused: %ld\n"
+               "DONE from outside refused: %ld\nidle connections open at the end: %ld\n",
+               atomic_load(&endless_cuts), atomic_load(&endless_bytes) >> 20, atomic_load(&unread_asks),
+               atomic_load(&refused_far), atomic_load(&refused_done), atomic_load(&idle_open));
+    printf("connections reset: %ld\ndeferred PULLs sent: %ld\ntiny-frame MiB sent: %ld\nunread requests: %ld\n"
+           "ipc MiB sent: %ld\n", atomic_load(&resets), atomic_load(&pulls_sent), atomic_load(&tiny_bytes) >> 20,
+           atomic_load(&unread_asks), atomic_load(&ipc_bytes) >> 20);
     return 0;
 }

@@ -57,6 +57,7 @@ struct dt_peer {
     int64_t big_since_us;   /* when the unfinished message passed PARTIAL_SLACK (0: it has not) */
     uint64_t base;          /* kernel-received bytes, less unread, when the latest message arrived */
     uint64_t partial;       /* at the latest check: bytes of an unfinished message */
+    uint64_t prev_partial;  /* at the check before */
 };
 
 struct dt_peers {
@@ -348,11 +349,13 @@ static int less_useful(const dt_peer *a, const dt_peer *b, int64_t now) {
     return a->useful_us < b->useful_us;
 }
 
-/* For the memory budget: the largest unfinished message that has been large for over a second
- * (a healthy transfer finishes; one that does not is the one holding memory). */
+/* For the memory budget: the largest unfinished message that has been large for over a second or
+ * stopped growing (a healthy transfer goes on and finishes; one that does not holds memory). */
+static int stalled(const dt_peer *a) { return a->big_since_us && a->partial == a->prev_partial; }
+
 static int holds_more(const dt_peer *a, const dt_peer *b, int64_t now) {
-    int a_old = a->big_since_us && now - a->big_since_us > 1000000;
-    int b_old = b->big_since_us && now - b->big_since_us > 1000000;
+    int a_old = a->big_since_us && (now - a->big_since_us > 1000000 || stalled(a));
+    int b_old = b->big_since_us && (now - b->big_since_us > 1000000 || stalled(b));
     if (a_old != b_old) return a_old;
     return a->partial > b->partial;
 }
@@ -366,10 +369,19 @@ static int stuck_longer(const dt_peer *a, const dt_peer *b, int64_t now) {
     return ma < mb;
 }
 
-/* For the budget, same-host connections (no byte counters): the one silent longest. */
+/* Whether a same-host connection has bytes waiting in the kernel: its peer is sending now. */
+static int local_sending(const dt_peer *a) {
+    int unread = 0;
+    return !a->tcp && ioctl(a->fd, SIOCINQ, &unread) == 0 && unread > 0;
+}
+
+/* For the budget, same-host connections (no byte counters): one sending without a whole message
+ * for LOCAL_QUIET_US/5 (a message still arriving), else the one silent longest. */
 static int local_quieter(const dt_peer *a, const dt_peer *b, int64_t now) {
-    (void)now;
     if (a->tcp != b->tcp) return !a->tcp;
+    int sa = local_sending(a) && now - a->useful_us > LOCAL_QUIET_US / 5;
+    int sb = local_sending(b) && now - b->useful_us > LOCAL_QUIET_US / 5;
+    if (sa != sb) return sa;
     return a->useful_us < b->useful_us;
 }
 
@@ -403,7 +415,7 @@ static void check_local(dt_peers *p, int64_t now, char *why, size_t n) {
     if (p->heap_base < 0 || beyond < p->heap_base) p->heap_base = beyond;
     if (!locals || beyond - p->heap_base <= (int64_t)p->budget) return;
     dt_peer *q = pick(p, local_quieter, now);
-    if (!q || q->tcp || now - q->useful_us <= LOCAL_QUIET_US) return;
+    if (!q || q->tcp || now - q->useful_us <= (local_sending(q) ? LOCAL_QUIET_US / 5 : LOCAL_QUIET_US)) return;
     snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
              "same-host connection (whose unfinished messages cannot be counted) sent no whole message for %.1f s",
              (long long)((beyond - p->heap_base) >> 20), (unsigned long long)(p->budget >> 20),
@@ -415,13 +427,13 @@ static void check_local(dt_peers *p, int64_t now, char *why, size_t n) {
 
 void dt_peers_check(dt_peers *p, int drained) {
     int64_t now = now_us();
-    char why[256];
+    char why[320];
     uint64_t held = 0;
     int live = 0;
     for (int fd = 0; fd < p->cap; fd++) {
         dt_peer *peer = p->by_fd[fd];
         if (!peer || peer->cut) continue;
-        peer->partial = 0;
+        peer->prev_partial = peer->partial;
         if (!peer->valid && now - peer->accepted_us > p->cfg.first_message_us) {
             snprintf(why, sizeof why, "no valid message within %lld s of connecting",
                      (long long)(p->cfg.first_message_us / 1000000));
@@ -441,6 +453,7 @@ void dt_peers_check(dt_peers *p, int drained) {
             continue;
         }
         uint64_t got;
+        peer->partial = 0;
         if (!peer->tcp || libzmq_read(peer, peer->base + PARTIAL_SLACK, &got) != 0 || got <= peer->base) {
             peer->big_since_us = 0;
             live++;
@@ -478,10 +491,13 @@ void dt_peers_check(dt_peers *p, int drained) {
      * a healthy transfer finishes; one that does not is the one holding memory). */
     while (drained && p->held > p->budget) {
         dt_peer *big = pick(p, holds_more, now);
-        if (!big || !big->big_since_us || now - big->big_since_us <= 1000000) break;
+        /* Half as much again over, the largest goes even while it grows (tiny frames decoding). */
+        if (!big || !big->big_since_us ||
+            (now - big->big_since_us <= 1000000 && !stalled(big) && p->held <= p->budget + p->budget / 2))
+            break;
         snprintf(why, sizeof why, "peers make the ps hold %llu bytes (unfinished messages counted at %d bytes per "
                  "byte received), more than the budget of %llu, and this one's unfinished message held the most "
-                 "(%llu bytes received) for over a second", (unsigned long long)p->held, FRAME_COST,
+                 "(%llu bytes received) and stopped or took over a second", (unsigned long long)p->held, FRAME_COST,
                  (unsigned long long)p->budget, (unsigned long long)big->partial);
         uint64_t cost = big->partial * FRAME_COST;
         cut(p, big, CUT_BUDGET, why);
@@ -490,12 +506,13 @@ void dt_peers_check(dt_peers *p, int drained) {
         p->unfinished_cost -= cost < p->unfinished_cost ? cost : p->unfinished_cost;
         p->held = dt_peers_held(p);
     }
-    /* Then replies nobody reads: the connection whose replies waited longest without progress. */
-    for (int guard = 0; p->held > p->budget && guard < p->cap; guard++) {
+    /* Then replies nobody reads: the connection whose replies waited longest without progress, once
+     * they hold half the budget (past the budget new replies are refused, workers' too). */
+    for (int guard = 0; p->held > p->budget / 2 && guard < p->cap; guard++) {
         dt_peer *stuck = pick(p, stuck_longer, now);
         long long bytes = stuck ? atomic_load(&stuck->reply_bytes) : 0;
         if (!stuck || bytes <= 0 || now - atomic_load(&stuck->reply_moved_us) <= REPLY_STALL_US) break;
-        snprintf(why, sizeof why, "peers make the ps hold %llu bytes, more than the budget of %llu, and this one left "
+        snprintf(why, sizeof why, "peers make the ps hold %llu bytes, over half its budget of %llu, and this one left "
                  "%lld bytes of replies unread for %.1f s", (unsigned long long)p->held, (unsigned long long)p->budget,
                  bytes, (double)(now - atomic_load(&stuck->reply_moved_us)) / 1e6);
         cut(p, stuck, CUT_UNREAD, why);
