@@ -33,12 +33,23 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
-static void rank_start(rank_task *t, const char *at, int rank, int size) {
+static void rank_start_log(rank_task *t, const char *at, int rank, int size, FILE *log) {
     memset(t, 0, sizeof *t);
     t->rv = (dt_rendezvous){.at = at, .rank = rank, .size = size, .port = 2222 + rank, .local = rank,
                             .rank_var = "OMPI_COMM_WORLD_RANK", .size_var = "OMPI_COMM_WORLD_SIZE",
-                            .local_var = "OMPI_COMM_WORLD_LOCAL_RANK", .deadline_ms = DEADLINE_MS};
+                            .local_var = "OMPI_COMM_WORLD_LOCAL_RANK", .deadline_ms = DEADLINE_MS, .log = log};
     pthread_create(&t->th, NULL, rank_main, t);
+}
+
+static void rank_start(rank_task *t, const char *at, int rank, int size) { rank_start_log(t, at, rank, size, NULL); }
+
+static int count_lines(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *end = strchr(l, '\n'), *hit = strstr(l, needle);
+        n += hit && (!end || hit < end);
+    }
+    return n;
 }
 
 /* Every rank got the whole list: 127.0.0.1 at 2222 + rank. */
@@ -161,7 +172,10 @@ static void test_idle_connections_first(void) {
     int port = free_port();
     snprintf(at, sizeof at, "127.0.0.1:%d", port);
     rank_task t[3];
-    rank_start(&t[0], at, 0, 3);
+    char *log = NULL;
+    size_t log_len = 0;
+    FILE *logf = open_memstream(&log, &log_len);
+    rank_start_log(&t[0], at, 0, 3, logf);
     wait_listening(port);
     flood f;
     flood_start(&f, port, IDLE, LORIS, 0);
@@ -175,6 +189,20 @@ static void test_idle_connections_first(void) {
     CHECK_MSG(took < 3.0, "the ranks met %.1f s after ranks 1 and 2 started", took);
     flood_stop(&f);
     fprintf(stderr, "  64 idle + 4 slow connections first: the ranks met in %.2f s\n", took);
+    /* Rank 0 held 18 of the 68: 50 evicted, the first 5 logged, then one count. */
+    fclose(logf);
+    CHECK_MSG(count_lines(log, "rendezvous: ") == 6, "%s", log);
+    CHECK_MSG(count_lines(log, "connections open, the most rank 0 holds: closed the one from 127.0.0.1") == 5, "%s", log);
+    CHECK_MSG(count_lines(log, "(further ones are counted, not logged)") == 1, "%s", log);
+    int total = 0;
+    for (const char *l = log; l && *l && !total; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        int used = 0; /* %n: the whole line matched, not just the number */
+        sscanf(l, "rendezvous: %d connections closed without a hello in all%n", &total, &used);
+        if (!used) total = 0;
+    }
+    CHECK_MSG(total >= 50, "%s", log);
+    if (getenv("DTRAIN_SHOW_LOG")) fputs(log, stderr);
+    free(log);
 }
 
 /* The same while the flood reopens every connection rank 0 closes, as fast as it can. */
@@ -205,7 +233,10 @@ static void test_slow_loris_deadline(void) {
     int port = free_port();
     snprintf(at, sizeof at, "127.0.0.1:%d", port);
     rank_task t[2];
-    rank_start(&t[0], at, 0, 2);
+    char *log = NULL;
+    size_t log_len = 0;
+    FILE *logf = open_memstream(&log, &log_len);
+    rank_start_log(&t[0], at, 0, 2, logf);
     wait_listening(port);
     flood f;
     flood_start(&f, port, 0, 1, 0);
@@ -216,6 +247,10 @@ static void test_slow_loris_deadline(void) {
     fprintf(stderr, "  a slow loris lasted %.2f s\n", life);
     rank_start(&t[1], at, 1, 2);
     check_world(t, 2);
+    fclose(logf);
+    CHECK_MSG(count_lines(log, "rendezvous: closed the connection from 127.0.0.1: no hello within 5 s of "
+                               "connecting (") == 1, "%s", log);
+    free(log);
 }
 
 /* Something at the port closes every connection at once for 1 s (as a full rendezvous did), then

@@ -249,8 +249,8 @@ static void evict(server *s) {
     for (int i = 0; i < s->n; i++)
         if (s->c[i].rank < 0 && (oldest < 0 || s->c[i].since < s->c[oldest].since)) oldest = i;
     if (oldest < 0) return;
-    log_unheard(s, "%d connections open, the most rank 0 holds: closed the one from %s, %.1f s without a hello",
-                s->n, s->c[oldest].host, dt_seconds() - s->c[oldest].since);
+    log_unheard(s, "%d connections open, the most rank 0 holds: closed the one from %s waiting longest without a "
+                "hello (%.1f s)", s->n, s->c[oldest].host, dt_seconds() - s->c[oldest].since);
     drop(s, oldest);
 }
 
