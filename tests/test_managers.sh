@@ -129,6 +129,33 @@ mpi_all "mpi: a rank never comes" 'OMPI_COMM_WORLD_SIZE: 3, but only 2 ranks arr
 mpi_all "mpi: rank 0 never comes" '--rendezvous 127.0.0.1:[0-9]+: rank 0 \(OMPI_COMM_WORLD_RANK=0\) did not answer within 3 s' \
   "1 3 1" "2 3 2"
 mpi_all "mpi: rank out of range" '^dtrain train: OMPI_COMM_WORLD_RANK: 3 is out of range 0..2$' "3 3 0"
+# 64 idle connections at the rendezvous before ranks 1 and 2 come (rank 0 holds 18 at most): rank 0
+# closes the ones waiting longest for the ranks, and every rank gets the list and exits 0 at once.
+rv=$(free_port)
+mpi_rank() { # RANK: a --dry_run task of a 3-rank world at $rv, its output in $tmp/f$RANK.{out,err}
+  "${clean_env[@]}" OMPI_COMM_WORLD_RANK=$1 OMPI_COMM_WORLD_SIZE=3 OMPI_COMM_WORLD_LOCAL_RANK=$1 OMPI_COMM_WORLD_LOCAL_SIZE=3 \
+    timeout --foreground 20 "$bin" train --model $m --data "$tmp/none" --dry_run --num_ps 1 --rendezvous 127.0.0.1:$rv \
+    --connect_timeout 10 >"$tmp/f$1.out" 2>"$tmp/f$1.err"
+}
+mpi_rank 0 & r0=$!
+for i in $(seq 100); do (: </dev/tcp/127.0.0.1/$rv) 2>/dev/null && break; sleep 0.05; done
+idle=()
+for i in $(seq 64); do exec {fd}<>/dev/tcp/127.0.0.1/$rv && idle+=("$fd"); done
+sleep 0.3
+t0=$(date +%s%N)
+mpi_rank 1 & r1=$!
+mpi_rank 2 & r2=$!
+wait $r1; s1=$?
+wait $r2; s2=$?
+wait $r0; s0=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+for fd in "${idle[@]}"; do exec {fd}>&-; done
+list='ps=\[127.0.0.1:2222\] workers=\[127.0.0.1:2223,127.0.0.1:2224\]; from mpi'
+[ ${#idle[@]} -eq 64 ] && [ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $s2 -eq 0 ] && [ $ms -lt 5000 ] \
+  && [ "$(cat "$tmp"/f[012].out | grep -c "$list")" -eq 3 ] \
+  && grep -qE '^rendezvous: [0-9]+ connections closed without a hello in all' "$tmp/f0.out" \
+  && ok "mpi: 64 idle connections at the rendezvous first: every rank gets the list, exits 0 (${ms} ms)" \
+  || { bad "mpi: 64 idle connections first (${#idle[@]} open; status $s0 $s1 $s2, ${ms} ms)"; cat "$tmp"/f[012].out "$tmp"/f[012].err; }
 expect "mpi across hosts without --rendezvous" 'OMPI_COMM_WORLD_LOCAL_SIZE: smaller than the world, .* give --rendezvous HOST:PORT' \
   "${clean_env[@]}" OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=2 \
   "$bin" train --model $m --dry_run --num_ps 1

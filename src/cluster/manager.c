@@ -224,7 +224,7 @@ static int from_mpi(dt_cluster *c, const dt_manager_options *m, const mpi_vars *
     if (at) {
         dt_rendezvous rv = {.at = at, .rank = (int)rank, .size = (int)size, .port = base + (int)local,
                             .local = (int)local, .rank_var = v->rank, .size_var = v->size, .local_var = local_var,
-                            .deadline_ms = m->deadline_ms};
+                            .deadline_ms = m->deadline_ms, .log = m->log};
         if (base + local > 65535) rc = port_of(base, local, local_var, &addrs[0], err);
         else rc = dt_rendezvous_gather(&rv, addrs, err);
     } else if (local_size == size) {

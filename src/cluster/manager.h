@@ -19,6 +19,8 @@
 #ifndef DT_CLUSTER_MANAGER_H
 #define DT_CLUSTER_MANAGER_H
 
+#include <stdio.h>
+
 #include "cluster/cluster.h"
 
 #define DT_BASE_PORT_DEFAULT 2222 /* the source article's first port */
@@ -31,6 +33,7 @@ typedef struct {
     int base_port;          /* 1..65535; 0: DT_BASE_PORT_DEFAULT */
     const char *rendezvous; /* MPI: "host:port" of rank 0's rendezvous, or NULL/"" */
     int deadline_ms;        /* the longest the rendezvous waits for every rank (the connect deadline) */
+    FILE *log;              /* the rendezvous's notes (connections it closed); NULL: quiet */
     dt_env_fn env;          /* NULL: getenv */
     void *env_ctx;
 } dt_manager_options;

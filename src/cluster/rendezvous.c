@@ -19,7 +19,11 @@ enum {
     LINE_MAX_BYTES = 128, /* a hello: "dtrain-rendezvous 1 RANK SIZE PORT LOCAL\n" */
     EXTRA_CONNS = 16,     /* connections beyond the expected ranks (strays, retries) */
     SEND_MS = 5000,       /* the longest rank 0 waits for one rank to take its answer */
-    RETRY_MS = 100,       /* between a rank's attempts to reach rank 0 */
+    HELLO_MS = 5000,      /* a connection's whole hello, from accept (a rank sends it at once) */
+    ACCEPT_BURST = 64,    /* connections accepted per round, so a flood cannot starve reads */
+    LOG_FIRST = 5,        /* connections closed without a hello logged one by one; then counted */
+    RETRY_MS = 100,       /* a rank's first wait before trying rank 0 again, */
+    RETRY_MAX_MS = 1000,  /* doubling up to this */
 };
 
 #define HELLO "dtrain-rendezvous 1"
@@ -27,6 +31,14 @@ enum {
 static int ms_left(double deadline) {
     double left = (deadline - dt_seconds()) * 1000.0;
     return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left;
+}
+
+/* Sleeps for *backoff ms (at most until deadline), then doubles it up to RETRY_MAX_MS. */
+static void back_off(int *backoff, double deadline) {
+    struct pollfd none = {.fd = -1};
+    int left = ms_left(deadline);
+    poll(&none, 0, left < *backoff ? left : *backoff);
+    *backoff = *backoff * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : *backoff * 2;
 }
 
 /* --rendezvous resolved: its first IPv4 address, else its first IPv6 one (as a ps binds). */
@@ -81,6 +93,7 @@ typedef struct {
     int rank;                /* -1: not yet said hello */
     char host[DT_HOST_MAX];  /* where its connection comes from */
     int port, local;
+    double since;            /* accepted at (dt_seconds): its hello is due by since + HELLO_MS */
 } conn;
 
 typedef struct {
@@ -91,9 +104,24 @@ typedef struct {
     int arrived;             /* ranks registered (rank 0 not counted) */
     int told;                /* ranks refused and told so at once */
     int failed;              /* err holds why; every rank that says hello is told */
+    int unheard;             /* connections closed for no hello in time, or evicted when full */
     dt_error *err;
     dt_addr self;
 } server;
+
+/* Logs a connection closed without a hello: the first LOG_FIRST, then only counted (a flood must
+ * not flood the log too); serve() logs the count at the end. */
+static void log_unheard(server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_unheard(server *s, const char *fmt, ...) {
+    if (++s->unheard > LOG_FIRST || !s->rv->log) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(s->rv->log, "rendezvous: ");
+    vfprintf(s->rv->log, fmt, ap);
+    va_end(ap);
+    fprintf(s->rv->log, "%s\n", s->unheard == LOG_FIRST ? " (further ones are counted, not logged)" : "");
+    fflush(s->rv->log);
+}
 
 static void drop(server *s, int i) {
     close(s->c[i].fd);
@@ -192,6 +220,40 @@ static void on_readable(server *s, int i, double deadline) {
     }
 }
 
+/* Closes every connection whose hello is overdue: HELLO_MS from its accept, however it trickles in
+ * (a slow loris sending a byte at a time is no later than one that sends nothing). Returns the ms
+ * until the next is due, or the deadline, for poll. */
+static int expire(server *s, double deadline) {
+    double now = dt_seconds(), next = deadline;
+    for (int i = s->n - 1; i >= 0; i--) { /* backwards: drop moves the last connection into i */
+        if (s->c[i].rank >= 0) continue;
+        double due = s->c[i].since + HELLO_MS / 1000.0;
+        if (due <= now) {
+            log_unheard(s, "closed the connection from %s: no hello within %.0f s of connecting (%zu bytes)",
+                        s->c[i].host, HELLO_MS / 1000.0, s->c[i].len);
+            drop(s, i);
+        } else if (due < next) {
+            next = due;
+        }
+    }
+    double ms = (next - now) * 1000.0 + 1; /* + 1: poll's timeout rounds down */
+    return ms <= 0 ? 0 : ms > 1e9 ? 1000000000 : (int)ms;
+}
+
+/* The table is full: closes the connection that has waited longest without a complete hello. A
+ * rank sends its hello right after connecting, so the newest connections are the likeliest ranks;
+ * refusing newcomers instead would let idle connections opened first lock every rank out. There is
+ * always one to close: the table holds size - 1 + EXTRA_CONNS, registered ranks at most size - 1. */
+static void evict(server *s) {
+    int oldest = -1;
+    for (int i = 0; i < s->n; i++)
+        if (s->c[i].rank < 0 && (oldest < 0 || s->c[i].since < s->c[oldest].since)) oldest = i;
+    if (oldest < 0) return;
+    log_unheard(s, "%d connections open, the most rank 0 holds: closed the one from %s waiting longest without a "
+                "hello (%.1f s)", s->n, s->c[oldest].host, dt_seconds() - s->c[oldest].since);
+    drop(s, oldest);
+}
+
 /* The answer every rank gets: "ok SIZE" then each rank's "HOST PORT", rank 0 first. */
 static int answer(server *s, dt_addr *addrs, double deadline) {
     const dt_rendezvous *rv = s->rv;
@@ -248,9 +310,10 @@ static int serve(const dt_rendezvous *rv, const dt_addr *at, dt_addr *addrs, dou
     for (int r = 0; r < rv->size; r++) s.by_rank[r] = -1;
     /* Until every other rank has arrived (or, refused, has been told so) or the deadline. */
     while (s.arrived + s.told < rv->size - 1 && ms_left(deadline) > 0) {
+        int wait = expire(&s, deadline);
         p[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
         for (int i = 0; i < s.n; i++) p[i + 1] = (struct pollfd){.fd = s.c[i].fd, .events = POLLIN};
-        int n = s.n, ready = poll(p, (nfds_t)n + 1, ms_left(deadline));
+        int n = s.n, ready = poll(p, (nfds_t)n + 1, wait);
         if (ready < 0 && errno != EINTR) {
             rc = dt_errorf(err, DT_ENET, "--rendezvous %s: poll: %s", rv->at, strerror(errno));
             goto out;
@@ -258,16 +321,22 @@ static int serve(const dt_rendezvous *rv, const dt_addr *at, dt_addr *addrs, dou
         if (ready <= 0) continue;
         for (int i = n - 1; i >= 0; i--) /* backwards: drop moves the last connection into i */
             if (p[i + 1].revents) on_readable(&s, i, deadline);
-        if (p[0].revents & POLLIN) {
+        for (int k = 0; (p[0].revents & POLLIN) && k < ACCEPT_BURST && s.arrived + s.told < rv->size - 1; k++) {
             struct sockaddr_storage peer;
             socklen_t plen = sizeof peer;
             int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd >= 0 && s.n == s.cap) close(fd); /* full: strays must not crowd out ranks */
-            else if (fd >= 0) {
-                s.c[s.n] = (conn){.fd = fd, .rank = -1};
-                host_of(&peer, plen, s.c[s.n].host);
-                s.n++;
+            if (fd < 0) break; /* none left (or none to be had now: the next round tries again) */
+            if (s.n == s.cap) evict(&s);
+            if (s.n == s.cap) { /* not reached (evict always finds one), but the table stays bounded */
+                close(fd);
+                continue;
             }
+            s.c[s.n] = (conn){.fd = fd, .rank = -1, .since = dt_seconds()};
+            host_of(&peer, plen, s.c[s.n].host);
+            s.n++;
+            /* A rank's hello is usually in already: read it now, so the rank is registered (and
+             * never evicted) before the next accept could make room at its expense. */
+            on_readable(&s, s.n - 1, deadline);
         }
     }
     if (s.failed) {
@@ -289,6 +358,10 @@ static int serve(const dt_rendezvous *rv, const dt_addr *at, dt_addr *addrs, dou
         for (int i = 0; i < s.n; i++)
             if (s.c[i].rank >= 0) tell_error(&s, i, dt_seconds() + SEND_MS / 1000.0);
 out:
+    if (s.unheard > LOG_FIRST && rv->log) {
+        fprintf(rv->log, "rendezvous: %d connections closed without a hello in all\n", s.unheard);
+        fflush(rv->log);
+    }
     for (int i = 0; s.c && i < s.n; i++) close(s.c[i].fd);
     free(s.c);
     free(s.by_rank);
@@ -299,10 +372,10 @@ out:
 
 /* ---- every other rank ---- */
 
-/* A connected socket to rank 0, retrying until the deadline (rank 0 may start later). */
+/* A connected socket to rank 0, retrying with back-off until the deadline (rank 0 may start
+ * later); *last: why the latest try failed. */
 static int reach(const dt_rendezvous *rv, const struct sockaddr_storage *ss, socklen_t len, double deadline,
-                 int *out, dt_error *err) {
-    int last = 0;
+                 int *backoff, int *out, char last[64], dt_error *err) {
     while (ms_left(deadline) > 0) {
         int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) return dt_errorf(err, DT_ENET, "--rendezvous %s: socket: %s", rv->at, strerror(errno));
@@ -319,19 +392,18 @@ static int reach(const dt_rendezvous *rv, const struct sockaddr_storage *ss, soc
             *out = fd;
             return 0;
         }
-        last = errno;
+        snprintf(last, 64, "%s", strerror(errno));
         close(fd);
-        struct pollfd none = {.fd = -1};
-        poll(&none, 0, ms_left(deadline) < RETRY_MS ? ms_left(deadline) : RETRY_MS);
+        back_off(backoff, deadline);
     }
-    return dt_errorf(err, DT_ETIMEOUT, "--rendezvous %s: rank 0 (%s=0) did not answer within %.0f s (%s): is it "
-                     "running there?", rv->at, rv->rank_var, rv->deadline_ms / 1000.0,
-                     last ? strerror(last) : "no attempt");
+    return DT_ETIMEOUT;
 }
 
-/* Reads rank 0's whole answer (it closes after it) into a bounded buffer. */
+/* Reads rank 0's whole answer (it closes after it) into a bounded buffer. *cut: rank 0 closed (or
+ * reset) the connection before a byte of it, as it does to a connection it evicts: worth a retry
+ * (*last says which). */
 static int read_answer(const dt_rendezvous *rv, int fd, double deadline, char *buf, size_t cap, size_t *len,
-                       dt_error *err) {
+                       int *cut, char last[64], dt_error *err) {
     *len = 0;
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -340,13 +412,18 @@ static int read_answer(const dt_rendezvous *rv, int fd, double deadline, char *b
                              "all the ranks running?)", rv->at, rv->deadline_ms / 1000.0, rv->size_var, rv->size);
         ssize_t r = recv(fd, buf + *len, cap - 1 - *len, 0);
         if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (r <= 0 && *len == 0) {
+            *cut = 1;
+            snprintf(last, 64, "%s", r ? strerror(errno) : "closed unanswered");
+        }
         if (r < 0) return dt_errorf(err, DT_ENET, "--rendezvous %s: %s", rv->at, strerror(errno));
         if (r == 0) break;
         *len += (size_t)r;
         if (*len == cap - 1) return dt_errorf(err, DT_EPROTO, "--rendezvous %s: answer too long", rv->at);
     }
     buf[*len] = '\0';
-    return 0;
+    return *cut ? dt_errorf(err, DT_ENET, "--rendezvous %s: rank 0 closed the connection before answering", rv->at)
+                : 0;
 }
 
 static int parse_answer(const dt_rendezvous *rv, char *buf, size_t len, dt_addr *addrs, dt_error *err) {
@@ -382,24 +459,46 @@ static int parse_answer(const dt_rendezvous *rv, char *buf, size_t len, dt_addr 
 static int join(const dt_rendezvous *rv, const dt_addr *at, dt_addr *addrs, double deadline, dt_error *err) {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
-    int fd = -1, rc = resolve(at, &ss, &len, err);
-    if (rc || (rc = reach(rv, &ss, len, deadline, &fd, err))) return rc;
-    /* Rank 0 answers by its own deadline, which may end a little after this one (it may have
-     * started later): wait that little longer for its reason. */
-    deadline += 2.0;
-    char line[LINE_MAX_BYTES];
+    int rc = resolve(at, &ss, &len, err);
+    if (rc) return rc;
+    char line[LINE_MAX_BYTES], last[64] = "no attempt";
     int w = snprintf(line, sizeof line, HELLO " %d %d %d %d\n", rv->rank, rv->size, rv->port, rv->local);
     size_t cap = (size_t)rv->size * (DT_HOST_MAX + 8) + 1200, n = 0;
-    char *buf = NULL;
-    if (send_all(fd, line, (size_t)w, deadline)) {
-        rc = dt_errorf(err, DT_ENET, "--rendezvous %s: rank 0 did not take this rank's hello", rv->at);
-    } else if (!(buf = dt_malloc(cap, "the rendezvous answer", err))) {
-        rc = DT_ENOMEM;
-    } else if (!(rc = read_answer(rv, fd, deadline, buf, cap, &n, err))) {
-        rc = parse_answer(rv, buf, n, addrs, err);
+    char *buf = dt_malloc(cap, "the rendezvous answer", err);
+    if (!buf) return DT_ENOMEM;
+    /* A connection rank 0 closes before answering (evicted from a table full of idle connections,
+     * or no rendezvous yet at the port) is tried again, with back-off, until the deadline: only
+     * an answer, or the deadline, is final. */
+    int backoff = RETRY_MS, cuts = 0;
+    for (;;) {
+        int fd = -1, cut = 0;
+        if ((rc = reach(rv, &ss, len, deadline, &backoff, &fd, last, err))) {
+            if (rc != DT_ETIMEOUT) break;
+            if (cuts)
+                rc = dt_errorf(err, DT_ETIMEOUT, "--rendezvous %s: rank 0 (%s=0) closed this rank's connection "
+                               "before answering, %d time%s within %.0f s (last: %s): is the port flooded, or not "
+                               "rank 0's?", rv->at, rv->rank_var, cuts, cuts > 1 ? "s" : "",
+                               rv->deadline_ms / 1000.0, last);
+            else
+                rc = dt_errorf(err, DT_ETIMEOUT, "--rendezvous %s: rank 0 (%s=0) did not answer within %.0f s (%s): "
+                               "is it running there?", rv->at, rv->rank_var, rv->deadline_ms / 1000.0, last);
+            break;
+        }
+        /* Rank 0 answers by its own deadline, which may end a little after this one (it may have
+         * started later): wait that little longer for its reason. */
+        if (send_all(fd, line, (size_t)w, deadline + 2.0)) {
+            cut = errno == EPIPE || errno == ECONNRESET;
+            snprintf(last, sizeof last, "%s", strerror(errno));
+            rc = dt_errorf(err, DT_ENET, "--rendezvous %s: rank 0 did not take this rank's hello", rv->at);
+        } else if (!(rc = read_answer(rv, fd, deadline + 2.0, buf, cap, &n, &cut, last, err))) {
+            rc = parse_answer(rv, buf, n, addrs, err);
+        }
+        close(fd);
+        if (!cut) break;
+        cuts++;
+        back_off(&backoff, deadline);
     }
     free(buf);
-    close(fd);
     return rc;
 }
 

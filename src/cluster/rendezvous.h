@@ -8,10 +8,14 @@
  * network routes to that rank); rank 0's is the --rendezvous address. Rank 0 refuses (and tells
  * every rank): a rank claimed twice, world sizes that differ, two ranks at one host:port, and a
  * world incomplete at the deadline. Every wait ends at deadline_ms: no rank waits for a peer that
- * will never come. Bounds: lines of at most 128 bytes, at most size + 16 connections at once, any
- * other talker is dropped unanswered. Unauthenticated, like --auth=none (docs/security.md). */
+ * will never come. Bounds: lines of at most 128 bytes, a hello within 5 s of connecting, at most
+ * size + 15 connections at once (when full, the one waiting longest without a hello is closed for
+ * a newcomer), any other talker is dropped unanswered; a rank whose connection is closed before
+ * its answer tries again until its deadline. Unauthenticated, like --auth=none (docs/security.md). */
 #ifndef DT_CLUSTER_RENDEZVOUS_H
 #define DT_CLUSTER_RENDEZVOUS_H
+
+#include <stdio.h>
 
 #include "cluster/cluster.h"
 
@@ -21,6 +25,7 @@ typedef struct {
     int port, local;       /* this rank's own port, and its local id (for messages) */
     const char *rank_var, *size_var, *local_var; /* where rank, size and local came from */
     int deadline_ms;       /* from the start of the call */
+    FILE *log;             /* rank 0: connections closed without a hello (rate-limited); NULL: quiet */
 } dt_rendezvous;
 
 /* Fills addrs[size] (ranks in order) or fails with a one-line message. */

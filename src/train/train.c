@@ -235,7 +235,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
 
 /* The precedence (docs/cluster.md): the four cluster flags; else --num_ps, the cluster manager's
  * environment; else TF_CONFIG; else this process alone. */
-static int resolve_cluster(dt_cluster *c, const dt_train_options *o, dt_error *err) {
+static int resolve_cluster(dt_cluster *c, const dt_train_options *o, FILE *log, dt_error *err) {
     if (o->num_ps <= 0) {
         if (o->rendezvous && *o->rendezvous)
             return dt_errorf(err, DT_EINVAL, "--rendezvous needs --num_ps (the cluster from mpirun's environment)");
@@ -252,7 +252,7 @@ static int resolve_cluster(dt_cluster *c, const dt_train_options *o, dt_error *e
         return dt_errorf(err, DT_EINVAL, "--num_ps: derives the cluster from the cluster manager's environment, "
                          "but %s defines it too: give one or the other", given);
     dt_manager_options m = {.num_ps = o->num_ps, .base_port = o->base_port, .rendezvous = o->rendezvous,
-                            .deadline_ms = o->connect_timeout_ms};
+                            .deadline_ms = o->connect_timeout_ms, .log = log};
     return dt_cluster_from_manager(c, &m, err);
 }
 
@@ -337,7 +337,7 @@ int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FIL
 
     run_state r = {.dbg = dbg};
     dt_cluster_single(&r.cluster);
-    if ((rc = resolve_cluster(&r.cluster, o, err))) goto out;
+    if ((rc = resolve_cluster(&r.cluster, o, log, err))) goto out;
     if (r.cluster.distributed && r.cluster.n_ps < 1) {
         rc = dt_errorf(err, DT_EINVAL, "--ps_hosts: a cluster needs at least one ps task");
         goto out;
