@@ -77,9 +77,51 @@ static void test_adam(void) {
     for (int i = 0; i < N; i++) CHECK(a[i] == b[i]);
 }
 
+/* dt_opt_apply_to with skipped ranges (batch norm's moving statistics): those floats keep their
+ * values (out of place: copied) and every slot, even non-zero ones and under weight decay; the
+ * others get exactly dt_opt_apply. Ranges count from base, and the parts outside the slice are
+ * ignored (a ps part of a shard). */
+static void test_skip(void) {
+    enum { N = 24 };
+    static const size_t ranges[] = {2, 3, 8, 4, 20, 2, 29, 6}; /* shard floats; the slice is [6, 30) */
+    const char *names[] = {"sgd", "momentum", "adam"};
+    for (int o = 0; o < 3; o++)
+        for (int wd = 0; wd < 2; wd++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                dt_opt_config c;
+                dt_opt_config_init(&c, names[o], 0.1f, NULL);
+                c.weight_decay = wd ? 0.5f : 0.0f;
+                float p[N], g[N], st[2 * N], want[N], want_st[2 * N], out[N];
+                uint8_t mask[N];
+                for (int i = 0; i < N; i++) p[i] = 0.1f * (float)(i - 7), g[i] = 0.3f * (float)((i * 5) % 7 - 3);
+                for (int i = 0; i < 2 * N; i++) st[i] = 0.01f * (float)(i % 5); /* an older run's non-zero slots */
+                memset(mask, 1, sizeof mask); /* decay everywhere: the skip wins */
+                memcpy(want, p, sizeof p);
+                memcpy(want_st, st, sizeof st);
+                dt_opt_apply(&c, want, g, want_st, mask, N, 3);
+                int skipped[N] = {0};
+                for (int i = 0; i < N; i++) {
+                    size_t f = (size_t)i + 6;
+                    skipped[i] = (f >= 8 && f < 12) || (f >= 20 && f < 22) || (f >= 29);
+                    if (!skipped[i]) continue;
+                    want[i] = p[i];
+                    want_st[i] = st[i], want_st[N + i] = st[N + i];
+                }
+                dt_opt_skip skip = {ranges, 4, 6};
+                float *dst = inplace ? p : out;
+                if (!inplace) memset(out, 0xff, sizeof out); /* NaN: a float left unwritten shows */
+                dt_opt_apply_to(&c, dst, p, g, st, mask, N, 3, &skip);
+                CHECK_MSG(memcmp(dst, want, sizeof want) == 0, "%s wd %d %s: values", names[o], wd,
+                          inplace ? "in place" : "out of place");
+                CHECK_MSG(memcmp(st, want_st, (size_t)dt_opt_slots(&c) * N * sizeof(float)) == 0, "%s wd %d: slots",
+                          names[o], wd);
+            }
+}
+
 int main(void) {
     RUN(test_config_refusals);
     RUN(test_sgd_and_momentum);
     RUN(test_adam);
+    RUN(test_skip);
     return test_summary();
 }

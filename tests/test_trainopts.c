@@ -144,6 +144,48 @@ static void test_decay_mask(void) {
     dt_placement_free(&pl);
 }
 
+/* The optimizer's skip ranges: the not-trained views, neighbours merged, in the flat layout and in
+ * each ps's shard (where placement puts them). */
+static void test_state_ranges(void) {
+    dt_param_view v[5] = {{.name = "conv/kernel", .offset = 0, .count = 6, .ndim = 4},
+                          {.name = "bn/gamma", .offset = 6, .count = 2, .ndim = 1},
+                          {.name = "bn/moving_mean", .offset = 8, .count = 2, .ndim = 1, .not_trained = 1},
+                          {.name = "bn/moving_variance", .offset = 10, .count = 2, .ndim = 1, .not_trained = 1},
+                          {.name = "dense/kernel", .offset = 12, .count = 3, .ndim = 2}};
+    size_t *r = NULL;
+    int n = -1;
+    CHECK(dt_state_ranges_flat(&r, &n, v, 5, NULL) == DT_OK && n == 1 && r);
+    if (r) CHECK(r[0] == 8 && r[1] == 4);
+    free(r);
+    CHECK(dt_state_ranges_flat(&r, &n, v, 2, NULL) == DT_OK && n == 0 && !r); /* none */
+    dt_placement pl;
+    CHECK(dt_placement_compute(&pl, v, 5, 2, DT_PLACE_ROUND_ROBIN, NULL) == DT_OK);
+    for (int ps = 0; ps < 2; ps++) {
+        CHECK(dt_state_ranges_shard(&r, &n, &pl, ps, NULL) == DT_OK);
+        /* every listed float is a moving statistic's, and there are as many as the ps holds */
+        size_t listed = 0, held = 0;
+        for (int k = 0; k < n; k++) {
+            listed += r[2 * k + 1];
+            for (size_t i = r[2 * k]; i < r[2 * k] + r[2 * k + 1]; i++) {
+                size_t flat = 0;
+                for (int j = pl.ps_begin[ps]; j < pl.ps_begin[ps + 1]; j++) {
+                    const dt_slice *sl = &pl.slices[pl.ps_slices[j]];
+                    if (i >= sl->shard_offset && i < sl->shard_offset + sl->count) flat = sl->offset + i - sl->shard_offset;
+                }
+                CHECK_MSG(flat >= 8 && flat < 12, "ps %d shard float %zu is flat %zu", ps, i, flat);
+            }
+            if (k) CHECK(r[2 * k] > r[2 * k - 2] + r[2 * k - 1]); /* ascending, touching ones merged */
+        }
+        for (int j = pl.ps_begin[ps]; j < pl.ps_begin[ps + 1]; j++) {
+            const dt_slice *sl = &pl.slices[pl.ps_slices[j]];
+            if (pl.views[sl->view].not_trained) held += sl->count;
+        }
+        CHECK_MSG(listed == held, "ps %d: %zu listed, %zu held", ps, listed, held);
+        free(r);
+    }
+    dt_placement_free(&pl);
+}
+
 /* ---- against PyTorch ---- */
 
 static float *fixture(const dt_st_file *f, const char *name, size_t want) {
@@ -303,6 +345,7 @@ int main(void) {
     RUN(test_cosine);
     RUN(test_schedule_refusals);
     RUN(test_decay_mask);
+    RUN(test_state_ranges);
     RUN(test_against_pytorch);
     RUN(test_ps_applies_options);
     return test_summary();

@@ -85,17 +85,13 @@ static void run_out_of_place(const dt_opt_config *c, float *restrict out, const 
     OPT_LOOPS(out, params)
 }
 
-void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, const float *grads, float *state,
-                     const uint8_t *decay, size_t n, int64_t step) {
-    const float lr = dt_lr_at(&c->schedule, c->learning_rate, step);
-    /* Adam's bias correction folded into the step size, in double as TF computes the beta powers. */
-    double t = (double)step + 1.0;
-    const float lr_t = c->kind == DT_OPT_ADAM ? (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t))) : 0;
-    /* Runs of floats that decay alike (whole variables: a few runs per slice). */
-    if (c->weight_decay == 0) decay = NULL;
-    for (size_t i = 0; i < n;) {
-        size_t j = decay ? i + 1 : n;
-        while (j < n && (decay[j] != 0) == (decay[i] != 0)) j++;
+/* The update of floats [lo, hi) of a slice of n: runs of floats that decay alike (whole variables:
+ * a few runs per slice). */
+static void apply_span(const dt_opt_config *c, float *out, const float *params, const float *grads, float *state,
+                       const uint8_t *decay, size_t n, size_t lo, size_t hi, float lr, float lr_t) {
+    for (size_t i = lo; i < hi;) {
+        size_t j = decay ? i + 1 : hi;
+        while (j < hi && (decay[j] != 0) == (decay[i] != 0)) j++;
         float wd = decay && decay[i] ? c->weight_decay : 0.0f;
         float *st = state ? state + i : NULL;
         if (out == params) run_in_place(c, out + i, grads + i, st, n, j - i, lr, lr_t, wd);
@@ -104,9 +100,35 @@ void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, co
     }
 }
 
+void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, const float *grads, float *state,
+                     const uint8_t *decay, size_t n, int64_t step, const dt_opt_skip *skip) {
+    const float lr = dt_lr_at(&c->schedule, c->learning_rate, step);
+    /* Adam's bias correction folded into the step size, in double as TF computes the beta powers. */
+    double t = (double)step + 1.0;
+    const float lr_t = c->kind == DT_OPT_ADAM ? (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t))) : 0;
+    if (c->weight_decay == 0) decay = NULL;
+    /* The spans between the skipped ranges. Skipping, rather than running the optimizer and
+     * overwriting the values, keeps the slots of the untrained floats at zero: a gradient in their
+     * place (a ps gets their change there) would otherwise build momentum or Adam moments that a
+     * checkpoint saves and a resumed run then applies. */
+    size_t i = 0;
+    for (int r = 0; skip && r < skip->n; r++) {
+        size_t lo = skip->ranges[2 * r], hi = lo + skip->ranges[2 * r + 1];
+        lo = lo > skip->base ? lo - skip->base : 0;
+        hi = hi > skip->base ? hi - skip->base : 0;
+        if (lo < i) lo = i;
+        if (hi > n) hi = n;
+        if (lo >= hi) continue;
+        apply_span(c, out, params, grads, state, decay, n, i, lo, lr, lr_t);
+        if (out != params) memcpy(out + lo, params + lo, (hi - lo) * sizeof *out);
+        i = hi;
+    }
+    apply_span(c, out, params, grads, state, decay, n, i, n, lr, lr_t);
+}
+
 void dt_opt_apply(const dt_opt_config *c, float *params, const float *grads, float *state, const uint8_t *decay,
                   size_t n, int64_t step) {
-    dt_opt_apply_to(c, params, params, grads, state, decay, n, step);
+    dt_opt_apply_to(c, params, params, grads, state, decay, n, step, NULL);
 }
 
 double dt_clip_global_norm(float *g, size_t n, float max_norm) {

@@ -46,11 +46,25 @@ int dt_opt_decays(const dt_opt_config *c, int rank);
  *             p -= lr * wd * p + lr_t * m / (sqrt(v) + epsilon)   (epsilon is TF's "epsilon hat") */
 void dt_opt_apply(const dt_opt_config *c, float *params, const float *grads, float *state, const uint8_t *decay,
                   size_t n, int64_t step);
-/* The same update written out of place: out = params updated (state still in place), bit for bit
- * what dt_opt_apply computes. out is either params itself or a buffer that overlaps neither params
- * nor grads; a parameter server writes the next step straight into a fresh snapshot this way. */
+
+/* Floats the optimizer does not train (batch norm's moving statistics, docs/batchnorm.md): their
+ * values and every slot of theirs are left as they are, whatever the gradient, the optimizer or the
+ * weight decay (out of place: out = params there). ranges: pairs [offset, count], ascending, not
+ * overlapping, counted from a float `base` floats before the slice's first, so a ps part passes its
+ * shard's ranges and its offset in the shard; the parts of ranges outside the slice are ignored. */
+typedef struct {
+    const size_t *ranges; /* [2 * n] */
+    int n;
+    size_t base;
+} dt_opt_skip;
+
+/* dt_opt_apply except on the floats of skip (NULL: none), written out of place: out = params
+ * updated (state still in place), bit for bit what dt_opt_apply computes elsewhere. out is either
+ * params itself or a buffer that overlaps neither params nor grads; a parameter server writes the
+ * next step straight into a fresh snapshot this way. The one update of the local updater and the
+ * ps alike. */
 void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, const float *grads, float *state,
-                     const uint8_t *decay, size_t n, int64_t step);
+                     const uint8_t *decay, size_t n, int64_t step, const dt_opt_skip *skip);
 
 /* Clips a whole gradient g [n] to a global L2 norm of at most max_norm (tf.clip_by_global_norm:
  * g *= max_norm / max(norm, max_norm)); returns the norm before clipping (computed in double). */

@@ -280,8 +280,9 @@ static void advance(ps_t *ps, part_t *p, const float *grads) {
     part_trim(ps, p);
     dt_snap *b = dt_snap_claim(&p->snaps, p->step + 1);
     float *out = b ? b->data : p->own;
-    dt_opt_apply_to(&ps->opt, out, p->params, grads, p->state, p->decay, p->n, p->step);
-    /* State floats take their change as it is (the optimizer's result for them is overwritten). */
+    /* The optimizer skips the state floats (their slots stay 0); they take their change as it is. */
+    dt_opt_skip skip = {ps->cfg->state_ranges, ps->cfg->n_state_ranges, p->off};
+    dt_opt_apply_to(&ps->opt, out, p->params, grads, p->state, p->decay, p->n, p->step, &skip);
     for (int r = 0; r < ps->cfg->n_state_ranges; r++) {
         size_t lo = ps->cfg->state_ranges[2 * r], hi = lo + ps->cfg->state_ranges[2 * r + 1];
         if (lo < p->off) lo = p->off;

@@ -68,7 +68,7 @@ typedef struct {
     int max_connections;    /* beyond: the least recently useful connection is cut */
     /* Floats of the shard that are state, not trained (batch norm's moving statistics,
      * docs/batchnorm.md): a push carries their change, which is added as it is (sync: the mean of
-     * the step's changes) instead of going through the optimizer. Pairs [offset, count] in shard
+     * the step's changes); the optimizer skips them (their slots stay as INIT gave them: 0). Pairs [offset, count] in shard
      * floats, ascending, not overlapping; NULL when there are none. */
     const size_t *state_ranges; /* [2 * n_state_ranges] */
     int n_state_ranges;

@@ -686,3 +686,20 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
     if (global_step) *global_step = step;
     return 0;
 }
+
+size_t dt_ckpt_clear_untrained_slots(const dt_ckpt_run *run, float *state) {
+    int slots = run_slots(run);
+    size_t n = dt_net_param_count(run->net), cleared = 0;
+    for (int v = 0; state && v < dt_net_num_views(run->net); v++) {
+        const dt_param_view *pv = dt_net_view(run->net, v);
+        if (!pv->not_trained) continue;
+        for (int k = 0; k < slots; k++) {
+            float *x = state + (size_t)k * n + pv->offset;
+            for (size_t i = 0; i < pv->count; i++) {
+                cleared += x[i] != 0.0f;
+                x[i] = 0.0f;
+            }
+        }
+    }
+    return cleared;
+}

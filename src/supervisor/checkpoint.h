@@ -105,6 +105,13 @@ int dt_ckpt_read_info(const dt_st_file *f, const char *label, dt_ckpt_info *info
 int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run, float *params, float *state,
                  int64_t *global_step, dt_error *err);
 
+/* Zeroes the optimizer slots of the variables that are not trained (batch norm's moving statistics)
+ * in state [slots * n] (the flat layout dt_ckpt_load fills): the optimizer never writes them
+ * (compute/optim.h, dt_opt_skip), but a sync cluster's checkpoint from before dtrain skipped them
+ * holds what their pushed changes built (issue 27), which a resumed run must not apply. Returns how
+ * many floats were not 0 already (the caller says so once). */
+size_t dt_ckpt_clear_untrained_slots(const dt_ckpt_run *run, float *state);
+
 /* The class names a checkpoint records (metadata "classes", docs/checkpoint-format.md): *names
  * [*n] (malloc'ed, free each and the array), *n = 0 and NULL when it records none (older
  * checkpoints, IDX data). A value that is not a JSON array of 1 to max_classes distinct non-empty

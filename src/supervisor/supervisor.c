@@ -51,6 +51,11 @@ static int restore(dt_supervisor *s, dt_error *err) {
     int rc = dt_ckpt_load(f, path, &s->cfg.run, s->params, s->state, &s->restored_step, err);
     if (!rc) {
         warn_differences(s, f, path);
+        size_t cleared = dt_ckpt_clear_untrained_slots(&s->cfg.run, s->state);
+        if (cleared && s->cfg.log)
+            fprintf(s->cfg.log, "note: %s holds non-zero optimizer slots for batch norm's moving statistics (%zu "
+                                "floats; an older dtrain's sync cluster wrote them): zeroed, as the statistics are "
+                                "not trained\n", path, cleared);
         /* The chief owns the folder: the index names what was restored from now on, so the warnings
          * about it are given once and retention knows a checkpoint the index had missed. */
         const char *slash = strrchr(path, '/');

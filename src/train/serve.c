@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "ps/ps.h"
 #include "train/serve.h"
+#include "update/decay_mask.h"
 
 int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, const char *bind,
                        int idle_timeout_ms, const volatile int *stop, struct dt_metrics *metrics, FILE *log,
@@ -21,18 +22,9 @@ int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct
         fflush(log);
     }
     /* This ps's floats of batch-norm state (docs/batchnorm.md), in shard order. */
-    int p = c->task_index, n_state = 0;
-    for (int k = pl->ps_begin[p]; k < pl->ps_begin[p + 1]; k++)
-        n_state += pl->views[pl->slices[pl->ps_slices[k]].view].not_trained;
-    size_t *state = dt_calloc(2 * (size_t)n_state + 1, sizeof *state, "state ranges", err);
-    if (!state) return DT_ENOMEM;
-    n_state = 0;
-    for (int k = pl->ps_begin[p]; k < pl->ps_begin[p + 1]; k++) {
-        const dt_slice *sl = &pl->slices[pl->ps_slices[k]];
-        if (!pl->views[sl->view].not_trained) continue;
-        state[2 * n_state] = sl->shard_offset;
-        state[2 * n_state++ + 1] = sl->count;
-    }
+    size_t *state = NULL;
+    int n_state = 0;
+    if ((rc = dt_state_ranges_shard(&state, &n_state, pl, c->task_index, err))) return rc;
     dt_ps_stats stats;
     char ipc[DT_ENDPOINT_MAX];
     int has_ipc = dt_addr_ipc_endpoint(&c->ps[c->task_index], ipc, sizeof ipc) == 0;
@@ -45,7 +37,7 @@ int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct
                         .log = log,
                         .stats = &stats,
                         .auth = auth,
-                        .state_ranges = n_state ? state : NULL,
+                        .state_ranges = state,
                         .n_state_ranges = n_state,
                         .metrics = metrics};
     rc = dt_ps_serve(&cfg, err);

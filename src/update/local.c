@@ -11,6 +11,8 @@ typedef struct {
     dt_opt_config opt;
     float *state;
     uint8_t *decay;   /* [n] where weight decay applies (decay_mask.h); NULL: nowhere */
+    size_t *skip;     /* the untrained floats' ranges (decay_mask.h), as the ps tasks skip theirs */
+    int n_skip;
     int64_t step;     /* updates applied: the global step */
 } local_updater;
 
@@ -40,8 +42,11 @@ static int local_snapshot(dt_updater *u, dt_net *net, float *params, float *stat
 
 static int local_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *global_step, dt_error *err) {
     local_updater *l = (local_updater *)u;
-    dt_opt_apply(&l->opt, dt_net_params(net), dt_net_grads(net), l->state, l->decay, dt_net_param_count(net),
-                 local_step);
+    /* The forward pass moved the moving statistics; the optimizer leaves them and their slots be. */
+    dt_opt_skip skip = {l->skip, l->n_skip, 0};
+    float *params = dt_net_params(net);
+    dt_opt_apply_to(&l->opt, params, params, dt_net_grads(net), l->state, l->decay, dt_net_param_count(net),
+                    local_step, &skip);
     *global_step = l->step = local_step + 1;
     return DT_OK;
 }
@@ -50,7 +55,7 @@ static int local_finish(dt_updater *u, dt_error *err) { return DT_OK; }
 
 static void local_free(dt_updater *u) {
     local_updater *l = (local_updater *)u;
-    if (l) free(l->state), free(l->decay);
+    if (l) free(l->state), free(l->decay), free(l->skip);
     free(l);
 }
 
@@ -65,6 +70,7 @@ int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt
     int rc = DT_OK;
     if (!(l->state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) rc = DT_ENOMEM;
     if (!rc) rc = dt_decay_mask_flat(&l->decay, opt, dt_net_view(net, 0), dt_net_num_views(net), n_params, err);
+    if (!rc) rc = dt_state_ranges_flat(&l->skip, &l->n_skip, dt_net_view(net, 0), dt_net_num_views(net), err);
     if (rc) {
         local_free(&l->base);
         return rc;

@@ -40,8 +40,8 @@ struct dt_updater {
     int (*settle)(dt_updater *u, dt_net *net, int64_t *global_step, dt_error *err);
 };
 
-/* The local updater: opt over all of net's parameters (weight decay where decay_mask.h says), state
- * held here. */
+/* The local updater: opt over net's trained parameters (the moving statistics skipped, as on a ps;
+ * weight decay where decay_mask.h says), state held here. */
 int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt_net *net, dt_error *err);
 
 #endif
