@@ -27,6 +27,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (rc < 0 && (err.msg[0] == '\0' || memchr(err.msg, '\0', sizeof err.msg) == NULL)) __builtin_trap();
     if (rc == 0 && pos != size) __builtin_trap();
+    /* The record-by-record reader (what dtrain plot and inspect use on files) must agree with the
+     * in-memory one, record for record, and stop where it stops. */
+    dt_record_reader *r = NULL;
+    if (dt_record_reader_open_memory(&r, data, size, "fuzz", &err) == 0) {
+        size_t p2 = 0, l2;
+        const uint8_t *d2;
+        int rc2, rc1;
+        uint64_t at;
+        do {
+            size_t before = p2;
+            rc1 = dt_record_next(data, size, &p2, &rec, &len, "fuzz", &err);
+            rc2 = dt_record_reader_next(r, &d2, &l2, &at, &err);
+            if ((rc1 > 0) != (rc2 > 0) || (rc1 < 0) != (rc2 < 0)) __builtin_trap();
+            if (rc1 > 0 && (at != before || l2 != len || memcmp(d2, rec, len) != 0)) __builtin_trap();
+        } while (rc1 > 0);
+        dt_record_reader_close(r);
+    }
     /* The decoder directly too: random bytes rarely carry valid CRCs, so framing alone would
      * shield it from the fuzzer. */
     dt_event ev;

@@ -1,6 +1,7 @@
 /* libFuzzer target: bytes as a safetensors file. The reader must refuse (saying why) or accept
  * without crashing, leaking or reading past the input; an accepted file must be self-consistent:
- * tensors tile the data section exactly, lookups find every tensor, and reads stay in bounds; its
+ * tensors tile the data section exactly, lookups find every tensor, and reads (whole or in parts)
+ * return the bytes of the input and stay in bounds; its
  * checkpoint metadata (info, class names) is parsed within its bounds or refused. */
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +19,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     size_t at = 0;
+    uint64_t hn;
+    memcpy(&hn, data, 8); /* accepted: at least 8 bytes, and the data section starts after the header */
+    const uint8_t *section = data + 8 + hn;
     for (int i = 0; i < dt_st_num_tensors(f); i++) {
         const dt_st_info *t = dt_st_tensor_at(f, i);
         if (t->offset != at || t->nbytes != t->count * dt_st_dtype_size(t->dtype)) __builtin_trap();
@@ -26,7 +30,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (t->nbytes <= 4096) {
             uint8_t buf[4096];
             if (dt_st_read(f, t->name, t->dtype, buf, t->count, &err) != 0) __builtin_trap();
-            if (t->nbytes && memcmp(buf, t->data, t->nbytes) != 0) __builtin_trap();
+            if (t->nbytes && memcmp(buf, section + t->offset, t->nbytes) != 0) __builtin_trap();
+            /* Piece by piece: the last byte alone, and a range past the tensor refused. */
+            if (t->nbytes && (dt_st_read_part(f, t, t->nbytes - 1, buf, 1, &err) != 0 ||
+                              buf[0] != section[t->offset + t->nbytes - 1]))
+                __builtin_trap();
+            if (dt_st_read_part(f, t, t->nbytes, buf, 1, &err) == 0) __builtin_trap();
         }
     }
     if (at > size) __builtin_trap();

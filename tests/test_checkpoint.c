@@ -2,6 +2,7 @@
  * metadata; retention and the index; damaged newest checkpoints; another model or optimizer
  * refused; a writer killed at random moments never leaves an index naming an incomplete file. */
 #include <dirent.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -113,8 +114,8 @@ static void test_round_trip(void) {
     const dt_param_view *dv = NULL;
     for (int i = 0; i < dt_net_num_views(net); i++)
         if (!strcmp(dt_net_view(net, i)->name, "dense1/kernel")) dv = dt_net_view(net, i);
-    float first;
-    memcpy(&first, v->data, 4);
+    float first = NAN;
+    CHECK(dt_st_read_part(f, v, 0, &first, 4, &err) == 0);
     CHECK(dv && first == s[n + dv->offset]);
     dt_st_close(f);
 
@@ -599,13 +600,74 @@ static void test_symlink_not_followed(void) {
     dt_net_free(net);
 }
 
-/* Makes index.tmp.<pid> a folder, so this process's next index write fails as a full disk would
- * make it fail: after the checkpoint file is complete. */
+/* Makes the index's own name a folder (the index file kept aside), so the next index write fails
+ * at its rename as a full disk would make it fail: after the checkpoint file is complete. (The
+ * temporary name is random now, so it cannot be blocked in advance: that is the point.) */
 static void block_index_write(const char *dir, int on) {
-    char t[DT_PATH_MAX];
-    snprintf(t, sizeof t, "%s/checkpoint.tmp.%ld", dir, (long)getpid());
-    if (on) CHECK(mkdir(t, 0755) == 0);
-    else CHECK(rmdir(t) == 0);
+    char t[DT_PATH_MAX], saved[DT_PATH_MAX + 8];
+    snprintf(t, sizeof t, "%s/checkpoint", dir);
+    snprintf(saved, sizeof saved, "%s.saved", t);
+    if (on) CHECK(rename(t, saved) == 0 && mkdir(t, 0755) == 0);
+    else CHECK(rmdir(t) == 0 && rename(saved, t) == 0);
+}
+
+/* Links planted in the log folder at the temporary names the writer used to use (<name>.tmp.<pid>)
+ * and at the index's final name: saving writes through none of them, the files they point to
+ * outside keep their bytes, and no temporary file is left. */
+static void test_planted_links_not_written_through(void) {
+    dt_net *net = build(MODEL_A);
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "adam", 0.01f, NULL);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL), *s = dt_alloc_floats(2 * n, "s", NULL);
+    fill(p, n, 31), fill(s, 2 * n, 32);
+    dt_ckpt_run run = run_of(net, &opt);
+    char dir[512], out_dir[512], victim[3][600], link[3][700];
+    subdir(dir, sizeof dir, "planted/L");
+    subdir(out_dir, sizeof out_dir, "planted/outside");
+    dt_error err = {0};
+    CHECK(dt_mkdirs(dir, &err) == 0 && dt_mkdirs(out_dir, &err) == 0);
+    const char *names[3] = {"checkpoint.tmp.%ld", "model.ckpt-7.safetensors.tmp.%ld", "checkpoint"};
+    for (int i = 0; i < 3; i++) {
+        char leaf[128];
+        snprintf(leaf, sizeof leaf, names[i], (long)getpid());
+        snprintf(victim[i], sizeof victim[i], "%s/victim%d.txt", out_dir, i);
+        snprintf(link[i], sizeof link[i], "%s/%s", dir, leaf);
+        write_text(victim[i], "precious\n");
+        CHECK(symlink(victim[i], link[i]) == 0);
+    }
+    char log[8192] = "";
+    FILE *lf = tmpfile();
+    CHECK_MSG(dt_ckpt_save(dir, &run, p, s, 7, 5, lf, NULL, 0, &err) == 0, "%s", err.msg);
+    drain(lf, log, sizeof log);
+    for (int i = 0; i < 3; i++) {
+        uint8_t *text = NULL;
+        size_t len = 0;
+        CHECK(dt_read_file(&text, &len, victim[i], 1 << 20, &err) == 0);
+        CHECK_MSG(text && !strcmp((char *)text, "precious\n"), "%s was written through a link: %zu bytes", victim[i], len);
+        free(text);
+    }
+    /* The links at the old temporary names are left alone; the index's name is a file now (the
+     * rename replaced the link, it did not follow it), and it names the new checkpoint. */
+    struct stat st;
+    CHECK(lstat(link[0], &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(lstat(link[1], &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(lstat(link[2], &st) == 0 && S_ISREG(st.st_mode));
+    /* The planted index link was refused when read, not followed (its target's text is not shown). */
+    CHECK_CONTAINS(log, "symbolic link");
+    CHECK(strstr(log, "precious") == NULL);
+    dt_ckpt_index idx;
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == 0 && idx.model_checkpoint_path &&
+          !strcmp(idx.model_checkpoint_path, "model.ckpt-7.safetensors"));
+    dt_ckpt_index_free(&idx);
+    /* No temporary file is left: only the two planted links carry ".tmp.". */
+    DIR *d = opendir(dir);
+    int tmps = 0;
+    for (struct dirent *e; d && (e = readdir(d));) tmps += strstr(e->d_name, ".tmp.") != NULL;
+    if (d) closedir(d);
+    CHECK_MSG(tmps == 2, "%d .tmp. names in the folder", tmps);
+    free(p), free(s);
+    dt_net_free(net);
 }
 
 /* A checkpoint whose index write failed (model.ckpt-300 complete, the index still naming 200 as its
@@ -675,9 +737,12 @@ static void forge_step(const char *dir, const char *from, const char *to, int mo
     dt_st_tensor t[32];
     dt_st_meta meta[16];
     float fstep = (float)step;
+    void *bytes[32] = {0};
     for (int i = 0; i < nt && k < 32; i++) {
         const dt_st_info *x = dt_st_tensor_at(f, i);
-        dt_st_tensor y = {.name = x->name, .dtype = x->dtype, .ndim = x->ndim, .data = x->data};
+        bytes[i] = malloc(x->nbytes ? x->nbytes : 1);
+        CHECK(bytes[i] && dt_st_read_part(f, x, 0, bytes[i], x->nbytes, &err) == 0);
+        dt_st_tensor y = {.name = x->name, .dtype = x->dtype, .ndim = x->ndim, .data = bytes[i]};
         memcpy(y.shape, x->shape, sizeof y.shape);
         if (!strcmp(x->name, "global_step")) {
             if (mode == 2) continue;
@@ -692,6 +757,7 @@ static void forge_step(const char *dir, const char *from, const char *to, int mo
         if (strcmp(key, DT_ST_CHECKSUM_KEY)) meta[nm++] = (dt_st_meta){key, value};
     }
     CHECK_MSG(dt_st_write(dst, t, k, meta, nm, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < 32; i++) free(bytes[i]);
     dt_st_close(f);
 }
 
@@ -932,6 +998,7 @@ int main(void) {
     RUN(test_index_outside_logdir);
     RUN(test_symlink_not_followed);
     RUN(test_orphan_of_failed_index_write);
+    RUN(test_planted_links_not_written_through);
     RUN(test_impossible_step);
     RUN(test_supervisor_index_repair);
     RUN(test_class_names);

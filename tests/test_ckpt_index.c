@@ -1,6 +1,7 @@
 /* The `checkpoint` index: TensorFlow's text format written and parsed, samples as TensorFlow writes
  * them, refusals naming the line, and retention (which files to delete, oldest first). */
 #include <dirent.h>
+#include <sys/stat.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,6 +335,37 @@ static void test_writer_refusals(void) {
     rm_tree(dir);
 }
 
+/* What the index parser shows of a file that is not an index (anyone's text, maybe a secret): a
+ * field name cut to 24 characters, then "..."; and an index that is a symbolic link is not read at
+ * all (its target's first word would be shown, and its text taken for the index). */
+static void test_hostile_index_file(void) {
+    dt_error err = {0};
+    dt_ckpt_index idx;
+    CHECK(parse(&idx, "abcdefghijklmnopqrstuvwxSECRETTAIL: 1\n", &err) == DT_EFORMAT);
+    CHECK_CONTAINS(err.msg, "unknown field \"abcdefghijklmnopqrstuvwx...\"");
+    CHECK_MSG(strstr(err.msg, "SECRET") == NULL, "%s", err.msg);
+    CHECK(parse(&idx, "abcdefghijklmnopqrstuvwxSECRETTAIL\n", &err) == DT_EFORMAT);
+    CHECK_CONTAINS(err.msg, "expected ':' after abcdefghijklmnopqrstuvwx...");
+    CHECK_MSG(strstr(err.msg, "SECRET") == NULL, "%s", err.msg);
+
+    char dir[] = "/tmp/dtrain_ckidx_XXXXXX", target[64], link[64];
+    if (!mkdtemp(dir)) return;
+    snprintf(target, sizeof target, "%s/elsewhere", dir);
+    snprintf(link, sizeof link, "%s/checkpoint", dir);
+    FILE *f = fopen(target, "w");
+    CHECK(f && fputs("model_checkpoint_path: \"model.ckpt-5.safetensors\"\n", f) >= 0 && fclose(f) == 0);
+    CHECK(symlink(target, link) == 0);
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == DT_EIO);
+    CHECK_CONTAINS(err.msg, "checkpoint: is a symbolic link (not followed");
+    /* A FIFO there is refused at once, not waited on. */
+    CHECK(unlink(link) == 0 && mkfifo(link, 0600) == 0);
+    CHECK(dt_ckpt_index_read(&idx, dir, &err) == DT_EIO);
+    CHECK_CONTAINS(err.msg, "checkpoint: not a regular file (a FIFO)");
+    unlink(link);
+    unlink(target);
+    rmdir(dir);
+}
+
 int main(void) {
     RUN(test_retention_and_round_trip);
     RUN(test_tensorflow_samples);
@@ -341,5 +373,6 @@ int main(void) {
     RUN(test_duplicate_paths);
     RUN(test_refusals);
     RUN(test_writer_refusals);
+    RUN(test_hostile_index_file);
     return test_summary();
 }

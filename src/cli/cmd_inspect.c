@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "core/error.h"
@@ -17,8 +18,6 @@
 #include "io/events.h"
 #include "io/fsutil.h"
 #include "io/safetensors.h"
-
-#define MAX_EVENT_FILE ((size_t)1 << 32)
 
 static void print_indented(const char *text) {
     while (*text) {
@@ -29,7 +28,7 @@ static void print_indented(const char *text) {
     }
 }
 
-static void list_checkpoint(const dt_st_file *f, const char *path) {
+static void list_checkpoint(const dt_st_file *f, const char *path, dt_error *err) {
     size_t bytes = 0;
     for (int i = 0; i < dt_st_num_tensors(f); i++) bytes += dt_st_tensor_at(f, i)->nbytes;
     printf("%s: safetensors, %d tensors, %zu data bytes, %s\n", path, dt_st_num_tensors(f), bytes,
@@ -47,20 +46,25 @@ static void list_checkpoint(const dt_st_file *f, const char *path) {
         if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
         printf("%-32s %-5s %-16s %10" PRIu64, t->name, dt_st_dtype_name(t->dtype), shape, t->count);
         if (t->dtype == DT_ST_F32 && t->count > 0) {
-            /* The data may be unaligned in the file image: copy element by element. */
+            /* Read piece by piece from the file: what is held does not grow with the tensor. */
+            enum { CHUNK = 16384 };
+            static float buf[CHUNK];
             double lo = INFINITY, hi = -INFINITY, sum = 0;
-            for (uint64_t j = 0; j < t->count; j++) {
-                float v;
-                memcpy(&v, t->data + j * 4, 4);
-                lo = v < lo ? v : lo;
-                hi = v > hi ? v : hi;
-                sum += v;
+            int bad = 0;
+            for (uint64_t j = 0; j < t->count && !bad; j += CHUNK) {
+                size_t m = t->count - j < CHUNK ? (size_t)(t->count - j) : CHUNK;
+                if ((bad = dt_st_read_part(f, t, j * 4, buf, m * 4, err) != 0)) break;
+                for (size_t k = 0; k < m; k++) {
+                    lo = buf[k] < lo ? buf[k] : lo;
+                    hi = buf[k] > hi ? buf[k] : hi;
+                    sum += buf[k];
+                }
             }
-            printf(" %12.5g %12.5g %12.5g", lo, hi, sum / (double)t->count);
+            if (bad) printf(" (%s)", err->msg);
+            else printf(" %12.5g %12.5g %12.5g", lo, hi, sum / (double)t->count);
         } else if (t->dtype == DT_ST_I64 && t->count == 1) {
             int64_t v;
-            memcpy(&v, t->data, 8);
-            printf(" %12" PRId64, v);
+            if (dt_st_read_part(f, t, 0, &v, 8, err) == 0) printf(" %12" PRId64, v);
         }
         printf("\n");
     }
@@ -77,23 +81,30 @@ static void list_checkpoint(const dt_st_file *f, const char *path) {
     }
 }
 
-/* Lists every record; returns 1 (after printing the good ones) at a damaged record. */
-static int list_events(const uint8_t *buf, size_t n, const char *path, dt_error *err) {
-    size_t pos = 0;
-    int count = 0;
+/* Lists every record, read one by one from the file; returns 1 (after printing the good ones) at a
+ * damaged record. */
+static int list_events(const char *path, dt_error *err) {
+    dt_record_reader *r = NULL;
+    if (dt_record_reader_open(&r, path, err)) return 1;
+    int count = 0, status = 0;
     printf("%s: TensorBoard event file\n%-10s %-18s %10s  %s\n", path, "offset", "wall_time", "step", "record");
     for (;;) {
-        size_t at = pos, len;
+        uint64_t at = 0;
+        size_t len;
         const uint8_t *data;
-        int rc = dt_record_next(buf, n, &pos, &data, &len, path, err);
-        if (rc < 0) return 1;
+        int rc = dt_record_reader_next(r, &data, &len, &at, err);
+        if (rc < 0) {
+            status = 1;
+            break;
+        }
         if (rc == 0) break;
         dt_event ev;
         if ((rc = dt_event_decode(&ev, data, len, err))) {
-            dt_error_wrap(err, rc, "%s: record at offset %zu: ", path, at);
-            return 1;
+            dt_error_wrap(err, rc, "%s: record at offset %" PRIu64 ": ", path, at);
+            status = 1;
+            break;
         }
-        printf("%-10zu %-18.6f %10" PRId64 "  ", at, ev.wall_time, ev.step);
+        printf("%-10" PRIu64 " %-18.6f %10" PRId64 "  ", at, ev.wall_time, ev.step);
         if (ev.kind == DT_EVENT_KIND_FILE_VERSION) printf("file_version %s\n", ev.file_version);
         else if (ev.kind == DT_EVENT_KIND_SUMMARY) {
             for (int i = 0; i < ev.n_values; i++) {
@@ -105,8 +116,9 @@ static int list_events(const uint8_t *buf, size_t n, const char *path, dt_error 
         dt_event_free(&ev);
         count++;
     }
-    printf("%d records\n", count);
-    return 0;
+    dt_record_reader_close(r);
+    if (!status) printf("%d records\n", count);
+    return status;
 }
 
 static int inspect_folder(const char *dir, dt_error *err) {
@@ -130,7 +142,7 @@ static int inspect_folder(const char *dir, dt_error *err) {
         dt_errorf(err, DT_EINVAL, "%s: no checkpoint in this folder", dir);
         return 1;
     }
-    list_checkpoint(f, path);
+    list_checkpoint(f, path, err);
     dt_st_close(f);
     return 0;
 }
@@ -159,26 +171,34 @@ int cmd_inspect(int argc, char **argv) {
     if (S_ISDIR(st.st_mode)) {
         status = inspect_folder(path, &err);
     } else {
-        uint8_t *buf = NULL;
-        size_t n = 0;
-        if (dt_read_file(&buf, &n, path, MAX_EVENT_FILE, &err)) {
+        /* Only the first 9 bytes tell what it is; each reader then validates what it reads before
+         * reading on, and neither holds the file. A safetensors file starts with its header length,
+         * then '{'; a record with its length, then a masked CRC: byte 8 tells them apart. */
+        uint8_t head[9];
+        struct stat fst;
+        int fd = dt_open_regular(path, 0, &fst, &err);
+        if (fd < 0) {
             fprintf(stderr, "dtrain inspect: %s\n", err.msg);
             return 1;
         }
-        /* A safetensors file starts with its header length, then '{'; a record with its length,
-         * then a masked CRC: byte 8 tells them apart. */
-        if (n >= 9 && buf[8] == '{') {
+        size_t n = fst.st_size < (off_t)sizeof head ? (size_t)fst.st_size : sizeof head;
+        int bad = dt_pread_full(fd, head, n, 0);
+        close(fd);
+        if (bad) {
+            dt_errorf(&err, DT_EIO, "%s: could not read its first bytes", path);
+            status = 1;
+        } else if (n >= 9 && head[8] == '{') {
             dt_st_file *f = NULL;
-            status = dt_st_open_memory(&f, buf, n, path, &err) ? 1 : 0;
-            if (!status) list_checkpoint(f, path);
+            status = dt_st_open(&f, path, &err) ? 1 : 0;
+            if (!status) list_checkpoint(f, path, &err);
             dt_st_close(f);
-        } else if (n >= DT_RECORD_OVERHEAD) {
-            status = list_events(buf, n, path, &err);
+        } else if ((uint64_t)fst.st_size >= DT_RECORD_OVERHEAD) {
+            status = list_events(path, &err);
         } else {
-            dt_errorf(&err, DT_EFORMAT, "%s: %zu bytes: neither a safetensors checkpoint nor an event file", path, n);
+            dt_errorf(&err, DT_EFORMAT, "%s: %lld bytes: neither a safetensors checkpoint nor an event file", path,
+                      (long long)fst.st_size);
             status = 1;
         }
-        free(buf);
     }
     if (status) fprintf(stderr, "dtrain inspect: %s\n", err.msg);
     return status;

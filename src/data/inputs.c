@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "data/dataset.h"
@@ -81,8 +82,14 @@ static int add_folder(path_list *P, const char *dir, dt_error *err) {
  * anything else (an image, or a bad image the decoder will name). An IDX labels file is refused. */
 static int idx_images_kind(const char *path, int *is_idx, dt_error *err) {
     *is_idx = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0; /* unreadable: a bad image, counted or fatal by policy when decoded */
+    /* Not a regular file (a FIFO would block here) or unreadable: a bad image, counted or fatal by
+     * policy when decoded (the decoder's reader refuses it with one line). */
+    int fd = dt_open_regular(path, 0, NULL, NULL);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return 0;
+    }
     unsigned char b[4] = {0};
     size_t got = fread(b, 1, 4, f);
     fclose(f);
@@ -114,8 +121,14 @@ static int add_input(path_list *P, const char **idx, const char *in, dt_error *e
 
 /* Each non-empty line of list_file is an input (relative paths from the current folder). */
 static int add_list_file(path_list *P, const char **idx, char **idx_owned, const char *list_file, dt_error *err) {
-    FILE *f = fopen(list_file, "rb");
-    if (!f) return dt_errorf(err, DT_EIO, "%s: cannot open: %s", list_file, strerror(errno));
+    /* Streamed line by line (bounded by LIST_MAX_FILE); a FIFO or device is refused, not waited on. */
+    int fd = dt_open_regular(list_file, 0, NULL, err);
+    if (fd < 0) return fd;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return dt_errorf(err, DT_EIO, "%s: cannot open: %s", list_file, strerror(errno));
+    }
     char *line = NULL;
     size_t cap = 0, total = 0;
     ssize_t len;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -136,6 +137,29 @@ int dt_event_add_scalar(dt_event_writer *w, const char *tag, int64_t step, float
 
 /* ---- Reader --------------------------------------------------------------------------------- */
 
+/* The 12 framing bytes of the record at offset at, left bytes from there to the end: its data
+ * length, or an error naming the record. */
+static int check_frame(const uint8_t *hdr, size_t at, uint64_t left, uint64_t *ln, const char *label, dt_error *err) {
+    uint64_t n = dt_get_u64(hdr);
+    uint32_t want = dt_crc32c_unmask(dt_get_u32(hdr + 8)), got = dt_crc32c(0, hdr, 8);
+    if (want != got)
+        return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: length CRC mismatch (stored %08" PRIx32
+                         ", computed %08" PRIx32 ")", label, at, want, got);
+    if (n > DT_RECORD_MAX_DATA)
+        return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: length %" PRIu64 " exceeds the %zu allowed", label, at,
+                         n, DT_RECORD_MAX_DATA);
+    if (n + DT_RECORD_OVERHEAD > left)
+        return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: truncated (needs %" PRIu64 " bytes, %" PRIu64 " left)",
+                         label, at, n + DT_RECORD_OVERHEAD, left);
+    *ln = n;
+    return 0;
+}
+
+static int data_crc_mismatch(size_t at, uint32_t want, uint32_t got, const char *label, dt_error *err) {
+    return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: data CRC mismatch (stored %08" PRIx32
+                     ", computed %08" PRIx32 ")", label, at, want, got);
+}
+
 int dt_record_next(const uint8_t *buf, size_t n, size_t *pos, const uint8_t **data, size_t *len,
                    const char *label, dt_error *err) {
     size_t at = *pos;
@@ -143,26 +167,130 @@ int dt_record_next(const uint8_t *buf, size_t n, size_t *pos, const uint8_t **da
     size_t left = n - at;
     if (left < 12)
         return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: truncated framing (%zu of 12 bytes)", label, at, left);
-    uint64_t ln = dt_get_u64(buf + at);
-    uint32_t want = dt_crc32c_unmask(dt_get_u32(buf + at + 8)), got = dt_crc32c(0, buf + at, 8);
-    if (want != got)
-        return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: length CRC mismatch (stored %08" PRIx32
-                         ", computed %08" PRIx32 ")", label, at, want, got);
-    if (ln > DT_RECORD_MAX_DATA)
-        return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: length %" PRIu64 " exceeds the %zu allowed", label, at,
-                         ln, DT_RECORD_MAX_DATA);
-    if (ln + DT_RECORD_OVERHEAD > left)
-        return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: truncated (needs %" PRIu64 " bytes, %zu left)", label,
-                         at, ln + DT_RECORD_OVERHEAD, left);
+    uint64_t ln = 0;
+    int rc = check_frame(buf + at, at, left, &ln, label, err);
+    if (rc) return rc;
     const uint8_t *d = buf + at + 12;
-    want = dt_crc32c_unmask(dt_get_u32(d + ln));
-    got = dt_crc32c(0, d, (size_t)ln);
-    if (want != got)
-        return dt_errorf(err, DT_EFORMAT, "%s: record at offset %zu: data CRC mismatch (stored %08" PRIx32
-                         ", computed %08" PRIx32 ")", label, at, want, got);
+    uint32_t want = dt_crc32c_unmask(dt_get_u32(d + ln)), got = dt_crc32c(0, d, (size_t)ln);
+    if (want != got) return data_crc_mismatch(at, want, got, label, err);
     *data = d;
     *len = (size_t)ln;
     *pos = at + (size_t)ln + DT_RECORD_OVERHEAD;
+    return 1;
+}
+
+/* ---- Record by record from a file ------------------------------------------------------------ */
+
+#define STREAM_CRC_ABOVE ((size_t)1 << 20) /* records larger than this: CRC checked before they are held */
+
+struct dt_record_reader {
+    int fd;                   /* -1: mem */
+    const uint8_t *mem;
+    uint64_t size, pos;
+    uint8_t *buf;             /* the current record's data (grown to the largest one) */
+    size_t cap;
+    char *label;
+};
+
+static int reader_new(dt_record_reader **out, const char *label, dt_error *err) {
+    dt_record_reader *r = dt_calloc(1, sizeof *r, "record reader", err);
+    if (!r) return DT_ENOMEM;
+    r->fd = -1;
+    if (!(r->label = strdup(label))) {
+        free(r);
+        return dt_errorf(err, DT_ENOMEM, "out of memory for a file name");
+    }
+    *out = r;
+    return 0;
+}
+
+int dt_record_reader_open(dt_record_reader **out, const char *path, dt_error *err) {
+    *out = NULL;
+    struct stat st;
+    int fd = dt_open_regular(path, 0, &st, err);
+    if (fd < 0) return fd;
+    int rc = reader_new(out, path, err);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    (*out)->fd = fd;
+    (*out)->size = (uint64_t)st.st_size; /* a file still being written is read as it was here */
+    return 0;
+}
+
+int dt_record_reader_open_memory(dt_record_reader **out, const uint8_t *buf, size_t n, const char *label,
+                                 dt_error *err) {
+    *out = NULL;
+    int rc = reader_new(out, label, err);
+    if (rc) return rc;
+    (*out)->mem = buf;
+    (*out)->size = n;
+    return 0;
+}
+
+void dt_record_reader_close(dt_record_reader *r) {
+    if (!r) return;
+    if (r->fd >= 0) close(r->fd);
+    free(r->buf);
+    free(r->label);
+    free(r);
+}
+
+static int reader_read(dt_record_reader *r, uint64_t at, void *out, size_t n, dt_error *err) {
+    if (r->mem) {
+        memcpy(out, r->mem + at, n);
+        return 0;
+    }
+    if (dt_pread_full(r->fd, out, n, at))
+        return dt_errorf(err, DT_EIO, "%s: could not read %zu bytes at offset %" PRIu64 " (file changed or i/o error)",
+                         r->label, n, at);
+    return 0;
+}
+
+static int reader_reserve(dt_record_reader *r, size_t n, dt_error *err) {
+    if (n <= r->cap) return 0;
+    uint8_t *b = realloc(r->buf, n);
+    if (!b) return dt_errorf(err, DT_ENOMEM, "%s: out of memory for a record of %zu bytes", r->label, n);
+    r->buf = b;
+    r->cap = n;
+    return 0;
+}
+
+int dt_record_reader_next(dt_record_reader *r, const uint8_t **data, size_t *len, uint64_t *offset, dt_error *err) {
+    uint64_t at = r->pos;
+    if (at >= r->size) return 0;
+    uint64_t left = r->size - at;
+    if (left < 12)
+        return dt_errorf(err, DT_EFORMAT, "%s: record at offset %" PRIu64 ": truncated framing (%" PRIu64 " of 12 bytes)",
+                         r->label, at, left);
+    uint8_t hdr[12], tail[4];
+    uint64_t ln = 0;
+    int rc = reader_read(r, at, hdr, 12, err);
+    if (!rc) rc = check_frame(hdr, (size_t)at, left, &ln, r->label, err);
+    if (!rc) rc = reader_read(r, at + 12 + ln, tail, 4, err);
+    if (rc) return rc;
+    uint32_t want = dt_crc32c_unmask(dt_get_u32(tail)), got = 0;
+    if (ln > STREAM_CRC_ABOVE) {
+        /* A large record is checked through a fixed buffer before it is held whole: a damaged or
+         * hostile length costs reading, not memory. */
+        if ((rc = reader_reserve(r, STREAM_CRC_ABOVE, err))) return rc;
+        for (uint64_t k = 0; k < ln;) {
+            size_t m = ln - k < STREAM_CRC_ABOVE ? (size_t)(ln - k) : STREAM_CRC_ABOVE;
+            if ((rc = reader_read(r, at + 12 + k, r->buf, m, err))) return rc;
+            got = dt_crc32c(got, r->buf, m);
+            k += m;
+        }
+        if (want != got) return data_crc_mismatch((size_t)at, want, got, r->label, err);
+    }
+    if ((rc = reader_reserve(r, ln ? (size_t)ln : 1, err))) return rc;
+    if ((rc = reader_read(r, at + 12, r->buf, (size_t)ln, err))) return rc;
+    got = dt_crc32c(0, r->buf, (size_t)ln);
+    if (want != got) return data_crc_mismatch((size_t)at, want, got, r->label, err);
+    *data = r->buf;
+    *len = (size_t)ln;
+    if (offset) *offset = at;
+    r->pos = at + ln + DT_RECORD_OVERHEAD;
     return 1;
 }
 

@@ -45,6 +45,21 @@ int dt_event_writer_close(dt_event_writer *w, dt_error *err);
 int dt_record_next(const uint8_t *buf, size_t n, size_t *pos, const uint8_t **data, size_t *len,
                    const char *label, dt_error *err);
 
+/* The same, record by record from a file that is never held whole: each record's framing and CRCs
+ * are checked as it is read (a record over 1 MiB is CRC-checked through a fixed buffer before it is
+ * held), and only the current record's data is held, in a buffer reused from one to the next. The
+ * file is read as long as it was when opened; it must be a regular file (a FIFO is refused without
+ * blocking). */
+typedef struct dt_record_reader dt_record_reader;
+int dt_record_reader_open(dt_record_reader **out, const char *path, dt_error *err);
+/* Over buf[0..n) (not copied: it must outlive the reader); label names it in messages. */
+int dt_record_reader_open_memory(dt_record_reader **out, const uint8_t *buf, size_t n, const char *label,
+                                 dt_error *err);
+/* 1 with the next record's data in *data[0..*len) (valid until the next call) and its offset in
+ * *offset (may be NULL); 0 at a clean end; DT_EFORMAT (as dt_record_next) or DT_EIO. */
+int dt_record_reader_next(dt_record_reader *r, const uint8_t **data, size_t *len, uint64_t *offset, dt_error *err);
+void dt_record_reader_close(dt_record_reader *r);
+
 typedef enum { DT_EVENT_KIND_OTHER, DT_EVENT_KIND_FILE_VERSION, DT_EVENT_KIND_SUMMARY } dt_event_kind;
 
 typedef struct {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,10 +18,21 @@ int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
     if (n == 0 || n >= sizeof f->path)
         return dt_errorf(err, DT_EINVAL, "%s: path is empty or too long (%zu bytes)", path, n);
     memcpy(f->path, path, n + 1);
-    snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%ld", path, (long)getpid());
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A random name created with O_EXCL|O_NOFOLLOW: whoever can write the folder cannot plant a link
+     * (or a file) at a name known in advance and have the bytes written through it elsewhere. The
+     * rename in commit replaces a link at path itself rather than following it. */
+    int e = EEXIST;
+    for (int tries = 0; tries < 16 && e == EEXIST; tries++) {
+        uint64_t r;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
+            e = errno;
+            break;
+        }
+        snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%016llx", path, (unsigned long long)r);
+        f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        e = f->fd < 0 ? errno : 0;
+    }
     if (f->fd < 0) {
-        int e = errno;
         f->tmp[0] = 0;
         return dt_errorf(err, DT_EIO, "%s: cannot create temporary file: %s", path, strerror(e));
     }
@@ -124,43 +136,73 @@ int dt_mkdirs(const char *dir, dt_error *err) {
     return 0;
 }
 
-static int read_file(uint8_t **out, size_t *len, const char *path, size_t max_len, int plain, dt_error *err) {
-    *out = NULL;
-    *len = 0;
-    /* plain: O_NOFOLLOW refuses a symbolic link as the last component, O_NONBLOCK keeps a FIFO from
-     * blocking the open (fstat then refuses it); neither changes how a regular file reads. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | (plain ? O_NOFOLLOW | O_NONBLOCK : 0));
-    if (fd < 0 && plain && errno == ELOOP)
+int dt_open_regular(const char *path, int nofollow, struct stat *st, dt_error *err) {
+    /* O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer: it is refused below, with
+     * one line, instead of hanging. O_NOFOLLOW (nofollow) refuses a symbolic link as the last
+     * component. Neither changes how a regular file reads, and O_NONBLOCK is cleared again anyway. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
+    if (fd < 0 && nofollow && errno == ELOOP)
         return dt_errorf(err, DT_EIO, "%s: is a symbolic link (not followed: only files in the folder itself are read)",
                          path);
     if (fd < 0) return dt_errorf(err, DT_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    struct stat sb;
+    if (!st) st = &sb;
+    if (fstat(fd, st) != 0) {
+        int e = errno;
         close(fd);
-        return dt_errorf(err, DT_EIO, "%s: not a regular file", path);
+        return dt_errorf(err, DT_EIO, "%s: cannot stat: %s", path, strerror(e));
     }
-    if ((uint64_t)st.st_size > (uint64_t)max_len) {
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return dt_errorf(err, DT_EIO, "%s: not a regular file (%s)", path,
+                         S_ISDIR(st->st_mode) ? "a folder" : S_ISFIFO(st->st_mode) ? "a FIFO" :
+                         S_ISSOCK(st->st_mode) ? "a socket" : S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ? "a device" :
+                         "not a plain file");
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return dt_errorf(err, DT_EIO, "%s: fcntl: %s", path, strerror(e));
+    }
+    return fd;
+}
+
+int dt_pread_full(int fd, void *buf, size_t n, uint64_t offset) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    return got == n ? 0 : -1;
+}
+
+static int read_file(uint8_t **out, size_t *len, const char *path, size_t max_len, int plain, struct stat *st,
+                     dt_error *err) {
+    *out = NULL;
+    *len = 0;
+    struct stat sb;
+    if (!st) st = &sb;
+    int fd = dt_open_regular(path, plain, st, err);
+    if (fd < 0) return fd;
+    if ((uint64_t)st->st_size > (uint64_t)max_len) {
         close(fd);
         return dt_errorf(err, DT_EFORMAT, "%s: file is %lld bytes, more than the %zu allowed", path,
-                         (long long)st.st_size, max_len);
+                         (long long)st->st_size, max_len);
     }
-    size_t n = (size_t)st.st_size;
+    size_t n = (size_t)st->st_size;
     uint8_t *buf = dt_malloc(n + 1, path, err);
     if (!buf) {
         close(fd);
         return DT_ENOMEM;
     }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
+    int bad = dt_pread_full(fd, buf, n, 0);
     close(fd);
-    if (got != n) {
+    if (bad) {
         free(buf);
-        return dt_errorf(err, DT_EIO, "%s: read %zu of %zu bytes (file changed or i/o error)", path, got, n);
+        return dt_errorf(err, DT_EIO, "%s: could not read its %zu bytes (file changed or i/o error)", path, n);
     }
     buf[n] = 0;
     *out = buf;
@@ -169,11 +211,15 @@ static int read_file(uint8_t **out, size_t *len, const char *path, size_t max_le
 }
 
 int dt_read_file(uint8_t **out, size_t *len, const char *path, size_t max_len, dt_error *err) {
-    return read_file(out, len, path, max_len, 0, err);
+    return read_file(out, len, path, max_len, 0, NULL, err);
+}
+
+int dt_read_file_stat(uint8_t **out, size_t *len, const char *path, size_t max_len, struct stat *st, dt_error *err) {
+    return read_file(out, len, path, max_len, 0, st, err);
 }
 
 int dt_read_plain_file(uint8_t **out, size_t *len, const char *path, size_t max_len, dt_error *err) {
-    return read_file(out, len, path, max_len, 1, err);
+    return read_file(out, len, path, max_len, 1, NULL, err);
 }
 
 int dt_path_join(char *out, size_t cap, const char *dir, const char *name, dt_error *err) {

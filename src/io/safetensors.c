@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "io/crc32c.h"
@@ -181,8 +183,10 @@ int dt_st_write(const char *path, const dt_st_tensor *t, int n, const dt_st_meta
 /* ---- Reader --------------------------------------------------------------------------------- */
 
 struct dt_st_file {
-    uint8_t *bytes;           /* the whole file */
-    size_t size;
+    int fd;                   /* the file, read with pread when asked (-1: bytes in memory) */
+    uint8_t *mem;             /* dt_st_open_memory's copy of the bytes (NULL for a file) */
+    uint64_t size;            /* of the whole file */
+    uint64_t data_start;      /* 8 + header length: where tensor offsets count from */
     json_t *root;             /* owns the name and metadata strings */
     dt_st_info *tensors;      /* data-section order */
     int n;
@@ -195,7 +199,8 @@ struct dt_st_file {
 
 void dt_st_close(dt_st_file *f) {
     if (!f) return;
-    free(f->bytes);
+    if (f->fd >= 0) close(f->fd);
+    free(f->mem);
     json_decref(f->root);
     free(f->tensors);
     free(f->by_name);
@@ -203,6 +208,22 @@ void dt_st_close(dt_st_file *f) {
     free(f->meta_keys);
     free(f->meta_values);
     free(f);
+}
+
+/* Bytes [at, at + n) of the file, from the memory copy or with pread. */
+static int file_read(const dt_st_file *f, uint64_t at, void *out, size_t n, dt_error *err) {
+    if (at > f->size || n > f->size - at)
+        return dt_errorf(err, DT_EFORMAT, "%s: read of %zu bytes at %" PRIu64 " beyond the file's %" PRIu64, f->label, n,
+                         at, f->size);
+    if (!n) return 0;
+    if (f->mem) {
+        memcpy(out, f->mem + at, n);
+        return 0;
+    }
+    if (dt_pread_full(f->fd, out, n, at))
+        return dt_errorf(err, DT_EIO, "%s: could not read %zu bytes at offset %" PRIu64 " (file changed or i/o error)",
+                         f->label, n, at);
+    return 0;
 }
 
 static int cmp_offset(const void *a, const void *b) {
@@ -297,34 +318,67 @@ static int parse_metadata(dt_st_file *f, const char *label, json_t *md, dt_error
     return 0;
 }
 
-/* Validates f->bytes[0..size) and fills the tables. */
-static int parse(dt_st_file *f, const char *label, dt_error *err) {
+/* jansson reads the header from the file through this, in its own small buffer: no copy of the
+ * header is held, and a header of zeros is refused at its first byte, not after reading it all. */
+typedef struct {
+    const dt_st_file *f;
+    uint64_t at, end;
+    int failed;
+} header_source;
+
+static size_t header_chunk(void *buf, size_t cap, void *arg) {
+    header_source *h = arg;
+    size_t n = h->end - h->at < cap ? (size_t)(h->end - h->at) : cap;
+    if (n && file_read(h->f, h->at, buf, n, NULL)) {
+        h->failed = 1;
+        return (size_t)-1;
+    }
+    h->at += n;
+    return n;
+}
+
+/* Validates the header and the tensor table against the file's size, and fills the tables. Reads
+ * the 8-byte length and the header only, never the data section. */
+static int parse_header(dt_st_file *f, const char *label, dt_error *err) {
     if (f->size < 8)
-        return dt_errorf(err, DT_EFORMAT, "%s: %zu bytes: too short for the 8-byte header length", label, f->size);
+        return dt_errorf(err, DT_EFORMAT, "%s: %" PRIu64 " bytes: too short for the 8-byte header length", label, f->size);
+    uint8_t head[9];
+    int rc = file_read(f, 0, head, f->size >= 9 ? 9 : 8, err);
+    if (rc) return rc;
     uint64_t hn;
-    memcpy(&hn, f->bytes, 8);
+    memcpy(&hn, head, 8);
     if (hn > f->size - 8)
-        return dt_errorf(err, DT_EFORMAT, "%s: header length %" PRIu64 " goes beyond the end of the file (%zu bytes)",
+        return dt_errorf(err, DT_EFORMAT, "%s: header length %" PRIu64 " goes beyond the end of the file (%" PRIu64 " bytes)",
                          label, hn, f->size);
     if (hn > DT_ST_MAX_HEADER)
         return dt_errorf(err, DT_EFORMAT, "%s: header length %" PRIu64 " exceeds the %zu allowed", label, hn,
                          DT_ST_MAX_HEADER);
-    if (hn < 2 || f->bytes[8] != '{')
+    if (hn < 2 || head[8] != '{')
         return dt_errorf(err, DT_EFORMAT, "%s: header does not start with '{' (not a safetensors file?)", label);
     json_error_t je;
-    f->root = json_loadb((const char *)f->bytes + 8, (size_t)hn, JSON_REJECT_DUPLICATES, &je);
+    if (f->mem) {
+        f->root = json_loadb((const char *)f->mem + 8, (size_t)hn, JSON_REJECT_DUPLICATES, &je);
+    } else {
+        header_source h = {f, 8, 8 + hn, 0};
+        f->root = json_load_callback(header_chunk, &h, JSON_REJECT_DUPLICATES, &je);
+        if (!f->root && h.failed)
+            return dt_errorf(err, DT_EIO, "%s: could not read the header (file changed or i/o error)", label);
+    }
     if (!f->root)
         return dt_errorf(err, DT_EFORMAT, "%s: header JSON, byte %d of the header: %s", label, je.position, je.text);
     if (!json_is_object(f->root)) return dt_errorf(err, DT_EFORMAT, "%s: header is not a JSON object", label);
+    f->data_start = 8 + hn;
 
-    size_t data_len = f->size - 8 - (size_t)hn;
-    const uint8_t *data = f->bytes + 8 + hn;
+    uint64_t data_len64 = f->size - f->data_start;
+    if (data_len64 > DT_ST_MAX_FILE)
+        return dt_errorf(err, DT_EFORMAT, "%s: data section of %" PRIu64 " bytes, more than the %zu allowed", label,
+                         data_len64, DT_ST_MAX_FILE);
+    size_t data_len = (size_t)data_len64;
     size_t n = json_object_size(f->root);
     f->tensors = dt_calloc(n ? n : 1, sizeof *f->tensors, "safetensors tensor table", err);
     if (!f->tensors) return DT_ENOMEM;
     const char *key;
     json_t *v;
-    int rc;
     json_object_foreach(f->root, key, v) {
         if (strcmp(key, "__metadata__") == 0) {
             if ((rc = parse_metadata(f, label, v, err))) return rc;
@@ -333,7 +387,6 @@ static int parse(dt_st_file *f, const char *label, dt_error *err) {
         if (!key[0] || strlen(key) > DT_ST_MAX_NAME)
             return dt_errorf(err, DT_EFORMAT, "%s: tensor name is empty or longer than %d bytes", label, DT_ST_MAX_NAME);
         if ((rc = parse_entry(&f->tensors[f->n], label, key, v, data_len, err))) return rc;
-        f->tensors[f->n].data = data + f->tensors[f->n].offset;
         f->n++;
     }
 
@@ -358,40 +411,65 @@ static int parse(dt_st_file *f, const char *label, dt_error *err) {
     if (!f->by_name) return DT_ENOMEM;
     for (int i = 0; i < f->n; i++) f->by_name[i] = &f->tensors[i];
     qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name);
-
-    const char *sum = dt_st_meta_get(f, DT_ST_CHECKSUM_KEY);
-    if (sum) {
-        char *end;
-        unsigned long want = strtoul(sum, &end, 16);
-        if (strlen(sum) != 8 || *end || strspn(sum, "0123456789abcdefABCDEF") != 8)
-            return dt_errorf(err, DT_EFORMAT, "%s: __metadata__ \"%s\" is \"%.16s\", not 8 hex digits", label,
-                             DT_ST_CHECKSUM_KEY, sum);
-        uint32_t got = dt_crc32c(0, data, data_len);
-        if (got != (uint32_t)want)
-            return dt_errorf(err, DT_EFORMAT,
-                             "%s: checksum mismatch: the tensor data has crc32c %08" PRIx32 " but the header says %s "
-                             "(the file is corrupt)", label, got, sum);
-        f->has_checksum = 1;
-    }
     return 0;
 }
 
-static int open_bytes(dt_st_file **out, uint8_t *bytes, size_t n, const char *label, dt_error *err) {
-    dt_st_file *f = dt_calloc(1, sizeof *f, "safetensors file", err);
-    if (!f) {
-        free(bytes);
-        return DT_ENOMEM;
+/* The stored checksum against the data section, streamed through a 1 MiB buffer: what is held does
+ * not grow with the file. */
+static int verify_checksum(dt_st_file *f, const char *label, dt_error *err) {
+    const char *sum = dt_st_meta_get(f, DT_ST_CHECKSUM_KEY);
+    if (!sum) return 0;
+    char *end;
+    unsigned long want = strtoul(sum, &end, 16);
+    if (strlen(sum) != 8 || *end || strspn(sum, "0123456789abcdefABCDEF") != 8)
+        return dt_errorf(err, DT_EFORMAT, "%s: __metadata__ \"%s\" is \"%.16s\", not 8 hex digits", label,
+                         DT_ST_CHECKSUM_KEY, sum);
+    uint32_t got = 0;
+    if (f->mem) {
+        got = dt_crc32c(0, f->mem + f->data_start, (size_t)(f->size - f->data_start));
+    } else {
+        size_t cap = (size_t)1 << 20;
+        uint8_t *buf = dt_malloc(cap, "checksum buffer", err);
+        if (!buf) return DT_ENOMEM;
+        for (uint64_t at = f->data_start; at < f->size;) {
+            size_t n = f->size - at < cap ? (size_t)(f->size - at) : cap;
+            int rc = file_read(f, at, buf, n, err);
+            if (rc) {
+                free(buf);
+                return rc;
+            }
+            got = dt_crc32c(got, buf, n);
+            at += n;
+        }
+        free(buf);
     }
-    f->bytes = bytes;
-    f->size = n;
+    if (got != (uint32_t)want)
+        return dt_errorf(err, DT_EFORMAT,
+                         "%s: checksum mismatch: the tensor data has crc32c %08" PRIx32 " but the header says %s "
+                         "(the file is corrupt)", label, got, sum);
+    f->has_checksum = 1;
+    return 0;
+}
+
+static dt_st_file *new_file(const char *label, dt_error *err) {
+    dt_st_file *f = dt_calloc(1, sizeof *f, "safetensors file", err);
+    if (!f) return NULL;
+    f->fd = -1;
     size_t ln = strlen(label);
     f->label = dt_malloc(ln + 1, "safetensors file name", err);
     if (!f->label) {
-        dt_st_close(f);
-        return DT_ENOMEM;
+        free(f);
+        return NULL;
     }
     memcpy(f->label, label, ln + 1);
-    int rc = parse(f, label, err);
+    return f;
+}
+
+/* Header, then the caller's check of the table (nothing of the data read yet), then the checksum. */
+static int finish_open(dt_st_file **out, dt_st_file *f, dt_st_check_fn check, void *ctx, dt_error *err) {
+    int rc = parse_header(f, f->label, err);
+    if (!rc && check) rc = check(f, f->label, ctx, err);
+    if (!rc) rc = verify_checksum(f, f->label, err);
     if (rc) {
         dt_st_close(f);
         return rc;
@@ -400,31 +478,41 @@ static int open_bytes(dt_st_file **out, uint8_t *bytes, size_t n, const char *la
     return 0;
 }
 
-int dt_st_open(dt_st_file **out, const char *path, dt_error *err) {
+int dt_st_open_ex(dt_st_file **out, const char *path, int flags, dt_st_check_fn check, void *ctx, dt_error *err) {
     *out = NULL;
-    uint8_t *bytes;
-    size_t n;
-    int rc = dt_read_file(&bytes, &n, path, DT_ST_MAX_FILE, err);
-    if (rc) return rc;
-    return open_bytes(out, bytes, n, path, err);
+    struct stat st;
+    int fd = dt_open_regular(path, (flags & DT_ST_NOFOLLOW) != 0, &st, err);
+    if (fd < 0) return fd;
+    dt_st_file *f = new_file(path, err);
+    if (!f) {
+        close(fd);
+        return DT_ENOMEM;
+    }
+    f->fd = fd;
+    f->size = (uint64_t)st.st_size;
+    return finish_open(out, f, check, ctx, err);
+}
+
+int dt_st_open(dt_st_file **out, const char *path, dt_error *err) {
+    return dt_st_open_ex(out, path, 0, NULL, NULL, err);
 }
 
 int dt_st_open_plain(dt_st_file **out, const char *path, dt_error *err) {
-    *out = NULL;
-    uint8_t *bytes;
-    size_t n;
-    int rc = dt_read_plain_file(&bytes, &n, path, DT_ST_MAX_FILE, err);
-    if (rc) return rc;
-    return open_bytes(out, bytes, n, path, err);
+    return dt_st_open_ex(out, path, DT_ST_NOFOLLOW, NULL, NULL, err);
 }
 
 int dt_st_open_memory(dt_st_file **out, const void *src, size_t n, const char *label, dt_error *err) {
     *out = NULL;
     if (n > DT_ST_MAX_FILE) return dt_errorf(err, DT_EFORMAT, "%s: %zu bytes is too large", label, n);
-    uint8_t *bytes = dt_malloc(n, label, err);
-    if (!bytes) return DT_ENOMEM;
-    if (n) memcpy(bytes, src, n);
-    return open_bytes(out, bytes, n, label, err);
+    dt_st_file *f = new_file(label, err);
+    if (!f) return DT_ENOMEM;
+    if (!(f->mem = dt_malloc(n ? n : 1, label, err))) {
+        dt_st_close(f);
+        return DT_ENOMEM;
+    }
+    if (n) memcpy(f->mem, src, n);
+    f->size = n;
+    return finish_open(out, f, NULL, NULL, err);
 }
 
 int dt_st_num_tensors(const dt_st_file *f) { return f->n; }
@@ -469,6 +557,12 @@ int dt_st_read(const dt_st_file *f, const char *name, dt_st_dtype dtype, void *o
     if (t->count != count)
         return dt_errorf(err, DT_ESHAPE, "%s: tensor \"%.64s\" has %" PRIu64 " elements, expected %" PRIu64, label, name,
                          t->count, count);
-    if (t->nbytes) memcpy(out, t->data, t->nbytes);
-    return 0;
+    return file_read(f, f->data_start + t->offset, out, t->nbytes, err);
+}
+
+int dt_st_read_part(const dt_st_file *f, const dt_st_info *t, uint64_t offset, void *out, size_t n, dt_error *err) {
+    if (offset > t->nbytes || n > t->nbytes - offset)
+        return dt_errorf(err, DT_EINVAL, "%s: tensor \"%.64s\": bytes %" PRIu64 "..+%zu are beyond its %zu", f->label,
+                         t->name, offset, n, t->nbytes);
+    return file_read(f, f->data_start + t->offset + offset, out, n, err);
 }

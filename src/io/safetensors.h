@@ -14,7 +14,7 @@
 
 #define DT_ST_MAX_DIMS 8
 #define DT_ST_MAX_HEADER ((size_t)100 << 20)  /* as the reference implementation: 100 MB */
-#define DT_ST_MAX_FILE ((size_t)1 << 36)      /* 64 GiB: the reader holds the file in memory */
+#define DT_ST_MAX_FILE ((size_t)1 << 36)      /* 64 GiB: the largest data section (read on demand) */
 #define DT_ST_MAX_NAME 1024                  /* bytes in a tensor name or metadata key */
 #define DT_ST_CHECKSUM_KEY "crc32c"          /* metadata key the writer reserves */
 
@@ -44,7 +44,7 @@ typedef struct {
 } dt_st_meta;
 
 /* Writes the tensors, in the given order, and the metadata plus the "crc32c" checksum to path
- * atomically: "<path>.tmp.<pid>", fsync, rename, fsync of the folder. On failure path is untouched
+ * atomically: "<path>.tmp.<random>", fsync, rename, fsync of the folder. On failure path is untouched
  * and no temporary file is left. */
 int dt_st_write(const char *path, const dt_st_tensor *tensors, int n_tensors, const dt_st_meta *meta,
                 int n_meta, dt_error *err);
@@ -57,20 +57,33 @@ typedef struct {
     int ndim;
     int64_t shape[DT_ST_MAX_DIMS];
     uint64_t count;           /* elements: product of shape (1 for a scalar) */
-    size_t offset, nbytes;    /* within the data section */
-    const uint8_t *data;      /* into the file image; NOT necessarily aligned: copy, don't cast */
+    size_t offset, nbytes;    /* within the data section; the bytes are read on demand (dt_st_read) */
 } dt_st_info;
 
 typedef struct dt_st_file dt_st_file;
 
-/* Reads and validates the whole file; refuses, naming the file and the field or tensor at fault:
- * a header length beyond the file, JSON that is not an object of tensor entries, unknown dtypes,
- * shapes whose size differs from their data_offsets, offsets out of range, overlaps or gaps, non-string
- * metadata, and a data section whose CRC-32C differs from the stored "crc32c". */
+/* Opens and validates a file without holding it: the 8-byte length and the header are checked
+ * against the file's size (fstat) before anything else is read, the header is parsed, the tensor
+ * table is checked against the data section's size, then the data section is streamed once through
+ * a fixed buffer to verify the stored "crc32c"; tensor bytes are read from the file (pread) when
+ * asked. Refuses, naming the file and the field or tensor at fault: anything but a regular file (a
+ * FIFO or device without blocking), a header length beyond the file, JSON that is not an object of
+ * tensor entries, unknown dtypes, shapes whose size differs from their data_offsets, offsets out of
+ * range, overlaps or gaps, non-string metadata, and a data section whose CRC-32C differs from the
+ * stored "crc32c". The file must not be changed in place while open (dtrain replaces its files by
+ * rename, which leaves an open one as it was). */
 int dt_st_open(dt_st_file **out, const char *path, dt_error *err);
 /* As dt_st_open, for a file that must be a regular file at path itself: a symbolic link is refused,
- * not followed (dt_read_plain_file). The log folder's checkpoints are opened so. */
+ * not followed (O_NOFOLLOW). The log folder's checkpoints are opened so. */
 int dt_st_open_plain(dt_st_file **out, const char *path, dt_error *err);
+/* A caller's check of a file whose header and table are valid, before any of its data is read
+ * (a checkpoint's tensors against the model: a file claiming gigabytes is refused at once). A
+ * non-zero return is the open's result (the file is closed). */
+typedef int (*dt_st_check_fn)(const dt_st_file *f, const char *label, void *ctx, dt_error *err);
+#define DT_ST_NOFOLLOW 1
+/* dt_st_open (flags 0) or dt_st_open_plain (DT_ST_NOFOLLOW), with check (may be NULL) run between
+ * the header and the checksum. */
+int dt_st_open_ex(dt_st_file **out, const char *path, int flags, dt_st_check_fn check, void *ctx, dt_error *err);
 /* The same checks on bytes in memory (copied); label names them in messages. */
 int dt_st_open_memory(dt_st_file **out, const void *bytes, size_t n, const char *label, dt_error *err);
 void dt_st_close(dt_st_file *f);
@@ -89,5 +102,8 @@ int dt_st_has_checksum(const dt_st_file *f);
  * tensor) a missing tensor, another dtype or another element count. */
 int dt_st_read(const dt_st_file *f, const char *name, dt_st_dtype dtype, void *out, uint64_t count,
                dt_error *err);
+/* Copies n bytes of tensor t's data from byte offset within it (for reading a large tensor piece by
+ * piece); refuses a range beyond the tensor. */
+int dt_st_read_part(const dt_st_file *f, const dt_st_info *t, uint64_t offset, void *out, size_t n, dt_error *err);
 
 #endif

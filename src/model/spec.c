@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "io/fsutil.h"
 #include "core/text.h"
 
 #define MAX_TOKENS 32
@@ -589,19 +590,16 @@ fail:
 
 int dt_model_spec_load(dt_model_spec *spec, const char *path, dt_error *err) {
     memset(spec, 0, sizeof *spec);
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_errorf(err, DT_EIO, "cannot open model file '%s': %s", path, strerror(errno));
-    char *buf = dt_malloc(DT_MODEL_MAX_TEXT + 1, "model file", err);
-    if (!buf) {
-        fclose(f);
-        return DT_ENOMEM;
+    /* Whole, through the one reader that refuses a FIFO or device (which would hang) and a file
+     * over the limit before reading it; one byte over so the parser names the limit as before. */
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    int rc = dt_read_file(&buf, &n, path, DT_MODEL_MAX_TEXT + 1, err);
+    if (rc) {
+        dt_error_wrap(err, rc, "model file: ");
+        return rc;
     }
-    size_t n = fread(buf, 1, DT_MODEL_MAX_TEXT + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    int rc;
-    if (bad) rc = dt_errorf(err, DT_EIO, "cannot read model file '%s'", path);
-    else rc = dt_model_spec_parse(spec, buf, n, path, err); /* rejects n > DT_MODEL_MAX_TEXT */
+    rc = dt_model_spec_parse(spec, (const char *)buf, n, path, err); /* rejects n > DT_MODEL_MAX_TEXT */
     free(buf);
     return rc;
 }

@@ -1,5 +1,6 @@
 #include "plot/curves.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,6 @@
 #include "io/events.h"
 #include "io/fsutil.h"
 
-#define EVENT_FILE_MAX ((size_t)1 << 30) /* bytes of one event file read for plotting */
 
 int dt_curves_init(dt_run_curves *c, const char *name, dt_error *err) {
     memset(c, 0, sizeof *c);
@@ -43,18 +43,18 @@ static int series_add(dt_series *s, int64_t step, double v, dt_error *err) {
     return 0;
 }
 
-int dt_curves_add_events(dt_run_curves *c, int split, const uint8_t *buf, size_t n, const char *label, FILE *log,
-                         dt_error *err) {
-    size_t pos = 0;
+static int add_records(dt_run_curves *c, int split, dt_record_reader *r, const char *label, FILE *log,
+                       dt_error *err) {
     for (;;) {
         const uint8_t *data;
-        size_t len, at = pos;
+        size_t len;
+        uint64_t at = 0;
         dt_error rerr = {0};
-        int rc = dt_record_next(buf, n, &pos, &data, &len, label, &rerr);
+        int rc = dt_record_reader_next(r, &data, &len, &at, &rerr);
         if (rc == 0) return 0;
         dt_event ev;
         if (rc > 0 && (rc = dt_event_decode(&ev, data, len, &rerr)) != 0)
-            dt_error_wrap(&rerr, rc, "%s: record at offset %zu: ", label, at);
+            dt_error_wrap(&rerr, rc, "%s: record at offset %" PRIu64 ": ", label, at);
         if (rc < 0) { /* a writer killed mid-record leaves this: what came before is good */
             if (log) fprintf(log, "warning: %s; the records before it are used\n", rerr.msg);
             c->damaged++;
@@ -71,6 +71,23 @@ int dt_curves_add_events(dt_run_curves *c, int split, const uint8_t *buf, size_t
         dt_event_free(&ev);
         if (rc) return rc;
     }
+}
+
+int dt_curves_add_events(dt_run_curves *c, int split, const uint8_t *buf, size_t n, const char *label, FILE *log,
+                         dt_error *err) {
+    dt_record_reader *r = NULL;
+    int rc = dt_record_reader_open_memory(&r, buf, n, label, err);
+    if (!rc) rc = add_records(c, split, r, label, log, err);
+    dt_record_reader_close(r);
+    return rc;
+}
+
+int dt_curves_add_file(dt_run_curves *c, int split, const char *path, FILE *log, dt_error *err) {
+    dt_record_reader *r = NULL;
+    int rc = dt_record_reader_open(&r, path, err);
+    if (!rc) rc = add_records(c, split, r, path, log, err);
+    dt_record_reader_close(r);
+    return rc;
 }
 
 /* Sort by step, stable, so that among equal steps the value read last is the one kept. */
@@ -121,14 +138,9 @@ static int read_split(dt_run_curves *c, int split, const char *dir, FILE *log, d
     for (size_t i = 0; !rc && i < n; i++) {
         if (!strstr(names[i], "tfevents")) continue;
         char path[DT_PATH_MAX];
-        uint8_t *buf = NULL;
-        size_t len = 0;
         if (!(rc = dt_path_join(path, sizeof path, sub, names[i], err)) &&
-            !(rc = dt_read_file(&buf, &len, path, EVENT_FILE_MAX, err))) {
-            rc = dt_curves_add_events(c, split, buf, len, path, log, err);
+            !(rc = dt_curves_add_file(c, split, path, log, err)))
             c->files++;
-        }
-        free(buf);
     }
     for (size_t i = 0; i < n; i++) free(names[i]);
     free(names);

@@ -39,6 +39,8 @@ int dt_curves_read(dt_run_curves *out, const char *name, const char *dir, FILE *
 int dt_curves_init(dt_run_curves *c, const char *name, dt_error *err);
 int dt_curves_add_events(dt_run_curves *c, int split, const uint8_t *buf, size_t n, const char *label, FILE *log,
                          dt_error *err);
+/* The records of the event file at path, read record by record (never held whole). */
+int dt_curves_add_file(dt_run_curves *c, int split, const char *path, FILE *log, dt_error *err);
 int dt_curves_finish(dt_run_curves *c, dt_error *err);
 void dt_curves_free(dt_run_curves *c);
 

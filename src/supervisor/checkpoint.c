@@ -338,21 +338,57 @@ static int check_step(const dt_st_file *f, const char *path, int64_t name_step, 
 /* A NaN or infinity in a parameter or its optimizer state makes a checkpoint as useless as a bad
  * checksum does (restored, it would only show later as a NaN loss), so it is damage too. */
 static int check_finite(const dt_st_file *f, const char *path, dt_error *err) {
-    for (int i = 0; i < dt_st_num_tensors(f); i++) {
+    /* Piece by piece: what is held does not grow with the file. */
+    enum { CHUNK = 16384 };
+    float *buf = dt_malloc(CHUNK * sizeof *buf, "finite check buffer", err);
+    if (!buf) return DT_ENOMEM;
+    int rc = 0;
+    for (int i = 0; i < dt_st_num_tensors(f) && !rc; i++) {
         const dt_st_info *t = dt_st_tensor_at(f, i);
         if (t->dtype != DT_ST_F32) continue;
-        size_t bad = dt_first_nonfinite(t->data, t->count);
-        if (bad == t->count) continue;
-        float v;
-        memcpy(&v, t->data + bad * sizeof v, sizeof v);
-        return dt_errorf(err, DT_EFORMAT, "%s: tensor %s holds %g at index %zu (damaged, or saved after training "
-                         "diverged)", path, t->name, (double)v, bad);
+        for (uint64_t at = 0; at < t->count && !rc; at += CHUNK) {
+            size_t m = t->count - at < CHUNK ? (size_t)(t->count - at) : CHUNK;
+            if ((rc = dt_st_read_part(f, t, at * sizeof *buf, buf, m * sizeof *buf, err))) break;
+            size_t bad = dt_first_nonfinite(buf, m);
+            if (bad == m) continue;
+            rc = dt_errorf(err, DT_EFORMAT, "%s: tensor %s holds %g at index %" PRIu64 " (damaged, or saved after "
+                           "training diverged)", path, t->name, (double)buf[bad], at + bad);
+        }
     }
-    return 0;
+    free(buf);
+    return rc;
+}
+
+/* dt_st_open_ex's check for dt_ckpt_open_latest_for: a refusal is not damage, it ends the search
+ * (failed set) with the check's message. */
+typedef struct {
+    int64_t step;             /* the one the file's name says */
+    dt_st_check_fn check;
+    void *ctx;
+    int failed;
+} check_ctx;
+
+/* Between a candidate's header and its data: its step (8 bytes read; damage, so the one before it is
+ * tried), then the caller's check. */
+static int run_check(const dt_st_file *f, const char *label, void *arg, dt_error *err) {
+    check_ctx *c = arg;
+    int rc = check_step(f, label, c->step, err);
+    if (rc || !c->check) return rc;
+    if ((rc = c->check(f, label, c->ctx, err))) c->failed = 1;
+    return rc;
+}
+
+int dt_ckpt_fits_check(const dt_st_file *f, const char *label, void *run, dt_error *err) {
+    return dt_ckpt_check_fits(f, label, run, err);
 }
 
 int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
                         dt_error *err) {
+    return dt_ckpt_open_latest_for(out, path_out, path_cap, logdir, NULL, NULL, log, err);
+}
+
+int dt_ckpt_open_latest_for(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir,
+                            dt_st_check_fn check, void *ctx, FILE *log, dt_error *err) {
     *out = NULL;
     dt_ckpt_index idx;
     dt_error ierr = {0};
@@ -398,8 +434,14 @@ int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const
         dt_error ferr = {0};
         /* Opened without following a symbolic link: the path rule keeps the name in the folder, and
          * this keeps the file there. */
-        int orc = dt_st_open_plain(&f, path, &ferr);
-        if (!orc && ((orc = check_step(f, path, c[i].step, &ferr)) || (orc = check_finite(f, path, &ferr)))) {
+        check_ctx cc = {c[i].step, check, ctx, 0};
+        int orc = dt_st_open_ex(&f, path, DT_ST_NOFOLLOW, run_check, &cc, &ferr);
+        if (orc && cc.failed) {
+            free_candidates(c, n);
+            *err = ferr;
+            return orc;
+        }
+        if (!orc && (orc = check_finite(f, path, &ferr))) {
             dt_st_close(f);
             f = NULL;
         }
@@ -597,12 +639,10 @@ static int find_variable(const dt_ckpt_run *run, const char *name, int *slot) {
     return -1;
 }
 
-int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run, float *params, float *state,
-                 int64_t *global_step, dt_error *err) {
+int dt_ckpt_check_fits(const dt_st_file *f, const char *label, const dt_ckpt_run *run, dt_error *err) {
     const dt_model_spec *spec = dt_net_spec(run->net);
     const char *here = spec->source[0] ? spec->source : spec->name;
-    int nv = dt_net_num_views(run->net), slots = state ? run_slots(run) : 0;
-    size_t n = dt_net_param_count(run->net);
+    int nv = dt_net_num_views(run->net), slots = run_slots(run);
 
     /* Variables first: another model is the likeliest mistake, and the most useful to explain. */
     char diffs[768] = "";
@@ -629,7 +669,18 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
     for (int i = 0; i < dt_st_num_tensors(f); i++) {
         const dt_st_info *ti = dt_st_tensor_at(f, i);
         int slot;
-        if (strcmp(ti->name, DT_CKPT_STEP_TENSOR) == 0 || find_variable(run, ti->name, &slot) >= 0) continue;
+        if (strcmp(ti->name, DT_CKPT_STEP_TENSOR) == 0) continue;
+        int v = find_variable(run, ti->name, &slot);
+        /* Optimizer state must be its variable's size too, whether or not this run reads it: every
+         * tensor is then bounded by the model, and so is what the file can make a reader go through. */
+        if (v >= 0 && (slot < 0 || (ti->dtype == DT_ST_F32 && ti->count == dt_net_view(run->net, v)->count))) continue;
+        if (v >= 0) {
+            if (n_diff++ < 3 && dl < sizeof diffs)
+                dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl, "%sthe checkpoint's %s is %s with %" PRIu64
+                                       " elements, %" PRIu64 " here", dl ? "; " : "", ti->name,
+                                       dt_st_dtype_name(ti->dtype), ti->count, (uint64_t)dt_net_view(run->net, v)->count);
+            continue;
+        }
         if (n_diff++ < 3 && dl < sizeof diffs)
             dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl, "%sthe checkpoint has %s, which %s lacks",
                                    dl ? "; " : "", ti->name, here);
@@ -640,15 +691,6 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
         return dt_errorf(err, DT_ESHAPE, "%s is a checkpoint of another model than %s: %s%s%s", label, here, diffs,
                          n_diff > 3 ? " (and more)" : "", mdiff);
     }
-
-    const dt_st_info *gs = dt_st_find(f, DT_CKPT_STEP_TENSOR);
-    if (!gs || gs->dtype != DT_ST_I64 || gs->count != 1)
-        return dt_errorf(err, DT_EFORMAT, "%s: no I64 scalar \"%s\" tensor", label, DT_CKPT_STEP_TENSOR);
-    int64_t step;
-    int rc = dt_st_read(f, DT_CKPT_STEP_TENSOR, DT_ST_I64, &step, 1, err);
-    if (rc) return rc;
-    if (step < 0 || step > DT_CKPT_MAX_STEP)
-        return dt_errorf(err, DT_EFORMAT, "%s: global_step %" PRId64 " out of range", label, step);
 
     /* Optimizer state: every slot of this run's optimizer must be there. */
     for (int k = 0; k < slots; k++) {
@@ -672,7 +714,6 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
     for (int v = 0; v < nv; v++) {
         const dt_param_view *pv = dt_net_view(run->net, v);
         if (pv->count == 0) continue;
-        if ((rc = dt_st_read(f, pv->name, DT_ST_F32, params + pv->offset, pv->count, err))) return rc;
         for (int k = 0; k < slots; k++) {
             char name[NAME_CAP];
             snprintf(name, sizeof name, "%s/%s", pv->name, dt_ckpt_slot_name(run->opt->kind, k));
@@ -680,6 +721,33 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
             if (!ti || ti->count != pv->count)
                 return dt_errorf(err, DT_EFORMAT, "%s: optimizer state %s is missing or not the size of %s", label, name,
                                  pv->name);
+        }
+    }
+    return 0;
+}
+
+int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run, float *params, float *state,
+                 int64_t *global_step, dt_error *err) {
+    int nv = dt_net_num_views(run->net), slots = state ? run_slots(run) : 0;
+    size_t n = dt_net_param_count(run->net);
+    dt_ckpt_run fit = *run;
+    if (!state) fit.opt = NULL; /* parameters only: slots are not asked for */
+    int rc = dt_ckpt_check_fits(f, label, &fit, err);
+    if (rc) return rc;
+    const dt_st_info *gs = dt_st_find(f, DT_CKPT_STEP_TENSOR);
+    if (!gs || gs->dtype != DT_ST_I64 || gs->count != 1)
+        return dt_errorf(err, DT_EFORMAT, "%s: no I64 scalar \"%s\" tensor", label, DT_CKPT_STEP_TENSOR);
+    int64_t step;
+    if ((rc = dt_st_read(f, DT_CKPT_STEP_TENSOR, DT_ST_I64, &step, 1, err))) return rc;
+    if (step < 0 || step > DT_CKPT_MAX_STEP)
+        return dt_errorf(err, DT_EFORMAT, "%s: global_step %" PRId64 " out of range", label, step);
+    for (int v = 0; v < nv; v++) {
+        const dt_param_view *pv = dt_net_view(run->net, v);
+        if (pv->count == 0) continue;
+        if ((rc = dt_st_read(f, pv->name, DT_ST_F32, params + pv->offset, pv->count, err))) return rc;
+        for (int k = 0; k < slots; k++) {
+            char name[NAME_CAP];
+            snprintf(name, sizeof name, "%s/%s", pv->name, dt_ckpt_slot_name(run->opt->kind, k));
             if ((rc = dt_st_read(f, name, DT_ST_F32, state + (size_t)k * n + pv->offset, pv->count, err))) return rc;
         }
     }

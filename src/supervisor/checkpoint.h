@@ -86,6 +86,15 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
 int dt_ckpt_open_latest(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir, FILE *log,
                         dt_error *err);
 
+/* As dt_ckpt_open_latest, with check (may be NULL) run on each candidate as soon as its header is
+ * read, before its data (dt_st_open_ex): with dt_ckpt_fits_check and a run, a file of another model
+ * (or one claiming tensors larger than the model's) is refused without reading its data. A refusal by
+ * check is not damage: it ends the search with check's error (no older checkpoint is tried). */
+int dt_ckpt_open_latest_for(dt_st_file **out, char *path_out, size_t path_cap, const char *logdir,
+                            dt_st_check_fn check, void *ctx, FILE *log, dt_error *err);
+/* dt_ckpt_check_fits as a dt_st_check_fn: run is a const dt_ckpt_run *. */
+int dt_ckpt_fits_check(const dt_st_file *f, const char *label, void *run, dt_error *err);
+
 /* The chief, after restoring checkpoint `name` of logdir (dt_ckpt_open_latest's choice), puts the
  * index right at once rather than at the next save: name becomes its newest, the newer checkpoint
  * files it did not list are added (as dt_ckpt_save does), and the entries its path rule ignored are
@@ -96,6 +105,11 @@ int dt_ckpt_adopt(const char *logdir, const char *name, FILE *log, dt_error *err
 /* Parses the metadata and global step of an open checkpoint. Fails (naming label) only on
  * malformed values; missing keys keep the defaults. */
 int dt_ckpt_read_info(const dt_st_file *f, const char *label, dt_ckpt_info *info, dt_error *err);
+
+/* The checks of dt_ckpt_load that need only the tensor table, not the data: run's variables with
+ * their dtypes and shapes, no other tensor but global_step (checked apart, as damage) and optimizer
+ * slots of their variable's size, and, if run->opt has slots, every slot of that optimizer. */
+int dt_ckpt_check_fits(const dt_st_file *f, const char *label, const dt_ckpt_run *run, dt_error *err);
 
 /* Checks that the checkpoint holds exactly run's variables (names, dtypes, shapes) and, if run->opt
  * has slots, that optimizer's state, then copies them: params [n] (views' offsets), state

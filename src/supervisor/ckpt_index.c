@@ -187,6 +187,18 @@ static int is_ident(char c, int first) {
     return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!first && c >= '0' && c <= '9');
 }
 
+/* A field name for a message: what a file that is not an index starts with may be anyone's text, so
+ * only its first TOKEN_SHOWN bytes are shown (identifier characters already: printable ASCII), then
+ * "...". */
+#define TOKEN_SHOWN 24
+static const char *shown_token(char out[TOKEN_SHOWN + 4], const char *name, size_t nl) {
+    size_t k = 0;
+    for (; k < nl && k < TOKEN_SHOWN; k++) out[k] = (name[k] >= 32 && name[k] < 127) ? name[k] : '?';
+    if (nl > TOKEN_SHOWN) memcpy(out + k, "...", 3), k += 3;
+    out[k] = 0;
+    return out;
+}
+
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -294,7 +306,8 @@ int dt_ckpt_index_parse(dt_ckpt_index *out, const char *text, size_t len, const 
         }
         skip_space(&lx);
         if (lx.s >= lx.end || *lx.s != ':') {
-            rc = dt_errorf(err, DT_EFORMAT, "%s:%d: expected ':' after %.*s", label, line, (int)(nl > 64 ? 64 : nl), name);
+            char tok[TOKEN_SHOWN + 4];
+            rc = dt_errorf(err, DT_EFORMAT, "%s:%d: expected ':' after %s", label, line, shown_token(tok, name, nl));
             break;
         }
         lx.s++;
@@ -328,8 +341,9 @@ int dt_ckpt_index_parse(dt_ckpt_index *out, const char *text, size_t len, const 
             }
             if ((rc = parse_number(&lx))) break;
         } else {
-            rc = dt_errorf(err, DT_EFORMAT, "%s:%d: unknown field \"%.*s\" (not a checkpoint index?)", label, line,
-                           (int)(nl > 64 ? 64 : nl), name);
+            char tok[TOKEN_SHOWN + 4];
+            rc = dt_errorf(err, DT_EFORMAT, "%s:%d: unknown field \"%s\" (not a checkpoint index?)", label, line,
+                           shown_token(tok, name, nl));
             break;
         }
 #undef IS
@@ -359,7 +373,9 @@ int dt_ckpt_index_read(dt_ckpt_index *out, const char *logdir, dt_error *err) {
     if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
     uint8_t *text;
     size_t len;
-    if ((rc = dt_read_file(&text, &len, path, DT_CKPT_INDEX_MAX_BYTES, err))) return rc;
+    /* O_NOFOLLOW: a link planted at the index's name would have its target's first token shown in a
+     * warning (and any file parsed as the index). */
+    if ((rc = dt_read_plain_file(&text, &len, path, DT_CKPT_INDEX_MAX_BYTES, err))) return rc;
     rc = dt_ckpt_index_parse(out, (const char *)text, len, path, err);
     free(text);
     return rc;

@@ -46,7 +46,9 @@ static void warn_differences(dt_supervisor *s, const dt_st_file *f, const char *
 static int restore(dt_supervisor *s, dt_error *err) {
     dt_st_file *f = NULL;
     char path[DT_PATH_MAX];
-    int found = dt_ckpt_open_latest(&f, path, sizeof path, s->cfg.logdir, s->cfg.log, err);
+    /* The run is known: each candidate's table is checked against it before its data is read. */
+    int found = dt_ckpt_open_latest_for(&f, path, sizeof path, s->cfg.logdir, dt_ckpt_fits_check, &s->cfg.run,
+                                        s->cfg.log, err);
     if (found <= 0) return found;
     int rc = dt_ckpt_load(f, path, &s->cfg.run, s->params, s->state, &s->restored_step, err);
     if (!rc) {

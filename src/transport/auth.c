@@ -9,11 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "core/error.h"
+#include "io/fsutil.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
 #define REFUSAL_QUIET_S 10 /* the same key from the same address is logged at most this often */
@@ -27,20 +29,25 @@ static int is_z85(const char *s, size_t n) {
 }
 
 int dt_auth_read_key(char *out, const char *path, int secret, dt_error *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return dt_errorf(err, DT_EIO, "%s: cannot open key file: %s", path, strerror(errno));
+    /* dt_read_file_stat: a FIFO or device is refused rather than waited on; the mode checked is
+     * the one of the file read. A key is 40 characters and a newline: 127 bytes is plenty. */
+    uint8_t *buf = NULL;
+    size_t n = 0;
     struct stat st;
-    if (secret && fstat(fileno(f), &st) == 0 && (st.st_mode & 077)) {
-        fclose(f);
+    int rc = dt_read_file_stat(&buf, &n, path, 127, &st, err);
+    if (rc) {
+        dt_error_wrap(err, rc, "key file: ");
+        return rc;
+    }
+    if (secret && (st.st_mode & 077)) {
+        free(buf);
         return dt_errorf(err, DT_EINVAL, "%s: secret key readable by group or others (mode %03o); chmod 600 it",
                          path, (unsigned)(st.st_mode & 0777));
     }
-    char buf[128];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) return dt_errorf(err, DT_EIO, "%s: cannot read key file", path);
-    return dt_auth_parse_key(out, buf, n, path, err);
+    rc = dt_auth_parse_key(out, (const char *)buf, n, path, err);
+    explicit_bzero(buf, n);
+    free(buf);
+    return rc;
 }
 
 int dt_auth_parse_key(char *out, const char *text, size_t len, const char *label, dt_error *err) {
