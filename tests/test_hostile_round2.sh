@@ -4,7 +4,8 @@
 # missed, all at once: 200 connections queueing FETCHes and resetting (libzmq 4.3 aborted on a
 # heartbeat there), the same with a ZMTP PING behind the requests, non-reading connections filling
 # the deferred-PULL table as worker 1, connections parking megabytes of 0-byte frames, connections
-# that never read their replies, and endless messages over the same-host socket. The ps must stay
+# that never read their replies, and endless messages over the same-host socket, with the first
+# round's attacks (tests/test_hostile_peers.sh) on top. The ps must stay
 # alive with its memory under its stated budget, and the training must finish with every process
 # exiting 0.
 #   DTRAIN_ROUND2_SECONDS: how long the attacks last (default 15; the soak is 300)
@@ -16,7 +17,7 @@ fashion_subset "$tmp/data" 8000 1000 || { bad "fashion subset"; summary; exit; }
 ports=($(free_port 3)); port=${ports[0]}
 ipc="$tmp/ipc"
 mkdir -p "$ipc"
-attacks=${DTRAIN_ROUND2_ATTACKS:-reset,ping,pulls=20,tiny,unread=100,ipc=$ipc/dtrain-127.0.0.1:$port.sock}
+attacks=${DTRAIN_ROUND2_ATTACKS:-first,reset,ping,pulls=200,tiny,unread=100,ipc=$ipc/dtrain-127.0.0.1:$port.sock}
 h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]})
 # Paced so that the training outlasts the attacks: steps x 65 ms > seconds.
 steps=$(( seconds * 1000 / 65 + 60 ))
