@@ -58,6 +58,7 @@ struct dt_peer {
     uint64_t base;          /* kernel-received bytes, less unread, when the latest message arrived */
     uint64_t partial;       /* at the latest check: bytes of an unfinished message */
     uint64_t prev_partial;  /* at the check before */
+    uint64_t delivered;     /* whole messages since the latest check */
 };
 
 struct dt_peers {
@@ -304,6 +305,7 @@ dt_peer *dt_peers_of(dt_peers *p, int fd) {
 void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid) {
     (void)p;
     if (!peer) return;
+    peer->delivered++;
     if (valid) {
         peer->valid = 1;
         peer->useful_us = now_us();
@@ -405,17 +407,36 @@ static int64_t heap_in_use(void) {
 }
 #endif
 
-/* Same-host connections have no byte counters: what the heap holds beyond every counted holding
- * (and the least seen so, the ps's own) is theirs. Past the budget, the quietest of them (no whole
- * message for a second: a message still arriving) is cut, one per check. */
-static void check_local(dt_peers *p, int64_t now, char *why, size_t n) {
+/* For the budget, what no counter shows: the connection that sent the most whole messages since
+ * the latest check (requests queued in libzmq faster than the ps answers them). */
+static int sent_more(const dt_peer *a, const dt_peer *b, int64_t now) {
+    (void)now;
+    return a->delivered > b->delivered;
+}
+
+/* What the heap holds beyond every counted holding (and beyond the least seen so: the ps's own)
+ * is what no counter shows: same-host connections' unfinished messages (no byte counters), and
+ * requests queued in libzmq (the router's receive queue has no limit: peers.h). Past the budget,
+ * one connection is cut per check: a same-host one still sending a message, or silent for a
+ * second, else the one that sent the most messages since the latest check. */
+static void check_heap(dt_peers *p, int64_t now, char *why, size_t n) {
     int locals = 0;
     for (int fd = 0; fd < p->cap && !locals; fd++) locals = p->by_fd[fd] && !p->by_fd[fd]->cut && !p->by_fd[fd]->tcp;
     int64_t beyond = heap_in_use() - (int64_t)p->held;
     if (p->heap_base < 0 || beyond < p->heap_base) p->heap_base = beyond;
-    if (!locals || beyond - p->heap_base <= (int64_t)p->budget) return;
-    dt_peer *q = pick(p, local_quieter, now);
-    if (!q || q->tcp || now - q->useful_us <= (local_sending(q) ? LOCAL_QUIET_US / 5 : LOCAL_QUIET_US)) return;
+    if (beyond - p->heap_base <= (int64_t)p->budget) goto done;
+    dt_peer *q = locals ? pick(p, local_quieter, now) : NULL;
+    if (!q || q->tcp || now - q->useful_us <= (local_sending(q) ? LOCAL_QUIET_US / 5 : LOCAL_QUIET_US)) {
+        dt_peer *f = pick(p, sent_more, now);
+        if (!f || f->delivered < 16) goto done;
+        snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
+                 "connection sent the most messages (%llu) since the last check: requests queued faster than they "
+                 "are answered", (long long)((beyond - p->heap_base) >> 20), (unsigned long long)(p->budget >> 20),
+                 (unsigned long long)f->delivered);
+        cut(p, f, CUT_LOCAL, why);
+        p->heap_base = beyond;
+        goto done;
+    }
     snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
              "same-host connection (whose unfinished messages cannot be counted) sent no whole message for %.1f s",
              (long long)((beyond - p->heap_base) >> 20), (unsigned long long)(p->budget >> 20),
@@ -423,6 +444,9 @@ static void check_local(dt_peers *p, int64_t now, char *why, size_t n) {
     cut(p, q, CUT_LOCAL, why);
     /* Its memory is freed by libzmq's I/O thread, later: counted gone now, so the next check does not cut another for it. */
     p->heap_base = beyond;
+done:
+    for (int fd = 0; fd < p->cap; fd++)
+        if (p->by_fd[fd]) p->by_fd[fd]->delivered = 0;
 }
 
 void dt_peers_check(dt_peers *p, int drained) {
@@ -520,7 +544,7 @@ void dt_peers_check(dt_peers *p, int drained) {
         else live--;
         p->held -= (uint64_t)bytes < p->held ? (uint64_t)bytes : p->held;
     }
-    check_local(p, now, why, sizeof why);
+    check_heap(p, now, why, sizeof why);
     if (live > p->cfg.max_connections * 4 / 5 && !p->warned_limit) {
         p->warned_limit = 1;
         peers_log(p, "%d connections open, near the limit of %d: the least recently useful ones will be cut", live,

@@ -28,7 +28,12 @@
 #define ASYNC_AHEAD 1024      /* async: a deferred PULL may wait for at most this many steps ahead */
 #define PENDING_MAX_WAIT_US (600 * INT64_C(1000000)) /* no deferred PULL is held longer (async) */
 #define SEND_HWM (2 * (int)DT_WIRE_MAX_CHUNKS + 16) /* replies queued per connection: more than a client ever awaits (a push and a pull of every chunk) */
-#define RECV_HWM 4            /* whole requests queued per connection before libzmq stops reading it */
+/* Whole requests libzmq queues per connection: no limit. A connection whose queue is full stops
+ * being read, and in libzmq 4.3 a hang-up on it followed by a ZMTP PING already read behind the
+ * queued requests aborts the process (stream_engine_base.cpp, !_io_error): any peer could do it.
+ * The ps bounds a flood itself instead (peers.c: the heap beyond what is counted). */
+#define RECV_HWM 0
+#define QUEUED_ASSUMED 4      /* for peers.c's looser check while not drained: whole messages assumed queued */
 #define FIRST_MESSAGE_US (10 * INT64_C(1000000))  /* a new connection's first message, at the latest */
 #define MESSAGE_US (120 * INT64_C(1000000))       /* a large message, once begun, must finish */
 #define MAX_CONNECTIONS 1024
@@ -1219,8 +1224,8 @@ static void handle(ps_t *ps, dt_wire_in *in) {
     }
 }
 
-/* What libzmq itself bounds per connection: whole messages queued each way (a ROUTER drops
- * replies to a peer past its mark instead of queueing them) and the handshake's duration. Not
+/* What libzmq itself bounds per connection: replies queued (a ROUTER drops replies to a peer past
+ * its mark instead of queueing them) and the handshake's duration. Not requests (RECV_HWM) and not
  * silence: libzmq 4.3's heartbeat timer aborts the process when it fires on a connection that
  * reset while its queue was full, so peers.c watches silence in the kernel's counters instead. */
 static int limit_socket(void *s, int handshake_ms, dt_error *err) {
@@ -1308,7 +1313,7 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
                                                                         : FIRST_MESSAGE_US,
                           .message_us = MESSAGE_US,
                           .max_connections = cfg->max_connections > 0 ? cfg->max_connections : MAX_CONNECTIONS,
-                          .queued_messages = RECV_HWM,
+                          .queued_messages = QUEUED_ASSUMED,
                           .silence_us = PEER_SILENCE_MS * INT64_C(1000),
                           .log = cfg->log, .ps_index = cfg->ps_index};
     pc.budget_bytes = ps->budget = peers_budget(ps);
