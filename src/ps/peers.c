@@ -31,6 +31,9 @@ enum { CUT_SILENT, CUT_PARTIAL, CUT_SLOW, CUT_BUDGET, CUT_LIMIT, CUT_QUIET, CUT_
 #define FRAME_COST 33
 #define REPLY_STALL_US (2 * INT64_C(1000000)) /* replies unread this long, with nothing read meanwhile: a stuck reader */
 #define LOCAL_QUIET_US INT64_C(1000000)       /* ipc: no whole message for this long while memory is unexplained */
+#define LOCAL_SENDING_US INT64_C(50000)       /* ipc: the same while bytes wait in the socket (a message arriving) */
+#define HEAP_EVERY_US INT64_C(20000)          /* the heap is asked at most this often (mallinfo2 walks every arena: ~0.1 ms) */
+#define HEAP_GRACE_US INT64_C(100000)         /* after a cut for the heap: libzmq's I/O threads free what it held */
 
 /* The bytes of large replies libzmq holds for all connections, shared by the table and each peer
  * (a reply may outlive both: it is freed by libzmq's I/O thread). */
@@ -72,11 +75,10 @@ struct dt_peers {
     uint64_t held;          /* at the latest check: unfinished messages (at FRAME_COST), replies, others */
     uint64_t unfinished_cost, other;
     int64_t heap_base;      /* the least heap in use seen beyond what is counted (-1: not yet) */
+    int64_t heap_next_us;   /* when the heap is asked next (a cut pushes it past HEAP_GRACE_US) */
     reply_total *total;
     int warned_limit;
 };
-
-#define now_us dt_clock_us
 
 static void peers_log(dt_peers *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void peers_log(dt_peers *p, const char *fmt, ...) {
@@ -229,7 +231,7 @@ static dt_peer *add(dt_peers *p, int fd, void (*gone)(void *, dt_peer *), void *
     peer->fd = fd;
     peer->open = 1;
     peer->serial = ++p->serial;
-    peer->accepted_us = peer->useful_us = now_us();
+    peer->accepted_us = peer->useful_us = dt_clock_us();
     peer->addr_len = sizeof peer->addr;
     if (getpeername(fd, (struct sockaddr *)&peer->addr, &peer->addr_len) != 0) peer->addr_len = 0;
     snprintf(peer->name, sizeof peer->name, "a local client");
@@ -259,13 +261,15 @@ static dt_peer *add(dt_peers *p, int fd, void (*gone)(void *, dt_peer *), void *
 /* Bytes libzmq has read from the connection: received by the kernel less what is still unread.
  * above: the caller only needs to know more than this; the unread count (a second system call) is
  * asked only when the received bytes alone pass it. */
-static int libzmq_read(const dt_peer *peer, uint64_t above, uint64_t *out) {
-    struct tcp_info ti;
-    socklen_t len = sizeof ti;
+static int tcp_info_of(const dt_peer *peer, struct tcp_info *ti) {
+    socklen_t len = sizeof *ti;
+    return getsockopt(peer->fd, IPPROTO_TCP, TCP_INFO, ti, &len);
+}
+
+static int libzmq_read(const dt_peer *peer, const struct tcp_info *ti, uint64_t above, uint64_t *out) {
     int unread = 0;
-    if (getsockopt(peer->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return -1;
-    if (ti.tcpi_bytes_received > above && ioctl(peer->fd, SIOCINQ, &unread) != 0) return -1;
-    *out = ti.tcpi_bytes_received - (uint64_t)(unread > 0 ? unread : 0);
+    if (ti->tcpi_bytes_received > above && ioctl(peer->fd, SIOCINQ, &unread) != 0) return -1;
+    *out = ti->tcpi_bytes_received - (uint64_t)(unread > 0 ? unread : 0);
     return 0;
 }
 
@@ -308,10 +312,11 @@ void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid) {
     peer->delivered++;
     if (valid) {
         peer->valid = 1;
-        peer->useful_us = now_us();
+        peer->useful_us = dt_clock_us();
     }
     uint64_t got;
-    if (peer->tcp && libzmq_read(peer, 0, &got) == 0) peer->base = got;
+    struct tcp_info ti;
+    if (peer->tcp && tcp_info_of(peer, &ti) == 0 && libzmq_read(peer, &ti, 0, &got) == 0) peer->base = got;
     peer->big_since_us = 0;
     peer->strikes = 0;
 }
@@ -378,11 +383,12 @@ static int local_sending(const dt_peer *a) {
 }
 
 /* For the budget, same-host connections (no byte counters): one sending without a whole message
- * for LOCAL_QUIET_US/5 (a message still arriving), else the one silent longest. */
+ * for LOCAL_SENDING_US (a message still arriving: a real one takes milliseconds over a Unix
+ * socket), else the one silent longest. */
 static int local_quieter(const dt_peer *a, const dt_peer *b, int64_t now) {
     if (a->tcp != b->tcp) return !a->tcp;
-    int sa = local_sending(a) && now - a->useful_us > LOCAL_QUIET_US / 5;
-    int sb = local_sending(b) && now - b->useful_us > LOCAL_QUIET_US / 5;
+    int sa = local_sending(a) && now - a->useful_us > LOCAL_SENDING_US;
+    int sb = local_sending(b) && now - b->useful_us > LOCAL_SENDING_US;
     if (sa != sb) return sa;
     return a->useful_us < b->useful_us;
 }
@@ -420,13 +426,15 @@ static int sent_more(const dt_peer *a, const dt_peer *b, int64_t now) {
  * one connection is cut per check: a same-host one still sending a message, or silent for a
  * second, else the one that sent the most messages since the latest check. */
 static void check_heap(dt_peers *p, int64_t now, char *why, size_t n) {
+    if (now < p->heap_next_us) return; /* delivered counts go on adding up: still "since the last check" */
+    p->heap_next_us = now + HEAP_EVERY_US;
     int locals = 0;
     for (int fd = 0; fd < p->cap && !locals; fd++) locals = p->by_fd[fd] && !p->by_fd[fd]->cut && !p->by_fd[fd]->tcp;
     int64_t beyond = heap_in_use() - (int64_t)p->held;
     if (p->heap_base < 0 || beyond < p->heap_base) p->heap_base = beyond;
     if (beyond - p->heap_base <= (int64_t)p->budget) goto done;
     dt_peer *q = locals ? pick(p, local_quieter, now) : NULL;
-    if (!q || q->tcp || now - q->useful_us <= (local_sending(q) ? LOCAL_QUIET_US / 5 : LOCAL_QUIET_US)) {
+    if (!q || q->tcp || now - q->useful_us <= (local_sending(q) ? LOCAL_SENDING_US : LOCAL_QUIET_US)) {
         dt_peer *f = pick(p, sent_more, now);
         if (!f || f->delivered < 16) goto done;
         snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
@@ -434,7 +442,7 @@ static void check_heap(dt_peers *p, int64_t now, char *why, size_t n) {
                  "are answered", (long long)((beyond - p->heap_base) >> 20), (unsigned long long)(p->budget >> 20),
                  (unsigned long long)f->delivered);
         cut(p, f, CUT_LOCAL, why);
-        p->heap_base = beyond;
+        p->heap_next_us = now + HEAP_GRACE_US;
         goto done;
     }
     snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
@@ -442,15 +450,15 @@ static void check_heap(dt_peers *p, int64_t now, char *why, size_t n) {
              (long long)((beyond - p->heap_base) >> 20), (unsigned long long)(p->budget >> 20),
              (double)(now - q->useful_us) / 1e6);
     cut(p, q, CUT_LOCAL, why);
-    /* Its memory is freed by libzmq's I/O thread, later: counted gone now, so the next check does not cut another for it. */
-    p->heap_base = beyond;
+    /* Its memory is freed by libzmq's I/O thread, later: no other cut for the heap until then. */
+    p->heap_next_us = now + HEAP_GRACE_US;
 done:
     for (int fd = 0; fd < p->cap; fd++)
         if (p->by_fd[fd]) p->by_fd[fd]->delivered = 0;
 }
 
 void dt_peers_check(dt_peers *p, int drained) {
-    int64_t now = now_us();
+    int64_t now = dt_clock_us();
     char why[320];
     uint64_t held = 0;
     int live = 0;
@@ -465,20 +473,19 @@ void dt_peers_check(dt_peers *p, int drained) {
             continue;
         }
         struct tcp_info ti;
-        socklen_t len = sizeof ti;
+        int have_ti = peer->tcp && tcp_info_of(peer, &ti) == 0;
         /* Silence: not a byte (not even a ZMTP heartbeat: clients send one every few seconds) for
          * this long. Seen in the kernel's counters, not with libzmq's heartbeats on this socket: a
          * heartbeat timer firing on a connection whose peer reset while its queue was full aborts
          * libzmq 4.3 (stream_engine_base.cpp, !_io_error). */
-        if (peer->tcp && p->cfg.silence_us > 0 && getsockopt(peer->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
-            (int64_t)ti.tcpi_last_data_recv * 1000 > p->cfg.silence_us) {
+        if (have_ti && p->cfg.silence_us > 0 && (int64_t)ti.tcpi_last_data_recv * 1000 > p->cfg.silence_us) {
             snprintf(why, sizeof why, "nothing received for %u s", ti.tcpi_last_data_recv / 1000);
             cut(p, peer, CUT_QUIET, why);
             continue;
         }
         uint64_t got;
         peer->partial = 0;
-        if (!peer->tcp || libzmq_read(peer, peer->base + PARTIAL_SLACK, &got) != 0 || got <= peer->base) {
+        if (!have_ti || libzmq_read(peer, &ti, peer->base + PARTIAL_SLACK, &got) != 0 || got <= peer->base) {
             peer->big_since_us = 0;
             live++;
             continue;
@@ -509,11 +516,14 @@ void dt_peers_check(dt_peers *p, int drained) {
         held += partial * FRAME_COST;
         live++;
     }
-    p->unfinished_cost = drained ? held : p->unfinished_cost;
+    /* Not drained, whole requests still queued in libzmq count too: they hold memory as well (the
+     * router's receive queue has no limit), and a flood that keeps the ps from draining must not
+     * keep the budget from being enforced. */
+    p->unfinished_cost = held;
     p->held = dt_peers_held(p);
     /* The budget: unfinished messages first (the largest that has been large for over a second:
      * a healthy transfer finishes; one that does not is the one holding memory). */
-    while (drained && p->held > p->budget) {
+    while (p->held > p->budget) {
         dt_peer *big = pick(p, holds_more, now);
         /* Half as much again over, the largest goes even while it grows (tiny frames decoding). */
         if (!big || !big->big_since_us ||

@@ -66,8 +66,8 @@ void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid);
  * reads a kernel counter per connection). A peer can get at most what its link carries in two
  * intervals past a bound. A ps that cannot drain its router (a flood faster than it handles
  * messages) calls it anyway (drained = 0): whole messages may then wait in libzmq too, so the
- * bound for an unfinished message grows by queued_messages of the largest, and the budget for all
- * connections together is not enforced. */
+ * bound for an unfinished message grows by queued_messages of the largest, and the budget counts
+ * those queued messages as unfinished ones (they hold memory alike). */
 void dt_peers_check(dt_peers *p, int drained);
 int64_t dt_peers_check_interval_us(const dt_peers *p);
 

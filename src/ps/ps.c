@@ -138,8 +138,6 @@ typedef struct {
     } m;
 } ps_t;
 
-#define now_us dt_clock_us
-
 static void ps_log(ps_t *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ps_log(ps_t *ps, const char *fmt, ...) {
     FILE *f = ps->cfg->log;
@@ -467,13 +465,13 @@ static void pending_filter(ps_t *ps, int (*keep)(ps_t *, pending_pull *, void *)
  * at the barrier and will speak next, which the liveness check must not take for silence. */
 static void saw_worker(ps_t *ps, const dt_wire_header *h) {
     if (!ps->last_seen || (h->role != DT_ROLE_WORKER && h->role != DT_ROLE_CHIEF) || h->task >= ps->total) return;
-    ps->last_seen[h->task] = now_us();
+    ps->last_seen[h->task] = dt_clock_us();
 }
 
 static int keep_unready(ps_t *ps, pending_pull *p, void *user) {
     (void)user;
     if (!pull_ready(ps, &p->req)) return 1;
-    send_params(ps, p->peer, &p->identity, &p->req, now_us() - p->since_us, p->status, p->stale);
+    send_params(ps, p->peer, &p->identity, &p->req, dt_clock_us() - p->since_us, p->status, p->stale);
     saw_worker(ps, &p->req);
     return 0;
 }
@@ -593,7 +591,7 @@ static void answer_pull(ps_t *ps, zmq_msg_t *id, dt_wire_in *in, int32_t status,
     q->peer = ps->peer;
     q->owned = owned;
     dt_peer_ref(q->peer);
-    q->since_us = now_us();
+    q->since_us = dt_clock_us();
     q->status = status;
     q->stale = stale;
 }
@@ -784,7 +782,7 @@ static int init_prepare(ps_t *ps, const dt_wire_header *h, const float *data, in
             !(s->sum = dt_alloc_floats(largest, "ps gradient mean", NULL)))
             goto oom;
         /* Every worker counts as just seen: a worker that never shows up is lost after the timeout. */
-        int64_t now = now_us();
+        int64_t now = dt_clock_us();
         for (int w = 0; w < s->total; w++) s->last_seen[w] = now;
     }
     return DT_OK;
@@ -1101,7 +1099,7 @@ static int has_pending(const ps_t *ps, int w) {
  * that workers hear why). */
 static void check_liveness(ps_t *ps) {
     if (!ps->aggregate || !ps->liveness_us || !ps->initialised || ps->failed[0]) return;
-    int64_t now = now_us();
+    int64_t now = dt_clock_us();
     for (int w = 0; w < ps->total; w++) {
         if (ps->lost[w] || now - ps->last_seen[w] <= ps->liveness_us) continue;
         if ((ps->done && (ps->done[w >> 3] & (1u << (w & 7)))) || has_pending(ps, w)) continue;
@@ -1359,7 +1357,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
     memset(&ps, 0, sizeof ps);
     int rc = ps_open(&ps, cfg, err);
     const int poll_ms = cfg->poll_ms > 0 ? cfg->poll_ms : 100;
-    ps.last_message_us = now_us();
+    ps.last_message_us = dt_clock_us();
     while (rc == DT_OK && !ps.shutdown) {
         dt_peers_events(ps.peers, on_peer_gone, &ps);
         if (cfg->stop && *cfg->stop) {
@@ -1368,7 +1366,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
             break;
         }
         check_liveness(&ps);
-        int64_t now = now_us();
+        int64_t now = dt_clock_us();
         if (ps.failed[0] && now - ps.failed_at_us > ps.liveness_us) {
             rc = dt_errorf(err, DT_ETIMEOUT, "ps %d: %s", cfg->ps_index, ps.failed);
             break;
@@ -1394,7 +1392,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
         if (items[1].revents & ZMQ_POLLIN) dt_peers_events(ps.peers, on_peer_gone, &ps);
         /* Drained, as a rule: the connection checks below need it, and reading is cheap next to
          * what a message costs to handle; a flood faster than that is cut off by DRAIN_US. */
-        for (int64_t until = now_us() + DRAIN_US; !drained && !ps.shutdown && now_us() < until;) {
+        for (int64_t until = dt_clock_us() + DRAIN_US; !drained && !ps.shutdown && dt_clock_us() < until;) {
             dt_wire_in in;
             dt_error e = {0};
             int r = dt_wire_recv(ps.sock, 1, &in, &e);
@@ -1408,15 +1406,14 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
                 rc = dt_errorf(err, DT_ENET, "ps %d: %s", cfg->ps_index, e.msg);
                 break;
             }
-            ps.last_message_us = now_us();
+            ps.last_message_us = dt_clock_us();
             dt_metric_add(ps.m.rx, (double)(DT_WIRE_HEADER_SIZE + zmq_msg_size(&in.payload)));
             ps.peer = dt_peers_of(ps.peers, in.srcfd);
             dt_peer_ref(ps.peer); /* held while handled: the table may drop it meanwhile */
             dt_peers_delivered(ps.peers, ps.peer, r == DT_OK && in.hdr.role != DT_ROLE_NONE);
-            /* A request that makes a reply from the model: its connection may have closed while it
-             * waited here (closes are heard on the monitor); nobody would read that reply. */
-            if (r == DT_OK && (in.hdr.type == DT_MSG_FETCH || in.hdr.type == DT_MSG_PULL))
-                dt_peers_events(ps.peers, on_peer_gone, &ps);
+            /* A FETCH copies the whole shard: its connection may have closed while it waited here
+             * (closes are heard on the monitor); nobody would read that reply. */
+            if (r == DT_OK && in.hdr.type == DT_MSG_FETCH) dt_peers_events(ps.peers, on_peer_gone, &ps);
             if (dt_peer_gone(ps.peer)) ps.dropped++;
             else if (r == DT_OK) handle(&ps, &in);
             else if (in.has_identity) refuse(&ps, &in.identity, &in, r == DT_EPROTO ? DT_WIRE_E_VERSION : DT_WIRE_E_MALFORMED, e.msg);
@@ -1429,10 +1426,10 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
          * draining gets the looser check (peers.h) rather than none. */
         ps_publish(&ps);
         dt_peers_set_other(ps.peers, (uint64_t)ps.n_pending * (sizeof(pending_pull) + 64));
-        int64_t since = now_us() - ps.peers_checked_us, every = dt_peers_check_interval_us(ps.peers);
+        int64_t since = dt_clock_us() - ps.peers_checked_us, every = dt_peers_check_interval_us(ps.peers);
         if ((drained && since >= every) || since >= 4 * every) {
             dt_peers_check(ps.peers, drained);
-            ps.peers_checked_us = now_us();
+            ps.peers_checked_us = dt_clock_us();
         }
     }
     if (cfg->stats) {
