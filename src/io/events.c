@@ -238,14 +238,7 @@ void dt_record_reader_close(dt_record_reader *r) {
 }
 
 static int reader_read(dt_record_reader *r, uint64_t at, void *out, size_t n, dt_error *err) {
-    if (r->mem) {
-        memcpy(out, r->mem + at, n);
-        return 0;
-    }
-    if (dt_pread_full(r->fd, out, n, at))
-        return dt_errorf(err, DT_EIO, "%s: could not read %zu bytes at offset %" PRIu64 " (file changed or i/o error)",
-                         r->label, n, at);
-    return 0;
+    return dt_read_at(r->fd, r->mem, at, out, n, r->label, err);
 }
 
 static int reader_reserve(dt_record_reader *r, size_t n, dt_error *err) {

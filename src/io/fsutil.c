@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,17 @@ int dt_open_regular(const char *path, int nofollow, struct stat *st, dt_error *e
         return dt_errorf(err, DT_EIO, "%s: fcntl: %s", path, strerror(e));
     }
     return fd;
+}
+
+int dt_read_at(int fd, const uint8_t *mem, uint64_t at, void *out, size_t n, const char *label, dt_error *err) {
+    if (mem) {
+        memcpy(out, mem + at, n);
+        return 0;
+    }
+    if (dt_pread_full(fd, out, n, at))
+        return dt_errorf(err, DT_EIO, "%s: could not read %zu bytes at offset %" PRIu64 " (file changed or i/o error)",
+                         label, n, at);
+    return 0;
 }
 
 int dt_pread_full(int fd, void *buf, size_t n, uint64_t offset) {

@@ -44,6 +44,10 @@ int dt_open_regular(const char *path, int nofollow, struct stat *st, dt_error *e
 /* Reads exactly n bytes at offset (retrying short reads); 0, or -1 at end of file or on an error. */
 int dt_pread_full(int fd, void *buf, size_t n, uint64_t offset);
 
+/* Bytes [at, at + n) of a file that readers either hold in memory (mem, not NULL) or read with
+ * pread (fd): 0, or DT_EIO with a message naming label. The caller checks the range. */
+int dt_read_at(int fd, const uint8_t *mem, uint64_t at, void *out, size_t n, const char *label, dt_error *err);
+
 /* Reads the whole file into a malloc'd buffer (*out, with a NUL after the last byte, not counted
  * in *len). Refuses files larger than max_len (from fstat, before reading anything) and anything
  * but a regular file (dt_open_regular). The file must not change size while read. */

@@ -215,15 +215,7 @@ static int file_read(const dt_st_file *f, uint64_t at, void *out, size_t n, dt_e
     if (at > f->size || n > f->size - at)
         return dt_errorf(err, DT_EFORMAT, "%s: read of %zu bytes at %" PRIu64 " beyond the file's %" PRIu64, f->label, n,
                          at, f->size);
-    if (!n) return 0;
-    if (f->mem) {
-        memcpy(out, f->mem + at, n);
-        return 0;
-    }
-    if (dt_pread_full(f->fd, out, n, at))
-        return dt_errorf(err, DT_EIO, "%s: could not read %zu bytes at offset %" PRIu64 " (file changed or i/o error)",
-                         f->label, n, at);
-    return 0;
+    return n ? dt_read_at(f->fd, f->mem, at, out, n, f->label, err) : 0;
 }
 
 static int cmp_offset(const void *a, const void *b) {
