@@ -81,3 +81,42 @@ gpu_skip_unless_ran() {
     exit 77
   fi
 }
+
+# A sync cluster (1 ps, 2 workers, the fashion model on $tmp/data) paced at 65 ms a step, for the
+# tests that attack its ps meanwhile (test_hostile_peers, test_hostile_round2_slow). Sets port (the
+# ps's), ps, chief and w (pids); returns once the chief has initialised the ps. ps_rss prints the
+# ps's resident KiB (0 once it is gone).
+hostile_cluster() {
+  local steps=$1 ports
+  ports=($(free_port 3)); port=${ports[0]}
+  local h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]})
+  local a=(--model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= --threads 1 --issync=1
+           --train_steps "$steps" --steps_to_validate 100000 --debug_step_delay_ms 65)
+  # Under AddressSanitizer the ps's freed memory waits in a quarantine (256 MB by default) and
+  # counts in its RSS: a small one keeps the measure about the ps, not the sanitizer.
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8" \
+    "$bin" train "${a[@]}" "${h[@]}" --job_name=ps >"$tmp/ps" 2>&1 &
+  ps=$!
+  "$bin" train "${a[@]}" "${h[@]}" --job_name=worker --task_index=0 >"$tmp/c" 2>&1 &
+  chief=$!
+  "$bin" train "${a[@]}" "${h[@]}" --job_name=worker --task_index=1 >"$tmp/w" 2>&1 &
+  w=$!
+  for _ in $(seq 1 600); do grep -q "initialised by the chief" "$tmp/ps" && break; sleep 0.1; done
+}
+ps_rss() { awk '/^VmRSS:/ {print $2}' "/proc/$ps/status" 2>/dev/null || echo 0; }
+
+# The end of hostile_cluster's run: every process exits 0 (within 3 minutes) and the chief's test
+# accuracy is at least 0.70.
+hostile_cluster_finish() {
+  for _ in $(seq 1 1800); do kill -0 $chief 2>/dev/null || kill -0 $w 2>/dev/null || kill -0 $ps 2>/dev/null || break; sleep 0.1; done
+  wait $chief; local cst=$?
+  wait $w; local wst=$?
+  wait $ps; local pst=$?
+  [ $cst -eq 0 ] && [ $wst -eq 0 ] && [ $pst -eq 0 ] && ok "the cluster finishes, every process exits 0" \
+    || bad "the cluster finishes (chief $cst, worker $wst, ps $pst): $(tail -3 "$tmp/c") / $(tail -2 "$tmp/w") / $(tail -2 "$tmp/ps")"
+  local acc
+  acc=$(sed -n 's/^test accuracy \([0-9.]*\).*/\1/p' "$tmp/c")
+  echo "test accuracy ${acc:-none}"
+  awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.70) }' && ok "test accuracy ${acc} >= 0.70 despite the attacks" \
+    || bad "test accuracy ${acc:-none} >= 0.70: $(tail -5 "$tmp/c")"
+}

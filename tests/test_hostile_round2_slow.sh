@@ -15,27 +15,14 @@
 hostile=${DTRAIN_HOSTILE:-build/hostile_peer}
 seconds=${DTRAIN_ROUND2_SECONDS:-15}
 fashion_subset "$tmp/data" 8000 1000 || { bad "fashion subset"; summary; exit; }
-ports=($(free_port 3)); port=${ports[0]}
 ipc="$tmp/ipc"
 mkdir -p "$ipc"
-attacks=${DTRAIN_ROUND2_ATTACKS:-first,reset,ping,pulls=200,tiny,unread=100,ipc=$ipc/dtrain-127.0.0.1:$port.sock}
-case ",$attacks," in *,ipc,*) attacks=$(echo ",$attacks," | sed "s|,ipc,|,ipc=$ipc/dtrain-127.0.0.1:$port.sock,|; s|^,||; s|,$||") ;; esac
-h=(--ps_hosts=127.0.0.1:$port --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]})
 # Paced so that the training outlasts the attacks: steps x 65 ms > seconds.
-steps=$(( seconds * 1000 / 65 + 60 ))
-a=(--model models/fashion.model --data "$tmp/data" --logdir= --summary_dir= --threads 1 --issync=1
-   --train_steps $steps --steps_to_validate 100000 --debug_step_delay_ms 65)
 export TMPDIR=$ipc # the same-host socket goes there (cluster.c), for the ipc attack to find
-ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8" \
-  "$bin" train "${a[@]}" "${h[@]}" --job_name=ps >"$tmp/ps" 2>&1 &
-ps=$!
-"$bin" train "${a[@]}" "${h[@]}" --job_name=worker --task_index=0 >"$tmp/c" 2>&1 &
-chief=$!
-"$bin" train "${a[@]}" "${h[@]}" --job_name=worker --task_index=1 >"$tmp/w" 2>&1 &
-w=$!
-for _ in $(seq 1 600); do grep -q "initialised by the chief" "$tmp/ps" && break; sleep 0.1; done
-rss() { awk '/^VmRSS:/ {print $2}' "/proc/$ps/status" 2>/dev/null || echo 0; }
-base=$(rss)
+hostile_cluster $(( seconds * 1000 / 65 + 60 ))
+attacks=${DTRAIN_ROUND2_ATTACKS:-first,reset,ping,pulls=200,tiny,unread=100,ipc}
+case ",$attacks," in *,ipc,*) attacks=$(echo ",$attacks," | sed "s|,ipc,|,ipc=$ipc/dtrain-127.0.0.1:$port.sock,|; s|^,||; s|,$||") ;; esac
+base=$(ps_rss)
 # The ps serves the fashion model with Adam: S = 1.69 MB, M = 3 S + 104 = 5.08 MB. Its budget
 # (docs/security.md) is B = 4 M + 2 x 2 workers x S + 64 MiB = 93.1 MB = 88.8 MiB. Alone, the
 # attacks stay under 2 B (the 0-byte frames peak at +168 MiB: frames still decoding are cut at
@@ -48,7 +35,7 @@ bound_kb=$(( ${DTRAIN_ROUND2_BOUND_MB:-1536} * 1024 ))
 hp=$!
 peak=$base alive=1
 while kill -0 $hp 2>/dev/null; do
-  r=$(rss); [ "$r" -gt "$peak" ] && peak=$r
+  r=$(ps_rss); [ "$r" -gt "$peak" ] && peak=$r
   kill -0 $ps 2>/dev/null || alive=0
   sleep 0.1
 done
@@ -62,16 +49,7 @@ growth=$(( peak - base ))
 echo "ps memory: ${base} KiB before the attacks, peak ${peak} KiB (+$((growth / 1024)) MiB); bound +$((bound_kb / 1024)) MiB"
 [ "$base" -gt 0 ] && [ "$growth" -lt "$bound_kb" ] && ok "ps memory stays under the bound under attack" \
   || bad "ps memory stays under the bound under attack (+${growth} KiB)"
-for _ in $(seq 1 1800); do kill -0 $chief 2>/dev/null || kill -0 $w 2>/dev/null || kill -0 $ps 2>/dev/null || break; sleep 0.1; done
-wait $chief; cst=$?
-wait $w; wst=$?
-wait $ps; pst=$?
-[ $cst -eq 0 ] && [ $wst -eq 0 ] && [ $pst -eq 0 ] && ok "the cluster finishes, every process exits 0" \
-  || bad "the cluster finishes (chief $cst, worker $wst, ps $pst): $(tail -3 "$tmp/c") / $(tail -2 "$tmp/w") / $(tail -2 "$tmp/ps")"
-acc=$(sed -n 's/^test accuracy \([0-9.]*\).*/\1/p' "$tmp/c")
-echo "test accuracy ${acc:-none}"
-awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.70) }' && ok "test accuracy ${acc} >= 0.70 despite the attacks" \
-  || bad "test accuracy ${acc:-none} >= 0.70: $(tail -5 "$tmp/c")"
+hostile_cluster_finish
 case $attacks in *tiny*)
   grep -q "cut off the connection from 127.0.0.1.*budget" "$tmp/ps" && ok "0-byte frames are cut at their real cost" \
     || bad "0-byte frames are cut at their real cost: $(grep -c 'cut off' "$tmp/ps") cuts logged" ;;
