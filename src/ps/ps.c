@@ -108,7 +108,6 @@ typedef struct {
     int slots, initialised, shutdown;
     uint8_t generation;       /* of the INIT that set the shard (1..255), reported in every reply */
     uint64_t pushes, updates, pulls, refused; /* pushes and updates counted on chunk 0: whole gradients */
-    uint64_t dropped;         /* requests of connections already closed or cut: not answered */
     uint64_t budget;          /* everything peers may make this ps hold (peers_budget) */
     pending_pull *pending;    /* [cap_pending]: MAX_PENDING for strangers, a quota per worker task */
     int n_pending, cap_pending;
@@ -221,17 +220,14 @@ static int reply_admit(ps_t *ps, dt_peer *peer, size_t bytes) {
     return r > 0 ? DT_OK : r == 0 ? 1 : 4;
 }
 
-/* The refusal for reply_admit's 1 or 4. */
-static void refuse_busy(ps_t *ps, zmq_msg_t *id, const dt_wire_in *in, int why) {
-    char msg[224];
+/* The text of ERROR 106 for reply_admit's 1 or 4. */
+static void busy_text(const ps_t *ps, int why, char *msg, size_t n) {
     if (why == 4)
-        snprintf(msg, sizeof msg, "ps %d: its peers hold %llu bytes of its memory, at its budget of %llu: ask again "
-                 "shortly", ps->cfg->ps_index, (unsigned long long)dt_peers_held(ps->peers),
-                 (unsigned long long)ps->budget);
+        snprintf(msg, n, "ps %d: its peers hold %llu bytes of its memory, at its budget of %llu: ask again shortly",
+                 ps->cfg->ps_index, (unsigned long long)dt_peers_held(ps->peers), (unsigned long long)ps->budget);
     else
-        snprintf(msg, sizeof msg, "ps %d: earlier replies to this connection (%llu bytes at most) are still unread: "
-                 "read them first", ps->cfg->ps_index, (unsigned long long)peer_reply_budget(ps));
-    refuse(ps, id, in, DT_WIRE_E_BUSY, msg);
+        snprintf(msg, n, "ps %d: earlier replies to this connection (%llu bytes at most) are still unread: read them "
+                 "first", ps->cfg->ps_index, (unsigned long long)peer_reply_budget(ps));
 }
 
 /* A large reply admitted by reply_admit, zero-copy from a snapshot (snap) or from a buffer it then
@@ -383,15 +379,9 @@ static void send_params(ps_t *ps, dt_peer *peer, zmq_msg_t *identity, const dt_w
         return;
     }
     if (rc == 1 || rc == 4) {
-        if (rc == 1)
-            dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BUSY,
-                               "ps %d: earlier replies to this connection (%llu bytes at most) are still unread: read "
-                               "them first", ps->cfg->ps_index, (unsigned long long)peer_reply_budget(ps));
-        else
-            dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BUSY,
-                               "ps %d: its peers hold %llu bytes of its memory, at its budget of %llu: ask again "
-                               "shortly", ps->cfg->ps_index, (unsigned long long)dt_peers_held(ps->peers),
-                               (unsigned long long)ps->budget);
+        char msg[224];
+        busy_text(ps, rc, msg, sizeof msg);
+        dt_wire_send_error(ps->sock, identity, r, DT_WIRE_E_BUSY, "%s", msg);
         return;
     }
     if (rc) {
@@ -667,7 +657,9 @@ static void on_fetch(ps_t *ps, zmq_msg_t *id, dt_wire_in *in) {
     /* Counted before the copy: a refused FETCH costs nothing. */
     int rc = reply_admit(ps, ps->peer, bytes);
     if (rc) {
-        refuse_busy(ps, id, in, rc);
+        char msg[224];
+        busy_text(ps, rc, msg, sizeof msg);
+        refuse(ps, id, in, DT_WIRE_E_BUSY, msg);
         return;
     }
     float *d = malloc(bytes);
@@ -1414,9 +1406,10 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
             /* A FETCH copies the whole shard: its connection may have closed while it waited here
              * (closes are heard on the monitor); nobody would read that reply. */
             if (r == DT_OK && in.hdr.type == DT_MSG_FETCH) dt_peers_events(ps.peers, on_peer_gone, &ps);
-            if (dt_peer_gone(ps.peer)) ps.dropped++;
-            else if (r == DT_OK) handle(&ps, &in);
-            else if (in.has_identity) refuse(&ps, &in.identity, &in, r == DT_EPROTO ? DT_WIRE_E_VERSION : DT_WIRE_E_MALFORMED, e.msg);
+            int answer = !dt_peer_gone(ps.peer); /* a closed connection's requests: nobody would read the answer */
+            if (answer && r == DT_OK) handle(&ps, &in);
+            else if (answer && in.has_identity)
+                refuse(&ps, &in.identity, &in, r == DT_EPROTO ? DT_WIRE_E_VERSION : DT_WIRE_E_MALFORMED, e.msg);
             dt_peer_unref(ps.peer);
             ps.peer = NULL;
             dt_wire_in_close(&in);
