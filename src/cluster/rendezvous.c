@@ -426,7 +426,7 @@ static int read_answer(const dt_rendezvous *rv, int fd, double deadline, char *b
                 : 0;
 }
 
-static int parse_answer(const dt_rendezvous *rv, char *buf, size_t len, dt_addr *addrs, dt_error *err) {
+int dt_rendezvous_parse_answer(const dt_rendezvous *rv, char *buf, size_t len, dt_addr *addrs, dt_error *err) {
     if (!strncmp(buf, "error ", 6)) { /* rank 0's reason, one line, printable only */
         char *msg = buf + 6, *nl = strchr(msg, '\n');
         if (nl) *nl = '\0';
@@ -491,7 +491,7 @@ static int join(const dt_rendezvous *rv, const dt_addr *at, dt_addr *addrs, doub
             snprintf(last, sizeof last, "%s", strerror(errno));
             rc = dt_errorf(err, DT_ENET, "--rendezvous %s: rank 0 did not take this rank's hello", rv->at);
         } else if (!(rc = read_answer(rv, fd, deadline + 2.0, buf, cap, &n, &cut, last, err))) {
-            rc = parse_answer(rv, buf, n, addrs, err);
+            rc = dt_rendezvous_parse_answer(rv, buf, n, addrs, err);
         }
         close(fd);
         if (!cut) break;

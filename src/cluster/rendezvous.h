@@ -30,5 +30,9 @@ typedef struct {
 
 /* Fills addrs[size] (ranks in order) or fails with a one-line message. */
 int dt_rendezvous_gather(const dt_rendezvous *rv, dt_addr *addrs, dt_error *err);
+/* Rank 0's answer as a rank reads it (buf: len bytes and a NUL; it is modified): "ok SIZE" and one
+ * "host port" line per rank into addrs[rv->size], or rank 0's refusal, or a one-line error. Bytes
+ * from the network: fuzz/fuzz_rendezvous.c. */
+int dt_rendezvous_parse_answer(const dt_rendezvous *rv, char *buf, size_t len, dt_addr *addrs, dt_error *err);
 
 #endif
