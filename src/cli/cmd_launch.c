@@ -51,17 +51,28 @@ static void progress_draw(void) {
     progress_shown = 1;
 }
 
-/* A port the kernel says is free now; the child binds it moments later. */
-static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    if (s < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(s);
-    return port;
+/* n ports the kernel says are free now, all different (each socket stays bound until all are
+ * chosen: one port closed before the next is asked for can come back twice); the children bind
+ * them moments later. -1 with errno on failure. */
+static int free_ports(int *ports, int n) {
+    int rc = 0, *s = calloc((size_t)n, sizeof *s);
+    if (!s) return -1;
+    for (int i = 0; i < n; i++) s[i] = -1;
+    for (int i = 0; i < n && !rc; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof a;
+        if ((s[i] = socket(AF_INET, SOCK_STREAM, 0)) < 0 || bind(s[i], (struct sockaddr *)&a, sizeof a) != 0 ||
+            getsockname(s[i], (struct sockaddr *)&a, &len) != 0)
+            rc = -1;
+        else
+            ports[i] = ntohs(a.sin_port);
+    }
+    int saved = errno;
+    for (int i = 0; i < n; i++)
+        if (s[i] >= 0) close(s[i]);
+    free(s);
+    errno = saved;
+    return rc;
 }
 
 static void flush_line(child *c, int k, int force) {
@@ -315,17 +326,17 @@ int cmd_launch(int argc, char **argv) {
 
     int n = n_ps + n_workers;
     char ps_hosts[32 * 24] = "", worker_hosts[32 * 24] = "";
+    int ports[64];
+    if (n > (int)(sizeof ports / sizeof *ports) || free_ports(ports, n) != 0) {
+        fprintf(stderr, "dtrain launch: could not find %d free ports on 127.0.0.1: %s\n", n, strerror(errno));
+        if (keys_dir[0]) remove_keys(keys_dir);
+        free(pass);
+        return 1;
+    }
     for (int i = 0; i < n; i++) {
-        int port = free_port();
-        if (port < 0) {
-            fprintf(stderr, "dtrain launch: could not find a free port on 127.0.0.1: %s\n", strerror(errno));
-            if (keys_dir[0]) remove_keys(keys_dir);
-            free(pass);
-            return 1;
-        }
         char *list = i < n_ps ? ps_hosts : worker_hosts;
         size_t len = strlen(list);
-        snprintf(list + len, sizeof ps_hosts - len, "%s127.0.0.1:%d", len ? "," : "", port);
+        snprintf(list + len, sizeof ps_hosts - len, "%s127.0.0.1:%d", len ? "," : "", ports[i]);
     }
 
     char self[4096];
