@@ -25,9 +25,8 @@ case ",$attacks," in *,ipc,*) attacks=$(echo ",$attacks," | sed "s|,ipc,|,ipc=$i
 base=$(ps_rss)
 # The ps serves the fashion model with Adam: S = 1.69 MB, M = 3 S + 104 = 5.08 MB. Its budget
 # (docs/security.md) is B = 4 M + 2 x 2 workers x S + 64 MiB = 93.1 MB = 88.8 MiB. Alone, the
-# attacks stay under 2 B (the 0-byte frames peak at +168 MiB: frames still decoding are cut at
-# 1.5 B, and a loopback peer sends more between two checks); all at once they do not yet:
-# what libzmq queues uncounted adds up, and the resident size peaked at +632 to +766 MiB
+# attacks stay under 2 B (the 0-byte frames peak at +95 MiB); all at once they do not yet:
+# what libzmq queues uncounted adds up, and the resident size peaked at +549 to +1,081 MiB
 # (docs/security.md). The bound here is what all at once must stay under, by far less than before
 # (the ps aborted; 0-byte frames alone held 2,297 MiB): DTRAIN_ROUND2_BOUND_MB sets another.
 bound_kb=$(( ${DTRAIN_ROUND2_BOUND_MB:-1536} * 1024 ))

@@ -25,13 +25,8 @@
 enum { CUT_SILENT, CUT_PARTIAL, CUT_SLOW, CUT_BUDGET, CUT_LIMIT, CUT_QUIET, CUT_UNREAD, CUT_LOCAL, CUT_REASONS };
 #define PARTIAL_SLACK (256u << 10)  /* bytes of ZMTP framing and heartbeats not in any message */
 #define STRIKES 2                   /* checks in a row past the size bound before a cut */
-/* What an unfinished message may really cost per byte received: libzmq keeps each frame as a
- * 64-byte msg_t, and a 0-byte frame is 2 bytes on the wire. Real messages have 2 or 3 frames, so
- * this overstates them; only the budget, not the per-connection bound, counts at this rate. */
-#define FRAME_COST 33
 #define REPLY_STALL_US (2 * INT64_C(1000000)) /* replies unread this long, with nothing read meanwhile: a stuck reader */
-#define LOCAL_QUIET_US INT64_C(1000000)       /* ipc: no whole message for this long while memory is unexplained */
-#define LOCAL_SENDING_US INT64_C(50000)       /* ipc: the same while bytes wait in the socket (a message arriving) */
+#define LOCAL_SENDING_US INT64_C(1000000)     /* ipc: bytes waiting in the socket and no whole message for this long */
 #define HEAP_EVERY_US INT64_C(20000)          /* the heap is asked at most this often (mallinfo2 walks every arena: ~0.1 ms) */
 #define HEAP_GRACE_US INT64_C(100000)         /* after a cut for the heap: libzmq's I/O threads free what it held */
 
@@ -60,7 +55,6 @@ struct dt_peer {
     int64_t big_since_us;   /* when the unfinished message passed PARTIAL_SLACK (0: it has not) */
     uint64_t base;          /* kernel-received bytes, less unread, when the latest message arrived */
     uint64_t partial;       /* at the latest check: bytes of an unfinished message */
-    uint64_t prev_partial;  /* at the check before */
     uint64_t delivered;     /* whole messages since the latest check */
 };
 
@@ -72,7 +66,7 @@ struct dt_peers {
     int cap, n_open;
     uint64_t serial, cuts, cuts_by[CUT_REASONS];
     uint64_t budget;        /* everything peers make the ps hold, together (peers.h) */
-    uint64_t held;          /* at the latest check: unfinished messages (at FRAME_COST), replies, others */
+    uint64_t held;          /* at the latest check: unfinished messages, replies, others */
     uint64_t unfinished_cost, other;
     int64_t heap_base;      /* the least heap in use seen beyond what is counted (-1: not yet) */
     int64_t heap_next_us;   /* when the heap is asked next (a cut pushes it past HEAP_GRACE_US) */
@@ -356,13 +350,11 @@ static int less_useful(const dt_peer *a, const dt_peer *b, int64_t now) {
     return a->useful_us < b->useful_us;
 }
 
-/* For the memory budget: the largest unfinished message that has been large for over a second or
- * stopped growing (a healthy transfer goes on and finishes; one that does not holds memory). */
-static int stalled(const dt_peer *a) { return a->big_since_us && a->partial == a->prev_partial; }
-
+/* For the memory budget: the largest unfinished message that has been large for over a second
+ * (a healthy transfer finishes; one that does not is the one holding memory). */
 static int holds_more(const dt_peer *a, const dt_peer *b, int64_t now) {
-    int a_old = a->big_since_us && (now - a->big_since_us > 1000000 || stalled(a));
-    int b_old = b->big_since_us && (now - b->big_since_us > 1000000 || stalled(b));
+    int a_old = a->big_since_us && now - a->big_since_us > 1000000;
+    int b_old = b->big_since_us && now - b->big_since_us > 1000000;
     if (a_old != b_old) return a_old;
     return a->partial > b->partial;
 }
@@ -382,13 +374,15 @@ static int local_sending(const dt_peer *a) {
     return !a->tcp && ioctl(a->fd, SIOCINQ, &unread) == 0 && unread > 0;
 }
 
-/* For the budget, same-host connections (no byte counters): one sending without a whole message
- * for LOCAL_SENDING_US (a message still arriving: a real one takes milliseconds over a Unix
- * socket), else the one silent longest. */
+/* For the budget, same-host connections (no byte counters): one still sending a message it began
+ * over LOCAL_SENDING_US ago (a real one takes milliseconds over a Unix socket; a worker waiting at
+ * the barrier sends nothing), the longest first. */
+static int local_stuck(const dt_peer *a, int64_t now) {
+    return !a->tcp && now - a->useful_us > LOCAL_SENDING_US && local_sending(a);
+}
+
 static int local_quieter(const dt_peer *a, const dt_peer *b, int64_t now) {
-    if (a->tcp != b->tcp) return !a->tcp;
-    int sa = local_sending(a) && now - a->useful_us > LOCAL_SENDING_US;
-    int sb = local_sending(b) && now - b->useful_us > LOCAL_SENDING_US;
+    int sa = local_stuck(a, now), sb = local_stuck(b, now);
     if (sa != sb) return sa;
     return a->useful_us < b->useful_us;
 }
@@ -420,12 +414,21 @@ static int sent_more(const dt_peer *a, const dt_peer *b, int64_t now) {
     return a->delivered > b->delivered;
 }
 
+/* For the heap: the largest unfinished message over a TCP connection. */
+static int larger_partial(const dt_peer *a, const dt_peer *b, int64_t now) {
+    (void)now;
+    return a->partial > b->partial;
+}
+
 /* What the heap holds beyond every counted holding (and beyond the least seen so: the ps's own)
- * is what no counter shows: same-host connections' unfinished messages (no byte counters), and
+ * is what no counter shows: what unfinished messages really cost (libzmq keeps each frame as a
+ * 64-byte msg_t, and a 0-byte frame is 2 bytes on the wire: 33 times their count; real messages
+ * have 2 or 3 frames), same-host connections' unfinished messages (no byte counters), and
  * requests queued in libzmq (the router's receive queue has no limit: peers.h). Past the budget,
- * one connection is cut per check: a same-host one still sending a message, or silent for a
- * second, else the one that sent the most messages since the latest check. */
-static void check_heap(dt_peers *p, int64_t now, char *why, size_t n) {
+ * one connection is cut per check: a same-host one still sending a message begun over a second
+ * ago, else the TCP one with the largest unfinished message (past 256 KiB), else, while the ps
+ * cannot drain its socket, the one that sent the most messages since the latest check. */
+static void check_heap(dt_peers *p, int drained, int64_t now, char *why, size_t n) {
     if (now < p->heap_next_us) return; /* delivered counts go on adding up: still "since the last check" */
     p->heap_next_us = now + HEAP_EVERY_US;
     int locals = 0;
@@ -434,8 +437,20 @@ static void check_heap(dt_peers *p, int64_t now, char *why, size_t n) {
     if (p->heap_base < 0 || beyond < p->heap_base) p->heap_base = beyond;
     if (beyond - p->heap_base <= (int64_t)p->budget) goto done;
     dt_peer *q = locals ? pick(p, local_quieter, now) : NULL;
-    if (!q || q->tcp || now - q->useful_us <= (local_sending(q) ? LOCAL_SENDING_US : LOCAL_QUIET_US)) {
-        dt_peer *f = pick(p, sent_more, now);
+    if (q && !local_stuck(q, now)) q = NULL;
+    dt_peer *big = pick(p, larger_partial, now);
+    if (!q && big && big->partial > PARTIAL_SLACK) {
+        snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
+                 "connection's unfinished message is the largest (%llu bytes received: in frames of a few bytes each "
+                 "they cost 33 times that)", (long long)((beyond - p->heap_base) >> 20),
+                 (unsigned long long)(p->budget >> 20), (unsigned long long)big->partial);
+        cut(p, big, CUT_BUDGET, why);
+        p->heap_next_us = now + HEAP_GRACE_US;
+        goto done;
+    }
+    if (!q) {
+        /* A flood: only while the ps cannot drain its socket (a worker sends a step's chunks at once). */
+        dt_peer *f = drained ? NULL : pick(p, sent_more, now);
         if (!f || f->delivered < 16) goto done;
         snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
                  "connection sent the most messages (%llu) since the last check: requests queued faster than they "
@@ -446,7 +461,7 @@ static void check_heap(dt_peers *p, int64_t now, char *why, size_t n) {
         goto done;
     }
     snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
-             "same-host connection (whose unfinished messages cannot be counted) sent no whole message for %.1f s",
+             "same-host connection (whose unfinished messages cannot be counted) has been sending a message for %.1f s",
              (long long)((beyond - p->heap_base) >> 20), (unsigned long long)(p->budget >> 20),
              (double)(now - q->useful_us) / 1e6);
     cut(p, q, CUT_LOCAL, why);
@@ -465,7 +480,6 @@ void dt_peers_check(dt_peers *p, int drained) {
     for (int fd = 0; fd < p->cap; fd++) {
         dt_peer *peer = p->by_fd[fd];
         if (!peer || peer->cut) continue;
-        peer->prev_partial = peer->partial;
         if (!peer->valid && now - peer->accepted_us > p->cfg.first_message_us) {
             snprintf(why, sizeof why, "no valid message within %lld s of connecting",
                      (long long)(p->cfg.first_message_us / 1000000));
@@ -513,7 +527,7 @@ void dt_peers_check(dt_peers *p, int drained) {
             cut(p, peer, CUT_SLOW, why);
             continue;
         }
-        held += partial * FRAME_COST;
+        held += partial;
         live++;
     }
     /* Not drained, whole requests still queued in libzmq count too: they hold memory as well (the
@@ -525,15 +539,11 @@ void dt_peers_check(dt_peers *p, int drained) {
      * a healthy transfer finishes; one that does not is the one holding memory). */
     while (p->held > p->budget) {
         dt_peer *big = pick(p, holds_more, now);
-        /* Half as much again over, the largest goes even while it grows (tiny frames decoding). */
-        if (!big || !big->big_since_us ||
-            (now - big->big_since_us <= 1000000 && !stalled(big) && p->held <= p->budget + p->budget / 2))
-            break;
-        snprintf(why, sizeof why, "peers make the ps hold %llu bytes (unfinished messages counted at %d bytes per "
-                 "byte received), more than the budget of %llu, and this one's unfinished message held the most "
-                 "(%llu bytes received) and stopped or took over a second", (unsigned long long)p->held, FRAME_COST,
+        if (!big || !big->big_since_us || now - big->big_since_us <= 1000000) break;
+        snprintf(why, sizeof why, "peers make the ps hold %llu bytes, more than the budget of %llu, and this one's "
+                 "unfinished message held the most (%llu) for over a second", (unsigned long long)p->held,
                  (unsigned long long)p->budget, (unsigned long long)big->partial);
-        uint64_t cost = big->partial * FRAME_COST;
+        uint64_t cost = big->partial;
         cut(p, big, CUT_BUDGET, why);
         if (!big->cut) big->big_since_us = 0; /* could not be cut (already gone): do not pick it again */
         else live--;
@@ -554,7 +564,7 @@ void dt_peers_check(dt_peers *p, int drained) {
         else live--;
         p->held -= (uint64_t)bytes < p->held ? (uint64_t)bytes : p->held;
     }
-    check_heap(p, now, why, sizeof why);
+    check_heap(p, drained, now, why, sizeof why);
     if (live > p->cfg.max_connections * 4 / 5 && !p->warned_limit) {
         p->warned_limit = 1;
         peers_log(p, "%d connections open, near the limit of %d: the least recently useful ones will be cut", live,

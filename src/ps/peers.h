@@ -14,10 +14,9 @@
  * A connection past a bound is cut with shutdown(2) on its descriptor (checked to still be the
  * same connection): libzmq sees the connection end and frees what it held, the ps logs it once,
  * and the cluster goes on. One budget covers everything peers make the ps hold: unfinished
- * messages (counted at FRAME_COST bytes per byte received, the worst case of tiny frames), large
- * replies not yet sent, and what the ps reports as its own (deferred PULLs). A same-host
- * connection (ipc) has no byte counters: what the heap holds beyond every counted holding is
- * charged to those connections.
+ * messages, large replies not yet sent, what the ps reports as its own (deferred PULLs), and the
+ * heap beyond all of those, which shows what no counter does: the real cost of tiny frames,
+ * same-host (ipc) connections' messages (no byte counters) and requests queued in libzmq.
  *
  * One thread (the ps's) calls everything here, except dt_peer_reply_done (libzmq's I/O thread). */
 #ifndef DT_PS_PEERS_H
