@@ -511,6 +511,13 @@ static void test_small_split_and_options(void) {
     o = opts(DT_CTR_TRAIN, 16, 1, 0, 1);
     o.test_fraction = 0.95;
     expect_open_or_next_error(tpath("small.tsv"), &o, "add up to at most 1");
+    /* Every line bad, skipped: training order stops after a pass instead of looping for ever. */
+    for (char *p = text; (p = strchr(p, '\n')) != NULL; p++)
+        if (p[1]) p[1] = '5';
+    text[0] = '5';
+    write_text(tpath("allbad.tsv"), text, n);
+    o = opts(DT_CTR_ALL, 4, 1, 1, 2);
+    expect_open_or_next_error(tpath("allbad.tsv"), &o, "shard 1 of 2 has no good line in a whole pass (15 bad lines; first: ");
     free(text);
 }
 

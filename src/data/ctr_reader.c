@@ -34,6 +34,7 @@ struct dt_ctr_reader {
     uint64_t pos;                /* lines of the split so far in this pass (its position counter) */
     int64_t epoch, index;        /* training: pass number, next global batch number */
     int64_t epoch_batches;       /* training: global batches completed in this pass */
+    int64_t epoch_used;          /* training: of those, handed out or passed over by a seek */
     int64_t skip;                /* seek: global batches (training) or own positions (one pass) to pass over */
     int64_t count_epoch;         /* the pass whose bad lines are counted (-1: none parsed yet) */
     int done, emitted;
@@ -315,12 +316,13 @@ static void emit(dt_ctr_reader *r, dt_ctr_batch *b) {
 static int global_batch_done(dt_ctr_reader *r, dt_ctr_batch *b) {
     r->epoch_batches++;
     if (r->skip > 0 || dt_ctr_builder_rows(r->b) == 0) { /* sought past it, or all its lines bad */
-        if (r->skip > 0) r->skip--;
+        if (r->skip > 0) r->skip--, r->epoch_used++;
         r->index++;
         dt_ctr_builder_clear(r->b);
         return 0;
     }
     emit(r, b);
+    r->epoch_used++;
     return 1;
 }
 
@@ -335,13 +337,16 @@ static int training_pass_end(dt_ctr_reader *r, dt_error *err) {
                          "%s: the %s split has %llu lines, fewer than one global batch (%d shards x %d)", r->path,
                          names[r->opt.split], (unsigned long long)r->pos, r->opt.shard_count, r->opt.batch_size);
     }
+    if (r->epoch_used == 0) /* every line of this shard bad: another pass would find none either */
+        return dt_errorf(err, DT_EFORMAT, "%s: shard %d of %d has no good line in a whole pass (%llu bad lines; first: %s)",
+                         r->path, r->opt.shard_index, r->opt.shard_count, (unsigned long long)r->bad, r->first_bad);
     r->epoch++;
     if (r->skip >= F) { /* a seek past whole epochs: no need to read them */
         r->epoch += r->skip / F;
         r->index += r->skip / F * F;
         r->skip %= F;
     }
-    r->epoch_batches = 0;
+    r->epoch_batches = r->epoch_used = 0;
     return rewind_source(r, err);
 }
 
@@ -392,7 +397,7 @@ int dt_ctr_seek(dt_ctr_reader *r, int64_t index, dt_error *err) {
     if (index < 0) return dt_errorf(err, DT_EINVAL, "%s: seek to batch %lld", r->path, (long long)index);
     dt_ctr_builder_clear(r->b);
     r->emitted = r->done = 0;
-    r->epoch = r->index = r->epoch_batches = 0;
+    r->epoch = r->index = r->epoch_batches = r->epoch_used = 0;
     /* One pass: the positions of `index` full batches (bad lines there are not seen again). */
     r->skip = r->opt.training ? index : index * r->opt.batch_size;
     return rewind_source(r, err);
