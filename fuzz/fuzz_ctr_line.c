@@ -6,7 +6,6 @@
  *   bit 0 set: the rest is a whole file (plain, or gzip if it starts 1f 8b) read by the streaming
  *     reader with a 4 KiB buffer, in training order or one pass, 1 or 2 shards, split all: it must
  *     deliver consistent batches or stop with an error naming the file, never crash or loop. */
-#define _GNU_SOURCE
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -74,7 +74,7 @@ int cmd_gen_clicks(int argc, char **argv) {
         FLAG_TEXT("model", &model, "the true model: lr (logistic, per-id weights) or fm (plus pairwise factors)"),
         FLAG_NUM("fm_dim", FLAG_INT, &o.fm_dim, "fm: dimension of the true factors", 1, DT_CLICKGEN_MAX_FM_DIM, 0),
         FLAG_NUM("missing", FLAG_DOUBLE, &o.missing, "chance that a column is empty", 0, 1, 0),
-        FLAG_NUM("seed", FLAG_UINT64, &o.seed, "seed of the model and of every draw", 0, UINT64_MAX, 0),
+        FLAG_NUM("seed", FLAG_UINT64, &o.seed, "seed of the model and of every draw", 0, (double)UINT64_MAX, 0),
         FLAG_NUM("validation_fraction", FLAG_DOUBLE, &o.validation_fraction, "share of lines the reader calls validation", 0, 1, 0),
         FLAG_NUM("test_fraction", FLAG_DOUBLE, &o.test_fraction, "share of lines the reader calls test", 0, 1, 0),
         FLAG_TEXT("probs", &probs, "also write each line's true probability to this file (one a line)"),
@@ -99,7 +99,7 @@ int cmd_gen_clicks(int argc, char **argv) {
     dt_clickgen_report rep;
     if (dt_clickgen_write(out, probs, &o, &cli_stop, &rep, &err)) {
         fprintf(stderr, "dtrain gen-clicks: %s\n", err.msg);
-        return err.code == DT_EINTR ? 130 : 1;
+        return err.code == DT_EINTR ? 130 : err.code == DT_EINVAL ? 2 : 1; /* EINVAL: the options */
     }
     print_report(out, &o, vocab, &rep);
     return 0;

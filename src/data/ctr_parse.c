@@ -75,8 +75,9 @@ static int hex8(const char *p, const char *end, uint64_t *v) {
         miss |= d == 0;
         x = x << 4 | (d - 1);
     }
+    if (miss) return 0;
     *v = x;
-    return !miss;
+    return 1;
 }
 
 /* log1p of the small integers most columns hold, computed once: a fifth of the time of a line went
