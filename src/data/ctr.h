@@ -78,8 +78,8 @@ void dt_ctr_builder_clear(dt_ctr_builder *b);
 /* A view of the rows so far (epoch and index 0). */
 void dt_ctr_builder_batch(const dt_ctr_builder *b, dt_ctr_batch *out);
 
-/* The integer transform of Criteo's recipes (DLRM, TorchRec): log(1 + x) for x >= 0; a negative
- * value and an empty column both become 0. */
+/* The integer transform of DLRM's Criteo recipe: log(1 + x) for x >= 0; a negative value and an
+ * empty column both become 0. */
 float dt_ctr_dense_value(int64_t x);
 
 /* ---- hashing ids, and the split rule ---------------------------------------------------------- */
