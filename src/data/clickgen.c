@@ -68,7 +68,7 @@ void dt_clickgen_options_init(dt_clickgen_options *o) {
     o->missing = 0.05;
     o->seed = 1;
     o->validation_fraction = 0.1, o->test_fraction = 0.1;
-    o->bias = -0.95, o->weight_scale = 0.45, o->factor_scale = 0.2, o->dense_scale = 0.1, o->rank_decay = 0.2;
+    o->bias = -0.85, o->weight_scale = 0.58, o->factor_scale = 0.28, o->dense_scale = 0.1, o->rank_decay = 0.5;
 }
 
 /* What a generator needs beyond the options: the fields' samplers and hash keys. */
