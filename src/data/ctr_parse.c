@@ -1,7 +1,6 @@
 /* Click-log lines into batches: Criteo TSV and libffm parsing, the integer transform, the id hash
  * and the split rule (ctr.h; docs/ctr-data.md). The Criteo path is the hot one (over a million
  * lines a second per core, BENCHMARKS.md): one pass over the bytes, no allocation per line. */
-#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
