@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -269,6 +270,11 @@ static int bind_endpoints(ps_t *ps, dt_error *err) {
     if (cfg->ipc_endpoint && zmq_bind(ps->sock, cfg->ipc_endpoint) != 0)
         return dt_errorf(err, DT_ENET, "ps %d: cannot bind %s: %s (DTRAIN_IPC=0 turns the same-host path off)",
                          cfg->ps_index, cfg->ipc_endpoint, zmq_strerror(errno));
+    /* Owner only, whatever the umask: a peer that can connect to it runs as the ps's user, who
+     * could as well stop the ps (docs/security.md). connect(2) needs write permission. */
+    if (cfg->ipc_endpoint && !strncmp(cfg->ipc_endpoint, "ipc://", 6) && chmod(cfg->ipc_endpoint + 6, 0600) != 0)
+        return dt_errorf(err, DT_ENET, "ps %d: cannot make %s owner-only: %s", cfg->ps_index, cfg->ipc_endpoint + 6,
+                         strerror(errno));
     if (cfg->ipc_endpoint) ps_log(ps, "same-host workers connect on %s", cfg->ipc_endpoint);
     ps_metrics_open(ps);
     ps_log(ps, "serving %zu floats on %s", ps->n, bound);
