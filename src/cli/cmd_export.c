@@ -13,12 +13,13 @@
 #include "flags.h"
 
 int cmd_export(int argc, char **argv) {
-    const char *format = "onnx";
+    const char *format = "onnx", *model = NULL;
     int opset = DT_ONNX_OPSET_DEFAULT, help = 0, n_args = 0;
     flag_def defs[] = {
         FLAG_TEXT("format", &format, "the file format: onnx"),
         FLAG_NUM("opset", FLAG_INT, &opset, "ONNX operator set version the graph targets", DT_ONNX_OPSET_MIN,
                  DT_ONNX_OPSET_MAX, 0),
+        FLAG_TEXT("model", &model, "model file; default: the model stored in the checkpoint"),
     };
     int n = (int)(sizeof defs / sizeof defs[0]);
     dt_error err = {0};
@@ -36,7 +37,7 @@ int cmd_export(int argc, char **argv) {
         return 2;
     }
     if (help) {
-        printf("usage: dtrain export --format onnx [--opset N] CHECKPOINT_OR_LOGDIR OUT.onnx\n\n"
+        printf("usage: dtrain export [--format onnx] [--opset N] [--model FILE] CHECKPOINT_OR_LOGDIR OUT.onnx\n\n"
                "Writes the model of a checkpoint (a file, or the newest good one of a log folder) as an\n"
                "ONNX graph in evaluation form: input 'input', float32 NHWC images of pixels / 255 with a\n"
                "symbolic batch; outputs 'logits' and 'probabilities' (their softmax). The file appears\n"
@@ -48,7 +49,7 @@ int cmd_export(int argc, char **argv) {
     }
     dt_export_result res;
     double t0 = dt_seconds();
-    rc = dt_export_onnx(all[0], all[1], opset, &res, stderr, &err);
+    rc = dt_export_onnx(all[0], model, all[1], opset, &res, stderr, &err);
     if (rc) {
         fprintf(stderr, "dtrain export: %s\n", err.msg);
         free(all);

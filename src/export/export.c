@@ -91,13 +91,13 @@ static int same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-int dt_export_onnx(const char *source, const char *path, int opset, dt_export_result *res, FILE *log,
-                   dt_error *err) {
+int dt_export_onnx(const char *source, const char *model_path, const char *path, int opset, dt_export_result *res,
+                   FILE *log, dt_error *err) {
     struct stat st;
     int is_dir = stat(source, &st) == 0 && S_ISDIR(st.st_mode);
     dt_restored r;
     /* batch 1: the net is only read for its parameters, its activations are never used */
-    int rc = dt_restore_net(&r, is_dir ? source : NULL, is_dir ? NULL : source, NULL, 1, log, err);
+    int rc = dt_restore_net(&r, is_dir ? source : NULL, is_dir ? NULL : source, model_path, 1, log, err);
     if (rc) return rc;
     if (same_file(r.path, path)) {
         rc = dt_errorf(err, DT_EINVAL, "%s: the output is the checkpoint being exported", path);

@@ -52,8 +52,8 @@ typedef struct {
 
 /* dtrain export --format onnx: source is a checkpoint file, or a log folder whose newest good
  * checkpoint is taken (damaged ones skipped with a warning on log, as eval and predict do); the net
- * is built from the model text the checkpoint stores. res may be NULL. */
-int dt_export_onnx(const char *source, const char *path, int opset, dt_export_result *res, FILE *log,
-                   dt_error *err);
+ * is built from model_path, or when NULL from the model text the checkpoint stores. res may be NULL. */
+int dt_export_onnx(const char *source, const char *model_path, const char *path, int opset, dt_export_result *res,
+                   FILE *log, dt_error *err);
 
 #endif
