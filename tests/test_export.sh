@@ -54,7 +54,7 @@ train() {
     || bad "$1: training: $(tail -n2 "$tmp/$1.train")"
 }
 
-fashion_subset "$tmp/fs" 256 100
+fashion_subset "$tmp/fs" 256 64
 idx="$tmp/fs/t10k-images-idx3-ubyte"
 train fashion models/fashion.model "$tmp/fs" 4 32
 roundtrip fashion "$tmp/fashion.ck" 28 28 1 "$idx"

@@ -185,6 +185,34 @@ static int put_headers(sink *s, int classes, dt_error *err) {
     return rc || !s->logits.file ? rc : put(&s->logits, err, "\n");
 }
 
+/* Every image's CSV row (and --logits row): to files written aside and renamed once complete, or the
+ * CSV to stdout. */
+static int write_outputs(sink *s, dt_net *net, const dt_dataset *ds, const char *out, const char *logits,
+                         int classes, int64_t *count, dt_error *err) {
+    dt_atomic_file af = {.fd = -1}, lf = {.fd = -1};
+    int rc = out ? dt_atomic_open(&af, out, err) : 0;
+    if (!rc && logits) rc = dt_atomic_open(&lf, logits, err);
+    s->csv.file = out ? &af : NULL;
+    s->logits.file = logits ? &lf : NULL;
+    if (!rc) rc = put_headers(s, classes, err);
+    if (!rc) rc = dt_predict(net, ds, emit, s, count, err);
+    if (!rc && out) rc = dt_atomic_commit(&af, err);
+    if (!rc && logits) rc = dt_atomic_commit(&lf, err);
+    dt_atomic_abort(&af);
+    dt_atomic_abort(&lf);
+    s->csv.file = s->logits.file = NULL;
+    return rc;
+}
+
+/* --format and --bad_images take one of two words: 1 (and the line) for anything else. */
+static int bad_choice(const char *format, const char *bad) {
+    if (strcmp(format, "kaggle") && strcmp(format, "csv"))
+        return fprintf(stderr, "dtrain predict: --format: '%s' is not csv or kaggle\n", format), 1;
+    if (strcmp(bad, "skip") && strcmp(bad, "fail"))
+        return fprintf(stderr, "dtrain predict: --bad_images: '%s' is not skip or fail\n", bad), 1;
+    return 0;
+}
+
 static int fail(const char *msg) {
     fprintf(stderr, "dtrain predict: %s\n", msg);
     return 1;
@@ -223,13 +251,7 @@ int cmd_predict(int argc, char **argv) {
         return 0;
     }
     int kaggle = !strcmp(format, "kaggle");
-    if (!kaggle && strcmp(format, "csv")) {
-        fprintf(stderr, "dtrain predict: --format: '%s' is not csv or kaggle\n", format);
-        free(inputs);
-        return 2;
-    }
-    if (strcmp(bad, "skip") && strcmp(bad, "fail")) {
-        fprintf(stderr, "dtrain predict: --bad_images: '%s' is not skip or fail\n", bad);
+    if (bad_choice(format, bad)) {
         free(inputs);
         return 2;
     }
@@ -250,7 +272,6 @@ int cmd_predict(int argc, char **argv) {
     dt_data_options dopt = {.h = ms->in_h, .w = ms->in_w, .c = ms->in_c,
                             .bad_images = strcmp(bad, "fail") ? DT_BAD_IMAGES_SKIP : DT_BAD_IMAGES_FAIL};
     dt_dataset *ds = NULL;
-    dt_atomic_file af = {.fd = -1}, lf = {.fd = -1};
     sink s = {.kaggle = kaggle};
     int64_t count = 0;
     double t0 = dt_seconds();
@@ -259,13 +280,7 @@ int cmd_predict(int argc, char **argv) {
     s.idx_path = dt_dataset_source(ds);
     if (!(s.names = class_names(&r, classes, &err))) goto done;
     if (kaggle && (rc = find_dog(&r, s.names, classes, &s.dog, &err))) goto done;
-    if (out && (rc = dt_atomic_open(&af, out, &err))) goto done;
-    if (logits && (rc = dt_atomic_open(&lf, logits, &err))) goto done;
-    s.csv.file = out ? &af : NULL;
-    s.logits.file = logits ? &lf : NULL;
-    if ((rc = put_headers(&s, classes, &err)) || (rc = dt_predict(r.net, ds, emit, &s, &count, &err))) goto done;
-    if (out && (rc = dt_atomic_commit(&af, &err))) goto done;
-    if (logits && (rc = dt_atomic_commit(&lf, &err))) goto done;
+    if ((rc = write_outputs(&s, r.net, ds, out, logits, classes, &count, &err))) goto done;
     double secs = dt_seconds() - t0;
     fprintf(stderr, "dtrain predict: %" PRId64 " images in %.2f s (%.1f images/s), %zu skipped as undecodable; "
                     "checkpoint %s, global step %" PRId64 "\n",
@@ -273,8 +288,6 @@ int cmd_predict(int argc, char **argv) {
     status = 0;
 done:
     if (status) fprintf(stderr, "dtrain predict: %s\n", err.msg);
-    dt_atomic_abort(&af);
-    dt_atomic_abort(&lf);
     for (int k = 0; s.names && k < classes; k++) free(s.names[k]);
     free(s.names);
     free(s.csv.buf);

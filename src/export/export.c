@@ -1,12 +1,13 @@
 #include "export/export.h"
 
 #include <inttypes.h>
-#include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "core/error.h"
 #include "export/onnx.h"
+#include "supervisor/checkpoint.h"
 #include "train/restore.h"
 
 /* The IR version that goes with an opset (onnx's VERSION_TABLE): the oldest that reads it, so older
@@ -16,19 +17,6 @@ static int64_t ir_version(int opset) {
     if (opset <= 18) return 8;
     if (opset <= 20) return 9;
     return 10;
-}
-
-/* The class names as a JSON array (jansson: strings escaped as JSON wants), or NULL. */
-static char *classes_json(const dt_onnx_meta *m) {
-    json_t *a = json_array();
-    for (int k = 0; a && k < m->n_class_names; k++)
-        if (json_array_append_new(a, json_string(m->class_names[k]))) {
-            json_decref(a);
-            return NULL;
-        }
-    char *s = a ? json_dumps(a, JSON_COMPACT) : NULL;
-    json_decref(a);
-    return s;
 }
 
 /* metadata_props: what a user of the file needs besides the graph (docs/export.md, "Metadata"). */
@@ -44,7 +32,7 @@ static void add_metadata(ox_graph *g, const dt_model_spec *spec, const dt_onnx_m
         ox_meta(g, "checkpoint", base ? base + 1 : m->checkpoint);
     }
     if (m->n_class_names > 0) {
-        char *json = classes_json(m);
+        char *json = dt_ckpt_classes_json(m->class_names, m->n_class_names);
         if (!json && !ox_status(g)) g->rc = dt_errorf(g->err, DT_ENOMEM, "out of memory for the class names");
         if (json) ox_meta(g, "classes", json);
         free(json);

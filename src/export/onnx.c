@@ -83,7 +83,8 @@ static void window_attrs(ctx *c, Onnx__NodeProto *n, const dt_window *w) {
     ox_attr_ints(c->g, n, "pads", 4, pads);
 }
 
-/* A parameter view of layer i by its suffix ("kernel", "bias", "gamma", ...), or NULL. */
+/* A parameter view of layer i by its suffix ("kernel", "bias", "gamma", ...); NULL, recorded as an
+ * internal error, if the net has none (model/net.c names every view so). */
 static const float *param(ctx *c, int i, const char *what) {
     char name[sizeof ((dt_param_view *)0)->name];
     snprintf(name, sizeof name, "%s/%s", c->spec->layers[i].name, what);
@@ -91,15 +92,15 @@ static const float *param(ctx *c, int i, const char *what) {
         const dt_param_view *pv = dt_net_view(c->net, v);
         if (!strcmp(pv->name, name)) return dt_net_params(c->net) + pv->offset;
     }
+    if (!c->g->rc) c->g->rc = dt_errorf(c->g->err, DT_EINVAL, "internal error: the net has no parameter %s", name);
     return NULL;
 }
 
 /* A 1-D initializer [n] copied from src. */
-static const char *vector_init(ctx *c, const char *name, const float *src, int n) {
+static void vector_init(ctx *c, const char *name, const float *src, int n) {
     int64_t dims[1] = {n};
-    float *d = ox_initializer(c->g, name, 1, dims);
+    float *d = src ? ox_initializer(c->g, name, 1, dims) : NULL;
     if (d) memcpy(d, src, (size_t)n * sizeof *d);
-    return name;
 }
 
 /* Conv's kernel is OIHW; dtrain's is HWIO. */
@@ -128,7 +129,7 @@ static void emit_conv(ctx *c, int i) {
     const char *in[3] = {as_nchw(c, input_value(c, i, 0)), prefix ? ox_strf(c->g, "%s/kernel", prefix) : NULL,
                          b && prefix ? ox_strf(c->g, "%s/bias", prefix) : NULL};
     int64_t dims[4] = {co, s->in_c, L->k_h, L->k_w}, dil[2] = {1, 1};
-    float *k = in[1] ? ox_initializer(c->g, in[1], 4, dims) : NULL;
+    float *k = in[1] && w ? ox_initializer(c->g, in[1], 4, dims) : NULL;
     if (!k || !in[0]) return;
     hwio_to_oihw(k, w, L->k_h, L->k_w, s->in_c, co);
     if (b) vector_init(c, in[2], b, co);
@@ -196,7 +197,7 @@ static void emit_dense(ctx *c, int i) {
     const char *in[3] = {input_value(c, i, 0)->name, ox_strf(c->g, "%s/kernel", L->name),
                          b ? ox_strf(c->g, "%s/bias", L->name) : NULL};
     int64_t dims[2] = {s->out_c, s->in_c};
-    float *k = in[1] ? ox_initializer(c->g, in[1], 2, dims) : NULL;
+    float *k = in[1] && w ? ox_initializer(c->g, in[1], 2, dims) : NULL;
     if (!k) return;
     for (size_t r = 0; r < (size_t)s->in_c; r++)
         for (size_t o = 0; o < (size_t)s->out_c; o++) k[o * (size_t)s->in_c + r] = w[r * (size_t)s->out_c + o];

@@ -54,9 +54,9 @@ static int list_push(ox_graph *g, ox_list *l, void *p) {
 
 void *ox_alloc(ox_graph *g, size_t n) {
     if (g->rc) return NULL;
-    void *p = calloc(1, n ? n : 1);
+    void *p = dt_calloc(1, n ? n : 1, "the ONNX graph", g->err); /* checked, and failed on purpose in tests */
     if (!p) {
-        fail_oom(g, "a piece");
+        g->rc = DT_ENOMEM;
         return NULL;
     }
     if (list_push(g, &g->pool, p)) {
@@ -67,6 +67,10 @@ void *ox_alloc(ox_graph *g, size_t n) {
 }
 
 char *ox_strdup(ox_graph *g, const char *s) {
+    if (!s) { /* a name that could not be made: its failure is already recorded */
+        if (!g->rc) g->rc = dt_errorf(g->err, DT_EINVAL, "internal error: an ONNX name is missing");
+        return NULL;
+    }
     size_t n = strlen(s) + 1;
     char *d = ox_alloc(g, n);
     if (d) memcpy(d, s, n);

@@ -12,6 +12,7 @@ PNG files of exactly the model's size (dtrain's bilinear resize is then the iden
 float32 values are dtrain's, bit for bit. A failed check prints one line and exits 1.
 """
 import csv
+import gzip
 import json
 import re
 import sys
@@ -37,8 +38,10 @@ def read_logits(path):
 def idx_images(path, cache={}):
     if path not in cache:
         raw = open(path, "rb").read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
         if raw[:4] != b"\x00\x00\x08\x03":
-            fail(f"{path}: not an uncompressed IDX images file")
+            fail(f"{path}: not an IDX images file")
         n, h, w = (int.from_bytes(raw[4 + 4 * k:8 + 4 * k], "big") for k in range(3))
         cache[path] = np.frombuffer(raw, np.uint8, n * h * w, 16).reshape(n, h, w)
     return cache[path]
