@@ -14,6 +14,7 @@
 #include "test.h"
 
 static char dir[] = "/tmp/dt_export_onnx_XXXXXX";
+static char out_a[64], out_b[64]; /* files in dir */
 
 static dt_net *every_layer_net(void) {
     dt_model_spec spec;
@@ -37,9 +38,7 @@ static int entries(const char *path) {
 static void test_same_bytes_twice(void) {
     dt_net *net = every_layer_net();
     if (!net) return;
-    char a[256], b[256];
-    snprintf(a, sizeof a, "%s/a.onnx", dir);
-    snprintf(b, sizeof b, "%s/b.onnx", dir);
+    const char *a = out_a, *b = out_b;
     dt_onnx_meta meta = {.global_step = 5};
     dt_onnx_stats st;
     dt_error e = {0};
@@ -60,8 +59,7 @@ static void test_same_bytes_twice(void) {
 static void test_opset_range(void) {
     dt_net *net = every_layer_net();
     if (!net) return;
-    char a[256];
-    snprintf(a, sizeof a, "%s/a.onnx", dir);
+    const char *a = out_a;
     dt_onnx_meta meta = {.global_step = -1};
     dt_error e = {0};
     CHECK(dt_onnx_export_net(net, 12, &meta, a, NULL, &e) == DT_EINVAL);
@@ -75,8 +73,7 @@ static void test_opset_range(void) {
 static void test_every_allocation_fails_cleanly(void) {
     dt_net *net = every_layer_net();
     if (!net) return;
-    char a[256];
-    snprintf(a, sizeof a, "%s/a.onnx", dir);
+    const char *a = out_a;
     char *names[2] = {"cat", "dog"};
     dt_onnx_meta meta = {.global_step = 1, .class_names = names, .n_class_names = 2};
     int failed = 0, rc = -1;
@@ -98,6 +95,8 @@ static void test_every_allocation_fails_cleanly(void) {
 
 int main(void) {
     if (!mkdtemp(dir)) return 1;
+    snprintf(out_a, sizeof out_a, "%s/a.onnx", dir);
+    snprintf(out_b, sizeof out_b, "%s/b.onnx", dir);
     RUN(test_same_bytes_twice);
     RUN(test_opset_range);
     RUN(test_every_allocation_fails_cleanly);
