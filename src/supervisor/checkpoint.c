@@ -77,11 +77,10 @@ static char *rng_json(const dt_ckpt_run *run) {
     return dump(j);
 }
 
-/* The data's class names as a JSON array (NULL with none: nothing is recorded). */
-static char *classes_json(const dt_ckpt_run *run) {
+char *dt_ckpt_classes_json(char *const *names, int n) {
     json_t *a = json_array();
-    for (int k = 0; a && k < run->n_class_names; k++)
-        if (json_array_append_new(a, json_string(run->class_names[k]))) {
+    for (int k = 0; a && k < n; k++)
+        if (json_array_append_new(a, json_string(names[k]))) {
             json_decref(a);
             return NULL;
         }
@@ -121,7 +120,7 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     dt_st_tensor *t = dt_calloc((size_t)cap, sizeof *t, "checkpoint tensor list", err);
     char *names = dt_calloc((size_t)cap, NAME_CAP, "checkpoint tensor names", err);
     char *meta_opt = run->opt ? optimizer_json(run->opt) : NULL, *meta_data = data_position_json(run, global_step),
-         *meta_rng = rng_json(run), *meta_classes = run->n_class_names > 0 ? classes_json(run) : NULL;
+         *meta_rng = rng_json(run), *meta_classes = run->n_class_names > 0 ? dt_ckpt_classes_json(run->class_names, run->n_class_names) : NULL;
     if (!t || !names || (run->opt && !meta_opt) || !meta_data || !meta_rng ||
         (run->n_class_names > 0 && !meta_classes)) {
         rc = t && names ? dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory for the metadata") : DT_ENOMEM;
