@@ -1,7 +1,8 @@
 /* libFuzzer target: bytes as a peer's /status.json (what the chief's poll reads from every other
- * task, metrics/peers.c). The parser must refuse or accept without crashing, leaking or reading past
- * the input; an accepted "self" has short NUL-terminated texts and a task in range, and feeding it
- * to a status page of a small cluster (which ignores tasks it does not have) must be safe too. */
+ * task, metrics/status_poll.c). The parser must refuse or accept without crashing, leaking or
+ * reading past the input; an accepted "self" has short NUL-terminated texts and a task in range,
+ * and feeding it to a status page of a small cluster (which ignores tasks it does not have) must
+ * be safe too. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

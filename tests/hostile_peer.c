@@ -13,6 +13,8 @@
  *   tiny       14 connections each park 5 MiB of 0-byte frames of one unfinished message
  *   unread=N   N connections ask for FETCHes and never read the replies (ZMTP heartbeats on)
  *   ipc=PATH   endless messages over the ps's same-host socket PATH
+ *   announce=N N connections each announce a frame of FRAME_BYTES (libzmq allocates it whole at
+ *              once) and send a byte of it every 5 s, never finishing
  *   first      the first round's attacks too
  *
  * FRAME_BYTES: the endless messages' frame size (below the ps's frame limit, or libzmq itself
@@ -41,8 +43,8 @@ static int port;
 static size_t frame_bytes;
 static int64_t deadline_ms;
 static atomic_long endless_cuts, endless_bytes, unread_asks, refused_far, refused_done, idle_open;
-static atomic_long resets, pulls_sent, tiny_bytes, ipc_bytes, ps_step;
-static int n_pulls = 20, n_unread = 100;
+static atomic_long resets, pulls_sent, tiny_bytes, ipc_bytes, ps_step, announced;
+static int n_pulls = 20, n_unread = 100, n_announce = 200;
 static const char *ipc_path;
 
 static int64_t now_ms(void) {
@@ -353,6 +355,45 @@ static void *ipc_endless(void *arg) {
     return NULL;
 }
 
+/* Connections that announce a large frame after a valid HELLO and then trickle it. */
+static void *announce(void *arg) {
+    (void)arg;
+    int *s = malloc((size_t)n_announce * sizeof *s);
+    for (int i = 0; s && i < n_announce; i++) s[i] = -1;
+    for (int64_t next_byte = 0; s && now_ms() < deadline_ms; usleep(100000)) {
+        int trickle = now_ms() >= next_byte;
+        if (trickle) next_byte = now_ms() + 5000;
+        for (int i = 0; i < n_announce; i++) {
+            char c;
+            if (s[i] >= 0 && recv(s[i], &c, 1, MSG_DONTWAIT) == 0) {
+                close(s[i]);
+                s[i] = -1;
+            }
+            if (s[i] >= 0) {
+                if (trickle && raw_send_all(s[i], "", 1)) close(s[i]), s[i] = -1;
+                continue;
+            }
+            if ((s[i] = tcp_connect()) < 0) continue;
+            uint8_t req[2 + DT_WIRE_HEADER_SIZE];
+            raw_request(req, DT_MSG_HELLO, 1, 1); /* a valid message first */
+            uint8_t push[2 + DT_WIRE_HEADER_SIZE];
+            raw_request(push, DT_MSG_PUSH, 1, 2);
+            push[0] = 0x01; /* MORE: the payload frame follows */
+            if (zmtp_hello(s[i]) || raw_send_all(s[i], req, sizeof req) || raw_send_all(s[i], push, sizeof push) ||
+                zmtp_frame_header(s[i], frame_bytes, 0)) {
+                close(s[i]);
+                s[i] = -1;
+                continue;
+            }
+            atomic_fetch_add(&announced, 1);
+        }
+    }
+    for (int i = 0; s && i < n_announce; i++)
+        if (s[i] >= 0) close(s[i]);
+    free(s);
+    return NULL;
+}
+
 static int has(const char *list, const char *name, const char **value) {
     size_t n = strlen(name);
     for (const char *p = list; p && *p;) {
@@ -398,6 +439,10 @@ int main(int argc, char **argv) {
         if (v) n_unread = atoi(v);
         pthread_create(&th[n++], NULL, unread_many, ctx);
     }
+    if (has(list, "announce", &v)) {
+        if (v) n_announce = atoi(v);
+        pthread_create(&th[n++], NULL, announce, NULL);
+    }
     if (has(list, "ipc", &v) && v) {
         ipc_path = v;
         pthread_create(&th[n++], NULL, ipc_endless, NULL);
@@ -410,7 +455,7 @@ int main(int argc, char **argv) {
                atomic_load(&endless_cuts), atomic_load(&endless_bytes) >> 20, atomic_load(&unread_asks),
                atomic_load(&refused_far), atomic_load(&refused_done), atomic_load(&idle_open));
     printf("connections reset: %ld\ndeferred PULLs sent: %ld\ntiny-frame MiB sent: %ld\nunread requests: %ld\n"
-           "ipc MiB sent: %ld\n", atomic_load(&resets), atomic_load(&pulls_sent), atomic_load(&tiny_bytes) >> 20,
-           atomic_load(&unread_asks), atomic_load(&ipc_bytes) >> 20);
+           "ipc MiB sent: %ld\nframes announced: %ld\n", atomic_load(&resets), atomic_load(&pulls_sent), atomic_load(&tiny_bytes) >> 20,
+           atomic_load(&unread_asks), atomic_load(&ipc_bytes) >> 20, atomic_load(&announced));
     return 0;
 }

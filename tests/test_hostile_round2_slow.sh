@@ -20,8 +20,11 @@ mkdir -p "$ipc"
 # Paced so that the training outlasts the attacks: steps x 65 ms > seconds.
 export TMPDIR=$ipc # the same-host socket goes there (cluster.c), for the ipc attack to find
 hostile_cluster $(( seconds * 1000 / 65 + 60 ))
-attacks=${DTRAIN_ROUND2_ATTACKS:-first,reset,ping,pulls=200,tiny,unread=100,ipc}
+attacks=${DTRAIN_ROUND2_ATTACKS:-first,reset,ping,pulls=200,tiny,unread=100,announce=200,ipc}
 case ",$attacks," in *,ipc,*) attacks=$(echo ",$attacks," | sed "s|,ipc,|,ipc=$ipc/dtrain-127.0.0.1:$port.sock,|; s|^,||; s|,$||") ;; esac
+sock=$(ls "$ipc"/dtrain-*.sock 2>/dev/null | head -1)
+[ -n "$sock" ] && [ "$(stat -c %a "$sock")" = 600 ] && ok "the same-host socket is its owner's only (mode 600)" \
+  || bad "the same-host socket is its owner's only: ${sock:-none} mode $([ -n "$sock" ] && stat -c %a "$sock")"
 base=$(ps_rss)
 # The ps serves the fashion model with Adam: S = 1.69 MB, M = 3 S + 104 = 5.08 MB. Its budget
 # (docs/security.md) is B = 4 M + 2 x 2 workers x S + 64 MiB = 93.1 MB = 88.8 MiB. Alone, the

@@ -244,182 +244,185 @@ static int is_flag_of(const flag_def *defs, int n, const char *arg) {
     return 0;
 }
 
-int cmd_launch(int argc, char **argv) {
-    int n_ps = 1, n_workers = 2, metrics_port = 0;
-    const flag_def launch_defs[] = {
-        FLAG_NUM("ps", FLAG_INT, &n_ps, "parameter servers", 1, 32, 0),
-        FLAG_NUM("workers", FLAG_INT, &n_workers, "workers (worker 0 is the chief)", 1, 32, 0),
-        FLAG_NUM("metrics_port", FLAG_INT, &metrics_port, "process i serves its metrics on this port + i; 0: off", 0,
-                 65535 - 2 * 32, 0),
+/* What launch starts, worked out before any process starts. */
+typedef struct {
+    int n_ps, n_workers, metrics_port, n;
+    train_args ta;                  /* train's flags as given (-1 / NULL: not given) */
+    char **pass;                    /* [n_pass] train's flags, passed on to every process */
+    int n_pass;
+    char keys_dir[4096], keys_arg[4200]; /* --auth=curve without --keys: the throwaway key set */
+    int threads_given, relay, worker_threads;
+    const char *metrics_host;       /* where the chief reaches the others' metrics */
+    char ps_hosts[32 * 24], worker_hosts[32 * 24];
+    char self[4096];                /* this executable */
+} launch_plan;
+
+static void plan_free(launch_plan *p) {
+    if (p->keys_dir[0]) remove_keys(p->keys_dir);
+    free(p->pass);
+    p->pass = NULL;
+}
+
+/* launch's own flags (with a value as "--ps 2" or "--ps=2") apart from train's, which are passed
+ * on; both checked here with the tables' messages. 0 to go on, else the exit status (0 for help
+ * is returned as -1). */
+static int plan_flags(launch_plan *p, int argc, char **argv) {
+    const flag_def defs[] = {
+        FLAG_NUM("ps", FLAG_INT, &p->n_ps, "parameter servers", 1, 32, 0),
+        FLAG_NUM("workers", FLAG_INT, &p->n_workers, "workers (worker 0 is the chief)", 1, 32, 0),
+        FLAG_NUM("metrics_port", FLAG_INT, &p->metrics_port, "process i serves its metrics on this port + i; 0: off",
+                 0, 65535 - 2 * 32, 0),
     };
-    const int n_launch = (int)(sizeof launch_defs / sizeof launch_defs[0]);
-    /* launch's own flags (with a value as "--ps 2" or "--ps=2") apart from train's, which are passed on */
-    char **own = calloc((size_t)argc + 1, sizeof *own), **pass = calloc((size_t)argc + 8, sizeof *pass);
-    int n_own = 0, n_pass = 0;
-    if (!own || !pass) {
+    const int n_defs = (int)(sizeof defs / sizeof defs[0]);
+    char **own = calloc((size_t)argc + 1, sizeof *own);
+    int n_own = 0, help = 0;
+    if (!own || !(p->pass = calloc((size_t)argc + 8, sizeof *p->pass))) {
         fprintf(stderr, "dtrain launch: out of memory\n");
-        free(own), free(pass);
+        free(own);
         return 1;
     }
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             launch_help();
-            free(own), free(pass);
-            return 0;
+            free(own);
+            return -1;
         }
-        if (is_flag_of(launch_defs, n_launch, argv[i])) {
+        if (is_flag_of(defs, n_defs, argv[i])) {
             own[n_own++] = argv[i];
             if (!strchr(argv[i], '=') && i + 1 < argc) own[n_own++] = argv[++i];
         } else {
-            pass[n_pass++] = argv[i];
+            p->pass[p->n_pass++] = argv[i];
         }
     }
-    /* Both sets checked here, with the tables' messages, before any process starts; train's values
-     * tell launch what the user set (-1 / NULL: not given). */
-    train_args ta;
-    train_args_init(&ta);
-    ta.o.threads = -1;
-    ta.progress = NULL;
-    int help = 0;
+    train_args_init(&p->ta);
+    p->ta.o.threads = -1;
+    p->ta.progress = NULL;
     dt_error err = {0};
-    if (flags_parse(launch_defs, n_launch, n_own, own, &help, &err) ||
-        train_args_parse(&ta, n_pass, pass, &help, &err)) {
+    int rc = flags_parse(defs, n_defs, n_own, own, &help, &err) ||
+             train_args_parse(&p->ta, p->n_pass, p->pass, &help, &err);
+    free(own);
+    if (rc) {
         fprintf(stderr, "dtrain launch: %s\n", err.msg);
-        free(own), free(pass);
         return 2;
     }
-    free(own);
-    const char *set_by_launch = ta.o.ps_hosts ? "--ps_hosts" : ta.o.worker_hosts ? "--worker_hosts"
-                                : ta.o.job_name ? "--job_name" : ta.o.task_index ? "--task_index"
-                                : ta.o.metrics_peers ? "--metrics_peers" : NULL;
+    const dt_train_options *o = &p->ta.o;
+    const char *set_by_launch = o->ps_hosts ? "--ps_hosts" : o->worker_hosts ? "--worker_hosts"
+                                : o->job_name ? "--job_name" : o->task_index ? "--task_index"
+                                : o->metrics_peers ? "--metrics_peers" : NULL;
     if (set_by_launch) {
         fprintf(stderr, "dtrain launch: %s is set by launch itself; use 'dtrain train' to join a cluster by hand\n",
                 set_by_launch);
-        free(pass);
         return 2;
     }
+    return 0;
+}
 
-    int curve = !strcmp(ta.o.auth, "curve"), keys_given = ta.o.keys != NULL;
-    char keys_dir[4096] = "", keys_arg[4200];
-    if (curve && !keys_given) {
-        if (make_keys(keys_dir, sizeof keys_dir)) {
-            if (keys_dir[0]) remove_keys(keys_dir);
-            free(pass);
-            return 1;
-        }
-        snprintf(keys_arg, sizeof keys_arg, "--keys=%s", keys_dir);
-        pass[n_pass++] = keys_arg;
+/* Keys, threads, metrics addresses, ports and this executable: 0, or the exit status. */
+static int plan_cluster(launch_plan *p) {
+    if (!strcmp(p->ta.o.auth, "curve") && !p->ta.o.keys) {
+        if (make_keys(p->keys_dir, sizeof p->keys_dir)) return 1;
+        snprintf(p->keys_arg, sizeof p->keys_arg, "--keys=%s", p->keys_dir);
+        p->pass[p->n_pass++] = p->keys_arg;
     }
-
     /* Several processes share this machine's cores: unless told otherwise, each worker gets its
      * share of them and a ps one thread, and OpenMP threads spin only briefly before sleeping
      * (libgomp's default spin wait starves the other processes; it reads this at start). */
-    int threads_given = ta.o.threads >= 0, progress_given = ta.progress != NULL;
-    /* the chief reaches the others' metrics where they bind them (any address: this host's loopback) */
-    const char *metrics_host = ta.o.metrics_addr ? ta.o.metrics_addr : "127.0.0.1";
-    if (!strcmp(metrics_host, "0.0.0.0")) metrics_host = "127.0.0.1";
-    else if (!strcmp(metrics_host, "::") || !strcmp(metrics_host, "[::]")) metrics_host = "[::1]";
-    int relay = !progress_given && isatty(STDERR_FILENO);
+    p->threads_given = p->ta.o.threads >= 0;
+    p->relay = !p->ta.progress && isatty(STDERR_FILENO);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int worker_threads = (int)(cores / n_workers) > 1 ? (int)(cores / n_workers) : 1;
+    p->worker_threads = (int)(cores / p->n_workers) > 1 ? (int)(cores / p->n_workers) : 1;
     setenv("GOMP_SPINCOUNT", "10000", 0);
-
-    int n = n_ps + n_workers;
-    char ps_hosts[32 * 24] = "", worker_hosts[32 * 24] = "";
-    int ports[64];
-    if (n > (int)(sizeof ports / sizeof *ports) || free_ports(ports, n) != 0) {
-        fprintf(stderr, "dtrain launch: could not find %d free ports on 127.0.0.1: %s\n", n, strerror(errno));
-        if (keys_dir[0]) remove_keys(keys_dir);
-        free(pass);
+    /* the chief reaches the others' metrics where they bind them (any address: this host's loopback) */
+    p->metrics_host = p->ta.o.metrics_addr ? p->ta.o.metrics_addr : "127.0.0.1";
+    if (!strcmp(p->metrics_host, "0.0.0.0")) p->metrics_host = "127.0.0.1";
+    else if (!strcmp(p->metrics_host, "::") || !strcmp(p->metrics_host, "[::]")) p->metrics_host = "[::1]";
+    p->n = p->n_ps + p->n_workers;
+    int ports[MAX_PROCS];
+    if (p->n > MAX_PROCS || free_ports(ports, p->n) != 0) {
+        fprintf(stderr, "dtrain launch: could not find %d free ports on 127.0.0.1: %s\n", p->n, strerror(errno));
         return 1;
     }
-    for (int i = 0; i < n; i++) {
-        char *list = i < n_ps ? ps_hosts : worker_hosts;
+    for (int i = 0; i < p->n; i++) {
+        char *list = i < p->n_ps ? p->ps_hosts : p->worker_hosts;
         size_t len = strlen(list);
-        snprintf(list + len, sizeof ps_hosts - len, "%s127.0.0.1:%d", len ? "," : "", ports[i]);
+        snprintf(list + len, sizeof p->ps_hosts - len, "%s127.0.0.1:%d", len ? "," : "", ports[i]);
     }
-
-    char self[4096];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    ssize_t sl = readlink("/proc/self/exe", p->self, sizeof p->self - 1);
     if (sl <= 0) {
         fprintf(stderr, "dtrain launch: cannot find its own executable: %s\n", strerror(errno));
-        if (keys_dir[0]) remove_keys(keys_dir);
-        free(pass);
         return 1;
     }
-    self[sl] = 0;
+    p->self[sl] = 0;
+    return 0;
+}
 
-    cli_install_signal_handlers();
-    child cs[MAX_PROCS];
-    memset(cs, 0, sizeof cs);
-    int started = 0, rc = 0;
-    for (int i = 0; i < n; i++) {
-        child *c = &cs[i];
-        int is_ps = i < n_ps, idx = is_ps ? i : i - n_ps;
-        snprintf(c->label, sizeof c->label, "%s%d", is_ps ? "ps" : "worker", idx);
-        int out[2], errp[2];
-        if (pipe(out) || pipe(errp)) {
-            fprintf(stderr, "dtrain launch: pipe: %s\n", strerror(errno));
-            rc = 1;
-            break;
+/* The command line of process i (the ps tasks first, then the workers): `dtrain train`, the
+ * user's flags, then the cluster flags in bufs (each 4 KiB). Never returns on success. */
+static void exec_process(const launch_plan *p, int i, char bufs[][MAX_PROCS * 80 + 32]) {
+    const int is_ps = i < p->n_ps, idx = is_ps ? i : i - p->n_ps, chief = !is_ps && idx == 0;
+    char **args = calloc((size_t)p->n_pass + 12, sizeof *args);
+    if (!args) _exit(127);
+    int k = 0;
+    args[k++] = (char *)p->self;
+    args[k++] = "train";
+    for (int j = 0; j < p->n_pass; j++) args[k++] = p->pass[j];
+    snprintf(bufs[0], sizeof bufs[0], "--ps_hosts=%s", p->ps_hosts);
+    snprintf(bufs[1], sizeof bufs[1], "--worker_hosts=%s", p->worker_hosts);
+    snprintf(bufs[2], sizeof bufs[2], "--job_name=%s", is_ps ? "ps" : "worker");
+    snprintf(bufs[3], sizeof bufs[3], "--task_index=%d", idx);
+    for (int b = 0; b < 4; b++) args[k++] = bufs[b];
+    snprintf(bufs[4], sizeof bufs[4], "--threads=%d", is_ps ? 1 : p->worker_threads);
+    if (!p->threads_given) args[k++] = bufs[4];
+    snprintf(bufs[5], sizeof bufs[5], "--metrics_port=%d", p->metrics_port + i);
+    if (p->metrics_port) args[k++] = bufs[5];
+    if (p->metrics_port && chief && p->n > 1) { /* the chief: every other process's metrics */
+        size_t len = (size_t)snprintf(bufs[6], sizeof bufs[6], "--metrics_peers=");
+        for (int j = 0, first = 1; j < p->n; j++) {
+            if (j == i) continue;
+            len += (size_t)snprintf(bufs[6] + len, sizeof bufs[6] - len, "%s%s:%d", first ? "" : ",", p->metrics_host,
+                                    p->metrics_port + j);
+            first = 0;
         }
-        char a_ps[sizeof ps_hosts + 16], a_wk[sizeof worker_hosts + 16], a_job[32], a_idx[32], a_thr[32], a_mp[32];
-        char a_peers[MAX_PROCS * 80 + 32] = "--metrics_peers=";
-        snprintf(a_mp, sizeof a_mp, "--metrics_port=%d", metrics_port + i);
-        if (metrics_port && !is_ps && idx == 0) /* the chief: every other process's metrics */
-            for (int j = 0, first = 1; j < n; j++) {
-                if (j == i) continue;
-                size_t len = strlen(a_peers);
-                snprintf(a_peers + len, sizeof a_peers - len, "%s%s:%d", first ? "" : ",", metrics_host, metrics_port + j);
-                first = 0;
-            }
-        snprintf(a_thr, sizeof a_thr, "--threads=%d", is_ps ? 1 : worker_threads);
-        snprintf(a_ps, sizeof a_ps, "--ps_hosts=%s", ps_hosts);
-        snprintf(a_wk, sizeof a_wk, "--worker_hosts=%s", worker_hosts);
-        snprintf(a_job, sizeof a_job, "--job_name=%s", is_ps ? "ps" : "worker");
-        snprintf(a_idx, sizeof a_idx, "--task_index=%d", idx);
-        pid_t pid = fork();
-        if (pid < 0) {
-            fprintf(stderr, "dtrain launch: fork: %s\n", strerror(errno));
-            close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
-            rc = 1;
-            break;
-        }
-        if (pid == 0) {
-            dup2(out[1], STDOUT_FILENO);
-            dup2(errp[1], STDERR_FILENO);
-            close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
-            char **args = calloc((size_t)n_pass + 12, sizeof *args);
-            if (!args) _exit(127);
-            int k = 0;
-            args[k++] = self;
-            args[k++] = "train";
-            for (int j = 0; j < n_pass; j++) args[k++] = pass[j];
-            args[k++] = a_ps;
-            args[k++] = a_wk;
-            args[k++] = a_job;
-            args[k++] = a_idx;
-            if (!threads_given) args[k++] = a_thr;
-            if (metrics_port) args[k++] = a_mp;
-            if (metrics_port && !is_ps && idx == 0 && n > 1) args[k++] = a_peers;
-            if (relay && !is_ps && idx == 0) args[k++] = "--progress=relay";
-            args[k] = NULL;
-            execv(self, args);
-            fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
-            _exit(127);
-        }
-        close(out[1]), close(errp[1]);
-        c->pid = pid;
-        c->fd[0] = out[0], c->fd[1] = errp[0];
-        started++;
+        args[k++] = bufs[6];
     }
-    free(pass);
-    fprintf(stderr, "dtrain launch: %d ps (%s), %d workers (%s)\n", n_ps, ps_hosts, n_workers, worker_hosts);
-    if (metrics_port)
-        fprintf(stderr, "dtrain launch: metrics on ports %d..%d; the status page: http://%s:%d/\n", metrics_port,
-                metrics_port + n - 1, metrics_host, metrics_port + n_ps);
+    if (p->relay && chief) args[k++] = "--progress=relay";
+    args[k] = NULL;
+    execv(p->self, args);
+    fprintf(stderr, "exec %s: %s\n", p->self, strerror(errno));
+    _exit(127);
+}
 
-    /* Run until every process has exited, or one fails, or we are told to stop. */
+/* Starts process i with its output on pipes into c: 0, or 1 (said why). */
+static int spawn(const launch_plan *p, int i, child *c) {
+    const int is_ps = i < p->n_ps;
+    snprintf(c->label, sizeof c->label, "%s%d", is_ps ? "ps" : "worker", is_ps ? i : i - p->n_ps);
+    int out[2], errp[2];
+    if (pipe(out) || pipe(errp)) {
+        fprintf(stderr, "dtrain launch: pipe: %s\n", strerror(errno));
+        return 1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "dtrain launch: fork: %s\n", strerror(errno));
+        close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
+        return 1;
+    }
+    if (pid == 0) {
+        static char bufs[7][MAX_PROCS * 80 + 32];
+        dup2(out[1], STDOUT_FILENO);
+        dup2(errp[1], STDERR_FILENO);
+        close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
+        exec_process(p, i, bufs);
+    }
+    close(out[1]), close(errp[1]);
+    c->pid = pid;
+    c->fd[0] = out[0], c->fd[1] = errp[0];
+    return 0;
+}
+
+/* Runs until every process has exited, or one fails, or launch is told to stop: the exit status. */
+static int supervise(child *cs, int started) {
+    int rc = 0;
     while (rc == 0) {
         pump(cs, started, 100);
         reap(cs, started);
@@ -438,8 +441,31 @@ int cmd_launch(int argc, char **argv) {
             rc = 130;
         }
     }
+    return rc;
+}
+
+int cmd_launch(int argc, char **argv) {
+    launch_plan p;
+    memset(&p, 0, sizeof p);
+    p.n_ps = 1, p.n_workers = 2;
+    int rc = plan_flags(&p, argc, argv);
+    if (!rc) rc = plan_cluster(&p);
+    if (rc) {
+        plan_free(&p);
+        return rc < 0 ? 0 : rc;
+    }
+    cli_install_signal_handlers();
+    static child cs[MAX_PROCS];
+    memset(cs, 0, sizeof cs);
+    int started = 0;
+    for (; started < p.n && !rc; started += !rc) rc = spawn(&p, started, &cs[started]);
+    fprintf(stderr, "dtrain launch: %d ps (%s), %d workers (%s)\n", p.n_ps, p.ps_hosts, p.n_workers, p.worker_hosts);
+    if (p.metrics_port)
+        fprintf(stderr, "dtrain launch: metrics on ports %d..%d; the status page: http://%s:%d/\n", p.metrics_port,
+                p.metrics_port + p.n - 1, p.metrics_host, p.metrics_port + p.n_ps);
+    if (!rc) rc = supervise(cs, started);
     stop_all(cs, started, 10.0);
     progress_erase();
-    if (keys_dir[0]) remove_keys(keys_dir);
+    plan_free(&p);
     return rc;
 }

@@ -3,7 +3,9 @@
  * exactly as training does, and writes one CSV line per image: the file, the predicted class and
  * the softmax probability of every class; or, with --format kaggle, the cats-vs-dogs submission
  * (id,label = the probability of dog). Output goes to stdout, or to --out FILE, which appears only
- * complete (written aside and renamed at the end). */
+ * complete (written aside and renamed at the end). --logits FILE also writes each image's logits
+ * exactly (9 significant digits: a float32 reads back bit for bit), for comparisons such as the
+ * ONNX export's tests. */
 #include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,18 +23,24 @@
 #include "train/predict.h"
 #include "train/restore.h"
 
+/* One CSV being written, a batch's text at a time. */
+typedef struct {
+    dt_atomic_file *file;      /* --out (or stdout when NULL), --logits */
+    char *buf;                 /* one batch's text */
+    size_t len, cap;
+} text_out;
+
 typedef struct {
     const dt_dataset *ds;
     const char *idx_path;      /* IDX input: rows are named "<path>[<index>]" */
     char **names;              /* [classes] class names (the checkpoint's, else the numbers) */
     int kaggle, dog;           /* --format kaggle: the class whose probability is written */
-    dt_atomic_file *file;      /* --out, else stdout */
-    char *buf;                 /* one batch's text */
-    size_t len, cap;
+    text_out csv;              /* the predictions */
+    text_out logits;           /* --logits: used when its file is set */
 } sink;
 
-static int put(sink *s, dt_error *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int put(sink *s, dt_error *err, const char *fmt, ...) {
+static int put(text_out *s, dt_error *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int put(text_out *s, dt_error *err, const char *fmt, ...) {
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
@@ -52,14 +60,14 @@ static int put(sink *s, dt_error *err, const char *fmt, ...) {
 }
 
 /* A CSV field: quoted (quotes doubled) when it holds a comma, quote or line break (RFC 4180). */
-static int put_field(sink *s, const char *v, dt_error *err) {
+static int put_field(text_out *s, const char *v, dt_error *err) {
     if (!v[strcspn(v, ",\"\r\n")]) return put(s, err, "%s", v);
     int rc = put(s, err, "\"");
     for (const char *p = v; !rc && *p; p++) rc = *p == '"' ? put(s, err, "\"\"") : put(s, err, "%c", *p);
     return rc ? rc : put(s, err, "\"");
 }
 
-static int flush_sink(sink *s, dt_error *err) {
+static int flush_out(text_out *s, dt_error *err) {
     int rc = 0;
     if (s->file) rc = dt_atomic_write(s->file, s->buf, s->len, err);
     else if (fwrite(s->buf, 1, s->len, stdout) != s->len || fflush(stdout))
@@ -83,30 +91,45 @@ static void kaggle_id(char *out, size_t cap, const char *path) {
     snprintf(out, cap, "%.*s", (int)len, base);
 }
 
-static int emit(void *user, const size_t *ids, const int *predicted, const float *probs, int n, int classes,
-                dt_error *err) {
+/* One image's predicted class and probabilities (or Kaggle's id and p_dog) into the CSV. */
+static int put_prediction(sink *s, const char *row, const char *path, size_t id, int predicted, const float *p,
+                          int classes, dt_error *err) {
+    text_out *o = &s->csv;
+    if (s->kaggle) {
+        char kid[DT_PATH_MAX];
+        if (path) kaggle_id(kid, sizeof kid, path);
+        else snprintf(kid, sizeof kid, "%zu", id);
+        int rc = put_field(o, kid, err);
+        return rc ? rc : put(o, err, ",%.6g\n", (double)p[s->dog]);
+    }
+    int rc = put_field(o, row, err);
+    if (!rc) rc = put(o, err, ",");
+    if (!rc) rc = put_field(o, s->names[predicted], err);
+    for (int k = 0; !rc && k < classes; k++) rc = put(o, err, ",%.6g", (double)p[k]);
+    return rc ? rc : put(o, err, "\n");
+}
+
+/* --logits: the row's name, then each logit with 9 significant digits (float32 round-trips). */
+static int put_logits(text_out *o, const char *row, const float *l, int classes, dt_error *err) {
+    int rc = put_field(o, row, err);
+    for (int k = 0; !rc && k < classes; k++) rc = put(o, err, ",%.9g", (double)l[k]);
+    return rc ? rc : put(o, err, "\n");
+}
+
+static int emit(void *user, const dt_predict_batch *b, dt_error *err) {
     sink *s = user;
     int rc = 0;
-    for (int i = 0; !rc && i < n; i++) {
+    for (int i = 0; !rc && i < b->n; i++) {
         char name[DT_PATH_MAX + 32];
-        const char *path = dt_dataset_path(s->ds, ids[i]);
-        if (!path) snprintf(name, sizeof name, "%s[%zu]", s->idx_path, ids[i]);
-        const float *p = probs + (size_t)i * classes;
-        if (s->kaggle) {
-            char id[DT_PATH_MAX];
-            if (path) kaggle_id(id, sizeof id, path);
-            else snprintf(id, sizeof id, "%zu", ids[i]);
-            rc = put_field(s, id, err);
-            if (!rc) rc = put(s, err, ",%.6g\n", (double)p[s->dog]);
-            continue;
-        }
-        rc = put_field(s, path ? path : name, err);
-        if (!rc) rc = put(s, err, ",");
-        if (!rc) rc = put_field(s, s->names[predicted[i]], err);
-        for (int k = 0; !rc && k < classes; k++) rc = put(s, err, ",%.6g", (double)p[k]);
-        if (!rc) rc = put(s, err, "\n");
+        const char *path = dt_dataset_path(s->ds, b->ids[i]);
+        if (!path) snprintf(name, sizeof name, "%s[%zu]", s->idx_path, b->ids[i]);
+        const char *row = path ? path : name;
+        size_t at = (size_t)i * (size_t)b->classes;
+        rc = put_prediction(s, row, path, b->ids[i], b->predicted[i], b->probs + at, b->classes, err);
+        if (!rc && s->logits.file) rc = put_logits(&s->logits, row, b->logits + at, b->classes, err);
     }
-    return rc ? rc : flush_sink(s, err);
+    if (!rc) rc = flush_out(&s->csv, err);
+    return rc || !s->logits.file ? rc : flush_out(&s->logits, err);
 }
 
 /* The class names of the output: the checkpoint's, the rest (or all) numbered. */
@@ -144,6 +167,52 @@ static int find_dog(const dt_restored *r, char **names, int classes, int *dog, d
                      classes, names[0], classes > 1 ? ", " : "", classes > 1 ? names[1] : "");
 }
 
+/* The header lines: "file,class,p_<class>..." (or Kaggle's "id,label"), and "file,logit_<class>..."
+ * for --logits. */
+static int put_headers(sink *s, int classes, dt_error *err) {
+    int rc = put(&s->csv, err, s->kaggle ? "id,label" : "file,class");
+    if (!rc && s->logits.file) rc = put(&s->logits, err, "file");
+    for (int k = 0; !rc && k < classes; k++) {
+        char col[DT_CKPT_MAX_CLASS_NAME + 8];
+        snprintf(col, sizeof col, "p_%s", s->names[k]);
+        if (!s->kaggle) rc = put(&s->csv, err, ",");
+        if (!rc && !s->kaggle) rc = put_field(&s->csv, col, err);
+        snprintf(col, sizeof col, "logit_%s", s->names[k]);
+        if (!rc && s->logits.file) rc = put(&s->logits, err, ",");
+        if (!rc && s->logits.file) rc = put_field(&s->logits, col, err);
+    }
+    if (!rc) rc = put(&s->csv, err, "\n");
+    return rc || !s->logits.file ? rc : put(&s->logits, err, "\n");
+}
+
+/* Every image's CSV row (and --logits row): to files written aside and renamed once complete, or the
+ * CSV to stdout. */
+static int write_outputs(sink *s, dt_net *net, const dt_dataset *ds, const char *out, const char *logits,
+                         int classes, int64_t *count, dt_error *err) {
+    dt_atomic_file af = {.fd = -1}, lf = {.fd = -1};
+    int rc = out ? dt_atomic_open(&af, out, err) : 0;
+    if (!rc && logits) rc = dt_atomic_open(&lf, logits, err);
+    s->csv.file = out ? &af : NULL;
+    s->logits.file = logits ? &lf : NULL;
+    if (!rc) rc = put_headers(s, classes, err);
+    if (!rc) rc = dt_predict(net, ds, emit, s, count, err);
+    if (!rc && out) rc = dt_atomic_commit(&af, err);
+    if (!rc && logits) rc = dt_atomic_commit(&lf, err);
+    dt_atomic_abort(&af);
+    dt_atomic_abort(&lf);
+    s->csv.file = s->logits.file = NULL;
+    return rc;
+}
+
+/* --format and --bad_images take one of two words: 1 (and the line) for anything else. */
+static int bad_choice(const char *format, const char *bad) {
+    if (strcmp(format, "kaggle") && strcmp(format, "csv"))
+        return fprintf(stderr, "dtrain predict: --format: '%s' is not csv or kaggle\n", format), 1;
+    if (strcmp(bad, "skip") && strcmp(bad, "fail"))
+        return fprintf(stderr, "dtrain predict: --bad_images: '%s' is not skip or fail\n", bad), 1;
+    return 0;
+}
+
 static int fail(const char *msg) {
     fprintf(stderr, "dtrain predict: %s\n", msg);
     return 1;
@@ -151,7 +220,7 @@ static int fail(const char *msg) {
 
 int cmd_predict(int argc, char **argv) {
     const char *logdir = "./checkpoint", *file = NULL, *model = NULL, *out = NULL, *format = "csv", *list = NULL,
-               *bad = "skip", *device = NULL;
+               *bad = "skip", *device = NULL, *logits = NULL;
     int batch_size = 0, threads = 0;
     flag_def defs[] = {
         FLAGS_RESTORE(&logdir, &file, &model, &batch_size, &threads, &device),
@@ -159,6 +228,7 @@ int cmd_predict(int argc, char **argv) {
         FLAG_TEXT("format", &format, "csv (file,class,p_<class>...) or kaggle (id,label: the probability of dog)"),
         FLAG_TEXT("list", &list, "a text file naming more images (or folders), one per line"),
         FLAG_TEXT("bad_images", &bad, "skip (count and report) or fail on undecodable images"),
+        FLAG_TEXT("logits", &logits, "also write each image's logits to this CSV (file,logit_<class>...), exactly"),
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0, n_inputs = 0;
     dt_error err = {0};
@@ -181,13 +251,7 @@ int cmd_predict(int argc, char **argv) {
         return 0;
     }
     int kaggle = !strcmp(format, "kaggle");
-    if (!kaggle && strcmp(format, "csv")) {
-        fprintf(stderr, "dtrain predict: --format: '%s' is not csv or kaggle\n", format);
-        free(inputs);
-        return 2;
-    }
-    if (strcmp(bad, "skip") && strcmp(bad, "fail")) {
-        fprintf(stderr, "dtrain predict: --bad_images: '%s' is not skip or fail\n", bad);
+    if (bad_choice(format, bad)) {
         free(inputs);
         return 2;
     }
@@ -208,7 +272,6 @@ int cmd_predict(int argc, char **argv) {
     dt_data_options dopt = {.h = ms->in_h, .w = ms->in_w, .c = ms->in_c,
                             .bad_images = strcmp(bad, "fail") ? DT_BAD_IMAGES_SKIP : DT_BAD_IMAGES_FAIL};
     dt_dataset *ds = NULL;
-    dt_atomic_file af = {.fd = -1};
     sink s = {.kaggle = kaggle};
     int64_t count = 0;
     double t0 = dt_seconds();
@@ -217,21 +280,7 @@ int cmd_predict(int argc, char **argv) {
     s.idx_path = dt_dataset_source(ds);
     if (!(s.names = class_names(&r, classes, &err))) goto done;
     if (kaggle && (rc = find_dog(&r, s.names, classes, &s.dog, &err))) goto done;
-    if (out && (rc = dt_atomic_open(&af, out, &err))) goto done;
-    s.file = out ? &af : NULL;
-    if (kaggle) rc = put(&s, &err, "id,label\n");
-    else {
-        rc = put(&s, &err, "file,class");
-        for (int k = 0; !rc && k < classes; k++) {
-            char col[DT_CKPT_MAX_CLASS_NAME + 8];
-            snprintf(col, sizeof col, "p_%s", s.names[k]);
-            rc = put(&s, &err, ",");
-            if (!rc) rc = put_field(&s, col, &err);
-        }
-        if (!rc) rc = put(&s, &err, "\n");
-    }
-    if (rc || (rc = dt_predict(r.net, ds, emit, &s, &count, &err))) goto done;
-    if (out && (rc = dt_atomic_commit(&af, &err))) goto done;
+    if ((rc = write_outputs(&s, r.net, ds, out, logits, classes, &count, &err))) goto done;
     double secs = dt_seconds() - t0;
     fprintf(stderr, "dtrain predict: %" PRId64 " images in %.2f s (%.1f images/s), %zu skipped as undecodable; "
                     "checkpoint %s, global step %" PRId64 "\n",
@@ -239,10 +288,10 @@ int cmd_predict(int argc, char **argv) {
     status = 0;
 done:
     if (status) fprintf(stderr, "dtrain predict: %s\n", err.msg);
-    dt_atomic_abort(&af);
     for (int k = 0; s.names && k < classes; k++) free(s.names[k]);
     free(s.names);
-    free(s.buf);
+    free(s.csv.buf);
+    free(s.logits.buf);
     dt_dataset_free(ds);
     dt_restored_free(&r);
     free(inputs);

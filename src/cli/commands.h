@@ -13,6 +13,7 @@ int cmd_launch(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_gen_clicks(int argc, char **argv);

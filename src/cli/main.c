@@ -31,6 +31,7 @@ static const struct {
     {"launch", cmd_launch, "start a whole cluster (ps and workers) on this machine"},
     {"eval", cmd_eval, "restore the newest checkpoint and print test accuracy and a confusion matrix"},
     {"predict", cmd_predict, "apply the newest checkpoint to images: one CSV line per image with class probabilities"},
+    {"export", cmd_export, "write a checkpoint's model as an ONNX file for other runtimes (docs/export.md)"},
     {"plot", cmd_plot, "draw runs' cost and accuracy against the step from their event files, as SVG"},
     {"inspect", cmd_inspect, "list a checkpoint's tensors and metadata, or an event file's records"},
     {"keygen", cmd_keygen, "write a CURVE key pair for --auth=curve (docs/security.md)"},

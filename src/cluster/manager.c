@@ -102,48 +102,83 @@ static void lay_out(const int *counts, int n_nodes, int n_ranks, int cyclic, int
     }
 }
 
-static int from_slurm(dt_cluster *c, const dt_manager_options *m, int base, dt_error *err) {
-    char q[80], q2[80];
-    long rank, ntasks, localid, nodeid;
+/* A Slurm task's view of its step, from its environment. */
+typedef struct {
+    long rank, ntasks, localid, nodeid; /* localid, nodeid: -1 when not set */
+    var list, tpn;            /* the step's (or job's) node list and tasks per node */
+    const char *dist;         /* SLURM_DISTRIBUTION, or NULL */
+    int cyclic;
+} slurm_env;
+
+static int slurm_env_read(const dt_manager_options *m, slurm_env *s, dt_error *err) {
+    char q[80];
     int rc;
     if (!env_get(m, "SLURM_STEP_ID") && !env_get(m, "SLURM_STEPID"))
         return dt_errorf(err, DT_EINVAL, "SLURM_STEP_ID: not set, so this is a job's batch script and not one of "
                          "its tasks: start dtrain with srun (examples/slurm/)");
-    if ((rc = env_int(m, "SLURM_NTASKS", 1, 1000000000, 1, 0, &ntasks, err))) return rc;
-    if ((rc = check_size(ntasks, m->num_ps, "SLURM_NTASKS", err))) return rc;
-    if ((rc = env_int(m, "SLURM_PROCID", 0, ntasks - 1, 1, 0, &rank, err))) return rc;
-    if ((rc = env_int(m, "SLURM_LOCALID", 0, ntasks - 1, 0, -1, &localid, err))) return rc;
-    if ((rc = env_int(m, "SLURM_NODEID", 0, ntasks - 1, 0, -1, &nodeid, err))) return rc;
-    var list = first_of(m, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST");
-    var tpn = first_of(m, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE");
-    if (!list.value) return dt_errorf(err, DT_EINVAL, "SLURM_STEP_NODELIST: not set (nor SLURM_JOB_NODELIST)");
-    if (!tpn.value)
+    if ((rc = env_int(m, "SLURM_NTASKS", 1, 1000000000, 1, 0, &s->ntasks, err))) return rc;
+    if ((rc = check_size(s->ntasks, m->num_ps, "SLURM_NTASKS", err))) return rc;
+    if ((rc = env_int(m, "SLURM_PROCID", 0, s->ntasks - 1, 1, 0, &s->rank, err))) return rc;
+    if ((rc = env_int(m, "SLURM_LOCALID", 0, s->ntasks - 1, 0, -1, &s->localid, err))) return rc;
+    if ((rc = env_int(m, "SLURM_NODEID", 0, s->ntasks - 1, 0, -1, &s->nodeid, err))) return rc;
+    s->list = first_of(m, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST");
+    s->tpn = first_of(m, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE");
+    if (!s->list.value) return dt_errorf(err, DT_EINVAL, "SLURM_STEP_NODELIST: not set (nor SLURM_JOB_NODELIST)");
+    if (!s->tpn.value)
         return dt_errorf(err, DT_EINVAL, "SLURM_STEP_TASKS_PER_NODE: not set (nor SLURM_TASKS_PER_NODE)");
-    const char *dist = env_get(m, "SLURM_DISTRIBUTION");
-    int cyclic = dist && !strncmp(dist, "cyclic", 6) && (dist[6] == '\0' || dist[6] == ':');
-    if (dist && !cyclic && !(!strncmp(dist, "block", 5) && (dist[5] == '\0' || dist[5] == ':')))
+    const char *dist = s->dist = env_get(m, "SLURM_DISTRIBUTION");
+    s->cyclic = dist && !strncmp(dist, "cyclic", 6) && (dist[6] == '\0' || dist[6] == ':');
+    if (dist && !s->cyclic && !(!strncmp(dist, "block", 5) && (dist[5] == '\0' || dist[5] == ':')))
         return dt_errorf(err, DT_EINVAL, "SLURM_DISTRIBUTION: %s: dtrain derives addresses for block or cyclic "
                          "only (give --ps_hosts/--worker_hosts for another layout)",
                          dt_text_quote(q, dist, strlen(dist)));
+    return DT_OK;
+}
 
+/* This task's own variables must agree with the layout, or every address is wrong. q, q2: the
+ * node list and tasks per node, quoted. */
+static int slurm_check_self(const dt_manager_options *m, const slurm_env *s, const dt_hostlist *hosts, const int *node,
+                            const int *local, const char *q, const char *q2, dt_error *err) {
+    const long r = s->rank;
+    const char *layout = s->cyclic ? "cyclic" : "block", *host = hosts->host[node[r]];
+    if (s->localid >= 0 && s->localid != local[r])
+        return dt_errorf(err, DT_EINVAL, "SLURM_LOCALID: %ld, but %s=%s over %s=%s (%s) makes rank %ld task %d of "
+                         "node %s", s->localid, s->tpn.name, q2, s->list.name, q, layout, r, local[r], host);
+    if (s->nodeid >= 0 && s->nodeid != node[r])
+        return dt_errorf(err, DT_EINVAL, "SLURM_NODEID: %ld, but %s=%s over %s=%s (%s) puts rank %ld on node %d (%s)",
+                         s->nodeid, s->tpn.name, q2, s->list.name, q, layout, r, node[r], host);
+    const char *self = env_get(m, "SLURMD_NODENAME");
+    if (self && strcasecmp(self, host))
+        return dt_errorf(err, DT_EINVAL, "SLURMD_NODENAME: %s, but %s=%s over %s=%s (%s) puts rank %ld on %s",
+                         dt_text_quote((char[80]){0}, self, strlen(self)), s->tpn.name, q2, s->list.name, q, layout, r,
+                         host);
+    return DT_OK;
+}
+
+static int from_slurm(dt_cluster *c, const dt_manager_options *m, int base, dt_error *err) {
+    char q[80], q2[80];
+    slurm_env s;
+    int rc = slurm_env_read(m, &s, err);
+    if (rc) return rc;
+    const long ntasks = s.ntasks, rank = s.rank;
     dt_hostlist hosts = {0};
     int *counts = NULL, n_counts = 0, *node = NULL, *local = NULL, *filled = NULL;
     dt_addr *addrs = NULL;
-    if ((rc = dt_hostlist_parse(&hosts, list.value, strlen(list.value), DT_HOSTLIST_MAX, list.name, err)) ||
-        (rc = dt_tasks_per_node_parse(&counts, &n_counts, tpn.value, strlen(tpn.value), DT_HOSTLIST_MAX, tpn.name,
-                                      err)))
+    if ((rc = dt_hostlist_parse(&hosts, s.list.value, strlen(s.list.value), DT_HOSTLIST_MAX, s.list.name, err)) ||
+        (rc = dt_tasks_per_node_parse(&counts, &n_counts, s.tpn.value, strlen(s.tpn.value), DT_HOSTLIST_MAX,
+                                      s.tpn.name, err)))
         goto out;
-    dt_text_quote(q, list.value, strlen(list.value));
-    dt_text_quote(q2, tpn.value, strlen(tpn.value));
+    dt_text_quote(q, s.list.value, strlen(s.list.value));
+    dt_text_quote(q2, s.tpn.value, strlen(s.tpn.value));
     if (n_counts != hosts.n) {
-        rc = dt_errorf(err, DT_EINVAL, "%s: %s counts %d node%s, but %s=%s names %d", tpn.name, q2, n_counts,
-                       n_counts == 1 ? "" : "s", list.name, q, hosts.n);
+        rc = dt_errorf(err, DT_EINVAL, "%s: %s counts %d node%s, but %s=%s names %d", s.tpn.name, q2, n_counts,
+                       n_counts == 1 ? "" : "s", s.list.name, q, hosts.n);
         goto out;
     }
     long sum = 0;
     for (int i = 0; i < n_counts; i++) sum += counts[i];
     if (sum != ntasks) {
-        rc = dt_errorf(err, DT_EINVAL, "%s: %s sums to %ld tasks, but SLURM_NTASKS=%ld", tpn.name, q2, sum, ntasks);
+        rc = dt_errorf(err, DT_EINVAL, "%s: %s sums to %ld tasks, but SLURM_NTASKS=%ld", s.tpn.name, q2, sum, ntasks);
         goto out;
     }
     node = dt_calloc((size_t)ntasks, sizeof *node, "the Slurm layout", err);
@@ -154,39 +189,20 @@ static int from_slurm(dt_cluster *c, const dt_manager_options *m, int base, dt_e
         rc = DT_ENOMEM;
         goto out;
     }
-    lay_out(counts, n_counts, (int)ntasks, cyclic, node, local, filled);
-    /* This task's own variables must agree with the layout, or every address is wrong. */
-    if (localid >= 0 && localid != local[rank]) {
-        rc = dt_errorf(err, DT_EINVAL, "SLURM_LOCALID: %ld, but %s=%s over %s=%s (%s) makes rank %ld task %d of "
-                       "node %s", localid, tpn.name, q2, list.name, q, cyclic ? "cyclic" : "block", rank, local[rank],
-                       hosts.host[node[rank]]);
-        goto out;
-    }
-    if (nodeid >= 0 && nodeid != node[rank]) {
-        rc = dt_errorf(err, DT_EINVAL, "SLURM_NODEID: %ld, but %s=%s over %s=%s (%s) puts rank %ld on node %d (%s)",
-                       nodeid, tpn.name, q2, list.name, q, cyclic ? "cyclic" : "block", rank, node[rank],
-                       hosts.host[node[rank]]);
-        goto out;
-    }
-    const char *self = env_get(m, "SLURMD_NODENAME");
-    if (self && strcasecmp(self, hosts.host[node[rank]])) {
-        rc = dt_errorf(err, DT_EINVAL, "SLURMD_NODENAME: %s, but %s=%s over %s=%s (%s) puts rank %ld on %s",
-                       dt_text_quote((char[80]){0}, self, strlen(self)), tpn.name, q2, list.name, q,
-                       cyclic ? "cyclic" : "block", rank, hosts.host[node[rank]]);
-        goto out;
-    }
+    lay_out(counts, n_counts, (int)ntasks, s.cyclic, node, local, filled);
+    if ((rc = slurm_check_self(m, &s, &hosts, node, local, q, q2, err))) goto out;
     for (long r = 0; r < ntasks; r++) {
         snprintf(addrs[r].host, sizeof addrs[r].host, "%s", hosts.host[node[r]]);
         if ((rc = port_of(base, local[r], "SLURM_LOCALID", &addrs[r], err))) goto out;
     }
     if ((rc = dt_cluster_from_ranks(c, addrs, (int)ntasks, m->num_ps, (int)rank, "slurm", err))) {
-        rc = dt_error_wrap(err, rc, "%s=%s with %s=%s: ", list.name, q, tpn.name, q2);
+        rc = dt_error_wrap(err, rc, "%s=%s with %s=%s: ", s.list.name, q, s.tpn.name, q2);
         goto out;
     }
     note(c, "rank %ld of %ld (SLURM_PROCID=%ld, SLURM_NTASKS=%ld); hosts from %s=%s, %s=%s, %s; ports --base_port "
-         "%d + local id (SLURM_LOCALID=%d)", rank, ntasks, rank, ntasks, list.name, q, tpn.name, q2,
-         dist ? "SLURM_DISTRIBUTION" : "block (Slurm's default)", base, local[rank]);
-    if (dist) note(c, "=%s", cyclic ? "cyclic" : "block");
+         "%d + local id (SLURM_LOCALID=%d)", rank, ntasks, rank, ntasks, s.list.name, q, s.tpn.name, q2,
+         s.dist ? "SLURM_DISTRIBUTION" : "block (Slurm's default)", base, local[rank]);
+    if (s.dist) note(c, "=%s", s.cyclic ? "cyclic" : "block");
 out:
     dt_hostlist_free(&hosts);
     free(counts);

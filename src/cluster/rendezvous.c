@@ -281,25 +281,81 @@ static int answer(server *s, dt_addr *addrs, double deadline) {
     return 0;
 }
 
-static int serve(const dt_rendezvous *rv, const dt_addr *at, dt_addr *addrs, double deadline, dt_error *err) {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof ss;
-    int rc = resolve(at, &ss, &len, err), one = 1;
-    if (rc) return rc;
-    server s = {.rv = rv, .err = err, .cap = rv->size - 1 + EXTRA_CONNS};
-    host_of(&ss, len, s.self.host);
-    s.self.port = rv->port;
-    int lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+/* The listening socket at rank 0's address: its descriptor, or a negative DT_E* code. */
+static int listen_at(const dt_rendezvous *rv, const struct sockaddr_storage *ss, socklen_t len, const char *host,
+                     dt_error *err) {
+    int one = 1, lfd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (lfd < 0) return dt_errorf(err, DT_ENET, "--rendezvous %s: socket: %s", rv->at, strerror(errno));
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(lfd, (struct sockaddr *)&ss, len) || listen(lfd, 256)) {
+    if (bind(lfd, (const struct sockaddr *)ss, len) || listen(lfd, 256)) {
         int e = errno;
         close(lfd);
         if (e == EADDRNOTAVAIL)
             return dt_errorf(err, DT_ENET, "--rendezvous %s: %s is not an address of this host, where rank 0 (%s=0) "
-                             "runs: give rank 0's host", rv->at, s.self.host, rv->rank_var);
+                             "runs: give rank 0's host", rv->at, host, rv->rank_var);
         return dt_errorf(err, DT_ENET, "--rendezvous %s: cannot listen there: %s", rv->at, strerror(e));
     }
+    return lfd;
+}
+
+/* Takes up to ACCEPT_BURST new connections (the one waiting longest without a hello makes room
+ * when the table is full). */
+static void accept_burst(server *s, int lfd, double deadline) {
+    for (int k = 0; k < ACCEPT_BURST && s->arrived + s->told < s->rv->size - 1; k++) {
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof peer;
+        int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return; /* none left (or none to be had now: the next round tries again) */
+        if (s->n == s->cap) evict(s);
+        if (s->n == s->cap) { /* not reached (evict always finds one), but the table stays bounded */
+            close(fd);
+            continue;
+        }
+        s->c[s->n] = (conn){.fd = fd, .rank = -1, .since = dt_seconds()};
+        host_of(&peer, plen, s->c[s->n].host);
+        s->n++;
+        /* A rank's hello is usually in already: read it now, so the rank is registered (and never
+         * evicted) before the next accept could make room at its expense. */
+        on_readable(s, s->n - 1, deadline);
+    }
+}
+
+/* The end of the wait: the answer to every rank, or (a refusal, or ranks missing at the deadline)
+ * why not, told to every rank that came. */
+static int conclude(server *s, dt_addr *addrs, double deadline) {
+    const dt_rendezvous *rv = s->rv;
+    int rc;
+    if (s->failed) {
+        rc = DT_EINVAL;
+    } else if (s->arrived < rv->size - 1) {
+        char missing[256] = "";
+        size_t used = 0;
+        for (int r = 1, shown = 0; r < rv->size && used + 16 < sizeof missing; r++)
+            if (s->by_rank[r] < 0)
+                used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d", shown++ ? "," : "", r);
+        rc = dt_errorf(s->err, DT_ETIMEOUT, "%s: %d, but only %d rank%s arrived at --rendezvous %s within %.0f s "
+                       "(missing: %s)", rv->size_var, rv->size, s->arrived + 1, s->arrived ? "s" : "", rv->at,
+                       rv->deadline_ms / 1000.0, missing);
+        s->failed = 1;
+    } else {
+        rc = answer(s, addrs, deadline + SEND_MS / 1000.0);
+    }
+    if (s->failed) /* every rank that came is told why */
+        for (int i = 0; i < s->n; i++)
+            if (s->c[i].rank >= 0) tell_error(s, i, dt_seconds() + SEND_MS / 1000.0);
+    return rc;
+}
+
+static int serve(const dt_rendezvous *rv, const dt_addr *at, dt_addr *addrs, double deadline, dt_error *err) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    int rc = resolve(at, &ss, &len, err);
+    if (rc) return rc;
+    server s = {.rv = rv, .err = err, .cap = rv->size - 1 + EXTRA_CONNS};
+    host_of(&ss, len, s.self.host);
+    s.self.port = rv->port;
+    int lfd = listen_at(rv, &ss, len, s.self.host, err);
+    if (lfd < 0) return lfd;
     s.c = dt_calloc((size_t)s.cap, sizeof *s.c, "the rendezvous connections", err);
     s.by_rank = dt_calloc((size_t)rv->size, sizeof *s.by_rank, "the rendezvous ranks", err);
     struct pollfd *p = dt_calloc((size_t)s.cap + 1, sizeof *p, "the rendezvous poll set", err);
@@ -321,42 +377,9 @@ static int serve(const dt_rendezvous *rv, const dt_addr *at, dt_addr *addrs, dou
         if (ready <= 0) continue;
         for (int i = n - 1; i >= 0; i--) /* backwards: drop moves the last connection into i */
             if (p[i + 1].revents) on_readable(&s, i, deadline);
-        for (int k = 0; (p[0].revents & POLLIN) && k < ACCEPT_BURST && s.arrived + s.told < rv->size - 1; k++) {
-            struct sockaddr_storage peer;
-            socklen_t plen = sizeof peer;
-            int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd < 0) break; /* none left (or none to be had now: the next round tries again) */
-            if (s.n == s.cap) evict(&s);
-            if (s.n == s.cap) { /* not reached (evict always finds one), but the table stays bounded */
-                close(fd);
-                continue;
-            }
-            s.c[s.n] = (conn){.fd = fd, .rank = -1, .since = dt_seconds()};
-            host_of(&peer, plen, s.c[s.n].host);
-            s.n++;
-            /* A rank's hello is usually in already: read it now, so the rank is registered (and
-             * never evicted) before the next accept could make room at its expense. */
-            on_readable(&s, s.n - 1, deadline);
-        }
+        if (p[0].revents & POLLIN) accept_burst(&s, lfd, deadline);
     }
-    if (s.failed) {
-        rc = DT_EINVAL;
-    } else if (s.arrived < rv->size - 1) {
-        char missing[256] = "";
-        size_t used = 0;
-        for (int r = 1, shown = 0; r < rv->size && used + 16 < sizeof missing; r++)
-            if (s.by_rank[r] < 0)
-                used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d", shown++ ? "," : "", r);
-        rc = dt_errorf(err, DT_ETIMEOUT, "%s: %d, but only %d rank%s arrived at --rendezvous %s within %.0f s "
-                       "(missing: %s)", rv->size_var, rv->size, s.arrived + 1, s.arrived ? "s" : "", rv->at,
-                       rv->deadline_ms / 1000.0, missing);
-        s.failed = 1;
-    } else {
-        rc = answer(&s, addrs, deadline + SEND_MS / 1000.0);
-    }
-    if (s.failed) /* every rank that came is told why */
-        for (int i = 0; i < s.n; i++)
-            if (s.c[i].rank >= 0) tell_error(&s, i, dt_seconds() + SEND_MS / 1000.0);
+    rc = conclude(&s, addrs, deadline);
 out:
     if (s.unheard > LOG_FIRST && rv->log) {
         fprintf(rv->log, "rendezvous: %d connections closed without a hello in all\n", s.unheard);

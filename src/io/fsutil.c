@@ -90,9 +90,10 @@ int dt_atomic_commit(dt_atomic_file *f, dt_error *err) {
         return dt_errorf(err, DT_EIO, "%s: close failed: %s", f->path, strerror(e));
     }
     if (rename(f->tmp, f->path) != 0) {
-        int e = errno;
+        /* the message first: dt_atomic_abort forgets the temporary name */
+        rc = dt_errorf(err, DT_EIO, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(errno));
         dt_atomic_abort(f);
-        return dt_errorf(err, DT_EIO, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(e));
+        return rc;
     }
     f->tmp[0] = 0;
     return fsync_parent(f->path, err);

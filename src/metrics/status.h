@@ -1,7 +1,7 @@
 /* What the status page (`/`, data from `/status.json`) shows: this process's own figures, and on
  * the chief the whole training: global step, progress and ETA, the training and validation
  * curves, and the cluster (every ps and worker task, alive or lost, each one's figures as its own
- * /status.json says; metrics/peers.h fetches them). docs/metrics.md describes the JSON.
+ * /status.json says; metrics/status_poll.h fetches them). docs/metrics.md describes the JSON.
  *
  * The training loop reports each step (a mutex taken once per step, never contended for long: the
  * HTTP thread holds it only to copy the figures out). Curves keep at most DT_STATUS_MAX_POINTS
@@ -43,7 +43,7 @@ void dt_status_step(dt_status *s, int64_t global_step, double loss, int correct,
 void dt_status_validation(dt_status *s, int64_t global_step, double loss, double accuracy);
 void dt_status_finished(dt_status *s);
 
-/* The peers' figures (peers.h): task index i of the list given to it answered with self
+/* The peers' figures (status_poll.h): task index i of the list given to it answered with self
  * (NULL: did not answer). */
 void dt_status_peer(dt_status *s, const dt_status_self *self);
 

@@ -599,16 +599,31 @@ static void bn_eval_affine(const dt_net *net, const layer *B, float *scale, floa
     }
 }
 
-/* The conv's kernel and bias with batch norm B folded in: w' = w * scale, b' = b * scale + shift. */
-static void fold_conv(const dt_net *net, layer *L, const layer *B) {
+/* The conv's kernel and bias with batch norm B folded in: w' = w * scale, b' = b * scale + shift
+ * (scale, shift: B's evaluation affine, computed here into those [out_c] buffers). */
+static void fold_conv_into(const dt_net *net, const layer *L, const layer *B, float *w, float *b, float *scale,
+                           float *shift) {
     int oc = L->shape.out_c;
-    float *w = L->fold_w, *b = L->fold_w + L->shape.n_weights;
-    float *scale = B->bn + 3 * oc, *shift = scale + oc;
     bn_eval_affine(net, B, scale, shift);
     const float *kw = view_ptr(net->params, net, L->w_view), *kb = view_ptr(net->params, net, L->b_view);
     for (size_t r = 0; r < L->shape.n_weights / (size_t)oc; r++)
         for (int c = 0; c < oc; c++) w[r * oc + c] = kw[r * oc + c] * scale[c];
     for (int c = 0; c < oc; c++) b[c] = (kb ? kb[c] : 0.0f) * scale[c] + shift[c];
+}
+
+static void fold_conv(const dt_net *net, layer *L, const layer *B) {
+    int oc = L->shape.out_c;
+    fold_conv_into(net, L, B, L->fold_w, L->fold_w + L->shape.n_weights, B->bn + 3 * oc, B->bn + 4 * oc);
+}
+
+int dt_net_folded_batchnorm(const dt_net *net, int i) {
+    if (i < 0 || i >= net->n_layers || !net->fold_bn) return -1;
+    return net->layers[i].fold_into;
+}
+
+void dt_net_fold_conv(const dt_net *net, int i, float *w, float *b, float *scratch) {
+    const layer *L = &net->layers[i];
+    fold_conv_into(net, L, &net->layers[L->fold_into], w, b, scratch, scratch + L->shape.out_c);
 }
 
 const float *dt_net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed) {

@@ -48,6 +48,13 @@ size_t dt_net_layer_param_begin(const dt_net *net, int layer);
  * reads that convolution's output: one pass instead of two, the same function. On by default;
  * tests turn it off to compare. */
 void dt_net_set_fold_batchnorm(dt_net *net, int on);
+/* Evaluation's folding, for what rebuilds the net elsewhere (export/), so it computes what evaluation
+ * here computes, bit for bit in the folded kernels. dt_net_folded_batchnorm: the batch norm layer that
+ * evaluation folds into conv2d layer i, or -1 (none, not a conv2d, or folding turned off).
+ * dt_net_fold_conv: that conv's folded kernel (HWIO, [n_weights]) and bias ([out_c]); scratch
+ * [2 * out_c]; only where dt_net_folded_batchnorm(net, i) >= 0. */
+int dt_net_folded_batchnorm(const dt_net *net, int i);
+void dt_net_fold_conv(const dt_net *net, int i, float *w, float *b, float *scratch);
 /* Layer i's parameters: the flat floats [*offset, *offset + *count), all of them (kernel and bias,
  * batch norm's scale, offset and moving statistics); 0 if it has none. */
 int dt_net_layer_params(const dt_net *net, int i, size_t *offset, size_t *count);

@@ -472,71 +472,65 @@ done:
         if (p->by_fd[fd]) p->by_fd[fd]->delivered = 0;
 }
 
-void dt_peers_check(dt_peers *p, int drained) {
-    int64_t now = dt_clock_us();
+/* One connection's own bounds: its first message, silence, an unfinished message too large or
+ * too slow. Cut (0), or alive (1) with its unfinished bytes added to *held. */
+static int check_one(dt_peers *p, dt_peer *peer, int drained, int64_t now, uint64_t *held) {
     char why[320];
-    uint64_t held = 0;
-    int live = 0;
-    for (int fd = 0; fd < p->cap; fd++) {
-        dt_peer *peer = p->by_fd[fd];
-        if (!peer || peer->cut) continue;
-        if (!peer->valid && now - peer->accepted_us > p->cfg.first_message_us) {
-            snprintf(why, sizeof why, "no valid message within %lld s of connecting",
-                     (long long)(p->cfg.first_message_us / 1000000));
-            cut(p, peer, CUT_SILENT, why);
-            continue;
-        }
-        struct tcp_info ti;
-        int have_ti = peer->tcp && tcp_info_of(peer, &ti) == 0;
-        /* Silence: not a byte (not even a ZMTP heartbeat: clients send one every few seconds) for
-         * this long. Seen in the kernel's counters, not with libzmq's heartbeats on this socket: a
-         * heartbeat timer firing on a connection whose peer reset while its queue was full aborts
-         * libzmq 4.3 (stream_engine_base.cpp, !_io_error). */
-        if (have_ti && p->cfg.silence_us > 0 && (int64_t)ti.tcpi_last_data_recv * 1000 > p->cfg.silence_us) {
-            snprintf(why, sizeof why, "nothing received for %u s", ti.tcpi_last_data_recv / 1000);
-            cut(p, peer, CUT_QUIET, why);
-            continue;
-        }
-        uint64_t got;
-        peer->partial = 0;
-        if (!have_ti || libzmq_read(peer, &ti, peer->base + PARTIAL_SLACK, &got) != 0 || got <= peer->base) {
-            peer->big_since_us = 0;
-            live++;
-            continue;
-        }
-        uint64_t partial = peer->partial = got - peer->base;
-        /* Two checks in a row: between draining the router and reading the counters, libzmq may
-         * have finished one more message that the ps has not taken yet. */
-        /* Not drained, whole messages may wait here too: at most the router's high-water mark of
-         * them (libzmq then stops reading the connection), each at most the largest message. */
-        uint64_t bound = p->cfg.max_partial_bytes * (drained ? 1 : (uint64_t)p->cfg.queued_messages + 1) + PARTIAL_SLACK;
-        peer->strikes = partial > bound ? peer->strikes + 1 : 0;
-        if (peer->strikes >= STRIKES) {
-            snprintf(why, sizeof why, "%llu bytes of an unfinished message, more than the largest this ps "
-                     "accepts (%llu)", (unsigned long long)partial, (unsigned long long)p->cfg.max_partial_bytes);
-            cut(p, peer, CUT_PARTIAL, why);
-            continue;
-        }
-        if (partial <= PARTIAL_SLACK) {
-            peer->big_since_us = 0;
-        } else if (!peer->big_since_us) {
-            peer->big_since_us = now;
-        } else if (now - peer->big_since_us > p->cfg.message_us) {
-            snprintf(why, sizeof why, "a message still unfinished after %lld s (%llu bytes so far)",
-                     (long long)(p->cfg.message_us / 1000000), (unsigned long long)partial);
-            cut(p, peer, CUT_SLOW, why);
-            continue;
-        }
-        held += partial;
-        live++;
+    if (!peer->valid && now - peer->accepted_us > p->cfg.first_message_us) {
+        snprintf(why, sizeof why, "no valid message within %lld s of connecting",
+                 (long long)(p->cfg.first_message_us / 1000000));
+        cut(p, peer, CUT_SILENT, why);
+        return 0;
     }
-    /* Not drained, whole requests still queued in libzmq count too: they hold memory as well (the
-     * router's receive queue has no limit), and a flood that keeps the ps from draining must not
-     * keep the budget from being enforced. */
-    p->unfinished_cost = held;
-    p->held = dt_peers_held(p);
-    /* The budget: unfinished messages first (the largest that has been large for over a second:
-     * a healthy transfer finishes; one that does not is the one holding memory). */
+    struct tcp_info ti;
+    int have_ti = peer->tcp && tcp_info_of(peer, &ti) == 0;
+    /* Silence: not a byte (not even a ZMTP heartbeat: clients send one every few seconds) for
+     * this long. Seen in the kernel's counters, not with libzmq's heartbeats on this socket: a
+     * heartbeat timer firing on a connection whose peer reset while its queue was full aborts
+     * libzmq 4.3 (stream_engine_base.cpp, !_io_error). */
+    if (have_ti && p->cfg.silence_us > 0 && (int64_t)ti.tcpi_last_data_recv * 1000 > p->cfg.silence_us) {
+        snprintf(why, sizeof why, "nothing received for %u s", ti.tcpi_last_data_recv / 1000);
+        cut(p, peer, CUT_QUIET, why);
+        return 0;
+    }
+    uint64_t got;
+    peer->partial = 0;
+    if (!have_ti || libzmq_read(peer, &ti, peer->base + PARTIAL_SLACK, &got) != 0 || got <= peer->base) {
+        peer->big_since_us = 0;
+        return 1;
+    }
+    uint64_t partial = peer->partial = got - peer->base;
+    /* Two checks in a row: between draining the router and reading the counters, libzmq may
+     * have finished one more message that the ps has not taken yet. Not drained, whole messages
+     * may wait here too: at most the router's high-water mark of them (libzmq then stops reading
+     * the connection), each at most the largest message. */
+    uint64_t bound = p->cfg.max_partial_bytes * (drained ? 1 : (uint64_t)p->cfg.queued_messages + 1) + PARTIAL_SLACK;
+    peer->strikes = partial > bound ? peer->strikes + 1 : 0;
+    if (peer->strikes >= STRIKES) {
+        snprintf(why, sizeof why, "%llu bytes of an unfinished message, more than the largest this ps accepts (%llu)",
+                 (unsigned long long)partial, (unsigned long long)p->cfg.max_partial_bytes);
+        cut(p, peer, CUT_PARTIAL, why);
+        return 0;
+    }
+    if (partial <= PARTIAL_SLACK) {
+        peer->big_since_us = 0;
+    } else if (!peer->big_since_us) {
+        peer->big_since_us = now;
+    } else if (now - peer->big_since_us > p->cfg.message_us) {
+        snprintf(why, sizeof why, "a message still unfinished after %lld s (%llu bytes so far)",
+                 (long long)(p->cfg.message_us / 1000000), (unsigned long long)partial);
+        cut(p, peer, CUT_SLOW, why);
+        return 0;
+    }
+    *held += partial;
+    return 1;
+}
+
+/* The budget: unfinished messages first (the largest that has been large for over a second: a
+ * healthy transfer finishes; one that does not is the one holding memory). Returns the cuts. */
+static int cut_unfinished(dt_peers *p, int64_t now) {
+    char why[320];
+    int cuts = 0;
     while (p->held > p->budget) {
         dt_peer *big = pick(p, holds_more, now);
         if (!big || !big->big_since_us || now - big->big_since_us <= 1000000) break;
@@ -546,12 +540,18 @@ void dt_peers_check(dt_peers *p, int drained) {
         uint64_t cost = big->partial;
         cut(p, big, CUT_BUDGET, why);
         if (!big->cut) big->big_since_us = 0; /* could not be cut (already gone): do not pick it again */
-        else live--;
+        else cuts++;
         p->unfinished_cost -= cost < p->unfinished_cost ? cost : p->unfinished_cost;
         p->held = dt_peers_held(p);
     }
-    /* Then replies nobody reads: the connection whose replies waited longest without progress, once
-     * they hold half the budget (past the budget new replies are refused, workers' too). */
+    return cuts;
+}
+
+/* Then replies nobody reads: the connection whose replies waited longest without progress, once
+ * they hold half the budget (past the budget new replies are refused, workers' too). */
+static int cut_unread(dt_peers *p, int64_t now) {
+    char why[320];
+    int cuts = 0;
     for (int guard = 0; p->held > p->budget / 2 && guard < p->cap; guard++) {
         dt_peer *stuck = pick(p, stuck_longer, now);
         long long bytes = stuck ? atomic_load(&stuck->reply_bytes) : 0;
@@ -561,10 +561,15 @@ void dt_peers_check(dt_peers *p, int drained) {
                  bytes, (double)(now - atomic_load(&stuck->reply_moved_us)) / 1e6);
         cut(p, stuck, CUT_UNREAD, why);
         if (!stuck->cut) stuck->cut = 1; /* gone already: libzmq drops its replies */
-        else live--;
+        else cuts++;
         p->held -= (uint64_t)bytes < p->held ? (uint64_t)bytes : p->held;
     }
-    check_heap(p, drained, now, why, sizeof why);
+    return cuts;
+}
+
+/* At most max_connections: the least recently useful ones go (a warning near the limit). */
+static void cut_beyond_limit(dt_peers *p, int live, int64_t now) {
+    char why[320];
     if (live > p->cfg.max_connections * 4 / 5 && !p->warned_limit) {
         p->warned_limit = 1;
         peers_log(p, "%d connections open, near the limit of %d: the least recently useful ones will be cut", live,
@@ -580,6 +585,26 @@ void dt_peers_check(dt_peers *p, int drained) {
         cut(p, old, CUT_LIMIT, why);
         if (!old->cut) old->cut = 1; /* gone already: its close event is on the way */
     }
+}
+
+void dt_peers_check(dt_peers *p, int drained) {
+    int64_t now = dt_clock_us();
+    char why[320];
+    uint64_t held = 0;
+    int live = 0;
+    for (int fd = 0; fd < p->cap; fd++) {
+        dt_peer *peer = p->by_fd[fd];
+        if (peer && !peer->cut) live += check_one(p, peer, drained, now, &held);
+    }
+    /* Not drained, whole requests still queued in libzmq count too: they hold memory as well (the
+     * router's receive queue has no limit), and a flood that keeps the ps from draining must not
+     * keep the budget from being enforced. */
+    p->unfinished_cost = held;
+    p->held = dt_peers_held(p);
+    live -= cut_unfinished(p, now);
+    live -= cut_unread(p, now);
+    check_heap(p, drained, now, why, sizeof why);
+    cut_beyond_limit(p, live, now);
 }
 
 void dt_peers_set_budget(dt_peers *p, uint64_t bytes) { p->budget = bytes; }

@@ -77,11 +77,10 @@ static char *rng_json(const dt_ckpt_run *run) {
     return dump(j);
 }
 
-/* The data's class names as a JSON array (NULL with none: nothing is recorded). */
-static char *classes_json(const dt_ckpt_run *run) {
+char *dt_ckpt_classes_json(char *const *names, int n) {
     json_t *a = json_array();
-    for (int k = 0; a && k < run->n_class_names; k++)
-        if (json_array_append_new(a, json_string(run->class_names[k]))) {
+    for (int k = 0; a && k < n; k++)
+        if (json_array_append_new(a, json_string(names[k]))) {
             json_decref(a);
             return NULL;
         }
@@ -121,7 +120,7 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     dt_st_tensor *t = dt_calloc((size_t)cap, sizeof *t, "checkpoint tensor list", err);
     char *names = dt_calloc((size_t)cap, NAME_CAP, "checkpoint tensor names", err);
     char *meta_opt = run->opt ? optimizer_json(run->opt) : NULL, *meta_data = data_position_json(run, global_step),
-         *meta_rng = rng_json(run), *meta_classes = run->n_class_names > 0 ? classes_json(run) : NULL;
+         *meta_rng = rng_json(run), *meta_classes = run->n_class_names > 0 ? dt_ckpt_classes_json(run->class_names, run->n_class_names) : NULL;
     if (!t || !names || (run->opt && !meta_opt) || !meta_data || !meta_rng ||
         (run->n_class_names > 0 && !meta_classes)) {
         rc = t && names ? dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory for the metadata") : DT_ENOMEM;
@@ -639,78 +638,76 @@ static int find_variable(const dt_ckpt_run *run, const char *name, int *slot) {
     return -1;
 }
 
-int dt_ckpt_check_fits(const dt_st_file *f, const char *label, const dt_ckpt_run *run, dt_error *err) {
-    const dt_model_spec *spec = dt_net_spec(run->net);
-    const char *here = spec->source[0] ? spec->source : spec->name;
-    int nv = dt_net_num_views(run->net), slots = run_slots(run);
+/* The first few differences between a checkpoint and this run's model, and how many in all. */
+typedef struct {
+    char text[768];
+    size_t len;
+    int n;
+} diff_list;
 
-    /* Variables first: another model is the likeliest mistake, and the most useful to explain. */
-    char diffs[768] = "";
-    size_t dl = 0;
-    int n_diff = 0;
-    for (int v = 0; v < nv; v++) {
+static void diff_add(diff_list *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void diff_add(diff_list *d, const char *fmt, ...) {
+    if (d->n++ >= 3 || d->len >= sizeof d->text) return;
+    if (d->len) d->len += (size_t)snprintf(d->text + d->len, sizeof d->text - d->len, "; ");
+    if (d->len >= sizeof d->text) return;
+    va_list ap;
+    va_start(ap, fmt);
+    d->len += (size_t)vsnprintf(d->text + d->len, sizeof d->text - d->len, fmt, ap);
+    va_end(ap);
+}
+
+/* Every variable of the model, in the checkpoint with its shape. */
+static void diff_variables(const dt_st_file *f, const dt_ckpt_run *run, diff_list *d) {
+    for (int v = 0; v < dt_net_num_views(run->net); v++) {
         const dt_param_view *pv = dt_net_view(run->net, v);
         if (pv->count == 0) continue;
         const dt_st_info *ti = dt_st_find(f, pv->name);
         char want[96], have[96] = "";
         int64_t sh[4];
-        for (int d = 0; d < pv->ndim; d++) sh[d] = pv->shape[d];
+        for (int k = 0; k < pv->ndim; k++) sh[k] = pv->shape[k];
         shape_str(want, sizeof want, sh, pv->ndim);
         if (ti) shape_str(have, sizeof have, ti->shape, ti->ndim);
-        int same = ti && ti->dtype == DT_ST_F32 && strcmp(want, have) == 0;
-        if (same) continue;
-        if (n_diff++ < 3 && dl < sizeof diffs) {
-            if (!ti) dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl, "%s%s %s is missing from the checkpoint",
-                                             dl ? "; " : "", pv->name, want);
-            else dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl, "%s%s is %s %s in the checkpoint, F32 %s here",
-                                         dl ? "; " : "", pv->name, dt_st_dtype_name(ti->dtype), have, want);
-        }
+        if (ti && ti->dtype == DT_ST_F32 && strcmp(want, have) == 0) continue;
+        if (!ti) diff_add(d, "%s %s is missing from the checkpoint", pv->name, want);
+        else diff_add(d, "%s is %s %s in the checkpoint, F32 %s here", pv->name, dt_st_dtype_name(ti->dtype), have, want);
     }
+}
+
+/* Every tensor of the checkpoint, a variable of the model (or its optimizer state, of its size:
+ * every tensor is then bounded by the model, and so is what the file can make a reader go
+ * through). here: the model's name. */
+static void diff_tensors(const dt_st_file *f, const dt_ckpt_run *run, const char *here, diff_list *d) {
     for (int i = 0; i < dt_st_num_tensors(f); i++) {
         const dt_st_info *ti = dt_st_tensor_at(f, i);
         int slot;
         if (strcmp(ti->name, DT_CKPT_STEP_TENSOR) == 0) continue;
         int v = find_variable(run, ti->name, &slot);
-        /* Optimizer state must be its variable's size too, whether or not this run reads it: every
-         * tensor is then bounded by the model, and so is what the file can make a reader go through. */
         if (v >= 0 && (slot < 0 || (ti->dtype == DT_ST_F32 && ti->count == dt_net_view(run->net, v)->count))) continue;
-        if (v >= 0) {
-            if (n_diff++ < 3 && dl < sizeof diffs)
-                dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl, "%sthe checkpoint's %s is %s with %" PRIu64
-                                       " elements, %" PRIu64 " here", dl ? "; " : "", ti->name,
-                                       dt_st_dtype_name(ti->dtype), ti->count, (uint64_t)dt_net_view(run->net, v)->count);
-            continue;
-        }
-        if (n_diff++ < 3 && dl < sizeof diffs)
-            dl += (size_t)snprintf(diffs + dl, sizeof diffs - dl, "%sthe checkpoint has %s, which %s lacks",
-                                   dl ? "; " : "", ti->name, here);
+        if (v >= 0)
+            diff_add(d, "the checkpoint's %s is %s with %" PRIu64 " elements, %" PRIu64 " here", ti->name,
+                     dt_st_dtype_name(ti->dtype), ti->count, (uint64_t)dt_net_view(run->net, v)->count);
+        else
+            diff_add(d, "the checkpoint has %s, which %s lacks", ti->name, here);
     }
-    if (n_diff) {
-        char mdiff[200];
-        first_model_difference(mdiff, sizeof mdiff, dt_ckpt_model_text(f), spec->text);
-        return dt_errorf(err, DT_ESHAPE, "%s is a checkpoint of another model than %s: %s%s%s", label, here, diffs,
-                         n_diff > 3 ? " (and more)" : "", mdiff);
-    }
+}
 
-    /* Optimizer state: every slot of this run's optimizer must be there. */
-    for (int k = 0; k < slots; k++) {
-        const dt_param_view *pv0 = NULL;
-        for (int v = 0; v < nv && !pv0; v++)
-            if (dt_net_view(run->net, v)->count) pv0 = dt_net_view(run->net, v);
+/* Optimizer state: every slot of this run's optimizer, for every variable, of its size. */
+static int check_slots(const dt_st_file *f, const char *label, const dt_ckpt_run *run, dt_error *err) {
+    const int nv = dt_net_num_views(run->net), slots = run_slots(run);
+    const dt_param_view *pv0 = NULL;
+    for (int v = 0; v < nv && !pv0; v++)
+        if (dt_net_view(run->net, v)->count) pv0 = dt_net_view(run->net, v);
+    for (int k = 0; k < slots && pv0; k++) {
         char name[NAME_CAP];
-        snprintf(name, sizeof name, "%s/%s", pv0 ? pv0->name : "", dt_ckpt_slot_name(run->opt->kind, k));
-        if (pv0 && !dt_st_find(f, name)) {
-            const char *had = "";
-            dt_ckpt_info info;
-            if (dt_ckpt_read_info(f, label, &info, NULL) == 0 && info.optimizer[0]) had = info.optimizer;
-            return dt_errorf(err, DT_EINVAL,
-                             "%s was trained with optimizer %s, which has no %s state; this run uses %s "
-                             "(pass --optimizer=%s to resume it)",
-                             label, had[0] ? had : "(unknown)", dt_ckpt_slot_name(run->opt->kind, k),
-                             dt_opt_name(run->opt->kind), had[0] ? had : "...");
-        }
+        snprintf(name, sizeof name, "%s/%s", pv0->name, dt_ckpt_slot_name(run->opt->kind, k));
+        if (dt_st_find(f, name)) continue;
+        const char *had = "";
+        dt_ckpt_info info;
+        if (dt_ckpt_read_info(f, label, &info, NULL) == 0 && info.optimizer[0]) had = info.optimizer;
+        return dt_errorf(err, DT_EINVAL, "%s was trained with optimizer %s, which has no %s state; this run uses %s "
+                         "(pass --optimizer=%s to resume it)", label, had[0] ? had : "(unknown)",
+                         dt_ckpt_slot_name(run->opt->kind, k), dt_opt_name(run->opt->kind), had[0] ? had : "...");
     }
-
     for (int v = 0; v < nv; v++) {
         const dt_param_view *pv = dt_net_view(run->net, v);
         if (pv->count == 0) continue;
@@ -723,7 +720,23 @@ int dt_ckpt_check_fits(const dt_st_file *f, const char *label, const dt_ckpt_run
                                  pv->name);
         }
     }
-    return 0;
+    return DT_OK;
+}
+
+int dt_ckpt_check_fits(const dt_st_file *f, const char *label, const dt_ckpt_run *run, dt_error *err) {
+    const dt_model_spec *spec = dt_net_spec(run->net);
+    const char *here = spec->source[0] ? spec->source : spec->name;
+    /* Variables first: another model is the likeliest mistake, and the most useful to explain. */
+    diff_list d = {.len = 0};
+    diff_variables(f, run, &d);
+    diff_tensors(f, run, here, &d);
+    if (d.n) {
+        char mdiff[200];
+        first_model_difference(mdiff, sizeof mdiff, dt_ckpt_model_text(f), spec->text);
+        return dt_errorf(err, DT_ESHAPE, "%s is a checkpoint of another model than %s: %s%s%s", label, here, d.text,
+                         d.n > 3 ? " (and more)" : "", mdiff);
+    }
+    return check_slots(f, label, run, err);
 }
 
 int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run, float *params, float *state,

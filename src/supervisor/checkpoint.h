@@ -132,6 +132,9 @@ size_t dt_ckpt_clear_untrained_slots(const dt_ckpt_run *run, float *state);
  * strings of at most DT_CKPT_MAX_CLASS_NAME bytes without control characters is refused naming
  * label. */
 #define DT_CKPT_MAX_CLASS_NAME 255
+/* names [n] as the JSON array checkpoints record (also the ONNX export's "classes"): a malloc'd
+ * string, NULL when out of memory or a name is not UTF-8. */
+char *dt_ckpt_classes_json(char *const *names, int n);
 int dt_ckpt_read_classes(const dt_st_file *f, const char *label, int max_classes, char ***names, int *n,
                          dt_error *err);
 

@@ -282,78 +282,82 @@ static int parse_number(lexer *lx) {
     return 0;
 }
 
+/* What the parse has seen so far, beyond the index itself. */
+typedef struct {
+    int seen_preserved, seen_newest;
+    ignore_log il;
+    char *buf;                /* [DT_PATH_MAX] a path as read */
+} parse_state;
+
+/* A path field's value (the newest, or one of all): kept, or ignored with a note when it breaks
+ * the path rule (applied here, where every reader and retention get their paths). */
+static int parse_path_field(dt_ckpt_index *out, lexer *lx, parse_state *ps, int newest, int line) {
+    size_t pl = 0;
+    int rc = parse_string(lx, ps->buf, DT_PATH_MAX, &pl);
+    if (rc) return rc;
+    if (pl == 0) return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: empty checkpoint path", lx->label, line);
+    const char *why = path_fault(ps->buf);
+    if (newest && ps->seen_newest++)
+        return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: model_checkpoint_path given twice", lx->label, line);
+    if (why) return note_ignored(out, &ps->il, ps->buf, why, lx->label, line, lx->err);
+    if (newest) return (out->model_checkpoint_path = dup_n(ps->buf, pl, lx->err)) ? DT_OK : DT_ENOMEM;
+    rc = push_path(out, ps->buf, lx->err);
+    if (rc == DT_EFORMAT) dt_error_wrap(lx->err, rc, "%s:%d: ", lx->label, line);
+    return rc;
+}
+
+/* One "name: value" field, its separator included. */
+static int parse_field(dt_ckpt_index *out, lexer *lx, parse_state *ps) {
+    int line = lx->line;
+    const char *name = lx->s;
+    while (lx->s < lx->end && is_ident(*lx->s, lx->s == name)) lx->s++;
+    size_t nl = (size_t)(lx->s - name);
+    char tok[TOKEN_SHOWN + 4];
+    if (nl == 0) {
+        char c = *lx->s;
+        return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: expected a field name, found '%c'", lx->label, line,
+                         (c >= 32 && c < 127) ? c : '?');
+    }
+    skip_space(lx);
+    if (lx->s >= lx->end || *lx->s != ':')
+        return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: expected ':' after %s", lx->label, line,
+                         shown_token(tok, name, nl));
+    lx->s++;
+#define IS(lit) (nl == sizeof(lit) - 1 && memcmp(name, lit, nl) == 0)
+    int rc;
+    if (IS("model_checkpoint_path") || IS("all_model_checkpoint_paths")) {
+        rc = parse_path_field(out, lx, ps, IS("model_checkpoint_path"), line);
+    } else if (IS("all_model_checkpoint_timestamps") || IS("last_preserved_timestamp")) {
+        if (IS("last_preserved_timestamp") && ps->seen_preserved++)
+            return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: last_preserved_timestamp given twice", lx->label, line);
+        rc = parse_number(lx);
+    } else {
+        return dt_errorf(lx->err, DT_EFORMAT, "%s:%d: unknown field \"%s\" (not a checkpoint index?)", lx->label,
+                         line, shown_token(tok, name, nl));
+    }
+#undef IS
+    if (rc) return rc;
+    skip_space(lx);
+    if (lx->s < lx->end && (*lx->s == ';' || *lx->s == ',')) lx->s++;
+    return DT_OK;
+}
+
 int dt_ckpt_index_parse(dt_ckpt_index *out, const char *text, size_t len, const char *label, dt_error *err) {
     memset(out, 0, sizeof *out);
     if (len > DT_CKPT_INDEX_MAX_BYTES)
         return dt_errorf(err, DT_EFORMAT, "%s: %zu bytes, more than the %zu allowed", label, len, DT_CKPT_INDEX_MAX_BYTES);
     lexer lx = {text, text + len, label, 1, err};
-    char *buf = dt_malloc(DT_PATH_MAX, "checkpoint index path", err);
-    if (!buf) return DT_ENOMEM;
-    int rc = 0, seen_preserved = 0, seen_newest = 0;
-    ignore_log il = {0};
+    parse_state ps = {.buf = dt_malloc(DT_PATH_MAX, "checkpoint index path", err)};
+    if (!ps.buf) return DT_ENOMEM;
+    int rc = 0;
     for (;;) {
         skip_space(&lx);
-        if (lx.s >= lx.end) break;
-        int line = lx.line;
-        const char *name = lx.s;
-        while (lx.s < lx.end && is_ident(*lx.s, lx.s == name)) lx.s++;
-        size_t nl = (size_t)(lx.s - name);
-        if (nl == 0) {
-            char c = *lx.s;
-            rc = dt_errorf(err, DT_EFORMAT, "%s:%d: expected a field name, found '%c'", label, line,
-                           (c >= 32 && c < 127) ? c : '?');
-            break;
-        }
-        skip_space(&lx);
-        if (lx.s >= lx.end || *lx.s != ':') {
-            char tok[TOKEN_SHOWN + 4];
-            rc = dt_errorf(err, DT_EFORMAT, "%s:%d: expected ':' after %s", label, line, shown_token(tok, name, nl));
-            break;
-        }
-        lx.s++;
-#define IS(lit) (nl == sizeof(lit) - 1 && memcmp(name, lit, nl) == 0)
-        size_t pl = 0;
-        if (IS("model_checkpoint_path") || IS("all_model_checkpoint_paths")) {
-            if ((rc = parse_string(&lx, buf, DT_PATH_MAX, &pl))) break;
-            if (pl == 0) {
-                rc = dt_errorf(err, DT_EFORMAT, "%s:%d: empty checkpoint path", label, line);
-                break;
-            }
-            /* The path rule is applied here, where every reader and retention get their paths. */
-            const char *why = path_fault(buf);
-            if (IS("model_checkpoint_path")) {
-                if (seen_newest++) {
-                    rc = dt_errorf(err, DT_EFORMAT, "%s:%d: model_checkpoint_path given twice", label, line);
-                    break;
-                }
-                if (why) rc = note_ignored(out, &il, buf, why, label, line, err);
-                else if (!(out->model_checkpoint_path = dup_n(buf, pl, err))) rc = DT_ENOMEM;
-            } else if (why) {
-                rc = note_ignored(out, &il, buf, why, label, line, err);
-            } else if ((rc = push_path(out, buf, err))) {
-                if (rc == DT_EFORMAT) dt_error_wrap(err, rc, "%s:%d: ", label, line);
-            }
-            if (rc) break;
-        } else if (IS("all_model_checkpoint_timestamps") || IS("last_preserved_timestamp")) {
-            if (IS("last_preserved_timestamp") && seen_preserved++) {
-                rc = dt_errorf(err, DT_EFORMAT, "%s:%d: last_preserved_timestamp given twice", label, line);
-                break;
-            }
-            if ((rc = parse_number(&lx))) break;
-        } else {
-            char tok[TOKEN_SHOWN + 4];
-            rc = dt_errorf(err, DT_EFORMAT, "%s:%d: unknown field \"%s\" (not a checkpoint index?)", label, line,
-                           shown_token(tok, name, nl));
-            break;
-        }
-#undef IS
-        skip_space(&lx);
-        if (lx.s < lx.end && (*lx.s == ';' || *lx.s == ',')) lx.s++;
+        if (lx.s >= lx.end || (rc = parse_field(out, &lx, &ps))) break;
     }
-    free(buf);
-    if (!rc && !seen_newest)
+    free(ps.buf);
+    if (!rc && !ps.seen_newest)
         rc = dt_errorf(err, DT_EFORMAT, "%s: no model_checkpoint_path (empty or not a checkpoint index)", label);
-    int fin = finish_ignored(out, &il, label, err);
+    int fin = finish_ignored(out, &ps.il, label, err);
     if (!rc) rc = fin;
     /* An ignored newest: the last accepted entry stands in for it (none: an empty index). */
     if (!rc && !out->model_checkpoint_path && out->n_paths > 0) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "model/spec.h"
 
 /* Multiply-adds of one layer per example (elementwise layers: one per output). */
@@ -16,14 +17,8 @@ static double layer_cost(const dt_layer_spec *s, const dt_layer_shape *sh) {
     }
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Sleeps until `until` (monotonic seconds); deadlines, not durations, so the small oversleep of
- * each call does not add up over the layers. */
+/* Sleeps until `until` (monotonic seconds, as dt_seconds); deadlines, not durations, so the small
+ * oversleep of each call does not add up over the layers. */
 static void sleep_until(double until) {
     struct timespec t = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) != 0) {}
@@ -38,16 +33,16 @@ void dt_emulate_step(dt_net *net, int ms) {
     if (!shapes || !cost || dt_model_spec_shapes(spec, shapes, NULL, NULL)) {
         /* Out of memory (or a spec the net was built from refused): one sleep, no hooks. */
         free(shapes), free(cost);
-        sleep_until(now_s() + ms / 1e3);
+        sleep_until(dt_seconds() + ms / 1e3);
         return;
     }
     for (int i = 0; i < n; i++) total += cost[i] = layer_cost(&spec->layers[i], &shapes[i]);
-    double per = total > 0 ? ms / 1e3 / total : 0, t = now_s();
+    double per = total > 0 ? ms / 1e3 / total : 0, t = dt_seconds();
     size_t off, count;
     for (int i = 0; i < n; i++) {
         if (h->before_forward && dt_net_layer_params(net, i, &off, &count)) {
             h->before_forward(h->user, off, count);
-            double after = now_s();
+            double after = dt_seconds();
             if (after > t) t = after; /* waited: the layer starts now */
         }
         sleep_until(t += per * cost[i] / 3);

@@ -21,7 +21,8 @@ int dt_predict(dt_net *net, const dt_dataset *ds, dt_predict_fn emit, void *user
         if ((rc = dt_net_status(net, err))) break;                   /* a device's failure */
         for (int i = 0; i < b.n; i++) predicted[i] = argmax_first(logits + (size_t)i * classes, classes);
         softmax_forward(probs, logits, b.n, classes);
-        rc = emit(user, b.ids, predicted, probs, b.n, classes, err);
+        dt_predict_batch out = {b.ids, predicted, probs, logits, b.n, classes};
+        rc = emit(user, &out, err);
         if (!rc && count) *count += b.n;
     }
     dt_loader_free(loader);

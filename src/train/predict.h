@@ -12,10 +12,17 @@
 #include "data/dataset.h"
 #include "model/net.h"
 
-/* Called once per batch with n examples: ids [n] (their index in the data set), predicted [n],
- * probs [n, classes]. A non-zero return stops the pass and is returned by dt_predict. */
-typedef int (*dt_predict_fn)(void *user, const size_t *ids, const int *predicted, const float *probs, int n,
-                             int classes, dt_error *err);
+/* One batch of n examples: ids [n] (their index in the data set), predicted [n], probs and logits
+ * [n, classes]. */
+typedef struct {
+    const size_t *ids;
+    const int *predicted;
+    const float *probs, *logits;
+    int n, classes;
+} dt_predict_batch;
+
+/* Called once per batch. A non-zero return stops the pass and is returned by dt_predict. */
+typedef int (*dt_predict_fn)(void *user, const dt_predict_batch *b, dt_error *err);
 
 /* *count (may be NULL) gets the number of examples predicted. */
 int dt_predict(dt_net *net, const dt_dataset *ds, dt_predict_fn emit, void *user, int64_t *count, dt_error *err);

@@ -21,7 +21,7 @@
 #include "metrics/http.h"
 #include "metrics/metrics.h"
 #include "metrics/names.h"
-#include "metrics/peers.h"
+#include "metrics/status_poll.h"
 #include "metrics/status.h"
 #include "model/net.h"
 #include "supervisor/supervisor.h"

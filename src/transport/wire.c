@@ -117,6 +117,86 @@ static int check_optimizer(const dt_wire_header *h, dt_error *err) {
     return DT_OK;
 }
 
+/* The header's fields as the bytes say, nothing checked (the caller checked the size). */
+static void read_fields(dt_wire_header *h, const uint8_t *p, uint16_t version) {
+    h->version = version;
+    h->type = p[OFF_TYPE];
+    h->flags = (uint8_t)(p[OFF_FLAGS] & ~DT_WIRE_ENC_MASK);
+    h->encoding = (uint8_t)((p[OFF_FLAGS] & DT_WIRE_ENC_MASK) >> DT_WIRE_ENC_SHIFT);
+    h->role = p[OFF_ROLE];
+    h->task = dt_get_u16(p + OFF_TASK);
+    h->request_id = dt_get_u32(p + OFF_REQUEST);
+    h->global_step = (int64_t)dt_get_u64(p + OFF_GSTEP);
+    h->local_step = (int64_t)dt_get_u64(p + OFF_LSTEP);
+    h->payload_bytes = dt_get_u64(p + OFF_PAYLOAD);
+    h->shard = dt_get_u32(p + OFF_SHARD);
+    h->status = (int32_t)dt_get_u32(p + OFF_STATUS);
+    h->shard_floats = dt_get_u64(p + OFF_SHARD_FLOATS);
+    h->opt_kind = p[OFF_OPT_KIND];
+    h->opt_slots = p[OFF_OPT_SLOTS];
+    h->generation = p[OFF_GENERATION];
+    h->chunk = p[OFF_CHUNK];
+    h->chunks = p[OFF_CHUNKS];
+    h->learning_rate = dt_get_f32(p + OFF_LR);
+    h->momentum = dt_get_f32(p + OFF_MOMENTUM);
+    h->beta1 = dt_get_f32(p + OFF_BETA1);
+    h->beta2 = dt_get_f32(p + OFF_BETA2);
+    h->epsilon = dt_get_f32(p + OFF_EPSILON);
+    for (int i = 0; i < 3; i++) h->counters[i] = dt_get_u64(p + OFF_COUNTERS + 8 * i);
+}
+
+/* Type, flags, encoding and role: known, and allowed together. */
+static int check_kind(const dt_wire_header *h, dt_error *err) {
+    if (h->type < 1 || h->type > DT_MSG_TYPE_MAX)
+        return dt_errorf(err, DT_EFORMAT, "unknown message type %u (byte %d)", h->type, OFF_TYPE);
+    const char *tn = dt_wire_type_name(h->type);
+    if (h->flags & ~allowed_flags(h->type))
+        return dt_errorf(err, DT_EFORMAT, "%s header: unknown flags 0x%02x (byte %d)", tn, h->flags, OFF_FLAGS);
+    /* Only a message that carries the shard's values, or asks for them, has an encoding. */
+    int encoded = h->type == DT_MSG_PUSH || h->type == DT_MSG_PULL || h->type == DT_MSG_PARAMS;
+    if (!encoded && h->encoding)
+        return dt_errorf(err, DT_EFORMAT, "%s header: encoding %u on a message without one (byte %d, bits 4-5 must "
+                         "be 0)", tn, h->encoding, OFF_FLAGS);
+    if (h->encoding >= DT_ENC_COUNT)
+        return dt_errorf(err, DT_EFORMAT, "%s header: unknown encoding %u (byte %d, bits 4-5)", tn, h->encoding,
+                         OFF_FLAGS);
+    if (h->role > DT_ROLE_MAX)
+        return dt_errorf(err, DT_EFORMAT, "%s header: unknown sender role %u (byte %d)", tn, h->role, OFF_ROLE);
+    return DT_OK;
+}
+
+/* The chunk, steps, payload and shard size, and the fields of INIT, WELCOME and STATE. */
+static int check_values(const dt_wire_header *h, dt_error *err) {
+    const char *tn = dt_wire_type_name(h->type);
+    /* Chunked messages name their chunk of the shard cut into `chunks` parts; INIT sets the cut;
+     * a ps's other replies report it (0 before INIT); other requests carry neither. */
+    int chunked = h->type == DT_MSG_PUSH || h->type == DT_MSG_PULL || h->type == DT_MSG_PARAMS ||
+                  h->type == DT_MSG_PUSH_ACK;
+    if ((chunked || h->type == DT_MSG_INIT) && h->chunks == 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: chunks 0 (byte %d must be 1..255)", tn, OFF_CHUNKS);
+    if (h->chunks ? h->chunk >= h->chunks : h->chunk != 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: chunk %u of %u (bytes %d, %d)", tn, h->chunk, h->chunks,
+                         OFF_CHUNK, OFF_CHUNKS);
+    if (!chunked && h->chunk != 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: chunk %u on a message that is not cut (byte %d must be 0)", tn,
+                         h->chunk, OFF_CHUNK);
+    if (h->global_step < 0 || h->local_step < 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: negative step (global %lld, local %lld)", tn,
+                         (long long)h->global_step, (long long)h->local_step);
+    if (!dt_wire_type_has_payload(h->type) && h->payload_bytes != 0)
+        return dt_errorf(err, DT_EFORMAT, "%s header: claims a payload of %llu bytes, this type has none", tn,
+                         (unsigned long long)h->payload_bytes);
+    if (h->shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
+        return dt_errorf(err, DT_EFORMAT, "%s header: shard of %llu floats is beyond the limit %llu", tn,
+                         (unsigned long long)h->shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
+    if (h->type == DT_MSG_INIT && h->generation == 0)
+        return dt_errorf(err, DT_EFORMAT, "INIT header: generation 0 (byte %d must be 1..255)", OFF_GENERATION);
+    int rc = DT_OK;
+    if (h->type == DT_MSG_INIT || h->type == DT_MSG_WELCOME || h->type == DT_MSG_STATE) rc = check_optimizer(h, err);
+    if (!rc && h->type == DT_MSG_INIT) rc = check_sync_config(h, err);
+    return rc;
+}
+
 int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *err) {
     const uint8_t *p = buf;
     memset(out, 0, sizeof *out);
@@ -138,79 +218,11 @@ int dt_wire_decode(dt_wire_header *out, const void *buf, size_t len, dt_error *e
         return dt_errorf(err, DT_EFORMAT, "message header %s: %zu bytes, expected %u",
                          len < DT_WIRE_HEADER_SIZE ? "truncated" : "too long", len, DT_WIRE_HEADER_SIZE);
     dt_wire_header h;
-    h.version = version;
-    h.type = p[OFF_TYPE];
-    h.flags = (uint8_t)(p[OFF_FLAGS] & ~DT_WIRE_ENC_MASK);
-    h.encoding = (uint8_t)((p[OFF_FLAGS] & DT_WIRE_ENC_MASK) >> DT_WIRE_ENC_SHIFT);
-    h.role = p[OFF_ROLE];
-    h.task = dt_get_u16(p + OFF_TASK);
-    h.request_id = dt_get_u32(p + OFF_REQUEST);
-    h.global_step = (int64_t)dt_get_u64(p + OFF_GSTEP);
-    h.local_step = (int64_t)dt_get_u64(p + OFF_LSTEP);
-    h.payload_bytes = dt_get_u64(p + OFF_PAYLOAD);
-    h.shard = dt_get_u32(p + OFF_SHARD);
-    h.status = (int32_t)dt_get_u32(p + OFF_STATUS);
-    h.shard_floats = dt_get_u64(p + OFF_SHARD_FLOATS);
-    h.opt_kind = p[OFF_OPT_KIND];
-    h.opt_slots = p[OFF_OPT_SLOTS];
-    h.generation = p[OFF_GENERATION];
-    h.chunk = p[OFF_CHUNK];
-    h.chunks = p[OFF_CHUNKS];
-    h.learning_rate = dt_get_f32(p + OFF_LR);
-    h.momentum = dt_get_f32(p + OFF_MOMENTUM);
-    h.beta1 = dt_get_f32(p + OFF_BETA1);
-    h.beta2 = dt_get_f32(p + OFF_BETA2);
-    h.epsilon = dt_get_f32(p + OFF_EPSILON);
-    for (int i = 0; i < 3; i++) h.counters[i] = dt_get_u64(p + OFF_COUNTERS + 8 * i);
-
-    if (h.type < 1 || h.type > DT_MSG_TYPE_MAX)
-        return dt_errorf(err, DT_EFORMAT, "unknown message type %u (byte %d)", h.type, OFF_TYPE);
-    const char *tn = dt_wire_type_name(h.type);
-    if (h.flags & ~allowed_flags(h.type))
-        return dt_errorf(err, DT_EFORMAT, "%s header: unknown flags 0x%02x (byte %d)", tn, h.flags,
-                         OFF_FLAGS);
-    /* Only a message that carries the shard's values, or asks for them, has an encoding. */
-    int encoded = h.type == DT_MSG_PUSH || h.type == DT_MSG_PULL || h.type == DT_MSG_PARAMS;
-    if (!encoded && h.encoding)
-        return dt_errorf(err, DT_EFORMAT, "%s header: encoding %u on a message without one (byte %d, bits 4-5 must "
-                         "be 0)", tn, h.encoding, OFF_FLAGS);
-    if (h.encoding >= DT_ENC_COUNT)
-        return dt_errorf(err, DT_EFORMAT, "%s header: unknown encoding %u (byte %d, bits 4-5)", tn, h.encoding,
-                         OFF_FLAGS);
-    if (h.role > DT_ROLE_MAX)
-        return dt_errorf(err, DT_EFORMAT, "%s header: unknown sender role %u (byte %d)", tn, h.role,
-                         OFF_ROLE);
-    /* Chunked messages name their chunk of the shard cut into `chunks` parts; INIT sets the cut;
-     * a ps's other replies report it (0 before INIT); other requests carry neither. */
-    int chunked = h.type == DT_MSG_PUSH || h.type == DT_MSG_PULL || h.type == DT_MSG_PARAMS ||
-                  h.type == DT_MSG_PUSH_ACK;
-    if ((chunked || h.type == DT_MSG_INIT) && h.chunks == 0)
-        return dt_errorf(err, DT_EFORMAT, "%s header: chunks 0 (byte %d must be 1..255)", tn, OFF_CHUNKS);
-    if (h.chunks ? h.chunk >= h.chunks : h.chunk != 0)
-        return dt_errorf(err, DT_EFORMAT, "%s header: chunk %u of %u (bytes %d, %d)", tn, h.chunk, h.chunks, OFF_CHUNK,
-                         OFF_CHUNKS);
-    if (!chunked && h.chunk != 0)
-        return dt_errorf(err, DT_EFORMAT, "%s header: chunk %u on a message that is not cut (byte %d must be 0)", tn,
-                         h.chunk, OFF_CHUNK);
-    if (h.global_step < 0 || h.local_step < 0)
-        return dt_errorf(err, DT_EFORMAT, "%s header: negative step (global %lld, local %lld)", tn,
-                         (long long)h.global_step, (long long)h.local_step);
-    if (!dt_wire_type_has_payload(h.type) && h.payload_bytes != 0)
-        return dt_errorf(err, DT_EFORMAT, "%s header: claims a payload of %llu bytes, this type has none",
-                         tn, (unsigned long long)h.payload_bytes);
-    if (h.shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
-        return dt_errorf(err, DT_EFORMAT, "%s header: shard of %llu floats is beyond the limit %llu", tn,
-                         (unsigned long long)h.shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
-    if (h.type == DT_MSG_INIT && h.generation == 0)
-        return dt_errorf(err, DT_EFORMAT, "INIT header: generation 0 (byte %d must be 1..255)", OFF_GENERATION);
-    if (h.type == DT_MSG_INIT || h.type == DT_MSG_WELCOME || h.type == DT_MSG_STATE) {
-        int rc = check_optimizer(&h, err);
-        if (rc) return rc;
-    }
-    if (h.type == DT_MSG_INIT) {
-        int rc = check_sync_config(&h, err);
-        if (rc) return rc;
-    }
+    memset(&h, 0, sizeof h);
+    read_fields(&h, p, version);
+    int rc = check_kind(&h, err);
+    if (!rc) rc = check_values(&h, err);
+    if (rc) return rc;
     *out = h;
     return DT_OK;
 }

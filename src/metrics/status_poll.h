@@ -1,8 +1,8 @@
 /* The chief's view of the other tasks: a thread that fetches each one's /status.json (libcurl,
  * every second, each fetch bounded in time and size) and hands what it says to the status page
  * (dt_status_peer). A task that stops answering shows as lost there. */
-#ifndef DT_METRICS_PEERS_H
-#define DT_METRICS_PEERS_H
+#ifndef DT_METRICS_STATUS_POLL_H
+#define DT_METRICS_STATUS_POLL_H
 
 #include "dtrain.h"
 #include "metrics/status.h"

@@ -1,4 +1,4 @@
-#include "metrics/peers.h"
+#include "metrics/status_poll.h"
 
 #include <curl/curl.h>
 #include <pthread.h>

@@ -1,0 +1,113 @@
+/* One ps shard as a state machine: no sockets, no clock, no threads of its own.
+ *
+ * The shard holds its part of the parameters and their optimizer state, cut into chunks
+ * (docs/protocol.md, "Chunks"); it applies gradients (asynchronously, or sync replicas with a
+ * per-chunk barrier and counted stale gradients), holds PULLs for a later step (the barrier), and
+ * counts silent workers as lost. Every input is a call: a request (ps_shard_request), a deadline
+ * check (ps_shard_cron), a connection that closed (ps_shard_forget); the time is an argument.
+ * Every output goes through the caller's ps_io: replies, and the admission of large replies
+ * against the caller's memory budget. The event loop (ps.c) feeds it from a ZeroMQ ROUTER; the
+ * unit tests (tests/test_shard.c) feed it directly.
+ *
+ * Requests are dispatched by a table of message kinds, each with the conditions it needs (the
+ * shard initialised, the chunk cut as INIT said, a payload of the right size, the chief as
+ * sender), checked before its handler runs (shard_requests.c). */
+#ifndef DT_PS_SHARD_H
+#define DT_PS_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain.h"
+#include "transport/wire.h"
+
+typedef struct ps_shard ps_shard;
+
+/* Who sent a request, as far as the shard cares. The caller owns it; the shard keeps a copy only
+ * through ps_io.hold. */
+typedef struct {
+    const void *conn;         /* the connection (compared by address; NULL: unknown) */
+    uint64_t serial;          /* its serial number: which connection pushes as which worker task */
+    void *route;              /* the caller's: how to reach it (a routing identity) */
+    const char *addr;         /* its address for logs (borrowed; "?" or NULL when unknown) */
+} ps_origin;
+
+/* Bytes handed over with their release (NULL: borrowed for the call only; a receiver that keeps
+ * them copies). */
+typedef struct {
+    const void *data;
+    size_t size;
+    void (*release)(void *hint);
+    void *hint;
+} ps_bytes;
+
+/* Releases b (if it has a release) and empties it. */
+void ps_bytes_release(ps_bytes *b);
+
+/* What the shard asks of its caller. */
+typedef struct {
+    void *user;
+    /* A reply to `to`. payload: NULL for none; else consumed (released by the callee when done
+     * with it, at once on failure). admitted: bytes of it counted by admit, to be given back when
+     * it is released. h is the callee's to change (payload size). */
+    void (*send)(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes *payload, size_t admitted);
+    /* Counts a large reply of `bytes` to `to` before it is built: 0 admitted, else refused (that
+     * connection has too much unread, or the ps is at its memory budget) with why's text, which
+     * the shard sends as ERROR 106. */
+    int (*admit)(void *user, const ps_origin *to, size_t bytes, char *why, size_t why_len);
+    void (*unadmit)(void *user, const ps_origin *to, size_t bytes); /* gives back an admission unused */
+    /* A copy of an origin kept for a later reply (a deferred PULL), and its release. */
+    int (*hold)(void *user, const ps_origin *from, ps_origin *kept);
+    void (*drop)(void *user, ps_origin *kept);
+} ps_io;
+
+typedef struct {
+    int ps_index;             /* sent in every reply */
+    size_t shard_floats;      /* > 0 */
+    const size_t *state_ranges; /* dt_ps_config's: floats that are state, not trained */
+    int n_state_ranges;
+    FILE *log;                /* one line per notable event; NULL: quiet */
+} ps_shard_config;
+
+/* Counts for the stats, the logs and the metrics. */
+typedef struct {
+    int64_t step;             /* updates every chunk has had */
+    uint64_t pushes, updates, pulls, refused, stale;
+    int pending;              /* deferred PULLs held */
+    uint64_t pending_bytes;   /* what they hold of the shard's memory (not counting their origins) */
+    int initialised, shutdown;
+    int live;                 /* workers counted alive (sync: not lost; async: declared, not done) */
+    int workers;              /* declared by INIT (0: not yet) */
+} ps_shard_stats;
+
+int ps_shard_new(ps_shard **out, const ps_shard_config *cfg, dt_error *err);
+/* Deferred PULLs are dropped unanswered (io.drop), held gradients released; snapshots still in
+ * replies are freed by their last release. */
+void ps_shard_free(ps_shard *s, const ps_io *io);
+
+/* One request (its header decoded and checked by dt_wire_decode). The payload is consumed: kept
+ * (a sync gradient, until its step is applied) or released before return. */
+void ps_shard_request(ps_shard *s, const ps_origin *from, const dt_wire_header *h, ps_bytes *payload, int64_t now,
+                      const ps_io *io);
+
+/* A request that could not be decoded: refused with status and text, counted with the others. */
+void ps_shard_refuse(ps_shard *s, const ps_origin *to, const dt_wire_header *h, int32_t status, const char *text,
+                     const ps_io *io);
+
+/* Every deadline of the shard at `now`: workers silent past the liveness timeout are lost (sync;
+ * strict: the job stops), deferred PULLs past their longest wait are answered ERROR 106.
+ * DT_ETIMEOUT (message in err) once strict mode's stop has been told for a liveness timeout:
+ * the ps should exit. */
+int ps_shard_cron(ps_shard *s, int64_t now, const ps_io *io, dt_error *err);
+
+/* A connection closed: its deferred PULLs go unanswered. */
+void ps_shard_forget(ps_shard *s, const void *conn, const ps_io *io);
+
+void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *out);
+/* Sync mode: stale gradients per worker ([*n]); NULL before a sync INIT. */
+const uint64_t *ps_shard_stale_counts(const ps_shard *s, int *n);
+/* What peers may make the ps hold (docs/security.md), for the shard as INIT declared it. */
+uint64_t ps_shard_budget(const ps_shard *s);
+
+#endif

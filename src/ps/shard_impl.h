@@ -1,0 +1,130 @@
+/* The shard's state, shared by its files (shard.c: chunks, INIT, PUSH, FETCH; shard_pull.c:
+ * PARAMS replies and deferred PULLs; shard_requests.c: the dispatch table, liveness and cron).
+ * Nothing outside src/ps/shard*.c includes this. */
+#ifndef DT_PS_SHARD_IMPL_H
+#define DT_PS_SHARD_IMPL_H
+
+#include "compute/optim.h"
+#include "ps/ps.h"
+#include "ps/shard.h"
+#include "ps/snapshots.h"
+
+#define SHARD_MAX_PENDING 4096 /* deferred PULLs of strangers; each worker task has its own quota */
+#define SHARD_ASYNC_AHEAD 1024 /* async: a deferred PULL may wait for at most this many steps ahead */
+#define SHARD_PENDING_MAX_WAIT_US (600 * INT64_C(1000000)) /* no deferred PULL is held longer */
+#define SHARD_SNAP_KEEP 4      /* sync mode: steps whose snapshot is kept for EXACT pulls */
+#define SHARD_LOG_REFUSALS 20  /* refusals logged one by one; later ones only counted */
+#define SHARD_LOG_STALE 3      /* stale gradients logged one by one per worker; later ones counted */
+#define SHARD_LOG_DONE 20      /* DONE lines from tasks not (yet) declared: one by one, then counted */
+
+/* A PULL waiting for a later step of its chunk (the sync barrier), or the pull half of a PUSH
+ * that asked for PARAMS. */
+typedef struct {
+    ps_origin from;           /* held through io.hold */
+    dt_wire_header req;
+    int owned;                /* from the connection that pushes as its worker task (that task's quota) */
+    int64_t since_us;         /* when it arrived (its barrier wait is reported in the reply) */
+    int32_t status;           /* a PUSH's outcome (OK, STALE), reported with the PARAMS */
+    uint64_t stale;           /* that worker's stale gradients so far */
+} pending_pull;
+
+/* Sync mode: the gradients received for one step of one chunk, held as received (no copy) until
+ * replicas_to_aggregate of them are in; then summed in worker-index order. */
+typedef struct {
+    int64_t step;             /* -1: empty */
+    int count;
+    uint16_t *worker;         /* [aggregate] */
+    ps_bytes *grad;           /* [aggregate] payloads */
+    uint8_t *enc;             /* [aggregate] their encodings (workers may differ) */
+} accum;
+
+/* One chunk of the shard: its own values, optimizer state, step, snapshots and (sync) gradient
+ * accumulators, so each chunk is applied and sent back as soon as its gradients are in. */
+typedef struct {
+    size_t off, n;            /* floats [off, off + n) of the shard */
+    float *params;            /* [n] the current values: own, or the current step's snapshot */
+    float *own;               /* [n] the private copy, when no snapshot buffer is free (and after INIT) */
+    float *state;             /* [slots * n], slot-major as dt_opt_apply wants */
+    uint8_t *decay;           /* [n] 1 where weight decay applies (INIT's mask); NULL: no weight decay */
+    dt_snap_pool snaps;
+    int64_t step;             /* updates applied to this chunk */
+    accum *acc;               /* sync: [staleness + 1], step t in acc[t % (staleness + 1)] */
+} part_t;
+
+struct ps_shard {
+    ps_shard_config cfg;
+    size_t n;                 /* shard floats */
+    int workers;              /* from INIT: worker tasks in the cluster (0: not told) */
+    part_t *parts;            /* [n_parts], the shard cut as INIT said; NULL before INIT */
+    int n_parts;
+    float *scratch;           /* [largest part] aligned float32 copy of a misaligned or 16-bit gradient */
+    float *sum;               /* sync: [largest part] the mean gradient of a step */
+    dt_opt_config opt;
+    int slots, initialised, shutdown;
+    uint8_t generation;       /* of the INIT that set the shard (1..255), reported in every reply */
+    uint64_t pushes, updates, pulls, refused; /* pushes and updates counted on chunk 0: whole gradients */
+    pending_pull *pending;    /* [cap_pending]: strangers' share, plus a quota per worker task */
+    int n_pending, cap_pending;
+    uint64_t *owner;          /* [workers] serial of the connection that latest pushed as each task */
+    uint64_t n_done_logged;
+    uint8_t *done;            /* [65536 / 8] worker tasks that sent DONE (allocated at the first) */
+    uint64_t n_done;
+    /* Sync replicas (INIT's configuration): aggregate == 0 means asynchronous. */
+    int aggregate, total, staleness;
+    uint64_t *stale;          /* [total] stale gradients per worker */
+    uint64_t n_stale;
+    /* Worker liveness (sync mode): the traffic is the heartbeat. A worker that sends nothing for
+     * liveness_us is lost, and each step then waits for at most the live workers' gradients (or,
+     * strict, the job stops). A lost worker that speaks again is back. */
+    int64_t liveness_us;      /* 0: workers are never lost */
+    int strict;
+    int64_t *last_seen;       /* [total] time of each worker's latest message */
+    uint8_t *lost;            /* [total] */
+    int n_lost;
+    char failed[320];         /* strict mode after a loss: why every request is now refused */
+    int64_t failed_at_us;
+};
+
+/* One request being handled. */
+typedef struct {
+    ps_shard *s;
+    const ps_origin *from;
+    const dt_wire_header *h;
+    ps_bytes *payload;
+    int64_t now;
+    const ps_io *io;
+} shard_req;
+
+void shard_log(const ps_shard *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int64_t shard_step(const ps_shard *s);
+dt_wire_header shard_reply_to(const ps_shard *s, dt_msg_type type, const dt_wire_header *req);
+/* ERROR replies: with a printf text (not counted), or refusing a request (counted, logged). */
+void shard_send_error(const ps_shard *s, const ps_io *io, const ps_origin *to, const dt_wire_header *req,
+                      int32_t status, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void shard_refuse(const shard_req *r, int32_t status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void shard_send(const shard_req *r, dt_wire_header *h);
+/* Asks io.admit for a large reply: DT_OK, or 1 with the refusal's text in why. */
+int shard_admit(const shard_req *r, size_t bytes, char *why, size_t why_len);
+dt_snap *shard_snap_current(const ps_shard *s, part_t *p);
+
+/* shard.c */
+void shard_on_init(const shard_req *r);
+void shard_on_push(const shard_req *r);
+void shard_on_fetch(const shard_req *r);
+void shard_put_optimizer(const ps_shard *s, dt_wire_header *h);
+int shard_apply_complete_steps(ps_shard *s, part_t *p);
+void shard_parts_free(part_t *parts, int n, int staleness);
+
+/* shard_pull.c */
+void shard_on_pull(const shard_req *r);
+void shard_answer_pull(const shard_req *r, int32_t status, uint64_t stale);
+void shard_serve_pending(ps_shard *s, int64_t now, const ps_io *io);
+void shard_fail_pending(ps_shard *s, const ps_io *io, int32_t status, const char *text);
+void shard_expire_pending(ps_shard *s, int64_t now, const ps_io *io);
+int shard_has_pending(const ps_shard *s, int worker);
+void shard_saw_worker(ps_shard *s, const dt_wire_header *h, int64_t now);
+
+/* shard_requests.c */
+int shard_needed(const ps_shard *s);
+
+#endif

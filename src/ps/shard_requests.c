@@ -1,0 +1,250 @@
+/* The shard's requests: one table of message kinds, each with the conditions checked before its
+ * handler runs (as Redis's command table with its flags); the small requests; worker liveness and
+ * the shard's deadlines (ps_shard_cron). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "ps/shard_impl.h"
+
+enum {
+    NEED_CHIEF = 1 << 0,      /* only the chief may send it (ERROR 104) */
+    NEED_WORKER = 1 << 1,     /* only workers send it (ERROR 104) */
+    NEED_READY = 1 << 2,      /* the chief's INIT has come (ERROR 102) */
+    NEED_SHARD = 1 << 3,      /* its shard_floats is this shard's (ERROR 103) */
+    NEED_CUT = 1 << 4,        /* cuts the shard as INIT did (ERROR 110: the client asks again) */
+    NEED_PAYLOAD = 1 << 5,    /* the payload its header announces, of the right size (ERROR 101) */
+    STOPPED_WHEN_FAILED = 1 << 6, /* refused once strict mode stopped the job (ERROR 111) */
+};
+
+typedef struct {
+    dt_msg_type type;
+    unsigned flags;
+    void (*handle)(const shard_req *r);
+} shard_command;
+
+/* ---- The small requests ----------------------------------------------------------------------- */
+
+static void on_hello(const shard_req *r) {
+    ps_shard *s = r->s;
+    if (r->h->shard_floats != 0 && r->h->shard_floats != s->n) {
+        shard_refuse(r, DT_WIRE_E_SHARD, "this ps holds %zu floats, the client expects %llu (same model and "
+                     "--ps_hosts everywhere?)", s->n, (unsigned long long)r->h->shard_floats);
+        return;
+    }
+    dt_wire_header a = shard_reply_to(s, DT_MSG_WELCOME, r->h);
+    shard_put_optimizer(s, &a);
+    shard_send(r, &a);
+}
+
+static void on_status(const shard_req *r) {
+    dt_wire_header a = shard_reply_to(r->s, DT_MSG_STATUS_REPLY, r->h);
+    a.status_reply.updates = r->s->updates;
+    a.status_reply.params_replies = r->s->pulls;
+    a.status_reply.workers_done = r->s->n_done;
+    shard_send(r, &a);
+}
+
+static void on_heartbeat(const shard_req *r) {
+    dt_wire_header a = shard_reply_to(r->s, DT_MSG_HEARTBEAT, r->h);
+    shard_send(r, &a);
+}
+
+/* One line: how many stale gradients each worker sent (TensorFlow drops them silently). */
+static void log_stale_summary(const ps_shard *s) {
+    if (!s->aggregate) return;
+    char line[512];
+    int len = snprintf(line, sizeof line, "stale gradients dropped: %llu", (unsigned long long)s->n_stale);
+    for (int w = 0; w < s->total && len < (int)sizeof line - 40; w++)
+        len += snprintf(line + len, sizeof line - (size_t)len, "%sworker %d: %llu", w ? ", " : " (", w,
+                        (unsigned long long)s->stale[w]);
+    if (len < (int)sizeof line - 2) snprintf(line + len, sizeof line - (size_t)len, ")");
+    shard_log(s, "%s", line);
+}
+
+static void on_shutdown(const shard_req *r) {
+    ps_shard *s = r->s;
+    shard_log(s, "shutdown by the chief (worker %u) at global step %lld after %llu pushes, %llu updates, %llu pulls",
+              r->h->task, (long long)shard_step(s), (unsigned long long)s->pushes, (unsigned long long)s->updates,
+              (unsigned long long)s->pulls);
+    log_stale_summary(s);
+    dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, r->h);
+    shard_send(r, &a);
+    s->shutdown = 1;
+    shard_serve_pending(s, r->now, r->io);
+}
+
+/* Counted per distinct worker task, so a resent DONE is not counted twice. */
+static void on_done(const shard_req *r) {
+    ps_shard *s = r->s;
+    const dt_wire_header *h = r->h;
+    if (!s->done && !(s->done = dt_calloc(65536 / 8, 1, "ps done set", NULL))) {
+        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for the done set");
+        return;
+    }
+    uint8_t bit = (uint8_t)(1u << (h->task & 7));
+    if (!(s->done[h->task >> 3] & bit)) {
+        s->done[h->task >> 3] |= bit;
+        s->n_done++;
+        /* Every declared worker's line; from tasks not (yet) declared, a few, then a count. */
+        int known = s->workers && h->task < s->workers;
+        if (known || ++s->n_done_logged <= SHARD_LOG_DONE)
+            shard_log(s, "worker %u finished (%llu done)%s", h->task, (unsigned long long)s->n_done,
+                      !known && s->n_done_logged == SHARD_LOG_DONE ? "; further DONE from tasks the chief has not "
+                      "declared are counted, not logged" : "");
+    }
+    dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, h);
+    shard_send(r, &a);
+}
+
+static void on_token(const shard_req *r) {
+    shard_refuse(r, DT_WIRE_E_UNSUPPORTED, "TOKEN (sync mode) is not served by this ps");
+}
+
+static const shard_command commands[] = {
+    {DT_MSG_HELLO, 0, on_hello},
+    {DT_MSG_INIT, NEED_CHIEF | NEED_SHARD | NEED_PAYLOAD, shard_on_init},
+    {DT_MSG_PULL, NEED_READY | NEED_CUT | STOPPED_WHEN_FAILED, shard_on_pull},
+    {DT_MSG_PUSH, NEED_READY | NEED_CUT | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_push},
+    {DT_MSG_FETCH, NEED_READY, shard_on_fetch},
+    {DT_MSG_STATUS, 0, on_status},
+    {DT_MSG_HEARTBEAT, 0, on_heartbeat},
+    {DT_MSG_SHUTDOWN, NEED_CHIEF, on_shutdown},
+    {DT_MSG_DONE, NEED_WORKER, on_done},
+    {DT_MSG_TOKEN, 0, on_token},
+};
+
+/* ---- Dispatch --------------------------------------------------------------------------------- */
+
+/* The conditions of a command, in this order; whether they hold (else refused). */
+static int check_conditions(const shard_req *r, unsigned flags) {
+    const ps_shard *s = r->s;
+    const dt_wire_header *h = r->h;
+    const int worker = h->role == DT_ROLE_WORKER || h->role == DT_ROLE_CHIEF;
+    if (s->failed[0] && (flags & STOPPED_WHEN_FAILED)) {
+        shard_refuse(r, DT_WIRE_E_LOST, "%s", s->failed);
+        return 0;
+    }
+    if ((flags & NEED_CHIEF) && h->role != DT_ROLE_CHIEF) {
+        shard_refuse(r, DT_WIRE_E_ROLE, "only the chief may send %s (sender is %s %u)", dt_wire_type_name(h->type),
+                     dt_wire_role_name(h->role), h->task);
+        return 0;
+    }
+    if ((flags & NEED_WORKER) && !worker) {
+        shard_refuse(r, DT_WIRE_E_ROLE, "only workers send %s", dt_wire_type_name(h->type));
+        return 0;
+    }
+    if ((flags & NEED_READY) && !s->initialised) {
+        shard_refuse(r, DT_WIRE_E_NOT_READY, "not initialised yet: the chief (worker 0) has not sent INIT");
+        return 0;
+    }
+    if ((flags & NEED_SHARD) && h->shard_floats != s->n) {
+        shard_refuse(r, DT_WIRE_E_SHARD, "%s for a shard of %llu floats, this ps holds %zu (same model and "
+                     "--ps_hosts everywhere?)", dt_wire_type_name(h->type), (unsigned long long)h->shard_floats, s->n);
+        return 0;
+    }
+    if ((flags & NEED_CUT) && h->chunks != s->n_parts) {
+        shard_refuse(r, DT_WIRE_E_RESYNC, "%s for chunk %u of %u, but this ps cuts its shard into %d chunk(s) (the "
+                     "chief's --chunk_kb): ask again with that cut", dt_wire_type_name(h->type), h->chunk, h->chunks,
+                     s->n_parts);
+        return 0;
+    }
+    dt_error e = {0};
+    if ((flags & NEED_PAYLOAD) && dt_wire_check_payload(h, s->n, &e) != DT_OK) {
+        shard_refuse(r, DT_WIRE_E_MALFORMED, "%s", e.msg);
+        return 0;
+    }
+    return 1;
+}
+
+/* Any message from a worker proves it alive; one that was lost is back (its steps count again). */
+static void note_alive(ps_shard *s, const dt_wire_header *h, int64_t now) {
+    if (!s->last_seen || (h->role != DT_ROLE_WORKER && h->role != DT_ROLE_CHIEF) || h->task >= s->total) return;
+    shard_saw_worker(s, h, now);
+    if (!s->lost[h->task]) return;
+    s->lost[h->task] = 0;
+    s->n_lost--;
+    shard_log(s, "worker %u is back: steps wait for %d gradient(s) again", h->task, shard_needed(s));
+}
+
+/* Checks every request needs (addressed to this shard, from a task of the cluster), then the
+ * command's own conditions, then runs it. */
+static void dispatch(const shard_req *r) {
+    ps_shard *s = r->s;
+    const dt_wire_header *h = r->h;
+    if (h->shard != (uint32_t)s->cfg.ps_index) {
+        shard_refuse(r, DT_WIRE_E_SHARD, "message for ps %u reached ps %d (do all processes list --ps_hosts in the "
+                     "same order?)", h->shard, s->cfg.ps_index);
+        return;
+    }
+    if ((h->role == DT_ROLE_WORKER || h->role == DT_ROLE_CHIEF) && s->workers && h->task >= s->workers) {
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s %u is not in this cluster (the chief declared %d worker task(s), "
+                     "0..%d)", dt_wire_role_name(h->role), h->task, s->workers, s->workers - 1);
+        return;
+    }
+    note_alive(s, h, r->now);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        if (commands[i].type != h->type) continue;
+        if (check_conditions(r, commands[i].flags)) commands[i].handle(r);
+        return;
+    }
+    shard_refuse(r, DT_WIRE_E_MALFORMED, "%s is a reply, not a request", dt_wire_type_name(h->type));
+}
+
+void ps_shard_request(ps_shard *s, const ps_origin *from, const dt_wire_header *h, ps_bytes *payload, int64_t now,
+                      const ps_io *io) {
+    ps_bytes none = {0};
+    shard_req r = {.s = s, .from = from, .h = h, .payload = payload ? payload : &none, .now = now, .io = io};
+    dispatch(&r);
+    ps_bytes_release(r.payload); /* unless a handler kept it */
+}
+
+/* ---- Worker liveness and deadlines ------------------------------------------------------------ */
+
+/* Gradients a step needs: replicas_to_aggregate, or the live workers if fewer are left. */
+int shard_needed(const ps_shard *s) {
+    int live = s->total - s->n_lost;
+    return live < s->aggregate ? (live > 0 ? live : 1) : s->aggregate;
+}
+
+/* Worker w is lost: each step now waits for the live workers only, or, strict, the job stops
+ * (every held and later request refused). Whether the job stopped. */
+static int lose_worker(ps_shard *s, int w, int64_t now, const ps_io *io) {
+    s->lost[w] = 1;
+    s->n_lost++;
+    if (s->strict) {
+        snprintf(s->failed, sizeof s->failed, "worker %d lost (no message for %lld ms, --heartbeat_timeout / 2) "
+                 "and --strict is set: the job stops", w, (long long)(s->liveness_us / 1000));
+        shard_log(s, "%s", s->failed);
+        s->failed_at_us = now;
+        shard_fail_pending(s, io, DT_WIRE_E_LOST, s->failed);
+        return 1;
+    }
+    shard_log(s, "worker %d lost (no message for %lld ms): steps now wait for %d gradient(s) from the %d live "
+              "worker(s) instead of %d", w, (long long)(s->liveness_us / 1000), shard_needed(s), s->total - s->n_lost,
+              s->aggregate);
+    return 0;
+}
+
+/* Sync mode: workers silent for the liveness timeout are lost (a finished worker, or one waiting
+ * at the barrier, is not); steps complete with the live workers' gradients are applied. */
+static void check_liveness(ps_shard *s, int64_t now, const ps_io *io) {
+    if (!s->aggregate || !s->liveness_us || !s->initialised || s->failed[0]) return;
+    for (int w = 0; w < s->total; w++) {
+        if (s->lost[w] || now - s->last_seen[w] <= s->liveness_us) continue;
+        if ((s->done && (s->done[w >> 3] & (1u << (w & 7)))) || shard_has_pending(s, w)) continue;
+        if (lose_worker(s, w, now, io)) return;
+    }
+    int applied = 0;
+    for (int c = 0; c < s->n_parts; c++) applied |= shard_apply_complete_steps(s, &s->parts[c]);
+    if (applied) shard_serve_pending(s, now, io);
+}
+
+int ps_shard_cron(ps_shard *s, int64_t now, const ps_io *io, dt_error *err) {
+    check_liveness(s, now, io);
+    /* strict: the ps exits one liveness timeout after the stop, so that workers hear why */
+    if (s->failed[0] && now - s->failed_at_us > s->liveness_us)
+        return dt_errorf(err, DT_ETIMEOUT, "ps %d: %s", s->cfg.ps_index, s->failed);
+    shard_expire_pending(s, now, io);
+    return DT_OK;
+}

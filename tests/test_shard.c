@@ -1,0 +1,379 @@
+/* The ps shard as a state machine (src/ps/shard.h), driven directly: no sockets, no ZeroMQ, the
+ * time an argument. Each test feeds requests and deadlines and checks the replies the shard sends
+ * through a recording ps_io: INIT, async and sync pushes, chunks out of order, a replica twice, a
+ * stale step, a later step already full (backup workers), a lost worker at the barrier, strict
+ * mode, deferred PULLs answered, expiring, superseded and forgotten with their connection, the
+ * admission of large replies, and the dispatch table's conditions. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/optim.h"
+#include "ps/ps.h"
+#include "ps/shard.h"
+#include "test.h"
+
+enum { N = 12, MAX_REPLIES = 512 };
+#define SEC INT64_C(1000000)
+
+/* ---- A recording ps_io ------------------------------------------------------------------------ */
+
+typedef struct {
+    const void *conn;
+    dt_wire_header h;
+    size_t size;
+    float first[N];           /* the payload's floats (PARAMS), or its text (ERROR) */
+    char text[256];
+} reply;
+
+typedef struct {
+    reply r[MAX_REPLIES];
+    int n;
+    int refuse_admit;         /* admit says no */
+    long admitted, held;      /* bytes admitted and not yet released; origins held */
+    int released;             /* payloads released */
+} recorder;
+
+typedef struct {
+    recorder *rec;
+    size_t admitted;
+} release_ctx;
+
+static void rec_send(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes *payload, size_t admitted) {
+    recorder *rec = user;
+    CHECK(rec->n < MAX_REPLIES);
+    if (rec->n >= MAX_REPLIES) return;
+    reply *r = &rec->r[rec->n++];
+    memset(r, 0, sizeof *r);
+    r->conn = to->conn;
+    r->h = *h;
+    if (!payload) return;
+    r->size = payload->size;
+    if (h->type == DT_MSG_ERROR)
+        snprintf(r->text, sizeof r->text, "%.*s", (int)payload->size, (const char *)payload->data);
+    else
+        memcpy(r->first, payload->data, payload->size < sizeof r->first ? payload->size : sizeof r->first);
+    rec->admitted -= (long)admitted; /* sent at once: the "kernel" has it */
+    if (payload->release) rec->released++;
+    ps_bytes_release(payload);
+}
+
+static int rec_admit(void *user, const ps_origin *to, size_t bytes, char *why, size_t len) {
+    recorder *rec = user;
+    if (rec->refuse_admit) {
+        snprintf(why, len, "busy: test says no");
+        return 1;
+    }
+    rec->admitted += (long)bytes;
+    return 0;
+}
+
+static void rec_unadmit(void *user, const ps_origin *to, size_t bytes) { ((recorder *)user)->admitted -= (long)bytes; }
+
+static int rec_hold(void *user, const ps_origin *from, ps_origin *kept) {
+    ((recorder *)user)->held++;
+    *kept = *from;
+    kept->addr = NULL;
+    return 0;
+}
+
+static void rec_drop(void *user, ps_origin *kept) { ((recorder *)user)->held--; }
+
+static recorder rec;
+static const ps_io io = {.user = &rec, .send = rec_send, .admit = rec_admit, .unadmit = rec_unadmit,
+                         .hold = rec_hold, .drop = rec_drop};
+static int conns[8]; /* their addresses are the connections */
+
+static ps_origin from(int conn) { return (ps_origin){.conn = &conns[conn], .serial = (uint64_t)conn + 1, .addr = "test"}; }
+
+static reply *last(void) { return rec.n ? &rec.r[rec.n - 1] : NULL; }
+
+/* ---- Requests --------------------------------------------------------------------------------- */
+
+static dt_wire_header hdr(dt_msg_type type, dt_wire_role role, uint16_t task) {
+    dt_wire_header h = dt_wire_header_make(type, role, task, 7);
+    h.shard = 0;
+    return h;
+}
+
+/* INIT of N floats all `value`, sgd lr 1, cut into `chunks`; sync with aggregate of total replicas
+ * (aggregate 0: async). */
+static void init(ps_shard *s, int chunks, int aggregate, int total, int staleness, int64_t liveness_ms, int strict,
+                 int64_t now) {
+    static uint8_t payload[N * 4 + DT_WIRE_OPTS_BYTES + (N + 7) / 8];
+    memset(payload, 0, sizeof payload);
+    for (int i = 0; i < N; i++) {
+        float v = 1.0f;
+        memcpy(payload + 4 * i, &v, 4);
+    }
+    dt_lr_schedule sched = {0};
+    dt_wire_opts_encode(payload + N * 4, &sched, 0.0f);
+    dt_wire_header h = hdr(DT_MSG_INIT, DT_ROLE_CHIEF, 0);
+    h.shard_floats = N;
+    h.chunks = (uint8_t)chunks;
+    h.generation = 1;
+    h.opt_kind = DT_OPT_SGD;
+    h.learning_rate = 1.0f;
+    h.init.replicas_to_aggregate = (uint64_t)aggregate;
+    h.init.total_num_replicas = (uint32_t)total;
+    h.init.staleness = (uint64_t)staleness;
+    h.liveness_ms = liveness_ms;
+    if (strict) h.flags |= DT_WIRE_F_STRICT;
+    h.payload_bytes = sizeof payload;
+    ps_origin o = from(0);
+    ps_bytes b = {.data = payload, .size = sizeof payload};
+    ps_shard_request(s, &o, &h, &b, now, &io);
+}
+
+/* A gradient of `value` for chunk c of `chunks` at step `step` from worker task (PARAMS asked with
+ * pull: at least step + 1). */
+static void push(ps_shard *s, int conn, uint16_t task, int chunk, int chunks, int64_t step, float value, int pull,
+                 int sync, int64_t now) {
+    uint64_t off, len;
+    dt_wire_chunk(N, (unsigned)chunks, (unsigned)chunk, &off, &len);
+    float *g = malloc(len * sizeof *g);
+    for (uint64_t i = 0; i < len; i++) g[i] = value;
+    dt_wire_header h = hdr(DT_MSG_PUSH, task ? DT_ROLE_WORKER : DT_ROLE_CHIEF, task);
+    h.chunk = (uint8_t)chunk, h.chunks = (uint8_t)chunks;
+    h.local_step = step;
+    h.global_step = step + 1;
+    h.payload_bytes = len * sizeof *g;
+    h.flags = (sync ? DT_WIRE_F_SYNC : 0) | (pull ? DT_WIRE_F_PULL : 0);
+    ps_origin o = from(conn);
+    ps_bytes b = {.data = g, .size = len * sizeof *g, .release = free, .hint = g}; /* handed over */
+    ps_shard_request(s, &o, &h, &b, now, &io);
+}
+
+static void pull(ps_shard *s, int conn, uint16_t task, int chunk, int chunks, int64_t min_step, int64_t now) {
+    dt_wire_header h = hdr(DT_MSG_PULL, task ? DT_ROLE_WORKER : DT_ROLE_CHIEF, task);
+    h.chunk = (uint8_t)chunk, h.chunks = (uint8_t)chunks;
+    h.global_step = min_step;
+    ps_origin o = from(conn);
+    ps_shard_request(s, &o, &h, NULL, now, &io);
+}
+
+static ps_shard *shard_new(void) {
+    memset(&rec, 0, sizeof rec);
+    ps_shard *s = NULL;
+    ps_shard_config cfg = {.ps_index = 0, .shard_floats = N, .log = getenv("DT_TEST_VERBOSE") ? stderr : NULL};
+    CHECK(ps_shard_new(&s, &cfg, NULL) == DT_OK);
+    return s;
+}
+
+static void shard_done(ps_shard *s) {
+    ps_shard_free(s, &io);
+    CHECK_MSG(rec.held == 0, "%ld origins still held", rec.held);
+    CHECK_MSG(rec.admitted == 0, "%ld admitted bytes not given back", rec.admitted);
+}
+
+static int64_t step_of(ps_shard *s) {
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    return st.step;
+}
+
+/* ---- Tests ------------------------------------------------------------------------------------ */
+
+static void test_conditions(void) {
+    ps_shard *s = shard_new();
+    pull(s, 1, 1, 0, 1, 0, 0);
+    CHECK(last()->h.type == DT_MSG_ERROR && last()->h.status == DT_WIRE_E_NOT_READY);
+    /* only the chief initialises */
+    dt_wire_header h = hdr(DT_MSG_INIT, DT_ROLE_WORKER, 1);
+    h.shard_floats = N;
+    ps_origin o = from(1);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(last()->h.status == DT_WIRE_E_ROLE);
+    CHECK_CONTAINS(last()->text, "only the chief may send INIT");
+    init(s, 2, 0, 2, 0, 0, 0, 0);
+    CHECK(last()->h.type == DT_MSG_ACK && last()->h.chunks == 2 && last()->h.generation == 1);
+    pull(s, 1, 1, 0, 3, 0, 0); /* another cut: told the ps's */
+    CHECK(last()->h.status == DT_WIRE_E_RESYNC && last()->h.chunks == 2);
+    pull(s, 1, 5, 0, 2, 0, 0); /* a task beyond the cluster */
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "not in this cluster");
+    h = hdr(DT_MSG_PULL, DT_ROLE_WORKER, 1);
+    h.shard = 3;
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(last()->h.status == DT_WIRE_E_SHARD);
+    h = hdr(DT_MSG_PARAMS, DT_ROLE_WORKER, 1); /* a reply kind sent as a request */
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(last()->h.status == DT_WIRE_E_MALFORMED);
+    h = hdr(DT_MSG_DONE, DT_ROLE_PS, 0);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(last()->h.status == DT_WIRE_E_ROLE);
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK_MSG(st.refused == 7, "refused %llu", (unsigned long long)st.refused);
+    shard_done(s);
+}
+
+static void test_async_chunks_out_of_order(void) {
+    ps_shard *s = shard_new();
+    init(s, 3, 0, 2, 0, 0, 0, 0);
+    push(s, 1, 1, 2, 3, 0, 0.25f, 1, 0, 0); /* chunk 2 first */
+    CHECK(last()->h.type == DT_MSG_PARAMS && last()->h.chunk == 2 && last()->h.global_step == 1);
+    CHECK_NEAR(last()->first[0], 0.75f, 1e-7); /* sgd lr 1: 1 - 0.25 */
+    CHECK(step_of(s) == 0); /* chunks 0 and 1 are behind */
+    push(s, 1, 1, 0, 3, 0, 0.5f, 0, 0, 0);
+    CHECK(last()->h.type == DT_MSG_PUSH_ACK && last()->h.global_step == 1);
+    push(s, 1, 1, 1, 3, 0, 0.5f, 0, 0, 0);
+    CHECK(step_of(s) == 1);
+    pull(s, 2, 0, 0, 3, 1, 0);
+    CHECK(last()->h.type == DT_MSG_PARAMS && last()->first[0] == 0.5f);
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK(st.pushes == 1 && st.updates == 1 && st.pulls == 1); /* counted on chunk 0: whole gradients */
+    CHECK(rec.released == 2); /* both PARAMS went zero-copy from a snapshot, handed over and released */
+    shard_done(s);
+}
+
+/* Two replicas of two: a step applies their mean once both are in, whatever the order; the same
+ * worker twice replaces its gradient; a late one is stale, counted. */
+static void test_sync_replica_twice_and_stale(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 2, 2, 0, 0, 0, 0);
+    push(s, 1, 1, 0, 1, 0, 4.0f, 0, 1, 0);
+    push(s, 1, 1, 0, 1, 0, 2.0f, 0, 1, 0); /* again: replaces 4 */
+    CHECK(step_of(s) == 0);
+    push(s, 2, 0, 0, 1, 0, 1.0f, 1, 1, 0);
+    CHECK(step_of(s) == 1);
+    CHECK(last()->h.type == DT_MSG_PARAMS);
+    CHECK_NEAR(last()->first[0], 1.0f - 1.5f, 1e-7); /* mean of 1 and 2 */
+    push(s, 1, 1, 0, 1, 0, 9.0f, 0, 1, 0); /* step 0 again: stale */
+    CHECK(last()->h.type == DT_MSG_PUSH_ACK && last()->h.status == DT_WIRE_STALE && last()->h.push_ack.stale_count == 1);
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK(st.stale == 1 && st.updates == 1);
+    int n;
+    const uint64_t *stale = ps_shard_stale_counts(s, &n);
+    CHECK(n == 2 && stale[0] == 0 && stale[1] == 1);
+    shard_done(s);
+}
+
+/* Backup workers (2 of 3) with staleness 1: a later step that already holds its 2 gradients drops
+ * a third as stale instead of writing past its table (a heap overflow before the shard machine). */
+static void test_sync_later_step_full(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 2, 3, 1, 0, 0, 0);
+    for (uint16_t w = 0; w < 3; w++) push(s, 1 + w, w, 0, 1, 1, 1.0f, 0, 1, 0);
+    CHECK(last()->h.status == DT_WIRE_STALE && last()->h.push_ack.stale_count == 1);
+    CHECK(step_of(s) == 0);
+    push(s, 1, 0, 0, 1, 0, 1.0f, 0, 1, 0);
+    push(s, 2, 1, 0, 1, 0, 1.0f, 0, 1, 0); /* step 0 complete, then step 1 (already full) at once */
+    CHECK_MSG(step_of(s) == 2, "step %lld", (long long)step_of(s));
+    shard_done(s);
+}
+
+/* The barrier: a PULL for a later step is held, answered when the step comes, with its wait. */
+static void test_barrier_and_lost_worker(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 2, 2, 0, 1000, 0, 0);
+    push(s, 1, 0, 0, 1, 0, 1.0f, 1, 1, 10); /* worker 0 pushes and waits for step 1 */
+    CHECK(last()->h.type == DT_MSG_ACK); /* nothing new: the INIT's ACK */
+    CHECK(rec.held == 1);
+    /* worker 1 says nothing: at 1 s it is not lost (it was seen at INIT), after 1 s + it is */
+    CHECK(ps_shard_cron(s, 1 * SEC, &io, NULL) == DT_OK && rec.n == 1);
+    CHECK(ps_shard_cron(s, 1 * SEC + 1, &io, NULL) == DT_OK);
+    CHECK(step_of(s) == 1); /* the step went with the live worker's gradient */
+    CHECK(last()->h.type == DT_MSG_PARAMS && last()->h.params.waited_us == (uint64_t)(1 * SEC + 1 - 10));
+    CHECK(rec.held == 0);
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK(st.live == 1);
+    push(s, 2, 1, 0, 1, 1, 1.0f, 0, 1, 2 * SEC); /* it speaks again: back, and its gradient counts */
+    ps_shard_get_stats(s, &st);
+    CHECK(st.live == 2 && st.step == 1);
+    shard_done(s);
+}
+
+static void test_strict_stops(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 2, 2, 0, 1000, 1, 0);
+    pull(s, 1, 0, 0, 1, 1, 0);
+    dt_error e = {0};
+    CHECK(ps_shard_cron(s, 2 * SEC, &io, &e) == DT_OK); /* both silent: worker 0 waits, worker 1 is lost */
+    CHECK(last()->h.status == DT_WIRE_E_LOST);
+    CHECK_CONTAINS(last()->text, "worker 1 lost");
+    push(s, 2, 0, 0, 1, 0, 1.0f, 0, 1, 2 * SEC);
+    CHECK(last()->h.status == DT_WIRE_E_LOST);
+    CHECK(ps_shard_cron(s, 3 * SEC + 1, &io, &e) == DT_ETIMEOUT); /* a timeout later the ps exits */
+    CHECK_CONTAINS(e.msg, "--strict");
+    shard_done(s);
+}
+
+/* Deferred PULLs: held past their longest wait they are answered 106; a closed connection's go
+ * unanswered; an earlier connection of a task gives way to the newer one; strangers have a quota. */
+static void test_pending_expire_forget_supersede(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 1, 2, 0, 0, 0, 0);
+    pull(s, 1, 1, 0, 1, 1, 0);
+    pull(s, 2, 1, 0, 1, 1, 0);
+    CHECK(rec.held == 2 && rec.n == 1);
+    ps_shard_forget(s, &conns[2], &io);
+    CHECK(rec.held == 1 && rec.n == 1);
+    CHECK(ps_shard_cron(s, 59 * SEC, &io, NULL) == DT_OK && rec.n == 1);
+    CHECK(ps_shard_cron(s, 61 * SEC, &io, NULL) == DT_OK);
+    CHECK(last()->h.status == DT_WIRE_E_BUSY && rec.held == 0);
+    CHECK_CONTAINS(last()->text, "did not come within 60 s");
+    /* task 1 pushes from connection 3 (it owns the task), fills its quota from 3, then
+     * reconnects as 4: 3's PULLs give way */
+    push(s, 3, 1, 0, 1, 5, 1.0f, 0, 1, 62 * SEC); /* a step ahead of staleness 0: refused, but the owner is noted */
+    for (int i = 0; i < DT_PS_PENDING_PER_PEER; i++) pull(s, 3, 1, 0, 1, 1, 62 * SEC);
+    CHECK(rec.held == DT_PS_PENDING_PER_PEER);
+    pull(s, 3, 1, 0, 1, 1, 62 * SEC);
+    CHECK(last()->h.status == DT_WIRE_E_BUSY);
+    CHECK_CONTAINS(last()->text, "this connection already has");
+    push(s, 4, 1, 0, 1, 5, 1.0f, 0, 1, 62 * SEC);
+    int before = rec.n;
+    pull(s, 4, 1, 0, 1, 1, 62 * SEC);
+    CHECK(rec.n - before == DT_PS_PENDING_PER_PEER); /* every PULL of connection 3 answered 106 */
+    CHECK_CONTAINS(last()->text, "took this one's place");
+    CHECK(rec.held == 1);
+    shard_done(s);
+}
+
+/* A large reply is admitted before it is built: refused with 106 and nothing copied. */
+static void test_admission(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 0, 1, 0, 0, 0, 0);
+    rec.refuse_admit = 1;
+    pull(s, 1, 0, 0, 1, 0, 0);
+    CHECK(last()->h.status == DT_WIRE_E_BUSY);
+    CHECK_CONTAINS(last()->text, "test says no");
+    dt_wire_header h = hdr(DT_MSG_FETCH, DT_ROLE_CHIEF, 0);
+    ps_origin o = from(1);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(last()->h.status == DT_WIRE_E_BUSY);
+    rec.refuse_admit = 0;
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(last()->h.type == DT_MSG_STATE && last()->size == N * sizeof(float) && last()->first[N - 1] == 1.0f);
+    shard_done(s);
+}
+
+static void test_shutdown_fails_pending(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 2, 2, 0, 0, 0, 0);
+    pull(s, 1, 1, 0, 1, 1, 0);
+    dt_wire_header h = hdr(DT_MSG_SHUTDOWN, DT_ROLE_CHIEF, 0);
+    ps_origin o = from(0);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(rec.r[rec.n - 2].h.type == DT_MSG_ACK);
+    CHECK(last()->h.status == DT_WIRE_E_SHUTDOWN && rec.held == 0);
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK(st.shutdown == 1);
+    shard_done(s);
+}
+
+int main(void) {
+    RUN(test_conditions);
+    RUN(test_async_chunks_out_of_order);
+    RUN(test_sync_replica_twice_and_stale);
+    RUN(test_sync_later_step_full);
+    RUN(test_barrier_and_lost_worker);
+    RUN(test_strict_stops);
+    RUN(test_pending_expire_forget_supersede);
+    RUN(test_admission);
+    RUN(test_shutdown_fails_pending);
+    return test_summary();
+}
