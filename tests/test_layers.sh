@@ -1,7 +1,7 @@
 # The folders of src/ form layers (docs/architecture.md): a file includes headers of its own folder
 # or of folders below it, never above, so the arrows between modules run one way.
 . "$(dirname "$0")/lib.sh"
-order="cli api plot export train supervisor worker ps metrics update cluster transport data model compute io core"
+order="cli api plot export train supervisor worker ps metrics update cluster transport data model compute io stats core"
 rank() { local i=0 f; for f in $order; do [ "$f" = "$1" ] && { echo $i; return; }; i=$((i + 1)); done; echo -1; }
 # upward ROOT: prints each include under ROOT/ that goes from a folder to one above it.
 upward() {

@@ -16,6 +16,7 @@ int cmd_predict(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_gen_clicks(int argc, char **argv);
 
 /* dtrain train's flags (cmd_train.c's table), parsed into the options dt_train takes; launch reads
  * them the same way before passing them on to its processes. */

@@ -35,6 +35,7 @@ static const struct {
     {"plot", cmd_plot, "draw runs' cost and accuracy against the step from their event files, as SVG"},
     {"inspect", cmd_inspect, "list a checkpoint's tensors and metadata, or an event file's records"},
     {"keygen", cmd_keygen, "write a CURVE key pair for --auth=curve (docs/security.md)"},
+    {"gen-clicks", cmd_gen_clicks, "write a synthetic click log (Criteo TSV) from a known model, with its Bayes-optimal AUC"},
 };
 
 static void usage(FILE *f) {
