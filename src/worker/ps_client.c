@@ -182,7 +182,7 @@ static void note_status(ps_conn *p, const dt_wire_header *h) {
  * caller. */
 static int on_chunk(dt_ps_client *c, int i, dt_wire_in *in, const dt_ex_reply_info *r, dt_error *err) {
     const dt_wire_header *h = &in->hdr;
-    if (c->codec && r->req == DT_MSG_PUSH) dt_codec_settle(c->codec, i, h->chunk, h->request_id, r->accepted);
+    if (c->codec && r->req == DT_MSG_PUSH) dt_codec_settle(c->codec, i, h->chunk, r->accepted);
     if (h->type != DT_MSG_PARAMS) return DT_OK;
     uint64_t off, len;
     dt_wire_chunk(c->ps[i].n, h->chunks, h->chunk, &off, &len); /* its size and cut were checked by the exchange */
@@ -900,9 +900,7 @@ static int send_push(dt_ps_client *c, int i, int k, const float *grad, dt_error 
     h.chunks = (uint8_t)chunks;
     h.flags = (uint8_t)((c->aggregate ? DT_WIRE_F_SYNC : 0) | (pull ? DT_WIRE_F_PULL : 0));
     h.encoding = c->encoding;
-    int rc = send_req(c, i, k, &h, &m, request_deadline(c), err);
-    if (!rc && c->codec) dt_codec_sent(c->codec, i, (unsigned)k, h.request_id);
-    return rc;
+    return send_req(c, i, k, &h, &m, request_deadline(c), err);
 }
 
 /* One chunk of the call under way: its gradient (a PUSH, asking for its PARAMS when the call pulls
