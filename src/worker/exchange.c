@@ -153,7 +153,8 @@ static int check_reply(dt_exchange *x, int ps, int k, const dt_wire_header *h, c
  * the step asked for; a repull's exactly its target), how long the ps held it. */
 static int chunk_reply(dt_exchange *x, int ps, slot_t *s, int k, const dt_wire_header *h, dt_error *err) {
     if (h->status == DT_WIRE_STALE) x->stale[ps] = 1;
-    else if (h->status != DT_WIRE_OK) return fail(x, ps, err, dt_wire_type_name(s->req), dt_wire_status_name(h->status));
+    else if (h->status != DT_WIRE_OK)
+        return fail(x, ps, err, dt_wire_type_name(s->req), dt_wire_status_name(h->status));
     s->step = h->global_step;
     if (h->type == DT_MSG_PUSH_ACK) return DT_OK;
     int64_t min = s->exact ? x->exact_step : x->kind.min_step;

@@ -45,7 +45,7 @@ typedef struct {
     float *recv;              /* [n] the shard as pulled, chunk by chunk (dt_ps_client_pull_views) */
     atomic_int inflight;      /* zero-copy gradient frames to this ps that libzmq still references */
     atomic_int wake_fd;       /* written when libzmq lets one go (dt_ps_client_set_wake_fd); -1: none */
-    int64_t quiet_since;      /* since when this ps may have heard nothing from us (dt_clock_us; dt_ps_client_silent_ms) */
+    int64_t quiet_since;      /* since when (dt_clock_us) this ps may have heard nothing from us (silent_ms) */
     int64_t gap_us, gap_end;  /* the longest such silence that has ended, and when: until the ps answers a
                                * request sent after it, it may have declared us lost meanwhile */
 } ps_conn;
@@ -220,8 +220,8 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, dt_error *err) {
     if (rc == DT_EX_IGNORED) return 0;
     /* The ps heard from us when it answered (a PULL it held: that much after we sent it), however
      * late we read the reply (this process may have been stopped meanwhile). */
-    int64_t now = dt_clock_us(), held = 0;
-    if (in->hdr.type == DT_MSG_PARAMS) held = in->hdr.params.waited_us > INT64_MAX ? INT64_MAX : (int64_t)in->hdr.params.waited_us;
+    uint64_t waited = in->hdr.type == DT_MSG_PARAMS ? in->hdr.params.waited_us : 0;
+    int64_t now = dt_clock_us(), held = waited > INT64_MAX ? INT64_MAX : (int64_t)waited;
     int64_t answered = held < now - r.sent_us ? r.sent_us + held : now;
     if (r.chunk >= 0) heard(p, answered, answered);
     if (r.refused) {
@@ -476,7 +476,8 @@ static void call_done(dt_ps_client *c, int64_t *steps, dt_push_result *res) {
         c->stats.stale_pushes += r.n_stale > 0;
     }
     if (c->call.t0) {
-        dt_metric_observe(pushed && pulled ? c->m_push_pull : pushed ? c->m_push : c->m_pull, dt_seconds() - c->call.t0);
+        dt_metric *m = pushed && pulled ? c->m_push_pull : pushed ? c->m_push : c->m_pull;
+        dt_metric_observe(m, dt_seconds() - c->call.t0);
         if (pulled) dt_metric_observe(c->m_wait, (double)r.wait_us * 1e-6);
         if (pushed && r.n_stale > 0) dt_metric_add(c->m_stale, 1);
     }
@@ -1022,7 +1023,8 @@ void dt_ps_client_set_wake_fd(dt_ps_client *c, int fd) {
 
 int dt_ps_client_stream_push(dt_ps_client *c, int ps, int chunk, const float *grad, dt_error *err) {
     if (dt_ex_get_state(c->ex) != DT_EX_OPEN || !c->call.push || dt_ex_slot(c->ex, ps, chunk) != DT_EX_UNSENT)
-        return dt_errorf(err, DT_EINVAL, "ps client: no exchange under way, or chunk %d of ps %d is not due", chunk, ps);
+        return dt_errorf(err, DT_EINVAL, "ps client: no exchange under way, or chunk %d of ps %d is not due", chunk,
+                         ps);
     return send_push(c, ps, chunk, grad, err);
 }
 
