@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "core/assert.h"
 #include "test.h"
 #include "worker/exchange.h"
@@ -22,19 +23,33 @@ static const int CHUNKS[NP] = {3, 2};
 typedef struct {
     dt_exchange *x;
     uint32_t id[NP][4];   /* the request id sent for each slot */
+    dt_ex_reply_info info; /* what the latest reply was */
+    dt_error e;            /* why it failed the exchange */
 } bed;
 
 static void bed_open(bed *b) {
     memset(b, 0, sizeof *b);
-    dt_error e = {0};
-    CHECK_MSG(dt_ex_open(&b->x, NP, SIZES, NAMES, &e) == DT_OK, "%s", e.msg);
+    CHECK_MSG(dt_ex_open(&b->x, NP, SIZES, NAMES, &b->e) == DT_OK, "%s", b->e.msg);
 }
 
-/* Begins an exchange awaiting `want` (min_step for PARAMS) at time now, and sends every slot. */
-static void begin_all(bed *b, uint8_t req, uint8_t want, int64_t min_step, int64_t now) {
+/* Begins an exchange awaiting `want` (min_step for PARAMS) at time now. */
+static void begin(bed *b, uint8_t want, int64_t min_step, int64_t now) {
     dt_ex_kind k = {.want = want, .min_step = min_step, .timeout_us = T_US};
     CHECK(dt_ex_begin(b->x, &k, CHUNKS, now) == DT_OK);
     CHECK(dt_ex_get_state(b->x) == DT_EX_OPEN);
+}
+
+/* The exchange is in state `want`; it ends, and the bed closes. */
+static void bed_close(bed *b, dt_ex_state want) {
+    CHECK(dt_ex_get_state(b->x) == want);
+    dt_ex_end(b->x);
+    CHECK(dt_ex_get_state(b->x) == DT_EX_IDLE);
+    dt_ex_close(b->x);
+}
+
+/* begin, and every slot sent (a request of type req). */
+static void begin_all(bed *b, uint8_t req, uint8_t want, int64_t min_step, int64_t now) {
+    begin(b, want, min_step, now);
     for (int i = 0; i < NP; i++)
         for (int c = 0; c < dt_ex_chunks(b->x, i); c++) {
             CHECK(dt_ex_slot(b->x, i, c) == DT_EX_UNSENT);
@@ -62,25 +77,39 @@ static dt_wire_header reply(uint8_t type, int i, int c, uint32_t id, int64_t ste
     return h;
 }
 
-static int give(bed *b, int i, const dt_wire_header *h, dt_ex_reply_info *info, dt_error *e) {
-    return dt_ex_reply(b->x, i, h, NULL, 0, info, e);
+/* Reply h comes from ps i (no payload is looked at). */
+static int give(bed *b, int i, const dt_wire_header *h) {
+    return dt_ex_reply(b->x, i, h, NULL, 0, &b->info, &b->e);
+}
+
+/* Every request still awaited is answered (type, at step): each reply is taken. */
+static void answer_all(bed *b, uint8_t type, int64_t step) {
+    for (int i = 0; i < NP; i++)
+        for (int c = 0; c < CHUNKS[i]; c++) {
+            if (dt_ex_slot(b->x, i, c) != DT_EX_AWAITED) continue;
+            dt_wire_header h = reply(type, i, c, b->id[i][c], step);
+            CHECK_MSG(give(b, i, &h) == DT_EX_TAKEN, "%s", b->e.msg);
+        }
+}
+
+/* A bed whose first exchange has begun and sent every slot (begin_all). */
+static void bed_start(bed *b, uint8_t req, uint8_t want, int64_t min_step, int64_t now) {
+    bed_open(b);
+    begin_all(b, req, want, min_step, now);
 }
 
 /* Chunks answered in reverse order, ps 1 before ps 0: each taken once, DONE with the last. */
 static void test_out_of_order(void) {
     bed b;
-    bed_open(&b);
-    begin_all(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 4, 100);
-    dt_ex_reply_info info;
-    dt_error e = {0};
+    bed_start(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 4, 100);
     int n = 0, total = CHUNKS[0] + CHUNKS[1];
     for (int i = NP - 1; i >= 0; i--)
         for (int c = CHUNKS[i] - 1; c >= 0; c--) {
             CHECK(dt_ex_get_state(b.x) == DT_EX_OPEN);
             dt_wire_header h = reply(DT_MSG_PARAMS, i, c, b.id[i][c], 4 + c);
             h.params.waited_us = (uint64_t)(100 * (c + 1));
-            CHECK_MSG(give(&b, i, &h, &info, &e) == DT_EX_TAKEN, "%s", e.msg);
-            CHECK(info.chunk == c && info.req == DT_MSG_PUSH && info.sent_us == 100 && info.accepted);
+            CHECK_MSG(give(&b, i, &h) == DT_EX_TAKEN, "%s", b.e.msg);
+            CHECK(b.info.chunk == c && b.info.req == DT_MSG_PUSH && b.info.sent_us == 100 && b.info.accepted);
             CHECK(dt_ex_slot(b.x, i, c) == DT_EX_ARRIVED);
             CHECK(dt_ex_awaiting(b.x, i) == c);
             n++;
@@ -93,9 +122,7 @@ static void test_out_of_order(void) {
     dt_ex_result(b.x, steps, &stale, &wait);
     CHECK(steps[0] == 4 && steps[1] == 4); /* a shard's step is its oldest chunk's */
     CHECK(stale == 0 && wait == 300);
-    dt_ex_end(b.x);
-    CHECK(dt_ex_get_state(b.x) == DT_EX_IDLE);
-    dt_ex_close(b.x);
+    bed_close(&b, DT_EX_DONE);
 }
 
 /* Streaming: chunks sent one by one as they become ready, each answered before the next goes;
@@ -103,10 +130,7 @@ static void test_out_of_order(void) {
 static void test_streamed(void) {
     bed b;
     bed_open(&b);
-    dt_ex_kind k = {.want = DT_MSG_PARAMS, .min_step = 1, .timeout_us = T_US};
-    CHECK(dt_ex_begin(b.x, &k, CHUNKS, 0) == DT_OK);
-    dt_ex_reply_info info;
-    dt_error e = {0};
+    begin(&b, DT_MSG_PARAMS, 1, 0);
     int order[][2] = {{1, 1}, {0, 2}, {1, 0}, {0, 1}, {0, 0}}; /* backward: last layers first */
     for (int n = 0; n < 5; n++) {
         int i = order[n][0], c = order[n][1];
@@ -114,57 +138,44 @@ static void test_streamed(void) {
         CHECK(dt_ex_sent(b.x, i, c, DT_MSG_PUSH, id, n) == DT_OK);
         CHECK(dt_ex_get_state(b.x) == DT_EX_OPEN);
         dt_wire_header h = reply(DT_MSG_PARAMS, i, c, id, 1);
-        CHECK(give(&b, i, &h, &info, &e) == DT_EX_TAKEN);
+        CHECK(give(&b, i, &h) == DT_EX_TAKEN);
         CHECK(dt_ex_get_state(b.x) == (n == 4 ? DT_EX_DONE : DT_EX_OPEN));
         CHECK(dt_ex_overdue(b.x, 1 << 30) == -1); /* nothing due between chunks */
     }
-    dt_ex_end(b.x);
-    dt_ex_close(b.x);
+    bed_close(&b, DT_EX_DONE);
 }
 
 /* A second reply to one request, and a reply once every reply is in: ignored, nothing counted twice. */
 static void test_duplicate(void) {
     bed b;
-    bed_open(&b);
-    begin_all(&b, DT_MSG_PUSH, DT_MSG_PUSH_ACK, 0, 0);
-    dt_ex_reply_info info;
-    dt_error e = {0};
+    bed_start(&b, DT_MSG_PUSH, DT_MSG_PUSH_ACK, 0, 0);
     dt_wire_header h = reply(DT_MSG_PUSH_ACK, 0, 1, b.id[0][1], 7);
-    CHECK(give(&b, 0, &h, &info, &e) == DT_EX_TAKEN);
-    CHECK(give(&b, 0, &h, &info, &e) == DT_EX_IGNORED && info.ignored == DT_EX_DUPLICATE);
+    CHECK(give(&b, 0, &h) == DT_EX_TAKEN);
+    CHECK(give(&b, 0, &h) == DT_EX_IGNORED && b.info.ignored == DT_EX_DUPLICATE);
     CHECK(dt_ex_awaiting(b.x, 0) == CHUNKS[0] - 1);
     /* The same id on the other ps's socket answers nothing there. */
-    CHECK(give(&b, 1, &h, &info, &e) == DT_EX_IGNORED && info.ignored == DT_EX_UNKNOWN);
-    for (int i = 0; i < NP; i++)
-        for (int c = 0; c < CHUNKS[i]; c++) {
-            dt_wire_header r = reply(DT_MSG_PUSH_ACK, i, c, b.id[i][c], 7);
-            if (i != 0 || c != 1) CHECK(give(&b, i, &r, &info, &e) == DT_EX_TAKEN);
-        }
-    CHECK(dt_ex_get_state(b.x) == DT_EX_DONE);
-    CHECK(give(&b, 0, &h, &info, &e) == DT_EX_IGNORED && info.ignored == DT_EX_LATE);
-    dt_ex_end(b.x);
-    dt_ex_close(b.x);
+    CHECK(give(&b, 1, &h) == DT_EX_IGNORED && b.info.ignored == DT_EX_UNKNOWN);
+    answer_all(&b, DT_MSG_PUSH_ACK, 7);
+    CHECK(give(&b, 0, &h) == DT_EX_IGNORED && b.info.ignored == DT_EX_LATE);
+    bed_close(&b, DT_EX_DONE);
 }
 
 /* An exchange that timed out leaves replies in flight: they reach the next exchange, which
  * ignores them (request ids are never reused). The deadline runs from the latest request. */
 static void test_timeout_then_old_replies(void) {
     bed b;
-    bed_open(&b);
-    begin_all(&b, DT_MSG_PULL, DT_MSG_PARAMS, 0, 1000);
+    bed_start(&b, DT_MSG_PULL, DT_MSG_PARAMS, 0, 1000);
     CHECK(dt_ex_overdue(b.x, 1000 + T_US - 1) == -1);
     CHECK(dt_ex_slot(b.x, 0, 0) == DT_EX_AWAITED);
-    dt_ex_reply_info info;
-    dt_error e = {0};
     dt_wire_header h = reply(DT_MSG_PARAMS, 0, 0, b.id[0][0], 0);
-    CHECK(give(&b, 0, &h, &info, &e) == DT_EX_TAKEN);
+    CHECK(give(&b, 0, &h) == DT_EX_TAKEN);
     CHECK(dt_ex_overdue(b.x, 1000 + T_US) == 0); /* ps 0 still owes chunks 1 and 2 */
     dt_ex_cap_deadline(b.x, 2000);               /* this process is being stopped */
     CHECK(dt_ex_overdue(b.x, 2000) == 0 && dt_ex_deadline(b.x) == 2000);
     dt_ex_fail(b.x);
     CHECK(dt_ex_get_state(b.x) == DT_EX_FAILED && dt_ex_awaiting(b.x, 0) == 0 && dt_ex_overdue(b.x, 1 << 30) == -1);
     dt_wire_header old = reply(DT_MSG_PARAMS, 1, 1, b.id[1][1], 0);
-    CHECK(give(&b, 1, &old, &info, &e) == DT_EX_IGNORED && info.ignored == DT_EX_LATE);
+    CHECK(give(&b, 1, &old) == DT_EX_IGNORED && b.info.ignored == DT_EX_LATE);
     dt_ex_end(b.x);
 
     uint32_t before[NP][4];
@@ -174,17 +185,12 @@ static void test_timeout_then_old_replies(void) {
     for (int i = 0; i < NP; i++)
         for (int c = 0; c < CHUNKS[i]; c++) {
             dt_wire_header r = reply(DT_MSG_PARAMS, i, c, before[i][c], 0);
-            CHECK(give(&b, i, &r, &info, &e) == DT_EX_IGNORED && info.ignored == DT_EX_UNKNOWN);
+            CHECK(give(&b, i, &r) == DT_EX_IGNORED && b.info.ignored == DT_EX_UNKNOWN);
         }
     CHECK(dt_ex_awaiting(b.x, 0) == CHUNKS[0] && dt_ex_awaiting(b.x, 1) == CHUNKS[1]);
-    for (int i = 0; i < NP; i++)
-        for (int c = 0; c < CHUNKS[i]; c++) {
-            dt_wire_header r = reply(DT_MSG_PARAMS, i, c, b.id[i][c], 0);
-            CHECK(give(&b, i, &r, &info, &e) == DT_EX_TAKEN);
-        }
-    CHECK(dt_ex_get_state(b.x) == DT_EX_DONE && dt_ex_overdue(b.x, 1 << 30) == -1);
-    dt_ex_end(b.x);
-    dt_ex_close(b.x);
+    answer_all(&b, DT_MSG_PARAMS, 0);
+    CHECK(dt_ex_overdue(b.x, 1 << 30) == -1);
+    bed_close(&b, DT_EX_DONE);
 }
 
 /* The streaming rule: each request sent renews the deadline (the replies are due a timeout after
@@ -192,40 +198,32 @@ static void test_timeout_then_old_replies(void) {
 static void test_deadline_follows_latest_request(void) {
     bed b;
     bed_open(&b);
-    dt_ex_kind k = {.want = DT_MSG_PARAMS, .timeout_us = T_US};
-    CHECK(dt_ex_begin(b.x, &k, CHUNKS, 0) == DT_OK);
+    begin(&b, DT_MSG_PARAMS, 0, 0);
     CHECK(dt_ex_overdue(b.x, 2 * T_US) == -1); /* nothing sent, nothing due */
     CHECK(dt_ex_sent(b.x, 0, 0, DT_MSG_PUSH, dt_ex_new_id(b.x), 10) == DT_OK);
     CHECK(dt_ex_sent(b.x, 1, 1, DT_MSG_PUSH, dt_ex_new_id(b.x), 3 * T_US) == DT_OK);
     CHECK(dt_ex_overdue(b.x, 10 + T_US) == -1);
     CHECK(dt_ex_overdue(b.x, 4 * T_US) == 0); /* the first ps owing a reply */
     dt_ex_fail(b.x);
-    dt_ex_end(b.x);
-    dt_ex_close(b.x);
+    bed_close(&b, DT_EX_FAILED);
 }
 
 /* An ERROR reply fails the exchange, says who refused what, and keeps the refusal's status;
  * replies still in flight are then ignored. */
 static void test_error_reply(void) {
     bed b;
-    bed_open(&b);
-    begin_all(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 0, 0);
-    dt_ex_reply_info info;
-    dt_error e = {0};
+    bed_start(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 0, 0);
     const char text[] = "the ps's step is not what the request assumes";
     dt_wire_header h = dt_wire_header_make(DT_MSG_ERROR, DT_ROLE_PS, 1, b.id[1][1]);
     h.shard = 1;
     h.status = DT_WIRE_E_RESYNC;
     h.payload_bytes = sizeof text - 1;
-    CHECK(dt_ex_reply(b.x, 1, &h, text, sizeof text - 1, &info, &e) == DT_EPROTO);
-    CHECK(info.refused && info.chunk == 1 && dt_ex_refusal(b.x) == DT_WIRE_E_RESYNC);
-    CHECK_CONTAINS(e.msg, "ps 1 at tcp://ps1:2223: PUSH refused: the ps's step is not what the request assumes");
-    CHECK(dt_ex_get_state(b.x) == DT_EX_FAILED);
+    CHECK(dt_ex_reply(b.x, 1, &h, text, sizeof text - 1, &b.info, &b.e) == DT_EPROTO);
+    CHECK(b.info.refused && b.info.chunk == 1 && dt_ex_refusal(b.x) == DT_WIRE_E_RESYNC);
+    CHECK_CONTAINS(b.e.msg, "ps 1 at tcp://ps1:2223: PUSH refused: the ps's step is not what the request assumes");
     dt_wire_header r = reply(DT_MSG_PARAMS, 0, 0, b.id[0][0], 0);
-    CHECK(give(&b, 0, &r, &info, &e) == DT_EX_IGNORED && info.ignored == DT_EX_LATE);
-    dt_ex_end(b.x);
-    CHECK(dt_ex_get_state(b.x) == DT_EX_IDLE);
-    dt_ex_close(b.x);
+    CHECK(give(&b, 0, &r) == DT_EX_IGNORED && b.info.ignored == DT_EX_LATE);
+    bed_close(&b, DT_EX_FAILED);
 }
 
 /* A ps lost mid-exchange: its socket is replaced (ps_client.c's replace_socket), so what it owed
@@ -233,13 +231,10 @@ static void test_error_reply(void) {
  * the next exchange, which goes through on the new socket. */
 static void test_ps_lost_socket_replaced(void) {
     bed b;
-    bed_open(&b);
-    begin_all(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 0, 0);
-    dt_ex_reply_info info;
-    dt_error e = {0};
+    bed_start(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 0, 0);
     for (int c = 0; c < CHUNKS[1]; c++) {
         dt_wire_header r = reply(DT_MSG_PARAMS, 1, c, b.id[1][c], 0);
-        CHECK(give(&b, 1, &r, &info, &e) == DT_EX_TAKEN);
+        CHECK(give(&b, 1, &r) == DT_EX_TAKEN);
     }
     dt_ex_drop_ps(b.x, 1); /* owed nothing: nothing changes */
     CHECK(dt_ex_get_state(b.x) == DT_EX_OPEN);
@@ -249,15 +244,9 @@ static void test_ps_lost_socket_replaced(void) {
     uint32_t old = b.id[1][0];
     begin_all(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 0, 0);
     dt_wire_header r = reply(DT_MSG_PARAMS, 1, 0, old, 0);
-    CHECK(give(&b, 1, &r, &info, &e) == DT_EX_IGNORED && info.ignored == DT_EX_UNKNOWN);
-    for (int i = 0; i < NP; i++)
-        for (int c = 0; c < CHUNKS[i]; c++) {
-            dt_wire_header ok = reply(DT_MSG_PARAMS, i, c, b.id[i][c], 0);
-            CHECK(give(&b, i, &ok, &info, &e) == DT_EX_TAKEN);
-        }
-    CHECK(dt_ex_get_state(b.x) == DT_EX_DONE);
-    dt_ex_end(b.x);
-    dt_ex_close(b.x);
+    CHECK(give(&b, 1, &r) == DT_EX_IGNORED && b.info.ignored == DT_EX_UNKNOWN);
+    answer_all(&b, DT_MSG_PARAMS, 0);
+    bed_close(&b, DT_EX_DONE);
 }
 
 /* A request sent again (a HELLO resent every second): a reply to any of its ids answers it, the
@@ -265,27 +254,22 @@ static void test_ps_lost_socket_replaced(void) {
 static void test_resent_request(void) {
     bed b;
     bed_open(&b);
-    dt_ex_kind k = {.want = DT_MSG_WELCOME, .timeout_us = T_US};
-    CHECK(dt_ex_begin(b.x, &k, CHUNKS, 0) == DT_OK);
+    begin(&b, DT_MSG_WELCOME, 0, 0);
     CHECK(dt_ex_chunks(b.x, 0) == 1 && dt_ex_chunks(b.x, 1) == 1);
     uint32_t first = dt_ex_new_id(b.x), other = dt_ex_new_id(b.x), second = dt_ex_new_id(b.x);
     CHECK(dt_ex_sent(b.x, 0, 0, DT_MSG_HELLO, first, 0) == DT_OK);
     CHECK(dt_ex_sent(b.x, 1, 0, DT_MSG_HELLO, other, 0) == DT_OK);
     CHECK(dt_ex_sent(b.x, 0, 0, DT_MSG_HELLO, second, 1000) == DT_OK);
     CHECK(dt_ex_awaiting(b.x, 0) == 1); /* still one reply due */
-    dt_ex_reply_info info;
-    dt_error e = {0};
     dt_wire_header h = reply(DT_MSG_WELCOME, 0, 0, first, 0);
     h.shard_floats = SIZES[0];
-    CHECK_MSG(give(&b, 0, &h, &info, &e) == DT_EX_TAKEN, "%s", e.msg);
-    CHECK(info.sent_us == 1000);
+    CHECK_MSG(give(&b, 0, &h) == DT_EX_TAKEN, "%s", b.e.msg);
+    CHECK(b.info.sent_us == 1000);
     h.request_id = second;
-    CHECK(give(&b, 0, &h, &info, &e) == DT_EX_IGNORED && info.ignored == DT_EX_DUPLICATE);
+    CHECK(give(&b, 0, &h) == DT_EX_IGNORED && b.info.ignored == DT_EX_DUPLICATE);
     h = reply(DT_MSG_WELCOME, 1, 0, other, 0);
-    CHECK(give(&b, 1, &h, &info, &e) == DT_EX_TAKEN);
-    CHECK(dt_ex_get_state(b.x) == DT_EX_DONE);
-    dt_ex_end(b.x);
-    dt_ex_close(b.x);
+    CHECK(give(&b, 1, &h) == DT_EX_TAKEN);
+    bed_close(&b, DT_EX_DONE);
 }
 
 /* Replies that break the protocol fail the exchange, each naming what was wrong. */
@@ -302,8 +286,7 @@ static void test_protocol_checks(void) {
     };
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         bed b;
-        bed_open(&b);
-        begin_all(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 5, 0);
+        bed_start(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 5, 0);
         dt_wire_header h = reply(DT_MSG_PARAMS, 0, 1, b.id[0][1], 5);
         switch (t) {
         case 0: h = reply(DT_MSG_PUSH_ACK, 0, 1, b.id[0][1], 5); break;
@@ -313,33 +296,25 @@ static void test_protocol_checks(void) {
         case 4: h.global_step = 4; break;
         case 5: h.status = DT_WIRE_E_BAD_VALUE; break;
         }
-        dt_ex_reply_info info;
-        dt_error e = {0};
-        CHECK_MSG(give(&b, 0, &h, &info, &e) == DT_EPROTO, "%s", cases[t].what);
-        CHECK_CONTAINS(e.msg, "ps 0 at tcp://ps0:2222: ");
-        CHECK_CONTAINS(e.msg, cases[t].says);
-        CHECK(dt_ex_get_state(b.x) == DT_EX_FAILED);
-        dt_ex_end(b.x);
-        dt_ex_close(b.x);
+        CHECK_MSG(give(&b, 0, &h) == DT_EPROTO, "%s", cases[t].what);
+        CHECK_CONTAINS(b.e.msg, "ps 0 at tcp://ps0:2222: ");
+        CHECK_CONTAINS(b.e.msg, cases[t].says);
+        bed_close(&b, DT_EX_FAILED);
     }
     /* STALE is an outcome, not an error: counted per ps, not accepted (no error feedback). */
     bed b;
-    bed_open(&b);
-    begin_all(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 0, 0);
-    dt_ex_reply_info info;
-    dt_error e = {0};
+    bed_start(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 0, 0);
     for (int i = 0; i < NP; i++)
         for (int c = 0; c < CHUNKS[i]; c++) {
             dt_wire_header h = reply(DT_MSG_PARAMS, i, c, b.id[i][c], 3);
             if (i == 1) h.status = DT_WIRE_STALE;
-            CHECK(give(&b, i, &h, &info, &e) == DT_EX_TAKEN);
-            CHECK(info.accepted == (i == 0));
+            CHECK(give(&b, i, &h) == DT_EX_TAKEN);
+            CHECK(b.info.accepted == (i == 0));
         }
     int stale = 0;
     dt_ex_result(b.x, NULL, &stale, NULL);
     CHECK(stale == 1);
-    dt_ex_end(b.x);
-    dt_ex_close(b.x);
+    bed_close(&b, DT_EX_DONE);
 }
 
 /* Sync mode: chunks that came back a step apart are pulled again, exactly at the newest step (or,
@@ -347,14 +322,11 @@ static void test_protocol_checks(void) {
 static void test_repull(void) {
     for (int oldest = 0; oldest <= 1; oldest++) {
         bed b;
-        bed_open(&b);
-        begin_all(&b, DT_MSG_PULL, DT_MSG_PARAMS, 0, 0);
-        dt_ex_reply_info info;
-        dt_error e = {0};
+        bed_start(&b, DT_MSG_PULL, DT_MSG_PARAMS, 0, 0);
         for (int i = 0; i < NP; i++)
             for (int c = 0; c < CHUNKS[i]; c++) {
                 dt_wire_header h = reply(DT_MSG_PARAMS, i, c, b.id[i][c], i == 1 && c == 0 ? 8 : 7);
-                CHECK(give(&b, i, &h, &info, &e) == DT_EX_TAKEN);
+                CHECK(give(&b, i, &h) == DT_EX_TAKEN);
             }
         int64_t target = -1;
         CHECK(dt_ex_repull(b.x, oldest, &target) == (oldest ? 1 : 2));
@@ -369,12 +341,7 @@ static void test_repull(void) {
                 CHECK(dt_ex_sent(b.x, i, c, DT_MSG_PULL, b.id[i][c], 50) == DT_OK);
             }
         CHECK(resend == (oldest ? 1 : CHUNKS[0] + CHUNKS[1] - 1));
-        for (int i = 0; i < NP; i++)
-            for (int c = 0; c < CHUNKS[i]; c++)
-                if (dt_ex_slot(b.x, i, c) == DT_EX_AWAITED) {
-                    dt_wire_header h = reply(DT_MSG_PARAMS, i, c, b.id[i][c], target);
-                    CHECK(give(&b, i, &h, &info, &e) == DT_EX_TAKEN);
-                }
+        answer_all(&b, DT_MSG_PARAMS, target);
         CHECK(dt_ex_get_state(b.x) == DT_EX_DONE);
         CHECK(dt_ex_repull(b.x, oldest, &target) == 0 && dt_ex_get_state(b.x) == DT_EX_DONE);
         int64_t steps[NP];
@@ -387,42 +354,20 @@ static void test_repull(void) {
         for (int i = 0; i < NP; i++)
             for (int c = 0; c < CHUNKS[i]; c++) {
                 dt_wire_header h = reply(DT_MSG_PARAMS, i, c, b.id[i][c], c == 0 ? 3 : 2);
-                CHECK(give(&b, i, &h, &info, &e) == DT_EX_TAKEN);
+                CHECK(give(&b, i, &h) == DT_EX_TAKEN);
             }
         CHECK(dt_ex_repull(b.x, 0, &target) == 2 && target == 3);
         uint32_t id = dt_ex_new_id(b.x);
         CHECK(dt_ex_sent(b.x, 0, 1, DT_MSG_PULL, id, 60) == DT_OK);
         dt_wire_header h = reply(DT_MSG_PARAMS, 0, 1, id, 4);
-        CHECK(give(&b, 0, &h, &info, &e) == DT_EPROTO);
-        CHECK_CONTAINS(e.msg, "answered an exact pull of step 3 with step 4 (chunk 1)");
-        dt_ex_end(b.x);
-        dt_ex_close(b.x);
+        CHECK(give(&b, 0, &h) == DT_EPROTO);
+        CHECK_CONTAINS(b.e.msg, "answered an exact pull of step 3 with step 4 (chunk 1)");
+        bed_close(&b, DT_EX_FAILED);
     }
 }
 
-/* Runs fn in a child with DTRAIN_ABORT_ON_ASSERT=1: its wait status, and its stderr in out. */
-static int child(void (*fn)(void), char *out, size_t cap) {
-    int fd[2];
-    if (pipe(fd) != 0) return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        setenv("DTRAIN_ABORT_ON_ASSERT", "1", 1);
-        fn();
-        _exit(0);
-    }
-    close(fd[1]);
-    ssize_t got = 0, r;
-    while (got < (ssize_t)cap - 1 && (r = read(fd[0], out + got, cap - 1 - (size_t)got)) > 0) got += r;
-    out[got] = 0;
-    close(fd[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return status;
-}
-
-static void begin_twice(void) {
+static void begin_twice(void *unused) {
+    (void)unused;
     bed b;
     bed_open(&b);
     dt_ex_kind k = {.want = DT_MSG_ACK, .timeout_us = T_US};
@@ -430,28 +375,29 @@ static void begin_twice(void) {
     dt_ex_begin(b.x, &k, NULL, 0); /* an exchange begun while one is under way */
 }
 
-static void sent_twice(void) {
+static void sent_twice(void *unused) {
+    (void)unused;
     bed b;
-    bed_open(&b);
-    begin_all(&b, DT_MSG_PUSH, DT_MSG_PUSH_ACK, 0, 0);
-    dt_ex_reply_info info;
+    bed_start(&b, DT_MSG_PUSH, DT_MSG_PUSH_ACK, 0, 0);
     dt_wire_header h = reply(DT_MSG_PUSH_ACK, 0, 0, b.id[0][0], 0);
-    give(&b, 0, &h, &info, NULL);
+    give(&b, 0, &h);
     dt_ex_sent(b.x, 0, 0, DT_MSG_PUSH, dt_ex_new_id(b.x), 0); /* a chunk sent again after its reply */
 }
 
-static void end_idle(void) {
+static void end_idle(void *unused) {
+    (void)unused;
     bed b;
     bed_open(&b);
     dt_ex_end(b.x); /* no exchange to end */
 }
 
 static void test_invariants(void) {
-    void (*fns[])(void) = {begin_twice, sent_twice, end_idle};
+    setenv("DTRAIN_ABORT_ON_ASSERT", "1", 1); /* as every test runs (ctest sets it) */
+    void (*fns[])(void *) = {begin_twice, sent_twice, end_idle};
     const char *says[] = {"x->state == DT_EX_IDLE", "s->state == DT_EX_AWAITED", "x->state != DT_EX_IDLE"};
     for (int k = 0; k < 3; k++) {
         char out[1024];
-        int st = child(fns[k], out, sizeof out);
+        int st = run_child(fns[k], NULL, out, sizeof out);
         CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "case %d: status %d", k, st);
         CHECK_CONTAINS(out, "exchange.c:");
         CHECK_CONTAINS(out, says[k]);
