@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "core/assert.h"
 #include "test.h"
 
@@ -16,30 +17,19 @@ static void test_holds(void) {
     CHECK(dt_assert_sticky() == NULL);
 }
 
-/* Runs a failing assertion in a child with DTRAIN_ABORT_ON_ASSERT as given; returns its wait
- * status and what it wrote to stderr. */
+/* A failing assertion with DTRAIN_ABORT_ON_ASSERT as given (env; NULL: unset); exits 42 when the
+ * failures were recorded, not aborted. */
+static void fail_twice(void *env) {
+    if (env) setenv("DTRAIN_ABORT_ON_ASSERT", env, 1);
+    else unsetenv("DTRAIN_ABORT_ON_ASSERT");
+    int first = DT_ASSERT(1 + 1 == 3);
+    int second = DT_ASSERT(2 + 2 == 5); /* the first failure stays the sticky one */
+    const char *s = dt_assert_sticky();
+    _exit(first == 0 && second == 0 && s && strstr(s, "1 + 1 == 3") ? 42 : 1);
+}
+
 static int failing_child(const char *env, char *out, size_t cap) {
-    int fd[2];
-    if (pipe(fd) != 0) return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        if (env) setenv("DTRAIN_ABORT_ON_ASSERT", env, 1);
-        else unsetenv("DTRAIN_ABORT_ON_ASSERT");
-        int first = DT_ASSERT(1 + 1 == 3);
-        int second = DT_ASSERT(2 + 2 == 5); /* the first failure stays the sticky one */
-        const char *s = dt_assert_sticky();
-        _exit(first == 0 && second == 0 && s && strstr(s, "1 + 1 == 3") ? 42 : 1);
-    }
-    close(fd[1]);
-    ssize_t got = 0, r;
-    while (got < (ssize_t)cap - 1 && (r = read(fd[0], out + got, cap - 1 - (size_t)got)) > 0) got += r;
-    out[got] = 0;
-    close(fd[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return status;
+    return run_child(fail_twice, (void *)env, out, cap);
 }
 
 static void test_fails(void) {

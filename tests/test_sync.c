@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "compute/optim.h"
+#include "core/clock.h"
 #include "ps_harness.h"
 
 static dt_opt_config sgd(float lr) {
@@ -42,10 +43,10 @@ static void *step_main(void *arg) {
     step_job *j = arg;
     if (j->delay_ms) sleep_ms(j->delay_ms);
     const float *gs[1] = {j->grad}, *views[1] = {NULL};
-    int64_t steps[1] = {-1}, t0 = dt_clock_ms();
+    int64_t steps[1] = {-1}, t0 = dt_clock_us() / 1000;
     dt_error e = {0};
     j->rc = dt_ps_client_push_pull(j->c, gs, j->tag, j->min_step, views, steps, &j->res, &e);
-    j->took_ms = dt_clock_ms() - t0;
+    j->took_ms = (dt_clock_us() / 1000) - t0;
     if (j->rc) fprintf(stderr, "  push_pull: %s\n", e.msg);
     j->step = steps[0];
     j->first = views[0] ? views[0][0] : NAN;
@@ -272,14 +273,14 @@ static void test_lost_worker(void) {
         dt_error e = {0};
         int64_t steps[1] = {0};
         CHECK(dt_ps_client_init(w[0], &opt, src, NULL, NULL, 0, &e) == DT_OK);
-        int64_t t0 = dt_clock_ms();
+        int64_t t0 = dt_clock_us() / 1000;
         for (int k = 0; k < 2; k++) {
             const float *gs[1] = {g[k]};
             CHECK(dt_ps_client_push_all(w[k], gs, 0, NULL, &e) == DT_OK);
         }
         /* The barrier: held until worker 2 is declared lost, then the mean of workers 0 and 1. */
         CHECK(dt_ps_client_pull_all(w[0], dst, 1, steps, &e) == DT_OK);
-        int64_t waited = dt_clock_ms() - t0;
+        int64_t waited = (dt_clock_us() / 1000) - t0;
         CHECK_MSG(waited >= 250 && waited < 2500, "step applied after %lld ms (liveness 300 ms)", (long long)waited);
         CHECK_MSG(steps[0] == 1 && all_equal(got, N, -1.5f), "step %lld, got %g, want -(1 + 2) / 2",
                   (long long)steps[0], (double)got[0]);
@@ -487,9 +488,9 @@ static void test_pull_waits_for_one_step(void) {
         pthread_t th;
         pthread_create(&th, NULL, late_push_main, &l);
         const float *views[2] = {NULL, NULL};
-        int64_t steps[2] = {-1, -1}, t0 = dt_clock_ms();
+        int64_t steps[2] = {-1, -1}, t0 = dt_clock_us() / 1000;
         CHECK(dt_ps_client_pull_views(chief, 0, views, steps, &e) == DT_OK);
-        int64_t took = dt_clock_ms() - t0;
+        int64_t took = (dt_clock_us() / 1000) - t0;
         pthread_join(th, NULL);
         CHECK(l.ok);
         CHECK(steps[0] == 1 && steps[1] == 1);

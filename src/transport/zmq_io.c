@@ -6,15 +6,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/error.h"
-
-int64_t dt_clock_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int set_int(void *s, int opt, int v, const char *name, dt_error *err) {
     if (zmq_setsockopt(s, opt, &v, sizeof v) != 0)

@@ -1,7 +1,7 @@
 /* ZeroMQ helpers shared by the parameter server and its clients: socket setup with bounded frames,
- * sending and receiving one wire message (header frame + optional payload frame), a monotonic
- * clock for deadlines. Nothing here blocks without a deadline: receives are non-blocking (callers
- * zmq_poll with a timeout first) and blocking sends carry ZMQ_SNDTIMEO.
+ * sending and receiving one wire message (header frame + optional payload frame). Nothing here
+ * blocks without a deadline: receives are non-blocking (callers zmq_poll with a timeout first) and
+ * blocking sends carry ZMQ_SNDTIMEO. Deadlines are read on core/clock.h's clock.
  *
  * Endpoints are ZeroMQ strings ("tcp://127.0.0.1:2222"); cluster/cluster.h turns host:port into
  * them. */
@@ -14,9 +14,6 @@
 
 #include "dtrain.h"
 #include "transport/wire.h"
-
-/* Milliseconds from a monotonic clock (deadlines). */
-int64_t dt_clock_ms(void);
 
 /* A new ZMQ_ROUTER (ps) or ZMQ_DEALER (client) socket. Frames larger than max_frame bytes make
  * libzmq drop the connection before it allocates them (ZMQ_MAXMSGSIZE); linger_ms bounds how long

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "core/error.h"
 #include "transport/wire.h"
 
@@ -12,8 +13,7 @@ typedef struct {
     unsigned char *wire;                 /* [n * 2] the packed gradient */
     unsigned chunks;                     /* the cut cur[] and pending[] are about */
     uint8_t cur[DT_WIRE_MAX_CHUNKS];
-    uint8_t pending[DT_WIRE_MAX_CHUNKS]; /* a push of the chunk awaits its reply */
-    uint32_t request[DT_WIRE_MAX_CHUNKS];
+    uint8_t pending[DT_WIRE_MAX_CHUNKS]; /* encoded, not settled: its next residual waits for the reply */
 } shard_codec;
 
 struct dt_codec {
@@ -84,21 +84,14 @@ const void *dt_codec_encode(dt_codec *c, int ps, unsigned chunks, unsigned chunk
     const int cur = s->cur[chunk];
     unsigned char *out = s->wire + off * 2;
     c->saturated += dt_pack_ef(c->enc, out, s->res[!cur] + off, grad + off, s->res[cur] + off, (size_t)len);
-    s->pending[chunk] = 0; /* until it is sent */
+    s->pending[chunk] = 1;
     *bytes = (size_t)len * 2;
     return out;
 }
 
-void dt_codec_sent(dt_codec *c, int ps, unsigned chunk, uint32_t request_id) {
+void dt_codec_settle(dt_codec *c, int ps, unsigned chunk, int accepted) {
     shard_codec *s = &c->s[ps];
-    if (chunk >= s->chunks) return;
-    s->pending[chunk] = 1;
-    s->request[chunk] = request_id;
-}
-
-void dt_codec_settle(dt_codec *c, int ps, unsigned chunk, uint32_t request_id, int accepted) {
-    shard_codec *s = &c->s[ps];
-    if (chunk >= s->chunks || !s->pending[chunk] || s->request[chunk] != request_id) return;
+    if (!DT_ASSERT(chunk < s->chunks && s->pending[chunk])) return;
     s->pending[chunk] = 0;
     if (accepted) s->cur[chunk] ^= 1;
 }

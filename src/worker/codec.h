@@ -7,7 +7,8 @@
  * the ps accepts the push (its reply says OK). A push that is lost (the call failed) or dropped as
  * stale leaves e as it was: its gradient is gone as it would be in float32, and what earlier steps
  * rounded away is still owed. Two residual buffers per shard and one bit per chunk saying which is
- * current: accepting a chunk copies nothing.
+ * current: accepting a chunk copies nothing. Which reply answers which push is the exchange core's
+ * (worker/exchange.h): the client settles a chunk with the one reply it takes to its latest push.
  *
  * Memory per worker: 2 floats and one 16-bit value per parameter. Not thread-safe (one per client). */
 #ifndef DT_WORKER_CODEC_H
@@ -35,13 +36,9 @@ dt_encoding dt_codec_encoding(const dt_codec *c);
  * shard) keeps the residuals. */
 const void *dt_codec_encode(dt_codec *c, int ps, unsigned chunks, unsigned chunk, const float *grad, size_t *bytes);
 
-/* The packed chunk went out as request request_id. */
-void dt_codec_sent(dt_codec *c, int ps, unsigned chunk, uint32_t request_id);
-
-/* A reply to request request_id about chunk `chunk` of shard ps arrived: accepted (the ps applied or
- * holds the gradient) or not (dropped as stale). Only the reply to the chunk's latest push counts;
- * any other (a pull's) changes nothing. */
-void dt_codec_settle(dt_codec *c, int ps, unsigned chunk, uint32_t request_id, int accepted);
+/* The reply to the latest push of chunk `chunk` of shard ps arrived: accepted (the ps applied or
+ * holds the gradient) or not (dropped as stale). Once per encode (asserted). */
+void dt_codec_settle(dt_codec *c, int ps, unsigned chunk, int accepted);
 
 /* The current residual of shard ps (shard_floats[ps] floats), for tests. */
 void dt_codec_residual(const dt_codec *c, int ps, float *out);

@@ -8,13 +8,18 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "core/error.h"
 #include "transport/wire.h"
 
 #define POLL_MS 1000 /* the thread's longest wait: it also wakes on its eventfd */
 
-enum { IDLE, RUNNING, DONE };                  /* the exchange, as the training thread sees it */
-enum { WAITING, QUEUED, SENT };                /* a chunk's gradient */
+/* The exchange, as the training thread sees it: IDLE --begin--> RUNNING --the thread ends it
+ * (every chunk back, a failure, abandoned)--> DONE --finish--> IDLE. */
+enum { IDLE, RUNNING, DONE };
+/* A chunk's gradient: WAITING (floats not final yet) --ready--> QUEUED --pushed--> SENT; its
+ * parameters then arrive once (arrived[k]). */
+enum { WAITING, QUEUED, SENT };
 
 struct dt_overlap {
     dt_overlap_config cfg;
@@ -90,6 +95,7 @@ static int ps_of(const dt_overlap *o, int k) {
 
 /* Under the lock: the chunk's gradient is complete. */
 static void queue(dt_overlap *o, int k) {
+    if (!DT_ASSERT(o->state[k] == WAITING && o->tail < o->n_chunks)) return;
     o->state[k] = QUEUED;
     o->order[o->tail++] = k;
 }
@@ -198,6 +204,7 @@ int dt_overlap_finish(dt_overlap *o, int abandon, int64_t *steps, dt_push_result
     wake(o);
     pthread_mutex_lock(&o->mu);
     while (o->phase == RUNNING) pthread_cond_wait(&o->cv, &o->mu);
+    DT_ASSERT(o->phase == DONE);
     o->phase = IDLE;
     o->open = 0;
     int rc = o->rc;
@@ -226,12 +233,15 @@ static void on_chunk(void *user, int ps, int chunk, const float *shard) {
     dt_overlap *o = user;
     if (chunk >= o->base[ps + 1] - o->base[ps]) return; /* not of this cut (the client checked the size) */
     int k = o->base[ps] + chunk;
+    /* The client hands each chunk of the exchange over once, and only one that was pushed. */
+    if (!DT_ASSERT(o->state[k] == SENT && !o->arrived[k])) return;
     /* The thread writes parameters the training thread does not read now: a chunk is sent only
      * once every layer holding part of it has finished backward, and the next forward reads a
      * layer only after waiting for its chunks. */
     dt_placement_scatter_range(o->cfg.placement, ps, o->off[k], o->len[k], o->cfg.params, shard);
     pthread_mutex_lock(&o->mu);
-    if (!o->arrived[k]) o->arrived[k] = 1, o->n_arrived++;
+    o->arrived[k] = 1;
+    o->n_arrived++;
     pthread_cond_broadcast(&o->cv);
     pthread_mutex_unlock(&o->mu);
 }
@@ -241,6 +251,7 @@ static void end_exchange(dt_overlap *o, int rc, dt_error *e) {
     dt_push_result res = {0};
     rc = dt_ps_client_stream_end(o->cfg.client, rc, o->steps, &res, e);
     pthread_mutex_lock(&o->mu);
+    DT_ASSERT(o->phase == RUNNING && (rc || o->n_arrived == o->n_chunks));
     o->rc = rc;
     o->err = *e;
     o->res = res;
@@ -271,6 +282,7 @@ static void *run(void *arg) {
         (void)r;
         int rc = DT_OK, k;
         while (!rc && (k = next_chunk(o)) >= 0) {
+            if (!DT_ASSERT(o->state[k] == QUEUED)) break;
             o->state[k] = SENT;
             int p = ps_of(o, k);
             pthread_mutex_unlock(&o->mu);

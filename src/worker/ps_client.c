@@ -1,3 +1,10 @@
+/* The ps client (worker/ps_client.h): its sockets, one ZeroMQ DEALER per ps (replaced when libzmq
+ * still holds a gradient frame on one), its calls, and the data the replies carry. Which replies
+ * a call awaits and what each one means is the exchange core's (worker/exchange.h, a state
+ * machine without sockets): every call is one exchange, begin, send, wait, end. The streaming
+ * calls are that core as it is (overlap.c sends each chunk when it is ready); push_all, pull_all,
+ * push_pull and the pulls wrap it (begin, send every chunk, wait for every reply, end), and the
+ * per-ps requests (HELLO, INIT, STATUS, FETCH, DONE, SHUTDOWN) are exchanges of one slot per ps. */
 #include "worker/ps_client.h"
 
 #include <errno.h>
@@ -9,6 +16,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "core/assert.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/finite.h"
@@ -17,36 +25,28 @@
 #include "transport/auth.h"
 #include "transport/zmq_io.h"
 #include "worker/codec.h"
+#include "worker/exchange.h"
 
-/* Outstanding requests per ps within one call: a push and a pull of every chunk. */
-#define MAX_AWAIT (2 * (int)DT_WIRE_MAX_CHUNKS + 2)
-#define HELLO_RESEND_MS 1000  /* a HELLO lost with a dropped connection is sent again */
+#define HELLO_RESEND_US 1000000 /* a HELLO lost with a dropped connection is sent again */
+#define HELLO_POLL_MS 50        /* re-evaluate resends and the deadline */
 #define READY_POLL_MS 100
-#define STOP_GRACE_MS 2000    /* what a request may still wait once this process is stopped (stop_deadline) */
-#define RELEASE_MS 2000       /* how long libzmq may take to drop the frames of a closed socket */
-#define LATE_WAKE_MS 250      /* a poll that returns this much later than asked: the process was stopped */
-#define SCAN_BLOCK 8192     /* floats unpacked then checked for NaN/infinity while in cache (32 KiB) */
-
-typedef struct {
-    uint32_t id;              /* request id awaited */
-    uint8_t req, want;        /* request type sent, reply type expected */
-    int64_t sent_ms;          /* when (dt_clock_ms) */
-} await_t;
+#define STOP_GRACE_MS 2000      /* what a request may still wait once this process is stopped (stop_deadline) */
+#define RELEASE_MS 2000         /* how long libzmq may take to drop the frames of a closed socket */
+#define LATE_WAKE_MS 250        /* a poll that returns this much later than asked: the process was stopped */
+#define SCAN_BLOCK 8192         /* floats unpacked then checked for NaN/infinity while in cache (32 KiB) */
 
 typedef struct {
     void *sock;
     char *endpoint;
     size_t n;                 /* shard floats */
     dt_ps_shard_status st;
-    await_t await[MAX_AWAIT];
-    int n_await;
     int chunks;               /* how the ps cuts its shard: 1 until a reply says otherwise */
     int cut_known;            /* a reply of the initialised ps said so */
     float *recv;              /* [n] the shard as pulled, chunk by chunk (dt_ps_client_pull_views) */
     atomic_int inflight;      /* zero-copy gradient frames to this ps that libzmq still references */
     atomic_int wake_fd;       /* written when libzmq lets one go (dt_ps_client_set_wake_fd); -1: none */
-    int64_t quiet_since;      /* since when this ps may have heard nothing from us (dt_ps_client_silent_ms) */
-    int64_t gap_ms, gap_end;  /* the longest such silence that has ended, and when: until the ps answers a
+    int64_t quiet_since;      /* since when (dt_clock_us) this ps may have heard nothing from us (silent_ms) */
+    int64_t gap_us, gap_end;  /* the longest such silence that has ended, and when: until the ps answers a
                                * request sent after it, it may have declared us lost meanwhile */
 } ps_conn;
 
@@ -56,26 +56,36 @@ typedef struct {
  * back by it (it may be gone, the send merely queued). */
 static void heard(ps_conn *p, int64_t from, int64_t to) {
     if (to <= p->quiet_since) return;
-    if (p->quiet_since && from - p->quiet_since > p->gap_ms) p->gap_ms = from - p->quiet_since, p->gap_end = from;
+    if (p->quiet_since && from - p->quiet_since > p->gap_us) p->gap_us = from - p->quiet_since, p->gap_end = from;
     p->quiet_since = to;
 }
 
-/* Where the replies of a push and/or pull go: each chunk of PARAMS into dst[i] at its offset. */
-typedef struct {
-    dt_push_result res;
-    float *const *dst;        /* [n_ps] */
-    int64_t min_step;
-    int64_t *chunk_step;      /* [n_ps * DT_WIRE_MAX_CHUNKS] the step each chunk came back at */
-    uint8_t *stale;           /* [n_ps] a chunk of this ps's push arrived stale */
-    double t0;                /* when it began (dt_seconds), for the latency metrics; 0: metrics off */
-} xfer_ctx;
+/* What a per-ps request's call does with each reply (STATUS, FETCH, HELLO...). */
+typedef int (*reply_fn)(dt_ps_client *c, int ps, dt_wire_in *in, void *user, dt_error *err);
 
-static int64_t *chunk_step(xfer_ctx *x, int i, int k) { return &x->chunk_step[(size_t)i * DT_WIRE_MAX_CHUNKS + k]; }
+/* The call under way: what its exchange (worker/exchange.h) is for and where its replies go. */
+typedef struct {
+    const char *what;         /* names it in messages: "PUSH+PULL", "STATUS"... */
+    int push, pull;           /* per chunk: gradients go up (PUSH); parameters come down (PARAMS) */
+    int64_t local_step;       /* the pushed gradients' step */
+    int64_t min_step;         /* PARAMS: the oldest step wanted */
+    float *const *dst;        /* [n_ps] where each PARAMS chunk goes, at its offset */
+    int repull;               /* sync pulls: make every chunk one step, at the newest (0) or oldest (1); -1: no */
+    int repulled;             /* shards pulled again for that */
+    reply_fn fn;              /* a per-ps request: what each reply does (NULL: nothing) */
+    void *user;
+    dt_ps_chunk_fn on_chunk;  /* streaming: told of each PARAMS chunk as it lands (set while polling) */
+    void *chunk_user;
+    double t0;                /* when it began (dt_seconds), for the latency metrics; 0: metrics off */
+} call_t;
 
 struct dt_ps_client {
     void *ctx;
     int n_ps;
     ps_conn *ps;
+    const char **names;       /* [n_ps] the endpoints, naming each ps in the exchange's messages */
+    dt_exchange *ex;          /* the exchange core: the requests out and the replies awaited */
+    call_t call;              /* what the exchange under way is for */
     dt_wire_role role;
     uint16_t task;
     int connect_timeout_ms, request_timeout_ms;
@@ -83,7 +93,6 @@ struct dt_ps_client {
     dt_auth auth;             /* the client's keys (a copy): a replaced socket is set up as at open */
     char unusable[256];       /* why this client refuses every request ("" while it works) */
     int buffers_held;         /* libzmq kept gradient frames after a failed call (see the header) */
-    uint32_t next_id;
     int aggregate, total, staleness; /* sync replicas; aggregate 0: asynchronous */
     int n_workers;            /* told to every ps in INIT; 0: not told */
     uint64_t chunk_bytes;     /* the cut INIT asks for: chunks of about this size (0: one chunk) */
@@ -96,74 +105,69 @@ struct dt_ps_client {
     FILE *log;                /* NULL: quiet */
     int sndbuf;               /* SO_SNDBUF of each connection; 0: the kernel's */
     const volatile int *stop; /* set by a signal handler: waits end (DT_EINTR); NULL: none */
-    int64_t stopped_at;       /* when a wait first saw *stop set (dt_clock_ms); 0: not yet */
+    int64_t stopped_at;       /* when a wait first saw *stop set (dt_clock_us); 0: not yet */
     dt_ps_client_stats stats;
     /* Metrics (NULL series when off): latency of each kind of exchange, bytes, stale gradients. */
     dt_metric *m_push, *m_pull, *m_push_pull, *m_wait, *m_tx, *m_rx, *m_stale;
-    /* The streaming exchange under way (dt_ps_client_stream_begin .. _end). */
-    int streaming;
-    xfer_ctx sx;
-    int64_t s_local_step, s_deadline;
-    int64_t *s_chunk_step;    /* [n_ps * DT_WIRE_MAX_CHUNKS] */
-    uint8_t *s_stale;         /* [n_ps] */
-    float **s_dst;            /* [n_ps] the receive buffers */
+    float **s_dst;            /* [n_ps] a streaming exchange's receive buffers */
 };
 
-/* What a gather call does with each expected reply. */
-typedef int (*reply_fn)(dt_ps_client *c, int ps, dt_wire_in *in, void *user, dt_error *err);
+/* What a broken invariant left (DT_ASSERT, in a release build), for the message of the refused call. */
+static const char *broken(void) {
+    const char *s = dt_assert_sticky();
+    return s ? s : "broken invariant";
+}
 
 static int fail_ps(dt_ps_client *c, int ps, dt_error *err, int code, const char *what, const char *msg) {
     return dt_errorf(err, code, "ps %d at %s: %s%s%s", ps, c->ps[ps].endpoint, what, *what ? ": " : "", msg);
 }
 
-static void set_send_timeout(ps_conn *p, int64_t deadline) {
-    int64_t left = deadline - dt_clock_ms();
+/* The call under way has failed (rc): its exchange awaits nothing more. */
+static int fail_call(dt_ps_client *c, int rc) {
+    dt_ex_state s = dt_ex_get_state(c->ex);
+    if (s == DT_EX_OPEN || s == DT_EX_DONE) dt_ex_fail(c->ex);
+    return rc;
+}
+
+/* Once this process is told to stop (a signal sets *stop), what it still asks (DONE, SHUTDOWN, the
+ * step in flight) waits at most STOP_GRACE_MS more: its ps tasks are most likely stopping too, and
+ * a stop must not wait out --heartbeat_timeout for them. */
+static int stopping(const dt_ps_client *c) { return c->stop && *c->stop; }
+
+static int64_t stop_deadline(dt_ps_client *c) {
+    if (!c->stopped_at) c->stopped_at = dt_clock_us();
+    return c->stopped_at + STOP_GRACE_MS * 1000LL;
+}
+
+static void set_send_timeout(ps_conn *p, int64_t deadline_us) {
+    int64_t left = (deadline_us - dt_clock_us()) / 1000;
     int ms = left <= 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
     zmq_setsockopt(p->sock, ZMQ_SNDTIMEO, &ms, sizeof ms);
 }
 
-/* Sends one request to ps i and records that its reply (want) is awaited. h: type and the
- * type-specific fields; routing fields are filled here. payload is consumed. */
-static int send_req(dt_ps_client *c, int i, dt_wire_header *h, uint8_t want, zmq_msg_t *payload,
-                    int64_t deadline, dt_error *err) {
+/* Sends one request to ps i for slot `chunk` of the exchange under way (a send blocks until
+ * send_by at the latest), which then awaits its reply. h: type and the type-specific fields;
+ * routing fields are filled here. payload is consumed. */
+static int send_req(dt_ps_client *c, int i, int chunk, dt_wire_header *h, zmq_msg_t *payload, int64_t send_by,
+                    dt_error *err) {
     ps_conn *p = &c->ps[i];
-    if (c->unusable[0]) {
-        if (payload) zmq_msg_close(payload);
-        return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
-    }
-    if (p->n_await >= MAX_AWAIT) {
-        if (payload) zmq_msg_close(payload);
-        return dt_errorf(err, DT_EINVAL, "ps %d: too many outstanding requests", i);
-    }
-    if (++c->next_id == 0) c->next_id = 1; /* 0 means "no id" in refusals */
     h->role = (uint8_t)c->role;
     h->task = c->task;
-    h->request_id = c->next_id;
+    h->request_id = dt_ex_new_id(c->ex);
     h->shard = (uint32_t)i;
-    set_send_timeout(p, deadline);
+    set_send_timeout(p, send_by);
     dt_metric_add(c->m_tx, (double)(DT_WIRE_HEADER_SIZE + (payload ? zmq_msg_size(payload) : 0)));
     dt_error e = {0};
     int rc = dt_wire_send(p->sock, NULL, h, payload, 0, &e);
     if (rc) return fail_ps(c, i, err, rc, "", rc == DT_ETIMEOUT ? "send timed out (too many requests queued)" : e.msg);
-    int64_t now = dt_clock_ms();
+    int64_t now = dt_clock_us();
     heard(p, now, now);
-    p->await[p->n_await++] = (await_t){.id = h->request_id, .req = h->type, .want = want, .sent_ms = now};
-    return DT_OK;
+    rc = dt_ex_sent(c->ex, i, chunk, h->type, h->request_id, now);
+    return rc ? dt_errorf(err, rc, "ps client: %s", broken()) : DT_OK;
 }
 
-static int take_await(ps_conn *p, uint32_t id, await_t *a) {
-    for (int k = 0; k < p->n_await; k++) {
-        if (p->await[k].id != id) continue;
-        *a = p->await[k];
-        p->await[k] = p->await[--p->n_await];
-        return 1;
-    }
-    return 0;
-}
-
-static void clear_awaits(dt_ps_client *c) {
-    for (int i = 0; i < c->n_ps; i++) c->ps[i].n_await = 0;
-}
+/* A request due a request timeout from now. */
+static int64_t request_deadline(const dt_ps_client *c) { return dt_clock_us() + c->request_timeout_ms * 1000LL; }
 
 static void note_status(ps_conn *p, const dt_wire_header *h) {
     if (h->type != DT_MSG_PARAMS && h->type != DT_MSG_PUSH_ACK) p->st.global_step = h->global_step; /* a chunk's own */
@@ -173,160 +177,159 @@ static void note_status(ps_conn *p, const dt_wire_header *h) {
     if (h->chunks && h->generation) p->cut_known = 1;
 }
 
-/* Handles one received message from ps i: 1 if it answered an awaited request, 0 if it was a
- * stale reply (an earlier request that timed out), < 0 on error. */
-static int on_message(dt_ps_client *c, int i, dt_wire_in *in, reply_fn fn, void *user, dt_error *err) {
+/* A chunk reply the exchange took: the push's outcome goes to the codec's error feedback; a PARAMS
+ * chunk goes into the call's dst at its offset (checked: finite values), and to the streaming
+ * caller. */
+static int on_chunk(dt_ps_client *c, int i, dt_wire_in *in, const dt_ex_reply_info *r, dt_error *err) {
+    const dt_wire_header *h = &in->hdr;
+    if (c->codec && r->req == DT_MSG_PUSH) dt_codec_settle(c->codec, i, h->chunk, r->accepted);
+    if (h->type != DT_MSG_PARAMS) return DT_OK;
+    uint64_t off, len;
+    dt_wire_chunk(c->ps[i].n, h->chunks, h->chunk, &off, &len); /* its size and cut were checked by the exchange */
+    float *dst = c->call.dst[i] + off;
+    /* A non-finite value is caught here, where it enters, and named by its source; left alone it
+     * would surface only later as a NaN loss. Unpacked and scanned a block at a time, so the scan
+     * reads what the copy just wrote from cache instead of a whole chunk again from memory. */
+    const unsigned char *src = zmq_msg_data(&in->payload); /* libzmq promises no alignment */
+    size_t esize = dt_enc_size(h->encoding), bad = (size_t)len;
+    for (size_t at = 0; at < (size_t)len && bad == (size_t)len; at += SCAN_BLOCK) {
+        size_t k = (size_t)len - at < SCAN_BLOCK ? (size_t)len - at : SCAN_BLOCK;
+        dt_unpack(h->encoding, dst + at, src + at * esize, k);
+        size_t b = dt_first_nonfinite(dst + at, k);
+        if (b < k) bad = at + b;
+    }
+    if (bad < len) {
+        char name[96], msg[320];
+        if (c->name_float) c->name_float(c->name_user, i, (size_t)off + bad, name, sizeof name);
+        else snprintf(name, sizeof name, "float %zu of its shard", (size_t)off + bad);
+        snprintf(msg, sizeof msg, "served a non-finite parameter (%s = %g) at step %lld: training diverged (lower "
+                 "--learning_rate) or the ps is damaged", name, (double)dst[bad], (long long)h->global_step);
+        return fail_ps(c, i, err, DT_EFORMAT, "", msg);
+    }
+    if (c->call.on_chunk) c->call.on_chunk(c->call.chunk_user, i, h->chunk, c->call.dst[i]);
+    return DT_OK;
+}
+
+/* Handles one message received from ps i: 1 if it answered an awaited request, 0 if the exchange
+ * ignored it (a late reply to an earlier request), < 0 on error (the exchange has failed). */
+static int on_message(dt_ps_client *c, int i, dt_wire_in *in, dt_error *err) {
     ps_conn *p = &c->ps[i];
-    await_t a;
     dt_metric_add(c->m_rx, (double)(DT_WIRE_HEADER_SIZE + zmq_msg_size(&in->payload)));
-    if (!take_await(p, in->hdr.request_id, &a)) return 0;
+    dt_ex_reply_info r;
+    int rc = dt_ex_reply(c->ex, i, &in->hdr, zmq_msg_data(&in->payload), zmq_msg_size(&in->payload), &r, err);
+    if (rc == DT_EX_IGNORED) return 0;
     /* The ps heard from us when it answered (a PULL it held: that much after we sent it), however
      * late we read the reply (this process may have been stopped meanwhile). */
-    int64_t now = dt_clock_ms(), held_ms = in->hdr.type == DT_MSG_PARAMS ? (int64_t)(in->hdr.params.waited_us / 1000) : 0;
-    int64_t answered = held_ms < now - a.sent_ms ? a.sent_ms + held_ms : now;
-    heard(p, answered, answered);
-    const uint8_t want = a.want;
-    const char *tn = dt_wire_type_name(a.req);
-    if (in->hdr.type == DT_MSG_ERROR) {
-        c->last_refusal = in->hdr.status;
+    uint64_t waited = in->hdr.type == DT_MSG_PARAMS ? in->hdr.params.waited_us : 0;
+    int64_t now = dt_clock_us(), held = waited > INT64_MAX ? INT64_MAX : (int64_t)waited;
+    int64_t answered = held < now - r.sent_us ? r.sent_us + held : now;
+    if (r.chunk >= 0) heard(p, answered, answered);
+    if (r.refused) {
+        c->last_refusal = dt_ex_refusal(c->ex);
         note_status(p, &in->hdr); /* a refusal for another cut teaches the cut */
-        char text[DT_WIRE_MAX_ERROR_TEXT + 1], what[32];
-        dt_wire_error_text(text, sizeof text, zmq_msg_data(&in->payload), zmq_msg_size(&in->payload));
-        snprintf(what, sizeof what, "%s refused", tn);
-        return fail_ps(c, i, err, DT_EPROTO, what, text);
     }
-    if (in->hdr.type != want || in->hdr.shard != (uint32_t)i || in->hdr.role != DT_ROLE_PS) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "got %s from %s %u for shard %u, expected %s from ps %d",
-                 dt_wire_type_name(in->hdr.type), dt_wire_role_name(in->hdr.role), in->hdr.task,
-                 in->hdr.shard, tn, i);
-        return fail_ps(c, i, err, DT_EPROTO, "unexpected reply", msg);
-    }
-    dt_error e = {0};
-    if (dt_wire_check_payload(&in->hdr, p->n, &e)) return fail_ps(c, i, err, DT_EPROTO, tn, e.msg);
-    if (a.sent_ms >= p->gap_end) p->gap_ms = 0; /* it answered after our last silence: it kept us */
+    if (rc < 0) return rc;
+    if (r.sent_us >= p->gap_end) p->gap_us = 0; /* it answered after our last silence: it kept us */
     note_status(p, &in->hdr);
-    int rc = fn ? fn(c, i, in, user, err) : DT_OK;
-    return rc ? rc : 1;
+    if (c->call.push || c->call.pull) rc = on_chunk(c, i, in, &r, err);
+    else rc = c->call.fn ? c->call.fn(c, i, in, c->call.user, err) : DT_OK;
+    return rc ? fail_call(c, rc) : 1;
 }
 
-/* Once this process is told to stop (a signal sets *stop), what it still asks (DONE, SHUTDOWN, the
- * step in flight) waits at most STOP_GRACE_MS more: its ps tasks are most likely stopping too, and
- * a stop must not wait out --heartbeat_timeout for them. *stopped: 1 when that applies. */
-static int stopping(const dt_ps_client *c) { return c->stop && *c->stop; }
-
-static int64_t stop_deadline(dt_ps_client *c, int64_t deadline, int *stopped) {
-    if (!stopping(c)) return deadline;
-    if (!c->stopped_at) c->stopped_at = dt_clock_ms();
-    *stopped = 1;
-    return c->stopped_at + STOP_GRACE_MS < deadline ? c->stopped_at + STOP_GRACE_MS : deadline;
+/* Receives what ps i has queued while its replies are due. */
+static int drain(dt_ps_client *c, int i, dt_error *err) {
+    while (dt_ex_awaiting(c->ex, i)) {
+        dt_wire_in in;
+        dt_error e = {0};
+        int rc = dt_wire_recv(c->ps[i].sock, 0, &in, &e);
+        if (rc == DT_ETIMEOUT) {
+            dt_wire_in_close(&in);
+            return DT_OK;
+        }
+        if (rc == DT_OK) rc = on_message(c, i, &in, err);
+        else rc = fail_call(c, fail_ps(c, i, err, rc, c->call.what, e.msg));
+        dt_wire_in_close(&in);
+        if (rc < 0) return rc;
+    }
+    return DT_OK;
 }
 
-/* One wait of at most max_ms for the awaited replies (each handed to fn) and, fd >= 0, for fd to
- * become readable: 1 when no reply is awaited any more, 0 while some still are, < 0 on error (the
- * deadline passed with replies missing, a bad reply). */
-static int gather_round(dt_ps_client *c, int64_t deadline, long max_ms, int fd, const char *what, reply_fn fn,
-                        void *user, dt_error *err) {
+/* The replies of ps first_due are overdue (the deadline passed with some missing). */
+static int timed_out(dt_ps_client *c, int first_due, int stopped, dt_error *err) {
+    char msg[256];
+    /* A sync PULL is the barrier: it waits for the other workers, not only for the ps. */
+    snprintf(msg, sizeof msg, "no reply within %d ms (%s): %s", stopped ? STOP_GRACE_MS : c->request_timeout_ms,
+             stopped ? "of this process being stopped by a signal" : "--heartbeat_timeout",
+             c->aggregate && strstr(c->call.what, "PULL")
+                 ? "the ps is down, or the sync barrier waits for workers that are gone (the step "
+                   "needs --replicas_to_aggregate gradients; backup workers let it lose some)"
+                 : "the ps is down or overloaded");
+    return fail_call(c, fail_ps(c, first_due, err, DT_ETIMEOUT, c->call.what, msg));
+}
+
+/* One wait of at most max_ms for the replies due (each handed to on_message) and, fd >= 0, for fd
+ * to become readable: DT_OK, or < 0 on error (the deadline passed with replies missing, a bad
+ * reply): the exchange has then failed. */
+static int wait_round(dt_ps_client *c, long max_ms, int fd, dt_error *err) {
     zmq_pollitem_t items[c->n_ps + 1];
     int idx[c->n_ps];
     int n = 0;
     for (int i = 0; i < c->n_ps; i++)
-        if (c->ps[i].n_await) {
+        if (dt_ex_awaiting(c->ex, i)) {
             items[n] = (zmq_pollitem_t){.socket = c->ps[i].sock, .events = ZMQ_POLLIN};
             idx[n++] = i;
         }
-    if (n == 0 && fd < 0) return 1;
-    int stopped = 0;
-    deadline = stop_deadline(c, deadline, &stopped);
-    int64_t left = deadline - dt_clock_ms();
-    if (n && left <= 0) {
-        char msg[256];
-        /* A sync PULL is the barrier: it waits for the other workers, not only for the ps. */
-        snprintf(msg, sizeof msg, "no reply within %d ms (%s): %s", stopped ? STOP_GRACE_MS : c->request_timeout_ms,
-                 stopped ? "of this process being stopped by a signal" : "--heartbeat_timeout",
-                 c->aggregate && strstr(what, "PULL")
-                     ? "the ps is down, or the sync barrier waits for workers that are gone (the step "
-                       "needs --replicas_to_aggregate gradients; backup workers let it lose some)"
-                     : "the ps is down or overloaded");
-        int rc = fail_ps(c, idx[0], err, DT_ETIMEOUT, what, msg);
-        clear_awaits(c);
-        return rc;
-    }
-    long wait_ms = n && left < max_ms ? (long)left : max_ms;
+    if (n == 0 && fd < 0) return DT_OK;
+    int stopped = stopping(c);
+    if (stopped) dt_ex_cap_deadline(c->ex, stop_deadline(c));
+    int64_t before = dt_clock_us();
+    int late = dt_ex_overdue(c->ex, before);
+    if (late >= 0) return timed_out(c, late, stopped, err);
+    int64_t left_ms = (dt_ex_deadline(c->ex) - before + 999) / 1000;
+    long wait_ms = n && left_ms < max_ms ? (long)left_ms : max_ms;
     int m = n;
     if (fd >= 0) items[m++] = (zmq_pollitem_t){.socket = NULL, .fd = fd, .events = ZMQ_POLLIN};
-    int64_t before = dt_clock_ms();
     int r = zmq_poll(items, m, wait_ms);
-    int64_t after = dt_clock_ms();
+    int64_t after = dt_clock_us();
     /* Waiting for a reply, this worker counts as alive to the ps (a sync ps holding its PULL
      * does not count it silent), unless the process was not running: a wake far later than
      * asked means it was stopped (SIGSTOP, a paused machine), and its silence runs on. */
-    if (after - before <= wait_ms + LATE_WAKE_MS)
+    if (after - before <= (wait_ms + LATE_WAKE_MS) * 1000LL)
         for (int k = 0; k < n; k++) heard(&c->ps[idx[k]], before, after);
     if (r < 0) {
-        clear_awaits(c);
-        if (errno == EINTR) return dt_errorf(err, DT_EINTR, "%s interrupted by a signal", what);
-        return dt_errorf(err, DT_ENET, "%s: zmq_poll: %s", what, zmq_strerror(errno));
+        if (errno == EINTR) return fail_call(c, dt_errorf(err, DT_EINTR, "%s interrupted by a signal", c->call.what));
+        return fail_call(c, dt_errorf(err, DT_ENET, "%s: zmq_poll: %s", c->call.what, zmq_strerror(errno)));
     }
     for (int k = 0; k < n && r > 0; k++) {
-        if (!(items[k].revents & ZMQ_POLLIN)) continue;
-        int i = idx[k];
-        while (c->ps[i].n_await) {
-            dt_wire_in in;
-            dt_error e = {0};
-            int rc = dt_wire_recv(c->ps[i].sock, 0, &in, &e);
-            if (rc == DT_ETIMEOUT) {
-                dt_wire_in_close(&in);
-                break;
-            }
-            if (rc == DT_OK) rc = on_message(c, i, &in, fn, user, err);
-            else rc = fail_ps(c, i, err, rc, what, e.msg);
-            dt_wire_in_close(&in);
-            if (rc < 0) {
-                clear_awaits(c);
-                return rc;
-            }
-        }
-    }
-    for (int i = 0; i < c->n_ps; i++)
-        if (c->ps[i].n_await) return 0;
-    return 1;
-}
-
-/* Waits until every awaited reply has arrived (calling fn on each) or the deadline passes. */
-static int gather(dt_ps_client *c, int64_t deadline, const char *what, reply_fn fn, void *user,
-                  dt_error *err) {
-    for (;;) {
-        int rc = gather_round(c, deadline, 1000, -1, what, fn, user, err);
+        int rc = items[k].revents & ZMQ_POLLIN ? drain(c, idx[k], err) : DT_OK;
         if (rc < 0) return rc;
-        if (rc) {
-            c->last_refusal = 0;
-            return DT_OK;
-        }
     }
+    return DT_OK;
 }
 
-/* The same payload-less request to every ps, then every reply (each passed to fn, if any), within
- * one request timeout. */
-static int ask_every_ps(dt_ps_client *c, dt_msg_type type, dt_msg_type reply, const char *what, reply_fn fn,
-                        void *user, dt_error *err) {
-    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
-    for (int i = 0; i < c->n_ps; i++) {
-        dt_wire_header h = dt_wire_header_make(type, 0, 0, 0);
-        int rc = send_req(c, i, &h, reply, NULL, deadline, err);
-        if (rc) {
-            clear_awaits(c);
-            return rc;
-        }
+/* Waits until every reply of the exchange under way is in (DONE) or it fails. Every request has
+ * gone out. */
+static int gather(dt_ps_client *c, dt_error *err) {
+    while (dt_ex_get_state(c->ex) == DT_EX_OPEN) {
+        int due = 0;
+        for (int i = 0; i < c->n_ps; i++) due += dt_ex_awaiting(c->ex, i);
+        if (!DT_ASSERT(due > 0)) /* open with nothing due: a request was never sent */
+            return fail_call(c, dt_errorf(err, DT_EINVAL, "ps client: %s: %s", c->call.what, broken()));
+        int rc = wait_round(c, 1000, -1, err);
+        if (rc) return rc;
     }
-    return gather(c, deadline, what, fn, user, err);
+    if (!DT_ASSERT(dt_ex_get_state(c->ex) == DT_EX_DONE)) return dt_errorf(err, DT_EINVAL, "ps client: %s", broken());
+    return DT_OK;
 }
+
+/* ---- the sockets: one per ps, replaced when libzmq still holds a gradient frame on it ---- */
 
 /* libzmq's I/O thread calls this when it is done with a zero-copy gradient frame (hint: its ps). */
 static void release_inflight(void *data, void *hint) {
     (void)data;
     ps_conn *p = hint;
-    atomic_fetch_sub(&p->inflight, 1);
+    int before = atomic_fetch_sub(&p->inflight, 1);
+    DT_ASSERT(before > 0);
     int fd = atomic_load(&p->wake_fd);
     if (fd >= 0) {
         uint64_t one = 1;
@@ -336,19 +339,19 @@ static void release_inflight(void *data, void *hint) {
 }
 
 /* Waits until libzmq has released every gradient frame (DT_OK) or the deadline passes (DT_ETIMEOUT). */
-static int wait_released(dt_ps_client *c, int64_t deadline) {
+static int wait_released(dt_ps_client *c, int64_t deadline_us) {
     for (;;) {
         int held = 0;
         for (int i = 0; i < c->n_ps; i++) held += atomic_load(&c->ps[i].inflight);
         if (!held) return DT_OK;
-        if (dt_clock_ms() > deadline) return DT_ETIMEOUT;
+        if (dt_clock_us() > deadline_us) return DT_ETIMEOUT;
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);
     }
 }
 
 /* ps i's socket, set up and connected: at open, and again when one that held gradient frames is
- * replaced (release_gradients), so both get the same options. */
+ * replaced (replace_socket), so both get the same options. */
 static int conn_socket(dt_ps_client *c, int i, dt_error *err) {
     ps_conn *p = &c->ps[i];
     dt_error e = {0};
@@ -369,26 +372,31 @@ static int conn_socket(dt_ps_client *c, int i, dt_error *err) {
     return DT_OK;
 }
 
+/* ps i's socket is closed with linger 0, so libzmq drops the frames it still queues for it (a ps
+ * discards a message cut short), and a fresh one connects in its place (to the same ps, or the
+ * one restarted there). Replies due on the old socket never come: the exchange stops awaiting
+ * them. A socket that cannot be replaced makes the client unusable. */
+static void replace_socket(dt_ps_client *c, int i) {
+    ps_conn *p = &c->ps[i];
+    zmq_close(p->sock);
+    p->sock = NULL;
+    dt_ex_drop_ps(c->ex, i);
+    dt_error e = {0};
+    if (conn_socket(c, i, &e) && !c->unusable[0])
+        snprintf(c->unusable, sizeof c->unusable, "could not replace a socket: %.200s", e.msg);
+}
+
 /* The header's contract: when a call that sent gradients returns, libzmq holds none of them.
  * After the replies they are almost always released already (a reply proves the ps read them).
  * A frame still held sits in the queue of a ps that is down or not reading, or is half written to
  * it, and libzmq would send it, or its rest, later from a buffer the caller has since reused: a
- * torn gradient. Closing that socket with linger 0 makes libzmq drop it (a ps discards a message
- * cut short), and a fresh socket takes its place. rc is the call's outcome so far, returned
+ * torn gradient. The socket that holds it is replaced. rc is the call's outcome so far, returned
  * unless the frames cannot be released. */
-static int release_gradients(dt_ps_client *c, int rc, int64_t deadline, dt_error *err) {
-    if (!rc && wait_released(c, deadline) == DT_OK) return DT_OK;
-    for (int i = 0; i < c->n_ps; i++) {
-        ps_conn *p = &c->ps[i];
-        if (!atomic_load(&p->inflight) || !p->sock) continue;
-        zmq_close(p->sock); /* linger 0 (conn_socket): libzmq drops what it still queues */
-        p->sock = NULL;
-        p->n_await = 0;
-        dt_error e = {0};
-        if (conn_socket(c, i, &e) && !c->unusable[0])
-            snprintf(c->unusable, sizeof c->unusable, "could not replace a socket: %.200s", e.msg);
-    }
-    if (wait_released(c, dt_clock_ms() + RELEASE_MS) != DT_OK) {
+static int release_gradients(dt_ps_client *c, int rc, int64_t deadline_us, dt_error *err) {
+    if (!rc && wait_released(c, deadline_us) == DT_OK) return DT_OK;
+    for (int i = 0; i < c->n_ps; i++)
+        if (atomic_load(&c->ps[i].inflight) && c->ps[i].sock) replace_socket(c, i);
+    if (wait_released(c, dt_clock_us() + RELEASE_MS * 1000LL) != DT_OK) {
         /* Never seen; but then the caller must not touch its buffers, so nothing is sent again. */
         c->buffers_held = 1;
         snprintf(c->unusable, sizeof c->unusable, "ZeroMQ still holds gradient buffers %d ms after their sockets "
@@ -400,6 +408,120 @@ static int release_gradients(dt_ps_client *c, int rc, int64_t deadline, dt_error
     return rc;
 }
 
+/* ---- calls: each one exchange (begin, send, wait, end) ---- */
+
+/* Begins the exchange of a call that awaits `want` replies (per chunk of every ps for PARAMS
+ * and PUSH_ACK, else one per ps). */
+static int call_begin(dt_ps_client *c, const call_t *call, uint8_t want, dt_error *err) {
+    if (dt_ex_get_state(c->ex) != DT_EX_IDLE)
+        return dt_errorf(err, DT_EINVAL, "ps client: %s while an exchange is already under way", call->what);
+    if (c->unusable[0]) return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
+    int chunks[c->n_ps];
+    for (int i = 0; i < c->n_ps; i++) chunks[i] = c->ps[i].chunks;
+    dt_ex_kind kind = {.want = want, .min_step = call->min_step, .timeout_us = c->request_timeout_ms * 1000LL};
+    /* HELLO: hello_all's own deadline (the connect timeout) passes first. */
+    if (want == DT_MSG_WELCOME) kind.timeout_us = (c->connect_timeout_ms + 1000) * 1000LL;
+    if (dt_ex_begin(c->ex, &kind, chunks, dt_clock_us()))
+        return dt_errorf(err, DT_EINVAL, "ps client: %s: %s", call->what, broken());
+    c->call = *call;
+    c->call.t0 = c->m_push || c->m_pull ? dt_seconds() : 0;
+    return DT_OK;
+}
+
+/* Sync mode: a chunk may come back a step ahead of another (with backup workers a ps can move a
+ * chunk on while this worker's requests are in flight). The chunks behind are pulled again at
+ * exactly the newest step seen: a ps answers an EXACT pull when the chunk reaches that step, or
+ * from its snapshot if it has passed it, so one round makes every chunk of every ps one step.
+ * oldest (a worker resuming, which pushes nothing for the step under way): the chunks ahead are
+ * pulled again at the oldest step instead, from the ps's snapshots. Waiting for the newest would
+ * wait for this worker's own gradient: a ps counts a worker that was lost as live again from its
+ * first message, so the chunks behind now wait for its gradient of their step, which comes only
+ * after the pull (the chief moving on alone streams its chunks one by one, so a resuming worker
+ * often finds them a step apart). */
+static int send_pull(dt_ps_client *c, int i, int k, int64_t step, int exact, dt_error *err);
+
+static int same_step(dt_ps_client *c, dt_error *err) {
+    int64_t target;
+    int shards = dt_ex_repull(c->ex, c->call.repull, &target);
+    if (!shards) return DT_OK;
+    c->call.repulled += shards;
+    c->stats.repulls += (uint64_t)shards;
+    c->call.what = "PULL (exact step)";
+    for (int i = 0; i < c->n_ps; i++)
+        for (int k = 0; k < dt_ex_chunks(c->ex, i); k++) {
+            int rc = dt_ex_slot(c->ex, i, k) == DT_EX_UNSENT ? send_pull(c, i, k, target, 1, err) : DT_OK;
+            if (rc) return fail_call(c, rc);
+        }
+    return gather(c, err);
+}
+
+/* After every reply of a push or pull: each shard's step (what every one of its chunks reached),
+ * the counts. */
+static void call_done(dt_ps_client *c, int64_t *steps, dt_push_result *res) {
+    int64_t s[c->n_ps];
+    dt_push_result r = {.repulled = c->call.repulled};
+    dt_ex_result(c->ex, s, &r.n_stale, &r.wait_us);
+    for (int i = 0; i < c->n_ps; i++) {
+        c->ps[i].st.global_step = s[i];
+        if (steps) steps[i] = s[i];
+    }
+    r.global_step = c->ps[0].st.global_step;
+    int pushed = c->call.push, pulled = c->call.pull;
+    if (pulled) {
+        c->stats.pulls++;
+        c->stats.wait_us += r.wait_us;
+    }
+    if (pushed) {
+        c->stats.pushes++;
+        c->stats.stale_pushes += r.n_stale > 0;
+    }
+    if (c->call.t0) {
+        dt_metric *m = pushed && pulled ? c->m_push_pull : pushed ? c->m_push : c->m_pull;
+        dt_metric_observe(m, dt_seconds() - c->call.t0);
+        if (pulled) dt_metric_observe(c->m_wait, (double)r.wait_us * 1e-6);
+        if (pushed && r.n_stale > 0) dt_metric_add(c->m_stale, 1);
+    }
+    if (res) *res = r;
+}
+
+/* The caller ends an exchange that is not DONE, saying nothing went wrong. */
+static int unfinished(dt_ps_client *c, dt_error *err) {
+    for (int i = 0; i < c->n_ps; i++)
+        for (int k = 0; k < dt_ex_chunks(c->ex, i); k++)
+            if (dt_ex_slot(c->ex, i, k) != DT_EX_ARRIVED)
+                return dt_errorf(err, DT_EINVAL, "ps client: exchange ended with chunk %d of ps %d not %s", k, i,
+                                 dt_ex_slot(c->ex, i, k) == DT_EX_UNSENT ? "sent" : "answered");
+    return dt_errorf(err, DT_EINVAL, "ps client: exchange ended as if it had not failed");
+}
+
+/* Ends the call under way, whatever its outcome so far (rc): the caller gets its gradient
+ * buffers back, sync pulls are made one step, a push or pull is counted; the exchange is over. */
+static int call_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_result *res, dt_error *err) {
+    if (!rc && dt_ex_get_state(c->ex) != DT_EX_DONE) rc = unfinished(c, err);
+    if (rc) fail_call(c, rc);
+    if (c->call.push) rc = release_gradients(c, rc, dt_ex_deadline(c->ex), err);
+    if (!rc && c->call.pull && c->call.repull >= 0) rc = same_step(c, err);
+    if (!rc && (c->call.push || c->call.pull)) call_done(c, steps, res);
+    if (rc) fail_call(c, rc);
+    else c->last_refusal = 0;
+    dt_ex_end(c->ex);
+    c->call = (call_t){.what = "no call"};
+    return rc;
+}
+
+/* The same payload-less request to every ps, then every reply (each passed to fn, if any). */
+static int ask_every_ps(dt_ps_client *c, dt_msg_type type, dt_msg_type reply, const char *what, reply_fn fn,
+                        void *user, dt_error *err) {
+    int rc = call_begin(c, &(call_t){.what = what, .fn = fn, .user = user, .repull = -1}, reply, err);
+    if (rc) return rc;
+    for (int i = 0; i < c->n_ps && !rc; i++) {
+        dt_wire_header h = dt_wire_header_make(type, 0, 0, 0);
+        rc = send_req(c, i, 0, &h, NULL, request_deadline(c), err);
+    }
+    if (!rc) rc = gather(c, err);
+    return call_end(c, rc, NULL, NULL, err);
+}
+
 int dt_ps_client_n_ps(const dt_ps_client *c) { return c->n_ps; }
 
 int dt_ps_client_last_refusal(const dt_ps_client *c) { return c->last_refusal; }
@@ -407,13 +529,13 @@ int dt_ps_client_last_refusal(const dt_ps_client *c) { return c->last_refusal; }
 int dt_ps_client_buffers_held(const dt_ps_client *c) { return c->buffers_held; }
 
 int64_t dt_ps_client_silent_ms(const dt_ps_client *c) {
-    int64_t now = dt_clock_ms(), longest = 0;
+    int64_t now = dt_clock_us(), longest = 0;
     for (int i = 0; i < c->n_ps; i++) {
         int64_t q = now - c->ps[i].quiet_since;
         if (q > longest) longest = q;
-        if (c->ps[i].gap_ms > longest) longest = c->ps[i].gap_ms;
+        if (c->ps[i].gap_us > longest) longest = c->ps[i].gap_us;
     }
-    return longest;
+    return longest / 1000;
 }
 
 const dt_ps_client_stats *dt_ps_client_get_stats(const dt_ps_client *c) { return &c->stats; }
@@ -432,12 +554,16 @@ void dt_ps_client_close(dt_ps_client *c) {
     /* Terminating the context releases every zero-copy frame still queued (linger is 0). */
     if (c->ctx) zmq_ctx_term(c->ctx);
     dt_codec_free(c->codec); /* after: libzmq may have held packed gradients till then */
-    free(c->s_chunk_step), free(c->s_stale), free(c->s_dst);
+    dt_ex_close(c->ex);
+    free(c->s_dst), free(c->names);
     free(c->ps);
     free(c);
 }
 
+/* ---- open: connect, then HELLO to every ps ---- */
+
 static int on_welcome(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+    (void)user;
     if (in->hdr.shard_floats == c->ps[i].n) return DT_OK;
     char msg[160];
     snprintf(msg, sizeof msg, "holds %llu floats, this worker expects %zu (same model and --ps_hosts everywhere?)",
@@ -445,93 +571,76 @@ static int on_welcome(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_err
     return fail_ps(c, i, err, DT_EPROTO, "", msg);
 }
 
-/* HELLO to every ps. A DEALER queues messages until its connection is up (ZeroMQ reconnects with
- * backoff), so one HELLO per ps would do; it is resent every HELLO_RESEND_MS in case a connection
- * dropped with it, and replies to the duplicates are discarded by request id. */
-static int hello_all(dt_ps_client *c, dt_error *err) {
-    int64_t start = dt_clock_ms(), deadline = start + c->connect_timeout_ms;
-    int n = c->n_ps;
-    int64_t sent_at[n];
-    int welcomed[n], told[n], left = n;
-    for (int i = 0; i < n; i++) sent_at[i] = -1, welcomed[i] = 0, told[i] = 0;
-    zmq_pollitem_t items[n];
-    while (left > 0) {
-        if (stopping(c)) {
-            clear_awaits(c);
-            return dt_errorf(err, DT_EINTR, "connecting to the ps tasks interrupted by a signal");
-        }
-        int64_t now = dt_clock_ms();
-        /* A ps silent for a second is most likely not up yet: say once whom this worker waits for,
-         * and how long it will, rather than nothing until the deadline. */
-        for (int i = 0; i < n && c->log && now - start >= HELLO_RESEND_MS; i++) {
-            if (welcomed[i] || told[i]) continue;
-            fprintf(c->log, "worker %u: waiting for ps %d at %s (not up yet?); retrying for up to %g s "
-                    "(--connect_timeout)\n", c->task, i, c->ps[i].endpoint, c->connect_timeout_ms / 1000.0);
-            fflush(c->log);
-            told[i] = 1;
-        }
-        for (int i = 0; i < n && now >= deadline; i++) {
-            if (welcomed[i]) continue;
-            char msg[320];
-            snprintf(msg, sizeof msg, "no answer to HELLO within %d ms (is the ps running, and do all processes "
-                     "use the same --ps_hosts and --auth?%s)", c->connect_timeout_ms,
-                     c->curve ? " With --auth=curve a ps refuses a client whose key is not in its authorized "
-                                "folder, or that has another server.key; the ps logs the refusal" : "");
-            clear_awaits(c);
-            return fail_ps(c, i, err, DT_ETIMEOUT, "", msg);
-        }
-        for (int i = 0; i < n; i++) {
-            ps_conn *p = &c->ps[i];
-            items[i] = (zmq_pollitem_t){.socket = p->sock, .events = welcomed[i] ? 0 : ZMQ_POLLIN};
-            if (welcomed[i] || (sent_at[i] >= 0 && now - sent_at[i] < HELLO_RESEND_MS)) continue;
-            dt_wire_header h = dt_wire_header_make(DT_MSG_HELLO, c->role, c->task, 0);
-            h.shard_floats = p->n;
-            if (p->n_await == MAX_AWAIT) p->n_await = 0; /* forget the oldest HELLOs */
-            int rc = send_req(c, i, &h, DT_MSG_WELCOME, NULL, deadline, err);
-            /* A ps that refuses the handshake (--auth) leaves no connection to queue on, so the
-             * resend blocks until the deadline: reported as no answer, like a ps that is down. */
-            if (rc == DT_ETIMEOUT) break;
-            if (rc) {
-                clear_awaits(c);
-                return rc;
-            }
-            sent_at[i] = now;
-        }
-        int64_t wait = deadline - now;
-        if (wait > 50) wait = 50; /* re-evaluate resends and the deadline */
-        if (zmq_poll(items, n, (long)wait) < 0) {
-            clear_awaits(c);
-            if (errno == EINTR) return dt_errorf(err, DT_EINTR, "connecting to the ps tasks interrupted by a signal");
-            return dt_errorf(err, DT_ENET, "zmq_poll: %s", zmq_strerror(errno));
-        }
-        for (int i = 0; i < n; i++) {
-            ps_conn *p = &c->ps[i];
-            if (!(items[i].revents & ZMQ_POLLIN)) continue;
-            for (;;) {
-                dt_wire_in in;
-                dt_error e = {0};
-                int rc = dt_wire_recv(p->sock, 0, &in, &e);
-                if (rc == DT_ETIMEOUT) {
-                    dt_wire_in_close(&in);
-                    break;
-                }
-                if (rc == DT_OK) rc = on_message(c, i, &in, on_welcome, NULL, err);
-                else rc = fail_ps(c, i, err, rc, "HELLO", e.msg);
-                dt_wire_in_close(&in);
-                if (rc < 0) {
-                    clear_awaits(c);
-                    return rc;
-                }
-                if (rc == 1) {
-                    welcomed[i] = 1;
-                    left--;
-                    p->n_await = 0; /* later replies to duplicate HELLOs are discarded as stale */
-                    break;
-                }
-            }
-        }
+typedef struct {
+    int64_t start, deadline;  /* dt_clock_us */
+    int64_t *sent_at;         /* [n_ps] the latest HELLO (-1: none yet) */
+    uint8_t *told;            /* [n_ps] the log said whom this worker waits for */
+} hello_t;
+
+/* A ps silent for a second is most likely not up yet: say once whom this worker waits for, and
+ * how long it will, rather than nothing until the deadline. Past the deadline, fail naming the
+ * first ps that has not answered. */
+static int hello_check(dt_ps_client *c, hello_t *h, int64_t now, dt_error *err) {
+    for (int i = 0; i < c->n_ps && c->log && now - h->start >= HELLO_RESEND_US; i++) {
+        if (dt_ex_slot(c->ex, i, 0) == DT_EX_ARRIVED || h->told[i]) continue;
+        fprintf(c->log, "worker %u: waiting for ps %d at %s (not up yet?); retrying for up to %g s "
+                "(--connect_timeout)\n", c->task, i, c->ps[i].endpoint, c->connect_timeout_ms / 1000.0);
+        fflush(c->log);
+        h->told[i] = 1;
+    }
+    for (int i = 0; i < c->n_ps && now >= h->deadline; i++) {
+        if (dt_ex_slot(c->ex, i, 0) == DT_EX_ARRIVED) continue;
+        char msg[320];
+        snprintf(msg, sizeof msg, "no answer to HELLO within %d ms (is the ps running, and do all processes "
+                 "use the same --ps_hosts and --auth?%s)", c->connect_timeout_ms,
+                 c->curve ? " With --auth=curve a ps refuses a client whose key is not in its authorized "
+                            "folder, or that has another server.key; the ps logs the refusal" : "");
+        return fail_ps(c, i, err, DT_ETIMEOUT, "", msg);
     }
     return DT_OK;
+}
+
+/* A DEALER queues messages until its connection is up (ZeroMQ reconnects with backoff), so one
+ * HELLO per ps would do; it is sent again every HELLO_RESEND_US in case a connection dropped with
+ * it. Any of a ps's HELLOs may be answered (the exchange awaits them all as one); the replies to
+ * the others are ignored. */
+static int hello_send(dt_ps_client *c, hello_t *h, int64_t now, dt_error *err) {
+    for (int i = 0; i < c->n_ps; i++) {
+        if (dt_ex_slot(c->ex, i, 0) == DT_EX_ARRIVED || (h->sent_at[i] >= 0 && now - h->sent_at[i] < HELLO_RESEND_US))
+            continue;
+        dt_wire_header hd = dt_wire_header_make(DT_MSG_HELLO, c->role, c->task, 0);
+        hd.shard_floats = c->ps[i].n;
+        int rc = send_req(c, i, 0, &hd, NULL, h->deadline, err);
+        /* A ps that refuses the handshake (--auth) leaves no connection to queue on, so the resend
+         * blocks until the deadline: reported as no answer, like a ps that is down. */
+        if (rc == DT_ETIMEOUT) break;
+        if (rc) return rc;
+        h->sent_at[i] = now;
+    }
+    return DT_OK;
+}
+
+/* HELLO to every ps until each has answered WELCOME (its shard size checked), or the connect
+ * timeout passes. */
+static int hello_all(dt_ps_client *c, dt_error *err) {
+    int64_t sent_at[c->n_ps];
+    uint8_t told[c->n_ps];
+    hello_t h = {.start = dt_clock_us(), .sent_at = sent_at, .told = told};
+    h.deadline = h.start + c->connect_timeout_ms * 1000LL;
+    for (int i = 0; i < c->n_ps; i++) sent_at[i] = -1, told[i] = 0;
+    int rc = call_begin(c, &(call_t){.what = "HELLO", .fn = on_welcome, .repull = -1}, DT_MSG_WELCOME, err);
+    if (rc) return rc;
+    while (!rc && dt_ex_get_state(c->ex) == DT_EX_OPEN) {
+        if (stopping(c)) rc = DT_EINTR;
+        if (!rc) rc = hello_send(c, &h, dt_clock_us(), err); /* may block until the deadline */
+        int64_t now = dt_clock_us();
+        if (!rc) rc = hello_check(c, &h, now, err);
+        int64_t wait_ms = (h.deadline - now + 999) / 1000;
+        if (!rc) rc = wait_round(c, wait_ms < HELLO_POLL_MS ? (long)wait_ms : HELLO_POLL_MS, -1, err);
+    }
+    if (rc == DT_EINTR) /* a stop, or a signal during the wait */
+        rc = dt_errorf(err, DT_EINTR, "connecting to the ps tasks interrupted by a signal");
+    return call_end(c, rc, NULL, NULL, err);
 }
 
 /* The client's series; one reopened after a fault continues the same ones. */
@@ -549,31 +658,42 @@ static void client_metrics(dt_ps_client *c, struct dt_metrics *m) {
     c->m_stale = dt_metrics_counter(m, DT_M_STALE, "This worker's gradients that at least one ps dropped as stale.", NULL);
 }
 
-int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_error *err) {
-    *out = NULL;
+/* The configuration's checks that need no connection. */
+static int check_config(const dt_ps_client_config *cfg, dt_error *err) {
     if (cfg->n_ps <= 0 || !cfg->endpoints || !cfg->shard_floats)
         return dt_errorf(err, DT_EINVAL, "ps client: no ps tasks given");
     if (cfg->role != DT_ROLE_WORKER && cfg->role != DT_ROLE_CHIEF)
         return dt_errorf(err, DT_EINVAL, "ps client: role must be worker or chief");
     if (cfg->task < 0 || cfg->task > UINT16_MAX)
         return dt_errorf(err, DT_EINVAL, "ps client: task index %d out of range", cfg->task);
-    dt_ps_client *c = dt_calloc(1, sizeof *c, "ps client", err);
-    if (!c) return DT_ENOMEM;
+    if (cfg->replicas_to_aggregate < 0 || cfg->total_num_replicas < 0 || cfg->staleness < 0 ||
+        (cfg->replicas_to_aggregate > 0 &&
+         (cfg->total_num_replicas < cfg->replicas_to_aggregate || cfg->total_num_replicas > (int)DT_WIRE_MAX_REPLICAS ||
+          cfg->staleness > (int)DT_WIRE_MAX_STALENESS)))
+        return dt_errorf(err, DT_EINVAL, "ps client: sync configuration aggregate %d, total %d, staleness %d "
+                         "(need 1 <= aggregate <= total <= %u, staleness <= %u)", cfg->replicas_to_aggregate,
+                         cfg->total_num_replicas, cfg->staleness, DT_WIRE_MAX_REPLICAS, DT_WIRE_MAX_STALENESS);
+    if ((unsigned)cfg->compression >= DT_ENC_COUNT)
+        return dt_errorf(err, DT_EINVAL, "ps client: compression %d is not an encoding", (int)cfg->compression);
+    for (int i = 0; i < cfg->n_ps; i++) {
+        const char *ep = cfg->endpoints[i];
+        size_t n = cfg->shard_floats[i];
+        if (!ep || !*ep) return dt_errorf(err, DT_EINVAL, "ps %d: empty endpoint", i);
+        if (n == 0 || n > DT_WIRE_MAX_SHARD_FLOATS)
+            return dt_errorf(err, DT_EINVAL, "ps %d at %s: shard of %zu floats (must be 1..%llu)", i, ep, n,
+                             (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
+    }
+    return DT_OK;
+}
+
+/* The settings a client keeps from its (checked) configuration. */
+static void take_config(dt_ps_client *c, const dt_ps_client_config *cfg) {
     c->n_ps = cfg->n_ps;
     c->role = cfg->role;
     c->task = (uint16_t)cfg->task;
     c->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 10000;
     c->request_timeout_ms = cfg->request_timeout_ms > 0 ? cfg->request_timeout_ms : 60000;
     c->stop = cfg->stop;
-    if (cfg->replicas_to_aggregate < 0 || cfg->total_num_replicas < 0 || cfg->staleness < 0 ||
-        (cfg->replicas_to_aggregate > 0 &&
-         (cfg->total_num_replicas < cfg->replicas_to_aggregate || cfg->total_num_replicas > (int)DT_WIRE_MAX_REPLICAS ||
-          cfg->staleness > (int)DT_WIRE_MAX_STALENESS))) {
-        free(c);
-        return dt_errorf(err, DT_EINVAL, "ps client: sync configuration aggregate %d, total %d, staleness %d "
-                         "(need 1 <= aggregate <= total <= %u, staleness <= %u)", cfg->replicas_to_aggregate,
-                         cfg->total_num_replicas, cfg->staleness, DT_WIRE_MAX_REPLICAS, DT_WIRE_MAX_STALENESS);
-    }
     if (cfg->replicas_to_aggregate > 0) {
         c->aggregate = cfg->replicas_to_aggregate;
         c->total = cfg->total_num_replicas;
@@ -585,13 +705,8 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
     c->chunk_bytes = cfg->chunk_bytes < 0 ? DT_WIRE_CHUNK_BYTES_DEFAULT : (uint64_t)cfg->chunk_bytes;
     c->name_float = cfg->name_float;
     c->name_user = cfg->name_user;
-    if ((unsigned)cfg->compression >= DT_ENC_COUNT) {
-        free(c);
-        return dt_errorf(err, DT_EINVAL, "ps client: compression %d is not an encoding", (int)cfg->compression);
-    }
     c->encoding = (uint8_t)cfg->compression;
     c->curve = cfg->auth && cfg->auth->curve;
-    client_metrics(c, cfg->metrics);
     if (c->curve) {
         c->auth = *cfg->auth;
         c->auth.n_allowed = 0; /* the server's list: not a client's */
@@ -599,58 +714,94 @@ int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_err
     }
     c->log = cfg->log;
     c->sndbuf = cfg->sndbuf_bytes > 0 ? cfg->sndbuf_bytes : 0;
-    int rc = DT_OK;
-    if (!(c->ps = dt_calloc((size_t)cfg->n_ps, sizeof *c->ps, "ps client connections", err))) {
-        rc = DT_ENOMEM;
-        goto fail;
-    }
-    if (!(c->ctx = zmq_ctx_new())) {
-        rc = dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
-        goto fail;
-    }
+}
+
+/* Every ps's connection, its socket connected (HELLO not sent yet), and the exchange core. */
+static int open_conns(dt_ps_client *c, const dt_ps_client_config *cfg, dt_error *err) {
+    if (!(c->ps = dt_calloc((size_t)c->n_ps, sizeof *c->ps, "ps client connections", err)) ||
+        !(c->names = dt_calloc((size_t)c->n_ps, sizeof *c->names, "ps client connections", err)))
+        return DT_ENOMEM;
+    if (!(c->ctx = zmq_ctx_new())) return dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
     for (int i = 0; i < c->n_ps; i++) {
         atomic_init(&c->ps[i].inflight, 0);
-        c->ps[i].chunks = 1;
         atomic_init(&c->ps[i].wake_fd, -1);
+        c->ps[i].chunks = 1;
     }
     for (int i = 0; i < c->n_ps; i++) {
         ps_conn *p = &c->ps[i];
-        const char *ep = cfg->endpoints[i];
-        size_t n = cfg->shard_floats[i];
-        if (!ep || !*ep) {
-            rc = dt_errorf(err, DT_EINVAL, "ps %d: empty endpoint", i);
-            goto fail;
-        }
-        if (n == 0 || n > DT_WIRE_MAX_SHARD_FLOATS) {
-            rc = dt_errorf(err, DT_EINVAL, "ps %d at %s: shard of %zu floats (must be 1..%llu)", i, ep, n,
-                           (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
-            goto fail;
-        }
-        p->n = n;
-        if (!(p->endpoint = dt_malloc(strlen(ep) + 1, "ps endpoint", err))) {
-            rc = DT_ENOMEM;
-            goto fail;
-        }
-        strcpy(p->endpoint, ep);
-        if ((rc = conn_socket(c, i, err))) goto fail;
+        p->n = cfg->shard_floats[i];
+        if (!(p->endpoint = dt_malloc(strlen(cfg->endpoints[i]) + 1, "ps endpoint", err))) return DT_ENOMEM;
+        strcpy(p->endpoint, cfg->endpoints[i]);
+        c->names[i] = p->endpoint;
+        int rc = conn_socket(c, i, err);
+        if (rc) return rc;
     }
-    if (c->encoding != DT_ENC_FP32 && (rc = dt_codec_open(&c->codec, (dt_encoding)c->encoding, c->n_ps,
-                                                          cfg->shard_floats, err)))
-        goto fail;
-    if ((rc = hello_all(c, err))) goto fail;
+    return dt_ex_open(&c->ex, c->n_ps, cfg->shard_floats, c->names, err);
+}
+
+int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_error *err) {
+    *out = NULL;
+    int rc = check_config(cfg, err);
+    if (rc) return rc;
+    dt_ps_client *c = dt_calloc(1, sizeof *c, "ps client", err);
+    if (!c) return DT_ENOMEM;
+    take_config(c, cfg);
+    client_metrics(c, cfg->metrics);
+    c->call.what = "no call";
+    if (!(rc = open_conns(c, cfg, err)) && c->encoding != DT_ENC_FP32)
+        rc = dt_codec_open(&c->codec, (dt_encoding)c->encoding, c->n_ps, cfg->shard_floats, err);
+    if (!rc) rc = hello_all(c, err);
+    if (rc) {
+        dt_ps_client_close(c);
+        return rc;
+    }
     *out = c;
     return DT_OK;
-fail:
-    dt_ps_client_close(c);
-    return rc;
+}
+
+/* ---- per-ps requests: INIT, STATUS, FETCH, DONE, SHUTDOWN ---- */
+
+/* ps i's INIT: header h and payload m (parameters, optimizer state, options, decay mask). */
+static int init_message(dt_ps_client *c, int i, const dt_opt_config *opt, const float *params, const float *state,
+                        const uint8_t *decay, dt_wire_header *h, zmq_msg_t *m, dt_error *err) {
+    int slots = dt_opt_slots(opt);
+    size_t n = c->ps[i].n, pbytes = n * sizeof(float), sbytes = (size_t)slots * pbytes;
+    size_t total = (size_t)dt_wire_init_bytes((unsigned)slots, n);
+    if (zmq_msg_init_size(m, total) != 0)
+        return dt_errorf(err, DT_ENOMEM, "out of memory for the INIT of ps %d (%zu bytes)", i, total);
+    uint8_t *d = zmq_msg_data(m);
+    memcpy(d, params, pbytes);
+    if (state) memcpy(d + pbytes, state, sbytes);
+    else memset(d + pbytes, 0, sbytes);
+    /* The options block, then the decay mask as bits (docs/protocol.md, "INIT options"). */
+    uint8_t *o = d + pbytes + sbytes, *bits = o + DT_WIRE_OPTS_BYTES;
+    dt_wire_opts_encode(o, &opt->schedule, opt->weight_decay);
+    memset(bits, 0, (n + 7) / 8);
+    for (size_t k = 0; decay && k < n; k++)
+        if (decay[k]) bits[k >> 3] |= (uint8_t)(1u << (k & 7));
+    *h = dt_wire_header_make(DT_MSG_INIT, 0, 0, 0);
+    h->shard_floats = n;
+    h->opt_kind = (uint8_t)opt->kind;
+    h->opt_slots = (uint8_t)slots;
+    h->learning_rate = opt->learning_rate;
+    h->momentum = opt->momentum;
+    h->beta1 = opt->beta1;
+    h->beta2 = opt->beta2;
+    h->epsilon = opt->epsilon;
+    h->init.replicas_to_aggregate = (uint64_t)c->aggregate;
+    h->init.total_num_replicas = (uint64_t)(c->aggregate ? c->total : c->n_workers);
+    h->init.staleness = (uint64_t)c->staleness;
+    unsigned k = dt_wire_chunks_for(n, c->chunk_bytes);
+    h->chunks = (uint8_t)(k > n ? n : k);
+    h->liveness_ms = c->liveness_ms;
+    if (c->strict) h->flags = DT_WIRE_F_STRICT;
+    return DT_OK;
 }
 
 int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *const *params,
                       const float *const *state, const uint8_t *const *decay, int64_t global_step, dt_error *err) {
     if (c->role != DT_ROLE_CHIEF) return dt_errorf(err, DT_EINVAL, "only the chief initialises the ps tasks");
     if (global_step < 0) return dt_errorf(err, DT_EINVAL, "initial global step %lld < 0", (long long)global_step);
-    int slots = dt_opt_slots(opt);
-    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
     /* A generation no shard reported last: after the newest one, skipping any in use (1..255). */
     int gen = 0;
     for (int i = 0; i < c->n_ps; i++)
@@ -661,52 +812,22 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
         clash = 0;
         for (int i = 0; i < c->n_ps; i++) clash |= c->ps[i].st.generation == gen;
     }
-    for (int i = 0; i < c->n_ps; i++) {
-        size_t n = c->ps[i].n, pbytes = n * sizeof(float), sbytes = (size_t)slots * pbytes;
-        size_t total = (size_t)dt_wire_init_bytes((unsigned)slots, n);
+    int rc = call_begin(c, &(call_t){.what = "INIT", .repull = -1}, DT_MSG_ACK, err);
+    if (rc) return rc;
+    for (int i = 0; i < c->n_ps && !rc; i++) {
+        dt_wire_header h;
         zmq_msg_t m;
-        if (zmq_msg_init_size(&m, total) != 0) {
-            clear_awaits(c);
-            return dt_errorf(err, DT_ENOMEM, "out of memory for the INIT of ps %d (%zu bytes)", i, total);
-        }
-        uint8_t *d = zmq_msg_data(&m);
-        memcpy(d, params[i], pbytes);
-        if (state) memcpy(d + pbytes, state[i], sbytes);
-        else memset(d + pbytes, 0, sbytes);
-        /* The options block, then the decay mask as bits (docs/protocol.md, "INIT options"). */
-        uint8_t *o = d + pbytes + sbytes, *bits = o + DT_WIRE_OPTS_BYTES;
-        dt_wire_opts_encode(o, &opt->schedule, opt->weight_decay);
-        memset(bits, 0, (n + 7) / 8);
-        for (size_t k = 0; decay && k < n; k++)
-            if (decay[i][k]) bits[k >> 3] |= (uint8_t)(1u << (k & 7));
-        dt_wire_header h = dt_wire_header_make(DT_MSG_INIT, 0, 0, 0);
+        rc = init_message(c, i, opt, params[i], state ? state[i] : NULL, decay ? decay[i] : NULL, &h, &m, err);
         h.global_step = global_step;
-        h.shard_floats = n;
-        h.opt_kind = (uint8_t)opt->kind;
-        h.opt_slots = (uint8_t)slots;
-        h.learning_rate = opt->learning_rate;
-        h.momentum = opt->momentum;
-        h.beta1 = opt->beta1;
-        h.beta2 = opt->beta2;
-        h.epsilon = opt->epsilon;
-        h.init.replicas_to_aggregate = (uint64_t)c->aggregate;
-        h.init.total_num_replicas = (uint64_t)(c->aggregate ? c->total : c->n_workers);
-        h.init.staleness = (uint64_t)c->staleness;
         h.generation = (uint8_t)gen;
-        unsigned k = dt_wire_chunks_for(n, c->chunk_bytes);
-        h.chunks = (uint8_t)(k > n ? n : k);
-        h.liveness_ms = c->liveness_ms;
-        if (c->strict) h.flags = DT_WIRE_F_STRICT;
-        int rc = send_req(c, i, &h, DT_MSG_ACK, &m, deadline, err);
-        if (rc) {
-            clear_awaits(c);
-            return rc;
-        }
+        if (!rc) rc = send_req(c, i, 0, &h, &m, request_deadline(c), err);
     }
-    return gather(c, deadline, "INIT", NULL, NULL, err);
+    if (!rc) rc = gather(c, err);
+    return call_end(c, rc, NULL, NULL, err);
 }
 
 static int on_status(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+    (void)user, (void)err;
     c->ps[i].st.pushes = in->hdr.status_reply.updates;
     c->ps[i].st.pulls = in->hdr.status_reply.params_replies;
     c->ps[i].st.workers_done = in->hdr.status_reply.workers_done;
@@ -721,7 +842,7 @@ int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err)
 }
 
 int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err) {
-    int64_t deadline = dt_clock_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    int64_t deadline = dt_clock_us() + (timeout_ms > 0 ? timeout_ms : 0) * 1000LL;
     for (;;) {
         if (stopping(c))
             return dt_errorf(err, DT_EINTR, "interrupted by a signal");
@@ -730,7 +851,7 @@ int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err) {
         for (int i = 0; i < c->n_ps && waiting < 0; i++)
             if (!c->ps[i].st.initialised) waiting = i;
         if (waiting < 0) return DT_OK;
-        int64_t left = deadline - dt_clock_ms();
+        int64_t left = (deadline - dt_clock_us()) / 1000;
         if (left <= 0) {
             char msg[160];
             snprintf(msg, sizeof msg, "not initialised after %d ms: the chief (worker 0) has not sent the model (is it running?)",
@@ -741,225 +862,65 @@ int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err) {
     }
 }
 
-/* PARAMS: the chunk goes into dst at its offset (checked: its step, finite values). PUSH_ACK and
- * a PARAMS answering a PUSH: the push's outcome is counted. */
-static int on_xfer(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
-    xfer_ctx *x = user;
-    ps_conn *p = &c->ps[i];
-    const dt_wire_header *h = &in->hdr;
-    if (h->status == DT_WIRE_STALE) x->stale[i] = 1;
-    else if (h->status != DT_WIRE_OK) return fail_ps(c, i, err, DT_EPROTO, "PUSH", dt_wire_status_name(h->status));
-    if (c->codec) dt_codec_settle(c->codec, i, h->chunk, h->request_id, h->status == DT_WIRE_OK);
-    if (h->type == DT_MSG_PUSH_ACK) {
-        *chunk_step(x, i, h->chunk) = h->global_step;
-        return DT_OK;
-    }
-    if (h->global_step < x->min_step) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "answered a pull for step >= %lld with step %lld (chunk %u)", (long long)x->min_step,
-                 (long long)h->global_step, h->chunk);
-        return fail_ps(c, i, err, DT_EPROTO, "PULL", msg);
-    }
-    int64_t waited = h->params.waited_us > INT64_MAX ? INT64_MAX : (int64_t)h->params.waited_us;
-    if (waited > x->res.wait_us) x->res.wait_us = waited;
-    uint64_t off, len;
-    dt_wire_chunk(p->n, h->chunks, h->chunk, &off, &len); /* the size was checked by on_message */
-    float *dst = x->dst[i] + off;
-    *chunk_step(x, i, h->chunk) = h->global_step;
-    /* A non-finite value is caught here, where it enters, and named by its source; left alone it
-     * would surface only later as a NaN loss. Unpacked and scanned a block at a time, so the scan
-     * reads what the copy just wrote from cache instead of a whole chunk again from memory. */
-    const unsigned char *src = zmq_msg_data(&in->payload); /* libzmq promises no alignment */
-    size_t esize = dt_enc_size(h->encoding), bad = (size_t)len;
-    for (size_t at = 0; at < (size_t)len && bad == (size_t)len; at += SCAN_BLOCK) {
-        size_t k = (size_t)len - at < SCAN_BLOCK ? (size_t)len - at : SCAN_BLOCK;
-        dt_unpack(h->encoding, dst + at, src + at * esize, k);
-        size_t b = dt_first_nonfinite(dst + at, k);
-        if (b < k) bad = at + b;
-    }
-    if (bad < len) {
-        char name[96], msg[320];
-        if (c->name_float) c->name_float(c->name_user, i, (size_t)off + bad, name, sizeof name);
-        else snprintf(name, sizeof name, "float %zu of its shard", (size_t)off + bad);
-        snprintf(msg, sizeof msg, "served a non-finite parameter (%s = %g) at step %lld: training diverged (lower "
-                 "--learning_rate) or the ps is damaged", name, (double)dst[bad], (long long)h->global_step);
-        return fail_ps(c, i, err, DT_EFORMAT, "", msg);
-    }
-    return DT_OK;
-}
+/* ---- push and pull: the streaming calls are the core, the whole-shard calls wrap them ---- */
 
 /* A PULL of chunk k of ps i: step is the minimum wanted, or with exact the very step (sync mode). */
-static int send_pull(dt_ps_client *c, int i, int k, int64_t step, int exact, int64_t deadline, dt_error *err) {
+static int send_pull(dt_ps_client *c, int i, int k, int64_t step, int exact, dt_error *err) {
     dt_wire_header h = dt_wire_header_make(DT_MSG_PULL, 0, 0, 0);
     h.global_step = step;
     h.chunk = (uint8_t)k;
-    h.chunks = (uint8_t)c->ps[i].chunks;
+    h.chunks = (uint8_t)dt_ex_chunks(c->ex, i);
     h.encoding = c->encoding;
     if (exact) h.flags = DT_WIRE_F_EXACT;
-    return send_req(c, i, &h, DT_MSG_PARAMS, NULL, deadline, err);
+    return send_req(c, i, k, &h, NULL, request_deadline(c), err);
 }
 
 /* A PUSH of chunk k of ps i, zero-copy from the caller's buffer (release_inflight tells when libzmq
- * is done with it); with pull, the ps answers with that chunk's PARAMS at min_step or later. */
-static int send_push(dt_ps_client *c, int i, int k, const float *grad, int64_t local_step, int pull, int64_t min_step,
-                     int64_t deadline, dt_error *err) {
+ * is done with it); when the call pulls too, the ps answers with that chunk's PARAMS at min_step or
+ * later. */
+static int send_push(dt_ps_client *c, int i, int k, const float *grad, dt_error *err) {
     ps_conn *p = &c->ps[i];
+    unsigned chunks = (unsigned)dt_ex_chunks(c->ex, i);
     uint64_t off, len;
-    dt_wire_chunk(p->n, (unsigned)p->chunks, (unsigned)k, &off, &len);
+    dt_wire_chunk(p->n, chunks, (unsigned)k, &off, &len);
     const void *data = grad + off;
     size_t bytes = (size_t)len * sizeof(float);
     /* --compression: packed with error feedback into the codec's buffer, sent from there. */
-    if (c->codec) data = dt_codec_encode(c->codec, i, (unsigned)p->chunks, (unsigned)k, grad, &bytes);
+    if (c->codec) data = dt_codec_encode(c->codec, i, chunks, (unsigned)k, grad, &bytes);
     zmq_msg_t m;
     atomic_fetch_add(&p->inflight, 1);
     if (zmq_msg_init_data(&m, (void *)data, bytes, release_inflight, p) != 0) {
         atomic_fetch_sub(&p->inflight, 1);
         return dt_errorf(err, DT_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(errno));
     }
+    int pull = c->call.pull;
     dt_wire_header h = dt_wire_header_make(DT_MSG_PUSH, 0, 0, 0);
-    h.local_step = local_step;
-    h.global_step = pull ? min_step : 0;
+    h.local_step = c->call.local_step;
+    h.global_step = pull ? c->call.min_step : 0;
     h.chunk = (uint8_t)k;
-    h.chunks = (uint8_t)p->chunks;
+    h.chunks = (uint8_t)chunks;
     h.flags = (uint8_t)((c->aggregate ? DT_WIRE_F_SYNC : 0) | (pull ? DT_WIRE_F_PULL : 0));
     h.encoding = c->encoding;
-    int rc = send_req(c, i, &h, pull ? DT_MSG_PARAMS : DT_MSG_PUSH_ACK, &m, deadline, err);
-    if (!rc && c->codec) dt_codec_sent(c->codec, i, (unsigned)k, h.request_id);
-    return rc;
+    return send_req(c, i, k, &h, &m, request_deadline(c), err);
 }
 
-/* Every chunk of every ps goes out at once, chunk by chunk across the ps tasks, so every link is
- * busy from the start and each ps can apply and answer its first chunks while the later ones are
- * still on the wire (docs/protocol.md, "Chunks"). */
-static int send_all(dt_ps_client *c, const float *const *grads, int64_t local_step, int pull, int64_t min_step,
-                    int64_t deadline, dt_error *err) {
-    int most = 0;
-    for (int i = 0; i < c->n_ps; i++)
-        if (c->ps[i].chunks > most) most = c->ps[i].chunks;
-    for (int k = 0; k < most; k++)
-        for (int i = 0; i < c->n_ps; i++) {
-            if (k >= c->ps[i].chunks) continue;
-            int rc = grads ? send_push(c, i, k, grads[i], local_step, pull, min_step, deadline, err)
-                           : send_pull(c, i, k, min_step, 0, deadline, err);
-            if (rc) return rc;
-        }
-    return DT_OK;
-}
-
-/* Sync mode: a chunk may come back a step ahead of another (with backup workers a ps can move a
- * chunk on while this worker's requests are in flight). The chunks behind are pulled again at
- * exactly the newest step seen: a ps answers an EXACT pull when the chunk reaches that step, or
- * from its snapshot if it has passed it, so one round makes every chunk of every ps one step.
- * oldest (a worker resuming, which pushes nothing for the step under way): the chunks ahead are
- * pulled again at the oldest step instead, from the ps's snapshots. Waiting for the newest would
- * wait for this worker's own gradient: a ps counts a worker that was lost as live again from its
- * first message, so the chunks behind now wait for its gradient of their step, which comes only
- * after the pull (the chief moving on alone streams its chunks one by one, so a resuming worker
- * often finds them a step apart). */
-static int same_step(dt_ps_client *c, int64_t deadline, xfer_ctx *x, int oldest, dt_error *err) {
-    int64_t newest = oldest ? INT64_MAX : 0;
-    for (int i = 0; i < c->n_ps; i++)
-        for (int k = 0; k < c->ps[i].chunks; k++)
-            if (oldest ? *chunk_step(x, i, k) < newest : *chunk_step(x, i, k) > newest) newest = *chunk_step(x, i, k);
-    int behind = 0, shards = 0;
-    for (int i = 0; i < c->n_ps; i++) {
-        int any = 0;
-        for (int k = 0; k < c->ps[i].chunks; k++) {
-            if (*chunk_step(x, i, k) == newest) continue;
-            int rc = send_pull(c, i, k, newest, 1, deadline, err);
-            if (rc) {
-                clear_awaits(c);
-                return rc;
-            }
-            behind++, any = 1;
-        }
-        shards += any;
-    }
-    if (!behind) return DT_OK;
-    x->res.repulled += shards;
-    c->stats.repulls += (uint64_t)shards;
-    int64_t min = x->min_step;
-    x->min_step = newest;
-    int rc = gather(c, deadline, "PULL (exact step)", on_xfer, x, err);
-    x->min_step = min;
-    if (rc) return rc;
-    for (int i = 0; i < c->n_ps; i++)
-        for (int k = 0; k < c->ps[i].chunks; k++)
-            if (*chunk_step(x, i, k) != newest) {
-                char msg[128];
-                snprintf(msg, sizeof msg, "answered an exact pull of step %lld with step %lld (chunk %d)",
-                         (long long)newest, (long long)*chunk_step(x, i, k), k);
-                return fail_ps(c, i, err, DT_EPROTO, "PULL", msg);
-            }
-    return DT_OK;
-}
-
-/* After every reply of an exchange: each shard's step (what every one of its chunks reached), the
- * counts. */
-static void xfer_done(dt_ps_client *c, xfer_ctx *x, int pushed, int pulled, int64_t *steps, dt_push_result *res) {
-    for (int i = 0; i < c->n_ps; i++) {
-        int64_t s = *chunk_step(x, i, 0);
-        for (int k = 1; k < c->ps[i].chunks; k++)
-            if (*chunk_step(x, i, k) < s) s = *chunk_step(x, i, k);
-        c->ps[i].st.global_step = s;
-        x->res.n_stale += x->stale[i];
-        if (steps) steps[i] = s;
-    }
-    x->res.global_step = c->ps[0].st.global_step;
-    if (pulled) {
-        c->stats.pulls++;
-        c->stats.wait_us += x->res.wait_us;
-    }
-    if (pushed) {
-        c->stats.pushes++;
-        c->stats.stale_pushes += x->res.n_stale > 0;
-    }
-    if (c->m_push || c->m_pull) {
-        dt_metric_observe(pushed && pulled ? c->m_push_pull : pushed ? c->m_push : c->m_pull, dt_seconds() - x->t0);
-        if (pulled) dt_metric_observe(c->m_wait, (double)x->res.wait_us * 1e-6);
-        if (pushed && x->res.n_stale > 0) dt_metric_add(c->m_stale, 1);
-    }
-    if (res) *res = x->res;
-}
-
-/* One call for push, pull or both (a PUSH that asks for PARAMS): sends everything, then gathers
- * every reply; pulled chunks go into dst[i]. */
-static int xfer_once(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t min_step,
-                float *const *dst, int64_t *steps, dt_push_result *res, int oldest, dt_error *err) {
-    if (c->unusable[0]) return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
-    if (grads && local_step < 0) return dt_errorf(err, DT_EINVAL, "push: local_step %lld < 0", (long long)local_step);
-    if (min_step < 0) return dt_errorf(err, DT_EINVAL, "pull: min_step %lld < 0", (long long)min_step);
-    int64_t deadline = dt_clock_ms() + c->request_timeout_ms;
-    int64_t cs[(size_t)c->n_ps * DT_WIRE_MAX_CHUNKS];
-    uint8_t stale[c->n_ps];
-    memset(stale, 0, sizeof stale);
-    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) cs[k] = -1; /* a chunk not heard from */
-    xfer_ctx x = {.dst = dst, .min_step = min_step, .chunk_step = cs, .stale = stale,
-                  .t0 = c->m_push || c->m_pull ? dt_seconds() : 0};
-    int rc = send_all(c, grads, local_step, dst != NULL, min_step, deadline, err);
-    if (rc) clear_awaits(c);
-    else rc = gather(c, deadline, grads && dst ? "PUSH+PULL" : grads ? "PUSH" : "PULL", on_xfer, &x, err);
-    /* Whatever happened, the caller gets its gradient buffers back. */
-    if (grads) rc = release_gradients(c, rc, deadline, err);
-    if (rc) return rc;
-    if (dst && c->aggregate && (rc = same_step(c, deadline, &x, oldest, err))) return rc;
-    xfer_done(c, &x, grads != NULL, dst != NULL, steps, res);
-    return DT_OK;
+/* One chunk of the call under way: its gradient (a PUSH, asking for its PARAMS when the call pulls
+ * too), or a PULL. */
+static int send_chunk(dt_ps_client *c, int i, int k, const float *grad, dt_error *err) {
+    return c->call.push ? send_push(c, i, k, grad, err) : send_pull(c, i, k, c->call.min_step, 0, err);
 }
 
 /* A client learns how a ps cuts its shard from the ps's replies. One that has not heard from an
  * initialised ps yet (it only said HELLO before the chief's INIT) asks every ps first: a push sent
  * with a wrong cut would be refused at that ps while another applied it, and could not simply be
  * sent again. */
-static int xfer(dt_ps_client *c, const float *const *grads, int64_t local_step, int64_t min_step, float *const *dst,
-                int64_t *steps, dt_push_result *res, int oldest, dt_error *err) {
-    int known = 1;
-    for (int i = 0; i < c->n_ps; i++) known &= c->ps[i].cut_known;
-    int rc = known ? DT_OK : dt_ps_client_status(c, NULL, err);
-    return rc ? rc : xfer_once(c, grads, local_step, min_step, dst, steps, res, oldest, err);
+static int learn_cut(dt_ps_client *c, dt_error *err) {
+    for (int i = 0; i < c->n_ps; i++)
+        if (!c->ps[i].cut_known) return dt_ps_client_status(c, NULL, err);
+    return DT_OK;
 }
 
-/* The receive buffers pull_views hands out. */
+/* The receive buffers pull_views and streaming hand out. */
 static int recv_buffers(dt_ps_client *c, float **dst, dt_error *err) {
     for (int i = 0; i < c->n_ps; i++) {
         if (!c->ps[i].recv && !(c->ps[i].recv = dt_alloc_floats(c->ps[i].n, "pulled shard", err))) return DT_ENOMEM;
@@ -968,70 +929,91 @@ static int recv_buffers(dt_ps_client *c, float **dst, dt_error *err) {
     return DT_OK;
 }
 
+/* Begins a push, a pull or both (call: what and where), once the cut is known. */
+static int xfer_begin(dt_ps_client *c, call_t *call, dt_error *err) {
+    if (dt_ex_get_state(c->ex) != DT_EX_IDLE)
+        return dt_errorf(err, DT_EINVAL, "ps client: an exchange is already under way");
+    if (c->unusable[0]) return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
+    if (call->push && call->local_step < 0)
+        return dt_errorf(err, DT_EINVAL, "push: local_step %lld < 0", (long long)call->local_step);
+    if (call->min_step < 0) return dt_errorf(err, DT_EINVAL, "pull: min_step %lld < 0", (long long)call->min_step);
+    call->what = call->push && call->pull ? "PUSH+PULL" : call->push ? "PUSH" : "PULL";
+    int rc = learn_cut(c, err);
+    return rc ? rc : call_begin(c, call, call->pull ? DT_MSG_PARAMS : DT_MSG_PUSH_ACK, err);
+}
+
+/* A whole push, pull or both: begin, send every chunk of every ps at once, chunk by chunk across
+ * the ps tasks (chunk 0 of every ps first), so every link is busy from the start and each ps can
+ * apply and answer its first chunks while the later ones are still on the wire (docs/protocol.md,
+ * "Chunks"); wait for every reply; end. */
+static int xfer(dt_ps_client *c, call_t *call, const float *const *grads, int64_t *steps, dt_push_result *res,
+                dt_error *err) {
+    int rc = xfer_begin(c, call, err);
+    if (rc) return rc;
+    int most = 0;
+    for (int i = 0; i < c->n_ps; i++)
+        if (dt_ex_chunks(c->ex, i) > most) most = dt_ex_chunks(c->ex, i);
+    for (int k = 0; k < most && !rc; k++)
+        for (int i = 0; i < c->n_ps && !rc; i++)
+            if (k < dt_ex_chunks(c->ex, i)) rc = send_chunk(c, i, k, grads ? grads[i] : NULL, err);
+    if (!rc) rc = gather(c, err);
+    /* Whatever happened, the caller gets its gradient buffers back. */
+    return call_end(c, rc, steps, res, err);
+}
+
+/* A pull into the receive buffers, handed out as views (valid until the next call). */
+static int xfer_views(dt_ps_client *c, call_t *call, const float *const *grads, const float **views, int64_t *steps,
+                      dt_push_result *res, dt_error *err) {
+    float *dst[c->n_ps];
+    int rc = recv_buffers(c, dst, err);
+    call->dst = dst;
+    if (!rc) rc = xfer(c, call, grads, steps, res, err);
+    for (int i = 0; i < c->n_ps && !rc; i++) views[i] = dst[i];
+    return rc;
+}
+
 int dt_ps_client_pull_views(dt_ps_client *c, int64_t min_step, const float **views, int64_t *steps,
                             dt_error *err) {
     return dt_ps_client_push_pull(c, NULL, 0, min_step, views, steps, NULL, err);
 }
 
 int dt_ps_client_pull_resume(dt_ps_client *c, const float **views, int64_t *steps, dt_error *err) {
-    float *dst[c->n_ps];
-    int rc = recv_buffers(c, dst, err);
-    if (!rc) rc = xfer(c, NULL, 0, 0, dst, steps, NULL, 1, err);
-    for (int i = 0; i < c->n_ps && !rc; i++) views[i] = dst[i];
-    return rc;
+    call_t call = {.pull = 1, .repull = c->aggregate ? 1 : -1};
+    return xfer_views(c, &call, NULL, views, steps, NULL, err);
 }
 
 int dt_ps_client_pull_all(dt_ps_client *c, float *const *params, int64_t min_step, int64_t *steps,
                           dt_error *err) {
-    return xfer(c, NULL, 0, min_step, params, steps, NULL, 0, err);
+    call_t call = {.pull = 1, .min_step = min_step, .dst = params, .repull = c->aggregate ? 0 : -1};
+    return xfer(c, &call, NULL, steps, NULL, err);
 }
 
 int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,
                           dt_push_result *res, dt_error *err) {
-    return xfer(c, grads, local_step, 0, NULL, NULL, res, 0, err);
+    call_t call = {.push = 1, .local_step = local_step, .repull = -1};
+    return xfer(c, &call, grads, NULL, res, err);
 }
 
 int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t local_step,
                            int64_t min_step, const float **views, int64_t *steps, dt_push_result *res,
                            dt_error *err) {
-    float *dst[c->n_ps];
-    int rc = recv_buffers(c, dst, err);
-    if (!rc) rc = xfer(c, grads, local_step, min_step, dst, steps, res, 0, err);
-    for (int i = 0; i < c->n_ps && !rc; i++) views[i] = dst[i];
-    return rc;
+    call_t call = {.push = grads != NULL, .pull = 1, .local_step = local_step, .min_step = min_step,
+                   .repull = c->aggregate ? 0 : -1};
+    return xfer_views(c, &call, grads, views, steps, res, err);
 }
 
 /* ---- streaming: one exchange whose chunks are pushed one by one (worker/overlap.c) ---- */
 
 int dt_ps_client_stream_begin(dt_ps_client *c, int64_t local_step, int64_t min_step, dt_error *err) {
-    if (c->streaming) return dt_errorf(err, DT_EINVAL, "ps client: an exchange is already under way");
-    if (c->unusable[0]) return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
-    if (local_step < 0 || min_step < 0)
-        return dt_errorf(err, DT_EINVAL, "push: local_step %lld or min_step %lld < 0", (long long)local_step,
-                         (long long)min_step);
-    int known = 1;
-    for (int i = 0; i < c->n_ps; i++) known &= c->ps[i].cut_known;
-    int rc = known ? DT_OK : dt_ps_client_status(c, NULL, err);
-    if (rc) return rc;
-    size_t n = (size_t)c->n_ps * DT_WIRE_MAX_CHUNKS;
-    if (!c->s_chunk_step && !(c->s_chunk_step = dt_calloc(n, sizeof *c->s_chunk_step, "chunk steps", err)))
-        return DT_ENOMEM;
-    if (!c->s_stale && !(c->s_stale = dt_calloc((size_t)c->n_ps, 1, "stale flags", err))) return DT_ENOMEM;
     if (!c->s_dst && !(c->s_dst = dt_calloc((size_t)c->n_ps, sizeof *c->s_dst, "receive buffers", err)))
         return DT_ENOMEM;
-    if ((rc = recv_buffers(c, c->s_dst, err))) return rc;
-    for (size_t k = 0; k < n; k++) c->s_chunk_step[k] = -1; /* a chunk not heard from */
-    memset(c->s_stale, 0, (size_t)c->n_ps);
-    c->sx = (xfer_ctx){.dst = c->s_dst, .min_step = min_step, .chunk_step = c->s_chunk_step, .stale = c->s_stale,
-                       .t0 = c->m_push || c->m_pull ? dt_seconds() : 0};
-    c->s_local_step = local_step;
-    c->s_deadline = dt_clock_ms() + c->request_timeout_ms;
-    c->streaming = 1;
-    return DT_OK;
+    int rc = recv_buffers(c, c->s_dst, err);
+    call_t call = {.push = 1, .pull = 1, .local_step = local_step, .min_step = min_step, .dst = c->s_dst,
+                   .repull = -1};
+    return rc ? rc : xfer_begin(c, &call, err);
 }
 
 int dt_ps_client_chunks(const dt_ps_client *c, int ps) { return c->ps[ps].chunks; }
-
 
 int dt_ps_client_inflight(const dt_ps_client *c, int ps) { return atomic_load(&c->ps[ps].inflight); }
 
@@ -1040,49 +1022,33 @@ void dt_ps_client_set_wake_fd(dt_ps_client *c, int fd) {
 }
 
 int dt_ps_client_stream_push(dt_ps_client *c, int ps, int chunk, const float *grad, dt_error *err) {
-    if (!c->streaming || ps < 0 || ps >= c->n_ps || chunk < 0 || chunk >= c->ps[ps].chunks)
-        return dt_errorf(err, DT_EINVAL, "ps client: no exchange under way, or no chunk %d of ps %d", chunk, ps);
-    /* The replies are due a request timeout after the latest request (not the first). */
-    c->s_deadline = dt_clock_ms() + c->request_timeout_ms;
-    return send_push(c, ps, chunk, grad, c->s_local_step, 1, c->sx.min_step, c->s_deadline, err);
-}
-
-typedef struct {
-    dt_ps_chunk_fn fn;
-    void *user;
-} stream_ctx;
-
-static int on_stream(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
-    stream_ctx *s = user;
-    int rc = on_xfer(c, i, in, &c->sx, err);
-    if (!rc && in->hdr.type == DT_MSG_PARAMS) s->fn(s->user, i, in->hdr.chunk, c->s_dst[i]);
-    return rc;
+    if (dt_ex_get_state(c->ex) != DT_EX_OPEN || !c->call.push || dt_ex_slot(c->ex, ps, chunk) != DT_EX_UNSENT)
+        return dt_errorf(err, DT_EINVAL, "ps client: no exchange under way, or chunk %d of ps %d is not due", chunk,
+                         ps);
+    return send_push(c, ps, chunk, grad, err);
 }
 
 int dt_ps_client_stream_poll(dt_ps_client *c, int fd, int max_ms, dt_ps_chunk_fn fn, void *user, dt_error *err) {
-    if (!c->streaming) return dt_errorf(err, DT_EINVAL, "ps client: no exchange under way");
-    stream_ctx s = {fn, user};
-    int rc = gather_round(c, c->s_deadline, max_ms, fd, "PUSH+PULL", on_stream, &s, err);
-    return rc < 0 ? rc : DT_OK;
+    dt_ex_state s = dt_ex_get_state(c->ex);
+    if (s != DT_EX_OPEN && s != DT_EX_DONE) return dt_errorf(err, DT_EINVAL, "ps client: no exchange under way");
+    c->call.on_chunk = fn, c->call.chunk_user = user;
+    int rc = wait_round(c, max_ms, fd, err);
+    c->call.on_chunk = NULL, c->call.chunk_user = NULL;
+    return rc;
 }
 
 int dt_ps_client_stream_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_result *res, dt_error *err) {
-    if (!c->streaming) return rc ? rc : dt_errorf(err, DT_EINVAL, "ps client: no exchange under way");
-    c->streaming = 0;
-    if (rc) clear_awaits(c);
-    for (int i = 0; i < c->n_ps && !rc; i++)
-        if (c->ps[i].n_await) rc = dt_errorf(err, DT_EINVAL, "ps client: exchange ended with replies of ps %d due", i);
-    rc = release_gradients(c, rc, c->s_deadline, err);
-    if (rc) return rc;
+    if (dt_ex_get_state(c->ex) == DT_EX_IDLE)
+        return rc ? rc : dt_errorf(err, DT_EINVAL, "ps client: no exchange under way");
     /* Sync mode: with every replica's gradient in each step every chunk comes back at one step. While
      * a ps waits for fewer (a worker lost), a chunk can come back a step ahead of another; the
      * caller has already computed on it as it came (it cannot be pulled again under a forward that
      * read it), the shard's step is its oldest chunk's, and the chunks ahead drop the next gradient
-     * as stale, so the worker is back in step after one exchange. */
-    c->last_refusal = 0;
-    xfer_done(c, &c->sx, 1, 1, steps, res);
-    return DT_OK;
+     * as stale, so the worker is back in step after one exchange: no repull here. */
+    return call_end(c, rc, steps, res, err);
 }
+
+/* ---- checkpoints and the end of training ---- */
 
 /* Where STATE replies go. */
 typedef struct {
@@ -1100,7 +1066,7 @@ static int on_state(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error
                  dt_opt_name((dt_opt_kind)h->opt_kind), dt_opt_name(f->opt->kind));
         return fail_ps(c, i, err, DT_EPROTO, "FETCH", msg);
     }
-    /* The slot count matches the kind (checked by decode) and the size the slots (by on_message). */
+    /* The slot count matches the kind (checked by decode) and the size the slots (by the exchange). */
     const char *d = zmq_msg_data(&in->payload);
     size_t pbytes = c->ps[i].n * sizeof(float);
     memcpy(f->params[i], d, pbytes);
@@ -1129,15 +1095,16 @@ int dt_ps_client_done(dt_ps_client *c, dt_error *err) {
 
 int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_error *err) {
     if (n_workers <= 0) return DT_OK;
-    int64_t deadline = dt_clock_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    int64_t deadline = dt_clock_us() + (timeout_ms > 0 ? timeout_ms : 0) * 1000LL;
     for (;;) {
         int rc = dt_ps_client_status(c, NULL, err), behind = -1;
         if (rc) return rc;
         for (int i = 0; i < c->n_ps && behind < 0; i++)
             if (c->ps[i].st.workers_done < (uint64_t)n_workers) behind = i;
         if (behind < 0) return DT_OK;
-        int stopped = 0;
-        int64_t left = stop_deadline(c, deadline, &stopped) - dt_clock_ms();
+        int stopped = stopping(c);
+        int64_t until = stopped && stop_deadline(c) < deadline ? stop_deadline(c) : deadline;
+        int64_t left = (until - dt_clock_us()) / 1000;
         if (left <= 0) {
             char msg[200];
             snprintf(msg, sizeof msg, "only %llu of %d worker(s) finished within %d ms%s (still training, or gone?)",

@@ -168,7 +168,9 @@ int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t l
  * shard, chunk by chunk, each handed to fn as it arrives. The calls of one exchange: begin, push
  * (every chunk of every ps, once), poll until every reply is in, end (also after an error, with
  * its code: the gradient buffers are then released as the top of this file says). Pushed
- * gradients must stay unchanged until end returns. All from one thread at a time. */
+ * gradients must stay unchanged until end returns. All from one thread at a time, and no other
+ * call while the exchange is under way (it is refused, DT_EINVAL). This is the client's one
+ * exchange (worker/exchange.h): push_all, pull_all and push_pull are the same, sent whole. */
 typedef void (*dt_ps_chunk_fn)(void *user, int ps, int chunk, const float *shard);
 int dt_ps_client_stream_begin(dt_ps_client *c, int64_t local_step, int64_t min_step, dt_error *err);
 /* How ps cuts its shard (known once begin returned): chunk k is dt_wire_chunk(shard, chunks, k). */

@@ -4,11 +4,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/assert.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "update/decay_mask.h"
 #include "transport/wire.h"
-#include "transport/zmq_io.h"
 #include "worker/overlap.h"
 #include "worker/ps_client.h"
 
@@ -37,7 +37,10 @@ typedef struct {
      * NULL: push and pull between them. */
     dt_overlap *ov;
     dt_net *net;                  /* whose hooks drive it */
-    int ov_phase;                 /* OV_NONE, OV_FILLING (backward reports), OV_FLYING (all pushed) */
+    /* OV_NONE --first gradient range of a step--> OV_FILLING (backward reports ranges) --apply-->
+     * OV_FLYING (every chunk handed over; parameters land under the next forward) --the next
+     * step's first range, a checkpoint, the end (settle)--> OV_NONE */
+    int ov_phase;
     int64_t ov_tag;               /* the step the gradient in the exchange is for */
     int ov_rc;                    /* a failure met in a hook, reported by the next apply */
     dt_error ov_err;
@@ -261,7 +264,7 @@ static int recoverable(remote *r, int rc) {
  * what they hold. The step in flight is lost; the loop goes on from the ps tasks' step. */
 static int recover(remote *r, dt_net *net, int64_t *global_step, dt_error *err) {
     const int task = r->cfg.cluster->task_index;
-    int64_t start = dt_clock_ms(), deadline = start + r->cfg.ps_timeout_ms;
+    int64_t start = dt_clock_us(), deadline = start + r->cfg.ps_timeout_ms * 1000LL;
     int backoff_ms = 100;
     if (r->cfg.log) {
         fprintf(r->cfg.log, "worker %d: at global step %lld: %s; waiting up to %.0f s for the ps tasks (--ps_timeout)\n",
@@ -282,7 +285,7 @@ static int recover(remote *r, dt_net *net, int64_t *global_step, dt_error *err) 
             if (!rc && same) {
                 if (r->cfg.log) {
                     fprintf(r->cfg.log, "worker %d: the ps tasks are back after %.1f s: resuming at global step %lld\n",
-                            task, (dt_clock_ms() - start) / 1000.0, (long long)*global_step);
+                            task, (dt_clock_us() - start) / 1e6, (long long)*global_step);
                     fflush(r->cfg.log);
                 }
                 return DT_OK;
@@ -297,7 +300,7 @@ static int recover(remote *r, dt_net *net, int64_t *global_step, dt_error *err) 
             if (err) *err = e;
             return rc;
         }
-        int64_t left = deadline - dt_clock_ms();
+        int64_t left = (deadline - dt_clock_us()) / 1000;
         if (left <= 0)
             return dt_errorf(err, DT_ETIMEOUT, "worker %d: the ps tasks did not come back within %.0f s (--ps_timeout): %s",
                              task, r->cfg.ps_timeout_ms / 1000.0, e.msg);
@@ -402,6 +405,12 @@ static int64_t min_step_for(const remote *r, int64_t tag) {
 
 /* ---- --overlap: the net's hooks drive the exchange (worker/overlap.h) ---- */
 
+/* A broken invariant of the phases below (DT_ASSERT in a release build): the step is refused. */
+static int ov_broken(dt_error *err) {
+    const char *s = dt_assert_sticky();
+    return dt_errorf(err, DT_EINVAL, "overlap: %s", s ? s : "broken invariant");
+}
+
 /* Ends the exchange in flight and takes in its outcome (*global_step is then the cluster's step).
  * One whose gradient is incomplete (training stopped mid-step) is abandoned. */
 static int ov_settle(remote *r, int64_t *global_step, dt_error *err) {
@@ -425,6 +434,7 @@ static int ov_open(remote *r, dt_error *err) {
     if (!rc) rc = grads_writable(r, err);
     if (!rc) rc = lost_to_strict_ps(r, err);
     if (rc) return rc;
+    if (!DT_ASSERT(r->ov_phase == OV_NONE)) return ov_broken(err);
     r->ov_tag = r->sync ? r->iter : r->gstep;
     if ((rc = dt_overlap_begin(r->ov, r->ov_tag, min_step_for(r, r->ov_tag), err))) return rc;
     r->ov_phase = OV_FILLING;
@@ -459,6 +469,7 @@ static int ov_apply(remote *r, int64_t *global_step, dt_error *err) {
         return rc;
     }
     if (r->ov_phase != OV_FILLING && (rc = ov_open(r, err))) return rc;
+    if (!DT_ASSERT(r->ov_phase == OV_FILLING)) return ov_broken(err);
     state_changes(r, dt_net_grads(r->net), dt_net_params(r->net), 0, SIZE_MAX); /* ranges not reported yet */
     dt_overlap_ready_rest(r->ov);
     r->ov_phase = OV_FLYING;
