@@ -131,7 +131,7 @@ static layer_time bench_layer(const layer *L, int batch, int reps) {
         if (L->kind != L_POOL) nw = (size_t)L->k * L->k * L->c * oc;
         if (L->kind == L_CONVPOOL) {
             if (dt_window_init(&pg, g.out_h, g.out_w, oc, oc, L->pk, L->pk, L->ps, L->ps, DT_PAD_SAME, &err) ||
-                !conv2d_maxpool_fusable(&g, &pg)) {
+                !dt_conv2d_maxpool_fusable(&g, &pg)) {
                 fprintf(stderr, "%s: cannot fuse %s\n", L->name, err.msg);
                 exit(1);
             }
@@ -146,29 +146,29 @@ static layer_time bench_layer(const layer *L, int batch, int reps) {
     float *b = rand_floats((size_t)L->oc, 7), *db = rand_floats((size_t)L->oc, 8);
     int32_t *idx = malloc(sizeof(int32_t) * (nout > (size_t)batch ? nout : (size_t)batch));
     float *scratch = NULL;
-    if (L->kind == L_CONV) scratch = rand_floats(conv2d_scratch_floats(&g, batch), 9);
-    if (L->kind == L_CONVPOOL) scratch = rand_floats(conv2d_maxpool_scratch_floats(&g, &pg, batch), 9);
+    if (L->kind == L_CONV) scratch = rand_floats(dt_conv2d_scratch_floats(&g, batch), 9);
+    if (L->kind == L_CONVPOOL) scratch = rand_floats(dt_conv2d_maxpool_scratch_floats(&g, &pg, batch), 9);
     for (int i = 0; i < batch; i++) idx[i] = i % L->oc;
     float *dinp = L->first ? NULL : din;
     for (int r = 0; r < reps + 1; r++) { /* the first round warms caches and thread pools */
         double t0 = now();
         switch (L->kind) {
-        case L_CONV: conv2d_forward(out, in, w, b, batch, &g, scratch); break;
-        case L_POOL: maxpool_forward(out, idx, in, batch, &g); break;
-        case L_RELU: relu_forward(out, in, nin); break;
-        case L_DENSE: dense_forward(out, in, w, b, batch, L->c, L->oc); break;
-        case L_XENT: softmax_xent(dout, in, idx, batch, L->c, NULL); break;
-        case L_CONVPOOL: conv2d_maxpool_forward(out, idx, in, w, b, batch, &g, &pg, scratch); break;
+        case L_CONV: dt_conv2d_forward(out, in, w, b, batch, &g, scratch); break;
+        case L_POOL: dt_maxpool_forward(out, idx, in, batch, &g); break;
+        case L_RELU: dt_relu_forward(out, in, nin); break;
+        case L_DENSE: dt_dense_forward(out, in, w, b, batch, L->c, L->oc); break;
+        case L_XENT: dt_softmax_xent(dout, in, idx, batch, L->c, NULL); break;
+        case L_CONVPOOL: dt_conv2d_maxpool_forward(out, idx, in, w, b, batch, &g, &pg, scratch); break;
         }
         double t1 = now();
         switch (L->kind) {
-        case L_CONV: conv2d_backward(dinp, dw, db, dout, in, w, batch, &g, scratch); break;
-        case L_POOL: maxpool_backward(din, dout, idx, batch, &g); break;
-        case L_RELU: relu_backward(din, dout, out, nin); break;
-        case L_DENSE: dense_backward(dinp, dw, db, dout, in, w, batch, L->c, L->oc); break;
+        case L_CONV: dt_conv2d_backward(dinp, dw, db, dout, in, w, batch, &g, scratch); break;
+        case L_POOL: dt_maxpool_backward(din, dout, idx, batch, &g); break;
+        case L_RELU: dt_relu_backward(din, dout, out, nin); break;
+        case L_DENSE: dt_dense_backward(dinp, dw, db, dout, in, w, batch, L->c, L->oc); break;
         case L_XENT: break;
         case L_CONVPOOL:
-            conv2d_maxpool_backward(dinp, dw, db, dout, idx, in, w, batch, &g, &pg, scratch);
+            dt_conv2d_maxpool_backward(dinp, dw, db, dout, idx, in, w, batch, &g, &pg, scratch);
             break;
         }
         double t2 = now();

@@ -105,9 +105,9 @@ static void conv_case(const char *name, dt_window g, int batch) {
     float *in = randoms(in_n, 1), *wt = randoms(w_n, 2), *b = randoms(g.out_c, 3), *dout = randoms(out_n, 4);
     float *ref_out = malloc(out_n * sizeof(float)), *ref_din = malloc(in_n * sizeof(float));
     float *ref_dw = malloc(w_n * sizeof(float)), *ref_db = malloc(g.out_c * sizeof(float));
-    float *cpu_scratch = malloc((conv2d_scratch_floats(&g, batch) + 1) * sizeof(float));
-    conv2d_forward(ref_out, in, wt, b, batch, &g, cpu_scratch);
-    conv2d_backward(ref_din, ref_dw, ref_db, dout, in, wt, batch, &g, cpu_scratch);
+    float *cpu_scratch = malloc((dt_conv2d_scratch_floats(&g, batch) + 1) * sizeof(float));
+    dt_conv2d_forward(ref_out, in, wt, b, batch, &g, cpu_scratch);
+    dt_conv2d_backward(ref_din, ref_dw, ref_db, dout, in, wt, batch, &g, cpu_scratch);
     /* one example per chunk (dW summed over chunks), then the whole batch in one */
     size_t col_sizes[2] = {per, per * (size_t)batch};
     for (int k = 0; k < 2; k++) {
@@ -144,8 +144,8 @@ static void test_dense(void) {
     float *in = randoms((size_t)B * I, 5), *w = randoms((size_t)I * O, 6), *b = randoms(O, 7), *dout = randoms((size_t)B * O, 8);
     float ref_out[5 * 11], ref_din[5 * 37], ref_dw[37 * 11], ref_db[11];
     float *out = poisoned((size_t)B * O), *din = poisoned((size_t)B * I), *dw = poisoned((size_t)I * O), *db = poisoned(O);
-    dense_forward(ref_out, in, w, b, B, I, O);
-    dense_backward(ref_din, ref_dw, ref_db, dout, in, w, B, I, O);
+    dt_dense_forward(ref_out, in, w, b, B, I, O);
+    dt_dense_backward(ref_din, ref_dw, ref_db, dout, in, w, B, I, O);
     dense_forward_steps(&host_ops, out, in, w, b, B, I, O);
     dense_backward_steps(&host_ops, din, dw, db, dout, in, w, B, I, O);
     check_close("dense out", out, ref_out, (size_t)B * O, 1e-5);
@@ -164,16 +164,16 @@ static void pool_case(const char *name, dt_window g, int batch) {
     float *ref = malloc(out_n * sizeof(float)), *out = malloc(out_n * sizeof(float));
     float *ref_din = malloc(in_n * sizeof(float)), *din = malloc(in_n * sizeof(float));
     int32_t *ref_am = malloc(out_n * sizeof(int32_t)), *am = malloc(out_n * sizeof(int32_t));
-    maxpool_forward(ref, ref_am, in, batch, &g);
-    maxpool_backward(ref_din, dout, ref_am, batch, &g);
+    dt_maxpool_forward(ref, ref_am, in, batch, &g);
+    dt_maxpool_backward(ref_din, dout, ref_am, batch, &g);
     for (size_t i = 0; i < out_n; i++) out[i] = maxpool_cell(in, &g, i, &am[i]);
     for (size_t i = 0; i < in_n; i++) din[i] = pool_backward_cell(dout, am, &g, i);
     /* the same comparisons and sums in the same order: equal bit for bit */
     CHECK_MSG(memcmp(out, ref, out_n * sizeof *out) == 0, "%s: max pool values", name);
     CHECK_MSG(memcmp(am, ref_am, out_n * sizeof *am) == 0, "%s: max pool argmax", name);
     CHECK_MSG(memcmp(din, ref_din, in_n * sizeof *din) == 0, "%s: max pool backward", name);
-    avgpool_forward(ref, in, batch, &g);
-    avgpool_backward(ref_din, dout, batch, &g);
+    dt_avgpool_forward(ref, in, batch, &g);
+    dt_avgpool_backward(ref_din, dout, batch, &g);
     for (size_t i = 0; i < out_n; i++) out[i] = avgpool_cell(in, &g, i);
     for (size_t i = 0; i < in_n; i++) din[i] = pool_backward_cell(dout, NULL, &g, i);
     char what[96];
@@ -195,7 +195,7 @@ static void test_pool(void) {
 static void test_global_avgpool(void) {
     const int B = 3, HW = 10, C = 6;
     float *in = randoms((size_t)B * HW * C, 11), ref[3 * 6], out[3 * 6];
-    global_avgpool_forward(ref, in, B, HW, C);
+    dt_global_avgpool_forward(ref, in, B, HW, C);
     for (size_t i = 0; i < (size_t)B * C; i++) out[i] = global_avgpool_cell(in, HW, C, i);
     CHECK(memcmp(out, ref, sizeof out) == 0);
     free(in);
@@ -209,7 +209,7 @@ static void test_xent(void) {
     for (int k = 0; k < K; k++) logits[K + k] = 0.25f; /* a row of ties: the first wins */
     int32_t labels[6] = {0, 0, 4, 2, 1, 3};
     int ref_hits = -1;
-    float ref_loss = softmax_xent(ref_d, logits, labels, B, K, &ref_hits);
+    float ref_loss = dt_softmax_xent(ref_d, logits, labels, B, K, &ref_hits);
     double sum = 0;
     int hits = 0;
     for (size_t n = 0; n < (size_t)B; n++) {

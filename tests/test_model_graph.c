@@ -250,7 +250,7 @@ static void check_batchnorm_statistics(int C) {
     float *gamma = pc, *beta = pc + C, *mean = pc + 2 * C, *var = pc + 3 * C, *inv = pc + 4 * C;
     float *mean2 = pc + 5 * C, *var2 = pc + 6 * C, *inv2 = pc + 7 * C, *sc = pc + 8 * C, *sh = pc + 9 * C;
     float *sc2 = pc + 10 * C, *sh2 = pc + 11 * C;
-    double *work = calloc(batchnorm_work_doubles(ROWS, C), sizeof *work);
+    double *work = calloc(dt_batchnorm_work_doubles(ROWS, C), sizeof *work);
     if (!x || !y || !y2 || !z || !y3 || !dy || !sum || !sq || !pc || !work) {
         CHECK(!"out of memory");
         return;
@@ -266,9 +266,9 @@ static void check_batchnorm_statistics(int C) {
     for (int c = 0; c < C; c++) gamma[c] = c % 3 == 0 ? 1 : c % 3 == 1 ? 2 : 0.5f, beta[c] = (float)(c % 3) - 1;
     int threads = dt_kernels_get_threads();
     dt_kernels_set_threads(1);
-    batchnorm_forward(y, mean, var, inv, sc, sh, x, gamma, beta, ROWS, C, 1e-3f, 0, work);
+    dt_batchnorm_forward(y, mean, var, inv, sc, sh, x, gamma, beta, ROWS, C, 1e-3f, 0, work);
     dt_kernels_set_threads(2);
-    batchnorm_forward(y2, mean2, var2, inv2, sc2, sh2, x, gamma, beta, ROWS, C, 1e-3f, 1, work);
+    dt_batchnorm_forward(y2, mean2, var2, inv2, sc2, sh2, x, gamma, beta, ROWS, C, 1e-3f, 1, work);
     dt_kernels_set_threads(threads);
     for (int c = 0; c < C; c++) {
         double m = sum[c] / ROWS, v = sq[c] / ROWS;
@@ -280,7 +280,7 @@ static void check_batchnorm_statistics(int C) {
     /* The norm added to a residual in one pass (and its ReLU): y + z, within rounding. */
     for (int c = 0; c < C; c++) CHECK(sc[c] == sc2[c] && sh[c] == sh2[c]);
     for (size_t i = 0; i < n; i++) z[i] = (float)(i % 17) - 8.0f;
-    channel_affine_add_forward(y3, x, sc, sh, z, ROWS, C, 1);
+    dt_channel_affine_add_forward(y3, x, sc, sh, z, ROWS, C, 1);
     for (size_t i = 0; i < n; i++) {
         float want = y[i] + z[i] > 0 ? y[i] + z[i] : 0;
         CHECK_MSG(fabsf(y3[i] - want) <= 1e-5f * (1 + fabsf(want)), "[%zu]: %.9g, want %.9g", i, y3[i], want);
@@ -289,8 +289,8 @@ static void check_batchnorm_statistics(int C) {
     for (size_t i = 0; i < n; i++) dy[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
     for (int relu = 0; relu <= 1; relu++) {
         float *dgamma = y3, *dbeta = y3 + C; /* y3 is free again */
-        batchnorm_backward(NULL, dgamma, dbeta, dy, x, mean, inv, gamma, relu ? sc : NULL, relu ? sh : NULL, ROWS,
-                           C, work);
+        dt_batchnorm_backward(NULL, dgamma, dbeta, dy, x, mean, inv, gamma, relu ? sc : NULL, relu ? sh : NULL, ROWS,
+                              C, work);
         for (int c = 0; c < C; c++) {
             double sb = 0, sg = 0;
             for (int r = 0; r < ROWS; r++) {

@@ -1,7 +1,7 @@
 /* Where a net's kernels run. A backend is a table of the kernels.h functions a net calls, with the
  * same signatures, plus memory for its buffers: the CPU table (backend_cpu.c) points at kernels.h
  * itself; the CUDA one (kernels_cuda.cu, DTRAIN_CUDA builds) at device versions whose pointer
- * arguments are device memory (except softmax_xent's labels: host memory, a few bytes).
+ * arguments are device memory (except dt_softmax_xent's labels: host memory, a few bytes).
  * A net chooses its backend once (dt_net_set_device) and calls through the table once per layer,
  * so the CPU path costs one indirect call per layer and step, nothing per element.
  *

@@ -163,7 +163,7 @@ DT_CELL uint64_t hash64_cell(uint64_t seed, uint64_t counter) {
     return z ^ (z >> 31);
 }
 
-/* Row n of softmax_xent (kernels_cpu.c): log-sum-exp around the first max in double; *loss is NaN
+/* Row n of dt_softmax_xent (kernels_cpu.c): log-sum-exp around the first max in double; *loss is NaN
  * for a label outside [0, classes); dlogits row written unless dlogits is NULL. */
 DT_CELL void xent_row(float *dlogits, double *loss, int *hit, const float *logits, const int32_t *labels, int batch,
                       int classes, size_t n) {

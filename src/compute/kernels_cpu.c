@@ -410,18 +410,18 @@ static void im2col_backward(float *din, float *dw, float *db, const float *dout,
 
 /* ---- convolution entry points -------------------------------------------------------------- */
 
-size_t conv2d_scratch_floats(const dt_window *g, int batch) {
+size_t dt_conv2d_scratch_floats(const dt_window *g, int batch) {
     return dt_wino_applies(g) ? dt_wino_scratch_floats(g, batch) : conv_scratch_layout(g, batch).total;
 }
 
-void conv2d_forward(float *out, const float *in, const float *w, const float *b, int batch,
-                    const dt_window *g, float *scratch) {
+void dt_conv2d_forward(float *out, const float *in, const float *w, const float *b, int batch,
+                       const dt_window *g, float *scratch) {
     if (dt_wino_applies(g)) dt_wino_forward(out, in, w, b, batch, g, scratch);
     else im2col_forward(out, in, w, b, batch, g, scratch);
 }
 
-void conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                     const float *w, int batch, const dt_window *g, float *scratch) {
+void dt_conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                        const float *w, int batch, const dt_window *g, float *scratch) {
     if (dt_wino_applies(g)) dt_wino_backward(din, dw, db, dout, in, w, batch, g, scratch);
     else im2col_backward(din, dw, db, dout, in, w, batch, g, scratch);
 }
@@ -459,7 +459,7 @@ DT_HOT static void maxpool_row(float *o, int32_t *am, const float *src, size_t s
     }
 }
 
-void maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *g) {
+void dt_maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *g) {
     const int OH = g->out_h;
     const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c, rows = (size_t)batch * OH;
     const size_t row_size = (size_t)g->out_w * g->in_c;
@@ -470,8 +470,8 @@ void maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, co
                     (int)(row % OH));
 }
 
-void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch,
-                      const dt_window *g) {
+void dt_maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch,
+                         const dt_window *g) {
     const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c;
     const size_t out_size = (size_t)g->out_h * g->out_w * g->in_c;
     int nt = dt_cpu_threads();
@@ -491,7 +491,7 @@ void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int 
  * it in cache: it is never written to or read back from memory, and backward rebuilds each chunk of
  * the conv gradient from the pooled gradient and argmax in cache too. */
 
-int conv2d_maxpool_fusable(const dt_window *conv, const dt_window *pool) {
+int dt_conv2d_maxpool_fusable(const dt_window *conv, const dt_window *pool) {
     return pool->in_h == conv->out_h && pool->in_w == conv->out_w && pool->in_c == conv->out_c &&
            pool->out_c == pool->in_c && pool->k_h <= pool->stride_h && pool->k_w <= pool->stride_w &&
            !dt_wino_applies(conv);
@@ -523,7 +523,7 @@ static fused_scratch fused_layout(const dt_window *cg, const dt_window *pg, int 
     return f;
 }
 
-size_t conv2d_maxpool_scratch_floats(const dt_window *conv, const dt_window *pool, int batch) {
+size_t dt_conv2d_maxpool_scratch_floats(const dt_window *conv, const dt_window *pool, int batch) {
     return fused_layout(conv, pool, batch).total;
 }
 
@@ -535,8 +535,8 @@ static inline void fused_conv_rows(const dt_window *cg, const dt_window *pg, int
     *cr1 = z > cg->out_h ? cg->out_h : z;
 }
 
-void conv2d_maxpool_forward(float *out, int32_t *argmax, const float *in, const float *w, const float *b,
-                            int batch, const dt_window *cg, const dt_window *pg, float *scratch) {
+void dt_conv2d_maxpool_forward(float *out, int32_t *argmax, const float *in, const float *w, const float *b,
+                               int batch, const dt_window *cg, const dt_window *pg, float *scratch) {
     const int KKC = cg->k_h * cg->k_w * cg->in_c, OC = cg->out_c, OW = cg->out_w, PH = pg->out_h;
     const fused_scratch f = fused_layout(cg, pg, batch);
     const int pointwise = is_pointwise(cg);
@@ -572,9 +572,9 @@ void conv2d_maxpool_forward(float *out, int32_t *argmax, const float *in, const 
     }
 }
 
-void conv2d_maxpool_backward(float *din, float *dw, float *db, const float *dout, const int32_t *argmax,
-                             const float *in, const float *w, int batch, const dt_window *cg,
-                             const dt_window *pg, float *scratch) {
+void dt_conv2d_maxpool_backward(float *din, float *dw, float *db, const float *dout, const int32_t *argmax,
+                                const float *in, const float *w, int batch, const dt_window *cg,
+                                const dt_window *pg, float *scratch) {
     const int KKC = cg->k_h * cg->k_w * cg->in_c, OC = cg->out_c, OW = cg->out_w, PH = pg->out_h;
     const fused_scratch f = fused_layout(cg, pg, batch);
     const conv_scratch *s = &f.cs;
@@ -649,13 +649,13 @@ void conv2d_maxpool_backward(float *din, float *dw, float *db, const float *dout
 
 /* ---- element-wise -------------------------------------------------------------------------- */
 
-void relu_forward(float *out, const float *in, size_t n) {
+void dt_relu_forward(float *out, const float *in, size_t n) {
     int nt = dt_cpu_threads();
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
 
-void relu_backward(float *din, const float *dout, const float *out, size_t n) {
+void dt_relu_backward(float *din, const float *dout, const float *out, size_t n) {
     int nt = dt_cpu_threads();
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) {
@@ -664,7 +664,7 @@ void relu_backward(float *din, const float *dout, const float *out, size_t n) {
     }
 }
 
-void dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float rate, uint64_t seed) {
+void dt_dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float rate, uint64_t seed) {
     /* keep iff uniform [0,1) >= rate, the uniform built exactly as dt_rng_uniform builds it. */
     float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
     int nt = dt_cpu_threads();
@@ -677,7 +677,7 @@ void dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float
     }
 }
 
-void dropout_backward(float *din, const float *dout, const uint8_t *mask, size_t n, float rate) {
+void dt_dropout_backward(float *din, const float *dout, const uint8_t *mask, size_t n, float rate) {
     float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
     int nt = dt_cpu_threads();
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
@@ -686,15 +686,15 @@ void dropout_backward(float *din, const float *dout, const uint8_t *mask, size_t
 
 /* ---- dense --------------------------------------------------------------------------------- */
 
-void dense_forward(float *out, const float *in, const float *w, const float *b, int batch,
-                   int in_dim, int out_dim) {
+void dt_dense_forward(float *out, const float *in, const float *w, const float *b, int batch,
+                      int in_dim, int out_dim) {
     if (b)
         for (int n = 0; n < batch; n++) memcpy(out + (size_t)n * out_dim, b, out_dim * sizeof(float));
     dt_gemm(0, 0, batch, out_dim, in_dim, 1.0f, in, in_dim, w, out_dim, b ? 1.0f : 0.0f, out, out_dim);
 }
 
-void dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                    const float *w, int batch, int in_dim, int out_dim) {
+void dt_dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                       const float *w, int batch, int in_dim, int out_dim) {
     dt_gemm(1, 0, in_dim, out_dim, batch, 1.0f, in, in_dim, dout, out_dim, 0.0f, dw, out_dim);
     if (db) {
         memset(db, 0, out_dim * sizeof(float));
@@ -706,18 +706,18 @@ void dense_backward(float *din, float *dw, float *db, const float *dout, const f
 
 /* ---- loss ---------------------------------------------------------------------------------- */
 
-int argmax_first(const float *x, int classes) {
+int dt_argmax_first(const float *x, int classes) {
     int best = 0;
     for (int k = 1; k < classes; k++)
         if (x[k] > x[best]) best = k;
     return best;
 }
 
-void softmax_forward(float *probs, const float *logits, int batch, int classes) {
+void dt_softmax_forward(float *probs, const float *logits, int batch, int classes) {
     for (int n = 0; n < batch; n++) {
         const float *x = logits + (size_t)n * classes;
         float *p = probs + (size_t)n * classes;
-        float mx = x[argmax_first(x, classes)];
+        float mx = x[dt_argmax_first(x, classes)];
         double sum = 0.0;
         for (int k = 0; k < classes; k++) sum += exp((double)x[k] - mx);
         double inv = 1.0 / sum;
@@ -725,14 +725,14 @@ void softmax_forward(float *probs, const float *logits, int batch, int classes) 
     }
 }
 
-float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
-                   int *correct) {
+float dt_softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
+                      int *correct) {
     double loss = 0.0;
     int hits = 0;
     for (int n = 0; n < batch; n++) {
         const float *x = logits + (size_t)n * classes;
         int32_t y = labels[n];
-        int best = argmax_first(x, classes);
+        int best = dt_argmax_first(x, classes);
         /* log-sum-exp around the max: exp never overflows, the largest term is exactly 1. */
         float mx = x[best];
         double sum = 0.0;

@@ -19,7 +19,7 @@
  * thread count. */
 static size_t bn_pieces(size_t rows) { return (rows + BN_PIECE - 1) / BN_PIECE; }
 
-size_t batchnorm_work_doubles(size_t rows, int C) { return bn_pieces(rows) * 2 * (size_t)C; }
+size_t dt_batchnorm_work_doubles(size_t rows, int C) { return bn_pieces(rows) * 2 * (size_t)C; }
 
 static double *bn_piece_sums(double *work, size_t p, int C) { return work + p * 2 * (size_t)C; }
 
@@ -45,9 +45,9 @@ static inline void bn_stats_block(double *s, double *q, const float *x, const fl
     for (int c = 0; c < BN_BLOCK; c++) s[c] = sa[c], q[c] = qa[c];
 }
 
-void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, float *scale, float *shift,
-                       const float *in, const float *gamma, const float *beta, size_t rows, int C, float eps,
-                       int relu, double *work) {
+void dt_batchnorm_forward(float *out, float *mean, float *var, float *inv_std, float *scale, float *shift,
+                          const float *in, const float *gamma, const float *beta, size_t rows, int C, float eps,
+                          int relu, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
     int nt = dt_kernels_get_threads();
     /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first
@@ -95,7 +95,7 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, floa
         scale[c] = gamma[c] * inv_std[c];
         shift[c] = beta[c] - mean[c] * scale[c];
     }
-    if (out) channel_affine_forward(out, in, scale, shift, rows, C, relu);
+    if (out) dt_channel_affine_forward(out, in, scale, shift, rows, C, relu);
 }
 
 /* dout with forward's ReLU applied if relu: zero where the norm's output was not positive. */
@@ -154,9 +154,9 @@ static inline void bn_backward_sums_block(double *sb, double *sg, const float *x
     for (int c = 0; c < BN_BLOCK; c++) sb[c] = ba[c], sg[c] = ga[c];
 }
 
-void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
-                        const float *mean, const float *inv_std, const float *gamma, const float *scale,
-                        const float *shift, size_t rows, int C, double *work) {
+void dt_batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
+                           const float *mean, const float *inv_std, const float *gamma, const float *scale,
+                           const float *shift, size_t rows, int C, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
     const int relu = scale != NULL;
     int nt = dt_kernels_get_threads();
@@ -210,8 +210,8 @@ void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *do
     }
 }
 
-void channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,
-                            size_t rows, int C, int relu) {
+void dt_channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,
+                               size_t rows, int C, int relu) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)C >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
@@ -240,7 +240,7 @@ static inline void avg_window(const dt_window *g, int oh, int ow, int *h0, int *
     *w1 = iw + g->k_w > g->in_w ? g->in_w : iw + g->k_w;
 }
 
-void avgpool_forward(float *out, const float *in, int batch, const dt_window *g) {
+void dt_avgpool_forward(float *out, const float *in, int batch, const dt_window *g) {
     const int OH = g->out_h, OW = g->out_w, C = g->in_c;
     const size_t img = (size_t)g->in_h * g->in_w * C, rows = (size_t)batch * OH;
     int nt = dt_kernels_get_threads();
@@ -264,7 +264,7 @@ void avgpool_forward(float *out, const float *in, int batch, const dt_window *g)
     }
 }
 
-void avgpool_backward(float *din, const float *dout, int batch, const dt_window *g) {
+void dt_avgpool_backward(float *din, const float *dout, int batch, const dt_window *g) {
     const int OH = g->out_h, OW = g->out_w, C = g->in_c;
     const size_t img = (size_t)g->in_h * g->in_w * C, osz = (size_t)OH * OW * C;
     int nt = dt_kernels_get_threads();
@@ -287,7 +287,7 @@ void avgpool_backward(float *din, const float *dout, int batch, const dt_window 
     }
 }
 
-void global_avgpool_forward(float *out, const float *in, int batch, int hw, int C) {
+void dt_global_avgpool_forward(float *out, const float *in, int batch, int hw, int C) {
     for (int n = 0; n < batch; n++) {
         float *o = out + (size_t)n * C;
         const float *x = in + (size_t)n * hw * C;
@@ -298,7 +298,7 @@ void global_avgpool_forward(float *out, const float *in, int batch, int hw, int 
     }
 }
 
-void global_avgpool_backward(float *din, const float *dout, int batch, int hw, int C) {
+void dt_global_avgpool_backward(float *din, const float *dout, int batch, int hw, int C) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if ((size_t)batch * hw * C >= PAR_MIN_ELEMS)
     for (int n = 0; n < batch; n++)
@@ -311,44 +311,44 @@ void global_avgpool_backward(float *din, const float *dout, int batch, int hw, i
 
 /* ---- element-wise -------------------------------------------------------------------------- */
 
-void leaky_relu_forward(float *out, const float *in, size_t n, float alpha) {
+void dt_leaky_relu_forward(float *out, const float *in, size_t n, float alpha) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : alpha * in[i];
 }
 
-void leaky_relu_backward(float *din, const float *dout, const float *out, size_t n, float alpha) {
+void dt_leaky_relu_backward(float *din, const float *dout, const float *out, size_t n, float alpha) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] : alpha * dout[i];
 }
 
-void sigmoid_forward(float *out, const float *in, size_t n) {
+void dt_sigmoid_forward(float *out, const float *in, size_t n) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = 1.0f / (1.0f + expf(-in[i]));
 }
 
-void sigmoid_backward(float *din, const float *dout, const float *out, size_t n) {
+void dt_sigmoid_backward(float *din, const float *dout, const float *out, size_t n) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) din[i] = dout[i] * out[i] * (1.0f - out[i]);
 }
 
-void tanh_forward(float *out, const float *in, size_t n) {
+void dt_tanh_forward(float *out, const float *in, size_t n) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = tanhf(in[i]);
 }
 
-void tanh_backward(float *din, const float *dout, const float *out, size_t n) {
+void dt_tanh_backward(float *din, const float *dout, const float *out, size_t n) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) din[i] = dout[i] * (1.0f - out[i] * out[i]);
 }
 
-void channel_affine_add_forward(float *out, const float *in, const float *scale, const float *shift,
-                                const float *b, size_t rows, int C, int relu) {
+void dt_channel_affine_add_forward(float *out, const float *in, const float *scale, const float *shift,
+                                   const float *b, size_t rows, int C, int relu) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)C >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
@@ -366,7 +366,7 @@ void channel_affine_add_forward(float *out, const float *in, const float *scale,
     }
 }
 
-void add_forward(float *out, const float *a, const float *b, size_t n, int relu) {
+void dt_add_forward(float *out, const float *a, const float *b, size_t n, int relu) {
     int nt = dt_kernels_get_threads();
     if (relu) {
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
@@ -380,14 +380,14 @@ void add_forward(float *out, const float *a, const float *b, size_t n, int relu)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void concat_forward(float *out, const float *in, size_t rows, int in_c, int out_c, int off) {
+void dt_concat_forward(float *out, const float *in, size_t rows, int in_c, int out_c, int off) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)in_c >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++)
         memcpy(out + r * (size_t)out_c + off, in + r * (size_t)in_c, (size_t)in_c * sizeof(float));
 }
 
-void concat_backward(float *din, const float *dout, size_t rows, int in_c, int out_c, int off) {
+void dt_concat_backward(float *din, const float *dout, size_t rows, int in_c, int out_c, int off) {
     int nt = dt_kernels_get_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)in_c >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++)

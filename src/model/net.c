@@ -257,7 +257,7 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
             net->views[L->mm_view].not_trained = net->views[L->mv_view].not_trained = 1;
             L->bn = dt_alloc_floats(5 * (size_t)s->out_c, "batch norm statistics", err);
             if (!L->bn) goto fail;
-            size_t wd = batchnorm_work_doubles(mb * (size_t)s->out_h * (size_t)s->out_w, s->out_c);
+            size_t wd = dt_batchnorm_work_doubles(mb * (size_t)s->out_h * (size_t)s->out_w, s->out_c);
             if (wd > bn_work) bn_work = wd;
             /* Folded into the conv before it when that conv's output goes nowhere else. */
             int j = L->in_idx[0];
@@ -292,7 +292,7 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
             L->mask = dt_calloc(mb * L->out_size, 1, "dropout mask", err);
             if (!L->mask) goto fail;
         } else if (ls->kind == DT_LAYER_CONV2D) {
-            size_t sc = conv2d_scratch_floats(&s->win, max_batch);
+            size_t sc = dt_conv2d_scratch_floats(&s->win, max_batch);
             if (sc > scratch) scratch = sc;
         }
     }

@@ -28,7 +28,7 @@ int dt_evaluate(dt_net *net, const dt_dataset *ds, int64_t *confusion, dt_eval_r
         out->examples += b.n;
         if (confusion) {
             for (int i = 0; i < b.n; i++) {
-                int best = argmax_first(logits + (size_t)i * classes, classes);
+                int best = dt_argmax_first(logits + (size_t)i * classes, classes);
                 int y = b.labels[i];
                 if (y >= 0 && y < classes) confusion[(size_t)y * classes + best]++;
             }
