@@ -238,7 +238,7 @@ static void test_moving_statistics(void) {
 /* Batch-norm statistics in one pass stay exact when the mean dwarfs the spread (1000 +- 0.01,
  * where a plain sum of squares in float would lose everything), over many pieces of rows, and do
  * not depend on the thread count. C = 3 takes the channel-by-channel path, C = 32 the blocks of
- * 16 channels (kernels_graph.c); the backward sums of both paths are checked against a sum in
+ * 16 channels (batchnorm_cpu.c); the backward sums of both paths are checked against a sum in
  * double. */
 static void check_batchnorm_statistics(int C) {
     enum { ROWS = 3001 };

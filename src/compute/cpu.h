@@ -1,10 +1,11 @@
-/* Internals shared by the CPU kernels' files (kernels_cpu.c, winograd_cpu.c); not part of the
- * compute seam (compute/kernels.h). */
+/* Internals shared by the CPU kernels' files (conv_cpu.c, winograd_cpu.c, pool_cpu.c, ...); not part
+ * of kernels.h. */
 #ifndef DT_COMPUTE_CPU_H
 #define DT_COMPUTE_CPU_H
 
 #include <cblas.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "compute/kernels.h"
 
@@ -12,7 +13,10 @@
 int dt_cpu_threads(void);
 int dt_cpu_max_threads(void);
 
-/* One single-threaded sgemm (OpenBLAS is pinned to one thread by init_once). */
+/* Parallel loops over fewer elements than this run on one thread: waking a thread costs more. */
+#define PAR_MIN_ELEMS 32768
+
+/* One single-threaded sgemm (OpenBLAS is pinned to one thread once per process, cpu.c). */
 static inline void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                           int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
@@ -45,6 +49,11 @@ static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
  * without stalling the rest); at least PIECES_PER_THREAD pieces per thread keep the last ones
  * short. */
 #define PIECES_PER_THREAD 4
+
+/* One output row oh of max pooling of one example (pool_cpu.c), shared with the fused conv + pool
+ * (conv_cpu.c): o/am [OW, C]. src holds the example's input from element src_off on, so the fused
+ * kernel can pass a chunk of conv rows; argmax is always the index within the whole example. */
+void dt_maxpool_row(float *o, int32_t *am, const float *src, size_t src_off, const dt_window *g, int oh);
 
 /* Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with enough channels (winograd_cpu.c). */
 int dt_wino_applies(const dt_window *g);

@@ -85,7 +85,7 @@ DT_CELL const float *pool_cell(const float *in, const dt_window *w, size_t i, in
     return in + t / ((size_t)w->out_w * w->out_h) * ((size_t)w->in_h * w->in_w * w->in_c);
 }
 
-/* Max pooling as maxpool_row (kernels_cpu.c): the first in-image cell seeds the max, later ones win
+/* Max pooling as dt_maxpool_row (pool_cpu.c): the first in-image cell seeds the max, later ones win
  * if strictly larger or NaN; *argmax is the winner's index within the example. */
 DT_CELL float maxpool_cell(const float *in, const dt_window *w, size_t i, int32_t *argmax) {
     int oh, ow, c;
@@ -105,7 +105,7 @@ DT_CELL float maxpool_cell(const float *in, const dt_window *w, size_t i, int32_
     return best;
 }
 
-/* The window of output (oh, ow) clipped to the image, as avg_window (kernels_graph.c). */
+/* The window of output (oh, ow) clipped to the image, as avg_window (pool_cpu.c). */
 DT_CELL void avg_window(const dt_window *w, int oh, int ow, int *h0, int *h1, int *w0, int *w1) {
     int ih = oh * w->stride_h - w->pad_top, iw = ow * w->stride_w - w->pad_left;
     *h0 = ih < 0 ? 0 : ih;
@@ -163,7 +163,7 @@ DT_CELL uint64_t hash64_cell(uint64_t seed, uint64_t counter) {
     return z ^ (z >> 31);
 }
 
-/* Row n of dt_softmax_xent (kernels_cpu.c): log-sum-exp around the first max in double; *loss is NaN
+/* Row n of dt_softmax_xent (dense_cpu.c): log-sum-exp around the first max in double; *loss is NaN
  * for a label outside [0, classes); dlogits row written unless dlogits is NULL. */
 DT_CELL void xent_row(float *dlogits, double *loss, int *hit, const float *logits, const int32_t *labels, int batch,
                       int classes, size_t n) {

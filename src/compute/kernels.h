@@ -97,7 +97,7 @@ void dt_dense_backward(float *din, float *dw, float *db, const float *dout, cons
 float dt_softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
                       int *correct);
 
-/* ---- layers of residual networks (kernels_graph.c) ---------------------------------------- */
+/* ---- layers of residual networks (batchnorm_cpu.c, pool_cpu.c, elementwise_cpu.c) ---------- */
 /* Activations of these layers are [rows, C] with rows = N*H*W (NHWC): a channel is a column. */
 
 /* Batch norm sums run in double over fixed pieces of rows, each piece summed on one thread and the

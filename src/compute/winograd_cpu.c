@@ -1,4 +1,4 @@
-/* Winograd F(2x2, 3x3) convolution for the CPU backend; kernels_cpu.c calls it for the layers
+/* Winograd F(2x2, 3x3) convolution for the CPU backend; conv_cpu.c calls it for the layers
  * dt_wino_applies accepts and runs im2col + GEMM for the rest. */
 #include <omp.h>
 #include <string.h>
