@@ -385,19 +385,21 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
         /* skip (77) unless a device opens; the reason goes to the log */
         dt_error err = {0};
-        if (dt_cuda_open(0, &err) != 0) {
+        dt_cuda *cuda = NULL;
+        if (dt_cuda_open(&cuda, 0, &err) != 0) {
             fprintf(stderr, "skipped: %s\n", err.msg);
             return 77;
         }
         char desc[320];
-        dt_cuda_describe(desc, sizeof desc);
+        dt_backend b = dt_cuda_backend(cuda);
+        b.ops->describe(b.ctx, desc, sizeof desc);
         fprintf(stderr, "device: %s\n", desc);
         g_device = "cuda";
         RUN(test_fashion);
         RUN(test_catdog);
         RUN(test_cuda_layers);
         RUN(test_cuda_refuses_batchnorm);
-        dt_cuda_close();
+        dt_cuda_close(cuda);
         return test_summary();
     }
     RUN(test_tolerance_bites);

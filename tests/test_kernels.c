@@ -8,6 +8,9 @@
 #include "core/rng.h"
 #include "test.h"
 
+/* The CPU context the kernels here run on (its threads: OpenMP's default; some tests change it). */
+static dt_cpu cpu;
+
 /* ---- helpers ------------------------------------------------------------------------------- */
 
 static float *randn(size_t n, dt_rng *r, float scale) {
@@ -84,16 +87,17 @@ static void test_window_valid_and_errors(void) {
     CHECK(dt_window_init(&g, 3, 3, 1, 1, 5, 5, 1, 1, DT_PAD_VALID, NULL) == DT_ESHAPE); /* NULL err ok */
 }
 
+/* A context's threads: capped at the cores, every core for 0; two contexts keep their own counts. */
 static void test_threads(void) {
-    int all = dt_kernels_get_threads();
-    dt_kernels_set_threads(1);
-    CHECK(dt_kernels_get_threads() == 1);
-    dt_kernels_set_threads(0);
-    int cores = dt_kernels_get_threads();
-    CHECK(cores >= 1);
-    dt_kernels_set_threads(100000);
-    CHECK(dt_kernels_get_threads() == cores); /* capped at the cores scratch is sized for */
-    dt_kernels_set_threads(all);
+    dt_cpu one, all, many;
+    dt_cpu_init(&one, 1);
+    dt_cpu_init(&all, 0);
+    dt_cpu_init(&many, 100000);
+    CHECK(one.threads == 1);
+    CHECK(all.threads == dt_cpu_cores() && dt_cpu_cores() >= 1);
+    CHECK(many.threads == dt_cpu_cores()); /* capped at the cores scratch is sized for */
+    CHECK(dt_cpu_default_threads() >= 1 && dt_cpu_default_threads() <= dt_cpu_cores());
+    CHECK(one.threads == 1); /* the others did not change it */
 }
 
 /* ---- GEMM ---------------------------------------------------------------------------------- */
@@ -121,7 +125,7 @@ static void test_gemm(void) {
                                        (tb ? B[j * ldb + k] : B[k * ldb + j]);
                         ref[i * ldc + j] = j < N ? 0.5 * acc - 2.0 * C[i * ldc + j] : C[i * ldc + j];
                     }
-                dt_gemm(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, -2.0f, C, ldc);
+                dt_gemm(&cpu, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, -2.0f, C, ldc);
                 CHECK_MSG(max_rel_err(C, ref, (size_t)M * ldc) < 1e-5, "shape %d ta %d tb %d", s, ta, tb);
                 free(A), free(B), free(C), free(ref);
             }
@@ -214,10 +218,10 @@ static void check_conv(conv_case cc, int finite_diff, uint64_t seed) {
     double tol_sum = 1e-5 * (1.0 + sqrt(terms / 100.0));
     ref_conv_forward(rout, in, w, b, cc.N, &g);
     for (size_t i = 0; i < nout; i++) out[i] = NAN; /* outputs must be overwritten */
-    dt_conv2d_forward(out, in, w, b, cc.N, &g, scratch);
+    dt_conv2d_forward(&cpu, out, in, w, b, cc.N, &g, scratch);
     CHECK_MSG(max_rel_err(out, rout, nout) < tol_sum, "%s forward %g", name, max_rel_err(out, rout, nout));
     ref_conv_forward(rout, in, w, NULL, cc.N, &g);
-    dt_conv2d_forward(out, in, w, NULL, cc.N, &g, scratch);
+    dt_conv2d_forward(&cpu, out, in, w, NULL, cc.N, &g, scratch);
     CHECK_MSG(max_rel_err(out, rout, nout) < tol_sum, "%s forward without bias %g", name,
               max_rel_err(out, rout, nout));
 
@@ -225,17 +229,17 @@ static void check_conv(conv_case cc, int finite_diff, uint64_t seed) {
     for (size_t i = 0; i < nin; i++) din[i] = NAN;
     for (size_t i = 0; i < nw; i++) dw[i] = NAN;
     for (int i = 0; i < cc.OC; i++) db[i] = NAN;
-    dt_conv2d_backward(din, dw, db, R, in, w, cc.N, &g, scratch);
+    dt_conv2d_backward(&cpu, din, dw, db, R, in, w, cc.N, &g, scratch);
     CHECK_MSG(max_rel_err(din, rdin, nin) < tol_sum, "%s din %g", name, max_rel_err(din, rdin, nin));
     /* dW and db sum over every output position in float: allow rounding growing with the count. */
     double tol = 1e-5 * (1.0 + sqrt((double)nout / cc.OC / 100.0));
     CHECK_MSG(max_rel_err(dw, rdw, nw) < tol, "%s dw %g", name, max_rel_err(dw, rdw, nw));
     CHECK_MSG(max_rel_err(db, rdb, cc.OC) < tol, "%s db %g", name, max_rel_err(db, rdb, cc.OC));
     /* First layer: no din; the parameter gradients are unchanged. db == NULL is allowed too. */
-    dt_conv2d_backward(NULL, dw2, db2, R, in, w, cc.N, &g, scratch);
+    dt_conv2d_backward(&cpu, NULL, dw2, db2, R, in, w, cc.N, &g, scratch);
     CHECK_MSG(max_abs_diff_f(dw, dw2, nw) == 0.0 && max_abs_diff_f(db, db2, cc.OC) == 0.0,
               "%s din==NULL changes dw/db", name);
-    dt_conv2d_backward(NULL, dw2, NULL, R, in, w, cc.N, &g, scratch);
+    dt_conv2d_backward(&cpu, NULL, dw2, NULL, R, in, w, cc.N, &g, scratch);
     CHECK_MSG(max_abs_diff_f(dw, dw2, nw) == 0.0, "%s db==NULL changes dw", name);
 
     if (finite_diff) {
@@ -250,10 +254,10 @@ static void check_conv(conv_case cc, int finite_diff, uint64_t seed) {
             for (size_t i = 0; i < counts[p]; i++) {
                 float keep = params[p][i];
                 params[p][i] = keep + eps;
-                dt_conv2d_forward(out, in, w, b, cc.N, &g, scratch);
+                dt_conv2d_forward(&cpu, out, in, w, b, cc.N, &g, scratch);
                 double lp = dot_fd(out, R, nout);
                 params[p][i] = keep - eps;
-                dt_conv2d_forward(out, in, w, b, cc.N, &g, scratch);
+                dt_conv2d_forward(&cpu, out, in, w, b, cc.N, &g, scratch);
                 double lm = dot_fd(out, R, nout);
                 params[p][i] = keep;
                 double fd = (lp - lm) / (2.0 * eps);
@@ -290,7 +294,7 @@ static void test_conv_small_geometries(void) {
 /* Shapes big enough for several im2col chunks per thread, chunks that straddle examples, and the
  * real models' layers (fashion conv2, cats-vs-dogs conv1 at a reduced size); both thread counts. */
 static void test_conv_chunked(void) {
-    int saved = dt_kernels_get_threads();
+    dt_cpu saved = cpu;
     conv_case cases[] = {
         {3, 20, 21, 64, 5, 3, 3, 1, 1, DT_PAD_SAME},
         {3, 14, 14, 32, 64, 3, 3, 1, 1, DT_PAD_SAME},
@@ -299,17 +303,17 @@ static void test_conv_chunked(void) {
         {3, 30, 30, 300, 3, 1, 1, 1, 1, DT_PAD_VALID},
     };
     for (int t = 1; t <= 2; t++) {
-        dt_kernels_set_threads(t);
+        dt_cpu_init(&cpu, t);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(cases[i], 0, 50 + i);
     }
-    dt_kernels_set_threads(saved);
+    cpu = saved;
 }
 
 /* Gradients are bit-identical for any thread count (fixed pieces, partials summed in order), so
  * a training run is reproducible whatever --threads says. Same for dense (dt_gemm splits rows or
  * columns of C, never the summed dimension). */
 static void test_thread_count_independence(void) {
-    int saved = dt_kernels_get_threads();
+    dt_cpu saved = cpu;
     dt_window g;
     CHECK(dt_window_init(&g, 14, 15, 8, 16, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
     int N = 37;
@@ -320,11 +324,11 @@ static void test_thread_count_independence(void) {
     float *scratch = dt_alloc_floats(dt_conv2d_scratch_floats(&g, N), "t", NULL);
     float *din[2], *dw[2], db[2][16], *out[2];
     for (int t = 0; t < 2; t++) {
-        dt_kernels_set_threads(t + 1);
+        dt_cpu_init(&cpu, t + 1);
         din[t] = dt_alloc_floats(nin, "t", NULL), dw[t] = dt_alloc_floats(nw, "t", NULL);
         out[t] = dt_alloc_floats(nout, "t", NULL);
-        dt_conv2d_forward(out[t], in, w, w, N, &g, scratch);
-        dt_conv2d_backward(din[t], dw[t], db[t], dout, in, w, N, &g, scratch);
+        dt_conv2d_forward(&cpu, out[t], in, w, w, N, &g, scratch);
+        dt_conv2d_backward(&cpu, din[t], dw[t], db[t], dout, in, w, N, &g, scratch);
     }
     CHECK(memcmp(out[0], out[1], nout * sizeof(float)) == 0);
     CHECK(memcmp(din[0], din[1], nin * sizeof(float)) == 0);
@@ -335,16 +339,16 @@ static void test_thread_count_independence(void) {
     float *x = randn((size_t)B * I, &r, 1), *wd = randn((size_t)I * O, &r, 1), *go = randn((size_t)B * O, &r, 1);
     float *dx[2], *dwd[2], *y[2];
     for (int t = 0; t < 2; t++) {
-        dt_kernels_set_threads(t + 1);
+        dt_cpu_init(&cpu, t + 1);
         dx[t] = dt_alloc_floats((size_t)B * I, "t", NULL), dwd[t] = dt_alloc_floats((size_t)I * O, "t", NULL);
         y[t] = dt_alloc_floats((size_t)B * O, "t", NULL);
-        dt_dense_forward(y[t], x, wd, NULL, B, I, O);
-        dt_dense_backward(dx[t], dwd[t], NULL, go, x, wd, B, I, O);
+        dt_dense_forward(&cpu, y[t], x, wd, NULL, B, I, O);
+        dt_dense_backward(&cpu, dx[t], dwd[t], NULL, go, x, wd, B, I, O);
     }
     CHECK(memcmp(y[0], y[1], (size_t)B * O * sizeof(float)) == 0);
     CHECK(memcmp(dx[0], dx[1], (size_t)B * I * sizeof(float)) == 0);
     CHECK(memcmp(dwd[0], dwd[1], (size_t)I * O * sizeof(float)) == 0);
-    dt_kernels_set_threads(saved);
+    cpu = saved;
     for (int t = 0; t < 2; t++) free(din[t]), free(dw[t]), free(out[t]), free(dx[t]), free(dwd[t]), free(y[t]);
     free(in), free(w), free(dout), free(scratch), free(x), free(wd), free(go);
 }
@@ -408,14 +412,14 @@ static void check_maxpool(pool_case pc, uint64_t seed) {
     double *rout = malloc(nout * sizeof(double)), *rdin = calloc(nin, sizeof(double));
 
     ref_maxpool(rout, ram, in, pc.N, &g);
-    dt_maxpool_forward(out, am, in, pc.N, &g);
+    dt_maxpool_forward(&cpu, out, am, in, pc.N, &g);
     CHECK_MSG(max_rel_err(out, rout, nout) == 0.0, "%s forward", name);
     CHECK_MSG(memcmp(am, ram, nout * sizeof(int32_t)) == 0, "%s argmax", name);
 
     size_t img = (size_t)pc.H * pc.W * pc.C;
     for (size_t i = 0; i < nout; i++) rdin[(i / (nout / pc.N)) * img + ram[i]] += R[i];
     for (size_t i = 0; i < nin; i++) din[i] = NAN;
-    dt_maxpool_backward(din, R, am, pc.N, &g);
+    dt_maxpool_backward(&cpu, din, R, am, pc.N, &g);
     CHECK_MSG(max_rel_err(din, rdin, nin) < 1e-6, "%s backward", name);
 
     const float eps = 1e-2f;
@@ -423,10 +427,10 @@ static void check_maxpool(pool_case pc, uint64_t seed) {
     for (size_t i = 0; i < nin; i++) {
         float keep = in[i];
         in[i] = keep + eps;
-        dt_maxpool_forward(out, am, in, pc.N, &g);
+        dt_maxpool_forward(&cpu, out, am, in, pc.N, &g);
         double lp = dot_fd(out, R, nout);
         in[i] = keep - eps;
-        dt_maxpool_forward(out, am, in, pc.N, &g);
+        dt_maxpool_forward(&cpu, out, am, in, pc.N, &g);
         double lm = dot_fd(out, R, nout);
         in[i] = keep;
         double fd = (lp - lm) / (2.0 * eps), e = fabs(fd - din[i]) / (1.0 + fabs(fd));
@@ -457,18 +461,18 @@ static void test_maxpool_ties_and_padding(void) {
     float in[9], out[4], din[9], dout[4] = {1, 2, 3, 4};
     int32_t am[4];
     for (int i = 0; i < 9; i++) in[i] = -5.0f;
-    dt_maxpool_forward(out, am, in, 1, &g);
+    dt_maxpool_forward(&cpu, out, am, in, 1, &g);
     CHECK(out[0] == -5.0f && out[1] == -5.0f && out[2] == -5.0f && out[3] == -5.0f);
     CHECK(am[0] == 0 && am[1] == 2 && am[2] == 6 && am[3] == 8);
-    dt_maxpool_backward(din, dout, am, 1, &g);
+    dt_maxpool_backward(&cpu, din, dout, am, 1, &g);
     CHECK(din[0] == 1 && din[2] == 2 && din[6] == 3 && din[8] == 4 && din[1] == 0 && din[4] == 0);
     /* -inf inputs still produce an index inside the window. */
     for (int i = 0; i < 9; i++) in[i] = -INFINITY;
-    dt_maxpool_forward(out, am, in, 1, &g);
+    dt_maxpool_forward(&cpu, out, am, in, 1, &g);
     CHECK(isinf(out[3]) && out[3] < 0 && am[3] == 8);
     /* A later equal value does not take over; a later larger one does. */
     float t[9] = {1, 7, 0, 7, 2, 0, 9, 9, 9};
-    dt_maxpool_forward(out, am, t, 1, &g);
+    dt_maxpool_forward(&cpu, out, am, t, 1, &g);
     CHECK(out[0] == 7 && am[0] == 1 && out[2] == 9 && am[2] == 6 && out[3] == 9 && am[3] == 8);
 }
 
@@ -504,10 +508,10 @@ static void check_fused(fused_case fc, uint64_t seed) {
     float *dw = dt_alloc_floats(nw, "t", NULL), *fdw = dt_alloc_floats(nw, "t", NULL), *fdw2 = dt_alloc_floats(nw, "t", NULL);
     float *db = dt_alloc_floats(cc.OC, "t", NULL), *fdb = dt_alloc_floats(cc.OC, "t", NULL);
 
-    dt_conv2d_forward(conv, in, w, b, cc.N, &g, scratch);
-    dt_maxpool_forward(pool, am, conv, cc.N, &pg);
+    dt_conv2d_forward(&cpu, conv, in, w, b, cc.N, &g, scratch);
+    dt_maxpool_forward(&cpu, pool, am, conv, cc.N, &pg);
     for (size_t i = 0; i < npool; i++) fpool[i] = NAN;
-    dt_conv2d_maxpool_forward(fpool, fam, in, w, b, cc.N, &g, &pg, fscratch);
+    dt_conv2d_maxpool_forward(&cpu, fpool, fam, in, w, b, cc.N, &g, &pg, fscratch);
     double worst = 0;
     for (size_t i = 0; i < npool; i++) {
         double e = fabs((double)fpool[i] - pool[i]) / (1 + fabs(pool[i]));
@@ -516,10 +520,10 @@ static void check_fused(fused_case fc, uint64_t seed) {
     CHECK_MSG(worst < 1e-5, "%s forward %g", name, worst);
     CHECK_MSG(memcmp(am, fam, npool * sizeof(int32_t)) == 0, "%s argmax", name);
 
-    dt_maxpool_backward(dconv, dout, am, cc.N, &pg);
-    dt_conv2d_backward(din, dw, db, dconv, in, w, cc.N, &g, scratch);
+    dt_maxpool_backward(&cpu, dconv, dout, am, cc.N, &pg);
+    dt_conv2d_backward(&cpu, din, dw, db, dconv, in, w, cc.N, &g, scratch);
     for (size_t i = 0; i < nin; i++) fdin[i] = NAN;
-    dt_conv2d_maxpool_backward(fdin, fdw, fdb, dout, fam, in, w, cc.N, &g, &pg, fscratch);
+    dt_conv2d_maxpool_backward(&cpu, fdin, fdw, fdb, dout, fam, in, w, cc.N, &g, &pg, fscratch);
     double tol = 1e-5 * (1.0 + sqrt((double)nconv / cc.OC / 100.0));
     double e_in = 0, e_w = 0, e_b = 0;
     for (size_t i = 0; i < nin; i++) e_in = fmax(e_in, fabs((double)fdin[i] - din[i]) / (1 + fabs(din[i])));
@@ -529,7 +533,7 @@ static void check_fused(fused_case fc, uint64_t seed) {
     for (size_t i = 0; i < nin; i++) finite &= isfinite(fdin[i]);
     CHECK_MSG(finite && e_in < tol && e_w < tol && e_b < tol, "%s backward: din %g dw %g db %g", name,
               e_in, e_w, e_b);
-    dt_conv2d_maxpool_backward(NULL, fdw2, NULL, dout, fam, in, w, cc.N, &g, &pg, fscratch);
+    dt_conv2d_maxpool_backward(&cpu, NULL, fdw2, NULL, dout, fam, in, w, cc.N, &g, &pg, fscratch);
     CHECK_MSG(memcmp(fdw, fdw2, nw * sizeof(float)) == 0, "%s din==NULL changes dw", name);
     free(in), free(w), free(b), free(dout), free(scratch), free(fscratch), free(conv), free(dconv);
     free(pool), free(fpool), free(am), free(fam), free(din), free(fdin), free(dw), free(fdw), free(fdw2);
@@ -547,12 +551,12 @@ static void test_conv_maxpool_fused(void) {
         {{2, 64, 70, 3, 32, 3, 3, 1, 1, DT_PAD_SAME}, 2, 2, DT_PAD_SAME},  /* several groups per image */
         {{2, 9, 9, 3, 4, 3, 3, 1, 1, DT_PAD_SAME}, 3, 3, DT_PAD_SAME},     /* pool pad on top too */
     };
-    int saved = dt_kernels_get_threads();
+    dt_cpu saved = cpu;
     for (int t = 1; t <= 2; t++) {
-        dt_kernels_set_threads(t);
+        dt_cpu_init(&cpu, t);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_fused(cases[i], 300 + i);
     }
-    dt_kernels_set_threads(saved);
+    cpu = saved;
     /* Not fusable: overlapping pool windows, a Winograd conv, a pool over something else. */
     dt_window g, pg;
     CHECK(dt_window_init(&g, 8, 8, 3, 4, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
@@ -573,11 +577,11 @@ static void test_relu(void) {
     size_t n = 100003; /* above the parallel threshold, odd */
     float *x = randn(n, &r, 1.0f), *y = dt_alloc_floats(n, "t", NULL), *g = randn(n, &r, 1.0f);
     float *dx = dt_alloc_floats(n, "t", NULL);
-    dt_relu_forward(y, x, n);
+    dt_relu_forward(&cpu, y, x, n);
     int ok = 1;
     for (size_t i = 0; i < n; i++) ok &= y[i] == (x[i] > 0 ? x[i] : 0.0f);
     CHECK(ok);
-    dt_relu_backward(dx, g, y, n);
+    dt_relu_backward(&cpu, dx, g, y, n);
     ok = 1;
     for (size_t i = 0; i < n; i++) ok &= dx[i] == (x[i] > 0 ? g[i] : 0.0f);
     CHECK(ok);
@@ -586,16 +590,16 @@ static void test_relu(void) {
     for (size_t i = 0; i < 200; i++) {
         if (fabsf(x[i]) < 0.05f) continue;
         float a = x[i] + 1e-2f, b = x[i] - 1e-2f, ya, yb;
-        dt_relu_forward(&ya, &a, 1);
-        dt_relu_forward(&yb, &b, 1);
+        dt_relu_forward(&cpu, &ya, &a, 1);
+        dt_relu_forward(&cpu, &yb, &b, 1);
         double fd = g[i] * ((double)ya - yb) / 2e-2;
         if (fabs(fd - dx[i]) > worst) worst = fabs(fd - dx[i]);
     }
     CHECK(worst < 1e-4);
     /* In place. */
-    dt_relu_forward(x, x, n);
+    dt_relu_forward(&cpu, x, x, n);
     CHECK(max_abs_diff_f(x, y, n) == 0.0);
-    dt_relu_backward(g, g, y, n);
+    dt_relu_backward(&cpu, g, g, y, n);
     CHECK(max_abs_diff_f(g, dx, n) == 0.0);
     free(x), free(y), free(g), free(dx);
 }
@@ -607,12 +611,12 @@ static void test_dropout(void) {
     float rate = 0.3f;
     float *x = randn(n, &r, 1.0f), *y1 = dt_alloc_floats(n, "t", NULL), *y2 = dt_alloc_floats(n, "t", NULL);
     uint8_t *m1 = malloc(n), *m2 = malloc(n);
-    int saved = dt_kernels_get_threads();
-    dt_kernels_set_threads(1);
-    dt_dropout_forward(y1, m1, x, n, rate, 99);
-    dt_kernels_set_threads(2);
-    dt_dropout_forward(y2, m2, x, n, rate, 99);
-    dt_kernels_set_threads(saved);
+    dt_cpu saved = cpu;
+    dt_cpu_init(&cpu, 1);
+    dt_dropout_forward(&cpu, y1, m1, x, n, rate, 99);
+    dt_cpu_init(&cpu, 2);
+    dt_dropout_forward(&cpu, y2, m2, x, n, rate, 99);
+    cpu = saved;
     CHECK(memcmp(m1, m2, n) == 0 && memcmp(y1, y2, n * sizeof(float)) == 0);
 
     /* The mask is the documented function of (seed, i); keep rate and scale are right. */
@@ -630,39 +634,39 @@ static void test_dropout(void) {
     CHECK_MSG(fabs(keep_rate - 0.7) < 0.01, "keep rate %g", keep_rate);
     /* Expected value is preserved: mean(y) ~ mean(x) for x = 1. */
     for (size_t i = 0; i < n; i++) x[i] = 1.0f;
-    dt_dropout_forward(y1, m1, x, n, rate, 7);
+    dt_dropout_forward(&cpu, y1, m1, x, n, rate, 7);
     double mean = 0.0;
     for (size_t i = 0; i < n; i++) mean += y1[i];
     CHECK_NEAR(mean / n, 1.0, 0.02);
     /* Another seed, another mask. */
-    dt_dropout_forward(y2, m2, x, n, rate, 8);
+    dt_dropout_forward(&cpu, y2, m2, x, n, rate, 8);
     CHECK(memcmp(m1, m2, n) != 0);
     /* rate 0 keeps everything unchanged; rate 1 drops everything without dividing by zero. */
-    dt_dropout_forward(y2, m2, x, n, 0.0f, 7);
+    dt_dropout_forward(&cpu, y2, m2, x, n, 0.0f, 7);
     CHECK(max_abs_diff_f(y2, x, n) == 0.0);
-    dt_dropout_forward(y2, m2, x, 1000, 1.0f, 7);
+    dt_dropout_forward(&cpu, y2, m2, x, 1000, 1.0f, 7);
     int zeros = 1;
     for (size_t i = 0; i < 1000; i++) zeros &= y2[i] == 0.0f && m2[i] == 0;
     CHECK(zeros);
     /* Backward = adjoint of the forward for the same seed: finite differences of
      * sum(dropout(x) * g) on a short vector (the mask depends only on (seed, i)). */
     float *g = randn(n, &r, 1.0f), *dx = dt_alloc_floats(n, "t", NULL);
-    dt_dropout_backward(dx, g, m1, n, rate);
+    dt_dropout_backward(&cpu, dx, g, m1, n, rate);
     {
         enum { S = 64 };
         float xs[S], ys[S], ds[S];
         uint8_t ms[S];
         for (int i = 0; i < S; i++) xs[i] = (float)dt_rng_normal(&r);
-        dt_dropout_forward(ys, ms, xs, S, rate, 11);
-        dt_dropout_backward(ds, g, ms, S, rate);
+        dt_dropout_forward(&cpu, ys, ms, xs, S, rate, 11);
+        dt_dropout_backward(&cpu, ds, g, ms, S, rate);
         double worst = 0.0;
         for (int i = 0; i < S; i++) {
             float keep = xs[i];
             xs[i] = keep + 1e-2f;
-            dt_dropout_forward(ys, ms, xs, S, rate, 11);
+            dt_dropout_forward(&cpu, ys, ms, xs, S, rate, 11);
             double lp = dot_fd(ys, g, S);
             xs[i] = keep - 1e-2f;
-            dt_dropout_forward(ys, ms, xs, S, rate, 11);
+            dt_dropout_forward(&cpu, ys, ms, xs, S, rate, 11);
             double lm = dot_fd(ys, g, S);
             xs[i] = keep;
             double fd = (lp - lm) / 2e-2;
@@ -696,11 +700,11 @@ static void check_dense(int N, int I, int O, uint64_t seed) {
             ry[n * O + o] = acc;
         }
     for (size_t i = 0; i < (size_t)N * O; i++) y[i] = NAN;
-    dt_dense_forward(y, x, w, b, N, I, O);
+    dt_dense_forward(&cpu, y, x, w, b, N, I, O);
     CHECK_MSG(max_rel_err(y, ry, (size_t)N * O) < 1e-5, "dense %dx%d->%d forward", N, I, O);
     for (int o = 0; o < O; o++)
         for (int n = 0; n < N; n++) ry[n * O + o] -= b[o];
-    dt_dense_forward(y, x, w, NULL, N, I, O);
+    dt_dense_forward(&cpu, y, x, w, NULL, N, I, O);
     CHECK_MSG(max_rel_err(y, ry, (size_t)N * O) < 1e-5, "dense forward without bias");
 
     for (int i = 0; i < I; i++)
@@ -722,11 +726,11 @@ static void check_dense(int N, int I, int O, uint64_t seed) {
         }
     for (size_t i = 0; i < (size_t)I * O; i++) dw[i] = NAN;
     for (int o = 0; o < O; o++) db[o] = NAN;
-    dt_dense_backward(dx, dw, db, R, x, w, N, I, O);
+    dt_dense_backward(&cpu, dx, dw, db, R, x, w, N, I, O);
     CHECK_MSG(max_rel_err(dx, rdx, (size_t)N * I) < 1e-5, "dense dx");
     CHECK_MSG(max_rel_err(dw, rdw, (size_t)I * O) < 1e-5, "dense dw");
     CHECK_MSG(max_rel_err(db, rdb, O) < 1e-5, "dense db");
-    dt_dense_backward(NULL, dw2, db2, R, x, w, N, I, O);
+    dt_dense_backward(&cpu, NULL, dw2, db2, R, x, w, N, I, O);
     CHECK(max_abs_diff_f(dw, dw2, (size_t)I * O) == 0.0 && max_abs_diff_f(db, db2, O) == 0.0);
 
     if ((size_t)N * I * O < 20000) {
@@ -739,10 +743,10 @@ static void check_dense(int N, int I, int O, uint64_t seed) {
             for (size_t i = 0; i < counts[p]; i++) {
                 float keep = params[p][i];
                 params[p][i] = keep + eps;
-                dt_dense_forward(y, x, w, b, N, I, O);
+                dt_dense_forward(&cpu, y, x, w, b, N, I, O);
                 double lp = dot_fd(y, R, (size_t)N * O);
                 params[p][i] = keep - eps;
-                dt_dense_forward(y, x, w, b, N, I, O);
+                dt_dense_forward(&cpu, y, x, w, b, N, I, O);
                 double lm = dot_fd(y, R, (size_t)N * O);
                 params[p][i] = keep;
                 double fd = (lp - lm) / (2.0 * eps), e = fabs(fd - grads[p][i]) / (1.0 + fabs(fd));
@@ -885,6 +889,7 @@ static void test_softmax_forward_and_argmax(void) {
 }
 
 int main(void) {
+    dt_cpu_init(&cpu, dt_cpu_default_threads());
     RUN(test_window_same_padding);
     RUN(test_window_valid_and_errors);
     RUN(test_threads);

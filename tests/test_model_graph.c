@@ -16,6 +16,9 @@
 #include "spec_check.h"
 #include "test.h"
 
+/* The CPU context the kernels here run on (its threads: OpenMP's default; some tests change it). */
+static dt_cpu cpu;
+
 #define HEAD "model g\ninput 8 8 2\n"
 
 static void test_resnet_parses(void) {
@@ -264,12 +267,12 @@ static void check_batchnorm_statistics(int C) {
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < C; c++) sq[c] += (x[r * C + c] - sum[c] / ROWS) * (x[r * C + c] - sum[c] / ROWS);
     for (int c = 0; c < C; c++) gamma[c] = c % 3 == 0 ? 1 : c % 3 == 1 ? 2 : 0.5f, beta[c] = (float)(c % 3) - 1;
-    int threads = dt_kernels_get_threads();
-    dt_kernels_set_threads(1);
-    dt_batchnorm_forward(y, mean, var, inv, sc, sh, x, gamma, beta, ROWS, C, 1e-3f, 0, work);
-    dt_kernels_set_threads(2);
-    dt_batchnorm_forward(y2, mean2, var2, inv2, sc2, sh2, x, gamma, beta, ROWS, C, 1e-3f, 1, work);
-    dt_kernels_set_threads(threads);
+    dt_cpu saved = cpu;
+    dt_cpu_init(&cpu, 1);
+    dt_batchnorm_forward(&cpu, y, mean, var, inv, sc, sh, x, gamma, beta, ROWS, C, 1e-3f, 0, work);
+    dt_cpu_init(&cpu, 2);
+    dt_batchnorm_forward(&cpu, y2, mean2, var2, inv2, sc2, sh2, x, gamma, beta, ROWS, C, 1e-3f, 1, work);
+    cpu = saved;
     for (int c = 0; c < C; c++) {
         double m = sum[c] / ROWS, v = sq[c] / ROWS;
         CHECK_MSG(fabs(mean[c] - m) <= 1e-6 * fabs(m) + 1e-9, "C %d channel %d: mean %.9g, want %.9g", C, c, mean[c], m);
@@ -280,7 +283,7 @@ static void check_batchnorm_statistics(int C) {
     /* The norm added to a residual in one pass (and its ReLU): y + z, within rounding. */
     for (int c = 0; c < C; c++) CHECK(sc[c] == sc2[c] && sh[c] == sh2[c]);
     for (size_t i = 0; i < n; i++) z[i] = (float)(i % 17) - 8.0f;
-    dt_channel_affine_add_forward(y3, x, sc, sh, z, ROWS, C, 1);
+    dt_channel_affine_add_forward(&cpu, y3, x, sc, sh, z, ROWS, C, 1);
     for (size_t i = 0; i < n; i++) {
         float want = y[i] + z[i] > 0 ? y[i] + z[i] : 0;
         CHECK_MSG(fabsf(y3[i] - want) <= 1e-5f * (1 + fabsf(want)), "[%zu]: %.9g, want %.9g", i, y3[i], want);
@@ -289,8 +292,8 @@ static void check_batchnorm_statistics(int C) {
     for (size_t i = 0; i < n; i++) dy[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
     for (int relu = 0; relu <= 1; relu++) {
         float *dgamma = y3, *dbeta = y3 + C; /* y3 is free again */
-        dt_batchnorm_backward(NULL, dgamma, dbeta, dy, x, mean, inv, gamma, relu ? sc : NULL, relu ? sh : NULL, ROWS,
-                              C, work);
+        dt_batchnorm_backward(&cpu, NULL, dgamma, dbeta, dy, x, mean, inv, gamma, relu ? sc : NULL, relu ? sh : NULL,
+                              ROWS, C, work);
         for (int c = 0; c < C; c++) {
             double sb = 0, sg = 0;
             for (int r = 0; r < ROWS; r++) {
@@ -314,6 +317,7 @@ static void test_batchnorm_statistics(void) {
 }
 
 int main(void) {
+    dt_cpu_init(&cpu, dt_cpu_default_threads());
     RUN(test_batchnorm_statistics);
     RUN(test_resnet_parses);
     RUN(test_stack_unchanged);

@@ -2,11 +2,13 @@
  * everything is reproducible from the seed, and the whole net's gradient matches finite
  * differences on a tiny model that has every layer kind. (tests/test_fixtures.c checks the
  * shipped models against PyTorch.) */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/kernels.h"
 #include "core/rng.h"
 #include "model/net.h"
 #include "test.h"
@@ -204,6 +206,63 @@ static void test_determinism(void) {
     dt_net_free(b);
 }
 
+/* Within float rounding (the first convolutions' chunks still follow the thread count). */
+static int close_floats(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(a[i] - b[i]) > 1e-5f * (1.0f + fabsf(a[i]))) return 0;
+    return 1;
+}
+
+/* Each net has its own CPU context: two nets of one process at different thread counts, their steps
+ * interleaved, keep their own counts and give the same logits, loss and gradients. */
+static void check_two_thread_counts(const char *path, int batch) {
+    dt_net *a = load(path, batch), *b = load(path, batch);
+    if (!a || !b) {
+        dt_net_free(a), dt_net_free(b);
+        return;
+    }
+    int cores = dt_cpu_cores(), many = cores < 2 ? cores : 2;
+    dt_net_set_threads(a, 1);
+    dt_net_set_threads(b, many);
+    CHECK(dt_net_threads(a) == 1 && dt_net_threads(b) == many);
+    char da[64], db[64], want[64];
+    dt_net_describe_device(a, da, sizeof da);
+    dt_net_describe_device(b, db, sizeof db);
+    snprintf(want, sizeof want, "cpu (%d thread%s)", many, many == 1 ? "" : "s");
+    CHECK_MSG(!strcmp(da, "cpu (1 thread)") && !strcmp(db, want), "'%s', '%s'", da, db);
+    size_t n = dt_net_param_count(a), in = (size_t)batch * dt_net_input_size(a);
+    int classes = dt_net_num_classes(a);
+    dt_net_init_params(a, 9);
+    dt_net_init_params(b, 9);
+    float *x = malloc(in * sizeof *x);
+    int32_t *y = malloc((size_t)batch * sizeof *y);
+    dt_rng r;
+    dt_rng_seed(&r, 4);
+    for (size_t i = 0; x && i < in; i++) x[i] = (float)dt_rng_uniform(&r);
+    for (int i = 0; y && i < batch; i++) y[i] = (int32_t)dt_rng_below(&r, (uint64_t)classes);
+    for (int step = 0; x && y && step < 2; step++) {
+        const float *la = dt_net_forward(a, x, batch, 1, 5), *lb = dt_net_forward(b, x, batch, 1, 5);
+        CHECK(la && lb && close_floats(la, lb, (size_t)batch * classes));
+        int ca = -1, cb = -2;
+        float lossa = dt_net_loss(a, y, &ca), lossb = dt_net_loss(b, y, &cb);
+        CHECK(close_floats(&lossa, &lossb, 1) && ca == cb);
+        dt_net_backward(b);
+        dt_net_backward(a);
+        CHECK_MSG(close_floats(dt_net_grads(a), dt_net_grads(b), n), "%s: gradients differ", path);
+        CHECK(close_floats(dt_net_params(a), dt_net_params(b), n)); /* moving statistics */
+        for (size_t i = 0; i < n; i++) dt_net_params(a)[i] -= 0.01f * dt_net_grads(a)[i];
+        for (size_t i = 0; i < n; i++) dt_net_params(b)[i] -= 0.01f * dt_net_grads(b)[i];
+    }
+    CHECK(dt_net_threads(a) == 1 && dt_net_threads(b) == many); /* neither changed the other's */
+    free(x), free(y);
+    dt_net_free(a), dt_net_free(b);
+}
+
+static void test_two_thread_counts(void) {
+    check_two_thread_counts("models/fashion.model", 16);
+    check_two_thread_counts("tests/fixtures/layers.model", 6); /* batch norm, sums, pools */
+}
+
 static void test_bad_calls(void) {
     dt_net *net = NULL;
     dt_error err = {0};
@@ -367,6 +426,7 @@ int main(void) {
     RUN(test_init_catdog);
     RUN(test_init_uniform);
     RUN(test_determinism);
+    RUN(test_two_thread_counts);
     RUN(test_bad_calls);
     RUN(test_input_untouched);
     RUN(test_dropout_modes);

@@ -44,11 +44,11 @@ static inline void bn_stats_block(double *s, double *q, const float *x, const fl
     for (int c = 0; c < BN_BLOCK; c++) s[c] = sa[c], q[c] = qa[c];
 }
 
-void dt_batchnorm_forward(float *out, float *mean, float *var, float *inv_std, float *scale, float *shift,
-                          const float *in, const float *gamma, const float *beta, size_t rows, int C, float eps,
-                          int relu, double *work) {
+void dt_batchnorm_forward(const dt_cpu *cpu, float *out, float *mean, float *var, float *inv_std, float *scale,
+                          float *shift, const float *in, const float *gamma, const float *beta, size_t rows, int C,
+                          float eps, int relu, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
     /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first
      * row, so the squares do not cancel even when the mean is far larger than the spread. */
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
@@ -94,7 +94,7 @@ void dt_batchnorm_forward(float *out, float *mean, float *var, float *inv_std, f
         scale[c] = gamma[c] * inv_std[c];
         shift[c] = beta[c] - mean[c] * scale[c];
     }
-    if (out) dt_channel_affine_forward(out, in, scale, shift, rows, C, relu);
+    if (out) dt_channel_affine_forward(cpu, out, in, scale, shift, rows, C, relu);
 }
 
 /* dout with forward's ReLU applied if relu: zero where the norm's output was not positive. */
@@ -153,12 +153,12 @@ static inline void bn_backward_sums_block(double *sb, double *sg, const float *x
     for (int c = 0; c < BN_BLOCK; c++) sb[c] = ba[c], sg[c] = ga[c];
 }
 
-void dt_batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
-                           const float *mean, const float *inv_std, const float *gamma, const float *scale,
-                           const float *shift, size_t rows, int C, double *work) {
+void dt_batchnorm_backward(const dt_cpu *cpu, float *din, float *dgamma, float *dbeta, const float *dout,
+                           const float *in, const float *mean, const float *inv_std, const float *gamma,
+                           const float *scale, const float *shift, size_t rows, int C, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
     const int relu = scale != NULL;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
     /* dbeta = sum dout, dgamma = sum dout * xhat, xhat = (in - mean) * inv_std. The relu test is
      * outside the rows' loops, each with its own inlined copy: inside an OpenMP body it is a
      * variable, and a test in the loop would keep it from being vectorised. */
@@ -209,9 +209,9 @@ void dt_batchnorm_backward(float *din, float *dgamma, float *dbeta, const float 
     }
 }
 
-void dt_channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,
+void dt_channel_affine_forward(const dt_cpu *cpu, float *out, const float *in, const float *scale, const float *shift,
                                size_t rows, int C, int relu) {
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)C >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
         const float *x = in + r * (size_t)C;
@@ -228,9 +228,9 @@ void dt_channel_affine_forward(float *out, const float *in, const float *scale, 
     }
 }
 
-void dt_channel_affine_add_forward(float *out, const float *in, const float *scale, const float *shift,
-                                   const float *b, size_t rows, int C, int relu) {
-    int nt = dt_cpu_threads();
+void dt_channel_affine_add_forward(const dt_cpu *cpu, float *out, const float *in, const float *scale,
+                                   const float *shift, const float *b, size_t rows, int C, int relu) {
+    int nt = cpu->threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)C >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
         const float *x = in + r * (size_t)C, *z = b + r * (size_t)C;

@@ -30,7 +30,7 @@
 #define GEMM_PIECES 8
 #define GEMM_PIECE_MIN 64
 
-void dt_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+void dt_gemm(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc) {
     double flops = 2.0 * M * N * K;
     if (flops < 2e6 || (M < 32 && N < 32)) {
@@ -44,7 +44,7 @@ void dt_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const f
     blk = (blk + 15) & ~15;
     if (blk < GEMM_PIECE_MIN) blk = GEMM_PIECE_MIN;
     const int pieces = (len + blk - 1) / blk;
-    int nt = omp_in_parallel() ? 1 : dt_cpu_threads();
+    int nt = omp_in_parallel() ? 1 : cpu->threads;
     if (nt > pieces) nt = pieces;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int p = 0; p < pieces; p++) {
@@ -96,7 +96,7 @@ typedef struct {
 } conv_scratch;
 
 static conv_scratch conv_scratch_layout(const dt_window *g, int batch) {
-    size_t T = (size_t)dt_cpu_max_threads(), kkc = (size_t)g->k_h * g->k_w * g->in_c;
+    size_t T = (size_t)dt_cpu_cores(), kkc = (size_t)g->k_h * g->k_w * g->in_c;
     size_t P = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 1) : CONV_BWD_PIECES;
     conv_scratch s;
     s.rows = conv_chunk_rows(g, batch);
@@ -232,13 +232,13 @@ DT_HOT static void col2im(float *din, const float *dcol, const dt_window *g, siz
     }
 }
 
-static void im2col_forward(float *out, const float *in, const float *w, const float *b, int batch,
+static void im2col_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
                            const dt_window *g, float *scratch) {
     const int KKC = g->k_h * g->k_w * g->in_c, OC = g->out_c;
     const size_t total = (size_t)batch * g->out_h * g->out_w;
     const conv_scratch s = conv_scratch_layout(g, batch);
     const int pointwise = is_pointwise(g);
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
     size_t rows = (total + (size_t)nt * PIECES_PER_THREAD - 1) / ((size_t)nt * PIECES_PER_THREAD);
     if (rows < 64) rows = 64;
     if (rows > s.rows) rows = s.rows;
@@ -262,7 +262,7 @@ static void im2col_forward(float *out, const float *in, const float *w, const fl
     }
 }
 
-static void im2col_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+static void im2col_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
                             const float *w, int batch, const dt_window *g, float *scratch) {
     const int KKC = g->k_h * g->k_w * g->in_c, OC = g->out_c;
     const size_t ohw = (size_t)g->out_h * g->out_w, img_size = (size_t)g->in_h * g->in_w * g->in_c;
@@ -272,7 +272,7 @@ static void im2col_backward(float *din, float *dw, float *db, const float *dout,
     /* Pieces are groups of whole examples, so the scatters (col2im) of different threads never
      * touch the same din. */
     const size_t npieces = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 0) : CONV_BWD_PIECES;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
     if ((size_t)nt > npieces) nt = npieces > 0 ? (int)npieces : 1;
 #pragma omp parallel num_threads(nt)
     {
@@ -329,16 +329,16 @@ size_t dt_conv2d_scratch_floats(const dt_window *g, int batch) {
     return dt_wino_applies(g) ? dt_wino_scratch_floats(g, batch) : conv_scratch_layout(g, batch).total;
 }
 
-void dt_conv2d_forward(float *out, const float *in, const float *w, const float *b, int batch,
+void dt_conv2d_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
                        const dt_window *g, float *scratch) {
-    if (dt_wino_applies(g)) dt_wino_forward(out, in, w, b, batch, g, scratch);
-    else im2col_forward(out, in, w, b, batch, g, scratch);
+    if (dt_wino_applies(g)) dt_wino_forward(cpu, out, in, w, b, batch, g, scratch);
+    else im2col_forward(cpu, out, in, w, b, batch, g, scratch);
 }
 
-void dt_conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+void dt_conv2d_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
                         const float *w, int batch, const dt_window *g, float *scratch) {
-    if (dt_wino_applies(g)) dt_wino_backward(din, dw, db, dout, in, w, batch, g, scratch);
-    else im2col_backward(din, dw, db, dout, in, w, batch, g, scratch);
+    if (dt_wino_applies(g)) dt_wino_backward(cpu, din, dw, db, dout, in, w, batch, g, scratch);
+    else im2col_backward(cpu, din, dw, db, dout, in, w, batch, g, scratch);
 }
 
 /* ---- fused convolution + max pooling ------------------------------------------------------ */
@@ -375,7 +375,7 @@ static fused_scratch fused_layout(const dt_window *cg, const dt_window *pg, int 
     if (crows > (size_t)cg->out_h) crows = (size_t)cg->out_h;
     f.cbuf = round16(crows * cg->out_w * cg->out_c);
     f.cbuf_base = f.cs.total;
-    f.total = f.cbuf_base + (size_t)dt_cpu_max_threads() * f.cbuf;
+    f.total = f.cbuf_base + (size_t)dt_cpu_cores() * f.cbuf;
     return f;
 }
 
@@ -391,13 +391,13 @@ static inline void fused_conv_rows(const dt_window *cg, const dt_window *pg, int
     *cr1 = z > cg->out_h ? cg->out_h : z;
 }
 
-void dt_conv2d_maxpool_forward(float *out, int32_t *argmax, const float *in, const float *w, const float *b,
-                               int batch, const dt_window *cg, const dt_window *pg, float *scratch) {
+void dt_conv2d_maxpool_forward(const dt_cpu *cpu, float *out, int32_t *argmax, const float *in, const float *w,
+                               const float *b, int batch, const dt_window *cg, const dt_window *pg, float *scratch) {
     const int KKC = cg->k_h * cg->k_w * cg->in_c, OC = cg->out_c, OW = cg->out_w, PH = pg->out_h;
     const fused_scratch f = fused_layout(cg, pg, batch);
     const int pointwise = is_pointwise(cg);
     const size_t units = (size_t)batch * f.groups, prow_size = (size_t)pg->out_w * OC;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
     if ((size_t)nt > units) nt = units > 0 ? (int)units : 1;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t u = 0; u < units; u++) {
@@ -428,9 +428,9 @@ void dt_conv2d_maxpool_forward(float *out, int32_t *argmax, const float *in, con
     }
 }
 
-void dt_conv2d_maxpool_backward(float *din, float *dw, float *db, const float *dout, const int32_t *argmax,
-                                const float *in, const float *w, int batch, const dt_window *cg,
-                                const dt_window *pg, float *scratch) {
+void dt_conv2d_maxpool_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout,
+                                const int32_t *argmax, const float *in, const float *w, int batch,
+                                const dt_window *cg, const dt_window *pg, float *scratch) {
     const int KKC = cg->k_h * cg->k_w * cg->in_c, OC = cg->out_c, OW = cg->out_w, PH = pg->out_h;
     const fused_scratch f = fused_layout(cg, pg, batch);
     const conv_scratch *s = &f.cs;
@@ -438,7 +438,7 @@ void dt_conv2d_maxpool_backward(float *din, float *dw, float *db, const float *d
     const size_t img_size = (size_t)cg->in_h * cg->in_w * cg->in_c, ndw = (size_t)KKC * OC;
     const size_t prow_size = (size_t)pg->out_w * OC;
     const size_t npieces = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 0) : CONV_BWD_PIECES;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
     if ((size_t)nt > npieces) nt = npieces > 0 ? (int)npieces : 1;
 #pragma omp parallel num_threads(nt)
     {

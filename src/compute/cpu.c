@@ -1,5 +1,6 @@
-/* The CPU kernels' threads: how many OpenMP threads they use, and the cores (the cap, and what scratch is
- * sized for). OpenBLAS is pinned to one thread once per process (see conv_cpu.c). */
+/* The CPU backend's context (kernels.h, dt_cpu): a thread count between 1 and the cores. The cores and
+ * OpenMP's default are read once per process, when OpenBLAS is also pinned to one thread (the kernels
+ * split the work themselves, conv_cpu.c). */
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
@@ -7,32 +8,29 @@
 #include "compute/cpu.h"
 #include "compute/kernels.h"
 
-static int g_threads;         /* OpenMP threads the kernels use; set once by init, then by the user */
-static int g_max_threads;     /* cores: the cap, and what scratch is sized for */
+static int g_cores;           /* the cap, and what scratch is sized for */
+static int g_default;         /* OpenMP's default thread count, capped */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void init_once(void) {
-    g_max_threads = omp_get_num_procs();
-    if (g_max_threads < 1) g_max_threads = 1;
+    g_cores = omp_get_num_procs();
+    if (g_cores < 1) g_cores = 1;
     int t = omp_get_max_threads(); /* honours OMP_NUM_THREADS */
-    g_threads = t < 1 ? 1 : t > g_max_threads ? g_max_threads : t;
+    g_default = t < 1 ? 1 : t > g_cores ? g_cores : t;
     openblas_set_num_threads(1);
 }
 
-int dt_cpu_threads(void) {
+int dt_cpu_cores(void) {
     pthread_once(&g_once, init_once);
-    return __atomic_load_n(&g_threads, __ATOMIC_RELAXED);
+    return g_cores;
 }
 
-int dt_cpu_max_threads(void) {
+int dt_cpu_default_threads(void) {
     pthread_once(&g_once, init_once);
-    return g_max_threads;
+    return g_default;
 }
 
-void dt_kernels_set_threads(int n) {
-    pthread_once(&g_once, init_once);
-    if (n <= 0 || n > g_max_threads) n = g_max_threads;
-    __atomic_store_n(&g_threads, n, __ATOMIC_RELAXED);
+void dt_cpu_init(dt_cpu *cpu, int threads) {
+    int cores = dt_cpu_cores(); /* also pins OpenBLAS to one thread, before any kernel runs */
+    cpu->threads = threads <= 0 || threads > cores ? cores : threads;
 }
-
-int dt_kernels_get_threads(void) { return dt_cpu_threads(); }

@@ -9,10 +9,6 @@
 
 #include "compute/kernels.h"
 
-/* OpenMP threads the kernels use now, and the cap (cores) that scratch sizes are computed for. */
-int dt_cpu_threads(void);
-int dt_cpu_max_threads(void);
-
 /* Parallel loops over fewer elements than this run on one thread: waking a thread costs more. */
 #define PAR_MIN_ELEMS 32768
 
@@ -58,9 +54,9 @@ void dt_maxpool_row(float *o, int32_t *am, const float *src, size_t src_off, con
 /* Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with enough channels (winograd_cpu.c). */
 int dt_wino_applies(const dt_window *g);
 size_t dt_wino_scratch_floats(const dt_window *g, int batch);
-void dt_wino_forward(float *out, const float *in, const float *w, const float *b, int batch, const dt_window *g,
-                     float *scratch);
-void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
-                      int batch, const dt_window *g, float *scratch);
+void dt_wino_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
+                     const dt_window *g, float *scratch);
+void dt_wino_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
+                      const float *w, int batch, const dt_window *g, float *scratch);
 
 #endif

@@ -9,22 +9,22 @@
 
 /* ---- dense --------------------------------------------------------------------------------- */
 
-void dt_dense_forward(float *out, const float *in, const float *w, const float *b, int batch,
+void dt_dense_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
                       int in_dim, int out_dim) {
     if (b)
         for (int n = 0; n < batch; n++) memcpy(out + (size_t)n * out_dim, b, out_dim * sizeof(float));
-    dt_gemm(0, 0, batch, out_dim, in_dim, 1.0f, in, in_dim, w, out_dim, b ? 1.0f : 0.0f, out, out_dim);
+    dt_gemm(cpu, 0, 0, batch, out_dim, in_dim, 1.0f, in, in_dim, w, out_dim, b ? 1.0f : 0.0f, out, out_dim);
 }
 
-void dt_dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+void dt_dense_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
                        const float *w, int batch, int in_dim, int out_dim) {
-    dt_gemm(1, 0, in_dim, out_dim, batch, 1.0f, in, in_dim, dout, out_dim, 0.0f, dw, out_dim);
+    dt_gemm(cpu, 1, 0, in_dim, out_dim, batch, 1.0f, in, in_dim, dout, out_dim, 0.0f, dw, out_dim);
     if (db) {
         memset(db, 0, out_dim * sizeof(float));
         for (int n = 0; n < batch; n++)
             for (int o = 0; o < out_dim; o++) db[o] += dout[(size_t)n * out_dim + o];
     }
-    if (din) dt_gemm(0, 1, batch, in_dim, out_dim, 1.0f, dout, out_dim, w, out_dim, 0.0f, din, in_dim);
+    if (din) dt_gemm(cpu, 0, 1, batch, in_dim, out_dim, 1.0f, dout, out_dim, w, out_dim, 0.0f, din, in_dim);
 }
 
 /* ---- loss ---------------------------------------------------------------------------------- */

@@ -39,22 +39,22 @@ DT_HOT void dt_maxpool_row(float *o, int32_t *am, const float *src, size_t src_o
     }
 }
 
-void dt_maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *g) {
+void dt_maxpool_forward(const dt_cpu *cpu, float *out, int32_t *argmax, const float *in, int batch, const dt_window *g) {
     const int OH = g->out_h;
     const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c, rows = (size_t)batch * OH;
     const size_t row_size = (size_t)g->out_w * g->in_c;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * row_size >= PAR_MIN_ELEMS)
     for (size_t row = 0; row < rows; row++)
         dt_maxpool_row(out + row * row_size, argmax + row * row_size, in + (row / OH) * img_size, 0, g,
                     (int)(row % OH));
 }
 
-void dt_maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch,
+void dt_maxpool_backward(const dt_cpu *cpu, float *din, const float *dout, const int32_t *argmax, int batch,
                          const dt_window *g) {
     const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c;
     const size_t out_size = (size_t)g->out_h * g->out_w * g->in_c;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if (batch * img_size >= PAR_MIN_ELEMS)
     for (int n = 0; n < batch; n++) {
         float *d = din + (size_t)n * img_size;
@@ -76,10 +76,10 @@ static inline void avg_window(const dt_window *g, int oh, int ow, int *h0, int *
     *w1 = iw + g->k_w > g->in_w ? g->in_w : iw + g->k_w;
 }
 
-void dt_avgpool_forward(float *out, const float *in, int batch, const dt_window *g) {
+void dt_avgpool_forward(const dt_cpu *cpu, float *out, const float *in, int batch, const dt_window *g) {
     const int OH = g->out_h, OW = g->out_w, C = g->in_c;
     const size_t img = (size_t)g->in_h * g->in_w * C, rows = (size_t)batch * OH;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * OW * C >= PAR_MIN_ELEMS)
     for (size_t row = 0; row < rows; row++) {
         const float *x = in + (row / OH) * img;
@@ -100,10 +100,10 @@ void dt_avgpool_forward(float *out, const float *in, int batch, const dt_window 
     }
 }
 
-void dt_avgpool_backward(float *din, const float *dout, int batch, const dt_window *g) {
+void dt_avgpool_backward(const dt_cpu *cpu, float *din, const float *dout, int batch, const dt_window *g) {
     const int OH = g->out_h, OW = g->out_w, C = g->in_c;
     const size_t img = (size_t)g->in_h * g->in_w * C, osz = (size_t)OH * OW * C;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if (batch * img >= PAR_MIN_ELEMS)
     for (int n = 0; n < batch; n++) {
         float *d = din + (size_t)n * img;
@@ -123,7 +123,7 @@ void dt_avgpool_backward(float *din, const float *dout, int batch, const dt_wind
     }
 }
 
-void dt_global_avgpool_forward(float *out, const float *in, int batch, int hw, int C) {
+void dt_global_avgpool_forward(const dt_cpu *cpu, float *out, const float *in, int batch, int hw, int C) {
     for (int n = 0; n < batch; n++) {
         float *o = out + (size_t)n * C;
         const float *x = in + (size_t)n * hw * C;
@@ -134,8 +134,8 @@ void dt_global_avgpool_forward(float *out, const float *in, int batch, int hw, i
     }
 }
 
-void dt_global_avgpool_backward(float *din, const float *dout, int batch, int hw, int C) {
-    int nt = dt_cpu_threads();
+void dt_global_avgpool_backward(const dt_cpu *cpu, float *din, const float *dout, int batch, int hw, int C) {
+    int nt = cpu->threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if ((size_t)batch * hw * C >= PAR_MIN_ELEMS)
     for (int n = 0; n < batch; n++)
         for (int p = 0; p < hw; p++) {

@@ -79,7 +79,8 @@ struct dt_net {
      * backend's memory; params and grads above stay on the host (what the updater, the ps client
      * and checkpoints read), and kparams/kgrads are what the kernels read: the same buffers on the
      * CPU, device copies on a GPU, refreshed layer by layer each forward and backward. */
-    const dt_backend *k;
+    dt_cpu cpu;                 /* the CPU context: its threads (dt_net_set_threads) */
+    dt_backend k;               /* the CPU over cpu, or a device (dt_net_set_backend) */
     float *kparams, *kgrads;
     float *kinput;              /* device: the input batch [max_batch, input size] */
     float *logits_host;         /* device: the logits copied back [max_batch, classes] */
@@ -195,7 +196,8 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
         free(net);
         return rc;
     }
-    net->k = &dt_backend_cpu;
+    dt_cpu_init(&net->cpu, dt_cpu_default_threads());
+    net->k = dt_backend_cpu(&net->cpu);
     net->max_batch = max_batch;
     net->n_layers = spec->n_layers;
     net->n_params = n_params;
@@ -339,25 +341,25 @@ int dt_net_load(dt_net **out, const char *model_path, int max_batch, dt_error *e
 
 void dt_net_free(dt_net *net) {
     if (!net) return;
-    const dt_backend *k = net->k ? net->k : &dt_backend_cpu; /* a build that failed early has none */
+    const dt_backend *k = &net->k;
     if (net->layers)
         for (int i = 0; i < net->n_layers; i++) {
-            k->release(net->layers[i].own);
-            k->release(net->layers[i].argmax);
-            k->release(net->layers[i].mask);
+            k->buf->release(k->ctx, net->layers[i].own);
+            k->buf->release(k->ctx, net->layers[i].argmax);
+            k->buf->release(k->ctx, net->layers[i].mask);
             free(net->layers[i].bn);
             free(net->layers[i].fold_w);
         }
     if (net->gbufs)
-        for (int b = 0; b < net->n_gbufs; b++) k->release(net->gbufs[b]);
-    k->release(net->scratch);
-    if (k->on_device) {
-        k->release(net->kparams);
-        k->release(net->kgrads);
-        k->release(net->kinput);
+        for (int b = 0; b < net->n_gbufs; b++) k->buf->release(k->ctx, net->gbufs[b]);
+    k->buf->release(k->ctx, net->scratch);
+    if (k->buf->on_device) {
+        k->buf->release(k->ctx, net->kparams);
+        k->buf->release(k->ctx, net->kgrads);
+        k->buf->release(k->ctx, net->kinput);
         free(net->logits_host);
-        k->unpin(net->params);
-        k->unpin(net->grads);
+        k->buf->unpin(k->ctx, net->params);
+        k->buf->unpin(k->ctx, net->grads);
     }
     free(net->gbufs);
     free(net->layers);
@@ -366,7 +368,7 @@ void dt_net_free(dt_net *net) {
     free(net->grads);
     free(net->bn_work);
     dt_model_spec_free(&net->spec);
-    if (k->on_device) k->close();
+    if (k->ops->close) k->ops->close(k->ctx);
     free(net);
 }
 
@@ -392,27 +394,42 @@ int dt_net_num_grad_buffers(const dt_net *net) { return net->n_gbufs; }
 
 /* ---- device ---- */
 
-/* Whether backend k has every kernel a layer of this kind calls (forward, backward, evaluation). */
-static int backend_has(const dt_backend *k, dt_layer_kind kind) {
+/* The ops a layer of this kind calls (forward, backward, evaluation), DT_OP_COUNT-terminated. */
+static const dt_op *layer_ops(dt_layer_kind kind) {
+    static const dt_op none[] = {DT_OP_COUNT}, conv[] = {DT_OP_CONV2D, DT_OP_COUNT},
+                       maxpool[] = {DT_OP_MAXPOOL, DT_OP_COUNT}, avgpool[] = {DT_OP_AVGPOOL, DT_OP_COUNT},
+                       gap[] = {DT_OP_GLOBAL_AVGPOOL, DT_OP_COUNT}, relu[] = {DT_OP_RELU, DT_OP_COUNT},
+                       leaky[] = {DT_OP_LEAKY_RELU, DT_OP_COUNT}, sigmoid[] = {DT_OP_SIGMOID, DT_OP_COUNT},
+                       tanh_[] = {DT_OP_TANH, DT_OP_COUNT}, dropout[] = {DT_OP_DROPOUT, DT_OP_COUNT},
+                       dense[] = {DT_OP_DENSE, DT_OP_COUNT}, add[] = {DT_OP_ADD, DT_OP_COUNT},
+                       concat[] = {DT_OP_CONCAT, DT_OP_COUNT},
+                       bn[] = {DT_OP_BATCHNORM, DT_OP_CHANNEL_AFFINE, DT_OP_COUNT};
     switch (kind) {
-    case DT_LAYER_CONV2D: return k->conv2d_forward && k->conv2d_backward;
-    case DT_LAYER_MAXPOOL: return k->maxpool_forward && k->maxpool_backward;
-    case DT_LAYER_AVGPOOL: return k->avgpool_forward && k->avgpool_backward;
-    case DT_LAYER_GLOBAL_AVGPOOL: return k->global_avgpool_forward && k->global_avgpool_backward;
-    case DT_LAYER_RELU: return k->relu_forward && k->relu_backward;
-    case DT_LAYER_LEAKY_RELU: return k->leaky_relu_forward && k->leaky_relu_backward;
-    case DT_LAYER_SIGMOID: return k->sigmoid_forward && k->sigmoid_backward;
-    case DT_LAYER_TANH: return k->tanh_forward && k->tanh_backward;
-    case DT_LAYER_DROPOUT: return k->dropout_forward && k->dropout_backward;
-    case DT_LAYER_FLATTEN: return 1;
-    case DT_LAYER_DENSE: return k->dense_forward && k->dense_backward;
-    case DT_LAYER_BATCHNORM:
-        /* its statistics, their moving averages and the folding are host code in this file */
-        return k->batchnorm_forward && k->batchnorm_backward && k->channel_affine_forward && !k->on_device;
-    case DT_LAYER_ADD: return k->add_forward != NULL;
-    case DT_LAYER_CONCAT: return k->concat_forward && k->concat_backward;
+    case DT_LAYER_CONV2D: return conv;
+    case DT_LAYER_MAXPOOL: return maxpool;
+    case DT_LAYER_AVGPOOL: return avgpool;
+    case DT_LAYER_GLOBAL_AVGPOOL: return gap;
+    case DT_LAYER_RELU: return relu;
+    case DT_LAYER_LEAKY_RELU: return leaky;
+    case DT_LAYER_SIGMOID: return sigmoid;
+    case DT_LAYER_TANH: return tanh_;
+    case DT_LAYER_DROPOUT: return dropout;
+    case DT_LAYER_FLATTEN: return none;
+    case DT_LAYER_DENSE: return dense;
+    case DT_LAYER_BATCHNORM: return bn;
+    case DT_LAYER_ADD: return add;
+    case DT_LAYER_CONCAT: return concat;
     }
-    return 0;
+    return none;
+}
+
+/* Whether backend k runs every op a layer of this kind calls. */
+static int backend_has(const dt_backend *k, dt_layer_kind kind) {
+    /* batch norm's statistics, their moving averages and the folding are host code in this file */
+    if (kind == DT_LAYER_BATCHNORM && k->buf->on_device) return 0;
+    for (const dt_op *op = layer_ops(kind); *op != DT_OP_COUNT; op++)
+        if (!k->ops->supports(k->ctx, *op)) return 0;
+    return 1;
 }
 
 /* The device buffers of a net, allocated all before any host one is given up. */
@@ -424,15 +441,15 @@ typedef struct {
 
 static void device_buffers_free(const dt_net *net, const dt_backend *k, device_buffers *d) {
     for (int i = 0; i < net->n_layers; i++) {
-        if (d->own) k->release(d->own[i]);
-        if (d->argmax) k->release(d->argmax[i]);
-        if (d->mask) k->release(d->mask[i]);
+        if (d->own) k->buf->release(k->ctx, d->own[i]);
+        if (d->argmax) k->buf->release(k->ctx, d->argmax[i]);
+        if (d->mask) k->buf->release(k->ctx, d->mask[i]);
     }
-    for (int b = 0; d->gbufs && b < net->n_gbufs; b++) k->release(d->gbufs[b]);
-    k->release(d->scratch);
-    k->release(d->params);
-    k->release(d->grads);
-    k->release(d->input);
+    for (int b = 0; d->gbufs && b < net->n_gbufs; b++) k->buf->release(k->ctx, d->gbufs[b]);
+    k->buf->release(k->ctx, d->scratch);
+    k->buf->release(k->ctx, d->params);
+    k->buf->release(k->ctx, d->grads);
+    k->buf->release(k->ctx, d->input);
     free(d->own), free(d->argmax), free(d->mask), free(d->gbufs), free(d->logits);
 }
 
@@ -448,35 +465,35 @@ static int device_buffers_alloc(const dt_net *net, const dt_backend *k, device_b
         const layer *L = &net->layers[i];
         size_t n = mb * L->out_size;
         if (L->wants_grad && L->out_size > max_grad) max_grad = L->out_size;
-        if (L->own && !(d->own[i] = k->alloc(n * sizeof(float), L->spec->name, err))) return DT_ENOMEM;
-        if (L->argmax && !(d->argmax[i] = k->alloc(n * sizeof(int32_t), "maxpool argmax", err))) return DT_ENOMEM;
-        if (L->mask && !(d->mask[i] = k->alloc(n, "dropout mask", err))) return DT_ENOMEM;
+        if (L->own && !(d->own[i] = k->buf->alloc(k->ctx, n * sizeof(float), L->spec->name, err))) return DT_ENOMEM;
+        if (L->argmax && !(d->argmax[i] = k->buf->alloc(k->ctx, n * sizeof(int32_t), "maxpool argmax", err))) return DT_ENOMEM;
+        if (L->mask && !(d->mask[i] = k->buf->alloc(k->ctx, n, "dropout mask", err))) return DT_ENOMEM;
         if (L->spec->kind == DT_LAYER_CONV2D) {
-            size_t sc = k->conv2d_scratch_floats(&L->shape.win, net->max_batch);
+            size_t sc = k->ops->conv2d_scratch_floats(k->ctx, &L->shape.win, net->max_batch);
             if (sc > scratch) scratch = sc;
         }
     }
     for (int b = 0; b < net->n_gbufs; b++)
-        if (!(d->gbufs[b] = k->alloc(mb * (b == DLOGITS ? classes : max_grad) * sizeof(float), "activation gradients",
+        if (!(d->gbufs[b] = k->buf->alloc(k->ctx, mb * (b == DLOGITS ? classes : max_grad) * sizeof(float), "activation gradients",
                                      err)))
             return DT_ENOMEM;
     size_t np = net->n_params ? net->n_params : 1;
-    if (!(d->scratch = k->alloc(scratch * sizeof(float), "convolution scratch", err)) ||
-        !(d->params = k->alloc(np * sizeof(float), "parameters", err)) ||
-        !(d->grads = k->alloc(np * sizeof(float), "gradients", err)) ||
-        !(d->input = k->alloc(mb * dt_net_input_size(net) * sizeof(float), "input batch", err)))
+    if (!(d->scratch = k->buf->alloc(k->ctx, scratch * sizeof(float), "convolution scratch", err)) ||
+        !(d->params = k->buf->alloc(k->ctx, np * sizeof(float), "parameters", err)) ||
+        !(d->grads = k->buf->alloc(k->ctx, np * sizeof(float), "gradients", err)) ||
+        !(d->input = k->buf->alloc(k->ctx, mb * dt_net_input_size(net) * sizeof(float), "input batch", err)))
         return DT_ENOMEM;
     return DT_OK;
 }
 
 int dt_net_set_backend(dt_net *net, const dt_backend *k, dt_error *err) {
-    if (net->k->on_device) return dt_errorf(err, DT_EINVAL, "the net is already on %s", net->k->name);
-    if (!k->on_device) return DT_OK; /* the CPU: where every net starts */
+    if (net->k.buf->on_device) return dt_errorf(err, DT_EINVAL, "the net is already on %s", net->k.ops->name);
+    if (!k->buf->on_device) return DT_OK; /* the CPU: where every net starts */
     const char *src = net->spec.source[0] ? net->spec.source : net->spec.name;
     for (int i = 0; i < net->n_layers; i++)
         if (!backend_has(k, net->layers[i].spec->kind))
             return dt_errorf(err, DT_EINVAL, "%s: not supported on %s yet: layer %s (%s); use --device cpu", src,
-                             k->name, net->layers[i].spec->name, dt_layer_kind_name(net->layers[i].spec->kind));
+                             k->ops->name, net->layers[i].spec->name, dt_layer_kind_name(net->layers[i].spec->kind));
     device_buffers d = {0};
     int rc = device_buffers_alloc(net, k, &d, err);
     if (rc) {
@@ -497,25 +514,32 @@ int dt_net_set_backend(dt_net *net, const dt_backend *k, dt_error *err) {
     net->scratch = d.scratch;
     net->kparams = d.params, net->kgrads = d.grads, net->kinput = d.input, net->logits_host = d.logits;
     free(d.own), free(d.argmax), free(d.mask), free(d.gbufs);
-    net->k = k;
+    net->k = *k;
     /* pinned, the parameter and gradient copies run on the copy stream without blocking the host */
-    k->pin(net->params, net->n_params * sizeof(float));
-    k->pin(net->grads, net->n_params * sizeof(float));
+    k->buf->pin(k->ctx, net->params, net->n_params * sizeof(float));
+    k->buf->pin(k->ctx, net->grads, net->n_params * sizeof(float));
     return DT_OK;
 }
 
 int dt_net_set_device(dt_net *net, const char *device, dt_error *err) {
     int index, rc = dt_device_parse(device, &index, err);
     if (rc || index < 0) return rc; /* cpu: where every net starts */
-    if (net->k->on_device) return dt_errorf(err, DT_EINVAL, "--device %s: the net is already on %s", device, net->k->name);
-    if ((rc = dt_cuda_open(index, err))) return rc;
-    if ((rc = dt_net_set_backend(net, dt_cuda_backend(), err))) dt_cuda_close();
+    if (net->k.buf->on_device)
+        return dt_errorf(err, DT_EINVAL, "--device %s: the net is already on %s", device, net->k.ops->name);
+    dt_cuda *cuda = NULL;
+    if ((rc = dt_cuda_open(&cuda, index, err))) return rc;
+    dt_backend b = dt_cuda_backend(cuda);
+    if ((rc = dt_net_set_backend(net, &b, err))) dt_cuda_close(cuda);
     return rc;
 }
 
-const char *dt_net_device(const dt_net *net) { return net->k->name; }
+const char *dt_net_device(const dt_net *net) { return net->k.ops->name; }
+const dt_backend *dt_net_backend(const dt_net *net) { return &net->k; }
+void dt_net_describe_device(const dt_net *net, char *buf, size_t len) { net->k.ops->describe(net->k.ctx, buf, len); }
+void dt_net_set_threads(dt_net *net, int threads) { dt_cpu_init(&net->cpu, threads); }
+int dt_net_threads(const dt_net *net) { return net->cpu.threads; }
 
-int dt_net_status(const dt_net *net, dt_error *err) { return net->k->on_device ? net->k->status(err) : DT_OK; }
+int dt_net_status(const dt_net *net, dt_error *err) { return net->k.ops->status(net->k.ctx, err); }
 
 /* ---- initialisation ---- */
 
@@ -613,9 +637,9 @@ static void fold_conv(const dt_net *net, layer *L, const layer *B) {
 
 const float *dt_net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed) {
     if (batch < 1 || batch > net->max_batch) return NULL;
-    const dt_backend *k = net->k;
-    if (k->on_device) {
-        k->upload(net->kinput, x, (size_t)batch * dt_net_input_size(net) * sizeof *x);
+    const dt_backend *k = &net->k;
+    if (k->buf->on_device) {
+        k->buf->upload(k->ctx, net->kinput, x, (size_t)batch * dt_net_input_size(net) * sizeof *x);
         x = net->kinput;
     }
     net->batch = batch;
@@ -634,7 +658,7 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
         if (dt_net_layer_params(net, i, &po, &pc)) {
             if (net->hooks.before_forward)
                 net->hooks.before_forward(net->hooks.user, po, pc); /* e.g. wait until they have arrived */
-            if (k->on_device) k->upload_params(net->kparams + po, net->params + po, pc);
+            if (k->buf->on_device) k->buf->upload_params(k->ctx, net->kparams + po, net->params + po, pc);
         }
         const float *w = view_ptr(net->kparams, net, L->w_view), *b = view_ptr(net->kparams, net, L->b_view);
         switch (s->kind) {
@@ -643,24 +667,24 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
                 fold_conv(net, L, &net->layers[L->fold_into]);
                 w = L->fold_w, b = L->fold_w + L->shape.n_weights;
             }
-            k->conv2d_forward(L->out, in, w, b, batch, &L->shape.win, net->scratch);
+            k->ops->conv2d_forward(k->ctx, L->out, in, w, b, batch, &L->shape.win, net->scratch);
             break;
-        case DT_LAYER_MAXPOOL: k->maxpool_forward(L->out, L->argmax, in, batch, &L->shape.win); break;
-        case DT_LAYER_AVGPOOL: k->avgpool_forward(L->out, in, batch, &L->shape.win); break;
+        case DT_LAYER_MAXPOOL: k->ops->maxpool_forward(k->ctx, L->out, L->argmax, in, batch, &L->shape.win); break;
+        case DT_LAYER_AVGPOOL: k->ops->avgpool_forward(k->ctx, L->out, in, batch, &L->shape.win); break;
         case DT_LAYER_GLOBAL_AVGPOOL:
-            k->global_avgpool_forward(L->out, in, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
+            k->ops->global_avgpool_forward(k->ctx, L->out, in, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
             break;
         case DT_LAYER_RELU:
-            if (L->in_idx[0] < 0 || !net->layers[L->in_idx[0]].relu_done) k->relu_forward(L->out, in, n);
+            if (L->in_idx[0] < 0 || !net->layers[L->in_idx[0]].relu_done) k->ops->relu_forward(k->ctx, L->out, in, n);
             break;
-        case DT_LAYER_LEAKY_RELU: k->leaky_relu_forward(L->out, in, n, s->alpha); break;
-        case DT_LAYER_SIGMOID: k->sigmoid_forward(L->out, in, n); break;
-        case DT_LAYER_TANH: k->tanh_forward(L->out, in, n); break;
+        case DT_LAYER_LEAKY_RELU: k->ops->leaky_relu_forward(k->ctx, L->out, in, n, s->alpha); break;
+        case DT_LAYER_SIGMOID: k->ops->sigmoid_forward(k->ctx, L->out, in, n); break;
+        case DT_LAYER_TANH: k->ops->tanh_forward(k->ctx, L->out, in, n); break;
         case DT_LAYER_DROPOUT:
             if (training && s->rate > 0)
-                k->dropout_forward(L->out, L->mask, in, n, s->rate, dt_hash64(seed, (uint64_t)i));
+                k->ops->dropout_forward(k->ctx, L->out, L->mask, in, n, s->rate, dt_hash64(seed, (uint64_t)i));
             else
-                k->copy(L->out, in, n * sizeof *in);
+                k->buf->copy(k->ctx, L->out, in, n * sizeof *in);
             break;
         case DT_LAYER_BATCHNORM: {
             int C = L->shape.out_c;
@@ -668,8 +692,8 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
                 float *mean = L->bn, *var = L->bn + C, *inv_std = L->bn + 2 * C;
                 /* scale and shift go where evaluation keeps its own (it recomputes them): the add
                  * (into_add) and this norm's backward (relu_bwd) read them there */
-                int skip = L->into_add && k->channel_affine_add_forward;
-                k->batchnorm_forward(skip ? NULL : L->out, mean, var, inv_std, L->bn + 3 * C, L->bn + 4 * C, in, w, b,
+                int skip = L->into_add && k->ops->supports(k->ctx, DT_OP_CHANNEL_AFFINE_ADD);
+                k->ops->batchnorm_forward(k->ctx, skip ? NULL : L->out, mean, var, inv_std, L->bn + 3 * C, L->bn + 4 * C, in, w, b,
                                      rows, C, s->epsilon, L->fuse_relu, net->bn_work);
                 L->relu_done = L->fuse_relu;
                 /* moving = momentum * moving + (1 - momentum) * batch, with the unbiased variance
@@ -685,7 +709,7 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
             } else {
                 float *scale = L->bn + 3 * C, *shift = L->bn + 4 * C;
                 bn_eval_affine(net, L, scale, shift);
-                k->channel_affine_forward(L->out, in, scale, shift, rows, C, L->fuse_relu);
+                k->ops->channel_affine_forward(k->ctx, L->out, in, scale, shift, rows, C, L->fuse_relu);
                 L->relu_done = L->fuse_relu;
             }
             break;
@@ -693,13 +717,13 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
         case DT_LAYER_ADD: {
             const layer *N = L->in_idx[0] >= 0 ? &net->layers[L->in_idx[0]] : NULL;
             int j = 1, C = L->shape.out_c;
-            if (training && N && N->into_add && k->channel_affine_add_forward) { /* the norm's output, now */
-                k->channel_affine_add_forward(L->out, N->in[0], N->bn + 3 * C, N->bn + 4 * C, L->in[1], rows, C,
+            if (training && N && N->into_add && k->ops->supports(k->ctx, DT_OP_CHANNEL_AFFINE_ADD)) { /* the norm's output, now */
+                k->ops->channel_affine_add_forward(k->ctx, L->out, N->in[0], N->bn + 3 * C, N->bn + 4 * C, L->in[1], rows, C,
                                               L->fuse_relu && L->n_in == 2);
                 j = 2;
             }
             for (; j < L->n_in; j++)
-                k->add_forward(L->out, j == 1 ? L->in[0] : L->out, L->in[j], n, L->fuse_relu && j == L->n_in - 1);
+                k->ops->add_forward(k->ctx, L->out, j == 1 ? L->in[0] : L->out, L->in[j], n, L->fuse_relu && j == L->n_in - 1);
             L->relu_done = L->fuse_relu;
             break;
         }
@@ -707,27 +731,29 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
             int off = 0;
             for (int q = 0; q < L->n_in; q++) {
                 int j = L->in_idx[q], c = j < 0 ? net->spec.in_c : net->layers[j].shape.out_c;
-                k->concat_forward(L->out, L->in[q], rows, c, L->shape.out_c, off);
+                k->ops->concat_forward(k->ctx, L->out, L->in[q], rows, c, L->shape.out_c, off);
                 off += c;
             }
             break;
         }
         case DT_LAYER_FLATTEN: break;
         case DT_LAYER_DENSE:
-            k->dense_forward(L->out, in, w, b, batch, L->shape.in_c, L->shape.out_c);
+            k->ops->dense_forward(k->ctx, L->out, in, w, b, batch, L->shape.in_c, L->shape.out_c);
             break;
         }
     }
     const layer *last = &net->layers[net->n_layers - 1];
-    if (!k->on_device) return last->out;
-    k->download(net->logits_host, last->out, (size_t)batch * last->shape.out_c * sizeof(float));
+    if (!k->buf->on_device) return last->out;
+    k->buf->download(k->ctx, net->logits_host, last->out, (size_t)batch * last->shape.out_c * sizeof(float));
     return net->logits_host;
 }
 
 float dt_net_loss(dt_net *net, const int32_t *labels, int *correct) {
     const layer *last = &net->layers[net->n_layers - 1];
     net->have_loss = 1;
-    return net->k->softmax_xent(net->gbufs[DLOGITS], last->out, labels, net->batch, last->shape.out_c, correct);
+    const dt_backend *k = &net->k;
+    return k->ops->softmax_xent(k->ctx, net->gbufs[DLOGITS], last->out, labels, net->batch, last->shape.out_c,
+                                correct);
 }
 
 /* Where layer i's backward writes the gradient of input k: straight into the input's buffer, or
@@ -740,7 +766,7 @@ static float *din_target(dt_net *net, const layer *L, int k, float *dcur) {
 
 void dt_net_backward(dt_net *net) {
     if (!net->have_loss || net->batch < 1) return;
-    const dt_backend *k = net->k;
+    const dt_backend *k = &net->k;
     int batch = net->batch;
     for (int i = net->n_layers - 1; i >= 0; i--) {
         layer *L = &net->layers[i];
@@ -755,55 +781,55 @@ void dt_net_backward(dt_net *net) {
         float *db = L->b_view >= 0 ? net->kgrads + net->views[L->b_view].offset : NULL;
         switch (s->kind) {
         case DT_LAYER_CONV2D:
-            k->conv2d_backward(din, dw, db, dcur, L->in[0], w, batch, &L->shape.win, net->scratch);
+            k->ops->conv2d_backward(k->ctx, din, dw, db, dcur, L->in[0], w, batch, &L->shape.win, net->scratch);
             break;
         case DT_LAYER_DENSE:
-            k->dense_backward(din, dw, db, dcur, L->in[0], w, batch, L->shape.in_c, L->shape.out_c);
+            k->ops->dense_backward(k->ctx, din, dw, db, dcur, L->in[0], w, batch, L->shape.in_c, L->shape.out_c);
             break;
         case DT_LAYER_MAXPOOL:
-            if (din) k->maxpool_backward(din, dcur, L->argmax, batch, &L->shape.win);
+            if (din) k->ops->maxpool_backward(k->ctx, din, dcur, L->argmax, batch, &L->shape.win);
             break;
         case DT_LAYER_AVGPOOL:
-            if (din) k->avgpool_backward(din, dcur, batch, &L->shape.win);
+            if (din) k->ops->avgpool_backward(k->ctx, din, dcur, batch, &L->shape.win);
             break;
         case DT_LAYER_GLOBAL_AVGPOOL:
-            if (din) k->global_avgpool_backward(din, dcur, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
+            if (din) k->ops->global_avgpool_backward(k->ctx, din, dcur, batch, L->shape.in_h * L->shape.in_w, L->shape.in_c);
             break;
         case DT_LAYER_RELU:
-            if (din && !L->bwd_in_input) k->relu_backward(din, dcur, L->out, n);
+            if (din && !L->bwd_in_input) k->ops->relu_backward(k->ctx, din, dcur, L->out, n);
             break;
         case DT_LAYER_LEAKY_RELU:
-            if (din) k->leaky_relu_backward(din, dcur, L->out, n, s->alpha);
+            if (din) k->ops->leaky_relu_backward(k->ctx, din, dcur, L->out, n, s->alpha);
             break;
         case DT_LAYER_SIGMOID:
-            if (din) k->sigmoid_backward(din, dcur, L->out, n);
+            if (din) k->ops->sigmoid_backward(k->ctx, din, dcur, L->out, n);
             break;
         case DT_LAYER_TANH:
-            if (din) k->tanh_backward(din, dcur, L->out, n);
+            if (din) k->ops->tanh_backward(k->ctx, din, dcur, L->out, n);
             break;
         case DT_LAYER_DROPOUT:
-            if (din && net->training && s->rate > 0) k->dropout_backward(din, dcur, L->mask, n, s->rate);
-            else if (din && din != dcur) k->copy(din, dcur, n * sizeof *din);
+            if (din && net->training && s->rate > 0) k->ops->dropout_backward(k->ctx, din, dcur, L->mask, n, s->rate);
+            else if (din && din != dcur) k->buf->copy(k->ctx, din, dcur, n * sizeof *din);
             break;
         case DT_LAYER_FLATTEN:
-            if (din && din != dcur) k->copy(din, dcur, n * sizeof *din);
+            if (din && din != dcur) k->buf->copy(k->ctx, din, dcur, n * sizeof *din);
             break;
         case DT_LAYER_BATCHNORM: {
             int C = L->shape.out_c;
             /* the ReLU's mask, if it is this norm's to apply, from the scale and shift forward used */
             const float *scale = L->relu_bwd ? L->bn + 3 * C : NULL, *shift = L->relu_bwd ? L->bn + 4 * C : NULL;
-            k->batchnorm_backward(din, dw, db, dcur, L->in[0], L->bn, L->bn + 2 * C, w, scale, shift, rows, C,
+            k->ops->batchnorm_backward(k->ctx, din, dw, db, dcur, L->in[0], L->bn, L->bn + 2 * C, w, scale, shift, rows, C,
                                   net->bn_work);
             /* the moving statistics are not trained */
-            k->zero(net->kgrads + net->views[L->mm_view].offset, 2 * (size_t)C * sizeof(float));
+            k->buf->zero(k->ctx, net->kgrads + net->views[L->mm_view].offset, 2 * (size_t)C * sizeof(float));
             break;
         }
         case DT_LAYER_ADD:
             for (int q = 0; q < L->n_in; q++) {
                 if (L->dst[q] < 0) continue;
                 float *g = net->gbufs[L->dst[q]];
-                if (L->acc[q]) k->add_forward(g, g, dcur, n, 0);
-                else if (g != dcur) k->copy(g, dcur, n * sizeof *g);
+                if (L->acc[q]) k->ops->add_forward(k->ctx, g, g, dcur, n, 0);
+                else if (g != dcur) k->buf->copy(k->ctx, g, dcur, n * sizeof *g);
             }
             break;
         case DT_LAYER_CONCAT: {
@@ -812,9 +838,9 @@ void dt_net_backward(dt_net *net) {
                 int j = L->in_idx[q], c = j < 0 ? net->spec.in_c : net->layers[j].shape.out_c;
                 float *d = din_target(net, L, q, dcur);
                 if (d) {
-                    k->concat_backward(d, dcur, rows, c, L->shape.out_c, off);
+                    k->ops->concat_backward(k->ctx, d, dcur, rows, c, L->shape.out_c, off);
                     if (L->acc[q])
-                        k->add_forward(net->gbufs[L->dst[q]], net->gbufs[L->dst[q]], d, rows * (size_t)c, 0);
+                        k->ops->add_forward(k->ctx, net->gbufs[L->dst[q]], net->gbufs[L->dst[q]], d, rows * (size_t)c, 0);
                 }
                 off += c;
             }
@@ -824,22 +850,22 @@ void dt_net_backward(dt_net *net) {
         /* An input another layer already gave a gradient gets this one's added (concat and add
          * did their own). */
         if (din && L->acc[0] && s->kind != DT_LAYER_ADD && s->kind != DT_LAYER_CONCAT)
-            k->add_forward(net->gbufs[L->dst[0]], net->gbufs[L->dst[0]], din, (size_t)batch * L->in_size, 0);
+            k->ops->add_forward(k->ctx, net->gbufs[L->dst[0]], net->gbufs[L->dst[0]], din, (size_t)batch * L->in_size, 0);
         size_t po, pc;
         if (!dt_net_layer_params(net, i, &po, &pc)) continue;
-        if (k->on_device) /* down on the copy stream while the layers below run; slot i marks its end */
-            k->download_grads(net->grads + po, net->kgrads + po, pc, i);
+        if (k->buf->on_device) /* down on the copy stream while the layers below run; slot i marks its end */
+            k->buf->download_grads(k->ctx, net->grads + po, net->kgrads + po, pc, i);
         else if (net->hooks.after_backward)
             net->hooks.after_backward(net->hooks.user, po, pc); /* e.g. push this gradient now */
     }
-    if (!k->on_device) return;
+    if (!k->buf->on_device) return;
     /* Each layer's gradient is final on the host once its copy has landed: the hooks see them in the
      * order the CPU gives them (the last layer first), each as soon as it is there. */
     for (int i = net->n_layers - 1; i >= 0; i--) {
         size_t po, pc;
         if (!net->layers[i].wants_grad || !dt_net_layer_params(net, i, &po, &pc)) continue;
-        k->wait_slot(i);
+        k->buf->wait_slot(k->ctx, i);
         if (net->hooks.after_backward) net->hooks.after_backward(net->hooks.user, po, pc);
     }
-    k->sync();
+    k->buf->sync(k->ctx);
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compute/backend.h"
 #include "model/spec.h"
 
 typedef struct {
@@ -73,10 +74,18 @@ const dt_net_hooks *dt_net_get_hooks(const dt_net *net);
  * kernel there ("not supported on cuda yet: layer X"). At most once per net. */
 int dt_net_set_device(dt_net *net, const char *device, dt_error *err);
 const char *dt_net_device(const dt_net *net); /* "cpu" or "cuda" */
-/* dt_net_set_device with the backend given (compute/backend.h): a device backend already opened
- * (its close is called when the net is freed), or a test's. */
-struct dt_backend;
-int dt_net_set_backend(dt_net *net, const struct dt_backend *k, dt_error *err);
+/* dt_net_set_device with the backend given (compute/backend.h; it is copied): a device context
+ * already opened (its ops->close is called when the net is freed), or a test's. */
+int dt_net_set_backend(dt_net *net, const dt_backend *b, dt_error *err);
+/* The backend the net calls (the CPU's over its own context until it moves). */
+const dt_backend *dt_net_backend(const dt_net *net);
+/* "cpu (4 threads)", "NVIDIA H200 (cuda:0, ...)": the backend's description. */
+void dt_net_describe_device(const dt_net *net, char *buf, size_t len);
+/* The threads of the net's CPU context (compute/kernels.h, dt_cpu): each net has its own, so two
+ * nets of one process may use different counts; results do not depend on it. threads <= 0: every
+ * core; more than the cores: the cores. A new net has OpenMP's default (dt_cpu_default_threads). */
+void dt_net_set_threads(dt_net *net, int threads);
+int dt_net_threads(const dt_net *net);
 /* A device's first failure (a kernel, a copy, cuBLAS), which forward, loss and backward cannot
  * return: callers check it after each step. Always 0 on the CPU. */
 int dt_net_status(const dt_net *net, dt_error *err);
