@@ -309,48 +309,60 @@ static void test_conv_chunked(void) {
     cpu = saved;
 }
 
-/* Gradients are bit-identical for any thread count (fixed pieces, partials summed in order), so
- * a training run is reproducible whatever --threads says. Same for dense (dt_gemm splits rows or
- * columns of C, never the summed dimension). */
-static void test_thread_count_independence(void) {
-    dt_cpu saved = cpu;
+/* Forward and backward of one convolution at 1 and 2 threads: the same bits. */
+static void check_conv_threads(int N, int H, int W, int C, int OC, uint64_t seed) {
     dt_window g;
-    CHECK(dt_window_init(&g, 14, 15, 8, 16, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
-    int N = 37;
+    CHECK(dt_window_init(&g, H, W, C, OC, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    size_t nin = (size_t)N * H * W * C, nw = (size_t)9 * C * OC, nout = (size_t)N * H * W * OC;
+    float *in = randn(nin, &r, 1), *w = randn(nw, &r, 1), *b = randn((size_t)OC, &r, 1), *dout = randn(nout, &r, 1);
+    float *scratch = dt_alloc_floats(dt_conv2d_scratch_floats(&g, N), "t", NULL);
+    float *din[2], *dw[2], *db[2], *out[2];
+    for (int t = 0; t < 2; t++) {
+        dt_cpu ctx;
+        dt_cpu_init(&ctx, t + 1);
+        din[t] = dt_alloc_floats(nin, "t", NULL), dw[t] = dt_alloc_floats(nw, "t", NULL);
+        db[t] = dt_alloc_floats((size_t)OC, "t", NULL), out[t] = dt_alloc_floats(nout, "t", NULL);
+        dt_conv2d_forward(&ctx, out[t], in, w, b, N, &g, scratch);
+        dt_conv2d_backward(&ctx, din[t], dw[t], db[t], dout, in, w, N, &g, scratch);
+    }
+    const char *how = g.in_c >= 8 ? "winograd" : "im2col";
+    CHECK_MSG(memcmp(out[0], out[1], nout * sizeof(float)) == 0, "%s forward", how);
+    CHECK_MSG(memcmp(din[0], din[1], nin * sizeof(float)) == 0, "%s din", how);
+    CHECK_MSG(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0, "%s dw", how);
+    CHECK_MSG(memcmp(db[0], db[1], (size_t)OC * sizeof(float)) == 0, "%s db", how);
+    for (int t = 0; t < 2; t++) free(din[t]), free(dw[t]), free(db[t]), free(out[t]);
+    free(in), free(w), free(b), free(dout), free(scratch);
+}
+
+/* Outputs and gradients are bit-identical for any thread count (chunks cut by the shape and the
+ * cores, gradient pieces fixed and summed in order), so a training run is reproducible whatever
+ * --threads says. Same for dense (dt_gemm splits rows or columns of C, never the summed
+ * dimension). */
+static void test_thread_count_independence(void) {
+    check_conv_threads(37, 14, 15, 8, 16, 77); /* Winograd */
+    check_conv_threads(16, 28, 28, 1, 32, 78); /* a first layer: im2col */
+    check_conv_threads(37, 14, 14, 8, 16, 79); /* Winograd, another tile count */
     dt_rng r;
     dt_rng_seed(&r, 77);
-    size_t nin = (size_t)N * 14 * 15 * 8, nw = 3 * 3 * 8 * 16, nout = (size_t)N * 14 * 15 * 16;
-    float *in = randn(nin, &r, 1), *w = randn(nw, &r, 1), *dout = randn(nout, &r, 1);
-    float *scratch = dt_alloc_floats(dt_conv2d_scratch_floats(&g, N), "t", NULL);
-    float *din[2], *dw[2], db[2][16], *out[2];
-    for (int t = 0; t < 2; t++) {
-        dt_cpu_init(&cpu, t + 1);
-        din[t] = dt_alloc_floats(nin, "t", NULL), dw[t] = dt_alloc_floats(nw, "t", NULL);
-        out[t] = dt_alloc_floats(nout, "t", NULL);
-        dt_conv2d_forward(&cpu, out[t], in, w, w, N, &g, scratch);
-        dt_conv2d_backward(&cpu, din[t], dw[t], db[t], dout, in, w, N, &g, scratch);
-    }
-    CHECK(memcmp(out[0], out[1], nout * sizeof(float)) == 0);
-    CHECK(memcmp(din[0], din[1], nin * sizeof(float)) == 0);
-    CHECK(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0);
-    CHECK(memcmp(db[0], db[1], sizeof db[0]) == 0);
     /* dense at a size dt_gemm splits */
     int B = 64, I = 500, O = 130;
     float *x = randn((size_t)B * I, &r, 1), *wd = randn((size_t)I * O, &r, 1), *go = randn((size_t)B * O, &r, 1);
     float *dx[2], *dwd[2], *y[2];
     for (int t = 0; t < 2; t++) {
-        dt_cpu_init(&cpu, t + 1);
+        dt_cpu ctx;
+        dt_cpu_init(&ctx, t + 1);
         dx[t] = dt_alloc_floats((size_t)B * I, "t", NULL), dwd[t] = dt_alloc_floats((size_t)I * O, "t", NULL);
         y[t] = dt_alloc_floats((size_t)B * O, "t", NULL);
-        dt_dense_forward(&cpu, y[t], x, wd, NULL, B, I, O);
-        dt_dense_backward(&cpu, dx[t], dwd[t], NULL, go, x, wd, B, I, O);
+        dt_dense_forward(&ctx, y[t], x, wd, NULL, B, I, O);
+        dt_dense_backward(&ctx, dx[t], dwd[t], NULL, go, x, wd, B, I, O);
     }
     CHECK(memcmp(y[0], y[1], (size_t)B * O * sizeof(float)) == 0);
     CHECK(memcmp(dx[0], dx[1], (size_t)B * I * sizeof(float)) == 0);
     CHECK(memcmp(dwd[0], dwd[1], (size_t)I * O * sizeof(float)) == 0);
-    cpu = saved;
-    for (int t = 0; t < 2; t++) free(din[t]), free(dw[t]), free(out[t]), free(dx[t]), free(dwd[t]), free(y[t]);
-    free(in), free(w), free(dout), free(scratch), free(x), free(wd), free(go);
+    for (int t = 0; t < 2; t++) free(dx[t]), free(dwd[t]), free(y[t]);
+    free(x), free(wd), free(go);
 }
 
 /* ---- max pooling --------------------------------------------------------------------------- */

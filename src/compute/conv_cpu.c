@@ -238,8 +238,12 @@ static void im2col_forward(const dt_cpu *cpu, float *out, const float *in, const
     const size_t total = (size_t)batch * g->out_h * g->out_w;
     const conv_scratch s = conv_scratch_layout(g, batch);
     const int pointwise = is_pointwise(g);
+    /* Chunks sized for the cores, not for this context's threads: OpenBLAS may round a row of a
+     * product by where it falls in it, so chunks that depend on the shape (and the machine) only
+     * give the same bits at any thread count. */
+    const size_t pieces = (size_t)dt_cpu_cores() * PIECES_PER_THREAD;
     int nt = cpu->threads;
-    size_t rows = (total + (size_t)nt * PIECES_PER_THREAD - 1) / ((size_t)nt * PIECES_PER_THREAD);
+    size_t rows = (total + pieces - 1) / pieces;
     if (rows < 64) rows = 64;
     if (rows > s.rows) rows = s.rows;
     const size_t nchunks = (total + rows - 1) / rows;

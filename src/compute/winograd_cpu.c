@@ -276,8 +276,10 @@ static void wino_run_forward(const dt_cpu *cpu, float *out, const float *in, con
                              const wino_geom *g, const wino_scratch *s, float *scratch) {
     const float *u = scratch + s->u_base, *zeros = scratch + s->zeros_base;
     const size_t total = (size_t)batch * ((g->oh + 1) / 2) * ((g->ow + 1) / 2);
+    /* chunks sized for the cores, not the context's threads: the same bits at any thread count */
+    const size_t pieces = (size_t)dt_cpu_cores() * PIECES_PER_THREAD;
     int nt = cpu->threads;
-    size_t per = (total + (size_t)nt * PIECES_PER_THREAD - 1) / ((size_t)nt * PIECES_PER_THREAD);
+    size_t per = (total + pieces - 1) / pieces;
     size_t tiles = per < s->tiles ? (per < 16 ? 16 : per) : s->tiles;
     if (tiles > s->tiles) tiles = s->tiles;
     const size_t nchunks = (total + tiles - 1) / tiles, xv = wino_xs(tiles, g->ic), xm = wino_xs(tiles, g->oc);
