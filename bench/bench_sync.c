@@ -108,9 +108,9 @@ static int run_worker(const char *model, int batch, int workers, int index, int 
             nanosleep(&ts, NULL);
         } else {
             int correct;
-            dt_net_forward(net, x, batch, 1, (uint64_t)s);
+            dt_net_forward(net, x, batch, 1, (uint64_t)s, NULL);
             dt_net_loss(net, y, &correct);
-            dt_net_backward(net);
+            dt_net_backward(net, NULL);
         }
         if (u->apply(u, net, step, &step, &e)) return fail("worker", &e);
     }

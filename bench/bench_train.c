@@ -95,9 +95,9 @@ int main(int argc, char **argv) {
         while (now() - t0 < (round < 0 ? 1.0 : seconds / 5)) {
             int correct;
             double ta = now();
-            dt_net_forward(net, x, batch, 1, (uint64_t)step);
+            dt_net_forward(net, x, batch, 1, (uint64_t)step, NULL);
             dt_net_loss(net, y, &correct);
-            dt_net_backward(net);
+            dt_net_backward(net, NULL);
             double tb = now();
             dt_opt_apply(&opt, dt_net_params(net), dt_net_grads(net), state, NULL, n, step++);
             fb += tb - ta, up += now() - tb;

@@ -222,12 +222,12 @@ static void test_moving_statistics(void) {
     float *before = malloc(n * sizeof *before), *x = malloc(in * sizeof *x), logits[9];
     for (size_t i = 0; i < in; i++) x[i] = (float)((i * 37) % 23) / 23.0f - 0.4f;
     memcpy(before, dt_net_params(net), n * sizeof *before);
-    const float *l = dt_net_forward(net, x, 3, 0, 0);
+    const float *l = dt_net_forward(net, x, 3, 0, 0, NULL);
     CHECK(l && memcmp(before, dt_net_params(net), n * sizeof *before) == 0);
     if (l) memcpy(logits, l, sizeof logits);
-    l = dt_net_forward(net, x, 3, 0, 0);
+    l = dt_net_forward(net, x, 3, 0, 0, NULL);
     CHECK(l && memcmp(logits, l, sizeof logits) == 0);
-    CHECK(dt_net_forward(net, x, 3, 1, 0) != NULL);
+    CHECK(dt_net_forward(net, x, 3, 1, 0, NULL) != NULL);
     for (int v = 0; v < dt_net_num_views(net); v++) {
         const dt_param_view *pv = dt_net_view(net, v);
         int changed = memcmp(before + pv->offset, dt_net_params(net) + pv->offset, pv->count * sizeof(float)) != 0;

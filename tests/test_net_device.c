@@ -12,6 +12,7 @@
 #include "compute/backend.h"
 #include "core/rng.h"
 #include "model/net.h"
+#include "net_batch.h"
 #include "test.h"
 
 /* ---- the stand-in device ---- */
@@ -104,16 +105,18 @@ static void compare(const char *path, int batch) {
     CHECK_MSG(dt_net_set_backend(dev, &k, &err) == 0, "%s", err.msg);
     CHECK(strcmp(dt_net_device(dev), "fake") == 0);
     CHECK(f.pinned == 2);
-    size_t np = dt_net_param_count(cpu), in_n = (size_t)batch * dt_net_input_size(cpu);
+    size_t np = dt_net_param_count(cpu);
     int classes = dt_net_num_classes(cpu);
     dt_net_init_params(cpu, 5);
     dt_net_init_params(dev, 5);
-    float *x = malloc(in_n * sizeof *x);
-    int32_t *labels = malloc((size_t)batch * sizeof *labels);
-    dt_rng r;
-    dt_rng_seed(&r, 3);
-    for (size_t i = 0; i < in_n; i++) x[i] = (float)dt_rng_uniform(&r);
-    for (int i = 0; i < batch; i++) labels[i] = (int32_t)dt_rng_below(&r, (uint64_t)classes);
+    test_batch tb;
+    if (!test_batch_make(&tb, cpu, batch, 0.0f, 3)) {
+        CHECK(!"out of memory");
+        dt_net_free(cpu), dt_net_free(dev);
+        return;
+    }
+    const float *x = tb.x;
+    const int32_t *labels = tb.y;
     record rc_cpu = {0}, rc_dev = {0};
     dt_net_hooks hc = {before, after, &rc_cpu}, hd = {before, after, &rc_dev};
     dt_net_set_hooks(cpu, &hc);
@@ -128,15 +131,15 @@ static void compare(const char *path, int batch) {
         rc_cpu.value = rc_dev.value = 0.01f * (float)(round + 1);
         rc_cpu.n = rc_dev.n = 0, f.n_waited = 0;
         int ups = f.upload_params, downs = f.download_grads;
-        const float *lc = dt_net_forward(cpu, x, batch, 1, 77), *ld = dt_net_forward(dev, x, batch, 1, 77);
+        const float *lc = dt_net_forward(cpu, x, batch, 1, 77, NULL), *ld = dt_net_forward(dev, x, batch, 1, 77, NULL);
         CHECK(ld != NULL && ld != lc);
         same_floats("training logits", lc, ld, (size_t)batch * classes);
         int cc = -1, cd = -2;
         float loss_c = dt_net_loss(cpu, labels, &cc), loss_d = dt_net_loss(dev, labels, &cd);
         CHECK(loss_c == loss_d && cc == cd);
         memset(dt_net_grads(dev), 0xff, np * sizeof(float)); /* NaN: what the device does not bring down shows */
-        dt_net_backward(cpu);
-        dt_net_backward(dev);
+        dt_net_backward(cpu, NULL);
+        dt_net_backward(dev, NULL);
         same_floats("gradients", dt_net_grads(cpu), dt_net_grads(dev), np);
         same_floats("parameters", dt_net_params(cpu), dt_net_params(dev), np);
         /* the hooks: the same calls, ranges and order */
@@ -152,15 +155,14 @@ static void compare(const char *path, int batch) {
         for (int i = 1; i < f.n_waited; i++) CHECK(f.waited[i] < f.waited[i - 1]); /* the last layer first */
     }
     /* evaluation */
-    const float *ec = dt_net_forward(cpu, x, batch, 0, 0), *ed = dt_net_forward(dev, x, batch, 0, 0);
+    const float *ec = dt_net_forward(cpu, x, batch, 0, 0, NULL), *ed = dt_net_forward(dev, x, batch, 0, 0, NULL);
     same_floats("evaluation logits", ec, ed, (size_t)batch * classes);
     CHECK(dt_net_status(dev, &err) == 0);
     dt_net_free(cpu);
     dt_net_free(dev);
     CHECK(f.closed == 1);
     CHECK(f.pinned == 0); /* every pin undone */
-    free(x);
-    free(labels);
+    test_batch_free(&tb);
 }
 
 static void test_fashion(void) { compare("models/fashion.model", 4); }
@@ -180,7 +182,7 @@ static void test_refused(void) {
     CHECK_CONTAINS(err.msg, "not supported on fake yet: layer bn1 (batchnorm)");
     CHECK(strcmp(dt_net_device(net), "cpu") == 0);
     float x[2 * 12 * 12 * 2] = {0};
-    CHECK(dt_net_forward(net, x, 2, 0, 0) != NULL);
+    CHECK(dt_net_forward(net, x, 2, 0, 0, NULL) != NULL);
     dt_net_free(net);
 }
 

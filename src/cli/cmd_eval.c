@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "commands.h"
-#include "compute/kernels.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "flags.h"
+#include "model/net.h"
 #include "train/evaluate.h"
 #include "train/restore.h"
 

@@ -12,12 +12,12 @@
 #include <strings.h>
 
 #include "commands.h"
-#include "compute/kernels.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "flags.h"
 #include "io/fsutil.h"
+#include "model/net.h"
 #include "train/predict.h"
 #include "train/restore.h"
 

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "compute/backend.h"
 #include "model/spec.h"
@@ -47,8 +48,15 @@ size_t dt_net_layer_param_begin(const dt_net *net, int layer);
 
 /* Evaluation (training = 0) folds each batch norm into the convolution before it when nothing else
  * reads that convolution's output: one pass instead of two, the same function. On by default;
- * tests turn it off to compare. */
+ * tests turn it off to compare (it remakes the evaluation plan). */
 void dt_net_set_fold_batchnorm(dt_net *net, int on);
+/* Off: every layer its own step in both plans, no fusion (folding included): what tests compare
+ * each fused step against. On by default. */
+void dt_net_set_fusion(dt_net *net, int on);
+/* The net's two execution plans (model/plan.c), training's then evaluation's: one line per step,
+ * its kind ("conv2d", "batchnorm+relu", "conv2d+batchnorm", ...) and the layers it runs. What
+ * `dtrain inspect MODEL` prints. */
+void dt_net_print_plan(const dt_net *net, FILE *f);
 /* Layer i's parameters: the flat floats [*offset, *offset + *count), all of them (kernel and bias,
  * batch norm's scale, offset and moving statistics); 0 if it has none. */
 int dt_net_layer_params(const dt_net *net, int i, size_t *offset, size_t *count);

@@ -617,8 +617,11 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
             dt_emulate_step(r->net, r->dbg->emulate_compute_ms);
         } else {
             if ((rc = dt_loader_next(r->loader, &b, err))) break;
-            dt_net_forward(r->net, b.x, b.n, 1,
-                           dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard)));
+            if (!dt_net_forward(r->net, b.x, b.n, 1,
+                                dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard)), err)) {
+                rc = DT_EINVAL; /* err says why */
+                break;
+            }
             loss = dt_net_loss(r->net, b.labels, &correct);
             if ((rc = dt_net_status(r->net, err))) break; /* a device's failure, named */
             if (!isfinite(loss)) {
@@ -626,8 +629,7 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                                (double)loss, (long long)*global_step + 1);
                 break;
             }
-            dt_net_backward(r->net);
-            if ((rc = dt_net_status(r->net, err))) break;
+            if ((rc = dt_net_backward(r->net, err)) || (rc = dt_net_status(r->net, err))) break;
             if (*local_step == 0 && r->dbg->dump_grads && *r->dbg->dump_grads &&
                 (rc = dump_floats("debug_dump_grads", r->dbg->dump_grads, dt_net_grads(r->net),
                                   dt_net_param_count(r->net), err)))
