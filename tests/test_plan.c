@@ -110,7 +110,8 @@ static void compare_fused(const char *path, int batch) {
     const float *x = tb.x;
     const int32_t *y = tb.y;
     for (int step = 0; ok && step < 3; step++) {
-        const float *lf = dt_net_forward(fused, x, batch, 1, 9, NULL), *lp = dt_net_forward(parts, x, batch, 1, 9, NULL);
+        const float *lf = dt_net_forward(fused, x, batch, 1, 9, NULL);
+        const float *lp = dt_net_forward(parts, x, batch, 1, 9, NULL);
         CHECK(lf && lp && close_to(lf, lp, (size_t)batch * classes, 1e-5, "training logits"));
         float loss_f = dt_net_loss(fused, y, NULL), loss_p = dt_net_loss(parts, y, NULL);
         CHECK_NEAR(loss_f, loss_p, 1e-5 * (1 + fabs(loss_p)));
@@ -119,7 +120,8 @@ static void compare_fused(const char *path, int batch) {
         CHECK(close_to(dt_net_params(fused), dt_net_params(parts), np, 1e-5, "moving statistics"));
         for (size_t i = 0; i < np; i++) dt_net_params(fused)[i] -= 0.05f * dt_net_grads(fused)[i];
         memcpy(dt_net_params(parts), dt_net_params(fused), np * sizeof(float));
-        const float *ef = dt_net_forward(fused, x, batch, 0, 0, NULL), *ep = dt_net_forward(parts, x, batch, 0, 0, NULL);
+        const float *ef = dt_net_forward(fused, x, batch, 0, 0, NULL);
+        const float *ep = dt_net_forward(parts, x, batch, 0, 0, NULL);
         CHECK(ef && ep && close_to(ef, ep, (size_t)batch * classes, 1e-4, "evaluation logits"));
     }
     if (ok) test_batch_free(&tb);

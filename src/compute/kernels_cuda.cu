@@ -335,7 +335,8 @@ static void cu_maxpool_forward(void *ctx, float *out, int32_t *argmax, const flo
     LAUNCHED("maxpool_forward");
 }
 
-static void cu_maxpool_backward(void *ctx, float *din, const float *dout, const int32_t *argmax, int batch, const dt_window *w) {
+static void cu_maxpool_backward(void *ctx, float *din, const float *dout, const int32_t *argmax, int batch,
+                                const dt_window *w) {
     dt_cuda *c = (dt_cuda *)ctx;
     use(c);
     size_t total = (size_t)batch * w->in_h * w->in_w * w->in_c;
@@ -461,7 +462,8 @@ static void cu_tanh_forward(void *ctx, float *out, const float *in, size_t n) {
 static void cu_tanh_backward(void *ctx, float *din, const float *dout, const float *out, size_t n) {
     ELEMENTWISE("tanh_backward", k_tanh_bwd, n, din, dout, out, n);
 }
-static void cu_dropout_forward(void *ctx, float *out, uint8_t *mask, const float *in, size_t n, float rate, uint64_t seed) {
+static void cu_dropout_forward(void *ctx, float *out, uint8_t *mask, const float *in, size_t n, float rate,
+                               uint64_t seed) {
     float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
     ELEMENTWISE("dropout_forward", k_dropout_fwd, n, out, mask, in, n, rate, scale, seed);
 }
@@ -481,15 +483,15 @@ static void cu_concat_backward(void *ctx, float *din, const float *dout, size_t 
 
 /* ---- dense ---------------------------------------------------------------------------------- */
 
-static void cu_dense_forward(void *ctx, float *out, const float *in, const float *w, const float *b, int batch, int in_dim,
-                             int out_dim) {
+static void cu_dense_forward(void *ctx, float *out, const float *in, const float *w, const float *b, int batch,
+                             int in_dim, int out_dim) {
     dt_cuda *c = (dt_cuda *)ctx;
     use(c);
     dense_forward_steps(&device_ops, c, out, in, w, b, batch, in_dim, out_dim);
 }
 
-static void cu_dense_backward(void *ctx, float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
-                              int batch, int in_dim, int out_dim) {
+static void cu_dense_backward(void *ctx, float *din, float *dw, float *db, const float *dout, const float *in,
+                              const float *w, int batch, int in_dim, int out_dim) {
     dt_cuda *c = (dt_cuda *)ctx;
     use(c);
     dense_backward_steps(&device_ops, c, din, dw, db, dout, in, w, batch, in_dim, out_dim);
@@ -504,8 +506,8 @@ __global__ void k_xent(float *dlogits, double *row_loss, int *row_hit, const flo
 
 /* Labels are host memory. The per-row losses come back and are summed on the host in row order,
  * as the CPU sums them. */
-static float cu_softmax_xent(void *ctx, float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
-                             int *correct) {
+static float cu_softmax_xent(void *ctx, float *dlogits, const float *logits, const int32_t *labels, int batch,
+                             int classes, int *correct) {
     dt_cuda *c = (dt_cuda *)ctx;
     if (correct) *correct = 0;
     if (batch <= 0) return 0.0f;

@@ -39,7 +39,8 @@ DT_HOT void dt_maxpool_row(float *o, int32_t *am, const float *src, size_t src_o
     }
 }
 
-void dt_maxpool_forward(const dt_cpu *cpu, float *out, int32_t *argmax, const float *in, int batch, const dt_window *g) {
+void dt_maxpool_forward(const dt_cpu *cpu, float *out, int32_t *argmax, const float *in, int batch,
+                        const dt_window *g) {
     const int OH = g->out_h;
     const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c, rows = (size_t)batch * OH;
     const size_t row_size = (size_t)g->out_w * g->in_c;

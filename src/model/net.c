@@ -302,7 +302,8 @@ static int device_buffers_alloc(const dt_net *net, const dt_backend *k, device_b
         size_t n = mb * L->out_size;
         if (L->wants_grad && L->out_size > max_grad) max_grad = L->out_size;
         if (L->own && !(d->own[i] = k->buf->alloc(k->ctx, n * sizeof(float), L->spec->name, err))) return DT_ENOMEM;
-        if (L->argmax && !(d->argmax[i] = k->buf->alloc(k->ctx, n * sizeof(int32_t), "maxpool argmax", err))) return DT_ENOMEM;
+        if (L->argmax && !(d->argmax[i] = k->buf->alloc(k->ctx, n * sizeof(int32_t), "maxpool argmax", err)))
+            return DT_ENOMEM;
         if (L->mask && !(d->mask[i] = k->buf->alloc(k->ctx, n, "dropout mask", err))) return DT_ENOMEM;
         if (L->spec->kind == DT_LAYER_CONV2D) {
             size_t sc = k->ops->conv2d_scratch_floats(k->ctx, &L->shape.win, net->max_batch);
@@ -310,8 +311,8 @@ static int device_buffers_alloc(const dt_net *net, const dt_backend *k, device_b
         }
     }
     for (int b = 0; b < net->n_gbufs; b++)
-        if (!(d->gbufs[b] = k->buf->alloc(k->ctx, mb * (b == DLOGITS ? classes : max_grad) * sizeof(float), "activation gradients",
-                                     err)))
+        if (!(d->gbufs[b] = k->buf->alloc(k->ctx, mb * (b == DLOGITS ? classes : max_grad) * sizeof(float),
+                                          "activation gradients", err)))
             return DT_ENOMEM;
     size_t np = net->n_params ? net->n_params : 1;
     if (!(d->scratch = k->buf->alloc(k->ctx, scratch * sizeof(float), "convolution scratch", err)) ||
