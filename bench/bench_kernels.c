@@ -19,6 +19,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 
+static dt_cpu cpu; /* the kernels' context: its threads */
+
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -43,15 +45,14 @@ static double sgemm_peak(int threads) {
     float *a = rand_floats((size_t)n * n, 1), *b = rand_floats((size_t)n * n, 2);
     float *c = rand_floats((size_t)n * n, 3);
     double best = 1e30;
-    int saved = dt_kernels_get_threads();
-    dt_kernels_set_threads(threads);
+    dt_cpu peak_cpu;
+    dt_cpu_init(&peak_cpu, threads);
     for (int r = 0; r < 5; r++) {
         double t = now();
-        dt_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        dt_gemm(&peak_cpu, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         t = now() - t;
         if (t < best) best = t;
     }
-    dt_kernels_set_threads(saved);
     openblas_set_num_threads(threads);
     for (int r = 0; r < 5; r++) {
         double t = now();
@@ -131,7 +132,7 @@ static layer_time bench_layer(const layer *L, int batch, int reps) {
         if (L->kind != L_POOL) nw = (size_t)L->k * L->k * L->c * oc;
         if (L->kind == L_CONVPOOL) {
             if (dt_window_init(&pg, g.out_h, g.out_w, oc, oc, L->pk, L->pk, L->ps, L->ps, DT_PAD_SAME, &err) ||
-                !conv2d_maxpool_fusable(&g, &pg)) {
+                !dt_conv2d_maxpool_fusable(&g, &pg)) {
                 fprintf(stderr, "%s: cannot fuse %s\n", L->name, err.msg);
                 exit(1);
             }
@@ -146,29 +147,29 @@ static layer_time bench_layer(const layer *L, int batch, int reps) {
     float *b = rand_floats((size_t)L->oc, 7), *db = rand_floats((size_t)L->oc, 8);
     int32_t *idx = malloc(sizeof(int32_t) * (nout > (size_t)batch ? nout : (size_t)batch));
     float *scratch = NULL;
-    if (L->kind == L_CONV) scratch = rand_floats(conv2d_scratch_floats(&g, batch), 9);
-    if (L->kind == L_CONVPOOL) scratch = rand_floats(conv2d_maxpool_scratch_floats(&g, &pg, batch), 9);
+    if (L->kind == L_CONV) scratch = rand_floats(dt_conv2d_scratch_floats(&g, batch), 9);
+    if (L->kind == L_CONVPOOL) scratch = rand_floats(dt_conv2d_maxpool_scratch_floats(&g, &pg, batch), 9);
     for (int i = 0; i < batch; i++) idx[i] = i % L->oc;
     float *dinp = L->first ? NULL : din;
     for (int r = 0; r < reps + 1; r++) { /* the first round warms caches and thread pools */
         double t0 = now();
         switch (L->kind) {
-        case L_CONV: conv2d_forward(out, in, w, b, batch, &g, scratch); break;
-        case L_POOL: maxpool_forward(out, idx, in, batch, &g); break;
-        case L_RELU: relu_forward(out, in, nin); break;
-        case L_DENSE: dense_forward(out, in, w, b, batch, L->c, L->oc); break;
-        case L_XENT: softmax_xent(dout, in, idx, batch, L->c, NULL); break;
-        case L_CONVPOOL: conv2d_maxpool_forward(out, idx, in, w, b, batch, &g, &pg, scratch); break;
+        case L_CONV: dt_conv2d_forward(&cpu, out, in, w, b, batch, &g, scratch); break;
+        case L_POOL: dt_maxpool_forward(&cpu, out, idx, in, batch, &g); break;
+        case L_RELU: dt_relu_forward(&cpu, out, in, nin); break;
+        case L_DENSE: dt_dense_forward(&cpu, out, in, w, b, batch, L->c, L->oc); break;
+        case L_XENT: dt_softmax_xent(dout, in, idx, batch, L->c, NULL); break;
+        case L_CONVPOOL: dt_conv2d_maxpool_forward(&cpu, out, idx, in, w, b, batch, &g, &pg, scratch); break;
         }
         double t1 = now();
         switch (L->kind) {
-        case L_CONV: conv2d_backward(dinp, dw, db, dout, in, w, batch, &g, scratch); break;
-        case L_POOL: maxpool_backward(din, dout, idx, batch, &g); break;
-        case L_RELU: relu_backward(din, dout, out, nin); break;
-        case L_DENSE: dense_backward(dinp, dw, db, dout, in, w, batch, L->c, L->oc); break;
+        case L_CONV: dt_conv2d_backward(&cpu, dinp, dw, db, dout, in, w, batch, &g, scratch); break;
+        case L_POOL: dt_maxpool_backward(&cpu, din, dout, idx, batch, &g); break;
+        case L_RELU: dt_relu_backward(&cpu, din, dout, out, nin); break;
+        case L_DENSE: dt_dense_backward(&cpu, dinp, dw, db, dout, in, w, batch, L->c, L->oc); break;
         case L_XENT: break;
         case L_CONVPOOL:
-            conv2d_maxpool_backward(dinp, dw, db, dout, idx, in, w, batch, &g, &pg, scratch);
+            dt_conv2d_maxpool_backward(&cpu, dinp, dw, db, dout, idx, in, w, batch, &g, &pg, scratch);
             break;
         }
         double t2 = now();
@@ -187,8 +188,8 @@ static layer_time bench_layer(const layer *L, int batch, int reps) {
 
 static void bench_model(const char *name, const layer *layers, int nl, const layer *fused, int nf,
                         int batch, int threads, int reps, double peak) {
-    dt_kernels_set_threads(threads);
-    printf("\n%s  batch %d  threads %d\n", name, batch, dt_kernels_get_threads());
+    dt_cpu_init(&cpu, threads);
+    printf("\n%s  batch %d  threads %d\n", name, batch, cpu.threads);
     printf("  %-20s %9s %9s %9s %9s %7s\n", "layer", "fwd ms", "bwd ms", "total ms", "GFLOP/s", "%peak");
     double total = 0, flops = 0;
     for (int i = 0; i < nl; i++) {
@@ -227,8 +228,7 @@ int main(int argc, char **argv) {
     }
     if (!nb) batches[nb++] = 64, batches[nb++] = 32;
     if (reps < 1) reps = 1;
-    dt_kernels_set_threads(0);
-    int cores = dt_kernels_get_threads();
+    int cores = dt_cpu_cores();
     double peak = sgemm_peak(cores < 2 ? cores : 2);
     printf("sgemm peak (2048^3, %d threads): %.1f GFLOP/s\n", cores < 2 ? cores : 2, peak);
     printf("GFLOP/s below count direct-convolution FLOPs (Winograd layers can pass 100%%)\n");

@@ -16,7 +16,8 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1, n = argc > 2 ? atoi(argv[2]) : 2048;
-    dt_kernels_set_threads(threads);
+    dt_cpu cpu;
+    dt_cpu_init(&cpu, threads);
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
           *c = malloc(sizeof(float) * n * n);
     if (!a || !b || !c) return 1;
@@ -24,7 +25,7 @@ int main(int argc, char **argv) {
     double best = 0;
     for (int r = 0; r < 6; r++) {
         double t = now();
-        dt_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        dt_gemm(&cpu, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         double gf = 2.0 * n * n * (double)n / (now() - t) * 1e-9;
         if (r > 0 && gf > best) best = gf;
     }

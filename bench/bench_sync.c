@@ -72,13 +72,13 @@ static int run_ps(const char *model, int workers, const int *ports) {
 static int run_worker(const char *model, int batch, int workers, int index, int steps, int threads, int emulate_ms,
                       const int *ports) {
     dt_error e = {0};
-    dt_kernels_set_threads(threads);
     dt_net *net;
     dt_cluster c;
     dt_placement pl;
     if (dt_net_load(&net, model, batch, &e) || dt_cluster_local(&c, 1, workers, ports, DT_JOB_WORKER, index, &e) ||
         dt_placement_compute(&pl, dt_net_view(net, 0), dt_net_num_views(net), 1, DT_PLACE_GREEDY, &e))
         return fail("worker", &e);
+    dt_net_set_threads(net, threads);
     size_t in = dt_net_input_size(net);
     float *x = malloc(sizeof(float) * in * (size_t)batch);
     int32_t *y = malloc(sizeof(int32_t) * (size_t)batch);
@@ -108,9 +108,9 @@ static int run_worker(const char *model, int batch, int workers, int index, int 
             nanosleep(&ts, NULL);
         } else {
             int correct;
-            dt_net_forward(net, x, batch, 1, (uint64_t)s);
+            dt_net_forward(net, x, batch, 1, (uint64_t)s, NULL);
             dt_net_loss(net, y, &correct);
-            dt_net_backward(net);
+            dt_net_backward(net, NULL);
         }
         if (u->apply(u, net, step, &step, &e)) return fail("worker", &e);
     }
@@ -120,7 +120,7 @@ static int run_worker(const char *model, int batch, int workers, int index, int 
     printf("{\"bench\": \"sync\", \"model\": \"%s\", \"batch\": %d, \"workers\": %d, \"worker\": %d, \"threads\": %d, "
            "\"steps\": %.0f, \"step_ms\": %.2f, \"compute_ms\": %.2f, \"exchange_ms\": %.2f, \"wait_ms\": %.2f, "
            "\"transfer_ms\": %.2f, \"param_mb\": %.2f, \"emulated_compute_ms\": %d}\n",
-           dt_net_spec(net)->name, batch, workers, index, dt_kernels_get_threads(), n, 1e3 * wall / n,
+           dt_net_spec(net)->name, batch, workers, index, dt_net_threads(net), n, 1e3 * wall / n,
            1e3 * (t1.compute_s - t0.compute_s) / n, 1e3 * ex / n, 1e3 * wait / n, 1e3 * (ex - wait) / n,
            dt_net_param_count(net) * 4e-6, emulate_ms);
     fflush(stdout);

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "compute/cuda.h"
 #include "compute/kernels.h"
 #include "compute/optim.h"
 #include "core/rng.h"
@@ -59,13 +58,13 @@ int main(int argc, char **argv) {
     int batch = atoi(argv[2]), threads = atoi(argv[3]);
     double seconds = argc > 4 ? atof(argv[4]) : 5.0;
     const char *device = argc > 5 ? argv[5] : "cpu";
-    dt_kernels_set_threads(threads);
     dt_error err = {0};
     dt_net *net;
     if (dt_net_load(&net, argv[1], batch, &err)) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         return 1;
     }
+    dt_net_set_threads(net, threads);
     if (dt_net_set_device(net, device, &err)) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         dt_net_free(net);
@@ -96,9 +95,9 @@ int main(int argc, char **argv) {
         while (now() - t0 < (round < 0 ? 1.0 : seconds / 5)) {
             int correct;
             double ta = now();
-            dt_net_forward(net, x, batch, 1, (uint64_t)step);
+            dt_net_forward(net, x, batch, 1, (uint64_t)step, NULL);
             dt_net_loss(net, y, &correct);
-            dt_net_backward(net);
+            dt_net_backward(net, NULL);
             double tb = now();
             dt_opt_apply(&opt, dt_net_params(net), dt_net_grads(net), state, NULL, n, step++);
             fb += tb - ta, up += now() - tb;
@@ -121,27 +120,28 @@ int main(int argc, char **argv) {
            best * flops * 1e-9);
     if (on_gpu) {
         /* The step's host transfers on their own, each waited for: what overlapping can hide at most. */
-        const dt_backend *k = dt_cuda_backend();
+        const dt_backend *k = dt_net_backend(net);
+        const dt_buffer_ops *buf = k->buf;
         size_t in_bytes = sizeof(float) * in * batch, p_bytes = sizeof(float) * n;
-        void *d_in = k->alloc(in_bytes, "input", &err), *d_p = k->alloc(p_bytes, "parameters", &err);
+        void *d_in = buf->alloc(k->ctx, in_bytes, "input", &err), *d_p = buf->alloc(k->ctx, p_bytes, "parameters", &err);
         double t_in = 0, t_p = 0, t_g = 0;
         const int reps = 20;
         for (int i = 0; d_in && d_p && i < reps; i++) {
             double a = now();
-            dt_cuda_upload(d_in, x, in_bytes);
-            dt_cuda_sync();
+            buf->upload(k->ctx, d_in, x, in_bytes);
+            buf->sync(k->ctx);
             double b = now();
-            dt_cuda_upload_params(d_p, dt_net_params(net), n);
-            dt_cuda_sync();
+            buf->upload_params(k->ctx, d_p, dt_net_params(net), n);
+            buf->sync(k->ctx);
             double c = now();
-            dt_cuda_download_grads(dt_net_grads(net), d_p, n, 0);
-            dt_cuda_wait_slot(0);
+            buf->download_grads(k->ctx, dt_net_grads(net), d_p, n, 0);
+            buf->wait_slot(k->ctx, 0);
             double d = now();
             t_in += b - a, t_p += c - b, t_g += d - c;
         }
-        k->release(d_in), k->release(d_p);
+        buf->release(k->ctx, d_in), buf->release(k->ctx, d_p);
         char desc[320];
-        dt_cuda_describe(desc, sizeof desc);
+        dt_net_describe_device(net, desc, sizeof desc);
         const char *pk = getenv("PEAK_TFLOPS");
         double peak = pk ? atof(pk) : 67.0;
         double xfer = (t_in + t_p + t_g) / reps;

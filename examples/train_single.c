@@ -28,9 +28,9 @@ int main(int argc, char **argv) {
         const int32_t *y;
         int n, correct;
         if (dt_batches_next(batches, &x, &y, &n, &err)) goto done;
-        dt_net_forward(net, x, n, 1, (uint64_t)step);
+        if (!dt_net_forward(net, x, n, 1, (uint64_t)step, &err)) goto done;
         float loss = dt_net_loss(net, y, &correct);
-        dt_net_backward(net);
+        if (dt_net_backward(net, &err)) goto done;
         if (dt_optimizer_apply(opt, net, &step, &err)) goto done;
         if (step % 100 == 0) printf("step %lld loss %.4f accuracy %.3f\n", (long long)step, loss, (double)correct / n);
     }

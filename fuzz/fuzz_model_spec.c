@@ -47,11 +47,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (x) {
                 for (size_t i = 0; i < n; i++) x[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
                 int32_t label = 0;
-                if (dt_net_forward(net, x, 1, 1, 3)) {
+                if (dt_net_forward(net, x, 1, 1, 3, NULL)) {
                     dt_net_loss(net, &label, NULL);
-                    dt_net_backward(net);
+                    dt_net_backward(net, NULL);
                 }
-                (void)dt_net_forward(net, x, 1, 0, 0); /* evaluation: batch norm folded into convs */
+                (void)dt_net_forward(net, x, 1, 0, 0, NULL); /* evaluation: batch norm folded into convs */
                 free(x);
             }
             dt_net_free(net);

@@ -55,13 +55,14 @@ size_t dt_net_param_count(const dt_net *net);
 /* x [batch, height, width, channels] (NHWC), batch <= max_batch; training turns dropout on (mask
  * from seed) and makes batch norm use the batch's statistics and update its moving ones
  * (docs/batchnorm.md); evaluation uses the moving ones. Returns logits [batch, classes], owned by
- * net, valid until the next forward. */
-const float *dt_net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed);
+ * net, valid until the next forward; NULL with err filled (DT_EINVAL) when batch is out of range. */
+const float *dt_net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed, dt_error *err);
 /* Mean softmax cross-entropy of the last forward; *correct = argmax matches. */
 float dt_net_loss(dt_net *net, const int32_t *labels, int *correct);
 /* Gradients of the last loss with respect to every parameter (0 for batch norm's moving
- * statistics), after a training forward. */
-void dt_net_backward(dt_net *net);
+ * statistics). Refused (DT_EINVAL) without a loss, and after an evaluation forward: batch norm's
+ * statistics would be another batch's. */
+int dt_net_backward(dt_net *net, dt_error *err);
 
 /* The cluster: the source's flags (--ps_hosts, --worker_hosts, --job_name, --task_index) or the
  * TF_CONFIG environment variable; neither means a single process. */

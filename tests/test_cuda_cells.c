@@ -13,21 +13,24 @@
 #include "core/rng.h"
 #include "test.h"
 
+/* The CPU context the kernels here run on (its threads: OpenMP's default; some tests change it). */
+static dt_cpu cpu;
+
 /* ---- the host stand-ins of the device operations ---- */
 
-static void h_im2col(float *col, const float *in, const dt_window *w, size_t p0, size_t R) {
+static void h_im2col(void *ctx, float *col, const float *in, const dt_window *w, size_t p0, size_t R) {
     size_t n = R * w->k_h * w->k_w * w->in_c;
     for (size_t i = 0; i < n; i++) col[i] = im2col_cell(in, w, p0, i);
 }
 
-static void h_col2im(float *din, const float *dcol, const dt_window *w, size_t nb) {
+static void h_col2im(void *ctx, float *din, const float *dcol, const dt_window *w, size_t nb) {
     size_t n = nb * w->in_h * w->in_w * w->in_c;
     for (size_t i = 0; i < n; i++) din[i] = col2im_cell(dcol, w, i);
 }
 
 /* cublasSgemm's definition: C [m, n] column-major; with beta 0, C is not read (it may be garbage).
  * The leading dimensions must be what cuBLAS accepts, or it returns CUBLAS_STATUS_INVALID_VALUE. */
-static void h_gemm(const dt_colmajor_gemm *g, float alpha, float beta, float *C) {
+static void h_gemm(void *ctx, const dt_colmajor_gemm *g, float alpha, float beta, float *C) {
     CHECK_MSG(g->m > 0 && g->n > 0 && g->k > 0, "gemm %dx%dx%d", g->m, g->n, g->k);
     CHECK_MSG(g->lda >= (g->trans_a ? g->k : g->m) && g->ldb >= (g->trans_b ? g->n : g->k) && g->ldc >= g->m,
               "gemm leading dimensions cuBLAS refuses: lda %d ldb %d ldc %d for %c%c %dx%dx%d", g->lda, g->ldb,
@@ -45,7 +48,7 @@ static void h_gemm(const dt_colmajor_gemm *g, float alpha, float beta, float *C)
         }
 }
 
-static void h_column_sums(float *out, const float *m, size_t rows, int cols) {
+static void h_column_sums(void *ctx, float *out, const float *m, size_t rows, int cols) {
     for (int c = 0; c < cols; c++) {
         double s = 0;
         for (size_t r = 0; r < rows; r++) s += m[r * cols + c];
@@ -53,7 +56,7 @@ static void h_column_sums(float *out, const float *m, size_t rows, int cols) {
     }
 }
 
-static void h_add_bias(float *out, const float *b, size_t rows, int cols) {
+static void h_add_bias(void *ctx, float *out, const float *b, size_t rows, int cols) {
     for (size_t i = 0; i < rows * cols; i++) out[i] += b[i % cols];
 }
 
@@ -105,9 +108,9 @@ static void conv_case(const char *name, dt_window g, int batch) {
     float *in = randoms(in_n, 1), *wt = randoms(w_n, 2), *b = randoms(g.out_c, 3), *dout = randoms(out_n, 4);
     float *ref_out = malloc(out_n * sizeof(float)), *ref_din = malloc(in_n * sizeof(float));
     float *ref_dw = malloc(w_n * sizeof(float)), *ref_db = malloc(g.out_c * sizeof(float));
-    float *cpu_scratch = malloc((conv2d_scratch_floats(&g, batch) + 1) * sizeof(float));
-    conv2d_forward(ref_out, in, wt, b, batch, &g, cpu_scratch);
-    conv2d_backward(ref_din, ref_dw, ref_db, dout, in, wt, batch, &g, cpu_scratch);
+    float *cpu_scratch = malloc((dt_conv2d_scratch_floats(&g, batch) + 1) * sizeof(float));
+    dt_conv2d_forward(&cpu, ref_out, in, wt, b, batch, &g, cpu_scratch);
+    dt_conv2d_backward(&cpu, ref_din, ref_dw, ref_db, dout, in, wt, batch, &g, cpu_scratch);
     /* one example per chunk (dW summed over chunks), then the whole batch in one */
     size_t col_sizes[2] = {per, per * (size_t)batch};
     for (int k = 0; k < 2; k++) {
@@ -116,10 +119,10 @@ static void conv_case(const char *name, dt_window g, int batch) {
         float *scratch = poisoned(conv_scratch_floats_for(&g, batch, col));
         float *out = poisoned(out_n), *din = poisoned(in_n), *dw = poisoned(w_n), *db = poisoned(g.out_c);
         char what[96];
-        conv_forward_steps(&host_ops, out, in, wt, b, batch, &g, scratch, col);
+        conv_forward_steps(&host_ops, NULL, out, in, wt, b, batch, &g, scratch, col);
         snprintf(what, sizeof what, "%s (%s) out", name, k ? "one chunk" : "chunks of one");
         check_close(what, out, ref_out, out_n, 1e-4);
-        conv_backward_steps(&host_ops, din, dw, db, dout, in, wt, batch, &g, scratch, col);
+        conv_backward_steps(&host_ops, NULL, din, dw, db, dout, in, wt, batch, &g, scratch, col);
         snprintf(what, sizeof what, "%s (%s) din", name, k ? "one chunk" : "chunks of one");
         check_close(what, din, ref_din, in_n, 1e-4);
         snprintf(what, sizeof what, "%s (%s) dw", name, k ? "one chunk" : "chunks of one");
@@ -144,10 +147,10 @@ static void test_dense(void) {
     float *in = randoms((size_t)B * I, 5), *w = randoms((size_t)I * O, 6), *b = randoms(O, 7), *dout = randoms((size_t)B * O, 8);
     float ref_out[5 * 11], ref_din[5 * 37], ref_dw[37 * 11], ref_db[11];
     float *out = poisoned((size_t)B * O), *din = poisoned((size_t)B * I), *dw = poisoned((size_t)I * O), *db = poisoned(O);
-    dense_forward(ref_out, in, w, b, B, I, O);
-    dense_backward(ref_din, ref_dw, ref_db, dout, in, w, B, I, O);
-    dense_forward_steps(&host_ops, out, in, w, b, B, I, O);
-    dense_backward_steps(&host_ops, din, dw, db, dout, in, w, B, I, O);
+    dt_dense_forward(&cpu, ref_out, in, w, b, B, I, O);
+    dt_dense_backward(&cpu, ref_din, ref_dw, ref_db, dout, in, w, B, I, O);
+    dense_forward_steps(&host_ops, NULL, out, in, w, b, B, I, O);
+    dense_backward_steps(&host_ops, NULL, din, dw, db, dout, in, w, B, I, O);
     check_close("dense out", out, ref_out, (size_t)B * O, 1e-5);
     check_close("dense din", din, ref_din, (size_t)B * I, 1e-5);
     check_close("dense dw", dw, ref_dw, (size_t)I * O, 1e-5);
@@ -164,16 +167,16 @@ static void pool_case(const char *name, dt_window g, int batch) {
     float *ref = malloc(out_n * sizeof(float)), *out = malloc(out_n * sizeof(float));
     float *ref_din = malloc(in_n * sizeof(float)), *din = malloc(in_n * sizeof(float));
     int32_t *ref_am = malloc(out_n * sizeof(int32_t)), *am = malloc(out_n * sizeof(int32_t));
-    maxpool_forward(ref, ref_am, in, batch, &g);
-    maxpool_backward(ref_din, dout, ref_am, batch, &g);
+    dt_maxpool_forward(&cpu, ref, ref_am, in, batch, &g);
+    dt_maxpool_backward(&cpu, ref_din, dout, ref_am, batch, &g);
     for (size_t i = 0; i < out_n; i++) out[i] = maxpool_cell(in, &g, i, &am[i]);
     for (size_t i = 0; i < in_n; i++) din[i] = pool_backward_cell(dout, am, &g, i);
     /* the same comparisons and sums in the same order: equal bit for bit */
     CHECK_MSG(memcmp(out, ref, out_n * sizeof *out) == 0, "%s: max pool values", name);
     CHECK_MSG(memcmp(am, ref_am, out_n * sizeof *am) == 0, "%s: max pool argmax", name);
     CHECK_MSG(memcmp(din, ref_din, in_n * sizeof *din) == 0, "%s: max pool backward", name);
-    avgpool_forward(ref, in, batch, &g);
-    avgpool_backward(ref_din, dout, batch, &g);
+    dt_avgpool_forward(&cpu, ref, in, batch, &g);
+    dt_avgpool_backward(&cpu, ref_din, dout, batch, &g);
     for (size_t i = 0; i < out_n; i++) out[i] = avgpool_cell(in, &g, i);
     for (size_t i = 0; i < in_n; i++) din[i] = pool_backward_cell(dout, NULL, &g, i);
     char what[96];
@@ -195,7 +198,7 @@ static void test_pool(void) {
 static void test_global_avgpool(void) {
     const int B = 3, HW = 10, C = 6;
     float *in = randoms((size_t)B * HW * C, 11), ref[3 * 6], out[3 * 6];
-    global_avgpool_forward(ref, in, B, HW, C);
+    dt_global_avgpool_forward(&cpu, ref, in, B, HW, C);
     for (size_t i = 0; i < (size_t)B * C; i++) out[i] = global_avgpool_cell(in, HW, C, i);
     CHECK(memcmp(out, ref, sizeof out) == 0);
     free(in);
@@ -209,7 +212,7 @@ static void test_xent(void) {
     for (int k = 0; k < K; k++) logits[K + k] = 0.25f; /* a row of ties: the first wins */
     int32_t labels[6] = {0, 0, 4, 2, 1, 3};
     int ref_hits = -1;
-    float ref_loss = softmax_xent(ref_d, logits, labels, B, K, &ref_hits);
+    float ref_loss = dt_softmax_xent(ref_d, logits, labels, B, K, &ref_hits);
     double sum = 0;
     int hits = 0;
     for (size_t n = 0; n < (size_t)B; n++) {
@@ -238,6 +241,7 @@ static void test_hash(void) {
 }
 
 int main(void) {
+    dt_cpu_init(&cpu, dt_cpu_default_threads());
     RUN(test_conv);
     RUN(test_dense);
     RUN(test_pool);

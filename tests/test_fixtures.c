@@ -189,7 +189,7 @@ static void run_model(const char *model, const char *model_path, const char *fix
         for (size_t i = 0; i < n; i++) ref[i] = rel[i];
         for (int fold = 1; fold >= 0 && n == (size_t)batch * (size_t)classes; fold--) {
             dt_net_set_fold_batchnorm(net, fold);
-            const float *el = dt_net_forward(net, x, batch, 0, 0);
+            const float *el = dt_net_forward(net, x, batch, 0, 0, NULL);
             CHECK(el != NULL);
             if (el) check_tensor(model, fold ? "eval_logits (folded)" : "eval_logits", el, ref, n);
         }
@@ -197,11 +197,11 @@ static void run_model(const char *model, const char *model_path, const char *fix
     }
 
     /* forward, loss, backward */
-    const float *logits = dt_net_forward(net, x, batch, 1, 0);
+    const float *logits = dt_net_forward(net, x, batch, 1, 0, NULL);
     CHECK(logits != NULL);
     int correct = -1;
     float loss = dt_net_loss(net, labels, &correct);
-    dt_net_backward(net);
+    dt_net_backward(net, NULL);
     check_device(net, model);
 
     float *rl = st_get(f, "logits", &n);
@@ -341,7 +341,7 @@ static void test_cuda_layers(void) {
     fill(x, in_n, INPUT_ID, 1.0, 0.0, 7);
     for (int i = 0; i < batch; i++) labels[i] = (int32_t)(raw_hash(LABEL_ID, (uint32_t)i, 7) % (uint32_t)classes);
     for (int training = 0; training <= 1; training++) {
-        const float *lc = dt_net_forward(cpu, x, batch, training, 42), *lg = dt_net_forward(gpu, x, batch, training, 42);
+        const float *lc = dt_net_forward(cpu, x, batch, training, 42, NULL), *lg = dt_net_forward(gpu, x, batch, training, 42, NULL);
         int cc = -1, cg = -2;
         float loss_c = dt_net_loss(cpu, labels, &cc), loss_g = dt_net_loss(gpu, labels, &cg);
         check_device(gpu, training ? "training forward" : "evaluation forward");
@@ -353,8 +353,8 @@ static void test_cuda_layers(void) {
         check_tensor("cuda_layers", "loss", &loss_g, ref, 1);
         CHECK(cc == cg);
     }
-    dt_net_backward(cpu);
-    dt_net_backward(gpu);
+    dt_net_backward(cpu, NULL);
+    dt_net_backward(gpu, NULL);
     check_device(gpu, "backward");
     for (int v = 0; v < dt_net_num_views(cpu); v++) {
         const dt_param_view *pv = dt_net_view(cpu, v);
@@ -377,7 +377,7 @@ static void test_cuda_refuses_batchnorm(void) {
     CHECK_CONTAINS(err.msg, "not supported on cuda yet: layer bn1 (batchnorm)");
     CHECK(strcmp(dt_net_device(net), "cpu") == 0);
     float x[2 * 12 * 12 * 2] = {0};
-    CHECK(dt_net_forward(net, x, 2, 0, 0) != NULL);
+    CHECK(dt_net_forward(net, x, 2, 0, 0, NULL) != NULL);
     dt_net_free(net);
 }
 
@@ -385,19 +385,21 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
         /* skip (77) unless a device opens; the reason goes to the log */
         dt_error err = {0};
-        if (dt_cuda_open(0, &err) != 0) {
+        dt_cuda *cuda = NULL;
+        if (dt_cuda_open(&cuda, 0, &err) != 0) {
             fprintf(stderr, "skipped: %s\n", err.msg);
             return 77;
         }
         char desc[320];
-        dt_cuda_describe(desc, sizeof desc);
+        dt_backend b = dt_cuda_backend(cuda);
+        b.ops->describe(b.ctx, desc, sizeof desc);
         fprintf(stderr, "device: %s\n", desc);
         g_device = "cuda";
         RUN(test_fashion);
         RUN(test_catdog);
         RUN(test_cuda_layers);
         RUN(test_cuda_refuses_batchnorm);
-        dt_cuda_close();
+        dt_cuda_close(cuda);
         return test_summary();
     }
     RUN(test_tolerance_bites);

@@ -8,6 +8,9 @@
 #include "core/rng.h"
 #include "test.h"
 
+/* The CPU context the kernels here run on (its threads: OpenMP's default; some tests change it). */
+static dt_cpu cpu;
+
 /* ---- helpers ------------------------------------------------------------------------------- */
 
 static float *randn(size_t n, dt_rng *r, float scale) {
@@ -84,16 +87,17 @@ static void test_window_valid_and_errors(void) {
     CHECK(dt_window_init(&g, 3, 3, 1, 1, 5, 5, 1, 1, DT_PAD_VALID, NULL) == DT_ESHAPE); /* NULL err ok */
 }
 
+/* A context's threads: capped at the cores, every core for 0; two contexts keep their own counts. */
 static void test_threads(void) {
-    int all = dt_kernels_get_threads();
-    dt_kernels_set_threads(1);
-    CHECK(dt_kernels_get_threads() == 1);
-    dt_kernels_set_threads(0);
-    int cores = dt_kernels_get_threads();
-    CHECK(cores >= 1);
-    dt_kernels_set_threads(100000);
-    CHECK(dt_kernels_get_threads() == cores); /* capped at the cores scratch is sized for */
-    dt_kernels_set_threads(all);
+    dt_cpu one, all, many;
+    dt_cpu_init(&one, 1);
+    dt_cpu_init(&all, 0);
+    dt_cpu_init(&many, 100000);
+    CHECK(one.threads == 1);
+    CHECK(all.threads == dt_cpu_cores() && dt_cpu_cores() >= 1);
+    CHECK(many.threads == dt_cpu_cores()); /* capped at the cores scratch is sized for */
+    CHECK(dt_cpu_default_threads() >= 1 && dt_cpu_default_threads() <= dt_cpu_cores());
+    CHECK(one.threads == 1); /* the others did not change it */
 }
 
 /* ---- GEMM ---------------------------------------------------------------------------------- */
@@ -121,7 +125,7 @@ static void test_gemm(void) {
                                        (tb ? B[j * ldb + k] : B[k * ldb + j]);
                         ref[i * ldc + j] = j < N ? 0.5 * acc - 2.0 * C[i * ldc + j] : C[i * ldc + j];
                     }
-                dt_gemm(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, -2.0f, C, ldc);
+                dt_gemm(&cpu, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, -2.0f, C, ldc);
                 CHECK_MSG(max_rel_err(C, ref, (size_t)M * ldc) < 1e-5, "shape %d ta %d tb %d", s, ta, tb);
                 free(A), free(B), free(C), free(ref);
             }
@@ -200,7 +204,7 @@ static void check_conv(conv_case cc, int finite_diff, uint64_t seed) {
     float *din = dt_alloc_floats(nin, "t", NULL), *dw = dt_alloc_floats(nw, "t", NULL);
     float *db = dt_alloc_floats(cc.OC, "t", NULL), *dw2 = dt_alloc_floats(nw, "t", NULL);
     float *db2 = dt_alloc_floats(cc.OC, "t", NULL);
-    float *scratch = dt_alloc_floats(conv2d_scratch_floats(&g, cc.N), "t", NULL);
+    float *scratch = dt_alloc_floats(dt_conv2d_scratch_floats(&g, cc.N), "t", NULL);
     double *rout = malloc(nout * sizeof(double)), *rdin = malloc(nin * sizeof(double));
     double *rdw = malloc(nw * sizeof(double)), *rdb = malloc(cc.OC * sizeof(double));
     char name[128];
@@ -214,10 +218,10 @@ static void check_conv(conv_case cc, int finite_diff, uint64_t seed) {
     double tol_sum = 1e-5 * (1.0 + sqrt(terms / 100.0));
     ref_conv_forward(rout, in, w, b, cc.N, &g);
     for (size_t i = 0; i < nout; i++) out[i] = NAN; /* outputs must be overwritten */
-    conv2d_forward(out, in, w, b, cc.N, &g, scratch);
+    dt_conv2d_forward(&cpu, out, in, w, b, cc.N, &g, scratch);
     CHECK_MSG(max_rel_err(out, rout, nout) < tol_sum, "%s forward %g", name, max_rel_err(out, rout, nout));
     ref_conv_forward(rout, in, w, NULL, cc.N, &g);
-    conv2d_forward(out, in, w, NULL, cc.N, &g, scratch);
+    dt_conv2d_forward(&cpu, out, in, w, NULL, cc.N, &g, scratch);
     CHECK_MSG(max_rel_err(out, rout, nout) < tol_sum, "%s forward without bias %g", name,
               max_rel_err(out, rout, nout));
 
@@ -225,17 +229,17 @@ static void check_conv(conv_case cc, int finite_diff, uint64_t seed) {
     for (size_t i = 0; i < nin; i++) din[i] = NAN;
     for (size_t i = 0; i < nw; i++) dw[i] = NAN;
     for (int i = 0; i < cc.OC; i++) db[i] = NAN;
-    conv2d_backward(din, dw, db, R, in, w, cc.N, &g, scratch);
+    dt_conv2d_backward(&cpu, din, dw, db, R, in, w, cc.N, &g, scratch);
     CHECK_MSG(max_rel_err(din, rdin, nin) < tol_sum, "%s din %g", name, max_rel_err(din, rdin, nin));
     /* dW and db sum over every output position in float: allow rounding growing with the count. */
     double tol = 1e-5 * (1.0 + sqrt((double)nout / cc.OC / 100.0));
     CHECK_MSG(max_rel_err(dw, rdw, nw) < tol, "%s dw %g", name, max_rel_err(dw, rdw, nw));
     CHECK_MSG(max_rel_err(db, rdb, cc.OC) < tol, "%s db %g", name, max_rel_err(db, rdb, cc.OC));
     /* First layer: no din; the parameter gradients are unchanged. db == NULL is allowed too. */
-    conv2d_backward(NULL, dw2, db2, R, in, w, cc.N, &g, scratch);
+    dt_conv2d_backward(&cpu, NULL, dw2, db2, R, in, w, cc.N, &g, scratch);
     CHECK_MSG(max_abs_diff_f(dw, dw2, nw) == 0.0 && max_abs_diff_f(db, db2, cc.OC) == 0.0,
               "%s din==NULL changes dw/db", name);
-    conv2d_backward(NULL, dw2, NULL, R, in, w, cc.N, &g, scratch);
+    dt_conv2d_backward(&cpu, NULL, dw2, NULL, R, in, w, cc.N, &g, scratch);
     CHECK_MSG(max_abs_diff_f(dw, dw2, nw) == 0.0, "%s db==NULL changes dw", name);
 
     if (finite_diff) {
@@ -250,10 +254,10 @@ static void check_conv(conv_case cc, int finite_diff, uint64_t seed) {
             for (size_t i = 0; i < counts[p]; i++) {
                 float keep = params[p][i];
                 params[p][i] = keep + eps;
-                conv2d_forward(out, in, w, b, cc.N, &g, scratch);
+                dt_conv2d_forward(&cpu, out, in, w, b, cc.N, &g, scratch);
                 double lp = dot_fd(out, R, nout);
                 params[p][i] = keep - eps;
-                conv2d_forward(out, in, w, b, cc.N, &g, scratch);
+                dt_conv2d_forward(&cpu, out, in, w, b, cc.N, &g, scratch);
                 double lm = dot_fd(out, R, nout);
                 params[p][i] = keep;
                 double fd = (lp - lm) / (2.0 * eps);
@@ -290,7 +294,7 @@ static void test_conv_small_geometries(void) {
 /* Shapes big enough for several im2col chunks per thread, chunks that straddle examples, and the
  * real models' layers (fashion conv2, cats-vs-dogs conv1 at a reduced size); both thread counts. */
 static void test_conv_chunked(void) {
-    int saved = dt_kernels_get_threads();
+    dt_cpu saved = cpu;
     conv_case cases[] = {
         {3, 20, 21, 64, 5, 3, 3, 1, 1, DT_PAD_SAME},
         {3, 14, 14, 32, 64, 3, 3, 1, 1, DT_PAD_SAME},
@@ -299,54 +303,66 @@ static void test_conv_chunked(void) {
         {3, 30, 30, 300, 3, 1, 1, 1, 1, DT_PAD_VALID},
     };
     for (int t = 1; t <= 2; t++) {
-        dt_kernels_set_threads(t);
+        dt_cpu_init(&cpu, t);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(cases[i], 0, 50 + i);
     }
-    dt_kernels_set_threads(saved);
+    cpu = saved;
 }
 
-/* Gradients are bit-identical for any thread count (fixed pieces, partials summed in order), so
- * a training run is reproducible whatever --threads says. Same for dense (dt_gemm splits rows or
- * columns of C, never the summed dimension). */
-static void test_thread_count_independence(void) {
-    int saved = dt_kernels_get_threads();
+/* Forward and backward of one convolution at 1 and 2 threads: the same bits. */
+static void check_conv_threads(int N, int H, int W, int C, int OC, uint64_t seed) {
     dt_window g;
-    CHECK(dt_window_init(&g, 14, 15, 8, 16, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
-    int N = 37;
+    CHECK(dt_window_init(&g, H, W, C, OC, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    size_t nin = (size_t)N * H * W * C, nw = (size_t)9 * C * OC, nout = (size_t)N * H * W * OC;
+    float *in = randn(nin, &r, 1), *w = randn(nw, &r, 1), *b = randn((size_t)OC, &r, 1), *dout = randn(nout, &r, 1);
+    float *scratch = dt_alloc_floats(dt_conv2d_scratch_floats(&g, N), "t", NULL);
+    float *din[2], *dw[2], *db[2], *out[2];
+    for (int t = 0; t < 2; t++) {
+        dt_cpu ctx;
+        dt_cpu_init(&ctx, t + 1);
+        din[t] = dt_alloc_floats(nin, "t", NULL), dw[t] = dt_alloc_floats(nw, "t", NULL);
+        db[t] = dt_alloc_floats((size_t)OC, "t", NULL), out[t] = dt_alloc_floats(nout, "t", NULL);
+        dt_conv2d_forward(&ctx, out[t], in, w, b, N, &g, scratch);
+        dt_conv2d_backward(&ctx, din[t], dw[t], db[t], dout, in, w, N, &g, scratch);
+    }
+    const char *how = g.in_c >= 8 ? "winograd" : "im2col";
+    CHECK_MSG(memcmp(out[0], out[1], nout * sizeof(float)) == 0, "%s forward", how);
+    CHECK_MSG(memcmp(din[0], din[1], nin * sizeof(float)) == 0, "%s din", how);
+    CHECK_MSG(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0, "%s dw", how);
+    CHECK_MSG(memcmp(db[0], db[1], (size_t)OC * sizeof(float)) == 0, "%s db", how);
+    for (int t = 0; t < 2; t++) free(din[t]), free(dw[t]), free(db[t]), free(out[t]);
+    free(in), free(w), free(b), free(dout), free(scratch);
+}
+
+/* Outputs and gradients are bit-identical for any thread count (chunks cut by the shape and the
+ * cores, gradient pieces fixed and summed in order), so a training run is reproducible whatever
+ * --threads says. Same for dense (dt_gemm splits rows or columns of C, never the summed
+ * dimension). */
+static void test_thread_count_independence(void) {
+    check_conv_threads(37, 14, 15, 8, 16, 77); /* Winograd */
+    check_conv_threads(16, 28, 28, 1, 32, 78); /* a first layer: im2col */
+    check_conv_threads(37, 14, 14, 8, 16, 79); /* Winograd, another tile count */
     dt_rng r;
     dt_rng_seed(&r, 77);
-    size_t nin = (size_t)N * 14 * 15 * 8, nw = 3 * 3 * 8 * 16, nout = (size_t)N * 14 * 15 * 16;
-    float *in = randn(nin, &r, 1), *w = randn(nw, &r, 1), *dout = randn(nout, &r, 1);
-    float *scratch = dt_alloc_floats(conv2d_scratch_floats(&g, N), "t", NULL);
-    float *din[2], *dw[2], db[2][16], *out[2];
-    for (int t = 0; t < 2; t++) {
-        dt_kernels_set_threads(t + 1);
-        din[t] = dt_alloc_floats(nin, "t", NULL), dw[t] = dt_alloc_floats(nw, "t", NULL);
-        out[t] = dt_alloc_floats(nout, "t", NULL);
-        conv2d_forward(out[t], in, w, w, N, &g, scratch);
-        conv2d_backward(din[t], dw[t], db[t], dout, in, w, N, &g, scratch);
-    }
-    CHECK(memcmp(out[0], out[1], nout * sizeof(float)) == 0);
-    CHECK(memcmp(din[0], din[1], nin * sizeof(float)) == 0);
-    CHECK(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0);
-    CHECK(memcmp(db[0], db[1], sizeof db[0]) == 0);
     /* dense at a size dt_gemm splits */
     int B = 64, I = 500, O = 130;
     float *x = randn((size_t)B * I, &r, 1), *wd = randn((size_t)I * O, &r, 1), *go = randn((size_t)B * O, &r, 1);
     float *dx[2], *dwd[2], *y[2];
     for (int t = 0; t < 2; t++) {
-        dt_kernels_set_threads(t + 1);
+        dt_cpu ctx;
+        dt_cpu_init(&ctx, t + 1);
         dx[t] = dt_alloc_floats((size_t)B * I, "t", NULL), dwd[t] = dt_alloc_floats((size_t)I * O, "t", NULL);
         y[t] = dt_alloc_floats((size_t)B * O, "t", NULL);
-        dense_forward(y[t], x, wd, NULL, B, I, O);
-        dense_backward(dx[t], dwd[t], NULL, go, x, wd, B, I, O);
+        dt_dense_forward(&ctx, y[t], x, wd, NULL, B, I, O);
+        dt_dense_backward(&ctx, dx[t], dwd[t], NULL, go, x, wd, B, I, O);
     }
     CHECK(memcmp(y[0], y[1], (size_t)B * O * sizeof(float)) == 0);
     CHECK(memcmp(dx[0], dx[1], (size_t)B * I * sizeof(float)) == 0);
     CHECK(memcmp(dwd[0], dwd[1], (size_t)I * O * sizeof(float)) == 0);
-    dt_kernels_set_threads(saved);
-    for (int t = 0; t < 2; t++) free(din[t]), free(dw[t]), free(out[t]), free(dx[t]), free(dwd[t]), free(y[t]);
-    free(in), free(w), free(dout), free(scratch), free(x), free(wd), free(go);
+    for (int t = 0; t < 2; t++) free(dx[t]), free(dwd[t]), free(y[t]);
+    free(x), free(wd), free(go);
 }
 
 /* ---- max pooling --------------------------------------------------------------------------- */
@@ -408,14 +424,14 @@ static void check_maxpool(pool_case pc, uint64_t seed) {
     double *rout = malloc(nout * sizeof(double)), *rdin = calloc(nin, sizeof(double));
 
     ref_maxpool(rout, ram, in, pc.N, &g);
-    maxpool_forward(out, am, in, pc.N, &g);
+    dt_maxpool_forward(&cpu, out, am, in, pc.N, &g);
     CHECK_MSG(max_rel_err(out, rout, nout) == 0.0, "%s forward", name);
     CHECK_MSG(memcmp(am, ram, nout * sizeof(int32_t)) == 0, "%s argmax", name);
 
     size_t img = (size_t)pc.H * pc.W * pc.C;
     for (size_t i = 0; i < nout; i++) rdin[(i / (nout / pc.N)) * img + ram[i]] += R[i];
     for (size_t i = 0; i < nin; i++) din[i] = NAN;
-    maxpool_backward(din, R, am, pc.N, &g);
+    dt_maxpool_backward(&cpu, din, R, am, pc.N, &g);
     CHECK_MSG(max_rel_err(din, rdin, nin) < 1e-6, "%s backward", name);
 
     const float eps = 1e-2f;
@@ -423,10 +439,10 @@ static void check_maxpool(pool_case pc, uint64_t seed) {
     for (size_t i = 0; i < nin; i++) {
         float keep = in[i];
         in[i] = keep + eps;
-        maxpool_forward(out, am, in, pc.N, &g);
+        dt_maxpool_forward(&cpu, out, am, in, pc.N, &g);
         double lp = dot_fd(out, R, nout);
         in[i] = keep - eps;
-        maxpool_forward(out, am, in, pc.N, &g);
+        dt_maxpool_forward(&cpu, out, am, in, pc.N, &g);
         double lm = dot_fd(out, R, nout);
         in[i] = keep;
         double fd = (lp - lm) / (2.0 * eps), e = fabs(fd - din[i]) / (1.0 + fabs(fd));
@@ -457,18 +473,18 @@ static void test_maxpool_ties_and_padding(void) {
     float in[9], out[4], din[9], dout[4] = {1, 2, 3, 4};
     int32_t am[4];
     for (int i = 0; i < 9; i++) in[i] = -5.0f;
-    maxpool_forward(out, am, in, 1, &g);
+    dt_maxpool_forward(&cpu, out, am, in, 1, &g);
     CHECK(out[0] == -5.0f && out[1] == -5.0f && out[2] == -5.0f && out[3] == -5.0f);
     CHECK(am[0] == 0 && am[1] == 2 && am[2] == 6 && am[3] == 8);
-    maxpool_backward(din, dout, am, 1, &g);
+    dt_maxpool_backward(&cpu, din, dout, am, 1, &g);
     CHECK(din[0] == 1 && din[2] == 2 && din[6] == 3 && din[8] == 4 && din[1] == 0 && din[4] == 0);
     /* -inf inputs still produce an index inside the window. */
     for (int i = 0; i < 9; i++) in[i] = -INFINITY;
-    maxpool_forward(out, am, in, 1, &g);
+    dt_maxpool_forward(&cpu, out, am, in, 1, &g);
     CHECK(isinf(out[3]) && out[3] < 0 && am[3] == 8);
     /* A later equal value does not take over; a later larger one does. */
     float t[9] = {1, 7, 0, 7, 2, 0, 9, 9, 9};
-    maxpool_forward(out, am, t, 1, &g);
+    dt_maxpool_forward(&cpu, out, am, t, 1, &g);
     CHECK(out[0] == 7 && am[0] == 1 && out[2] == 9 && am[2] == 6 && out[3] == 9 && am[3] == 8);
 }
 
@@ -489,13 +505,13 @@ static void check_fused(fused_case fc, uint64_t seed) {
     char name[160];
     snprintf(name, sizeof name, "fused N%d %dx%dx%d->%d k%d s%d, pool %d/%d %s", cc.N, cc.H, cc.W, cc.C,
              cc.OC, cc.KH, cc.SH, fc.pk, fc.ps, fc.ppad == DT_PAD_SAME ? "SAME" : "VALID");
-    CHECK_MSG(conv2d_maxpool_fusable(&g, &pg), "%s not fusable", name);
+    CHECK_MSG(dt_conv2d_maxpool_fusable(&g, &pg), "%s not fusable", name);
     dt_rng r;
     dt_rng_seed(&r, seed);
     size_t nin = (size_t)cc.N * cc.H * cc.W * cc.C, nw = (size_t)cc.KH * cc.KW * cc.C * cc.OC;
     size_t nconv = (size_t)cc.N * g.out_h * g.out_w * cc.OC, npool = (size_t)cc.N * pg.out_h * pg.out_w * cc.OC;
     float *in = randn(nin, &r, 1), *w = randn(nw, &r, 0.5f), *b = randn(cc.OC, &r, 1), *dout = randn(npool, &r, 1);
-    size_t sc = conv2d_scratch_floats(&g, cc.N), fsc = conv2d_maxpool_scratch_floats(&g, &pg, cc.N);
+    size_t sc = dt_conv2d_scratch_floats(&g, cc.N), fsc = dt_conv2d_maxpool_scratch_floats(&g, &pg, cc.N);
     float *scratch = dt_alloc_floats(sc, "t", NULL), *fscratch = dt_alloc_floats(fsc, "t", NULL);
     float *conv = dt_alloc_floats(nconv, "t", NULL), *dconv = dt_alloc_floats(nconv, "t", NULL);
     float *pool = dt_alloc_floats(npool, "t", NULL), *fpool = dt_alloc_floats(npool, "t", NULL);
@@ -504,10 +520,10 @@ static void check_fused(fused_case fc, uint64_t seed) {
     float *dw = dt_alloc_floats(nw, "t", NULL), *fdw = dt_alloc_floats(nw, "t", NULL), *fdw2 = dt_alloc_floats(nw, "t", NULL);
     float *db = dt_alloc_floats(cc.OC, "t", NULL), *fdb = dt_alloc_floats(cc.OC, "t", NULL);
 
-    conv2d_forward(conv, in, w, b, cc.N, &g, scratch);
-    maxpool_forward(pool, am, conv, cc.N, &pg);
+    dt_conv2d_forward(&cpu, conv, in, w, b, cc.N, &g, scratch);
+    dt_maxpool_forward(&cpu, pool, am, conv, cc.N, &pg);
     for (size_t i = 0; i < npool; i++) fpool[i] = NAN;
-    conv2d_maxpool_forward(fpool, fam, in, w, b, cc.N, &g, &pg, fscratch);
+    dt_conv2d_maxpool_forward(&cpu, fpool, fam, in, w, b, cc.N, &g, &pg, fscratch);
     double worst = 0;
     for (size_t i = 0; i < npool; i++) {
         double e = fabs((double)fpool[i] - pool[i]) / (1 + fabs(pool[i]));
@@ -516,10 +532,10 @@ static void check_fused(fused_case fc, uint64_t seed) {
     CHECK_MSG(worst < 1e-5, "%s forward %g", name, worst);
     CHECK_MSG(memcmp(am, fam, npool * sizeof(int32_t)) == 0, "%s argmax", name);
 
-    maxpool_backward(dconv, dout, am, cc.N, &pg);
-    conv2d_backward(din, dw, db, dconv, in, w, cc.N, &g, scratch);
+    dt_maxpool_backward(&cpu, dconv, dout, am, cc.N, &pg);
+    dt_conv2d_backward(&cpu, din, dw, db, dconv, in, w, cc.N, &g, scratch);
     for (size_t i = 0; i < nin; i++) fdin[i] = NAN;
-    conv2d_maxpool_backward(fdin, fdw, fdb, dout, fam, in, w, cc.N, &g, &pg, fscratch);
+    dt_conv2d_maxpool_backward(&cpu, fdin, fdw, fdb, dout, fam, in, w, cc.N, &g, &pg, fscratch);
     double tol = 1e-5 * (1.0 + sqrt((double)nconv / cc.OC / 100.0));
     double e_in = 0, e_w = 0, e_b = 0;
     for (size_t i = 0; i < nin; i++) e_in = fmax(e_in, fabs((double)fdin[i] - din[i]) / (1 + fabs(din[i])));
@@ -529,7 +545,7 @@ static void check_fused(fused_case fc, uint64_t seed) {
     for (size_t i = 0; i < nin; i++) finite &= isfinite(fdin[i]);
     CHECK_MSG(finite && e_in < tol && e_w < tol && e_b < tol, "%s backward: din %g dw %g db %g", name,
               e_in, e_w, e_b);
-    conv2d_maxpool_backward(NULL, fdw2, NULL, dout, fam, in, w, cc.N, &g, &pg, fscratch);
+    dt_conv2d_maxpool_backward(&cpu, NULL, fdw2, NULL, dout, fam, in, w, cc.N, &g, &pg, fscratch);
     CHECK_MSG(memcmp(fdw, fdw2, nw * sizeof(float)) == 0, "%s din==NULL changes dw", name);
     free(in), free(w), free(b), free(dout), free(scratch), free(fscratch), free(conv), free(dconv);
     free(pool), free(fpool), free(am), free(fam), free(din), free(fdin), free(dw), free(fdw), free(fdw2);
@@ -547,22 +563,22 @@ static void test_conv_maxpool_fused(void) {
         {{2, 64, 70, 3, 32, 3, 3, 1, 1, DT_PAD_SAME}, 2, 2, DT_PAD_SAME},  /* several groups per image */
         {{2, 9, 9, 3, 4, 3, 3, 1, 1, DT_PAD_SAME}, 3, 3, DT_PAD_SAME},     /* pool pad on top too */
     };
-    int saved = dt_kernels_get_threads();
+    dt_cpu saved = cpu;
     for (int t = 1; t <= 2; t++) {
-        dt_kernels_set_threads(t);
+        dt_cpu_init(&cpu, t);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_fused(cases[i], 300 + i);
     }
-    dt_kernels_set_threads(saved);
+    cpu = saved;
     /* Not fusable: overlapping pool windows, a Winograd conv, a pool over something else. */
     dt_window g, pg;
     CHECK(dt_window_init(&g, 8, 8, 3, 4, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
     CHECK(dt_window_init(&pg, 8, 8, 4, 4, 3, 3, 2, 2, DT_PAD_SAME, NULL) == 0);
-    CHECK(!conv2d_maxpool_fusable(&g, &pg));
+    CHECK(!dt_conv2d_maxpool_fusable(&g, &pg));
     CHECK(dt_window_init(&pg, 8, 8, 5, 5, 2, 2, 2, 2, DT_PAD_SAME, NULL) == 0);
-    CHECK(!conv2d_maxpool_fusable(&g, &pg));
+    CHECK(!dt_conv2d_maxpool_fusable(&g, &pg));
     CHECK(dt_window_init(&g, 8, 8, 16, 16, 3, 3, 1, 1, DT_PAD_SAME, NULL) == 0);
     CHECK(dt_window_init(&pg, 8, 8, 16, 16, 2, 2, 2, 2, DT_PAD_SAME, NULL) == 0);
-    CHECK(!conv2d_maxpool_fusable(&g, &pg));
+    CHECK(!dt_conv2d_maxpool_fusable(&g, &pg));
 }
 
 /* ---- element-wise -------------------------------------------------------------------------- */
@@ -573,11 +589,11 @@ static void test_relu(void) {
     size_t n = 100003; /* above the parallel threshold, odd */
     float *x = randn(n, &r, 1.0f), *y = dt_alloc_floats(n, "t", NULL), *g = randn(n, &r, 1.0f);
     float *dx = dt_alloc_floats(n, "t", NULL);
-    relu_forward(y, x, n);
+    dt_relu_forward(&cpu, y, x, n);
     int ok = 1;
     for (size_t i = 0; i < n; i++) ok &= y[i] == (x[i] > 0 ? x[i] : 0.0f);
     CHECK(ok);
-    relu_backward(dx, g, y, n);
+    dt_relu_backward(&cpu, dx, g, y, n);
     ok = 1;
     for (size_t i = 0; i < n; i++) ok &= dx[i] == (x[i] > 0 ? g[i] : 0.0f);
     CHECK(ok);
@@ -586,16 +602,16 @@ static void test_relu(void) {
     for (size_t i = 0; i < 200; i++) {
         if (fabsf(x[i]) < 0.05f) continue;
         float a = x[i] + 1e-2f, b = x[i] - 1e-2f, ya, yb;
-        relu_forward(&ya, &a, 1);
-        relu_forward(&yb, &b, 1);
+        dt_relu_forward(&cpu, &ya, &a, 1);
+        dt_relu_forward(&cpu, &yb, &b, 1);
         double fd = g[i] * ((double)ya - yb) / 2e-2;
         if (fabs(fd - dx[i]) > worst) worst = fabs(fd - dx[i]);
     }
     CHECK(worst < 1e-4);
     /* In place. */
-    relu_forward(x, x, n);
+    dt_relu_forward(&cpu, x, x, n);
     CHECK(max_abs_diff_f(x, y, n) == 0.0);
-    relu_backward(g, g, y, n);
+    dt_relu_backward(&cpu, g, g, y, n);
     CHECK(max_abs_diff_f(g, dx, n) == 0.0);
     free(x), free(y), free(g), free(dx);
 }
@@ -607,12 +623,12 @@ static void test_dropout(void) {
     float rate = 0.3f;
     float *x = randn(n, &r, 1.0f), *y1 = dt_alloc_floats(n, "t", NULL), *y2 = dt_alloc_floats(n, "t", NULL);
     uint8_t *m1 = malloc(n), *m2 = malloc(n);
-    int saved = dt_kernels_get_threads();
-    dt_kernels_set_threads(1);
-    dropout_forward(y1, m1, x, n, rate, 99);
-    dt_kernels_set_threads(2);
-    dropout_forward(y2, m2, x, n, rate, 99);
-    dt_kernels_set_threads(saved);
+    dt_cpu saved = cpu;
+    dt_cpu_init(&cpu, 1);
+    dt_dropout_forward(&cpu, y1, m1, x, n, rate, 99);
+    dt_cpu_init(&cpu, 2);
+    dt_dropout_forward(&cpu, y2, m2, x, n, rate, 99);
+    cpu = saved;
     CHECK(memcmp(m1, m2, n) == 0 && memcmp(y1, y2, n * sizeof(float)) == 0);
 
     /* The mask is the documented function of (seed, i); keep rate and scale are right. */
@@ -630,39 +646,39 @@ static void test_dropout(void) {
     CHECK_MSG(fabs(keep_rate - 0.7) < 0.01, "keep rate %g", keep_rate);
     /* Expected value is preserved: mean(y) ~ mean(x) for x = 1. */
     for (size_t i = 0; i < n; i++) x[i] = 1.0f;
-    dropout_forward(y1, m1, x, n, rate, 7);
+    dt_dropout_forward(&cpu, y1, m1, x, n, rate, 7);
     double mean = 0.0;
     for (size_t i = 0; i < n; i++) mean += y1[i];
     CHECK_NEAR(mean / n, 1.0, 0.02);
     /* Another seed, another mask. */
-    dropout_forward(y2, m2, x, n, rate, 8);
+    dt_dropout_forward(&cpu, y2, m2, x, n, rate, 8);
     CHECK(memcmp(m1, m2, n) != 0);
     /* rate 0 keeps everything unchanged; rate 1 drops everything without dividing by zero. */
-    dropout_forward(y2, m2, x, n, 0.0f, 7);
+    dt_dropout_forward(&cpu, y2, m2, x, n, 0.0f, 7);
     CHECK(max_abs_diff_f(y2, x, n) == 0.0);
-    dropout_forward(y2, m2, x, 1000, 1.0f, 7);
+    dt_dropout_forward(&cpu, y2, m2, x, 1000, 1.0f, 7);
     int zeros = 1;
     for (size_t i = 0; i < 1000; i++) zeros &= y2[i] == 0.0f && m2[i] == 0;
     CHECK(zeros);
     /* Backward = adjoint of the forward for the same seed: finite differences of
      * sum(dropout(x) * g) on a short vector (the mask depends only on (seed, i)). */
     float *g = randn(n, &r, 1.0f), *dx = dt_alloc_floats(n, "t", NULL);
-    dropout_backward(dx, g, m1, n, rate);
+    dt_dropout_backward(&cpu, dx, g, m1, n, rate);
     {
         enum { S = 64 };
         float xs[S], ys[S], ds[S];
         uint8_t ms[S];
         for (int i = 0; i < S; i++) xs[i] = (float)dt_rng_normal(&r);
-        dropout_forward(ys, ms, xs, S, rate, 11);
-        dropout_backward(ds, g, ms, S, rate);
+        dt_dropout_forward(&cpu, ys, ms, xs, S, rate, 11);
+        dt_dropout_backward(&cpu, ds, g, ms, S, rate);
         double worst = 0.0;
         for (int i = 0; i < S; i++) {
             float keep = xs[i];
             xs[i] = keep + 1e-2f;
-            dropout_forward(ys, ms, xs, S, rate, 11);
+            dt_dropout_forward(&cpu, ys, ms, xs, S, rate, 11);
             double lp = dot_fd(ys, g, S);
             xs[i] = keep - 1e-2f;
-            dropout_forward(ys, ms, xs, S, rate, 11);
+            dt_dropout_forward(&cpu, ys, ms, xs, S, rate, 11);
             double lm = dot_fd(ys, g, S);
             xs[i] = keep;
             double fd = (lp - lm) / 2e-2;
@@ -696,11 +712,11 @@ static void check_dense(int N, int I, int O, uint64_t seed) {
             ry[n * O + o] = acc;
         }
     for (size_t i = 0; i < (size_t)N * O; i++) y[i] = NAN;
-    dense_forward(y, x, w, b, N, I, O);
+    dt_dense_forward(&cpu, y, x, w, b, N, I, O);
     CHECK_MSG(max_rel_err(y, ry, (size_t)N * O) < 1e-5, "dense %dx%d->%d forward", N, I, O);
     for (int o = 0; o < O; o++)
         for (int n = 0; n < N; n++) ry[n * O + o] -= b[o];
-    dense_forward(y, x, w, NULL, N, I, O);
+    dt_dense_forward(&cpu, y, x, w, NULL, N, I, O);
     CHECK_MSG(max_rel_err(y, ry, (size_t)N * O) < 1e-5, "dense forward without bias");
 
     for (int i = 0; i < I; i++)
@@ -722,11 +738,11 @@ static void check_dense(int N, int I, int O, uint64_t seed) {
         }
     for (size_t i = 0; i < (size_t)I * O; i++) dw[i] = NAN;
     for (int o = 0; o < O; o++) db[o] = NAN;
-    dense_backward(dx, dw, db, R, x, w, N, I, O);
+    dt_dense_backward(&cpu, dx, dw, db, R, x, w, N, I, O);
     CHECK_MSG(max_rel_err(dx, rdx, (size_t)N * I) < 1e-5, "dense dx");
     CHECK_MSG(max_rel_err(dw, rdw, (size_t)I * O) < 1e-5, "dense dw");
     CHECK_MSG(max_rel_err(db, rdb, O) < 1e-5, "dense db");
-    dense_backward(NULL, dw2, db2, R, x, w, N, I, O);
+    dt_dense_backward(&cpu, NULL, dw2, db2, R, x, w, N, I, O);
     CHECK(max_abs_diff_f(dw, dw2, (size_t)I * O) == 0.0 && max_abs_diff_f(db, db2, O) == 0.0);
 
     if ((size_t)N * I * O < 20000) {
@@ -739,10 +755,10 @@ static void check_dense(int N, int I, int O, uint64_t seed) {
             for (size_t i = 0; i < counts[p]; i++) {
                 float keep = params[p][i];
                 params[p][i] = keep + eps;
-                dense_forward(y, x, w, b, N, I, O);
+                dt_dense_forward(&cpu, y, x, w, b, N, I, O);
                 double lp = dot_fd(y, R, (size_t)N * O);
                 params[p][i] = keep - eps;
-                dense_forward(y, x, w, b, N, I, O);
+                dt_dense_forward(&cpu, y, x, w, b, N, I, O);
                 double lm = dot_fd(y, R, (size_t)N * O);
                 params[p][i] = keep;
                 double fd = (lp - lm) / (2.0 * eps), e = fabs(fd - grads[p][i]) / (1.0 + fabs(fd));
@@ -791,21 +807,21 @@ static void test_softmax_xent(void) {
     double rd[35];
     int correct = -1, rcorrect = -1;
     double rl = ref_xent(rd, x, y, N, K, &rcorrect);
-    float l = softmax_xent(d, x, y, N, K, &correct);
+    float l = dt_softmax_xent(d, x, y, N, K, &correct);
     CHECK_NEAR(l, rl, 1e-6 * (1 + rl));
     CHECK(correct == rcorrect);
     CHECK(max_rel_err(d, rd, (size_t)N * K) < 1e-6);
     /* dlogits == NULL: same loss and count. */
     correct = -1;
-    CHECK(softmax_xent(NULL, x, y, N, K, &correct) == l && correct == rcorrect);
+    CHECK(dt_softmax_xent(NULL, x, y, N, K, &correct) == l && correct == rcorrect);
     /* Finite differences of the returned loss. */
     double worst = 0.0;
     for (int i = 0; i < N * K; i++) {
         float keep = x[i];
         x[i] = keep + 1e-2f;
-        double lp = softmax_xent(NULL, x, y, N, K, NULL);
+        double lp = dt_softmax_xent(NULL, x, y, N, K, NULL);
         x[i] = keep - 1e-2f;
-        double lm = softmax_xent(NULL, x, y, N, K, NULL);
+        double lm = dt_softmax_xent(NULL, x, y, N, K, NULL);
         x[i] = keep;
         double fd = (lp - lm) / 2e-2;
         if (fabs(fd - d[i]) > worst) worst = fabs(fd - d[i]);
@@ -822,7 +838,7 @@ static void test_softmax_xent_stability_and_count(void) {
     int32_t y[3] = {0, 1, 1};
     float d[9];
     int correct = -1;
-    float l = softmax_xent(d, x, y, 3, 3, &correct);
+    float l = dt_softmax_xent(d, x, y, 3, 3, &correct);
     CHECK(isfinite(l));
     CHECK_NEAR(l, (0.0 + 1e4 + (log(2.0 + exp(-2.0)))) / 3.0, 1e-2);
     CHECK(correct == 1); /* row 0 right, row 1 wrong, row 2 predicts class 0 (first max) */
@@ -835,15 +851,15 @@ static void test_softmax_xent_stability_and_count(void) {
     for (int n = 0; n < 3; n++) CHECK_NEAR(d[3 * n] + d[3 * n + 1] + d[3 * n + 2], 0.0, 1e-6);
     /* Label 0 on the tie row: now a hit. */
     y[2] = 0;
-    softmax_xent(NULL, x, y, 3, 3, &correct);
+    dt_softmax_xent(NULL, x, y, 3, 3, &correct);
     CHECK(correct == 2);
     /* A label out of range poisons the loss instead of reading out of bounds. */
     y[1] = 3;
-    CHECK(isnan(softmax_xent(d, x, y, 3, 3, &correct)));
+    CHECK(isnan(dt_softmax_xent(d, x, y, 3, 3, &correct)));
 }
 
-/* softmax_forward against the double reference, on rows softmax_xent's gradient also gives (its
- * dlogits plus the one-hot, times N, is the softmax); huge logits stay finite; argmax_first takes the
+/* dt_softmax_forward against the double reference, on rows dt_softmax_xent's gradient also gives (its
+ * dlogits plus the one-hot, times N, is the softmax); huge logits stay finite; dt_argmax_first takes the
  * first of a tie, and a NaN only in first place. */
 static void test_softmax_forward_and_argmax(void) {
     dt_rng r;
@@ -852,8 +868,8 @@ static void test_softmax_forward_and_argmax(void) {
     float *x = randn((size_t)N * K, &r, 3.0f), p[24], d[24];
     double ref[24];
     int32_t y[6] = {0};
-    softmax_forward(p, x, N, K);
-    softmax_xent(d, x, y, N, K, NULL);
+    dt_softmax_forward(p, x, N, K);
+    dt_softmax_xent(d, x, y, N, K, NULL);
     double worst = 0;
     for (int n = 0; n < N; n++) {
         double mx = x[n * K], s = 0, sum = 0;
@@ -866,25 +882,26 @@ static void test_softmax_forward_and_argmax(void) {
             if (fabs(from_xent - p[n * K + k]) > worst) worst = fabs(from_xent - p[n * K + k]);
         }
         CHECK_NEAR(sum, 1.0, 1e-6);
-        int best = argmax_first(x + n * K, K);
+        int best = dt_argmax_first(x + n * K, K);
         for (int k = 0; k < K; k++) CHECK(x[n * K + k] <= x[n * K + best]);
         CHECK(p[n * K + best] >= p[n * K + (best + 1) % K]);
     }
     CHECK(max_rel_err(p, ref, (size_t)N * K) < 1e-6);
-    CHECK_MSG(worst < 1e-6, "softmax_forward vs softmax_xent's gradient: worst %g", worst);
+    CHECK_MSG(worst < 1e-6, "softmax_forward vs dt_softmax_xent's gradient: worst %g", worst);
     float big[3] = {1e4f, -1e4f, 1e4f}, pb[3];
-    softmax_forward(pb, big, 1, 3);
+    dt_softmax_forward(pb, big, 1, 3);
     CHECK_NEAR(pb[0], 0.5, 1e-7);
     CHECK_NEAR(pb[1], 0.0, 1e-7);
-    CHECK(argmax_first(big, 3) == 0);
+    CHECK(dt_argmax_first(big, 3) == 0);
     float nan_row[3] = {NAN, 1.0f, 2.0f};
-    CHECK(argmax_first(nan_row, 3) == 0); /* comparisons with NaN are false: it keeps first place */
+    CHECK(dt_argmax_first(nan_row, 3) == 0); /* comparisons with NaN are false: it keeps first place */
     float nan_later[3] = {1.0f, NAN, 0.5f};
-    CHECK(argmax_first(nan_later, 3) == 0);
+    CHECK(dt_argmax_first(nan_later, 3) == 0);
     free(x);
 }
 
 int main(void) {
+    dt_cpu_init(&cpu, dt_cpu_default_threads());
     RUN(test_window_same_padding);
     RUN(test_window_valid_and_errors);
     RUN(test_threads);

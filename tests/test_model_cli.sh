@@ -21,6 +21,19 @@ relu
 global_avgpool
 dense units=10
 EOF
+# dtrain inspect prints the net's plans: in training the norms' ReLUs fused in and the last norm
+# applied by the sum; in evaluation the norms folded into their convolutions.
+"$bin" inspect "$tmp/small.model" >"$tmp/plan" 2>&1
+check "inspect prints the model" grep -q "small.model: model small, input 28x28x1, 9 layers, 802 parameters" "$tmp/plan"
+check "inspect prints the training plan" grep -q '^training plan: 7 steps for 9 layers (2 fused)$' "$tmp/plan"
+check "training: a norm and its ReLU in one step" grep -qE '^ +2  batchnorm\+relu +bn1, r1$' "$tmp/plan"
+check "training: the sum applies the last norm" grep -qE '^ +4  batchnorm \(statistics\) +bn2 \(applied by add1\)$' "$tmp/plan"
+check "training: ... and its ReLU" grep -qE '^ +5  batchnorm\+add\+relu +add1, relu2 \(applies bn2\)$' "$tmp/plan"
+check "inspect prints the evaluation plan" grep -q '^evaluation plan: 6 steps for 9 layers (3 fused)$' "$tmp/plan"
+check "evaluation: the norms folded" grep -qE '^ +3  conv2d\+batchnorm +conv2, bn2 \(folded\)$' "$tmp/plan"
+"$bin" inspect "$tmp/bad.model" >"$tmp/out" 2>"$tmp/err"
+check "inspect: a bad model is one line naming it (status 1)" test $? -eq 1 -a "$(wc -l <"$tmp/err")" -eq 1
+
 "$bin" train --model "$tmp/bad.model" --data "$tmp/data" --logdir= --summary_dir= >"$tmp/out" 2>"$tmp/err"
 st=$?
 check "graph error: non-zero exit" test "$st" -ne 0

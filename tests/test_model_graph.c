@@ -16,6 +16,9 @@
 #include "spec_check.h"
 #include "test.h"
 
+/* The CPU context the kernels here run on (its threads: OpenMP's default; some tests change it). */
+static dt_cpu cpu;
+
 #define HEAD "model g\ninput 8 8 2\n"
 
 static void test_resnet_parses(void) {
@@ -219,12 +222,12 @@ static void test_moving_statistics(void) {
     float *before = malloc(n * sizeof *before), *x = malloc(in * sizeof *x), logits[9];
     for (size_t i = 0; i < in; i++) x[i] = (float)((i * 37) % 23) / 23.0f - 0.4f;
     memcpy(before, dt_net_params(net), n * sizeof *before);
-    const float *l = dt_net_forward(net, x, 3, 0, 0);
+    const float *l = dt_net_forward(net, x, 3, 0, 0, NULL);
     CHECK(l && memcmp(before, dt_net_params(net), n * sizeof *before) == 0);
     if (l) memcpy(logits, l, sizeof logits);
-    l = dt_net_forward(net, x, 3, 0, 0);
+    l = dt_net_forward(net, x, 3, 0, 0, NULL);
     CHECK(l && memcmp(logits, l, sizeof logits) == 0);
-    CHECK(dt_net_forward(net, x, 3, 1, 0) != NULL);
+    CHECK(dt_net_forward(net, x, 3, 1, 0, NULL) != NULL);
     for (int v = 0; v < dt_net_num_views(net); v++) {
         const dt_param_view *pv = dt_net_view(net, v);
         int changed = memcmp(before + pv->offset, dt_net_params(net) + pv->offset, pv->count * sizeof(float)) != 0;
@@ -238,7 +241,7 @@ static void test_moving_statistics(void) {
 /* Batch-norm statistics in one pass stay exact when the mean dwarfs the spread (1000 +- 0.01,
  * where a plain sum of squares in float would lose everything), over many pieces of rows, and do
  * not depend on the thread count. C = 3 takes the channel-by-channel path, C = 32 the blocks of
- * 16 channels (kernels_graph.c); the backward sums of both paths are checked against a sum in
+ * 16 channels (batchnorm_cpu.c); the backward sums of both paths are checked against a sum in
  * double. */
 static void check_batchnorm_statistics(int C) {
     enum { ROWS = 3001 };
@@ -250,7 +253,7 @@ static void check_batchnorm_statistics(int C) {
     float *gamma = pc, *beta = pc + C, *mean = pc + 2 * C, *var = pc + 3 * C, *inv = pc + 4 * C;
     float *mean2 = pc + 5 * C, *var2 = pc + 6 * C, *inv2 = pc + 7 * C, *sc = pc + 8 * C, *sh = pc + 9 * C;
     float *sc2 = pc + 10 * C, *sh2 = pc + 11 * C;
-    double *work = calloc(batchnorm_work_doubles(ROWS, C), sizeof *work);
+    double *work = calloc(dt_batchnorm_work_doubles(ROWS, C), sizeof *work);
     if (!x || !y || !y2 || !z || !y3 || !dy || !sum || !sq || !pc || !work) {
         CHECK(!"out of memory");
         return;
@@ -264,12 +267,12 @@ static void check_batchnorm_statistics(int C) {
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < C; c++) sq[c] += (x[r * C + c] - sum[c] / ROWS) * (x[r * C + c] - sum[c] / ROWS);
     for (int c = 0; c < C; c++) gamma[c] = c % 3 == 0 ? 1 : c % 3 == 1 ? 2 : 0.5f, beta[c] = (float)(c % 3) - 1;
-    int threads = dt_kernels_get_threads();
-    dt_kernels_set_threads(1);
-    batchnorm_forward(y, mean, var, inv, sc, sh, x, gamma, beta, ROWS, C, 1e-3f, 0, work);
-    dt_kernels_set_threads(2);
-    batchnorm_forward(y2, mean2, var2, inv2, sc2, sh2, x, gamma, beta, ROWS, C, 1e-3f, 1, work);
-    dt_kernels_set_threads(threads);
+    dt_cpu saved = cpu;
+    dt_cpu_init(&cpu, 1);
+    dt_batchnorm_forward(&cpu, y, mean, var, inv, sc, sh, x, gamma, beta, ROWS, C, 1e-3f, 0, work);
+    dt_cpu_init(&cpu, 2);
+    dt_batchnorm_forward(&cpu, y2, mean2, var2, inv2, sc2, sh2, x, gamma, beta, ROWS, C, 1e-3f, 1, work);
+    cpu = saved;
     for (int c = 0; c < C; c++) {
         double m = sum[c] / ROWS, v = sq[c] / ROWS;
         CHECK_MSG(fabs(mean[c] - m) <= 1e-6 * fabs(m) + 1e-9, "C %d channel %d: mean %.9g, want %.9g", C, c, mean[c], m);
@@ -280,7 +283,7 @@ static void check_batchnorm_statistics(int C) {
     /* The norm added to a residual in one pass (and its ReLU): y + z, within rounding. */
     for (int c = 0; c < C; c++) CHECK(sc[c] == sc2[c] && sh[c] == sh2[c]);
     for (size_t i = 0; i < n; i++) z[i] = (float)(i % 17) - 8.0f;
-    channel_affine_add_forward(y3, x, sc, sh, z, ROWS, C, 1);
+    dt_channel_affine_add_forward(&cpu, y3, x, sc, sh, z, ROWS, C, 1);
     for (size_t i = 0; i < n; i++) {
         float want = y[i] + z[i] > 0 ? y[i] + z[i] : 0;
         CHECK_MSG(fabsf(y3[i] - want) <= 1e-5f * (1 + fabsf(want)), "[%zu]: %.9g, want %.9g", i, y3[i], want);
@@ -289,8 +292,8 @@ static void check_batchnorm_statistics(int C) {
     for (size_t i = 0; i < n; i++) dy[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
     for (int relu = 0; relu <= 1; relu++) {
         float *dgamma = y3, *dbeta = y3 + C; /* y3 is free again */
-        batchnorm_backward(NULL, dgamma, dbeta, dy, x, mean, inv, gamma, relu ? sc : NULL, relu ? sh : NULL, ROWS,
-                           C, work);
+        dt_batchnorm_backward(&cpu, NULL, dgamma, dbeta, dy, x, mean, inv, gamma, relu ? sc : NULL, relu ? sh : NULL,
+                              ROWS, C, work);
         for (int c = 0; c < C; c++) {
             double sb = 0, sg = 0;
             for (int r = 0; r < ROWS; r++) {
@@ -314,6 +317,7 @@ static void test_batchnorm_statistics(void) {
 }
 
 int main(void) {
+    dt_cpu_init(&cpu, dt_cpu_default_threads());
     RUN(test_batchnorm_statistics);
     RUN(test_resnet_parses);
     RUN(test_stack_unchanged);

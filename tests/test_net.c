@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/kernels.h"
 #include "core/rng.h"
 #include "model/net.h"
+#include "net_batch.h"
 #include "test.h"
 
 static dt_net *build_text(const char *text, int max_batch) {
@@ -184,12 +186,12 @@ static void test_determinism(void) {
     dt_rng_seed(&r, 3);
     for (int i = 0; i < 2 * 784; i++) x[i] = dt_rng_uniform(&r);
     int32_t y[2] = {3, 7};
-    const float *la = dt_net_forward(a, x, 2, 1, 1), *lb = dt_net_forward(b, x, 2, 1, 1);
+    const float *la = dt_net_forward(a, x, 2, 1, 1, NULL), *lb = dt_net_forward(b, x, 2, 1, 1, NULL);
     CHECK(la && lb && memcmp(la, lb, 20 * sizeof(float)) == 0);
     dt_net_loss(a, y, NULL);
     dt_net_loss(b, y, NULL);
-    dt_net_backward(a);
-    dt_net_backward(b);
+    dt_net_backward(a, NULL);
+    dt_net_backward(b, NULL);
     CHECK(memcmp(dt_net_grads(a), dt_net_grads(b), n * sizeof(float)) == 0);
     dt_net_free(b);
 
@@ -202,6 +204,55 @@ static void test_determinism(void) {
     }
     dt_net_free(a);
     dt_net_free(b);
+}
+
+/* Each net has its own CPU context: two nets of one process at different thread counts, their steps
+ * interleaved, keep their own counts and give the same logits, loss and gradients bit for bit
+ * (every kernel's work is cut by the shape and the cores, never by the thread count). */
+static void check_two_thread_counts(const char *path, int batch) {
+    dt_net *a = load(path, batch), *b = load(path, batch);
+    if (!a || !b) {
+        dt_net_free(a), dt_net_free(b);
+        return;
+    }
+    int cores = dt_cpu_cores(), many = cores < 2 ? cores : 2;
+    dt_net_set_threads(a, 1);
+    dt_net_set_threads(b, many);
+    CHECK(dt_net_threads(a) == 1 && dt_net_threads(b) == many);
+    char da[64], db[64], want[64];
+    dt_net_describe_device(a, da, sizeof da);
+    dt_net_describe_device(b, db, sizeof db);
+    snprintf(want, sizeof want, "cpu (%d thread%s)", many, many == 1 ? "" : "s");
+    CHECK_MSG(!strcmp(da, "cpu (1 thread)") && !strcmp(db, want), "'%s', '%s'", da, db);
+    size_t n = dt_net_param_count(a);
+    int classes = dt_net_num_classes(a);
+    dt_net_init_params(a, 9);
+    dt_net_init_params(b, 9);
+    test_batch tb;
+    int ok = test_batch_make(&tb, a, batch, 0.0f, 4);
+    const float *x = tb.x;
+    const int32_t *y = tb.y;
+    for (int step = 0; ok && step < 2; step++) {
+        const float *la = dt_net_forward(a, x, batch, 1, 5, NULL), *lb = dt_net_forward(b, x, batch, 1, 5, NULL);
+        CHECK(la && lb && memcmp(la, lb, (size_t)batch * classes * sizeof(float)) == 0);
+        int ca = -1, cb = -2;
+        float lossa = dt_net_loss(a, y, &ca), lossb = dt_net_loss(b, y, &cb);
+        CHECK(lossa == lossb && ca == cb);
+        dt_net_backward(b, NULL);
+        dt_net_backward(a, NULL);
+        CHECK_MSG(memcmp(dt_net_grads(a), dt_net_grads(b), n * sizeof(float)) == 0, "%s: gradients differ", path);
+        CHECK(memcmp(dt_net_params(a), dt_net_params(b), n * sizeof(float)) == 0); /* moving statistics */
+        for (size_t i = 0; i < n; i++) dt_net_params(a)[i] -= 0.01f * dt_net_grads(a)[i];
+        for (size_t i = 0; i < n; i++) dt_net_params(b)[i] -= 0.01f * dt_net_grads(b)[i];
+    }
+    CHECK(dt_net_threads(a) == 1 && dt_net_threads(b) == many); /* neither changed the other's */
+    if (ok) test_batch_free(&tb);
+    dt_net_free(a), dt_net_free(b);
+}
+
+static void test_two_thread_counts(void) {
+    check_two_thread_counts("models/fashion.model", 16);
+    check_two_thread_counts("tests/fixtures/layers.model", 6); /* batch norm, sums, pools */
 }
 
 static void test_bad_calls(void) {
@@ -223,9 +274,9 @@ static void test_bad_calls(void) {
     net = build_text("input 2 2 1\nflatten\ndense units=2\n", 2);
     if (!net) return;
     float x[12] = {0};
-    CHECK(dt_net_forward(net, x, 3, 0, 0) == NULL);
-    CHECK(dt_net_forward(net, x, 0, 0, 0) == NULL);
-    CHECK(dt_net_forward(net, x, 2, 0, 0) != NULL);
+    CHECK(dt_net_forward(net, x, 3, 0, 0, NULL) == NULL);
+    CHECK(dt_net_forward(net, x, 0, 0, 0, NULL) == NULL);
+    CHECK(dt_net_forward(net, x, 2, 0, 0, NULL) != NULL);
     dt_net_free(net);
 }
 
@@ -236,10 +287,10 @@ static void test_input_untouched(void) {
     dt_net_init_params(net, 1);
     float x[4] = {-1, 2, -3, 4}, copy[4];
     memcpy(copy, x, sizeof x);
-    CHECK(dt_net_forward(net, x, 1, 1, 5) != NULL);
+    CHECK(dt_net_forward(net, x, 1, 1, 5, NULL) != NULL);
     int32_t y = 1;
     dt_net_loss(net, &y, NULL);
-    dt_net_backward(net);
+    dt_net_backward(net, NULL);
     CHECK(memcmp(x, copy, sizeof x) == 0);
     dt_net_free(net);
 }
@@ -251,11 +302,11 @@ static void test_dropout_modes(void) {
     float x[64];
     for (int i = 0; i < 64; i++) x[i] = 0.1f * (float)(i % 7) + 0.05f;
     float e1[6], e2[6], t1[6], t2[6], t3[6];
-    memcpy(e1, dt_net_forward(net, x, 2, 0, 1), sizeof e1);
-    memcpy(e2, dt_net_forward(net, x, 2, 0, 2), sizeof e2);
-    memcpy(t1, dt_net_forward(net, x, 2, 1, 1), sizeof t1);
-    memcpy(t2, dt_net_forward(net, x, 2, 1, 2), sizeof t2);
-    memcpy(t3, dt_net_forward(net, x, 2, 1, 1), sizeof t3);
+    memcpy(e1, dt_net_forward(net, x, 2, 0, 1, NULL), sizeof e1);
+    memcpy(e2, dt_net_forward(net, x, 2, 0, 2, NULL), sizeof e2);
+    memcpy(t1, dt_net_forward(net, x, 2, 1, 1, NULL), sizeof t1);
+    memcpy(t2, dt_net_forward(net, x, 2, 1, 2, NULL), sizeof t2);
+    memcpy(t3, dt_net_forward(net, x, 2, 1, 1, NULL), sizeof t3);
     CHECK(memcmp(e1, e2, sizeof e1) == 0);  /* evaluation: no dropout, seed irrelevant */
     CHECK(memcmp(t1, t3, sizeof t1) == 0);  /* training: the mask follows the seed */
     CHECK(memcmp(t1, t2, sizeof t1) != 0);
@@ -292,9 +343,9 @@ static void test_gradient_check(void) {
     for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = 2 * dt_rng_uniform(&r) - 1;
     int32_t y[3] = {0, 2, 1};
     const uint64_t seed = 99;
-    dt_net_forward(net, x, batch, 1, seed);
+    dt_net_forward(net, x, batch, 1, seed, NULL);
     float loss0 = dt_net_loss(net, y, NULL);
-    dt_net_backward(net);
+    dt_net_backward(net, NULL);
     float *g = malloc(n * sizeof *g);
     memcpy(g, dt_net_grads(net), n * sizeof *g);
     double gmax = 0;
@@ -308,10 +359,10 @@ static void test_gradient_check(void) {
     for (size_t i = 0; i < n; i++) {
         float keep = p[i];
         p[i] = keep + eps;
-        dt_net_forward(net, x, batch, 1, seed);
+        dt_net_forward(net, x, batch, 1, seed, NULL);
         double lp = dt_net_loss(net, y, NULL);
         p[i] = keep - eps;
-        dt_net_forward(net, x, batch, 1, seed);
+        dt_net_forward(net, x, batch, 1, seed, NULL);
         double lm = dt_net_loss(net, y, NULL);
         p[i] = keep;
         double num = (lp - lm) / (2.0 * eps);
@@ -326,9 +377,9 @@ static void test_gradient_check(void) {
     if (getenv("SHOW_ERRORS")) fprintf(stderr, "  %zu parameters, %zu nonzero, worst %.3g\n", n, nonzero, worst);
 
     /* the backward overwrites gradients: a second pass gives the same, not the double */
-    dt_net_forward(net, x, batch, 1, seed);
+    dt_net_forward(net, x, batch, 1, seed, NULL);
     dt_net_loss(net, y, NULL);
-    dt_net_backward(net);
+    dt_net_backward(net, NULL);
     CHECK(memcmp(g, dt_net_grads(net), n * sizeof *g) == 0);
     free(g);
     dt_net_free(net);
@@ -346,17 +397,17 @@ static void test_smaller_batch(void) {
     dt_rng_seed(&r, 8);
     for (int i = 0; i < 3 * 784; i++) x[i] = dt_rng_uniform(&r);
     int32_t y[3] = {1, 2, 3};
-    const float *lb = dt_net_forward(big, x, 3, 1, 0), *ls = dt_net_forward(small, x, 3, 1, 0);
+    const float *lb = dt_net_forward(big, x, 3, 1, 0, NULL), *ls = dt_net_forward(small, x, 3, 1, 0, NULL);
     CHECK(lb && ls && memcmp(lb, ls, 30 * sizeof(float)) == 0);
     dt_net_loss(big, y, NULL);
     dt_net_loss(small, y, NULL);
-    dt_net_backward(big);
-    dt_net_backward(small);
+    dt_net_backward(big, NULL);
+    dt_net_backward(small, NULL);
     CHECK(memcmp(dt_net_grads(big), dt_net_grads(small), dt_net_param_count(big) * sizeof(float)) == 0);
     /* one example alone gives the same logits as within the batch (to rounding) */
     float l0[10];
     memcpy(l0, lb, sizeof l0);
-    const float *l1 = dt_net_forward(big, x, 1, 1, 0);
+    const float *l1 = dt_net_forward(big, x, 1, 1, 0, NULL);
     for (int k = 0; l1 && k < 10; k++) CHECK_NEAR(l1[k], l0[k], 1e-5 * (1 + fabs(l0[k])));
     dt_net_free(big);
     dt_net_free(small);
@@ -367,6 +418,7 @@ int main(void) {
     RUN(test_init_catdog);
     RUN(test_init_uniform);
     RUN(test_determinism);
+    RUN(test_two_thread_counts);
     RUN(test_bad_calls);
     RUN(test_input_untouched);
     RUN(test_dropout_modes);

@@ -12,47 +12,58 @@
 #include "compute/backend.h"
 #include "core/rng.h"
 #include "model/net.h"
+#include "net_batch.h"
 #include "test.h"
 
 /* ---- the stand-in device ---- */
 
-static int n_upload_params, n_download_grads, n_closed, n_pinned, n_synced;
-static int waited[DT_MODEL_MAX_LAYERS], n_waited;
+/* Its context: the CPU's (its kernels run on the CPU, so it comes first: the CPU's ops read it
+ * there) and what the test counts. Each net of a test gets its own. */
+typedef struct {
+    dt_cpu cpu;
+    int upload_params, download_grads, closed, pinned, synced;
+    int waited[DT_MODEL_MAX_LAYERS], n_waited;
+} fake_ctx;
 
-static void fake_upload_params(float *dev, const float *host, size_t n) {
+static void fake_upload_params(void *ctx, float *dev, const float *host, size_t n) {
     memcpy(dev, host, n * sizeof *dev);
-    n_upload_params++;
+    ((fake_ctx *)ctx)->upload_params++;
 }
-static void fake_download_grads(float *host, const float *dev, size_t n, int slot) {
+static void fake_download_grads(void *ctx, float *host, const float *dev, size_t n, int slot) {
     memcpy(host, dev, n * sizeof *dev);
-    n_download_grads++;
+    ((fake_ctx *)ctx)->download_grads++;
 }
-static void fake_wait_slot(int slot) {
-    if (n_waited < DT_MODEL_MAX_LAYERS) waited[n_waited++] = slot;
+static void fake_wait_slot(void *ctx, int slot) {
+    fake_ctx *f = ctx;
+    if (f->n_waited < DT_MODEL_MAX_LAYERS) f->waited[f->n_waited++] = slot;
 }
-static void fake_upload(void *dev, const void *host, size_t bytes) { memcpy(dev, host, bytes); }
-static void fake_download(void *host, const void *dev, size_t bytes) { memcpy(host, dev, bytes); }
-static void fake_sync(void) { n_synced++; }
-static int fake_status(dt_error *err) { return 0; }
-static int fake_pin(void *p, size_t bytes) { return n_pinned++, 0; }
-static void fake_unpin(void *p) { n_pinned--; }
-static void fake_close(void) { n_closed++; }
+static void fake_upload(void *ctx, void *dev, const void *host, size_t bytes) { memcpy(dev, host, bytes); }
+static void fake_download(void *ctx, void *host, const void *dev, size_t bytes) { memcpy(host, dev, bytes); }
+static void fake_sync(void *ctx) { ((fake_ctx *)ctx)->synced++; }
+static int fake_pin(void *ctx, void *p, size_t bytes) { return ((fake_ctx *)ctx)->pinned++, 0; }
+static void fake_unpin(void *ctx, void *p) { ((fake_ctx *)ctx)->pinned--; }
+static void fake_close(void *ctx) { ((fake_ctx *)ctx)->closed++; }
 
-static dt_backend fake_device(void) {
-    dt_backend k = dt_backend_cpu;
-    k.name = "fake";
-    k.on_device = 1;
-    k.upload_params = fake_upload_params;
-    k.download_grads = fake_download_grads;
-    k.wait_slot = fake_wait_slot;
-    k.upload = fake_upload;
-    k.download = fake_download;
-    k.sync = fake_sync;
-    k.status = fake_status;
-    k.pin = fake_pin;
-    k.unpin = fake_unpin;
-    k.close = fake_close;
-    return k;
+/* The CPU's kernels and memory under another name, with a device's copies. */
+static dt_backend fake_device(fake_ctx *f) {
+    static dt_backend_ops ops;
+    static dt_buffer_ops buf;
+    ops = dt_cpu_ops;
+    ops.name = "fake";
+    ops.close = fake_close;
+    buf = dt_cpu_buffers;
+    buf.on_device = 1;
+    buf.upload_params = fake_upload_params;
+    buf.download_grads = fake_download_grads;
+    buf.wait_slot = fake_wait_slot;
+    buf.upload = fake_upload;
+    buf.download = fake_download;
+    buf.sync = fake_sync;
+    buf.pin = fake_pin;
+    buf.unpin = fake_unpin;
+    memset(f, 0, sizeof *f);
+    dt_cpu_init(&f->cpu, 0);
+    return (dt_backend){&ops, &buf, f};
 }
 
 /* ---- hooks that record, and one that writes the parameters it is told about ---- */
@@ -89,22 +100,23 @@ static void compare(const char *path, int batch) {
         dt_net_free(cpu), dt_net_free(dev);
         return;
     }
-    static dt_backend k;
-    k = fake_device();
-    int closed = n_closed;
+    fake_ctx f;
+    dt_backend k = fake_device(&f);
     CHECK_MSG(dt_net_set_backend(dev, &k, &err) == 0, "%s", err.msg);
     CHECK(strcmp(dt_net_device(dev), "fake") == 0);
-    CHECK(n_pinned >= 2);
-    size_t np = dt_net_param_count(cpu), in_n = (size_t)batch * dt_net_input_size(cpu);
+    CHECK(f.pinned == 2);
+    size_t np = dt_net_param_count(cpu);
     int classes = dt_net_num_classes(cpu);
     dt_net_init_params(cpu, 5);
     dt_net_init_params(dev, 5);
-    float *x = malloc(in_n * sizeof *x);
-    int32_t *labels = malloc((size_t)batch * sizeof *labels);
-    dt_rng r;
-    dt_rng_seed(&r, 3);
-    for (size_t i = 0; i < in_n; i++) x[i] = (float)dt_rng_uniform(&r);
-    for (int i = 0; i < batch; i++) labels[i] = (int32_t)dt_rng_below(&r, (uint64_t)classes);
+    test_batch tb;
+    if (!test_batch_make(&tb, cpu, batch, 0.0f, 3)) {
+        CHECK(!"out of memory");
+        dt_net_free(cpu), dt_net_free(dev);
+        return;
+    }
+    const float *x = tb.x;
+    const int32_t *labels = tb.y;
     record rc_cpu = {0}, rc_dev = {0};
     dt_net_hooks hc = {before, after, &rc_cpu}, hd = {before, after, &rc_dev};
     dt_net_set_hooks(cpu, &hc);
@@ -117,17 +129,17 @@ static void compare(const char *path, int batch) {
             for (size_t i = 0; i < np; i++) dt_net_params(cpu)[i] *= 0.5f, dt_net_params(dev)[i] *= 0.5f;
         if (round == 2) rc_cpu.params = dt_net_params(cpu), rc_dev.params = dt_net_params(dev);
         rc_cpu.value = rc_dev.value = 0.01f * (float)(round + 1);
-        rc_cpu.n = rc_dev.n = 0, n_waited = 0;
-        int ups = n_upload_params, downs = n_download_grads;
-        const float *lc = dt_net_forward(cpu, x, batch, 1, 77), *ld = dt_net_forward(dev, x, batch, 1, 77);
+        rc_cpu.n = rc_dev.n = 0, f.n_waited = 0;
+        int ups = f.upload_params, downs = f.download_grads;
+        const float *lc = dt_net_forward(cpu, x, batch, 1, 77, NULL), *ld = dt_net_forward(dev, x, batch, 1, 77, NULL);
         CHECK(ld != NULL && ld != lc);
         same_floats("training logits", lc, ld, (size_t)batch * classes);
         int cc = -1, cd = -2;
         float loss_c = dt_net_loss(cpu, labels, &cc), loss_d = dt_net_loss(dev, labels, &cd);
         CHECK(loss_c == loss_d && cc == cd);
         memset(dt_net_grads(dev), 0xff, np * sizeof(float)); /* NaN: what the device does not bring down shows */
-        dt_net_backward(cpu);
-        dt_net_backward(dev);
+        dt_net_backward(cpu, NULL);
+        dt_net_backward(dev, NULL);
         same_floats("gradients", dt_net_grads(cpu), dt_net_grads(dev), np);
         same_floats("parameters", dt_net_params(cpu), dt_net_params(dev), np);
         /* the hooks: the same calls, ranges and order */
@@ -138,19 +150,19 @@ static void compare(const char *path, int batch) {
         CHECK_MSG(same, "%s round %d: the hooks differ", path, round);
         int layers_with_params = 0;
         for (int i = 0; i < rc_cpu.n; i++) layers_with_params += rc_cpu.kind[i] == 1;
-        CHECK(n_upload_params - ups == layers_with_params && n_download_grads - downs == layers_with_params);
-        CHECK(n_waited == layers_with_params);
-        for (int i = 1; i < n_waited; i++) CHECK(waited[i] < waited[i - 1]); /* the last layer first */
+        CHECK(f.upload_params - ups == layers_with_params && f.download_grads - downs == layers_with_params);
+        CHECK(f.n_waited == layers_with_params);
+        for (int i = 1; i < f.n_waited; i++) CHECK(f.waited[i] < f.waited[i - 1]); /* the last layer first */
     }
     /* evaluation */
-    const float *ec = dt_net_forward(cpu, x, batch, 0, 0), *ed = dt_net_forward(dev, x, batch, 0, 0);
+    const float *ec = dt_net_forward(cpu, x, batch, 0, 0, NULL), *ed = dt_net_forward(dev, x, batch, 0, 0, NULL);
     same_floats("evaluation logits", ec, ed, (size_t)batch * classes);
     CHECK(dt_net_status(dev, &err) == 0);
     dt_net_free(cpu);
     dt_net_free(dev);
-    CHECK(n_closed == closed + 1);
-    free(x);
-    free(labels);
+    CHECK(f.closed == 1);
+    CHECK(f.pinned == 0); /* every pin undone */
+    test_batch_free(&tb);
 }
 
 static void test_fashion(void) { compare("models/fashion.model", 4); }
@@ -164,13 +176,13 @@ static void test_refused(void) {
     dt_net *net = NULL;
     CHECK_MSG(dt_net_load(&net, "tests/fixtures/layers.model", 2, &err) == 0, "%s", err.msg);
     if (!net) return;
-    static dt_backend k;
-    k = fake_device();
+    fake_ctx f;
+    dt_backend k = fake_device(&f);
     CHECK(dt_net_set_backend(net, &k, &err) != 0);
     CHECK_CONTAINS(err.msg, "not supported on fake yet: layer bn1 (batchnorm)");
     CHECK(strcmp(dt_net_device(net), "cpu") == 0);
     float x[2 * 12 * 12 * 2] = {0};
-    CHECK(dt_net_forward(net, x, 2, 0, 0) != NULL);
+    CHECK(dt_net_forward(net, x, 2, 0, 0, NULL) != NULL);
     dt_net_free(net);
 }
 
@@ -179,6 +191,5 @@ int main(void) {
     RUN(test_catdog);
     RUN(test_cuda_layers);
     RUN(test_refused);
-    CHECK(n_pinned == 0); /* every pin undone */
     return test_summary();
 }

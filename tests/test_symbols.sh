@@ -23,7 +23,7 @@ internal=$(comm -23 "$tmp/exported" "$tmp/declared" | tr '\n' ' ')
 hidden=$(comm -13 "$tmp/exported" "$tmp/declared" | tr '\n' ' ')
 [ -z "$hidden" ] && ok "every function of dtrain.h is exported" || bad "declared in dtrain.h but not exported: $hidden"
 # Names the issue found exported before the library hid its internals.
-for sym in relu_forward conv2d_forward softmax_xent dt_cluster_clear dt_serve_task; do
+for sym in relu_forward conv2d_forward softmax_xent dt_relu_forward dt_conv2d_forward dt_cluster_clear dt_serve_task; do
   grep -qx "$sym" "$tmp/exported" && bad "internal $sym is exported" || ok "internal $sym is hidden"
 done
 summary

@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "commands.h"
-#include "compute/kernels.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "flags.h"
+#include "model/net.h"
 #include "train/evaluate.h"
 #include "train/restore.h"
 
@@ -62,10 +62,9 @@ int cmd_eval(int argc, char **argv) {
         return 0;
     }
     if (!data || !*data) return fail("--data: no data path given");
-    dt_kernels_set_threads(threads);
-
     dt_restored r;
     if (dt_restore_net(&r, logdir, file, model, batch_size, stderr, &err)) return fail(err.msg);
+    dt_net_set_threads(r.net, threads);
     if (dt_net_set_device(r.net, device, &err)) {
         dt_restored_free(&r);
         return fail(err.msg);

@@ -1,7 +1,8 @@
-/* dtrain inspect: what a file holds, without a cluster or a model.
+/* dtrain inspect: what a file holds, without a cluster or data.
  *   a checkpoint (safetensors): global step, every tensor's dtype, shape and value range, metadata;
  *   an event file: every record (offset, wall time, step, file version or scalars);
- *   a log folder: its index, then the newest good checkpoint. */
+ *   a log folder: its index, then the newest good checkpoint;
+ *   a model file (text): its size and the net's execution plans, training's and evaluation's. */
 #include <inttypes.h>
 #include <errno.h>
 #include <math.h>
@@ -18,6 +19,7 @@
 #include "io/events.h"
 #include "io/fsutil.h"
 #include "io/safetensors.h"
+#include "model/net.h"
 
 static void print_indented(const char *text) {
     while (*text) {
@@ -147,12 +149,33 @@ static int inspect_folder(const char *dir, dt_error *err) {
     return 0;
 }
 
+/* A model file: what it builds, and the steps forward and backward run (model/plan.c). */
+static int inspect_model(const char *path, dt_error *err) {
+    dt_net *net = NULL;
+    if (dt_net_load(&net, path, 1, err)) return 1;
+    const dt_model_spec *spec = dt_net_spec(net);
+    printf("%s: model %s, input %dx%dx%d, %d layers, %zu parameters in %d variables\n", path, spec->name, spec->in_h,
+           spec->in_w, spec->in_c, dt_net_num_layers(net), dt_net_param_count(net), dt_net_num_views(net));
+    dt_net_print_plan(net, stdout);
+    dt_net_free(net);
+    return 0;
+}
+
+/* Text (a model file) rather than a binary header: every byte printable or white space. */
+static int looks_like_text(const uint8_t *head, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!(head[i] >= 0x20 && head[i] < 0x7f) && head[i] != '\n' && head[i] != '\t' && head[i] != '\r') return 0;
+    return n > 0;
+}
+
 int cmd_inspect(int argc, char **argv) {
     if (argc == 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
         printf("usage: dtrain inspect FILE\n\n"
                "FILE is a checkpoint (model.ckpt-<step>.safetensors: global step, tensors with dtype,\n"
                "shape and value range, metadata), a TensorBoard event file (every record: offset,\n"
-               "wall time, step, values) or a log folder (its checkpoint index and newest checkpoint).\n"
+               "wall time, step, values), a log folder (its checkpoint index and newest checkpoint) or\n"
+               "a model file (its layers and parameters, and the steps training and evaluation run:\n"
+               "one layer, or two run as one, such as batchnorm+relu or a conv2d with its batch norm folded in).\n"
                "Both CRCs of every event record and a checkpoint's checksum are verified.\n");
         return 0;
     }
@@ -187,6 +210,8 @@ int cmd_inspect(int argc, char **argv) {
         if (bad) {
             dt_errorf(&err, DT_EIO, "%s: could not read its first bytes", path);
             status = 1;
+        } else if (looks_like_text(head, n)) {
+            status = inspect_model(path, &err);
         } else if (n >= 9 && head[8] == '{') {
             dt_st_file *f = NULL;
             status = dt_st_open(&f, path, &err) ? 1 : 0;

@@ -14,12 +14,12 @@
 #include <strings.h>
 
 #include "commands.h"
-#include "compute/kernels.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "flags.h"
 #include "io/fsutil.h"
+#include "model/net.h"
 #include "train/predict.h"
 #include "train/restore.h"
 
@@ -255,13 +255,12 @@ int cmd_predict(int argc, char **argv) {
         free(inputs);
         return 2;
     }
-    dt_kernels_set_threads(threads);
-
     dt_restored r;
     if (dt_restore_net(&r, logdir, file, model, batch_size, stderr, &err)) {
         free(inputs);
         return fail(err.msg);
     }
+    dt_net_set_threads(r.net, threads);
     if (dt_net_set_device(r.net, device, &err)) {
         dt_restored_free(&r);
         free(inputs);

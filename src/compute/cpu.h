@@ -1,18 +1,18 @@
-/* Internals shared by the CPU kernels' files (kernels_cpu.c, winograd_cpu.c); not part of the
- * compute seam (compute/kernels.h). */
+/* Internals shared by the CPU kernels' files (conv_cpu.c, winograd_cpu.c, pool_cpu.c, ...); not part
+ * of kernels.h. */
 #ifndef DT_COMPUTE_CPU_H
 #define DT_COMPUTE_CPU_H
 
 #include <cblas.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "compute/kernels.h"
 
-/* OpenMP threads the kernels use now, and the cap (cores) that scratch sizes are computed for. */
-int dt_cpu_threads(void);
-int dt_cpu_max_threads(void);
+/* Parallel loops over fewer elements than this run on one thread: waking a thread costs more. */
+#define PAR_MIN_ELEMS 32768
 
-/* One single-threaded sgemm (OpenBLAS is pinned to one thread by init_once). */
+/* One single-threaded sgemm (OpenBLAS is pinned to one thread once per process, cpu.c). */
 static inline void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                           int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
@@ -46,12 +46,17 @@ static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
  * short. */
 #define PIECES_PER_THREAD 4
 
+/* One output row oh of max pooling of one example (pool_cpu.c), shared with the fused conv + pool
+ * (conv_cpu.c): o/am [OW, C]. src holds the example's input from element src_off on, so the fused
+ * kernel can pass a chunk of conv rows; argmax is always the index within the whole example. */
+void dt_maxpool_row(float *o, int32_t *am, const float *src, size_t src_off, const dt_window *g, int oh);
+
 /* Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with enough channels (winograd_cpu.c). */
 int dt_wino_applies(const dt_window *g);
 size_t dt_wino_scratch_floats(const dt_window *g, int batch);
-void dt_wino_forward(float *out, const float *in, const float *w, const float *b, int batch, const dt_window *g,
-                     float *scratch);
-void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
-                      int batch, const dt_window *g, float *scratch);
+void dt_wino_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
+                     const dt_window *g, float *scratch);
+void dt_wino_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
+                      const float *w, int batch, const dt_window *g, float *scratch);
 
 #endif

@@ -85,7 +85,7 @@ DT_CELL const float *pool_cell(const float *in, const dt_window *w, size_t i, in
     return in + t / ((size_t)w->out_w * w->out_h) * ((size_t)w->in_h * w->in_w * w->in_c);
 }
 
-/* Max pooling as maxpool_row (kernels_cpu.c): the first in-image cell seeds the max, later ones win
+/* Max pooling as dt_maxpool_row (pool_cpu.c): the first in-image cell seeds the max, later ones win
  * if strictly larger or NaN; *argmax is the winner's index within the example. */
 DT_CELL float maxpool_cell(const float *in, const dt_window *w, size_t i, int32_t *argmax) {
     int oh, ow, c;
@@ -105,7 +105,7 @@ DT_CELL float maxpool_cell(const float *in, const dt_window *w, size_t i, int32_
     return best;
 }
 
-/* The window of output (oh, ow) clipped to the image, as avg_window (kernels_graph.c). */
+/* The window of output (oh, ow) clipped to the image, as avg_window (pool_cpu.c). */
 DT_CELL void avg_window(const dt_window *w, int oh, int ow, int *h0, int *h1, int *w0, int *w1) {
     int ih = oh * w->stride_h - w->pad_top, iw = ow * w->stride_w - w->pad_left;
     *h0 = ih < 0 ? 0 : ih;
@@ -163,7 +163,7 @@ DT_CELL uint64_t hash64_cell(uint64_t seed, uint64_t counter) {
     return z ^ (z >> 31);
 }
 
-/* Row n of softmax_xent (kernels_cpu.c): log-sum-exp around the first max in double; *loss is NaN
+/* Row n of dt_softmax_xent (dense_cpu.c): log-sum-exp around the first max in double; *loss is NaN
  * for a label outside [0, classes); dlogits row written unless dlogits is NULL. */
 DT_CELL void xent_row(float *dlogits, double *loss, int *hit, const float *logits, const int32_t *labels, int batch,
                       int classes, size_t n) {
@@ -193,22 +193,23 @@ typedef struct {
     int lda, ldb, ldc;
 } dt_colmajor_gemm;
 
-/* The primitive operations of the steps below, over one kind of memory. */
+/* The primitive operations of the steps below, over one kind of memory; each takes the context the
+ * steps are given (a CUDA context: its device, stream and cuBLAS handle). */
 typedef struct {
-    void (*im2col)(float *col, const float *in, const dt_window *w, size_t p0, size_t R); /* col [R, KKC] */
-    void (*col2im)(float *din, const float *dcol, const dt_window *w, size_t nb);         /* din [nb, H, W, C] */
-    void (*gemm)(const dt_colmajor_gemm *g, float alpha, float beta, float *C);
-    void (*column_sums)(float *out, const float *m, size_t rows, int cols); /* out [cols] = sum of rows */
-    void (*add_bias)(float *out, const float *b, size_t rows, int cols);    /* out [rows, cols] += b */
+    void (*im2col)(void *ctx, float *col, const float *in, const dt_window *w, size_t p0, size_t R); /* [R, KKC] */
+    void (*col2im)(void *ctx, float *din, const float *dcol, const dt_window *w, size_t nb); /* din [nb, H, W, C] */
+    void (*gemm)(void *ctx, const dt_colmajor_gemm *g, float alpha, float beta, float *C);
+    void (*column_sums)(void *ctx, float *out, const float *m, size_t rows, int cols); /* out [cols] = row sum */
+    void (*add_bias)(void *ctx, float *out, const float *b, size_t rows, int cols);    /* out [rows, cols] += b */
 } dt_cuda_ops;
 
 /* Row-major C [M,N] = alpha op(A) op(B) + beta C, as dt_gemm: a row-major matrix is its transpose in
  * column-major, so this is C^T = op(B)^T op(A)^T, B first. */
-static inline void gemm_rm(const dt_cuda_ops *ops, int ta, int tb, int M, int N, int K, float alpha, const float *A,
-                           int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+static inline void gemm_rm(const dt_cuda_ops *ops, void *ctx, int ta, int tb, int M, int N, int K, float alpha,
+                           const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     dt_colmajor_gemm g = {tb, ta, N, M, K, B, A, ldb, lda, ldc};
-    ops->gemm(&g, alpha, beta, C);
+    ops->gemm(ctx, &g, alpha, beta, C);
 }
 
 /* Examples per im2col chunk: as many as fit col_floats, at least one. */
@@ -223,53 +224,54 @@ static inline size_t conv_scratch_floats_for(const dt_window *w, int batch, size
 }
 
 /* out [N,OH,OW,OC] = conv(in, wt [KH*KW*C, OC]) + b: im2col and one product per chunk of examples. */
-static inline void conv_forward_steps(const dt_cuda_ops *ops, float *out, const float *in, const float *wt,
-                                      const float *b, int batch, const dt_window *w, float *scratch,
+static inline void conv_forward_steps(const dt_cuda_ops *ops, void *ctx, float *out, const float *in,
+                                      const float *wt, const float *b, int batch, const dt_window *w, float *scratch,
                                       size_t col_floats) {
     const int KKC = w->k_h * w->k_w * w->in_c, OC = w->out_c;
     const size_t ohw = (size_t)w->out_h * w->out_w, nb = conv_chunk(w, batch, col_floats);
     for (size_t n0 = 0; n0 < (size_t)batch; n0 += nb) {
         size_t cnt = n0 + nb < (size_t)batch ? nb : (size_t)batch - n0, R = cnt * ohw;
-        ops->im2col(scratch, in, w, n0 * ohw, R);
-        gemm_rm(ops, 0, 0, (int)R, OC, KKC, 1.0f, scratch, KKC, wt, OC, 0.0f, out + n0 * ohw * OC, OC);
+        ops->im2col(ctx, scratch, in, w, n0 * ohw, R);
+        gemm_rm(ops, ctx, 0, 0, (int)R, OC, KKC, 1.0f, scratch, KKC, wt, OC, 0.0f, out + n0 * ohw * OC, OC);
     }
-    if (b) ops->add_bias(out, b, (size_t)batch * ohw, OC);
+    if (b) ops->add_bias(ctx, out, b, (size_t)batch * ohw, OC);
 }
 
 /* dW (+)= col^T dout chunk by chunk (the first overwrites), dcol = dout W^T scattered back by
  * col2im into that chunk's examples of din, db = the column sums of dout. */
-static inline void conv_backward_steps(const dt_cuda_ops *ops, float *din, float *dw, float *db, const float *dout,
-                                       const float *in, const float *wt, int batch, const dt_window *w,
-                                       float *scratch, size_t col_floats) {
+static inline void conv_backward_steps(const dt_cuda_ops *ops, void *ctx, float *din, float *dw, float *db,
+                                       const float *dout, const float *in, const float *wt, int batch,
+                                       const dt_window *w, float *scratch, size_t col_floats) {
     const int KKC = w->k_h * w->k_w * w->in_c, OC = w->out_c;
     const size_t ohw = (size_t)w->out_h * w->out_w, nb = conv_chunk(w, batch, col_floats);
     const size_t img = (size_t)w->in_h * w->in_w * w->in_c;
     for (size_t n0 = 0; n0 < (size_t)batch; n0 += nb) {
         size_t cnt = n0 + nb < (size_t)batch ? nb : (size_t)batch - n0, R = cnt * ohw;
         const float *dout_c = dout + n0 * ohw * OC;
-        ops->im2col(scratch, in, w, n0 * ohw, R);
-        gemm_rm(ops, 1, 0, KKC, OC, (int)R, 1.0f, scratch, KKC, dout_c, OC, n0 ? 1.0f : 0.0f, dw, OC);
+        ops->im2col(ctx, scratch, in, w, n0 * ohw, R);
+        gemm_rm(ops, ctx, 1, 0, KKC, OC, (int)R, 1.0f, scratch, KKC, dout_c, OC, n0 ? 1.0f : 0.0f, dw, OC);
         if (din) {
-            gemm_rm(ops, 0, 1, (int)R, KKC, OC, 1.0f, dout_c, OC, wt, OC, 0.0f, scratch, KKC);
-            ops->col2im(din + n0 * img, scratch, w, cnt);
+            gemm_rm(ops, ctx, 0, 1, (int)R, KKC, OC, 1.0f, dout_c, OC, wt, OC, 0.0f, scratch, KKC);
+            ops->col2im(ctx, din + n0 * img, scratch, w, cnt);
         }
     }
-    if (db) ops->column_sums(db, dout, (size_t)batch * ohw, OC);
+    if (db) ops->column_sums(ctx, db, dout, (size_t)batch * ohw, OC);
 }
 
 /* out [N,O] = in [N,I] @ w [I,O] + b */
-static inline void dense_forward_steps(const dt_cuda_ops *ops, float *out, const float *in, const float *w,
-                                       const float *b, int batch, int in_dim, int out_dim) {
-    gemm_rm(ops, 0, 0, batch, out_dim, in_dim, 1.0f, in, in_dim, w, out_dim, 0.0f, out, out_dim);
-    if (b) ops->add_bias(out, b, (size_t)batch, out_dim);
+static inline void dense_forward_steps(const dt_cuda_ops *ops, void *ctx, float *out, const float *in,
+                                       const float *w, const float *b, int batch, int in_dim, int out_dim) {
+    gemm_rm(ops, ctx, 0, 0, batch, out_dim, in_dim, 1.0f, in, in_dim, w, out_dim, 0.0f, out, out_dim);
+    if (b) ops->add_bias(ctx, out, b, (size_t)batch, out_dim);
 }
 
 /* dw = in^T dout, db = column sums of dout, din = dout w^T */
-static inline void dense_backward_steps(const dt_cuda_ops *ops, float *din, float *dw, float *db, const float *dout,
-                                        const float *in, const float *w, int batch, int in_dim, int out_dim) {
-    gemm_rm(ops, 1, 0, in_dim, out_dim, batch, 1.0f, in, in_dim, dout, out_dim, 0.0f, dw, out_dim);
-    if (db) ops->column_sums(db, dout, (size_t)batch, out_dim);
-    if (din) gemm_rm(ops, 0, 1, batch, in_dim, out_dim, 1.0f, dout, out_dim, w, out_dim, 0.0f, din, in_dim);
+static inline void dense_backward_steps(const dt_cuda_ops *ops, void *ctx, float *din, float *dw, float *db,
+                                        const float *dout, const float *in, const float *w, int batch, int in_dim,
+                                        int out_dim) {
+    gemm_rm(ops, ctx, 1, 0, in_dim, out_dim, batch, 1.0f, in, in_dim, dout, out_dim, 0.0f, dw, out_dim);
+    if (db) ops->column_sums(ctx, db, dout, (size_t)batch, out_dim);
+    if (din) gemm_rm(ops, ctx, 0, 1, batch, in_dim, out_dim, 1.0f, dout, out_dim, w, out_dim, 0.0f, din, in_dim);
 }
 
 #endif

@@ -1,5 +1,6 @@
-/* The compute seam. Every kernel dtrain's layers need is declared here; kernels_cpu.c (OpenBLAS +
- * OpenMP) implements them. A CUDA backend would implement the same functions.
+/* The CPU kernels: every kernel dtrain's layers need, over host memory (OpenBLAS + OpenMP). A net
+ * calls them through the CPU backend's table (backend.h, backend_cpu.c); the CUDA backend
+ * (kernels_cuda.cu) has its own functions of the same shapes over device memory.
  *
  * Memory layout (see docs/memory-layout.md): activations are NHWC float32, row-major, contiguous;
  * convolution kernels are HWIO [KH, KW, C_in, C_out]; dense weights are [in, out]; biases [out].
@@ -31,137 +32,149 @@ typedef struct {
 int dt_window_init(dt_window *g, int in_h, int in_w, int in_c, int out_c, int k_h, int k_w,
                    int stride_h, int stride_w, dt_padding pad, dt_error *err);
 
-/* Threads used by kernels (OpenBLAS and OpenMP). n <= 0: all cores. */
-void dt_kernels_set_threads(int n);
-int dt_kernels_get_threads(void);
+/* The CPU backend's context: the OpenMP threads its kernels split their work over (OpenBLAS always
+ * runs single-threaded, on cache-sized pieces). Each user has its own (a net: dt_net_set_threads),
+ * so two nets of one process may use different counts; the kernels' results do not depend on it.
+ * Every kernel that splits its work takes one, first. */
+typedef struct dt_cpu {
+    int threads; /* 1 .. dt_cpu_cores() */
+} dt_cpu;
+
+/* threads <= 0: every core; more than the cores: the cores (scratch is sized for them). */
+void dt_cpu_init(dt_cpu *cpu, int threads);
+/* The cores there are (the cap, and the threads conv scratch is sized for), and OpenMP's default
+ * (OMP_NUM_THREADS, else every core): what a net starts with. Constants of the process. */
+int dt_cpu_cores(void);
+int dt_cpu_default_threads(void);
 
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major (cblas_sgemm). */
-void dt_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+void dt_gemm(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);
 
-/* Scratch floats conv2d_forward/backward need for a batch of `batch` examples. */
-size_t conv2d_scratch_floats(const dt_window *g, int batch);
+/* Scratch floats dt_conv2d_forward/backward need for a batch of `batch` examples. */
+size_t dt_conv2d_scratch_floats(const dt_window *g, int batch);
 
 /* out [N,OH,OW,OC] = conv(in [N,H,W,C], w [KH,KW,C,OC]) + b [OC] (b may be NULL) */
-void conv2d_forward(float *out, const float *in, const float *w, const float *b, int batch,
-                    const dt_window *g, float *scratch);
+void dt_conv2d_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
+                       const dt_window *g, float *scratch);
 /* din [N,H,W,C] (or NULL), dw [KH,KW,C,OC], db [OC] (or NULL) from dout [N,OH,OW,OC] */
-void conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                     const float *w, int batch, const dt_window *g, float *scratch);
+void dt_conv2d_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
+                        const float *w, int batch, const dt_window *g, float *scratch);
 
 /* out [N,OH,OW,C] = max over window of in [N,H,W,C]; padding cells never win (SAME pads with -inf).
  * argmax [N,OH,OW,C] records the winning input index within its example, for backward. */
-void maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *g);
+void dt_maxpool_forward(const dt_cpu *cpu, float *out, int32_t *argmax, const float *in, int batch, const dt_window *g);
 /* din [N,H,W,C] (overwritten) from dout [N,OH,OW,C] */
-void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch,
-                      const dt_window *g);
+void dt_maxpool_backward(const dt_cpu *cpu, float *din, const float *dout, const int32_t *argmax, int batch,
+                         const dt_window *g);
 
 /* Fused conv2d + maxpool (optional; a net may always run the two separately). The conv output
  * [N,OH,OW,OC] is never stored: each chunk of conv rows is pooled while in cache, and backward
  * rebuilds the conv gradient chunk by chunk from the pooled gradient and argmax. Results equal
  * conv2d_* followed by maxpool_* (to float rounding); argmax indexes the conv output within its
- * example exactly as maxpool_forward's does. Allowed when conv2d_maxpool_fusable says so: the pool
+ * example exactly as dt_maxpool_forward's does. Allowed when dt_conv2d_maxpool_fusable says so: the pool
  * reads the conv output, its windows do not overlap (k <= stride), and the conv runs as im2col
  * (a first layer with few channels, where the saving is largest). */
-int conv2d_maxpool_fusable(const dt_window *conv, const dt_window *pool);
-size_t conv2d_maxpool_scratch_floats(const dt_window *conv, const dt_window *pool, int batch);
+int dt_conv2d_maxpool_fusable(const dt_window *conv, const dt_window *pool);
+size_t dt_conv2d_maxpool_scratch_floats(const dt_window *conv, const dt_window *pool, int batch);
 /* out [N,PH,PW,OC], argmax [N,PH,PW,OC] from in [N,H,W,C], w [KH,KW,C,OC], b [OC] (or NULL) */
-void conv2d_maxpool_forward(float *out, int32_t *argmax, const float *in, const float *w, const float *b,
-                            int batch, const dt_window *conv, const dt_window *pool, float *scratch);
+void dt_conv2d_maxpool_forward(const dt_cpu *cpu, float *out, int32_t *argmax, const float *in, const float *w,
+                               const float *b, int batch, const dt_window *conv, const dt_window *pool, float *scratch);
 /* din [N,H,W,C] (or NULL), dw [KH,KW,C,OC], db [OC] (or NULL) from dout [N,PH,PW,OC] */
-void conv2d_maxpool_backward(float *din, float *dw, float *db, const float *dout, const int32_t *argmax,
-                             const float *in, const float *w, int batch, const dt_window *conv,
-                             const dt_window *pool, float *scratch);
+void dt_conv2d_maxpool_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout,
+                                const int32_t *argmax, const float *in, const float *w, int batch,
+                                const dt_window *conv, const dt_window *pool, float *scratch);
 
 /* out[n] = max(in[n], 0); out may alias in. */
-void relu_forward(float *out, const float *in, size_t n);
+void dt_relu_forward(const dt_cpu *cpu, float *out, const float *in, size_t n);
 /* din[n] = out[n] > 0 ? dout[n] : 0; din may alias dout. */
-void relu_backward(float *din, const float *dout, const float *out, size_t n);
+void dt_relu_backward(const dt_cpu *cpu, float *din, const float *dout, const float *out, size_t n);
 
 /* Inverted dropout: out = in * keep / (1 - rate), keep drawn from dt_hash64(seed, i) so the mask
  * is the same for any thread count. mask [n] records keep (1) or drop (0). */
-void dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float rate, uint64_t seed);
-void dropout_backward(float *din, const float *dout, const uint8_t *mask, size_t n, float rate);
+void dt_dropout_forward(const dt_cpu *cpu, float *out, uint8_t *mask, const float *in, size_t n, float rate,
+                        uint64_t seed);
+void dt_dropout_backward(const dt_cpu *cpu, float *din, const float *dout, const uint8_t *mask, size_t n, float rate);
 
 /* out [N,O] = in [N,I] @ w [I,O] + b [O] (b may be NULL) */
-void dense_forward(float *out, const float *in, const float *w, const float *b, int batch,
-                   int in_dim, int out_dim);
+void dt_dense_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
+                      int in_dim, int out_dim);
 /* din [N,I] (or NULL), dw [I,O], db [O] (or NULL) from dout [N,O] */
-void dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                    const float *w, int batch, int in_dim, int out_dim);
+void dt_dense_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
+                       const float *w, int batch, int in_dim, int out_dim);
 
 /* Fused, numerically stable softmax cross-entropy, mean over the batch.
  * logits [N,K], labels [N] in [0,K). Writes dlogits [N,K] = (softmax - onehot) / N (dlogits may be
  * NULL for evaluation), returns the mean loss; *correct = number of argmax matches (first max wins). */
-float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
-                   int *correct);
+float dt_softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
+                      int *correct);
 
-/* ---- layers of residual networks (kernels_graph.c) ---------------------------------------- */
+/* ---- layers of residual networks (batchnorm_cpu.c, pool_cpu.c, elementwise_cpu.c) ---------- */
 /* Activations of these layers are [rows, C] with rows = N*H*W (NHWC): a channel is a column. */
 
 /* Batch norm sums run in double over fixed pieces of rows, each piece summed on one thread and the
  * pieces added in order, so results do not depend on the thread count; work holds the pieces'
  * partial sums. */
-size_t batchnorm_work_doubles(size_t rows, int C);
+size_t dt_batchnorm_work_doubles(size_t rows, int C);
 /* Training: mean [C], var [C] (biased: divided by rows) and inv_std [C] = 1/sqrt(var + eps) of
  * in [rows, C] over its rows, scale [C] = gamma * inv_std and shift [C] = beta - mean * scale;
  * out [rows, C] = in * scale + shift, then max(out, 0) if relu (a ReLU after the norm, in the
- * same pass). out NULL: the statistics only (channel_affine_add_forward applies them). */
-void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, float *scale, float *shift,
-                       const float *in, const float *gamma, const float *beta, size_t rows, int C, float eps,
-                       int relu, double *work);
+ * same pass). out NULL: the statistics only (dt_channel_affine_add_forward applies them). */
+void dt_batchnorm_forward(const dt_cpu *cpu, float *out, float *mean, float *var, float *inv_std, float *scale,
+                          float *shift, const float *in, const float *gamma, const float *beta, size_t rows, int C,
+                          float eps, int relu, double *work);
 /* din [rows, C] (or NULL), dgamma [C], dbeta [C] from dout [rows, C], the forward's in, mean, inv_std.
  * scale and shift (forward's, or NULL): dout is the gradient of the ReLU after the norm (forward
  * ran with relu); it is masked here where forward's output was not positive, recomputed from in
  * with forward's very floats. */
-void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
-                        const float *mean, const float *inv_std, const float *gamma, const float *scale,
-                        const float *shift, size_t rows, int C, double *work);
+void dt_batchnorm_backward(const dt_cpu *cpu, float *din, float *dgamma, float *dbeta, const float *dout,
+                           const float *in, const float *mean, const float *inv_std, const float *gamma,
+                           const float *scale, const float *shift, size_t rows, int C, double *work);
 /* out [rows, C] = in * scale [C] + shift [C] (then max(out, 0) if relu): batch norm in
  * evaluation, with the moving statistics folded into scale and shift. out may alias in. */
-void channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,
-                            size_t rows, int C, int relu);
+void dt_channel_affine_forward(const dt_cpu *cpu, float *out, const float *in, const float *scale, const float *shift,
+                               size_t rows, int C, int relu);
 /* out [rows, C] = in * scale [C] + shift [C] + b [rows, C], then max(out, 0) if relu: a batch
  * norm's output added to a residual without writing the norm's output first. out may alias b. */
-void channel_affine_add_forward(float *out, const float *in, const float *scale, const float *shift,
-                                const float *b, size_t rows, int C, int relu);
+void dt_channel_affine_add_forward(const dt_cpu *cpu, float *out, const float *in, const float *scale,
+                                   const float *shift, const float *b, size_t rows, int C, int relu);
 
 /* out [N,OH,OW,C] = mean over the window of in [N,H,W,C], counting only cells inside the image
  * (TensorFlow's SAME average pooling: padding cells are left out of the count, not averaged in). */
-void avgpool_forward(float *out, const float *in, int batch, const dt_window *g);
+void dt_avgpool_forward(const dt_cpu *cpu, float *out, const float *in, int batch, const dt_window *g);
 /* din [N,H,W,C] (overwritten) from dout [N,OH,OW,C] */
-void avgpool_backward(float *din, const float *dout, int batch, const dt_window *g);
+void dt_avgpool_backward(const dt_cpu *cpu, float *din, const float *dout, int batch, const dt_window *g);
 
 /* out [N,C] = mean of in [N,HW,C] over its HW positions */
-void global_avgpool_forward(float *out, const float *in, int batch, int hw, int C);
+void dt_global_avgpool_forward(const dt_cpu *cpu, float *out, const float *in, int batch, int hw, int C);
 /* din [N,HW,C] = dout [N,C] / HW at every position */
-void global_avgpool_backward(float *din, const float *dout, int batch, int hw, int C);
+void dt_global_avgpool_backward(const dt_cpu *cpu, float *din, const float *dout, int batch, int hw, int C);
 
 /* out = in > 0 ? in : alpha * in, 0 <= alpha < 1 (out may alias in); backward reads the sign of
  * out, which is the sign of in, so it may run over an in-place output. din may alias dout. */
-void leaky_relu_forward(float *out, const float *in, size_t n, float alpha);
-void leaky_relu_backward(float *din, const float *dout, const float *out, size_t n, float alpha);
+void dt_leaky_relu_forward(const dt_cpu *cpu, float *out, const float *in, size_t n, float alpha);
+void dt_leaky_relu_backward(const dt_cpu *cpu, float *din, const float *dout, const float *out, size_t n, float alpha);
 /* out = 1 / (1 + exp(-in)); din = dout * out * (1 - out). din may alias dout. */
-void sigmoid_forward(float *out, const float *in, size_t n);
-void sigmoid_backward(float *din, const float *dout, const float *out, size_t n);
+void dt_sigmoid_forward(const dt_cpu *cpu, float *out, const float *in, size_t n);
+void dt_sigmoid_backward(const dt_cpu *cpu, float *din, const float *dout, const float *out, size_t n);
 /* out = tanh(in); din = dout * (1 - out^2). din may alias dout. */
-void tanh_forward(float *out, const float *in, size_t n);
-void tanh_backward(float *din, const float *dout, const float *out, size_t n);
+void dt_tanh_forward(const dt_cpu *cpu, float *out, const float *in, size_t n);
+void dt_tanh_backward(const dt_cpu *cpu, float *din, const float *dout, const float *out, size_t n);
 
 /* out [n] = a [n] + b [n], then max(out, 0) if relu (out may alias a or b): the residual sum, one
  * input at a time, and gradients summed. */
-void add_forward(float *out, const float *a, const float *b, size_t n, int relu);
+void dt_add_forward(const dt_cpu *cpu, float *out, const float *a, const float *b, size_t n, int relu);
 /* Concatenation along channels: out [rows, out_c] gets in [rows, in_c] at channels off..off+in_c. */
-void concat_forward(float *out, const float *in, size_t rows, int in_c, int out_c, int off);
+void dt_concat_forward(const dt_cpu *cpu, float *out, const float *in, size_t rows, int in_c, int out_c, int off);
 /* din [rows, in_c] = channels off..off+in_c of dout [rows, out_c] */
-void concat_backward(float *din, const float *dout, size_t rows, int in_c, int out_c, int off);
+void dt_concat_backward(const dt_cpu *cpu, float *din, const float *dout, size_t rows, int in_c, int out_c, int off);
 
 /* The predicted class of one row of logits x [K]: the index of the largest, the first on ties (a NaN
- * wins only in first place: comparisons with it are false). softmax_xent's count of correct answers, dt_evaluate's confusion matrix and
+ * wins only in first place: comparisons with it are false). dt_softmax_xent's count of correct answers, dt_evaluate's confusion matrix and
  * prediction all use it, so they agree exactly. */
-int argmax_first(const float *x, int classes);
-/* probs [N,K] = softmax of each row of logits [N,K], as softmax_xent computes it (around the row's
+int dt_argmax_first(const float *x, int classes);
+/* probs [N,K] = softmax of each row of logits [N,K], as dt_softmax_xent computes it (around the row's
  * max, sums in double). probs may alias logits. */
-void softmax_forward(float *probs, const float *logits, int batch, int classes);
+void dt_softmax_forward(float *probs, const float *logits, int batch, int classes);
 
 #endif

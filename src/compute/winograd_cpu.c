@@ -1,4 +1,4 @@
-/* Winograd F(2x2, 3x3) convolution for the CPU backend; kernels_cpu.c calls it for the layers
+/* Winograd F(2x2, 3x3) convolution for the CPU backend; conv_cpu.c calls it for the layers
  * dt_wino_applies accepts and runs im2col + GEMM for the rest. */
 #include <omp.h>
 #include <string.h>
@@ -50,7 +50,7 @@ typedef struct {
 static inline size_t wino_xs(size_t ld, int k) { return ld * (size_t)k + 16; }
 
 static wino_scratch wino_scratch_layout(const dt_window *g, int batch) {
-    size_t T = (size_t)dt_cpu_max_threads(), C = (size_t)g->in_c, OC = (size_t)g->out_c;
+    size_t T = (size_t)dt_cpu_cores(), C = (size_t)g->in_c, OC = (size_t)g->out_c;
     size_t K = C > OC ? C : OC, W = (size_t)(g->in_w > g->out_w ? g->in_w : g->out_w) + 4;
     size_t P = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 1) : CONV_BWD_PIECES;
     wino_scratch s;
@@ -272,12 +272,14 @@ static void wino_transform_chunk(float *v, float *z, size_t xv, size_t xz, const
 }
 
 /* out = correlation of in with the kernel transformed into u (+ b), tiles handed out dynamically. */
-static void wino_run_forward(float *out, const float *in, const float *b, int batch, const wino_geom *g,
-                             const wino_scratch *s, float *scratch) {
+static void wino_run_forward(const dt_cpu *cpu, float *out, const float *in, const float *b, int batch,
+                             const wino_geom *g, const wino_scratch *s, float *scratch) {
     const float *u = scratch + s->u_base, *zeros = scratch + s->zeros_base;
     const size_t total = (size_t)batch * ((g->oh + 1) / 2) * ((g->ow + 1) / 2);
-    int nt = dt_cpu_threads();
-    size_t per = (total + (size_t)nt * PIECES_PER_THREAD - 1) / ((size_t)nt * PIECES_PER_THREAD);
+    /* chunks sized for the cores, not the context's threads: the same bits at any thread count */
+    const size_t pieces = (size_t)dt_cpu_cores() * PIECES_PER_THREAD;
+    int nt = cpu->threads;
+    size_t per = (total + pieces - 1) / pieces;
     size_t tiles = per < s->tiles ? (per < 16 ? 16 : per) : s->tiles;
     if (tiles > s->tiles) tiles = s->tiles;
     const size_t nchunks = (total + tiles - 1) / tiles, xv = wino_xs(tiles, g->ic), xm = wino_xs(tiles, g->oc);
@@ -304,17 +306,17 @@ static wino_geom wino_geom_of(const dt_window *g) {
     return (wino_geom){g->in_h, g->in_w, g->in_c, g->out_h, g->out_w, g->out_c, g->pad_top, g->pad_left};
 }
 
-void dt_wino_forward(float *out, const float *in, const float *w, const float *b, int batch,
-                         const dt_window *g, float *scratch) {
+void dt_wino_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
+                     const dt_window *g, float *scratch) {
     const wino_scratch s = wino_scratch_layout(g, batch);
     const wino_geom wg = wino_geom_of(g);
     memset(scratch + s.zeros_base, 0, sizeof(float) * (s.thr_base - s.zeros_base));
     wino_transform_kernel(scratch + s.u_base, w, g->in_c, g->out_c, 0);
-    wino_run_forward(out, in, b, batch, &wg, &s, scratch);
+    wino_run_forward(cpu, out, in, b, batch, &wg, &s, scratch);
 }
 
-void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                          const float *w, int batch, const dt_window *g, float *scratch) {
+void dt_wino_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
+                      const float *w, int batch, const dt_window *g, float *scratch) {
     const wino_scratch s = wino_scratch_layout(g, batch);
     const wino_geom wg = wino_geom_of(g);
     const int C = g->in_c, OC = g->out_c;
@@ -324,7 +326,7 @@ void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const
     const size_t xv = wino_xs(s.tiles, C), xz = wino_xs(s.tiles, OC);
     const float *zeros = scratch + s.zeros_base;
     memset(scratch + s.zeros_base, 0, sizeof(float) * (s.thr_base - s.zeros_base));
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
     if ((size_t)nt > npieces) nt = npieces > 0 ? (int)npieces : 1;
     /* dW (transform domain) and db: fixed pieces of tiles / positions, summed in piece order. */
 #pragma omp parallel num_threads(nt)
@@ -390,7 +392,7 @@ void dt_wino_backward(float *din, float *dw, float *db, const float *dout, const
         /* din = stride-1 correlation of dout with the rotated kernel; padding 2 - pad. */
         wino_geom dg = {g->out_h, g->out_w, OC, g->in_h, g->in_w, C, 2 - g->pad_top, 2 - g->pad_left};
         wino_transform_kernel(scratch + s.u_base, w, C, OC, 1);
-        wino_run_forward(din, dout, NULL, batch, &dg, &s, scratch);
+        wino_run_forward(cpu, din, dout, NULL, batch, &dg, &s, scratch);
     }
 }
 

@@ -6,7 +6,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "compute/backend.h"
 #include "model/spec.h"
 
 typedef struct {
@@ -46,15 +48,22 @@ size_t dt_net_layer_param_begin(const dt_net *net, int layer);
 
 /* Evaluation (training = 0) folds each batch norm into the convolution before it when nothing else
  * reads that convolution's output: one pass instead of two, the same function. On by default;
- * tests turn it off to compare. */
+ * tests turn it off to compare (it remakes the evaluation plan). */
 void dt_net_set_fold_batchnorm(dt_net *net, int on);
-/* Evaluation's folding, for what rebuilds the net elsewhere (export/), so it computes what evaluation
- * here computes, bit for bit in the folded kernels. dt_net_folded_batchnorm: the batch norm layer that
- * evaluation folds into conv2d layer i, or -1 (none, not a conv2d, or folding turned off).
- * dt_net_fold_conv: that conv's folded kernel (HWIO, [n_weights]) and bias ([out_c]); scratch
- * [2 * out_c]; only where dt_net_folded_batchnorm(net, i) >= 0. */
+/* Evaluation's folding, for what rebuilds the net elsewhere (export/), so it computes what
+ * evaluation here computes, bit for bit in the folded kernels. dt_net_folded_batchnorm: the batch
+ * norm layer that evaluation folds into conv2d layer i, or -1 (none, not a conv2d, or folding
+ * turned off). dt_net_fold_conv: that conv's folded kernel (HWIO, [n_weights]) and bias
+ * ([out_c]); scratch [2 * out_c]; only where dt_net_folded_batchnorm(net, i) >= 0. */
 int dt_net_folded_batchnorm(const dt_net *net, int i);
 void dt_net_fold_conv(const dt_net *net, int i, float *w, float *b, float *scratch);
+/* Off: every layer its own step in both plans, no fusion (folding included): what tests compare
+ * each fused step against. On by default. */
+void dt_net_set_fusion(dt_net *net, int on);
+/* The net's two execution plans (model/plan.c), training's then evaluation's: one line per step,
+ * its kind ("conv2d", "batchnorm+relu", "conv2d+batchnorm", ...) and the layers it runs. What
+ * `dtrain inspect MODEL` prints. */
+void dt_net_print_plan(const dt_net *net, FILE *f);
 /* Layer i's parameters: the flat floats [*offset, *offset + *count), all of them (kernel and bias,
  * batch norm's scale, offset and moving statistics); 0 if it has none. */
 int dt_net_layer_params(const dt_net *net, int i, size_t *offset, size_t *count);
@@ -80,10 +89,18 @@ const dt_net_hooks *dt_net_get_hooks(const dt_net *net);
  * kernel there ("not supported on cuda yet: layer X"). At most once per net. */
 int dt_net_set_device(dt_net *net, const char *device, dt_error *err);
 const char *dt_net_device(const dt_net *net); /* "cpu" or "cuda" */
-/* dt_net_set_device with the backend given (compute/backend.h): a device backend already opened
- * (its close is called when the net is freed), or a test's. */
-struct dt_backend;
-int dt_net_set_backend(dt_net *net, const struct dt_backend *k, dt_error *err);
+/* dt_net_set_device with the backend given (compute/backend.h; it is copied): a device context
+ * already opened (its ops->close is called when the net is freed), or a test's. */
+int dt_net_set_backend(dt_net *net, const dt_backend *b, dt_error *err);
+/* The backend the net calls (the CPU's over its own context until it moves). */
+const dt_backend *dt_net_backend(const dt_net *net);
+/* "cpu (4 threads)", "NVIDIA H200 (cuda:0, ...)": the backend's description. */
+void dt_net_describe_device(const dt_net *net, char *buf, size_t len);
+/* The threads of the net's CPU context (compute/kernels.h, dt_cpu): each net has its own, so two
+ * nets of one process may use different counts; results do not depend on it. threads <= 0: every
+ * core; more than the cores: the cores. A new net has OpenMP's default (dt_cpu_default_threads). */
+void dt_net_set_threads(dt_net *net, int threads);
+int dt_net_threads(const dt_net *net);
 /* A device's first failure (a kernel, a copy, cuBLAS), which forward, loss and backward cannot
  * return: callers check it after each step. Always 0 on the CPU. */
 int dt_net_status(const dt_net *net, dt_error *err);

@@ -262,13 +262,80 @@ static int check_input_list(const ctx *c, const char *v) {
     }
 }
 
-/* *input_ref: the raw input= value (NULL if absent), resolved by resolve_inputs. */
-static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, dt_layer_spec *L,
-                       const char **input_ref) {
+/* name= or input=: *input_ref gets input='s raw value (resolved once the whole file is read). */
+static int parse_graph_opt(const ctx *c, int go, const char *key, const char *v, dt_layer_spec *L,
+                           const char **input_ref, unsigned *seen) {
+    if (*seen & (1u << go)) return FAIL(c, DT_EFORMAT, "duplicate option '%s'", key);
+    *seen |= 1u << go;
+    if (!*v) return FAIL(c, DT_EFORMAT, "missing value for '%s'", key);
+    if (go == 1) {
+        int rc = check_input_list(c, v);
+        if (!rc) *input_ref = v;
+        return rc;
+    }
+    if (!valid_layer_name(v) || !strcmp(v, "input"))
+        return FAIL(c, DT_EFORMAT, "bad layer name '%.*s': a letter or '_', then at most %zu letters, "
+                    "digits, '_', '-' or '.' ('input' names the model input)", Q(v), sizeof L->name - 2);
+    strcpy(L->name, v);
+    return 0;
+}
+
+/* An option the kind does not take: the closest one it does, or all of them. */
+static int unknown_option(const ctx *c, const char *key, const char *const *opts, const char *kname) {
+    char hint[256];
+    if (!opts[0])
+        return FAIL(c, DT_EFORMAT, "unknown option '%.*s': %s takes no options but name= and input=", Q(key), kname);
+    const char *all[16]; /* the kind's options (at most 7), name and input */
+    int na = 0;
+    for (int i = 0; opts[i] && na < 13; i++) all[na++] = opts[i];
+    all[na++] = "name", all[na++] = "input", all[na] = NULL;
+    suggest(hint, sizeof hint, key, all);
+    return FAIL(c, DT_EFORMAT, "unknown option '%.*s' for %s%s", Q(key), kname, hint);
+}
+
+/* A number in [0, 1) for key (dropout's rate, leaky ReLU's alpha, batch norm's momentum). */
+static int parse_fraction(const ctx *c, const char *key, const char *v, float *out) {
+    double r;
+    if (parse_float(v, &r) != 0 || !(r >= 0 && r < 1))
+        return FAIL(c, DT_EFORMAT, "bad value '%.*s' for %s: expected a number in [0, 1)", Q(v), key);
+    *out = (float)r;
+    return 0;
+}
+
+/* The value of one of the kind's own options. */
+static int parse_kind_opt(const ctx *c, const char *key, const char *v, dt_layer_spec *L, int *stride_given) {
+    int choice = 0, rc = 0;
+    if (!strcmp(key, "filters")) return parse_count(c, key, v, &L->filters);
+    if (!strcmp(key, "units")) return parse_count(c, key, v, &L->units);
+    if (!strcmp(key, "kernel") || !strcmp(key, "size")) return parse_pair(c, key, v, 1, &L->k_h, &L->k_w);
+    if (!strcmp(key, "stride")) return *stride_given = 1, parse_pair(c, key, v, 1, &L->stride_h, &L->stride_w);
+    if (!strcmp(key, "padding")) {
+        rc = parse_choice(c, key, v, padding_names, &choice);
+        L->padding = choice == 0 ? DT_PAD_SAME : DT_PAD_VALID;
+        return rc;
+    }
+    if (!strcmp(key, "use_bias")) {
+        rc = parse_choice(c, key, v, bool_names, &choice);
+        L->use_bias = choice == 0;
+        return rc;
+    }
+    if (!strcmp(key, "weight_init")) return parse_init(c, key, v, &L->weight_init);
+    if (!strcmp(key, "bias_init")) return parse_init(c, key, v, &L->bias_init);
+    if (!strcmp(key, "epsilon")) {
+        double r;
+        if (parse_float(v, &r) != 0 || !(r >= 1e-12 && r <= 1))
+            return FAIL(c, DT_EFORMAT, "bad value '%.*s' for epsilon: expected a number in [1e-12, 1]", Q(v));
+        L->epsilon = (float)r;
+        return 0;
+    }
+    return parse_fraction(c, key, v, key[0] == 'r' ? &L->rate : key[0] == 'a' ? &L->alpha : &L->momentum);
+}
+
+/* A layer's defaults (Keras's where Keras has one). */
+static void layer_defaults(dt_layer_spec *L, dt_layer_kind kind, int line) {
     memset(L, 0, sizeof *L);
-    *input_ref = NULL;
     L->kind = kind;
-    L->line = c->line;
+    L->line = line;
     L->stride_h = L->stride_w = 1;
     L->padding = DT_PAD_VALID;
     L->use_bias = 1;
@@ -277,90 +344,49 @@ static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, d
     L->alpha = 0.3f;      /* Keras's LeakyReLU */
     L->momentum = 0.99f;  /* Keras's BatchNormalization */
     L->epsilon = 1e-3f;
+}
+
+/* What the options given leave to check: the required ones, pooling's stride, the bias. */
+static int finish_layer(const ctx *c, dt_layer_spec *L, unsigned seen, int stride_given) {
+    const char *const *opts = kind_opts[L->kind];
+    for (int o = 0; opts[o]; o++) {
+        int required = !strcmp(opts[o], "filters") || !strcmp(opts[o], "units") ||
+                       !strcmp(opts[o], "kernel") || !strcmp(opts[o], "size") || !strcmp(opts[o], "rate");
+        if (required && !(seen & (1u << o)))
+            return FAIL(c, DT_EFORMAT, "%s needs %s=", kind_names[L->kind], opts[o]);
+    }
+    if ((L->kind == DT_LAYER_MAXPOOL || L->kind == DT_LAYER_AVGPOOL) && !stride_given)
+        L->stride_h = L->k_h, L->stride_w = L->k_w;
+    int bias_o = find_word("bias_init", opts);
+    if (!L->use_bias && bias_o >= 0 && (seen & (1u << bias_o)))
+        return FAIL(c, DT_EFORMAT, "bias_init given but use_bias=false");
+    return 0;
+}
+
+/* *input_ref: the raw input= value (NULL if absent), resolved by resolve_inputs. */
+static int parse_layer(const ctx *c, dt_layer_kind kind, char **tok, int ntok, dt_layer_spec *L,
+                       const char **input_ref) {
+    layer_defaults(L, kind, c->line);
+    *input_ref = NULL;
     const char *const *opts = kind_opts[kind];
     const char *kname = kind_names[kind];
     unsigned seen = 0, graph_seen = 0;
     int stride_given = 0;
     for (int t = 1; t < ntok; t++) {
         char *key = tok[t], *eq = strchr(key, '=');
-        if (!eq)
-            return FAIL(c, DT_EFORMAT, "expected key=value after '%s', got '%.*s'", kname, Q(key));
+        if (!eq) return FAIL(c, DT_EFORMAT, "expected key=value after '%s', got '%.*s'", kname, Q(key));
         *eq = 0;
         const char *v = eq + 1;
         if (!*key) return FAIL(c, DT_EFORMAT, "missing option name before '=%.*s'", Q(v));
-        int go = find_word(key, graph_opts);
-        if (go >= 0) {
-            if (graph_seen & (1u << go)) return FAIL(c, DT_EFORMAT, "duplicate option '%s'", key);
-            graph_seen |= 1u << go;
-            if (!*v) return FAIL(c, DT_EFORMAT, "missing value for '%s'", key);
-            if (go == 0) {
-                if (!valid_layer_name(v) || !strcmp(v, "input"))
-                    return FAIL(c, DT_EFORMAT, "bad layer name '%.*s': a letter or '_', then at most %zu letters, "
-                                "digits, '_', '-' or '.' ('input' names the model input)", Q(v),
-                                sizeof L->name - 2);
-                strcpy(L->name, v);
-            } else {
-                int rc = check_input_list(c, v);
-                if (rc) return rc;
-                *input_ref = v;
-            }
-            continue;
-        }
-        int o = find_word(key, opts);
-        if (o < 0) {
-            char hint[256];
-            if (!opts[0])
-                return FAIL(c, DT_EFORMAT, "unknown option '%.*s': %s takes no options but name= and input=",
-                            Q(key), kname);
-            const char *all[16]; /* the kind's options (at most 7), name and input */
-            int na = 0;
-            for (int i = 0; opts[i] && na < 13; i++) all[na++] = opts[i];
-            all[na++] = "name", all[na++] = "input", all[na] = NULL;
-            suggest(hint, sizeof hint, key, all);
-            return FAIL(c, DT_EFORMAT, "unknown option '%.*s' for %s%s", Q(key), kname, hint);
-        }
-        if (seen & (1u << o)) return FAIL(c, DT_EFORMAT, "duplicate option '%s'", key);
-        seen |= 1u << o;
-        if (!*v) return FAIL(c, DT_EFORMAT, "missing value for '%s'", key);
-        int rc = 0, choice = 0;
-        if (!strcmp(key, "filters")) rc = parse_count(c, key, v, &L->filters);
-        else if (!strcmp(key, "units")) rc = parse_count(c, key, v, &L->units);
-        else if (!strcmp(key, "kernel") || !strcmp(key, "size"))
-            rc = parse_pair(c, key, v, 1, &L->k_h, &L->k_w);
-        else if (!strcmp(key, "stride")) rc = parse_pair(c, key, v, 1, &L->stride_h, &L->stride_w), stride_given = 1;
-        else if (!strcmp(key, "padding")) {
-            rc = parse_choice(c, key, v, padding_names, &choice);
-            L->padding = choice == 0 ? DT_PAD_SAME : DT_PAD_VALID;
-        } else if (!strcmp(key, "use_bias")) {
-            rc = parse_choice(c, key, v, bool_names, &choice);
-            L->use_bias = choice == 0;
-        } else if (!strcmp(key, "weight_init")) rc = parse_init(c, key, v, &L->weight_init);
-        else if (!strcmp(key, "bias_init")) rc = parse_init(c, key, v, &L->bias_init);
-        else if (!strcmp(key, "rate") || !strcmp(key, "alpha") || !strcmp(key, "momentum")) {
-            double r;
-            if (parse_float(v, &r) != 0 || !(r >= 0 && r < 1))
-                return FAIL(c, DT_EFORMAT, "bad value '%.*s' for %s: expected a number in [0, 1)", Q(v), key);
-            *(key[0] == 'r' ? &L->rate : key[0] == 'a' ? &L->alpha : &L->momentum) = (float)r;
-        } else if (!strcmp(key, "epsilon")) {
-            double r;
-            if (parse_float(v, &r) != 0 || !(r >= 1e-12 && r <= 1))
-                return FAIL(c, DT_EFORMAT, "bad value '%.*s' for epsilon: expected a number in [1e-12, 1]", Q(v));
-            L->epsilon = (float)r;
-        }
+        int go = find_word(key, graph_opts), o = go >= 0 ? -1 : find_word(key, opts), rc;
+        if (go >= 0) rc = parse_graph_opt(c, go, key, v, L, input_ref, &graph_seen);
+        else if (o < 0) rc = unknown_option(c, key, opts, kname);
+        else if (seen & (1u << o)) rc = FAIL(c, DT_EFORMAT, "duplicate option '%s'", key);
+        else if (!*v) rc = FAIL(c, DT_EFORMAT, "missing value for '%s'", key);
+        else seen |= 1u << o, rc = parse_kind_opt(c, key, v, L, &stride_given);
         if (rc) return rc;
     }
-    /* Required options. */
-    for (int o = 0; opts[o]; o++) {
-        int required = !strcmp(opts[o], "filters") || !strcmp(opts[o], "units") ||
-                       !strcmp(opts[o], "kernel") || !strcmp(opts[o], "size") || !strcmp(opts[o], "rate");
-        if (required && !(seen & (1u << o)))
-            return FAIL(c, DT_EFORMAT, "%s needs %s=", kname, opts[o]);
-    }
-    if ((kind == DT_LAYER_MAXPOOL || kind == DT_LAYER_AVGPOOL) && !stride_given) L->stride_h = L->k_h, L->stride_w = L->k_w;
-    int bias_o = find_word("bias_init", opts);
-    if (!L->use_bias && bias_o >= 0 && (seen & (1u << bias_o)))
-        return FAIL(c, DT_EFORMAT, "bias_init given but use_bias=false");
-    return 0;
+    return finish_layer(c, L, seen, stride_given);
 }
 
 /* ---- the whole file ---- */
@@ -450,141 +476,141 @@ static int resolve_inputs(const dt_model_spec *spec, const char *const *refs, dt
     return 0;
 }
 
+/* The parse of one file, line by line. */
+typedef struct {
+    dt_model_spec *spec;
+    ctx c;
+    const char **refs;           /* [cap]: each layer's input= value, pointing into the work copy */
+    int cap, have_model, have_input, counters[N_KINDS];
+} parser;
+
+/* Splits line p (NUL-terminated, its comment cut) into words. */
+static int split_words(const ctx *c, char *p, char **tok, int *ntok) {
+    char *save = NULL;
+    *ntok = 0;
+    for (char *s = strtok_r(p, " \t\r\f\v", &save); s; s = strtok_r(NULL, " \t\r\f\v", &save)) {
+        if (*ntok == MAX_TOKENS) return FAIL(c, DT_EFORMAT, "too many words on one line (at most %d)", MAX_TOKENS);
+        tok[(*ntok)++] = s;
+    }
+    return 0;
+}
+
+/* model NAME */
+static int parse_model_line(parser *ps, char **tok, int ntok) {
+    const ctx *c = &ps->c;
+    dt_model_spec *spec = ps->spec;
+    if (ps->have_model) return FAIL(c, DT_EFORMAT, "duplicate 'model' line");
+    if (ps->have_input || spec->n_layers)
+        return FAIL(c, DT_EFORMAT, "the 'model' line must come before 'input' and the layers");
+    if (ntok != 2) return FAIL(c, DT_EFORMAT, "expected 'model NAME'");
+    if (strlen(tok[1]) >= sizeof spec->name || !valid_name(tok[1]))
+        return FAIL(c, DT_EFORMAT, "bad model name '%.*s': use at most %zu letters, digits, '_', '-' or '.'",
+                    Q(tok[1]), sizeof spec->name - 1);
+    strcpy(spec->name, tok[1]);
+    ps->have_model = 1;
+    return 0;
+}
+
+/* input H W C */
+static int parse_input_line(parser *ps, char **tok, int ntok) {
+    const ctx *c = &ps->c;
+    dt_model_spec *spec = ps->spec;
+    if (ps->have_input) return FAIL(c, DT_EFORMAT, "duplicate 'input' line");
+    if (spec->n_layers) return FAIL(c, DT_EFORMAT, "the 'input' line must come before the layers");
+    if (ntok != 4)
+        return FAIL(c, DT_EFORMAT, "expected 'input HEIGHT WIDTH CHANNELS' (3 integers), got %d value%s", ntok - 1,
+                    ntok == 2 ? "" : "s");
+    int *dims[3] = {&spec->in_h, &spec->in_w, &spec->in_c}, rc;
+    static const char *const dn[3] = {"height", "width", "channels"};
+    for (int d = 0; d < 3; d++)
+        if ((rc = parse_count(c, dn[d], tok[1 + d], dims[d]))) return rc;
+    ps->have_input = 1;
+    spec->input_line = c->line;
+    return 0;
+}
+
+/* A layer line: its kind is tok[0]. */
+static int parse_layer_line(parser *ps, char **tok, int ntok) {
+    const ctx *c = &ps->c;
+    dt_model_spec *spec = ps->spec;
+    int k = layer_kind_of(tok[0]);
+    if (k < 0) {
+        /* The words a line may start with: the two header lines, then the layer kinds. */
+        const char *words[N_KINDS + 3] = {"model", "input"};
+        for (int i = 0; i < N_KINDS; i++) words[2 + i] = kind_names[i];
+        char hint[256];
+        suggest(hint, sizeof hint, tok[0], words);
+        return FAIL(c, DT_EFORMAT, "unknown layer '%.*s'%s", Q(tok[0]), hint);
+    }
+    if (!ps->have_input) return FAIL(c, DT_EFORMAT, "%s before the 'input HEIGHT WIDTH CHANNELS' line", kind_names[k]);
+    if (spec->n_layers == DT_MODEL_MAX_LAYERS)
+        return FAIL(c, DT_EFORMAT, "too many layers (at most %d)", DT_MODEL_MAX_LAYERS);
+    if (spec->n_layers == ps->cap) {
+        int ncap = ps->cap ? ps->cap * 2 : 16;
+        dt_layer_spec *nl = realloc(spec->layers, sizeof *nl * (size_t)ncap);
+        if (nl) spec->layers = nl;
+        const char **nr = nl ? realloc(ps->refs, sizeof *nr * (size_t)ncap) : NULL;
+        if (!nr) return dt_errorf(c->err, DT_ENOMEM, "out of memory for model layers");
+        ps->refs = nr, ps->cap = ncap;
+    }
+    dt_layer_spec *L = &spec->layers[spec->n_layers];
+    int rc = parse_layer(c, (dt_layer_kind)k, tok, ntok, L, &ps->refs[spec->n_layers]);
+    if (rc) return rc;
+    /* Unnamed layers are numbered per kind, named ones too, so naming a layer renames no other. */
+    ++ps->counters[k];
+    if (!L->name[0]) snprintf(L->name, sizeof L->name, "%s%d", name_prefix[k], ps->counters[k]);
+    spec->n_layers++;
+    return 0;
+}
+
+/* Every line of work [0, len): each a header line or a layer. */
+static int parse_lines(parser *ps, char *work, size_t len) {
+    char *p = work, *end = work + len, *tok[MAX_TOKENS];
+    while (p < end) {
+        ps->c.line++;
+        char *nl = memchr(p, '\n', (size_t)(end - p)), *eol = nl ? nl : end;
+        if (memchr(p, 0, (size_t)(eol - p))) return FAIL(&ps->c, DT_EFORMAT, "NUL byte: this is not a text file");
+        *eol = 0;
+        char *hash = strchr(p, '#');
+        if (hash) *hash = 0;
+        int ntok, rc = split_words(&ps->c, p, tok, &ntok);
+        p = eol + 1;
+        if (!rc && ntok > 0) {
+            if (!strcmp(tok[0], "model")) rc = parse_model_line(ps, tok, ntok);
+            else if (!strcmp(tok[0], "input")) rc = parse_input_line(ps, tok, ntok);
+            else rc = parse_layer_line(ps, tok, ntok);
+        }
+        if (rc) return rc;
+    }
+    if (ps->have_input) return 0;
+    ps->c.line = ps->c.line ? ps->c.line : 1;
+    return FAIL(&ps->c, DT_EFORMAT, "missing 'input HEIGHT WIDTH CHANNELS' line");
+}
+
 int dt_model_spec_parse(dt_model_spec *spec, const char *text, size_t len, const char *source,
                         dt_error *err) {
     memset(spec, 0, sizeof *spec);
     if (!source) source = "<model>";
     snprintf(spec->source, sizeof spec->source, "%s", source);
-    ctx c = {spec->source, 0, err};
     if (len > DT_MODEL_MAX_TEXT)
         return dt_errorf(err, DT_EFORMAT, "%s: model file is %zu bytes, more than the limit of %zu",
                          source, len, DT_MODEL_MAX_TEXT);
-    int rc = 0;
-    char *work = NULL;
-    const char **refs = NULL; /* [cap]: each layer's input= value, pointing into work */
     spec->text = dt_malloc(len + 1, "model text", err);
     if (!spec->text) return DT_ENOMEM;
     if (len) memcpy(spec->text, text, len);
     spec->text[len] = 0;
     spec->text_len = len;
-    work = dt_malloc(len + 1, "model text", err);
-    if (!work) {
-        rc = DT_ENOMEM;
-        goto fail;
-    }
-    memcpy(work, spec->text, len + 1);
-
-    int have_model = 0, have_input = 0, cap = 0, counters[N_KINDS] = {0};
-    char *p = work, *end = work + len;
-    while (p < end) {
-        c.line++;
-        char *nl = memchr(p, '\n', (size_t)(end - p));
-        char *eol = nl ? nl : end;
-        if (memchr(p, 0, (size_t)(eol - p))) {
-            rc = FAIL(&c, DT_EFORMAT, "NUL byte: this is not a text file");
-            goto fail;
-        }
-        *eol = 0;
-        char *hash = strchr(p, '#');
-        if (hash) *hash = 0;
-        char *tok[MAX_TOKENS];
-        int ntok = 0;
-        char *save = NULL;
-        for (char *s = strtok_r(p, " \t\r\f\v", &save); s; s = strtok_r(NULL, " \t\r\f\v", &save)) {
-            if (ntok == MAX_TOKENS) {
-                rc = FAIL(&c, DT_EFORMAT, "too many words on one line (at most %d)", MAX_TOKENS);
-                goto fail;
-            }
-            tok[ntok++] = s;
-        }
-        p = eol + 1;
-        if (ntok == 0) continue;
-        const char *kw = tok[0];
-        if (!strcmp(kw, "model")) { /* model NAME */
-            if (have_model) { rc = FAIL(&c, DT_EFORMAT, "duplicate 'model' line"); goto fail; }
-            if (have_input || spec->n_layers) {
-                rc = FAIL(&c, DT_EFORMAT, "the 'model' line must come before 'input' and the layers");
-                goto fail;
-            }
-            if (ntok != 2) { rc = FAIL(&c, DT_EFORMAT, "expected 'model NAME'"); goto fail; }
-            if (strlen(tok[1]) >= sizeof spec->name || !valid_name(tok[1])) {
-                rc = FAIL(&c, DT_EFORMAT, "bad model name '%.*s': use at most %zu letters, digits, '_', '-' or '.'",
-                          Q(tok[1]), sizeof spec->name - 1);
-                goto fail;
-            }
-            strcpy(spec->name, tok[1]);
-            have_model = 1;
-            continue;
-        }
-        if (!strcmp(kw, "input")) { /* input H W C */
-            if (have_input) { rc = FAIL(&c, DT_EFORMAT, "duplicate 'input' line"); goto fail; }
-            if (spec->n_layers) {
-                rc = FAIL(&c, DT_EFORMAT, "the 'input' line must come before the layers");
-                goto fail;
-            }
-            if (ntok != 4) {
-                rc = FAIL(&c, DT_EFORMAT, "expected 'input HEIGHT WIDTH CHANNELS' (3 integers), got %d value%s",
-                          ntok - 1, ntok == 2 ? "" : "s");
-                goto fail;
-            }
-            int *dims[3] = {&spec->in_h, &spec->in_w, &spec->in_c};
-            static const char *const dn[3] = {"height", "width", "channels"};
-            for (int d = 0; d < 3; d++)
-                if ((rc = parse_count(&c, dn[d], tok[1 + d], dims[d]))) goto fail;
-            have_input = 1;
-            spec->input_line = c.line;
-            continue;
-        }
-        int k = layer_kind_of(kw);
-        if (k < 0) {
-            /* The words a line may start with: the two header lines, then the layer kinds. */
-            const char *words[N_KINDS + 3] = {"model", "input"};
-            for (int i = 0; i < N_KINDS; i++) words[2 + i] = kind_names[i];
-            char hint[256];
-            suggest(hint, sizeof hint, kw, words);
-            rc = FAIL(&c, DT_EFORMAT, "unknown layer '%.*s'%s", Q(kw), hint);
-            goto fail;
-        }
-        dt_layer_kind kind = (dt_layer_kind)k;
-        if (!have_input) {
-            rc = FAIL(&c, DT_EFORMAT, "%s before the 'input HEIGHT WIDTH CHANNELS' line", kind_names[kind]);
-            goto fail;
-        }
-        if (spec->n_layers == DT_MODEL_MAX_LAYERS) {
-            rc = FAIL(&c, DT_EFORMAT, "too many layers (at most %d)", DT_MODEL_MAX_LAYERS);
-            goto fail;
-        }
-        if (spec->n_layers == cap) {
-            int ncap = cap ? cap * 2 : 16;
-            dt_layer_spec *nl2 = realloc(spec->layers, sizeof *nl2 * (size_t)ncap);
-            if (!nl2) { rc = dt_errorf(err, DT_ENOMEM, "out of memory for model layers"); goto fail; }
-            spec->layers = nl2;
-            const char **nr = realloc(refs, sizeof *nr * (size_t)ncap);
-            if (!nr) { rc = dt_errorf(err, DT_ENOMEM, "out of memory for model layers"); goto fail; }
-            refs = nr, cap = ncap;
-        }
-        dt_layer_spec *L = &spec->layers[spec->n_layers];
-        if ((rc = parse_layer(&c, kind, tok, ntok, L, &refs[spec->n_layers]))) goto fail;
-        /* Unnamed layers are numbered per kind, named ones too, so naming a layer renames no other. */
-        ++counters[kind];
-        if (!L->name[0]) snprintf(L->name, sizeof L->name, "%s%d", name_prefix[kind], counters[kind]);
-        spec->n_layers++;
-    }
-    if (!have_input) {
-        c.line = c.line ? c.line : 1;
-        rc = FAIL(&c, DT_EFORMAT, "missing 'input HEIGHT WIDTH CHANNELS' line");
-        goto fail;
-    }
-    if (!have_model) default_name(spec->name, sizeof spec->name, source);
-    if ((rc = resolve_inputs(spec, refs, err))) goto fail;
-    if ((rc = dt_model_spec_shapes(spec, NULL, NULL, err))) goto fail;
-    free(refs);
+    parser ps = {.spec = spec, .c = {spec->source, 0, err}};
+    char *work = dt_malloc(len + 1, "model text", err);
+    int rc = work ? DT_OK : DT_ENOMEM;
+    if (work) memcpy(work, spec->text, len + 1);
+    if (!rc) rc = parse_lines(&ps, work, len);
+    if (!rc && !ps.have_model) default_name(spec->name, sizeof spec->name, source);
+    if (!rc) rc = resolve_inputs(spec, ps.refs, err);
+    if (!rc) rc = dt_model_spec_shapes(spec, NULL, NULL, err);
+    free(ps.refs);
     free(work);
-    return 0;
-fail:
-    free(refs);
-    free(work);
-    dt_model_spec_free(spec);
+    if (rc) dt_model_spec_free(spec);
     return rc;
 }
 
@@ -664,6 +690,180 @@ typedef struct {
 
 static const char *input_name(const dt_model_spec *spec, int j) { return j < 0 ? "input" : spec->layers[j].name; }
 
+/* The walk over the layers: each one's output, and how many read it. */
+typedef struct {
+    const dt_model_spec *spec;
+    ctx c;
+    out_shape model_in, outs[DT_MODEL_MAX_LAYERS];
+    int consumers[DT_MODEL_MAX_LAYERS];
+} shape_walk;
+
+/* Layer i's inputs: earlier layers only (a spec built in code is checked as strictly as a file). */
+static int check_inputs(shape_walk *sw, int i) {
+    const dt_layer_spec *L = &sw->spec->layers[i];
+    const char *kn = dt_layer_kind_name(L->kind);
+    int n_in = dt_layer_n_inputs(L), multi = L->kind == DT_LAYER_ADD || L->kind == DT_LAYER_CONCAT;
+    if (n_in > DT_LAYER_MAX_INPUTS || (multi ? n_in < 2 : n_in != 1))
+        return FAIL(&sw->c, DT_EINVAL, "%s: %d inputs", kn, n_in);
+    for (int k = 0; k < n_in; k++) {
+        int j = dt_layer_input(L, i, k);
+        if (j < -1 || j >= i) return FAIL(&sw->c, DT_EINVAL, "%s: input %d is not a layer above this one", kn, j);
+        if (j >= 0) sw->consumers[j]++;
+    }
+    return 0;
+}
+
+static const out_shape *input_shape(const shape_walk *sw, int j) { return j < 0 ? &sw->model_in : &sw->outs[j]; }
+
+/* conv2d, maxpool, avgpool: a window over [H,W,C]. */
+static int window_shape(shape_walk *sw, const dt_layer_spec *L, dt_layer_shape *s, out_shape *o) {
+    const ctx *c = &sw->c;
+    const char *kn = dt_layer_kind_name(L->kind);
+    int conv = L->kind == DT_LAYER_CONV2D;
+    if (o->flat)
+        return FAIL(c, DT_ESHAPE, "%s needs an [H,W,C] input, but its input was flattened at line %d", kn,
+                    o->flat_line);
+    if (!in_range(L->k_h) || !in_range(L->k_w) || !in_range(L->stride_h) || !in_range(L->stride_w) ||
+        (conv && !in_range(L->filters)) || (L->padding != DT_PAD_SAME && L->padding != DT_PAD_VALID))
+        return FAIL(c, DT_EINVAL, "%s: sizes must be from 1 to %d", kn, DT_MODEL_MAX_DIM);
+    int oc = conv ? L->filters : o->c;
+    dt_error werr;
+    if (dt_window_init(&s->win, o->h, o->w, o->c, oc, L->k_h, L->k_w, L->stride_h, L->stride_w, L->padding, &werr))
+        return FAIL(c, DT_ESHAPE, "%s: %s", kn, werr.msg);
+    o->h = s->win.out_h, o->w = s->win.out_w, o->c = oc;
+    if (!conv) return 0;
+    size_t patch = mul_sat(mul_sat(mul_sat((size_t)o->h, (size_t)o->w), mul_sat((size_t)L->k_h, (size_t)L->k_w)),
+                           (size_t)s->in_c);
+    if (patch > DT_MODEL_MAX_PATCH)
+        return FAIL(c, DT_ESHAPE, "conv2d: %dx%d kernel over a %dx%dx%d input is too large (more than %zu patch "
+                    "values per example)", L->k_h, L->k_w, s->in_h, s->in_w, s->in_c, DT_MODEL_MAX_PATCH);
+    s->n_weights = mul_sat(mul_sat((size_t)L->k_h, (size_t)L->k_w), mul_sat((size_t)s->in_c, (size_t)oc));
+    s->n_bias = L->use_bias ? (size_t)oc : 0;
+    return 0;
+}
+
+/* add (inputs of one shape) and concat (of one height and width: channels joined). */
+static int sum_shape(shape_walk *sw, int i, out_shape *o) {
+    const dt_layer_spec *L = &sw->spec->layers[i];
+    int add = L->kind == DT_LAYER_ADD, j0 = dt_layer_input(L, i, 0);
+    size_t sum_c = (size_t)o->c;
+    for (int k = 1; k < dt_layer_n_inputs(L); k++) {
+        int j = dt_layer_input(L, i, k);
+        const out_shape *x = input_shape(sw, j);
+        if (add ? (x->h != o->h || x->w != o->w || x->c != o->c || x->flat != o->flat)
+                : (x->h != o->h || x->w != o->w || x->flat != o->flat))
+            return FAIL(&sw->c, DT_ESHAPE, "%s: input '%s' is [%d,%d,%d]%s but '%s' is [%d,%d,%d]%s%s",
+                        dt_layer_kind_name(L->kind), input_name(sw->spec, j0), o->h, o->w, o->c,
+                        o->flat ? " (flat)" : "", input_name(sw->spec, j), x->h, x->w, x->c, x->flat ? " (flat)" : "",
+                        add ? ": add sums inputs of one shape" : ": concat joins channels of inputs of one height and width");
+        sum_c += (size_t)x->c;
+    }
+    if (mul_sat(mul_sat((size_t)o->h, (size_t)o->w), sum_c) > DT_MODEL_MAX_ACT)
+        return FAIL(&sw->c, DT_ESHAPE, "concat output has more than %zu values per example", DT_MODEL_MAX_ACT);
+    if (!add) o->c = (int)sum_c;
+    return 0;
+}
+
+/* Layer i's shape from its input 0's output *o, which becomes its own output. */
+static int layer_shape(shape_walk *sw, int i, dt_layer_shape *s, out_shape *o) {
+    const dt_layer_spec *L = &sw->spec->layers[i];
+    const ctx *c = &sw->c;
+    switch (L->kind) {
+    case DT_LAYER_CONV2D:
+    case DT_LAYER_MAXPOOL:
+    case DT_LAYER_AVGPOOL: return window_shape(sw, L, s, o);
+    case DT_LAYER_RELU:
+    case DT_LAYER_SIGMOID:
+    case DT_LAYER_TANH: return 0;
+    case DT_LAYER_LEAKY_RELU:
+        if (!(L->alpha >= 0 && L->alpha < 1))
+            return FAIL(c, DT_EINVAL, "leaky_relu alpha %g is not in [0, 1)", (double)L->alpha);
+        return 0;
+    case DT_LAYER_DROPOUT:
+        if (!(L->rate >= 0 && L->rate < 1))
+            return FAIL(c, DT_EINVAL, "dropout rate %g is not in [0, 1)", (double)L->rate);
+        return 0;
+    case DT_LAYER_BATCHNORM:
+        if (!(L->momentum >= 0 && L->momentum < 1) || !(L->epsilon >= 1e-12f && L->epsilon <= 1))
+            return FAIL(c, DT_EINVAL, "batchnorm momentum %g or epsilon %g out of range", (double)L->momentum,
+                        (double)L->epsilon);
+        s->n_bn = (size_t)o->c; /* per channel, or per feature of a flat input */
+        return 0;
+    case DT_LAYER_GLOBAL_AVGPOOL:
+        if (o->flat)
+            return FAIL(c, DT_ESHAPE, "global_avgpool needs an [H,W,C] input, but its input was flattened at line %d",
+                        o->flat_line);
+        o->h = o->w = 1, o->flat = 1, o->flat_line = L->line;
+        return 0;
+    case DT_LAYER_ADD:
+    case DT_LAYER_CONCAT: return sum_shape(sw, i, o);
+    case DT_LAYER_FLATTEN:
+        if (!o->flat) /* bounded by DT_MODEL_MAX_ACT, fits an int */
+            o->c = o->h * o->w * o->c, o->h = o->w = 1, o->flat = 1, o->flat_line = L->line;
+        return 0;
+    case DT_LAYER_DENSE:
+        if (!o->flat)
+            return FAIL(c, DT_ESHAPE, "dense needs a flat input but gets [%d,%d,%d]: add a 'flatten' line before it",
+                        o->h, o->w, o->c);
+        if (!in_range(L->units)) return FAIL(c, DT_EINVAL, "dense: units must be from 1 to %d", DT_MODEL_MAX_DIM);
+        s->n_weights = mul_sat((size_t)o->c, (size_t)L->units);
+        s->n_bias = L->use_bias ? (size_t)L->units : 0;
+        o->c = L->units;
+        return 0;
+    }
+    return FAIL(c, DT_EINVAL, "unknown layer kind %d", (int)L->kind);
+}
+
+/* Layer i checked and shaped, its parameters counted into *total. */
+static int walk_layer(shape_walk *sw, int i, dt_layer_shape *s, size_t *total) {
+    const dt_layer_spec *L = &sw->spec->layers[i];
+    const char *kn = dt_layer_kind_name(L->kind);
+    sw->c.line = L->line;
+    int rc = check_inputs(sw, i);
+    if (rc) return rc;
+    out_shape o = *input_shape(sw, dt_layer_input(L, i, 0));
+    memset(s, 0, sizeof *s);
+    s->in_h = o.h, s->in_w = o.w, s->in_c = o.c;
+    if ((rc = layer_shape(sw, i, s, &o))) return rc;
+    if (s->n_weights || s->n_bias) {
+        if ((rc = check_init(&sw->c, &L->weight_init, "weight_init"))) return rc;
+        if (L->use_bias && (rc = check_init(&sw->c, &L->bias_init, "bias_init"))) return rc;
+    }
+    s->out_h = o.h, s->out_w = o.w, s->out_c = o.c, s->flat = o.flat;
+    sw->outs[i] = o;
+    if (mul_sat(mul_sat((size_t)o.h, (size_t)o.w), (size_t)o.c) > DT_MODEL_MAX_ACT)
+        return FAIL(&sw->c, DT_ESHAPE, "%s output %dx%dx%d has more than %zu values per example", kn, o.h, o.w, o.c,
+                    DT_MODEL_MAX_ACT);
+    *total += s->n_weights > DT_MODEL_MAX_PARAMS ? DT_MODEL_MAX_PARAMS + 1 : s->n_weights;
+    *total += s->n_bias + 4 * s->n_bn;
+    if (*total > DT_MODEL_MAX_PARAMS)
+        return FAIL(&sw->c, DT_ESHAPE, "too many parameters: more than %zu by this %s layer", DT_MODEL_MAX_PARAMS, kn);
+    return 0;
+}
+
+/* Every output but the last feeds some layer (an unused branch is almost always a typo), and the
+ * last is a dense layer of at least two classes. */
+static int check_graph_ends(shape_walk *sw) {
+    const dt_model_spec *spec = sw->spec;
+    for (int i = 0; i + 1 < spec->n_layers; i++)
+        if (!sw->consumers[i]) {
+            sw->c.line = spec->layers[i].line;
+            return FAIL(&sw->c, DT_ESHAPE, "the output of '%s' is never used: no layer takes it as input",
+                        spec->layers[i].name);
+        }
+    const dt_layer_spec *last = &spec->layers[spec->n_layers - 1];
+    sw->c.line = last->line;
+    if (last->kind != DT_LAYER_DENSE)
+        return FAIL(&sw->c, DT_ESHAPE,
+                    "the model must end with a dense layer whose units are the classes, not %s "
+                    "(softmax cross-entropy is applied to its output)",
+                    dt_layer_kind_name(last->kind));
+    if (last->units < 2)
+        return FAIL(&sw->c, DT_ESHAPE, "the last dense layer gives the classes: it needs units >= 2, got %d",
+                    last->units);
+    return 0;
+}
+
 int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size_t *param_count,
                          dt_error *err) {
     ctx c = {spec->source[0] ? spec->source : spec->name, spec->input_line > 0 ? spec->input_line : 1, err};
@@ -674,159 +874,20 @@ int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size
         return FAIL(&c, DT_ESHAPE, "no layers: a model ends with a dense layer whose units are the classes");
     if (spec->n_layers > DT_MODEL_MAX_LAYERS)
         return FAIL(&c, DT_EINVAL, "too many layers (at most %d)", DT_MODEL_MAX_LAYERS);
-    out_shape outs[DT_MODEL_MAX_LAYERS];
-    int consumers[DT_MODEL_MAX_LAYERS];
-    memset(consumers, 0, sizeof consumers);
-    const out_shape model_in = {spec->in_h, spec->in_w, spec->in_c, 0, 0};
-    size_t total = 0;
     if (mul_sat(mul_sat((size_t)spec->in_h, (size_t)spec->in_w), (size_t)spec->in_c) > DT_MODEL_MAX_ACT)
         return FAIL(&c, DT_ESHAPE, "input %dx%dx%d has more than %zu values per example", spec->in_h, spec->in_w,
                     spec->in_c, DT_MODEL_MAX_ACT);
-    for (int i = 0; i < spec->n_layers; i++) {
-        const dt_layer_spec *L = &spec->layers[i];
-        c.line = L->line;
-        const char *kn = dt_layer_kind_name(L->kind);
-        /* inputs: earlier layers only (a spec built in code is checked as strictly as a file) */
-        int n_in = dt_layer_n_inputs(L), multi = L->kind == DT_LAYER_ADD || L->kind == DT_LAYER_CONCAT;
-        if (n_in > DT_LAYER_MAX_INPUTS || (multi ? n_in < 2 : n_in != 1))
-            return FAIL(&c, DT_EINVAL, "%s: %d inputs", kn, n_in);
-        for (int k = 0; k < n_in; k++) {
-            int j = dt_layer_input(L, i, k);
-            if (j < -1 || j >= i) return FAIL(&c, DT_EINVAL, "%s: input %d is not a layer above this one", kn, j);
-            if (j >= 0) consumers[j]++;
-        }
-        int j0 = dt_layer_input(L, i, 0);
-        const out_shape *in = j0 < 0 ? &model_in : &outs[j0];
-        int h = in->h, w = in->w, ch = in->c, flat = in->flat, flat_line = in->flat_line;
+    shape_walk walk, *sw = &walk;
+    memset(sw->consumers, 0, sizeof sw->consumers);
+    sw->spec = spec, sw->c = c, sw->model_in = (out_shape){spec->in_h, spec->in_w, spec->in_c, 0, 0};
+    size_t total = 0;
+    int rc = 0;
+    for (int i = 0; !rc && i < spec->n_layers; i++) {
         dt_layer_shape s;
-        memset(&s, 0, sizeof s);
-        s.in_h = h, s.in_w = w, s.in_c = ch;
-        switch (L->kind) {
-        case DT_LAYER_CONV2D:
-        case DT_LAYER_MAXPOOL:
-        case DT_LAYER_AVGPOOL: {
-            int conv = L->kind == DT_LAYER_CONV2D;
-            if (flat)
-                return FAIL(&c, DT_ESHAPE, "%s needs an [H,W,C] input, but its input was flattened at line %d",
-                            kn, flat_line);
-            if (!in_range(L->k_h) || !in_range(L->k_w) || !in_range(L->stride_h) ||
-                !in_range(L->stride_w) || (conv && !in_range(L->filters)) ||
-                (L->padding != DT_PAD_SAME && L->padding != DT_PAD_VALID))
-                return FAIL(&c, DT_EINVAL, "%s: sizes must be from 1 to %d", kn, DT_MODEL_MAX_DIM);
-            int oc = conv ? L->filters : ch;
-            dt_error werr;
-            if (dt_window_init(&s.win, h, w, ch, oc, L->k_h, L->k_w, L->stride_h, L->stride_w, L->padding,
-                               &werr) != 0)
-                return FAIL(&c, DT_ESHAPE, "%s: %s", kn, werr.msg);
-            h = s.win.out_h, w = s.win.out_w, ch = oc;
-            if (conv) {
-                size_t patch = mul_sat(mul_sat(mul_sat((size_t)h, (size_t)w), mul_sat((size_t)L->k_h, (size_t)L->k_w)),
-                                       (size_t)s.in_c);
-                if (patch > DT_MODEL_MAX_PATCH)
-                    return FAIL(&c, DT_ESHAPE, "conv2d: %dx%d kernel over a %dx%dx%d input is too large "
-                                "(more than %zu patch values per example)", L->k_h, L->k_w, s.in_h, s.in_w,
-                                s.in_c, DT_MODEL_MAX_PATCH);
-                s.n_weights = mul_sat(mul_sat((size_t)L->k_h, (size_t)L->k_w), mul_sat((size_t)s.in_c, (size_t)oc));
-                s.n_bias = L->use_bias ? (size_t)oc : 0;
-            }
-            break;
-        }
-        case DT_LAYER_RELU:
-        case DT_LAYER_SIGMOID:
-        case DT_LAYER_TANH: break;
-        case DT_LAYER_LEAKY_RELU:
-            if (!(L->alpha >= 0 && L->alpha < 1))
-                return FAIL(&c, DT_EINVAL, "leaky_relu alpha %g is not in [0, 1)", (double)L->alpha);
-            break;
-        case DT_LAYER_DROPOUT:
-            if (!(L->rate >= 0 && L->rate < 1))
-                return FAIL(&c, DT_EINVAL, "dropout rate %g is not in [0, 1)", (double)L->rate);
-            break;
-        case DT_LAYER_BATCHNORM:
-            if (!(L->momentum >= 0 && L->momentum < 1) || !(L->epsilon >= 1e-12f && L->epsilon <= 1))
-                return FAIL(&c, DT_EINVAL, "batchnorm momentum %g or epsilon %g out of range", (double)L->momentum,
-                            (double)L->epsilon);
-            s.n_bn = (size_t)ch; /* per channel, or per feature of a flat input */
-            break;
-        case DT_LAYER_GLOBAL_AVGPOOL:
-            if (flat)
-                return FAIL(&c, DT_ESHAPE, "global_avgpool needs an [H,W,C] input, but its input was flattened at line %d",
-                            flat_line);
-            h = w = 1;
-            flat = 1, flat_line = L->line;
-            break;
-        case DT_LAYER_ADD:
-        case DT_LAYER_CONCAT: {
-            int add = L->kind == DT_LAYER_ADD;
-            size_t sum_c = (size_t)ch;
-            for (int k = 1; k < n_in; k++) {
-                int j = dt_layer_input(L, i, k);
-                const out_shape *o = j < 0 ? &model_in : &outs[j];
-                if (add ? (o->h != h || o->w != w || o->c != ch || o->flat != flat)
-                        : (o->h != h || o->w != w || o->flat != flat))
-                    return FAIL(&c, DT_ESHAPE, "%s: input '%s' is [%d,%d,%d]%s but '%s' is [%d,%d,%d]%s%s", kn,
-                                input_name(spec, j0), h, w, ch, flat ? " (flat)" : "", input_name(spec, j), o->h,
-                                o->w, o->c, o->flat ? " (flat)" : "",
-                                add ? ": add sums inputs of one shape" : ": concat joins channels of inputs of one height and width");
-                sum_c += (size_t)o->c;
-            }
-            if (mul_sat(mul_sat((size_t)h, (size_t)w), sum_c) > DT_MODEL_MAX_ACT)
-                return FAIL(&c, DT_ESHAPE, "concat output has more than %zu values per example", DT_MODEL_MAX_ACT);
-            if (!add) ch = (int)sum_c;
-            break;
-        }
-        case DT_LAYER_FLATTEN:
-            if (!flat) {
-                ch = h * w * ch; /* bounded by DT_MODEL_MAX_ACT, fits an int */
-                h = w = 1;
-                flat = 1, flat_line = L->line;
-            }
-            break;
-        case DT_LAYER_DENSE:
-            if (!flat)
-                return FAIL(&c, DT_ESHAPE,
-                            "dense needs a flat input but gets [%d,%d,%d]: add a 'flatten' line before it",
-                            h, w, ch);
-            if (!in_range(L->units)) return FAIL(&c, DT_EINVAL, "dense: units must be from 1 to %d", DT_MODEL_MAX_DIM);
-            s.n_weights = mul_sat((size_t)ch, (size_t)L->units);
-            s.n_bias = L->use_bias ? (size_t)L->units : 0;
-            ch = L->units;
-            break;
-        default: return FAIL(&c, DT_EINVAL, "unknown layer kind %d", (int)L->kind);
-        }
-        if (s.n_weights || s.n_bias) {
-            int rc;
-            if ((rc = check_init(&c, &L->weight_init, "weight_init"))) return rc;
-            if (L->use_bias && (rc = check_init(&c, &L->bias_init, "bias_init"))) return rc;
-        }
-        s.out_h = h, s.out_w = w, s.out_c = ch, s.flat = flat;
-        outs[i] = (out_shape){h, w, ch, flat, flat_line};
-        if (mul_sat(mul_sat((size_t)h, (size_t)w), (size_t)ch) > DT_MODEL_MAX_ACT)
-            return FAIL(&c, DT_ESHAPE, "%s output %dx%dx%d has more than %zu values per example", kn, h, w, ch,
-                        DT_MODEL_MAX_ACT);
-        total += s.n_weights > DT_MODEL_MAX_PARAMS ? DT_MODEL_MAX_PARAMS + 1 : s.n_weights;
-        total += s.n_bias + 4 * s.n_bn;
-        if (total > DT_MODEL_MAX_PARAMS)
-            return FAIL(&c, DT_ESHAPE, "too many parameters: more than %zu by this %s layer", DT_MODEL_MAX_PARAMS, kn);
-        if (shapes) shapes[i] = s;
+        rc = walk_layer(sw, i, &s, &total);
+        if (!rc && shapes) shapes[i] = s;
     }
-    /* Every output but the last feeds some layer: an unused branch is almost always a typo. */
-    for (int i = 0; i + 1 < spec->n_layers; i++)
-        if (!consumers[i]) {
-            c.line = spec->layers[i].line;
-            return FAIL(&c, DT_ESHAPE, "the output of '%s' is never used: no layer takes it as input",
-                        spec->layers[i].name);
-        }
-    const dt_layer_spec *last = &spec->layers[spec->n_layers - 1];
-    c.line = last->line;
-    if (last->kind != DT_LAYER_DENSE)
-        return FAIL(&c, DT_ESHAPE,
-                    "the model must end with a dense layer whose units are the classes, not %s "
-                    "(softmax cross-entropy is applied to its output)",
-                    dt_layer_kind_name(last->kind));
-    if (last->units < 2)
-        return FAIL(&c, DT_ESHAPE, "the last dense layer gives the classes: it needs units >= 2, got %d",
-                    last->units);
-    if (param_count) *param_count = total;
-    return 0;
+    if (!rc) rc = check_graph_ends(sw);
+    if (!rc && param_count) *param_count = total;
+    return rc;
 }

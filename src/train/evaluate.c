@@ -20,7 +20,11 @@ int dt_evaluate(dt_net *net, const dt_dataset *ds, int64_t *confusion, dt_eval_r
         dt_batch b;
         if ((rc = dt_loader_next(loader, &b, err))) break;
         if (b.n == 0) break;
-        const float *logits = dt_net_forward(net, b.x, b.n, 0, 0);
+        const float *logits = dt_net_forward(net, b.x, b.n, 0, 0, err);
+        if (!logits) {
+            rc = DT_EINVAL; /* err says why */
+            break;
+        }
         int c = 0;
         loss_sum += (double)dt_net_loss(net, b.labels, &c) * b.n;
         if ((rc = dt_net_status(net, err))) break; /* a device's failure */
@@ -28,7 +32,7 @@ int dt_evaluate(dt_net *net, const dt_dataset *ds, int64_t *confusion, dt_eval_r
         out->examples += b.n;
         if (confusion) {
             for (int i = 0; i < b.n; i++) {
-                int best = argmax_first(logits + (size_t)i * classes, classes);
+                int best = dt_argmax_first(logits + (size_t)i * classes, classes);
                 int y = b.labels[i];
                 if (y >= 0 && y < classes) confusion[(size_t)y * classes + best]++;
             }

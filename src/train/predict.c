@@ -17,10 +17,14 @@ int dt_predict(dt_net *net, const dt_dataset *ds, dt_predict_fn emit, void *user
     while (!rc) {
         dt_batch b;
         if ((rc = dt_loader_next(loader, &b, err)) || b.n == 0) break;
-        const float *logits = dt_net_forward(net, b.x, b.n, 0, 0); // [n, classes]
-        if ((rc = dt_net_status(net, err))) break;                   /* a device's failure */
-        for (int i = 0; i < b.n; i++) predicted[i] = argmax_first(logits + (size_t)i * classes, classes);
-        softmax_forward(probs, logits, b.n, classes);
+        const float *logits = dt_net_forward(net, b.x, b.n, 0, 0, err); // [n, classes]
+        if (!logits) {
+            rc = DT_EINVAL; /* err says why */
+            break;
+        }
+        if ((rc = dt_net_status(net, err))) break; /* a device's failure */
+        for (int i = 0; i < b.n; i++) predicted[i] = dt_argmax_first(logits + (size_t)i * classes, classes);
+        dt_softmax_forward(probs, logits, b.n, classes);
         dt_predict_batch out = {b.ids, predicted, probs, logits, b.n, classes};
         rc = emit(user, &out, err);
         if (!rc && count) *count += b.n;

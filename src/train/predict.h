@@ -1,6 +1,6 @@
 /* Predictions over a data set (labelled or not): one forward pass in data-set order, batches from
  * the same loader and decoding as training and evaluation, and for each example its predicted class
- * (argmax_first of the logits, as dt_evaluate counts it) and the softmax of its logits. Bad images
+ * (dt_argmax_first of the logits, as dt_evaluate counts it) and the softmax of its logits. Bad images
  * follow the data set's policy: left out and counted (dt_dataset_bad_count), or an error naming
  * the file. */
 #ifndef DT_TRAIN_PREDICT_H

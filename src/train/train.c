@@ -11,7 +11,6 @@
 #include "cluster/cluster.h"
 #include "cluster/manager.h"
 #include "cluster/placement.h"
-#include "compute/cuda.h"
 #include "compute/kernels.h"
 #include "compute/optim.h"
 #include "transport/wire.h"
@@ -333,7 +332,6 @@ int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FIL
     if ((rc = dt_augment_parse(&aug, o->augment, err))) return rc;
     dt_place_strategy strategy;
     if ((rc = dt_place_strategy_parse(o->placement ? o->placement : "greedy", &strategy, err))) return rc;
-    dt_kernels_set_threads(o->threads);
 
     run_state r = {.dbg = dbg};
     dt_cluster_single(&r.cluster);
@@ -349,6 +347,7 @@ int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FIL
     if (!o->dry_run && (rc = metrics_start(&r, o, log, err))) goto out;
     if ((rc = load_auth(&r.auth, o, &r.cluster, err))) goto out;
     if ((rc = dt_net_load(&r.net, o->model_path, o->batch_size, err))) goto out;
+    dt_net_set_threads(r.net, o->threads);
     if (r.cluster.distributed) {
         if ((rc = dt_placement_compute(&r.placement, dt_net_view(r.net, 0), dt_net_num_views(r.net),
                                        r.cluster.n_ps, strategy, err)))
@@ -372,7 +371,7 @@ int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FIL
     if (o->device && *o->device && strcmp(o->device, "cpu")) {
         if ((rc = dt_net_set_device(r.net, o->device, err))) goto out;
         char desc[320];
-        dt_cuda_describe(desc, sizeof desc);
+        dt_net_describe_device(r.net, desc, sizeof desc);
         fprintf(log, "device: %s\n", desc);
     }
     rc = train_loop(&r, o, log, res, err);
@@ -548,7 +547,7 @@ static void log_start(const run_state *r, const dt_train_options *o) {
             dt_version(), dt_net_spec(r->net)->name, dt_net_param_count(r->net), dt_dataset_size(r->data.train),
             dt_dataset_size(r->data.validation), dt_dataset_size(r->data.test), dt_opt_name(r->opt.kind),
             (double)r->opt.learning_rate, o->batch_size, (long long)p->total,
-            (double)p->total / (double)p->global_per_epoch, dt_kernels_get_threads(), role);
+            (double)p->total / (double)p->global_per_epoch, dt_net_threads(r->net), role);
     char sched[160], clip[64] = "none";
     dt_lr_describe(&r->opt.schedule, sched, sizeof sched);
     if (o->clip_gradient_norm > 0) snprintf(clip, sizeof clip, "global norm %g", o->clip_gradient_norm);
@@ -618,8 +617,11 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
             dt_emulate_step(r->net, r->dbg->emulate_compute_ms);
         } else {
             if ((rc = dt_loader_next(r->loader, &b, err))) break;
-            dt_net_forward(r->net, b.x, b.n, 1,
-                           dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard)));
+            if (!dt_net_forward(r->net, b.x, b.n, 1,
+                                dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard)), err)) {
+                rc = DT_EINVAL; /* err says why */
+                break;
+            }
             loss = dt_net_loss(r->net, b.labels, &correct);
             if ((rc = dt_net_status(r->net, err))) break; /* a device's failure, named */
             if (!isfinite(loss)) {
@@ -627,8 +629,7 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                                (double)loss, (long long)*global_step + 1);
                 break;
             }
-            dt_net_backward(r->net);
-            if ((rc = dt_net_status(r->net, err))) break;
+            if ((rc = dt_net_backward(r->net, err)) || (rc = dt_net_status(r->net, err))) break;
             if (*local_step == 0 && r->dbg->dump_grads && *r->dbg->dump_grads &&
                 (rc = dump_floats("debug_dump_grads", r->dbg->dump_grads, dt_net_grads(r->net),
                                   dt_net_param_count(r->net), err)))

@@ -1,5 +1,5 @@
-/* CPU backend of compute/kernels.h: OpenBLAS sgemm for the matrix products, OpenMP for everything
- * else. One thread pool only: OpenBLAS always runs single-threaded and the kernels split work across
+/* Convolution on the CPU (compute/kernels.h): OpenBLAS sgemm for the matrix products, OpenMP for
+ * everything else. One thread pool only: OpenBLAS always runs single-threaded and the kernels split work across
  * OpenMP threads themselves. Two spinning pools (OpenBLAS's pthreads and OpenMP's) on a small machine
  * steal each other's cores, and single-threaded sgemm on cache-sized chunks is as fast per core as
  * threaded sgemm on the whole matrix (see bench/bench_kernels.c).
@@ -11,99 +11,15 @@
  * NHWC. Backward recomputes the same chunks: dW += col^T @ dout, then dcol = dout @ W^T
  * overwrites col and is scattered back (col2im). Gradients are summed in fixed pieces, so they are
  * bit-identical for any thread count. docs/memory-layout.md has the details and measurements. */
-#include "compute/kernels.h"
-
 #include <cblas.h>
-#include <math.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 #include <omp.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "compute/cpu.h"
-#include "core/error.h"
-#include "core/rng.h"
-
-/* ---- threads ------------------------------------------------------------------------------- */
-
-static int g_threads;         /* OpenMP threads the kernels use; set once by init, then by the user */
-static int g_max_threads;     /* cores: the cap, and what scratch is sized for */
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-
-static void init_once(void) {
-    g_max_threads = omp_get_num_procs();
-    if (g_max_threads < 1) g_max_threads = 1;
-    int t = omp_get_max_threads(); /* honours OMP_NUM_THREADS */
-    g_threads = t < 1 ? 1 : t > g_max_threads ? g_max_threads : t;
-    openblas_set_num_threads(1);
-}
-
-int dt_cpu_threads(void) {
-    pthread_once(&g_once, init_once);
-    return __atomic_load_n(&g_threads, __ATOMIC_RELAXED);
-}
-
-int dt_cpu_max_threads(void) {
-    pthread_once(&g_once, init_once);
-    return g_max_threads;
-}
-
-void dt_kernels_set_threads(int n) {
-    pthread_once(&g_once, init_once);
-    if (n <= 0 || n > g_max_threads) n = g_max_threads;
-    __atomic_store_n(&g_threads, n, __ATOMIC_RELAXED);
-}
-
-int dt_kernels_get_threads(void) { return dt_cpu_threads(); }
-
-/* Parallel loops over fewer elements than this run on one thread: waking a thread costs more. */
-#define PAR_MIN_ELEMS 32768
-
-/* ---- window geometry ----------------------------------------------------------------------- */
-
-int dt_window_init(dt_window *g, int in_h, int in_w, int in_c, int out_c, int k_h, int k_w,
-                   int stride_h, int stride_w, dt_padding pad, dt_error *err) {
-    memset(g, 0, sizeof *g);
-    if (in_h <= 0 || in_w <= 0 || in_c <= 0)
-        return dt_errorf(err, DT_ESHAPE, "window: input %dx%dx%d must be positive", in_h, in_w, in_c);
-    if (out_c <= 0) return dt_errorf(err, DT_ESHAPE, "window: %d output channels, need > 0", out_c);
-    if (k_h <= 0 || k_w <= 0)
-        return dt_errorf(err, DT_ESHAPE, "window: kernel %dx%d must be positive", k_h, k_w);
-    if (stride_h <= 0 || stride_w <= 0)
-        return dt_errorf(err, DT_ESHAPE, "window: stride %dx%d must be positive", stride_h, stride_w);
-    if (pad != DT_PAD_VALID && pad != DT_PAD_SAME)
-        return dt_errorf(err, DT_EINVAL, "window: unknown padding %d", (int)pad);
-    /* argmax stores an index within one example as int32. */
-    if ((int64_t)in_h * in_w * in_c > INT32_MAX)
-        return dt_errorf(err, DT_ESHAPE, "window: input %dx%dx%d has more than 2^31 values", in_h,
-                         in_w, in_c);
-    int out_h, out_w, pad_top = 0, pad_left = 0;
-    if (pad == DT_PAD_VALID) {
-        if (k_h > in_h || k_w > in_w)
-            return dt_errorf(err, DT_ESHAPE,
-                             "window: kernel %dx%d is larger than the %dx%d input with VALID padding",
-                             k_h, k_w, in_h, in_w);
-        out_h = (in_h - k_h) / stride_h + 1;
-        out_w = (in_w - k_w) / stride_w + 1;
-    } else {
-        /* TensorFlow's SAME: out = ceil(in / stride); the odd padding cell goes bottom/right. */
-        out_h = (in_h + stride_h - 1) / stride_h;
-        out_w = (in_w + stride_w - 1) / stride_w;
-        int64_t ph = (int64_t)(out_h - 1) * stride_h + k_h - in_h;
-        int64_t pw = (int64_t)(out_w - 1) * stride_w + k_w - in_w;
-        pad_top = ph > 0 ? (int)(ph / 2) : 0;
-        pad_left = pw > 0 ? (int)(pw / 2) : 0;
-    }
-    if ((int64_t)out_h * out_w * out_c > INT32_MAX)
-        return dt_errorf(err, DT_ESHAPE, "window: output %dx%dx%d has more than 2^31 values", out_h,
-                         out_w, out_c);
-    *g = (dt_window){.in_h = in_h, .in_w = in_w, .in_c = in_c, .out_h = out_h, .out_w = out_w,
-                     .out_c = out_c, .k_h = k_h, .k_w = k_w, .stride_h = stride_h,
-                     .stride_w = stride_w, .pad_top = pad_top, .pad_left = pad_left};
-    return 0;
-}
+#include "compute/kernels.h"
 
 /* ---- GEMM ---------------------------------------------------------------------------------- */
 
@@ -114,7 +30,7 @@ int dt_window_init(dt_window *g, int in_h, int in_w, int in_c, int out_c, int k_
 #define GEMM_PIECES 8
 #define GEMM_PIECE_MIN 64
 
-void dt_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+void dt_gemm(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc) {
     double flops = 2.0 * M * N * K;
     if (flops < 2e6 || (M < 32 && N < 32)) {
@@ -128,7 +44,7 @@ void dt_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const f
     blk = (blk + 15) & ~15;
     if (blk < GEMM_PIECE_MIN) blk = GEMM_PIECE_MIN;
     const int pieces = (len + blk - 1) / blk;
-    int nt = omp_in_parallel() ? 1 : dt_cpu_threads();
+    int nt = omp_in_parallel() ? 1 : cpu->threads;
     if (nt > pieces) nt = pieces;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int p = 0; p < pieces; p++) {
@@ -180,8 +96,7 @@ typedef struct {
 } conv_scratch;
 
 static conv_scratch conv_scratch_layout(const dt_window *g, int batch) {
-    pthread_once(&g_once, init_once);
-    size_t T = (size_t)g_max_threads, kkc = (size_t)g->k_h * g->k_w * g->in_c;
+    size_t T = (size_t)dt_cpu_cores(), kkc = (size_t)g->k_h * g->k_w * g->in_c;
     size_t P = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 1) : CONV_BWD_PIECES;
     conv_scratch s;
     s.rows = conv_chunk_rows(g, batch);
@@ -317,14 +232,18 @@ DT_HOT static void col2im(float *din, const float *dcol, const dt_window *g, siz
     }
 }
 
-static void im2col_forward(float *out, const float *in, const float *w, const float *b, int batch,
+static void im2col_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
                            const dt_window *g, float *scratch) {
     const int KKC = g->k_h * g->k_w * g->in_c, OC = g->out_c;
     const size_t total = (size_t)batch * g->out_h * g->out_w;
     const conv_scratch s = conv_scratch_layout(g, batch);
     const int pointwise = is_pointwise(g);
-    int nt = dt_cpu_threads();
-    size_t rows = (total + (size_t)nt * PIECES_PER_THREAD - 1) / ((size_t)nt * PIECES_PER_THREAD);
+    /* Chunks sized for the cores, not for this context's threads: OpenBLAS may round a row of a
+     * product by where it falls in it, so chunks that depend on the shape (and the machine) only
+     * give the same bits at any thread count. */
+    const size_t pieces = (size_t)dt_cpu_cores() * PIECES_PER_THREAD;
+    int nt = cpu->threads;
+    size_t rows = (total + pieces - 1) / pieces;
     if (rows < 64) rows = 64;
     if (rows > s.rows) rows = s.rows;
     const size_t nchunks = (total + rows - 1) / rows;
@@ -347,7 +266,7 @@ static void im2col_forward(float *out, const float *in, const float *w, const fl
     }
 }
 
-static void im2col_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+static void im2col_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
                             const float *w, int batch, const dt_window *g, float *scratch) {
     const int KKC = g->k_h * g->k_w * g->in_c, OC = g->out_c;
     const size_t ohw = (size_t)g->out_h * g->out_w, img_size = (size_t)g->in_h * g->in_w * g->in_c;
@@ -357,7 +276,7 @@ static void im2col_backward(float *din, float *dw, float *db, const float *dout,
     /* Pieces are groups of whole examples, so the scatters (col2im) of different threads never
      * touch the same din. */
     const size_t npieces = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 0) : CONV_BWD_PIECES;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
     if ((size_t)nt > npieces) nt = npieces > 0 ? (int)npieces : 1;
 #pragma omp parallel num_threads(nt)
     {
@@ -410,79 +329,20 @@ static void im2col_backward(float *din, float *dw, float *db, const float *dout,
 
 /* ---- convolution entry points -------------------------------------------------------------- */
 
-size_t conv2d_scratch_floats(const dt_window *g, int batch) {
+size_t dt_conv2d_scratch_floats(const dt_window *g, int batch) {
     return dt_wino_applies(g) ? dt_wino_scratch_floats(g, batch) : conv_scratch_layout(g, batch).total;
 }
 
-void conv2d_forward(float *out, const float *in, const float *w, const float *b, int batch,
-                    const dt_window *g, float *scratch) {
-    if (dt_wino_applies(g)) dt_wino_forward(out, in, w, b, batch, g, scratch);
-    else im2col_forward(out, in, w, b, batch, g, scratch);
+void dt_conv2d_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
+                       const dt_window *g, float *scratch) {
+    if (dt_wino_applies(g)) dt_wino_forward(cpu, out, in, w, b, batch, g, scratch);
+    else im2col_forward(cpu, out, in, w, b, batch, g, scratch);
 }
 
-void conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                     const float *w, int batch, const dt_window *g, float *scratch) {
-    if (dt_wino_applies(g)) dt_wino_backward(din, dw, db, dout, in, w, batch, g, scratch);
-    else im2col_backward(din, dw, db, dout, in, w, batch, g, scratch);
-}
-
-/* ---- max pooling --------------------------------------------------------------------------- */
-
-/* One output row oh of one example: o/am [OW, C]. src holds the example's input from element
- * src_off on (element idx of the example is src[idx - src_off]), so the fused conv + pool can pass
- * a chunk of conv rows. argmax is always the index within the whole example. */
-DT_HOT static void maxpool_row(float *o, int32_t *am, const float *src, size_t src_off, const dt_window *g,
-                        int oh) {
-    const int H = g->in_h, W = g->in_w, C = g->in_c, OW = g->out_w;
-    const int ih0 = oh * g->stride_h - g->pad_top;
-    const int kh_lo = ih0 < 0 ? -ih0 : 0, kh_hi = ih0 + g->k_h > H ? H - ih0 : g->k_h;
-    for (int ow = 0; ow < OW; ow++, o += C, am += C) {
-        int iw0 = ow * g->stride_w - g->pad_left;
-        int kw_lo = iw0 < 0 ? -iw0 : 0, kw_hi = iw0 + g->k_w > W ? W - iw0 : g->k_w;
-        /* SAME padding cells are never read, which is the same as padding with -inf. The first
-         * in-image cell seeds the max; later cells win only if strictly larger (or NaN, which
-         * propagates as in PyTorch). */
-        int32_t first = ((ih0 + kh_lo) * W + iw0 + kw_lo) * C;
-        const float *f = src + (first - src_off);
-        for (int c = 0; c < C; c++) o[c] = f[c], am[c] = first + c;
-        for (int kh = kh_lo; kh < kh_hi; kh++)
-            for (int kw = kw_lo; kw < kw_hi; kw++) {
-                if (kh == kh_lo && kw == kw_lo) continue;
-                int32_t idx = ((ih0 + kh) * W + iw0 + kw) * C;
-                const float *v = src + (idx - src_off);
-                for (int c = 0; c < C; c++) {
-                    int win = v[c] > o[c] || v[c] != v[c];
-                    o[c] = win ? v[c] : o[c];
-                    am[c] = win ? idx + c : am[c];
-                }
-            }
-    }
-}
-
-void maxpool_forward(float *out, int32_t *argmax, const float *in, int batch, const dt_window *g) {
-    const int OH = g->out_h;
-    const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c, rows = (size_t)batch * OH;
-    const size_t row_size = (size_t)g->out_w * g->in_c;
-    int nt = dt_cpu_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (rows * row_size >= PAR_MIN_ELEMS)
-    for (size_t row = 0; row < rows; row++)
-        maxpool_row(out + row * row_size, argmax + row * row_size, in + (row / OH) * img_size, 0, g,
-                    (int)(row % OH));
-}
-
-void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int batch,
-                      const dt_window *g) {
-    const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c;
-    const size_t out_size = (size_t)g->out_h * g->out_w * g->in_c;
-    int nt = dt_cpu_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (batch * img_size >= PAR_MIN_ELEMS)
-    for (int n = 0; n < batch; n++) {
-        float *d = din + (size_t)n * img_size;
-        const float *go = dout + (size_t)n * out_size;
-        const int32_t *am = argmax + (size_t)n * out_size;
-        memset(d, 0, img_size * sizeof(float));
-        for (size_t i = 0; i < out_size; i++) d[am[i]] += go[i];
-    }
+void dt_conv2d_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
+                        const float *w, int batch, const dt_window *g, float *scratch) {
+    if (dt_wino_applies(g)) dt_wino_backward(cpu, din, dw, db, dout, in, w, batch, g, scratch);
+    else im2col_backward(cpu, din, dw, db, dout, in, w, batch, g, scratch);
 }
 
 /* ---- fused convolution + max pooling ------------------------------------------------------ */
@@ -491,7 +351,7 @@ void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int 
  * it in cache: it is never written to or read back from memory, and backward rebuilds each chunk of
  * the conv gradient from the pooled gradient and argmax in cache too. */
 
-int conv2d_maxpool_fusable(const dt_window *conv, const dt_window *pool) {
+int dt_conv2d_maxpool_fusable(const dt_window *conv, const dt_window *pool) {
     return pool->in_h == conv->out_h && pool->in_w == conv->out_w && pool->in_c == conv->out_c &&
            pool->out_c == pool->in_c && pool->k_h <= pool->stride_h && pool->k_w <= pool->stride_w &&
            !dt_wino_applies(conv);
@@ -519,11 +379,11 @@ static fused_scratch fused_layout(const dt_window *cg, const dt_window *pg, int 
     if (crows > (size_t)cg->out_h) crows = (size_t)cg->out_h;
     f.cbuf = round16(crows * cg->out_w * cg->out_c);
     f.cbuf_base = f.cs.total;
-    f.total = f.cbuf_base + (size_t)g_max_threads * f.cbuf;
+    f.total = f.cbuf_base + (size_t)dt_cpu_cores() * f.cbuf;
     return f;
 }
 
-size_t conv2d_maxpool_scratch_floats(const dt_window *conv, const dt_window *pool, int batch) {
+size_t dt_conv2d_maxpool_scratch_floats(const dt_window *conv, const dt_window *pool, int batch) {
     return fused_layout(conv, pool, batch).total;
 }
 
@@ -535,13 +395,13 @@ static inline void fused_conv_rows(const dt_window *cg, const dt_window *pg, int
     *cr1 = z > cg->out_h ? cg->out_h : z;
 }
 
-void conv2d_maxpool_forward(float *out, int32_t *argmax, const float *in, const float *w, const float *b,
-                            int batch, const dt_window *cg, const dt_window *pg, float *scratch) {
+void dt_conv2d_maxpool_forward(const dt_cpu *cpu, float *out, int32_t *argmax, const float *in, const float *w,
+                               const float *b, int batch, const dt_window *cg, const dt_window *pg, float *scratch) {
     const int KKC = cg->k_h * cg->k_w * cg->in_c, OC = cg->out_c, OW = cg->out_w, PH = pg->out_h;
     const fused_scratch f = fused_layout(cg, pg, batch);
     const int pointwise = is_pointwise(cg);
     const size_t units = (size_t)batch * f.groups, prow_size = (size_t)pg->out_w * OC;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
     if ((size_t)nt > units) nt = units > 0 ? (int)units : 1;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t u = 0; u < units; u++) {
@@ -567,14 +427,14 @@ void conv2d_maxpool_forward(float *out, int32_t *argmax, const float *in, const 
         }
         for (int r = r0; r < r1; r++) {
             size_t o_off = (n * PH + r) * prow_size;
-            maxpool_row(out + o_off, argmax + o_off, cbuf, (size_t)cr0 * OW * OC, pg, r);
+            dt_maxpool_row(out + o_off, argmax + o_off, cbuf, (size_t)cr0 * OW * OC, pg, r);
         }
     }
 }
 
-void conv2d_maxpool_backward(float *din, float *dw, float *db, const float *dout, const int32_t *argmax,
-                             const float *in, const float *w, int batch, const dt_window *cg,
-                             const dt_window *pg, float *scratch) {
+void dt_conv2d_maxpool_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout,
+                                const int32_t *argmax, const float *in, const float *w, int batch,
+                                const dt_window *cg, const dt_window *pg, float *scratch) {
     const int KKC = cg->k_h * cg->k_w * cg->in_c, OC = cg->out_c, OW = cg->out_w, PH = pg->out_h;
     const fused_scratch f = fused_layout(cg, pg, batch);
     const conv_scratch *s = &f.cs;
@@ -582,7 +442,7 @@ void conv2d_maxpool_backward(float *din, float *dw, float *db, const float *dout
     const size_t img_size = (size_t)cg->in_h * cg->in_w * cg->in_c, ndw = (size_t)KKC * OC;
     const size_t prow_size = (size_t)pg->out_w * OC;
     const size_t npieces = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 0) : CONV_BWD_PIECES;
-    int nt = dt_cpu_threads();
+    int nt = cpu->threads;
     if ((size_t)nt > npieces) nt = npieces > 0 ? (int)npieces : 1;
 #pragma omp parallel num_threads(nt)
     {
@@ -645,112 +505,4 @@ void conv2d_maxpool_backward(float *din, float *dw, float *db, const float *dout
             for (size_t piece = 0; piece < npieces; piece++) sum += scratch[s->db_base + piece * s->db + c];
             db[c] = sum;
         }
-}
-
-/* ---- element-wise -------------------------------------------------------------------------- */
-
-void relu_forward(float *out, const float *in, size_t n) {
-    int nt = dt_cpu_threads();
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
-}
-
-void relu_backward(float *din, const float *dout, const float *out, size_t n) {
-    int nt = dt_cpu_threads();
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) {
-        float d = dout[i]; /* read unconditionally: a conditional load keeps SSE2 from vectorising */
-        din[i] = out[i] > 0.0f ? d : 0.0f;
-    }
-}
-
-void dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float rate, uint64_t seed) {
-    /* keep iff uniform [0,1) >= rate, the uniform built exactly as dt_rng_uniform builds it. */
-    float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
-    int nt = dt_cpu_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) {
-        float u = (float)(dt_hash64(seed, i) >> 40) * (1.0f / 16777216.0f);
-        int keep = rate < 1.0f && u >= rate;
-        mask[i] = (uint8_t)keep;
-        out[i] = in[i] * (keep ? scale : 0.0f);
-    }
-}
-
-void dropout_backward(float *din, const float *dout, const uint8_t *mask, size_t n, float rate) {
-    float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
-    int nt = dt_cpu_threads();
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) din[i] = dout[i] * (mask[i] ? scale : 0.0f);
-}
-
-/* ---- dense --------------------------------------------------------------------------------- */
-
-void dense_forward(float *out, const float *in, const float *w, const float *b, int batch,
-                   int in_dim, int out_dim) {
-    if (b)
-        for (int n = 0; n < batch; n++) memcpy(out + (size_t)n * out_dim, b, out_dim * sizeof(float));
-    dt_gemm(0, 0, batch, out_dim, in_dim, 1.0f, in, in_dim, w, out_dim, b ? 1.0f : 0.0f, out, out_dim);
-}
-
-void dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                    const float *w, int batch, int in_dim, int out_dim) {
-    dt_gemm(1, 0, in_dim, out_dim, batch, 1.0f, in, in_dim, dout, out_dim, 0.0f, dw, out_dim);
-    if (db) {
-        memset(db, 0, out_dim * sizeof(float));
-        for (int n = 0; n < batch; n++)
-            for (int o = 0; o < out_dim; o++) db[o] += dout[(size_t)n * out_dim + o];
-    }
-    if (din) dt_gemm(0, 1, batch, in_dim, out_dim, 1.0f, dout, out_dim, w, out_dim, 0.0f, din, in_dim);
-}
-
-/* ---- loss ---------------------------------------------------------------------------------- */
-
-int argmax_first(const float *x, int classes) {
-    int best = 0;
-    for (int k = 1; k < classes; k++)
-        if (x[k] > x[best]) best = k;
-    return best;
-}
-
-void softmax_forward(float *probs, const float *logits, int batch, int classes) {
-    for (int n = 0; n < batch; n++) {
-        const float *x = logits + (size_t)n * classes;
-        float *p = probs + (size_t)n * classes;
-        float mx = x[argmax_first(x, classes)];
-        double sum = 0.0;
-        for (int k = 0; k < classes; k++) sum += exp((double)x[k] - mx);
-        double inv = 1.0 / sum;
-        for (int k = 0; k < classes; k++) p[k] = (float)(exp((double)x[k] - mx) * inv);
-    }
-}
-
-float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int batch, int classes,
-                   int *correct) {
-    double loss = 0.0;
-    int hits = 0;
-    for (int n = 0; n < batch; n++) {
-        const float *x = logits + (size_t)n * classes;
-        int32_t y = labels[n];
-        int best = argmax_first(x, classes);
-        /* log-sum-exp around the max: exp never overflows, the largest term is exactly 1. */
-        float mx = x[best];
-        double sum = 0.0;
-        for (int k = 0; k < classes; k++) sum += exp((double)x[k] - mx);
-        int valid = y >= 0 && y < classes;
-        if (valid) {
-            loss += log(sum) - ((double)x[y] - mx);
-            hits += best == y;
-        } else {
-            loss = NAN; /* a label outside [0, classes): poison the loss rather than read out of bounds */
-        }
-        if (dlogits) {
-            float *d = dlogits + (size_t)n * classes;
-            double inv = 1.0 / (sum * batch);
-            for (int k = 0; k < classes; k++)
-                d[k] = (float)(exp((double)x[k] - mx) * inv - (k == y ? 1.0 / batch : 0.0));
-        }
-    }
-    if (correct) *correct = hits;
-    return batch > 0 ? (float)(loss / batch) : 0.0f;
 }

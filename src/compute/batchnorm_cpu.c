@@ -1,14 +1,13 @@
-/* CPU kernels of the layers residual networks add (compute/kernels.h): batch norm, average
- * pooling, smooth activations, the residual sum and channel concatenation. Memory-bound loops,
- * split over OpenMP threads like the element-wise kernels of kernels_cpu.c. */
+/* Batch norm on the CPU (compute/kernels.h): training statistics and their backward, summed in a
+ * fixed order so results do not depend on the thread count; the affine map of evaluation (and of a
+ * norm whose output goes straight into a residual sum). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "compute/cpu.h"
 #include "compute/kernels.h"
 
-/* Parallel loops over fewer elements than this run on one thread (as in kernels_cpu.c). */
-#define PAR_MIN_ELEMS 32768
 /* Rows per batch-norm piece: a piece's partial sums are C doubles, its rows stay in cache. */
 #define BN_PIECE 256
 
@@ -19,7 +18,7 @@
  * thread count. */
 static size_t bn_pieces(size_t rows) { return (rows + BN_PIECE - 1) / BN_PIECE; }
 
-size_t batchnorm_work_doubles(size_t rows, int C) { return bn_pieces(rows) * 2 * (size_t)C; }
+size_t dt_batchnorm_work_doubles(size_t rows, int C) { return bn_pieces(rows) * 2 * (size_t)C; }
 
 static double *bn_piece_sums(double *work, size_t p, int C) { return work + p * 2 * (size_t)C; }
 
@@ -45,11 +44,11 @@ static inline void bn_stats_block(double *s, double *q, const float *x, const fl
     for (int c = 0; c < BN_BLOCK; c++) s[c] = sa[c], q[c] = qa[c];
 }
 
-void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, float *scale, float *shift,
-                       const float *in, const float *gamma, const float *beta, size_t rows, int C, float eps,
-                       int relu, double *work) {
+void dt_batchnorm_forward(const dt_cpu *cpu, float *out, float *mean, float *var, float *inv_std, float *scale,
+                          float *shift, const float *in, const float *gamma, const float *beta, size_t rows, int C,
+                          float eps, int relu, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
-    int nt = dt_kernels_get_threads();
+    int nt = cpu->threads;
     /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first
      * row, so the squares do not cancel even when the mean is far larger than the spread. */
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
@@ -95,7 +94,7 @@ void batchnorm_forward(float *out, float *mean, float *var, float *inv_std, floa
         scale[c] = gamma[c] * inv_std[c];
         shift[c] = beta[c] - mean[c] * scale[c];
     }
-    if (out) channel_affine_forward(out, in, scale, shift, rows, C, relu);
+    if (out) dt_channel_affine_forward(cpu, out, in, scale, shift, rows, C, relu);
 }
 
 /* dout with forward's ReLU applied if relu: zero where the norm's output was not positive. */
@@ -154,12 +153,12 @@ static inline void bn_backward_sums_block(double *sb, double *sg, const float *x
     for (int c = 0; c < BN_BLOCK; c++) sb[c] = ba[c], sg[c] = ga[c];
 }
 
-void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
-                        const float *mean, const float *inv_std, const float *gamma, const float *scale,
-                        const float *shift, size_t rows, int C, double *work) {
+void dt_batchnorm_backward(const dt_cpu *cpu, float *din, float *dgamma, float *dbeta, const float *dout,
+                           const float *in, const float *mean, const float *inv_std, const float *gamma,
+                           const float *scale, const float *shift, size_t rows, int C, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
     const int relu = scale != NULL;
-    int nt = dt_kernels_get_threads();
+    int nt = cpu->threads;
     /* dbeta = sum dout, dgamma = sum dout * xhat, xhat = (in - mean) * inv_std. The relu test is
      * outside the rows' loops, each with its own inlined copy: inside an OpenMP body it is a
      * variable, and a test in the loop would keep it from being vectorised. */
@@ -210,9 +209,9 @@ void batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *do
     }
 }
 
-void channel_affine_forward(float *out, const float *in, const float *scale, const float *shift,
-                            size_t rows, int C, int relu) {
-    int nt = dt_kernels_get_threads();
+void dt_channel_affine_forward(const dt_cpu *cpu, float *out, const float *in, const float *scale, const float *shift,
+                               size_t rows, int C, int relu) {
+    int nt = cpu->threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)C >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
         const float *x = in + r * (size_t)C;
@@ -229,127 +228,9 @@ void channel_affine_forward(float *out, const float *in, const float *scale, con
     }
 }
 
-/* ---- average pooling ----------------------------------------------------------------------- */
-
-/* The window of output (oh, ow) clipped to the image: rows [h0, h1), columns [w0, w1). */
-static inline void avg_window(const dt_window *g, int oh, int ow, int *h0, int *h1, int *w0, int *w1) {
-    int ih = oh * g->stride_h - g->pad_top, iw = ow * g->stride_w - g->pad_left;
-    *h0 = ih < 0 ? 0 : ih;
-    *h1 = ih + g->k_h > g->in_h ? g->in_h : ih + g->k_h;
-    *w0 = iw < 0 ? 0 : iw;
-    *w1 = iw + g->k_w > g->in_w ? g->in_w : iw + g->k_w;
-}
-
-void avgpool_forward(float *out, const float *in, int batch, const dt_window *g) {
-    const int OH = g->out_h, OW = g->out_w, C = g->in_c;
-    const size_t img = (size_t)g->in_h * g->in_w * C, rows = (size_t)batch * OH;
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (rows * OW * C >= PAR_MIN_ELEMS)
-    for (size_t row = 0; row < rows; row++) {
-        const float *x = in + (row / OH) * img;
-        int oh = (int)(row % OH);
-        for (int ow = 0; ow < OW; ow++) {
-            float *o = out + (row * OW + ow) * C;
-            int h0, h1, w0, w1;
-            avg_window(g, oh, ow, &h0, &h1, &w0, &w1);
-            for (int c = 0; c < C; c++) o[c] = 0;
-            for (int h = h0; h < h1; h++)
-                for (int w = w0; w < w1; w++) {
-                    const float *v = x + ((size_t)h * g->in_w + w) * C;
-                    for (int c = 0; c < C; c++) o[c] += v[c];
-                }
-            float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
-            for (int c = 0; c < C; c++) o[c] *= inv;
-        }
-    }
-}
-
-void avgpool_backward(float *din, const float *dout, int batch, const dt_window *g) {
-    const int OH = g->out_h, OW = g->out_w, C = g->in_c;
-    const size_t img = (size_t)g->in_h * g->in_w * C, osz = (size_t)OH * OW * C;
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (batch * img >= PAR_MIN_ELEMS)
-    for (int n = 0; n < batch; n++) {
-        float *d = din + (size_t)n * img;
-        memset(d, 0, img * sizeof(float));
-        for (int oh = 0; oh < OH; oh++)
-            for (int ow = 0; ow < OW; ow++) {
-                const float *go = dout + (size_t)n * osz + ((size_t)oh * OW + ow) * C;
-                int h0, h1, w0, w1;
-                avg_window(g, oh, ow, &h0, &h1, &w0, &w1);
-                float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
-                for (int h = h0; h < h1; h++)
-                    for (int w = w0; w < w1; w++) {
-                        float *v = d + ((size_t)h * g->in_w + w) * C;
-                        for (int c = 0; c < C; c++) v[c] += go[c] * inv;
-                    }
-            }
-    }
-}
-
-void global_avgpool_forward(float *out, const float *in, int batch, int hw, int C) {
-    for (int n = 0; n < batch; n++) {
-        float *o = out + (size_t)n * C;
-        const float *x = in + (size_t)n * hw * C;
-        for (int c = 0; c < C; c++) o[c] = 0;
-        for (int p = 0; p < hw; p++)
-            for (int c = 0; c < C; c++) o[c] += x[(size_t)p * C + c];
-        for (int c = 0; c < C; c++) o[c] /= (float)hw;
-    }
-}
-
-void global_avgpool_backward(float *din, const float *dout, int batch, int hw, int C) {
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if ((size_t)batch * hw * C >= PAR_MIN_ELEMS)
-    for (int n = 0; n < batch; n++)
-        for (int p = 0; p < hw; p++) {
-            float *d = din + ((size_t)n * hw + p) * C;
-            const float *go = dout + (size_t)n * C;
-            for (int c = 0; c < C; c++) d[c] = go[c] / (float)hw;
-        }
-}
-
-/* ---- element-wise -------------------------------------------------------------------------- */
-
-void leaky_relu_forward(float *out, const float *in, size_t n, float alpha) {
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : alpha * in[i];
-}
-
-void leaky_relu_backward(float *din, const float *dout, const float *out, size_t n, float alpha) {
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] : alpha * dout[i];
-}
-
-void sigmoid_forward(float *out, const float *in, size_t n) {
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) out[i] = 1.0f / (1.0f + expf(-in[i]));
-}
-
-void sigmoid_backward(float *din, const float *dout, const float *out, size_t n) {
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) din[i] = dout[i] * out[i] * (1.0f - out[i]);
-}
-
-void tanh_forward(float *out, const float *in, size_t n) {
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) out[i] = tanhf(in[i]);
-}
-
-void tanh_backward(float *din, const float *dout, const float *out, size_t n) {
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) din[i] = dout[i] * (1.0f - out[i] * out[i]);
-}
-
-void channel_affine_add_forward(float *out, const float *in, const float *scale, const float *shift,
-                                const float *b, size_t rows, int C, int relu) {
-    int nt = dt_kernels_get_threads();
+void dt_channel_affine_add_forward(const dt_cpu *cpu, float *out, const float *in, const float *scale,
+                                   const float *shift, const float *b, size_t rows, int C, int relu) {
+    int nt = cpu->threads;
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)C >= PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
         const float *x = in + r * (size_t)C, *z = b + r * (size_t)C;
@@ -364,32 +245,4 @@ void channel_affine_add_forward(float *out, const float *in, const float *scale,
 #pragma omp simd
             for (int c = 0; c < C; c++) y[c] = x[c] * scale[c] + shift[c] + z[c];
     }
-}
-
-void add_forward(float *out, const float *a, const float *b, size_t n, int relu) {
-    int nt = dt_kernels_get_threads();
-    if (relu) {
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-        for (size_t i = 0; i < n; i++) {
-            float v = a[i] + b[i];
-            out[i] = v > 0.0f ? v : 0.0f;
-        }
-        return;
-    }
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
-}
-
-void concat_forward(float *out, const float *in, size_t rows, int in_c, int out_c, int off) {
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)in_c >= PAR_MIN_ELEMS)
-    for (size_t r = 0; r < rows; r++)
-        memcpy(out + r * (size_t)out_c + off, in + r * (size_t)in_c, (size_t)in_c * sizeof(float));
-}
-
-void concat_backward(float *din, const float *dout, size_t rows, int in_c, int out_c, int off) {
-    int nt = dt_kernels_get_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (rows * (size_t)in_c >= PAR_MIN_ELEMS)
-    for (size_t r = 0; r < rows; r++)
-        memcpy(din + r * (size_t)in_c, dout + r * (size_t)out_c + off, (size_t)in_c * sizeof(float));
 }
