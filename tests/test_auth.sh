@@ -97,7 +97,7 @@ chmod 600 "$k/server.secret"
 timeout --foreground 20 "$bin" train "${common[@]}" "${cl[@]}" --job_name=worker --task_index=0 --auth=curve --keys="$k/authorized" \
   >"$tmp/e" 2>&1; [ $? -ne 0 ] && grep -q "$k/authorized/client.secret" "$tmp/e" \
   && ok "worker without client.secret: names it" || { bad "worker missing client.secret"; cat "$tmp/e"; }
-run_ps --auth=rsa >/dev/null; [ $? -ne 0 ] && grep -q -- "--auth: expected none or curve" "$tmp/e" \
+run_ps --auth=rsa >/dev/null; [ $? -ne 0 ] && grep -q -- "auth: expected none or curve" "$tmp/e" \
   && ok "--auth=rsa refused" || { bad "--auth=rsa refused"; cat "$tmp/e"; }
 
 # ---- dtrain launch --auth=curve: a throwaway key set, removed afterwards ----

@@ -59,11 +59,11 @@ expect() { # NAME PATTERN command...: fails with one line on stderr matching PAT
 }
 expect "no manager: says what was looked for" '^dtrain train: --num_ps: no cluster manager in the environment \(looked for OMPI_COMM_WORLD_RANK, SLURM_PROCID and PMI_RANK\)' \
   "${clean_env[@]}" "$bin" train --model $m --dry_run --num_ps 1
-expect "--num_ps with --ps_hosts" '^dtrain train: --num_ps: .* but --ps_hosts defines it too' \
+expect "--num_ps with --ps_hosts" '^dtrain train: num_ps: .* but ps_hosts defines it too' \
   slurm 0 0 0 "$bin" train --model $m --dry_run --num_ps 1 --ps_hosts=a:1 --worker_hosts=b:1 --job_name=ps
 expect "a batch script is no task" '^dtrain train: SLURM_STEP_ID: not set' \
   "${clean_env[@]}" SLURM_PROCID=0 SLURM_NTASKS=3 "$bin" train --model $m --dry_run --num_ps 1
-expect "--rendezvous without --num_ps" '^dtrain train: --rendezvous needs --num_ps' \
+expect "--rendezvous without --num_ps" '^dtrain train: rendezvous needs num_ps' \
   "${clean_env[@]}" "$bin" train --model $m --dry_run --rendezvous 127.0.0.1:1
 
 # Every task of a Slurm step sees the same variables: each exits non-zero at once, naming them.

@@ -117,15 +117,15 @@ expect_error() { # name pattern cmd...
   if [ $st -ne 0 ] && [ "$(wc -l <err)" -eq 1 ] && grep -qE -- "$pat" err; then ok "$name"
   else bad "$name (status $st: $(head -c 300 err))"; fi
 }
-expect_error "--staleness needs --issync=1" "--staleness need --issync=1" \
+expect_error "--staleness needs --issync=1" "staleness need issync=1" \
   "$bin" train --model tiny.model --data data --logdir= --staleness 2
-expect_error "--replicas_to_aggregate above --total_num_replicas" "--replicas_to_aggregate=3 is more than --total_num_replicas=2" \
+expect_error "--replicas_to_aggregate above --total_num_replicas" "replicas_to_aggregate=3 is more than total_num_replicas=2" \
   "$bin" train --model tiny.model --data data --logdir= --issync=1 --replicas_to_aggregate 3 --total_num_replicas 2
 expect_error "--staleness out of range" "--staleness: 65 is out of range 0\.\.64" \
   "$bin" train --model tiny.model --data data --logdir= --issync=1 --staleness 65
 log=wrongtotal.log; run "$bin" launch --ps 1 --workers 3 --model tiny.model "${common[@]}" --train_steps 20 --issync=1 --replicas_to_aggregate 2
 st=$?
-[ $st -ne 0 ] && grep -q "total_num_replicas=2 (default: --replicas_to_aggregate) but the cluster has 3 workers" wrongtotal.log \
+[ $st -ne 0 ] && grep -q "total_num_replicas=2 (default: replicas_to_aggregate) but the cluster has 3 workers" wrongtotal.log \
   && ok "backup workers must be declared (--total_num_replicas)" || { bad "undeclared backup workers (status $st)"; tail -n 5 wrongtotal.log; }
 
 summary

@@ -97,6 +97,6 @@ refused "crop larger than the image" "--augment: crop=28 is larger than the 28x2
 refused "unknown augmentation" "--augment: unknown item 'rotate'" --augment rotate
 refused "unknown schedule" "--lr_schedule: expected constant, exponential, piecewise or cosine" --lr_schedule linear
 refused "warmup without cosine" "--warmup_steps needs --lr_schedule cosine" --warmup_steps 10
-refused "exponential without its rate" "--lr_schedule exponential needs --lr_decay_steps and --lr_decay_rate" \
+refused "exponential without its rate" "lr_schedule exponential needs lr_decay_steps and lr_decay_rate" \
   --lr_schedule exponential --lr_decay_steps 100
 summary

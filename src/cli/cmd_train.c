@@ -223,7 +223,7 @@ int cmd_train(int argc, char **argv) {
     o.stop = &cli_stop;
     cli_install_signal_handlers();
     dt_train_result res;
-    int rc = dt_train_debug_run(&o, &a.dbg, stdout, &res, &err);
+    int rc = dt_train_hooked(&o, &a.dbg, stdout, &res, &err);
     if (rc) {
         fprintf(stderr, "dtrain train: %s\n", err.msg);
         return rc == DT_EINTR ? 130 : 1;

@@ -361,9 +361,7 @@ static void deliver(ps_t *ps, dt_wire_in *in, int r, const dt_error *e) {
  * the next round, so the deadlines are still kept): whether it was drained. */
 static int drain(ps_t *ps, int *rc, dt_error *err) {
     for (int64_t until = dt_clock_us() + DRAIN_US; dt_clock_us() < until;) {
-        ps_shard_stats st;
-        ps_shard_get_stats(ps->shard, &st);
-        if (st.shutdown) return 0;
+        if (ps_shard_is_shut(ps->shard)) return 0;
         dt_wire_in in;
         dt_error e = {0};
         int r = dt_wire_recv(ps->sock, 1, &in, &e);
@@ -434,7 +432,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
     int rc = ps_open(&ps, cfg, err);
     const int poll_ms = cfg->poll_ms > 0 ? cfg->poll_ms : 100;
     ps.last_message_us = dt_clock_us();
-    for (ps_shard_stats st = {0}; rc == DT_OK && !st.shutdown; ps_shard_get_stats(ps.shard, &st)) {
+    while (rc == DT_OK && !(ps.shard && ps_shard_is_shut(ps.shard))) {
         dt_peers_events(ps.peers, on_peer_gone, &ps);
         if ((rc = cron(&ps, dt_clock_us(), err))) break;
         zmq_pollitem_t items[2] = {{.socket = ps.sock, .events = ZMQ_POLLIN},

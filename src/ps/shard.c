@@ -160,6 +160,10 @@ void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *o) {
                           .workers = s->workers};
 }
 
+int ps_shard_is_shut(const ps_shard *s) {
+    return s->shutdown;
+}
+
 const uint64_t *ps_shard_stale_counts(const ps_shard *s, int *n) {
     *n = s->stale ? s->total : 0;
     return s->stale;

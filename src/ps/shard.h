@@ -105,6 +105,8 @@ int ps_shard_cron(ps_shard *s, int64_t now, const ps_io *io, dt_error *err);
 void ps_shard_forget(ps_shard *s, const void *conn, const ps_io *io);
 
 void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *out);
+/* Whether the chief's SHUTDOWN was taken: the loop ends (cheap: read per message). */
+int ps_shard_is_shut(const ps_shard *s);
 /* Sync mode: stale gradients per worker ([*n]); NULL before a sync INIT. */
 const uint64_t *ps_shard_stale_counts(const ps_shard *s, int *n);
 /* What peers may make the ps hold (docs/security.md), for the shard as INIT declared it. */

@@ -63,36 +63,36 @@ void dt_train_debug_init(dt_train_debug *d) {
 }
 
 static int check_debug(const dt_train_debug *d, dt_error *err) {
-    if (d->step_delay_ms < 0) return dt_errorf(err, DT_EINVAL, "--debug_step_delay_ms must not be negative");
+    if (d->step_delay_ms < 0) return dt_errorf(err, DT_EINVAL, "step_delay_ms must not be negative");
     if (d->emulate_compute_ms > 600000)
-        return dt_errorf(err, DT_EINVAL, "--debug_emulate_compute_ms must be at most 600000, got %d",
+        return dt_errorf(err, DT_EINVAL, "emulate_compute_ms must be at most 600000, got %d",
                          d->emulate_compute_ms);
     return DT_OK;
 }
 
 static int check_options(const dt_train_options *o, dt_error *err) {
-    if (!o->model_path || !*o->model_path) return dt_errorf(err, DT_EINVAL, "--model: no model file given");
+    if (!o->model_path || !*o->model_path) return dt_errorf(err, DT_EINVAL, "model_path: no model file given");
     if (o->batch_size < 1 || o->batch_size > 65536)
-        return dt_errorf(err, DT_EINVAL, "--batch_size must be in 1..65536, got %d", o->batch_size);
+        return dt_errorf(err, DT_EINVAL, "batch_size must be in 1..65536, got %d", o->batch_size);
     if (o->train_steps <= 0 && !(o->epochs > 0 && isfinite(o->epochs)))
-        return dt_errorf(err, DT_EINVAL, "--epochs must be positive when --train_steps is not given");
+        return dt_errorf(err, DT_EINVAL, "epochs must be positive when train_steps is not given");
     if (o->steps_to_validate < 1)
-        return dt_errorf(err, DT_EINVAL, "--steps_to_validate must be at least 1, got %lld",
+        return dt_errorf(err, DT_EINVAL, "steps_to_validate must be at least 1, got %lld",
                          (long long)o->steps_to_validate);
     if (o->validation_fraction >= 1.0)
-        return dt_errorf(err, DT_EINVAL, "--validation_fraction must be below 1, got %g",
+        return dt_errorf(err, DT_EINVAL, "validation_fraction must be below 1, got %g",
                          o->validation_fraction);
     if (o->issync != 0 && o->issync != 1)
-        return dt_errorf(err, DT_EINVAL, "--issync must be 0 or 1, got %d", o->issync);
+        return dt_errorf(err, DT_EINVAL, "issync must be 0 or 1, got %d", o->issync);
     if (o->replicas_to_aggregate < 0 || o->total_num_replicas < 0)
-        return dt_errorf(err, DT_EINVAL, "--replicas_to_aggregate and --total_num_replicas must not be negative");
+        return dt_errorf(err, DT_EINVAL, "replicas_to_aggregate and total_num_replicas must not be negative");
     if (o->staleness < 0 || o->staleness > 64)
-        return dt_errorf(err, DT_EINVAL, "--staleness must be in 0..64, got %d", o->staleness);
+        return dt_errorf(err, DT_EINVAL, "staleness must be in 0..64, got %d", o->staleness);
     if (!o->issync && (o->replicas_to_aggregate || o->total_num_replicas || o->staleness))
-        return dt_errorf(err, DT_EINVAL, "--replicas_to_aggregate, --total_num_replicas and --staleness need "
-                                         "--issync=1 (asynchronous training is unbounded)");
+        return dt_errorf(err, DT_EINVAL, "replicas_to_aggregate, total_num_replicas and staleness need "
+                                         "issync=1 (asynchronous training is unbounded)");
     if (o->total_num_replicas && o->replicas_to_aggregate > o->total_num_replicas)
-        return dt_errorf(err, DT_EINVAL, "--replicas_to_aggregate=%d is more than --total_num_replicas=%d",
+        return dt_errorf(err, DT_EINVAL, "replicas_to_aggregate=%d is more than total_num_replicas=%d",
                          o->replicas_to_aggregate, o->total_num_replicas);
     dt_encoding enc;
     int rc = dt_enc_parse(o->compression, &enc, err);
@@ -100,11 +100,11 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     dt_overlap_mode overlap;
     if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
     if (o->chunk_kb < 0 || o->chunk_kb > (1 << 22))
-        return dt_errorf(err, DT_EINVAL, "--chunk_kb=%d must be 0 (one chunk per shard) to %d", o->chunk_kb, 1 << 22);
+        return dt_errorf(err, DT_EINVAL, "chunk_kb=%d must be 0 (one chunk per shard) to %d", o->chunk_kb, 1 << 22);
     if (o->connect_timeout_ms < 1)
-        return dt_errorf(err, DT_EINVAL, "--connect_timeout must be positive");
+        return dt_errorf(err, DT_EINVAL, "connect_timeout must be positive");
     if (o->ps_timeout_ms < 0 || o->idle_timeout_ms < 0)
-        return dt_errorf(err, DT_EINVAL, "--ps_timeout and --idle_timeout must not be negative");
+        return dt_errorf(err, DT_EINVAL, "ps_timeout and idle_timeout must not be negative");
     if (dt_bind_check(o->bind, err)) return DT_EINVAL;
     return DT_OK;
 }
@@ -121,14 +121,14 @@ static int opt_from_options(const dt_train_options *o, int64_t total, dt_opt_con
     int lists = (o->lr_boundaries && *o->lr_boundaries) || (o->lr_values && *o->lr_values);
     if (s->kind == DT_LR_PIECEWISE) {
         if (!(o->lr_boundaries && *o->lr_boundaries && o->lr_values && *o->lr_values))
-            return dt_errorf(err, DT_EINVAL, "--lr_schedule piecewise needs --lr_boundaries and --lr_values");
+            return dt_errorf(err, DT_EINVAL, "lr_schedule piecewise needs lr_boundaries and lr_values");
         if ((rc = dt_lr_parse_boundaries(s, o->lr_boundaries, err)) || (rc = dt_lr_parse_values(s, o->lr_values, err)))
             return rc;
     } else if (lists) {
-        return dt_errorf(err, DT_EINVAL, "--lr_boundaries and --lr_values need --lr_schedule piecewise");
+        return dt_errorf(err, DT_EINVAL, "lr_boundaries and lr_values need lr_schedule piecewise");
     }
     if (s->kind == DT_LR_EXPONENTIAL && (!o->lr_decay_steps || !o->lr_decay_rate))
-        return dt_errorf(err, DT_EINVAL, "--lr_schedule exponential needs --lr_decay_steps and --lr_decay_rate");
+        return dt_errorf(err, DT_EINVAL, "lr_schedule exponential needs lr_decay_steps and lr_decay_rate");
     s->staircase = o->lr_staircase;
     s->decay_steps = o->lr_decay_steps;
     s->decay_rate = (float)o->lr_decay_rate;
@@ -136,20 +136,20 @@ static int opt_from_options(const dt_train_options *o, int64_t total, dt_opt_con
     s->warmup_steps = o->warmup_steps;
     if (s->kind == DT_LR_COSINE && !s->decay_steps) {
         if (s->warmup_steps >= total)
-            return dt_errorf(err, DT_EINVAL, "--warmup_steps %lld leaves nothing of the run's %lld steps to decay over "
-                             "(give --lr_decay_steps)", (long long)s->warmup_steps, (long long)total);
+            return dt_errorf(err, DT_EINVAL, "warmup_steps %lld leaves nothing of the run's %lld steps to decay over "
+                             "(give lr_decay_steps)", (long long)s->warmup_steps, (long long)total);
         s->decay_steps = total - s->warmup_steps;
     }
     if ((rc = dt_lr_schedule_check(s, err))) return rc;
     if (!(o->weight_decay >= 0 && o->weight_decay <= DT_WIRE_MAX_WEIGHT_DECAY))
-        return dt_errorf(err, DT_EINVAL, "--weight_decay must be in 0..%g, got %g", (double)DT_WIRE_MAX_WEIGHT_DECAY,
+        return dt_errorf(err, DT_EINVAL, "weight_decay must be in 0..%g, got %g", (double)DT_WIRE_MAX_WEIGHT_DECAY,
                          o->weight_decay);
     if (o->weight_decay_biases && !o->weight_decay)
-        return dt_errorf(err, DT_EINVAL, "--weight_decay_biases needs --weight_decay");
+        return dt_errorf(err, DT_EINVAL, "weight_decay_biases needs weight_decay");
     c->weight_decay = (float)o->weight_decay;
     c->decay_rank1 = o->weight_decay_biases;
     if (!(o->clip_gradient_norm >= 0 && o->clip_gradient_norm <= 1e30))
-        return dt_errorf(err, DT_EINVAL, "--clip_gradient_norm must be a non-negative number, got %g",
+        return dt_errorf(err, DT_EINVAL, "clip_gradient_norm must be a non-negative number, got %g",
                          o->clip_gradient_norm);
     return DT_OK;
 }
@@ -220,13 +220,13 @@ static void run_free(run_state *r) {
 static int load_auth(dt_auth *a, const dt_train_options *o, const dt_cluster *c, dt_error *err) {
     const char *mode = o->auth && *o->auth ? o->auth : "none";
     if (!strcmp(mode, "none")) {
-        if (o->keys && *o->keys) return dt_errorf(err, DT_EINVAL, "--keys needs --auth=curve");
+        if (o->keys && *o->keys) return dt_errorf(err, DT_EINVAL, "keys needs auth=curve");
         return DT_OK;
     }
-    if (strcmp(mode, "curve")) return dt_errorf(err, DT_EINVAL, "--auth: expected none or curve, got '%s'", mode);
+    if (strcmp(mode, "curve")) return dt_errorf(err, DT_EINVAL, "auth: expected none or curve, got '%s'", mode);
     if (!c->distributed) return DT_OK;
     int rc = dt_auth_load(a, o->keys, c->job == DT_JOB_PS, err);
-    return rc ? dt_error_wrap(err, rc, "--auth=curve: ") : DT_OK;
+    return rc ? dt_error_wrap(err, rc, "auth=curve: ") : DT_OK;
 }
 
 static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt_train_result *res,
@@ -237,18 +237,18 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
 static int resolve_cluster(dt_cluster *c, const dt_train_options *o, FILE *log, dt_error *err) {
     if (o->num_ps <= 0) {
         if (o->rendezvous && *o->rendezvous)
-            return dt_errorf(err, DT_EINVAL, "--rendezvous needs --num_ps (the cluster from mpirun's environment)");
+            return dt_errorf(err, DT_EINVAL, "rendezvous needs num_ps (the cluster from mpirun's environment)");
         const char *tf = getenv("TF_CONFIG");
         int rc = dt_cluster_resolve(c, o->ps_hosts, o->worker_hosts, o->job_name, o->task_index, tf, err);
         if (!rc && tf && *tf && !strcmp(c->source, "flags"))
-            snprintf(c->origin, sizeof c->origin, "--ps_hosts/--worker_hosts/--job_name/--task_index; TF_CONFIG "
+            snprintf(c->origin, sizeof c->origin, "ps_hosts/worker_hosts/job_name/task_index; TF_CONFIG "
                      "ignored (the flags win)");
         return rc;
     }
-    const char *given = o->ps_hosts ? "--ps_hosts" : o->worker_hosts ? "--worker_hosts" : o->job_name ? "--job_name"
-                        : o->task_index ? "--task_index" : NULL;
+    const char *given = o->ps_hosts ? "ps_hosts" : o->worker_hosts ? "worker_hosts" : o->job_name ? "job_name"
+                        : o->task_index ? "task_index" : NULL;
     if (given)
-        return dt_errorf(err, DT_EINVAL, "--num_ps: derives the cluster from the cluster manager's environment, "
+        return dt_errorf(err, DT_EINVAL, "num_ps: derives the cluster from the cluster manager's environment, "
                          "but %s defines it too: give one or the other", given);
     dt_manager_options m = {.num_ps = o->num_ps, .base_port = o->base_port, .rendezvous = o->rendezvous,
                             .deadline_ms = o->connect_timeout_ms, .log = log};
@@ -306,11 +306,11 @@ static int supervised(run_state *r, int (*call)(dt_supervisor *, int64_t, dt_err
 }
 
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
-    return dt_train_debug_run(o, NULL, log, res, err);
+    return dt_train_hooked(o, NULL, log, res, err);
 }
 
-int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FILE *log, dt_train_result *res,
-                       dt_error *err) {
+int dt_train_hooked(const dt_train_options *o, const dt_train_debug *dbg, FILE *log, dt_train_result *res,
+                    dt_error *err) {
     dt_train_result local_res;
     if (!res) res = &local_res;
     memset(res, 0, sizeof *res);
@@ -337,7 +337,7 @@ int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *dbg, FIL
     dt_cluster_single(&r.cluster);
     if ((rc = resolve_cluster(&r.cluster, o, log, err))) goto out;
     if (r.cluster.distributed && r.cluster.n_ps < 1) {
-        rc = dt_errorf(err, DT_EINVAL, "--ps_hosts: a cluster needs at least one ps task");
+        rc = dt_errorf(err, DT_EINVAL, "ps_hosts: a cluster needs at least one ps task");
         goto out;
     }
     if (r.cluster.job == DT_JOB_EVALUATOR) {
@@ -406,7 +406,7 @@ static int reload(void *user, const float **params, const float **state, int64_t
 static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     const dt_cluster *c = &r->cluster;
     run_plan *p = &r->plan;
-    if (!o->data_path || !*o->data_path) return dt_errorf(err, DT_EINVAL, "--data: no data path given");
+    if (!o->data_path || !*o->data_path) return dt_errorf(err, DT_EINVAL, "data_path: no data path given");
     const dt_model_spec *spec = dt_net_spec(r->net);
     dt_data_options dopt = {.h = spec->in_h, .w = spec->in_w, .c = spec->in_c,
                             .validation_fraction = o->validation_fraction, .seed = o->seed,
@@ -435,8 +435,8 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
         p->aggregate = o->replicas_to_aggregate ? o->replicas_to_aggregate : p->n_workers;
         p->replicas = o->total_num_replicas ? o->total_num_replicas : p->aggregate;
         if (p->replicas != p->n_workers)
-            return dt_errorf(err, DT_EINVAL, "--total_num_replicas=%d (default: --replicas_to_aggregate) but the "
-                             "cluster has %d workers: with backup workers set --total_num_replicas=%d", p->replicas,
+            return dt_errorf(err, DT_EINVAL, "total_num_replicas=%d (default: replicas_to_aggregate) but the "
+                             "cluster has %d workers: with backup workers set total_num_replicas=%d", p->replicas,
                              p->n_workers, p->n_workers);
     }
     /* Global steps per epoch: asynchronous workers each advance the global step once per batch;
@@ -461,8 +461,8 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
     /* Clipping scales the whole gradient by its global norm, known only once backward is over: a
      * streamed exchange would have pushed most of it unclipped by then. */
     if (overlap != DT_OVERLAP_NONE && o->clip_gradient_norm > 0) {
-        fprintf(r->log, "worker %d: --overlap=%s pushes each layer's gradient as backward makes it, but "
-                "--clip_gradient_norm needs the whole gradient first: exchanging between steps instead\n",
+        fprintf(r->log, "worker %d: overlap=%s pushes each layer's gradient as backward makes it, but "
+                "clip_gradient_norm needs the whole gradient first: exchanging between steps instead\n",
                 c->task_index, dt_overlap_name(overlap));
         overlap = DT_OVERLAP_NONE;
     }
@@ -625,7 +625,7 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
             loss = dt_net_loss(r->net, b.labels, &correct);
             if ((rc = dt_net_status(r->net, err))) break; /* a device's failure, named */
             if (!isfinite(loss)) {
-                rc = dt_errorf(err, DT_EINVAL, "loss became %g at global step %lld: lower --learning_rate",
+                rc = dt_errorf(err, DT_EINVAL, "loss became %g at global step %lld: lower the learning_rate",
                                (double)loss, (long long)*global_step + 1);
                 break;
             }
@@ -681,7 +681,7 @@ static int report(run_state *r, const dt_train_options *o, int evaluates, int64_
     res->bad_images = (int64_t)dt_dataset_bad_count(r->data.train);
     if (r->data.validation != r->data.train) res->bad_images += (int64_t)dt_dataset_bad_count(r->data.validation);
     if (res->bad_images)
-        fprintf(log, "skipped %lld undecodable images (use --bad_images=fail to stop on them)\n",
+        fprintf(log, "skipped %lld undecodable images (use bad_images=fail to stop on them)\n",
                 (long long)res->bad_images);
     if (evaluates) {
         dt_eval_result test;

@@ -23,8 +23,8 @@ typedef struct dt_train_debug {
 
 /* Every hook off. */
 void dt_train_debug_init(dt_train_debug *d);
-/* dt_train with the hooks of d (NULL: off). */
-int dt_train_debug_run(const dt_train_options *o, const dt_train_debug *d, FILE *log, dt_train_result *result,
-                       dt_error *err);
+/* Training itself: dt_train is this with every hook off (d NULL). */
+int dt_train_hooked(const dt_train_options *o, const dt_train_debug *d, FILE *log, dt_train_result *result,
+                    dt_error *err);
 
 #endif
