@@ -1,6 +1,9 @@
 /* Runs fn(arg) in a forked child with its standard error captured, for tests of what aborts (a
  * DT_ASSERT that fails where the process is set to abort). Returns the child's wait status (it
- * exits 0 when fn returns) and what it wrote to stderr in out (at most cap - 1 bytes, then NUL). */
+ * exits 0 when fn returns) and what it wrote to stderr in out (at most cap - 1 bytes, then NUL).
+ * The child is a fork without exec: fn must not use threads the parent started (OpenMP, BLAS), whose
+ * locks may be held forever in the copy; an alarm kills a child that hangs all the same (SIGALRM,
+ * which a test reading the status sees as a failure rather than a hang). */
 #ifndef DT_TESTS_CHILD_H
 #define DT_TESTS_CHILD_H
 
@@ -16,6 +19,7 @@ static inline int run_child(void (*fn)(void *), void *arg, char *out, size_t cap
     if (pid == 0) {
         dup2(fd[1], 2);
         close(fd[0]);
+        alarm(30);
         fn(arg);
         _exit(0);
     }

@@ -18,29 +18,7 @@
 #include "dtrain.h"
 #include "ps_harness.h" /* free_port, sleep_ms */
 #include "test.h"
-
-static char tmp_root[256];
-
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f) {
-    (void)st, (void)flag, (void)f;
-    return remove(p);
-}
-
-static const char *tpath(const char *rel) {
-    static char buf[8][512];
-    static int k = 0;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp_root, rel);
-    return buf[k];
-}
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-        perror(path);
-        exit(1);
-    }
-}
+#include "tmpdir.h"
 
 static void put_be32(FILE *f, uint32_t v) {
     uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
@@ -384,15 +362,11 @@ out:
 }
 
 int main(void) {
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/dt_test_api_XXXXXX");
-    if (!mkdtemp(tmp_root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    tmp_make("api");
     RUN(test_wrap);
     RUN(test_single_process);
     RUN(test_distributed_end);
     RUN(test_log_and_idle_timeout);
-    nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove();
     return test_summary();
 }

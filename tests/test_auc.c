@@ -8,18 +8,10 @@
 #include <string.h>
 
 #include "stats/binary.h"
+#include "hash32.h"
 #include "test.h"
 
 /* ---- the fixture's cases (keep in step with gen_auc_fixtures.py) ------------------------------ */
-
-static uint32_t h32(uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7FEB352Du;
-    x ^= x >> 15;
-    x *= 0x846CA68Bu;
-    x ^= x >> 16;
-    return x;
-}
 
 static double u(uint32_t s, uint32_t i) {
     return ((double)(h32(i * 0x9E3779B1u + s * 0x85EBCA77u) >> 8) + 0.5) / 16777216.0;

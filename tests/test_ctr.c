@@ -14,33 +14,11 @@
 #include <zlib.h>
 
 #include "data/ctr.h"
+#include "hash32.h"
 #include "test.h"
+#include "tmpdir.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-
-static char tmp_root[256];
-
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f) {
-    (void)st, (void)flag, (void)f;
-    return remove(p);
-}
-
-static const char *tpath(const char *rel) {
-    static char buf[8][512];
-    static int k = 0;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp_root, rel);
-    return buf[k];
-}
-
-static void write_text(const char *path, const char *text, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(text, 1, n, f) != n) {
-        perror(path);
-        exit(1);
-    }
-    fclose(f);
-}
 
 /* gzip of text as `members` gzip members (split evenly), or cut to `cut` bytes when cut > 0. */
 static void write_gzip(const char *path, const char *text, size_t n, int members, size_t cut) {
@@ -56,17 +34,8 @@ static void write_gzip(const char *path, const char *text, size_t n, int members
         len = cap - zs.avail_out;
         deflateEnd(&zs);
     }
-    write_text(path, (const char *)out, cut ? cut : len);
+    write_bytes(path, (const char *)out, cut ? cut : len);
     free(out);
-}
-
-static uint32_t h32(uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7FEB352Du;
-    x ^= x >> 15;
-    x *= 0x846CA68Bu;
-    x ^= x >> 16;
-    return x;
 }
 
 /* Line L (from 1) of the synthetic Criteo file: label, integers (some empty, some negative) and
@@ -296,7 +265,7 @@ static void test_documented_formulas(void) {
 static void test_plain_and_gzip_read_alike(void) {
     size_t n;
     char *text = criteo_text(500, &n);
-    write_text(tpath("c.tsv"), text, n);
+    write_bytes(tpath("c.tsv"), text, n);
     write_gzip(tpath("c.tsv.gz"), text, n, 1, 0);
     write_gzip(tpath("c3.gz"), text, n, 3, 0);
     static int64_t lines[500];
@@ -321,7 +290,7 @@ static void test_plain_and_gzip_read_alike(void) {
         if (text[i] == '\n' && i % 7 == 0) crlf[m++] = '\n';
     }
     m -= 2; /* drop the last "\r\n" */
-    write_text(tpath("crlf.tsv"), crlf, m);
+    write_bytes(tpath("crlf.tsv"), crlf, m);
     CHECK(drain_as(tpath("crlf.tsv"), &o, lines, 500, 1) == 500);
     free(crlf);
     free(text);
@@ -377,7 +346,7 @@ static void test_bad_line_policies(void) {
         memcpy(out + o, line, len);
         o += len;
     }
-    write_text(tpath("bad.tsv"), out, o);
+    write_bytes(tpath("bad.tsv"), out, o);
     dt_ctr_options opt = opts(DT_CTR_ALL, 4, 0, 0, 1);
     opt.buffer_bytes = 4096;
     static int64_t lines[16];
@@ -393,7 +362,7 @@ static void test_bad_line_policies(void) {
     opt.bad_lines = DT_BAD_IMAGES_FAIL;
     expect_open_or_next_error(tpath("bad.tsv"), &opt, "bad.tsv:3: label '7'");
     memcpy(strchr(out, '\n') + 1 + strcspn(strchr(out, '\n') + 1, "\n") + 1, "1", 1); /* line 3 good again */
-    write_text(tpath("bad.tsv"), out, o);
+    write_bytes(tpath("bad.tsv"), out, o);
     expect_open_or_next_error(tpath("bad.tsv"), &opt, "bad.tsv:7: 5 tab-separated columns");
     free(text);
     free(out);
@@ -407,7 +376,7 @@ static void test_splits_and_shards_cover_each_line_once(void) {
     const int64_t N = 2000;
     size_t n;
     char *text = criteo_text(N, &n);
-    write_text(tpath("s.tsv"), text, n);
+    write_bytes(tpath("s.tsv"), text, n);
     static int64_t lines[2000];
     int seen[2001];
     for (int split = DT_CTR_TRAIN; split <= DT_CTR_TEST; split++) {
@@ -441,7 +410,7 @@ static void test_training_order_matches_one_process(void) {
     const int64_t N = 700; /* train split: about 560 lines */
     size_t n;
     char *text = criteo_text(N, &n);
-    write_text(tpath("t.tsv"), text, n);
+    write_bytes(tpath("t.tsv"), text, n);
     const int W = 3, B = 8;
     dt_ctr_reader *one = NULL, *w[3] = {NULL};
     dt_error err = {0};
@@ -503,7 +472,7 @@ static void test_seek(void) {
 static void test_small_split_and_options(void) {
     size_t n;
     char *text = criteo_text(30, &n);
-    write_text(tpath("small.tsv"), text, n);
+    write_bytes(tpath("small.tsv"), text, n);
     dt_ctr_options o = opts(DT_CTR_TRAIN, 16, 1, 0, 2);
     expect_open_or_next_error(tpath("small.tsv"), &o, "fewer than one global batch (2 shards x 16)");
     o = opts(DT_CTR_TRAIN, 16, 1, 2, 2);
@@ -515,7 +484,7 @@ static void test_small_split_and_options(void) {
     for (char *p = text; (p = strchr(p, '\n')) != NULL; p++)
         if (p[1]) p[1] = '5';
     text[0] = '5';
-    write_text(tpath("allbad.tsv"), text, n);
+    write_bytes(tpath("allbad.tsv"), text, n);
     o = opts(DT_CTR_ALL, 4, 1, 1, 2);
     expect_open_or_next_error(tpath("allbad.tsv"), &o, "shard 1 of 2 has no good line in a whole pass (15 bad lines; first: ");
     free(text);
@@ -523,7 +492,7 @@ static void test_small_split_and_options(void) {
 
 static void test_libffm_file_and_detection(void) {
     const char *text = "1 0:5:1 1:7:0.5\n\n0 2:3:1 0:4:1 0:6:2\n-1\n+1 3:1:1\n";
-    write_text(tpath("f.ffm"), text, strlen(text));
+    write_bytes(tpath("f.ffm"), text, strlen(text));
     dt_ctr_options o = opts(DT_CTR_ALL, 8, 0, 0, 1);
     o.fields = 4;
     dt_ctr_reader *r = NULL;
@@ -548,11 +517,7 @@ static void test_libffm_file_and_detection(void) {
 }
 
 int main(void) {
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/dt_test_ctr_XXXXXX");
-    if (!mkdtemp(tmp_root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    tmp_make("ctr");
     RUN(test_criteo_line);
     RUN(test_criteo_bad_lines);
     RUN(test_libffm_line);
@@ -565,6 +530,6 @@ int main(void) {
     RUN(test_seek);
     RUN(test_small_split_and_options);
     RUN(test_libffm_file_and_detection);
-    nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove();
     return test_summary();
 }

@@ -15,33 +15,9 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "test.h"
+#include "tmpdir.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-
-static char tmp_root[256];
-
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f) {
-    (void)st, (void)flag, (void)f;
-    return remove(p);
-}
-
-static void make_tmp(void) {
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/dt_test_data_XXXXXX");
-    if (!mkdtemp(tmp_root)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-}
-
-static void remove_tmp(void) { nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static const char *tpath(const char *rel) {
-    static char buf[8][512];
-    static int k = 0;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp_root, rel);
-    return buf[k];
-}
 
 static void mkdirs(const char *rel) {
     char p[512];
@@ -53,15 +29,6 @@ static void mkdirs(const char *rel) {
             *s = '/';
         }
     mkdir(p, 0755);
-}
-
-static void write_bytes(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, n, f) != n) {
-        perror(path);
-        exit(1);
-    }
-    fclose(f);
 }
 
 static void put_be32(uint8_t *p, uint32_t v) {
@@ -1024,7 +991,7 @@ int main(int argc, char **argv) {
         RUN(test_fashion_mnist);
         return test_summary();
     }
-    make_tmp();
+    tmp_make("data");
     RUN(test_idx_plain_and_gzip);
     RUN(test_idx_refusals);
     RUN(test_idx_folder);
@@ -1035,6 +1002,6 @@ int main(int argc, char **argv) {
     RUN(test_flat_layout_and_train_test);
     RUN(test_bad_images);
     RUN(test_symlink_loops);
-    remove_tmp();
+    tmp_remove();
     return test_summary();
 }

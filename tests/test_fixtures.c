@@ -21,6 +21,7 @@
 #include "compute/cuda.h"
 #include "model/net.h"
 #include "io/safetensors.h"
+#include "hash32.h"
 #include "test.h"
 
 /* "cuda" when the nets run on the GPU (main's argument), else NULL. */
@@ -46,15 +47,6 @@ static void check_device(const dt_net *net, const char *what) {
 #define LABEL_ID 2000u
 
 /* ---- the formula, as in gen_fixtures.py ---- */
-
-static uint32_t h32(uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
 
 static uint32_t raw_hash(uint32_t t, uint32_t i, uint32_t salt) {
     return h32(i * 0x9E3779B1u + t * 0x85EBCA77u + salt * 0xC2B2AE3Du);
