@@ -125,6 +125,94 @@ static size_t flat_prefix(const char *name) {
     return (size_t)(dot - name);
 }
 
+/* One sub-folder per class: its files, labelled (discover: the sorted sub-folder names become the
+ * classes, and *subdirs moves into *classes). */
+static int list_subdirs(listing *L, char ***classes, int *nclasses, const char *root, char ***subdirs, size_t nsub,
+                        int discover, dt_error *err) {
+    if (discover) {
+        *classes = *subdirs;
+        *nclasses = (int)(nsub > INT32_MAX ? INT32_MAX : nsub);
+        *subdirs = NULL;
+    }
+    char **names = discover ? *classes : *subdirs, **files = NULL;
+    size_t nfiles = 0;
+    int rc = DT_OK;
+    for (size_t s = 0; !rc && s < nsub; s++) {
+        int label = discover ? (int)s : find_class(*classes, *nclasses, names[s]);
+        if (label < 0)
+            return dt_errorf(err, DT_EFORMAT, "%s/%s: class folder not among the training classes", root, names[s]);
+        char *dir = dt_path_join_dup(root, names[s], err);
+        if (!dir) rc = JOIN_FAILED(err);
+        if (!rc) rc = dt_data_list_dir(&files, &nfiles, dir, 0, err);
+        for (size_t f = 0; !rc && f < nfiles; f++) rc = listing_add(L, dir, files[f], label, err);
+        dt_ds_free_strings(files, nfiles);
+        files = NULL;
+        free(dir);
+    }
+    return rc;
+}
+
+/* A flat folder's classes: the distinct texts before the first '.' of its files, sorted. */
+static int flat_classes(char ***classes, int *nclasses, const char *root, char **files, size_t nfiles,
+                        dt_error *err) {
+    char **pre = dt_calloc(nfiles ? nfiles : 1, sizeof *pre, "class names", err);
+    if (!pre) return DT_ENOMEM;
+    size_t np = 0;
+    int rc = DT_OK;
+    for (size_t f = 0; !rc && f < nfiles; f++) {
+        size_t k = flat_prefix(files[f]);
+        if (!k) continue;
+        if (!(pre[np] = dt_malloc(k + 1, "a class name", err))) {
+            rc = DT_ENOMEM;
+            break;
+        }
+        memcpy(pre[np], files[f], k);
+        pre[np++][k] = 0;
+    }
+    if (!rc && np) { /* sort, then keep the distinct names */
+        qsort(pre, np, sizeof *pre, cmp_str);
+        size_t u = 0;
+        for (size_t i = 0; i < np; i++) {
+            if (u && strcmp(pre[u - 1], pre[i]) == 0) free(pre[i]);
+            else pre[u++] = pre[i];
+        }
+        np = u;
+    }
+    if (rc || np > INT32_MAX) {
+        dt_ds_free_strings(pre, np);
+        return rc ? rc : dt_errorf(err, DT_EFORMAT, "%s: too many classes", root);
+    }
+    *classes = pre;
+    *nclasses = (int)np;
+    return DT_OK;
+}
+
+/* A flat folder's files, labelled by the class their name starts with. */
+static int list_flat(listing *L, char **classes, int nclasses, const char *root, char **files, size_t nfiles,
+                     const dt_data_options *opt, dt_error *err) {
+    int rc = DT_OK;
+    for (size_t f = 0; !rc && f < nfiles; f++) {
+        size_t k = flat_prefix(files[f]);
+        if (!k) {
+            if (opt->bad_images == DT_BAD_IMAGES_FAIL)
+                rc = dt_errorf(err, DT_EFORMAT,
+                               "%s/%s: not named <class>.<id>.<ext> as files in a flat image folder must be",
+                               root, files[f]);
+            L->off_pattern++;
+            continue;
+        }
+        char cls[256];
+        snprintf(cls, sizeof cls, "%.*s", (int)(k < 255 ? k : 255), files[f]);
+        int label = find_class(classes, nclasses, cls);
+        if (label < 0)
+            rc = dt_errorf(err, DT_EFORMAT, "%s/%s: class '%s' not among the training classes", root, files[f],
+                           cls);
+        else
+            rc = listing_add(L, root, files[f], label, err);
+    }
+    return rc;
+}
+
 /* Lists root. With *classes NULL the classes are discovered (sorted sub-folder names, or sorted
  * flat-name prefixes) and returned; otherwise names are mapped onto the given classes and an
  * unknown one is an error (a test/ folder must use train/'s classes). */
@@ -136,80 +224,11 @@ static int list_root(listing *L, char ***classes, int *nclasses, const char *roo
     size_t nsub = 0, nfiles = 0;
     int rc = dt_data_list_dir(&subdirs, &nsub, root, 1, err);
     if (!rc && nsub > 0) { /* one sub-folder per class */
-        if (discover) {
-            if (nsub > INT32_MAX) nsub = INT32_MAX;
-            *classes = subdirs;
-            *nclasses = (int)nsub;
-            subdirs = NULL;
-        }
-        char **names = discover ? *classes : subdirs;
-        for (size_t s = 0; !rc && s < nsub; s++) {
-            int label = discover ? (int)s : find_class(*classes, *nclasses, names[s]);
-            if (label < 0) {
-                rc = dt_errorf(err, DT_EFORMAT, "%s/%s: class folder not among the training classes",
-                               root, names[s]);
-                break;
-            }
-            char *dir = dt_path_join_dup(root, names[s], err);
-            if (!dir) rc = JOIN_FAILED(err);
-            if (!rc) rc = dt_data_list_dir(&files, &nfiles, dir, 0, err);
-            for (size_t f = 0; !rc && f < nfiles; f++) rc = listing_add(L, dir, files[f], label, err);
-            dt_ds_free_strings(files, nfiles);
-            files = NULL;
-            free(dir);
-        }
+        rc = list_subdirs(L, classes, nclasses, root, &subdirs, nsub, discover, err);
     } else if (!rc) { /* flat: class = text before the first '.' */
         rc = dt_data_list_dir(&files, &nfiles, root, 0, err);
-        if (!rc && discover) {
-            char **pre = dt_calloc(nfiles ? nfiles : 1, sizeof *pre, "class names", err);
-            size_t np = 0;
-            if (!pre) rc = DT_ENOMEM;
-            for (size_t f = 0; !rc && f < nfiles; f++) {
-                size_t k = flat_prefix(files[f]);
-                if (!k) continue;
-                if (!(pre[np] = dt_malloc(k + 1, "a class name", err))) {
-                    rc = DT_ENOMEM;
-                    break;
-                }
-                memcpy(pre[np], files[f], k);
-                pre[np++][k] = 0;
-            }
-            if (!rc && np) { /* sort, then keep the distinct names */
-                qsort(pre, np, sizeof *pre, cmp_str);
-                size_t u = 0;
-                for (size_t i = 0; i < np; i++) {
-                    if (u && strcmp(pre[u - 1], pre[i]) == 0) free(pre[i]);
-                    else pre[u++] = pre[i];
-                }
-                np = u;
-            }
-            if (rc || np > INT32_MAX) {
-                dt_ds_free_strings(pre, np);
-                if (!rc) rc = dt_errorf(err, DT_EFORMAT, "%s: too many classes", root);
-            } else {
-                *classes = pre;
-                *nclasses = (int)np;
-            }
-        }
-        for (size_t f = 0; !rc && f < nfiles; f++) {
-            size_t k = flat_prefix(files[f]);
-            if (!k) {
-                if (opt->bad_images == DT_BAD_IMAGES_FAIL)
-                    rc = dt_errorf(err, DT_EFORMAT,
-                                   "%s/%s: not named <class>.<id>.<ext> as files in a flat image folder must be",
-                                   root, files[f]);
-                L->off_pattern++;
-                continue;
-            }
-            char cls[256];
-            snprintf(cls, sizeof cls, "%.*s", (int)(k < 255 ? k : 255), files[f]);
-            int label = find_class(*classes, *nclasses, cls);
-            if (label < 0)
-                rc = dt_errorf(err, DT_EFORMAT, "%s/%s: class '%s' not among the training classes", root,
-                               files[f], cls);
-            else
-                rc = listing_add(L, root, files[f], label, err);
-        }
+        if (!rc && discover) rc = flat_classes(classes, nclasses, root, files, nfiles, err);
+        if (!rc) rc = list_flat(L, *classes, *nclasses, root, files, nfiles, opt, err);
     }
     dt_ds_free_strings(subdirs, nsub);
     dt_ds_free_strings(files, nfiles);

@@ -105,6 +105,32 @@ static void jpeg_silent(j_common_ptr cinfo) { (void)cinfo; }
  * coefficient only), largest reduction first. Other eighths would run plain C. */
 static const int jpeg_denoms[] = {8, 4, 2};
 
+/* Sets cinfo's output scale to the smallest fast one still at least min_h x min_w (1 when either
+ * is 0), with the output dimensions calculated. */
+static void jpeg_pick_scale(struct jpeg_decompress_struct *cinfo, int min_h, int min_w) {
+    cinfo->scale_num = cinfo->scale_denom = 1;
+    if (min_h > 0 && min_w > 0)
+        for (size_t k = 0; k < sizeof jpeg_denoms / sizeof jpeg_denoms[0]; k++) {
+            cinfo->scale_num = 1;
+            cinfo->scale_denom = (unsigned)jpeg_denoms[k];
+            jpeg_calc_output_dimensions(cinfo);
+            if (cinfo->output_width >= (JDIMENSION)min_w && cinfo->output_height >= (JDIMENSION)min_h) break;
+            cinfo->scale_denom = 1;
+        }
+    jpeg_calc_output_dimensions(cinfo);
+}
+
+/* n CMYK pixels to RGB in place. Adobe writes inverted CMYK, which is what nearly every CMYK JPEG
+ * is: R = C*K/255. */
+static void cmyk_to_rgb(uint8_t *px, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int k = px[4 * i + 3];
+        px[3 * i + 0] = (uint8_t)((px[4 * i + 0] * k + 127) / 255);
+        px[3 * i + 1] = (uint8_t)((px[4 * i + 1] * k + 127) / 255);
+        px[3 * i + 2] = (uint8_t)((px[4 * i + 2] * k + 127) / 255);
+    }
+}
+
 static int decode_jpeg(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, size_t len, int channels,
                        int min_h, int min_w, size_t max_pixels, const char *source, dt_error *err) {
     struct jpeg_decompress_struct cinfo;
@@ -147,16 +173,7 @@ static int decode_jpeg(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, s
     cinfo.out_color_space = cmyk ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
     /* The smallest fast scale still at least the size it will be resized to: a 4000x3000 photo for
      * a 128x128 input decodes at 1/8, 64 times fewer pixels to produce and resize. */
-    cinfo.scale_num = cinfo.scale_denom = 1;
-    if (min_h > 0 && min_w > 0)
-        for (size_t k = 0; k < sizeof jpeg_denoms / sizeof jpeg_denoms[0]; k++) {
-            cinfo.scale_num = 1;
-            cinfo.scale_denom = (unsigned)jpeg_denoms[k];
-            jpeg_calc_output_dimensions(&cinfo);
-            if (cinfo.output_width >= (JDIMENSION)min_w && cinfo.output_height >= (JDIMENSION)min_h) break;
-            cinfo.scale_denom = 1;
-        }
-    jpeg_calc_output_dimensions(&cinfo);
+    jpeg_pick_scale(&cinfo, min_h, min_w);
     size_t ow = cinfo.output_width, oh = cinfo.output_height;
     if (ow * oh > max_pixels) {
         jpeg_destroy_decompress(&cinfo);
@@ -182,13 +199,7 @@ static int decode_jpeg(uint8_t **pixels, int *h, int *w, const uint8_t *bytes, s
     uint8_t *px = native;
     native = NULL;
     if (cmyk) {
-        /* Adobe writes inverted CMYK, which is what nearly every CMYK JPEG is: R = C*K/255. */
-        for (size_t i = 0; i < n; i++) {
-            int k = px[4 * i + 3];
-            px[3 * i + 0] = (uint8_t)((px[4 * i + 0] * k + 127) / 255);
-            px[3 * i + 1] = (uint8_t)((px[4 * i + 1] * k + 127) / 255);
-            px[3 * i + 2] = (uint8_t)((px[4 * i + 2] * k + 127) / 255);
-        }
+        cmyk_to_rgb(px, n);
         nc = 3;
     }
     int rc = to_channels(pixels, px, nc, channels, n, source, err);
