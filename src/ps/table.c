@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 
-#define NONE UINT32_MAX
+#define NONE UINT32_MAX /* no row (list links, free list); the index stores row + 1, 0 empty */
 #define BLOCK_ROWS 4096u
 #define SKETCH_DEPTH 4
 #define INDEX_SEED UINT64_C(0x7ab1e5eed1de4a11)
@@ -33,7 +33,7 @@ struct dt_table {
     uint64_t used;            /* rows ever handed out (fresh ones come from here) */
     uint32_t free_head;       /* freed rows */
     uint32_t head, tail;      /* most and least recently touched */
-    uint32_t *index;          /* [n_index] row numbers, NONE empty */
+    uint32_t *index;          /* [n_index] row number + 1, 0 empty (calloc: untouched pages cost nothing) */
     uint64_t n_index;
     uint8_t *sketch;          /* [SKETCH_DEPTH * width] or NULL (min_count <= 1) */
     uint64_t width, sketch_adds;
@@ -122,7 +122,7 @@ int dt_table_new(dt_table **out, const dt_table_config *c, dt_error *err) {
     t->free_head = t->head = t->tail = NONE;
     t->vals = dt_calloc(t->max_blocks, sizeof *t->vals, "table blocks", err);
     t->meta = dt_calloc(t->max_blocks, sizeof *t->meta, "table blocks", err);
-    t->index = dt_malloc(t->n_index * sizeof *t->index, "table index", err);
+    t->index = dt_calloc(t->n_index, sizeof *t->index, "table index", err);
     t->init = dt_malloc(t->row_floats * sizeof *t->init, "table row", err);
     if (c->min_count > 1) {
         t->width = sketch_width_of(c);
@@ -133,7 +133,6 @@ int dt_table_new(dt_table **out, const dt_table_config *c, dt_error *err) {
         return dt_errorf(err, DT_ENOMEM, "table %u: out of memory for its index (%llu rows of capacity)", c->table,
                          (unsigned long long)c->capacity);
     }
-    memset(t->index, 0xff, t->n_index * sizeof *t->index);
     *out = t;
     return DT_OK;
 }
@@ -170,7 +169,7 @@ static uint64_t home_of(const dt_table *t, uint64_t id) {
 /* The index slot holding id's row, or the empty slot where it would go. */
 static uint64_t index_find(const dt_table *t, uint64_t id) {
     uint64_t k = home_of(t, id);
-    while (t->index[k] != NONE && row_at(t, t->index[k])->id != id) k = k + 1 == t->n_index ? 0 : k + 1;
+    while (t->index[k] && row_at(t, t->index[k] - 1)->id != id) k = k + 1 == t->n_index ? 0 : k + 1;
     return k;
 }
 
@@ -179,15 +178,15 @@ static void index_remove(dt_table *t, uint64_t k) {
     uint64_t hole = k, j = k;
     for (;;) {
         j = j + 1 == t->n_index ? 0 : j + 1;
-        if (t->index[j] == NONE) break;
-        uint64_t h = home_of(t, row_at(t, t->index[j])->id);
+        if (!t->index[j]) break;
+        uint64_t h = home_of(t, row_at(t, t->index[j] - 1)->id);
         /* The entry at j may fill the hole unless its home lies cyclically in (hole, j]. */
         int stays = hole <= j ? (h > hole && h <= j) : (h > hole || h <= j);
         if (stays) continue;
         t->index[hole] = t->index[j];
         hole = j;
     }
-    t->index[hole] = NONE;
+    t->index[hole] = 0;
 }
 
 static void list_unlink(dt_table *t, uint32_t r) {
@@ -277,9 +276,9 @@ static unsigned sketch_count(dt_table *t, uint64_t id) {
 /* id's row for an update: its own, or a new one if id is admitted now; NONE otherwise. */
 static uint32_t row_for_update(dt_table *t, uint64_t id) {
     uint64_t k = index_find(t, id);
-    if (t->index[k] != NONE) {
+    if (t->index[k]) {
         t->st.hits++;
-        return t->index[k];
+        return t->index[k] - 1;
     }
     t->st.misses++;
     if (t->c.min_count > 1 && sketch_count(t, id) < t->c.min_count) {
@@ -291,7 +290,7 @@ static uint32_t row_for_update(dt_table *t, uint64_t id) {
         t->st.nomem++;
         return NONE;
     }
-    t->index[index_find(t, id)] = r; /* an eviction may have moved the index's entries */
+    t->index[index_find(t, id)] = r + 1; /* an eviction may have moved the index's entries */
     row_meta *m = row_at(t, r);
     m->id = id;
     m->last = t->step;
@@ -308,19 +307,19 @@ static uint32_t row_for_update(dt_table *t, uint64_t id) {
 
 const float *dt_table_find(const dt_table *t, uint64_t id) {
     uint64_t k = index_find(t, id);
-    return t->index[k] == NONE ? NULL : row_vals(t, t->index[k]);
+    return t->index[k] ? row_vals(t, t->index[k] - 1) : NULL;
 }
 
 void dt_table_read(dt_table *t, uint64_t id, float *out) {
     uint64_t k = index_find(t, id);
-    if (t->index[k] == NONE) {
+    if (!t->index[k]) {
         t->st.misses++;
         dt_table_init_row(&t->c, id, out);
         return;
     }
     t->st.hits++;
-    touch(t, t->index[k]);
-    memcpy(out, row_vals(t, t->index[k]), (size_t)t->c.dim * sizeof *out);
+    touch(t, t->index[k] - 1);
+    memcpy(out, row_vals(t, t->index[k] - 1), (size_t)t->c.dim * sizeof *out);
 }
 
 /* Rows not touched for more than expire_steps steps: the list's tail, oldest first. */
