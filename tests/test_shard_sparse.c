@@ -155,6 +155,12 @@ static void test_async_pull_push(void) {
     float back[DIM];
     dt_unpack(DT_ENC_BF16, back, last()->first, DIM);
     for (int j = 0; j < DIM; j++) CHECK(back[j] == dt_f32_from_bf16(dt_bf16_from_f32(want[j])));
+    ps_shard_stats st; /* the counts the metrics publish */
+    ps_shard_get_stats(s, &st);
+    CHECK(st.sparse.tables == 1 && st.sparse.rows == 2 && st.sparse.admitted == 2 && st.sparse.pushes == 1);
+    CHECK(st.sparse.pulls == 3 && st.sparse.updates == 1 && st.sparse.evicted == 0 && st.sparse.stale == 0);
+    /* reads of 10 20 10 (misses), 10 30 20 (hits but 20), 10 (hit); the push of 10 and 30 (misses) */
+    CHECK(st.sparse.hits == 3 && st.sparse.misses == 6);
     shard_done(s);
 }
 

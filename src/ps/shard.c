@@ -159,6 +159,7 @@ void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *o) {
                           .pending_bytes = (uint64_t)s->n_pending * sizeof(pending_pull),
                           .initialised = s->initialised, .shutdown = s->shutdown, .live = live > 0 ? live : 0,
                           .workers = s->workers};
+    shard_sparse_stats(s, o);
 }
 
 const uint64_t *ps_shard_stale_counts(const ps_shard *s, int *n) {

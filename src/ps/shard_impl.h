@@ -186,6 +186,7 @@ void shard_sparse_forget(ps_shard *s, const void *conn, const ps_io *io);
 int shard_sparse_has_pending(const ps_shard *s, int worker);
 void shard_sparse_drop(ps_shard *s, const ps_io *io); /* every table, held push and deferred pull */
 void shard_sparse_free(ps_shard *s, const ps_io *io);  /* the same, deferred pulls unanswered; the scratch */
+void shard_sparse_stats(const ps_shard *s, ps_shard_stats *o);
 void shard_sparse_apply(ps_shard *s, dt_table *t, const dt_rowsum *sum, float divisor, int row_mean);
 
 /* shard_sparse_sync.c */

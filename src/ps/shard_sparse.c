@@ -149,6 +149,20 @@ void shard_on_sparse_init(const shard_req *r) {
     shard_send(r, &a);
 }
 
+void shard_sparse_stats(const ps_shard *s, ps_shard_stats *o) {
+    o->sparse.tables = s->n_tables;
+    o->sparse.pulls = s->sparse_pulls, o->sparse.pushes = s->sparse_pushes, o->sparse.updates = s->sparse_updates;
+    o->sparse.stale = s->n_sparse_stale;
+    for (int i = 0; s->n_tables && i < (int)DT_WIRE_MAX_TABLES; i++) {
+        if (!s->tables[i]) continue;
+        dt_table_stats t;
+        dt_table_get_stats(s->tables[i]->t, &t);
+        o->sparse.rows += t.rows, o->sparse.admitted += t.admitted, o->sparse.expired += t.expired;
+        o->sparse.evicted += t.evicted, o->sparse.hits += t.hits, o->sparse.misses += t.misses;
+        o->sparse.not_admitted += t.not_admitted;
+    }
+}
+
 /* ---- SPARSE_PULL ------------------------------------------------------------------------------ */
 
 /* Answers a SPARSE_PULL with its rows (stored, or initial for ids without one), packed in the
