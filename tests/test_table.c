@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "cluster/row_placement.h"
 #include "core/rng.h"
 #include "ps/table.h"
 #include "test.h"
@@ -207,11 +208,61 @@ static void test_config_refused(void) {
     CHECK_CONTAINS(e.msg, "table 3: ftrl: l2");
 }
 
+/* A table spread over 2 ps tasks, exported and imported onto 3 (each row to its new home by the
+ * placement's hash): every row, values and slots, bit for bit; the same further updates then
+ * give the same rows on both. */
+static void test_export_rehash(void) {
+    enum { IDS = 3000, FROM = 2, TO = 3 };
+    dt_table_config c = config(IDS, 0, 0, "adam");
+    dt_table *src[FROM], *dst[TO];
+    for (int p = 0; p < FROM; p++) src[p] = table_new(&c);
+    for (int p = 0; p < TO; p++) dst[p] = table_new(&c);
+    float g[DIM];
+    for (uint64_t i = 0; i < IDS; i++) {
+        uint64_t id = dt_hash64(5, i);
+        for (int j = 0; j < DIM; j++) g[j] = (float)((i + (uint64_t)j) % 7) - 3.0f;
+        dt_table_apply(src[dt_row_ps(c.table, id, FROM)], &id, g, 1);
+        if (i % 3 == 0) dt_table_apply(src[dt_row_ps(c.table, id, FROM)], &id, g, 1);
+    }
+    const size_t rf = dt_table_row_floats(&c);
+    CHECK(rf == 3 * DIM);
+    uint64_t ids[64];
+    float *rows = malloc(64 * rf * sizeof *rows);
+    size_t moved = 0;
+    for (int p = 0; p < FROM; p++) {
+        uint64_t cursor = 0;
+        size_t n;
+        while ((n = dt_table_export(src[p], &cursor, 64, ids, rows)) > 0)
+            for (size_t i = 0; i < n; i++, moved++)
+                CHECK(dt_table_import(dst[dt_row_ps(c.table, ids[i], TO)], ids[i], rows + i * rf) == DT_OK);
+    }
+    CHECK(moved == IDS);
+    dt_table_stats st;
+    uint64_t total = 0;
+    for (int p = 0; p < TO; p++) dt_table_get_stats(dst[p], &st), total += st.rows;
+    CHECK(total == IDS);
+    int same = 0;
+    for (uint64_t i = 0; i < IDS; i++) {
+        uint64_t id = dt_hash64(5, i);
+        dt_table *a = src[dt_row_ps(c.table, id, FROM)], *b = dst[dt_row_ps(c.table, id, TO)];
+        dt_table_set_step(b, dt_table_step(a)); /* the step travels with the checkpoint */
+        for (int j = 0; j < DIM; j++) g[j] = 0.25f * (float)j;
+        dt_table_apply(a, &id, g, 1), dt_table_apply(b, &id, g, 1);
+        same += dt_table_find(a, id) && dt_table_find(b, id) && !memcmp(dt_table_find(a, id), dt_table_find(b, id),
+                                                                       rf * sizeof(float));
+    }
+    CHECK_MSG(same == IDS, "%d of %d rows the same after the move and an update", same, IDS);
+    free(rows);
+    for (int p = 0; p < FROM; p++) dt_table_free(src[p]);
+    for (int p = 0; p < TO; p++) dt_table_free(dst[p]);
+}
+
 int main(void) {
     RUN(test_init_deterministic);
     RUN(test_admission);
     RUN(test_expiry_and_lru);
     RUN(test_memory_bounded);
     RUN(test_config_refused);
+    RUN(test_export_rehash);
     return test_summary();
 }

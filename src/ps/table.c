@@ -273,6 +273,23 @@ static unsigned sketch_count(dt_table *t, uint64_t id) {
     return least;
 }
 
+/* A new row for id (not in the table), at its initial values: NONE without memory. */
+static uint32_t row_create(dt_table *t, uint64_t id) {
+    uint32_t r = row_claim(t);
+    if (r == NONE) return NONE;
+    t->index[index_find(t, id)] = r + 1; /* an eviction may have moved the index's entries */
+    row_meta *m = row_at(t, r);
+    m->id = id;
+    m->last = t->step;
+    list_push_front(t, r);
+    float *v = row_vals(t, r);
+    dt_table_init_row(&t->c, id, v);
+    dt_lazy_init_slots(&t->c.opt, v + t->c.dim, t->c.dim);
+    t->st.rows++;
+    t->st.admitted++;
+    return r;
+}
+
 /* id's row for an update: its own, or a new one if id is admitted now; NONE otherwise. */
 static uint32_t row_for_update(dt_table *t, uint64_t id) {
     uint64_t k = index_find(t, id);
@@ -285,21 +302,8 @@ static uint32_t row_for_update(dt_table *t, uint64_t id) {
         t->st.not_admitted++;
         return NONE;
     }
-    uint32_t r = row_claim(t);
-    if (r == NONE) {
-        t->st.nomem++;
-        return NONE;
-    }
-    t->index[index_find(t, id)] = r + 1; /* an eviction may have moved the index's entries */
-    row_meta *m = row_at(t, r);
-    m->id = id;
-    m->last = t->step;
-    list_push_front(t, r);
-    float *v = row_vals(t, r);
-    dt_table_init_row(&t->c, id, v);
-    dt_lazy_init_slots(&t->c.opt, v + t->c.dim, t->c.dim);
-    t->st.rows++;
-    t->st.admitted++;
+    uint32_t r = row_create(t, id);
+    if (r == NONE) t->st.nomem++;
     return r;
 }
 
@@ -343,4 +347,33 @@ void dt_table_apply(dt_table *t, const uint64_t *ids, const float *grads, size_t
     }
     t->step++;
     expire(t);
+}
+
+/* ---- Checkpoints ------------------------------------------------------------------------------ */
+
+size_t dt_table_row_floats(const dt_table_config *c) {
+    return (size_t)c->dim * (1 + (size_t)dt_lazy_slots(c->opt.kind));
+}
+
+size_t dt_table_export(const dt_table *t, uint64_t *cursor, size_t max, uint64_t *ids, float *rows) {
+    size_t n = 0;
+    uint64_t k = *cursor;
+    for (; k < t->n_index && n < max; k++) {
+        if (!t->index[k]) continue;
+        uint32_t r = t->index[k] - 1;
+        ids[n] = row_at(t, r)->id;
+        memcpy(rows + n * t->row_floats, row_vals(t, r), t->row_floats * sizeof *rows);
+        n++;
+    }
+    *cursor = k;
+    return n;
+}
+
+int dt_table_import(dt_table *t, uint64_t id, const float *row) {
+    uint64_t k = index_find(t, id);
+    uint32_t r = t->index[k] ? t->index[k] - 1 : row_create(t, id);
+    if (r == NONE) return DT_ENOMEM;
+    touch(t, r);
+    memcpy(row_vals(t, r), row, t->row_floats * sizeof *row);
+    return DT_OK;
 }

@@ -88,6 +88,17 @@ size_t dt_table_row_bytes(const dt_table_config *c);
 /* What does not grow with the rows: the table itself, the sketch, the block list, one block's slack. */
 size_t dt_table_fixed_bytes(const dt_table_config *c);
 
+/* ---- Checkpoints: a table's rows out and in (docs/sparse.md, "Checkpoints") ----
+ * A row's floats: its values then its slots, dt_table_row_floats of them. */
+size_t dt_table_row_floats(const dt_table_config *c);
+/* Up to max rows, from index position *cursor on (0 at first; advanced past the rows returned):
+ * their ids [max] and floats [max * row floats]. Returns how many; 0 once every row was returned.
+ * Rows come in index order, each once, if the table does not change between calls. */
+size_t dt_table_export(const dt_table *t, uint64_t *cursor, size_t max, uint64_t *ids, float *rows);
+/* Sets id's row to row [row floats] (values and slots), creating it if needed (no admission count;
+ * a full table evicts its least recently used row). DT_ENOMEM without memory for a new block. */
+int dt_table_import(dt_table *t, uint64_t id, const float *row);
+
 const char *dt_row_init_name(dt_row_init kind); /* "zeros", "uniform", "normal"; "?" */
 
 #endif
