@@ -2,8 +2,9 @@
  * Input: [1 byte: selector][header frame][payload...]; the selector picks the receiver's shard size
  * and, with its high bit, a header frame length other than DT_WIRE_HEADER_SIZE. Every decoded
  * header is re-encoded and must decode to the same fields; the payload bound must hold before
- * the payload is touched (the sparse messages' payloads are fuzzed further by fuzz_sparse.c). A PUSH or PARAMS payload that passes is unpacked from its encoding (as
- * the ps and the client do) and packed again: every 16-bit value survives the trip, NaN made quiet.
+ * the payload is touched (fuzz_sparse.c goes on into the sparse messages' payloads). A PUSH or
+ * PARAMS payload that passes is unpacked from its encoding (as the ps and the client do) and
+ * packed again: every 16-bit value survives the trip, NaN made quiet.
  * An INIT that passes has its options block decoded as the ps does; one that decodes is encoded
  * again to the same bytes. */
 #include <stdint.h>
