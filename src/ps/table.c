@@ -33,8 +33,8 @@ struct dt_table {
     uint64_t used;            /* rows ever handed out (fresh ones come from here) */
     uint32_t free_head;       /* freed rows */
     uint32_t head, tail;      /* most and least recently touched */
-    uint32_t *index;          /* [n_index] row number + 1, 0 empty (calloc: untouched pages cost nothing) */
-    uint64_t n_index;
+    uint32_t *index;          /* [n_index] row number + 1, 0 empty */
+    uint64_t n_index;         /* grows with the rows (load <= 80%) up to the capacity's slots */
     uint8_t *sketch;          /* [SKETCH_DEPTH * width] or NULL (min_count <= 1) */
     uint64_t width, sketch_adds;
     int64_t step;
@@ -77,6 +77,7 @@ static uint64_t sketch_width_of(const dt_table_config *c) {
 }
 
 static uint64_t index_slots(uint64_t capacity) { return capacity + capacity / 4 + 1; }
+#define INDEX_FIRST 4096 /* rows the first index is sized for */
 
 static uint32_t block_rows_of(const dt_table_config *c) {
     return c->capacity < BLOCK_ROWS ? (uint32_t)c->capacity : BLOCK_ROWS;
@@ -118,7 +119,7 @@ int dt_table_new(dt_table **out, const dt_table_config *c, dt_error *err) {
     t->row_floats = (size_t)c->dim * (1 + (size_t)t->slots);
     t->block_rows = block_rows_of(c);
     t->max_blocks = (c->capacity + t->block_rows - 1) / t->block_rows;
-    t->n_index = index_slots(c->capacity);
+    t->n_index = index_slots(c->capacity < INDEX_FIRST ? c->capacity : INDEX_FIRST);
     t->free_head = t->head = t->tail = NONE;
     t->vals = dt_calloc(t->max_blocks, sizeof *t->vals, "table blocks", err);
     t->meta = dt_calloc(t->max_blocks, sizeof *t->meta, "table blocks", err);
@@ -171,6 +172,25 @@ static uint64_t index_find(const dt_table *t, uint64_t id) {
     uint64_t k = home_of(t, id);
     while (t->index[k] && row_at(t, t->index[k] - 1)->id != id) k = k + 1 == t->n_index ? 0 : k + 1;
     return k;
+}
+
+/* A twice larger index (at most the capacity's slots), every row entered again; with no memory
+ * for it the index stays as it is (fuller: still correct, its probes longer). */
+static void index_grow(dt_table *t) {
+    uint64_t most = index_slots(t->c.capacity), n = 2 * t->n_index < most ? 2 * t->n_index : most;
+    uint32_t *fresh = n > t->n_index ? calloc(n, sizeof *fresh) : NULL;
+    if (!fresh) return;
+    uint32_t *old = t->index;
+    uint64_t n_old = t->n_index;
+    t->index = fresh;
+    t->n_index = n;
+    for (uint64_t j = 0; j < n_old; j++) {
+        if (!old[j]) continue;
+        uint64_t k = home_of(t, row_at(t, old[j] - 1)->id);
+        while (t->index[k]) k = k + 1 == n ? 0 : k + 1;
+        t->index[k] = old[j];
+    }
+    free(old);
 }
 
 /* Empties slot k, moving later entries of its probe run back (linear probing without tombstones). */
@@ -277,6 +297,7 @@ static unsigned sketch_count(dt_table *t, uint64_t id) {
 static uint32_t row_create(dt_table *t, uint64_t id) {
     uint32_t r = row_claim(t);
     if (r == NONE) return NONE;
+    if ((t->st.rows + 1) * 5 > t->n_index * 4) index_grow(t); /* above 80% load */
     t->index[index_find(t, id)] = r + 1; /* an eviction may have moved the index's entries */
     row_meta *m = row_at(t, r);
     m->id = id;

@@ -5,8 +5,8 @@
  * A row is `dim` values and the lazy optimizer's slots (`slots * dim` floats), plus its id, the
  * step it was last touched and its place in the recency list. Rows live in blocks of up to 4096
  * rows allocated as the table fills (never more than capacity rows); the index is an open-
- * addressing array of 32-bit row numbers sized for the capacity at 80% load; ids not yet admitted
- * are counted in a count-min sketch of fixed size. So a table's memory is bounded by its capacity,
+ * addressing array of 32-bit row numbers at most 80% full, doubled as rows come up to the
+ * capacity's size; ids not yet admitted are counted in a count-min sketch of fixed size. So a table's memory is bounded by its capacity,
  * whatever the id stream: dt_table_bytes <= capacity * dt_table_row_bytes + dt_table_fixed_bytes.
  *
  * A row absent from the table reads as its initial value, a function of (seed, table, id) alone
