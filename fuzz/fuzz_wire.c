@@ -2,8 +2,9 @@
  * Input: [1 byte: selector][header frame][payload...]; the selector picks the receiver's shard size
  * and, with its high bit, a header frame length other than DT_WIRE_HEADER_SIZE. Every decoded
  * header is re-encoded and must decode to the same fields; the payload bound must hold before
- * the payload is touched. A PUSH or PARAMS payload that passes is unpacked from its encoding (as
- * the ps and the client do) and packed again: every 16-bit value survives the trip, NaN made quiet.
+ * the payload is touched (fuzz_sparse.c goes on into the sparse messages' payloads). A PUSH or
+ * PARAMS payload that passes is unpacked from its encoding (as the ps and the client do) and
+ * packed again: every 16-bit value survives the trip, NaN made quiet.
  * An INIT that passes has its options block decoded as the ps does; one that decodes is encoded
  * again to the same bytes. */
 #include <stdint.h>
@@ -54,8 +55,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char text[DT_WIRE_MAX_ERROR_TEXT + 1];
         dt_wire_error_text(text, sizeof text, data + head, payload);
         if (strlen(text) > DT_WIRE_MAX_ERROR_TEXT) __builtin_trap();
-    } else if (payload > dt_wire_init_bytes(DT_WIRE_MAX_SLOTS, shard)) {
-        __builtin_trap(); /* a payload beyond the largest legal one passed the check */
+    } else if (payload > dt_wire_max_frame(shard)) {
+        __builtin_trap(); /* a payload beyond the largest legal one (an INIT, or a sparse message) passed the check */
     } else if (h.type == DT_MSG_INIT) {
         const uint8_t *o = data + head + (size_t)(1 + h.opt_slots) * shard * 4;
         dt_lr_schedule s;

@@ -12,116 +12,17 @@
 #include "ps/shard.h"
 #include "test.h"
 
-enum { N = 12, MAX_REPLIES = 512 };
+#include "shard_io.h"
+
+enum { N = 12 };
 #define SEC INT64_C(1000000)
-
-/* ---- A recording ps_io ------------------------------------------------------------------------ */
-
-typedef struct {
-    const void *conn;
-    dt_wire_header h;
-    size_t size;
-    float first[N];           /* the payload's floats (PARAMS), or its text (ERROR) */
-    char text[256];
-} reply;
-
-typedef struct {
-    reply r[MAX_REPLIES];
-    int n;
-    int refuse_admit;         /* admit says no */
-    long admitted, held;      /* bytes admitted and not yet released; origins held */
-    int released;             /* payloads released */
-} recorder;
-
-typedef struct {
-    recorder *rec;
-    size_t admitted;
-} release_ctx;
-
-static void rec_send(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes *payload, size_t admitted) {
-    recorder *rec = user;
-    CHECK(rec->n < MAX_REPLIES);
-    if (rec->n >= MAX_REPLIES) return;
-    reply *r = &rec->r[rec->n++];
-    memset(r, 0, sizeof *r);
-    r->conn = to->conn;
-    r->h = *h;
-    if (!payload) return;
-    r->size = payload->size;
-    if (h->type == DT_MSG_ERROR)
-        snprintf(r->text, sizeof r->text, "%.*s", (int)payload->size, (const char *)payload->data);
-    else
-        memcpy(r->first, payload->data, payload->size < sizeof r->first ? payload->size : sizeof r->first);
-    rec->admitted -= (long)admitted; /* sent at once: the "kernel" has it */
-    if (payload->release) rec->released++;
-    ps_bytes_release(payload);
-}
-
-static int rec_admit(void *user, const ps_origin *to, size_t bytes, char *why, size_t len) {
-    recorder *rec = user;
-    if (rec->refuse_admit) {
-        snprintf(why, len, "busy: test says no");
-        return 1;
-    }
-    rec->admitted += (long)bytes;
-    return 0;
-}
-
-static void rec_unadmit(void *user, const ps_origin *to, size_t bytes) { ((recorder *)user)->admitted -= (long)bytes; }
-
-static int rec_hold(void *user, const ps_origin *from, ps_origin *kept) {
-    ((recorder *)user)->held++;
-    *kept = *from;
-    kept->addr = NULL;
-    return 0;
-}
-
-static void rec_drop(void *user, ps_origin *kept) { ((recorder *)user)->held--; }
-
-static recorder rec;
-static const ps_io io = {.user = &rec, .send = rec_send, .admit = rec_admit, .unadmit = rec_unadmit,
-                         .hold = rec_hold, .drop = rec_drop};
-static int conns[8]; /* their addresses are the connections */
-
-static ps_origin from(int conn) { return (ps_origin){.conn = &conns[conn], .serial = (uint64_t)conn + 1, .addr = "test"}; }
-
-static reply *last(void) { return rec.n ? &rec.r[rec.n - 1] : NULL; }
 
 /* ---- Requests --------------------------------------------------------------------------------- */
 
-static dt_wire_header hdr(dt_msg_type type, dt_wire_role role, uint16_t task) {
-    dt_wire_header h = dt_wire_header_make(type, role, task, 7);
-    h.shard = 0;
-    return h;
-}
-
-/* INIT of N floats all `value`, sgd lr 1, cut into `chunks`; sync with aggregate of total replicas
- * (aggregate 0: async). */
+/* INIT of N floats all 1, sgd lr 1 (shard_io.h). */
 static void init(ps_shard *s, int chunks, int aggregate, int total, int staleness, int64_t liveness_ms, int strict,
                  int64_t now) {
-    static uint8_t payload[N * 4 + DT_WIRE_OPTS_BYTES + (N + 7) / 8];
-    memset(payload, 0, sizeof payload);
-    for (int i = 0; i < N; i++) {
-        float v = 1.0f;
-        memcpy(payload + 4 * i, &v, 4);
-    }
-    dt_lr_schedule sched = {0};
-    dt_wire_opts_encode(payload + N * 4, &sched, 0.0f);
-    dt_wire_header h = hdr(DT_MSG_INIT, DT_ROLE_CHIEF, 0);
-    h.shard_floats = N;
-    h.chunks = (uint8_t)chunks;
-    h.generation = 1;
-    h.opt_kind = DT_OPT_SGD;
-    h.learning_rate = 1.0f;
-    h.init.replicas_to_aggregate = (uint64_t)aggregate;
-    h.init.total_num_replicas = (uint32_t)total;
-    h.init.staleness = (uint64_t)staleness;
-    h.liveness_ms = liveness_ms;
-    if (strict) h.flags |= DT_WIRE_F_STRICT;
-    h.payload_bytes = sizeof payload;
-    ps_origin o = from(0);
-    ps_bytes b = {.data = payload, .size = sizeof payload};
-    ps_shard_request(s, &o, &h, &b, now, &io);
+    shard_init_n(s, N, chunks, aggregate, total, staleness, liveness_ms, strict, now);
 }
 
 /* A gradient of `value` for chunk c of `chunks` at step `step` from worker task (PARAMS asked with
@@ -151,19 +52,7 @@ static void pull(ps_shard *s, int conn, uint16_t task, int chunk, int chunks, in
     ps_shard_request(s, &o, &h, NULL, now, &io);
 }
 
-static ps_shard *shard_new(void) {
-    memset(&rec, 0, sizeof rec);
-    ps_shard *s = NULL;
-    ps_shard_config cfg = {.ps_index = 0, .shard_floats = N, .log = getenv("DT_TEST_VERBOSE") ? stderr : NULL};
-    CHECK(ps_shard_new(&s, &cfg, NULL) == DT_OK);
-    return s;
-}
-
-static void shard_done(ps_shard *s) {
-    ps_shard_free(s, &io);
-    CHECK_MSG(rec.held == 0, "%ld origins still held", rec.held);
-    CHECK_MSG(rec.admitted == 0, "%ld admitted bytes not given back", rec.admitted);
-}
+static ps_shard *shard_new(void) { return shard_new_n(N); }
 
 static int64_t step_of(ps_shard *s) {
     ps_shard_stats st;

@@ -44,6 +44,14 @@ static dt_wire_header sample(uint8_t type) {
         h.epsilon = 1e-8f;
     }
     if (dt_wire_type_has_payload(type)) h.payload_bytes = type == DT_MSG_ERROR ? 17 : 4000;
+    if (dt_wire_type_is_sparse(type)) { /* within the sparse bounds (tests/test_wire_sparse.c) */
+        h.sparse.table = type == DT_MSG_SPARSE_INIT ? 0 : 3;
+        h.sparse.ids = type == DT_MSG_SPARSE_INIT ? 2 : 10;
+        h.sparse.dim = type == DT_MSG_SPARSE_INIT ? 0 : 4;
+        h.encoding = type == DT_MSG_SPARSE_INIT ? 0 : DT_ENC_BF16;
+        if (type == DT_MSG_SPARSE_PUSH) h.flags = DT_WIRE_F_SYNC, h.chunk = 1, h.chunks = 3;
+        h.payload_bytes = dt_wire_sparse_bytes(&h);
+    }
     return h;
 }
 
@@ -347,8 +355,10 @@ static void test_payload_bounds(void) {
     h.payload_bytes = 4;
     CHECK(dt_wire_check_payload(&h, DT_WIRE_MAX_SHARD_FLOATS + 1, &e) == DT_EINVAL);
 
-    CHECK(dt_wire_max_frame(1000) == 12000 + DT_WIRE_OPTS_BYTES + 125);
-    CHECK(dt_wire_max_frame(1) == DT_WIRE_MAX_ERROR_TEXT);
+    /* A ps takes the largest sparse message whatever its shard (8 bytes per id, 4 per float). */
+    const uint64_t sparse = 8 * (uint64_t)DT_WIRE_MAX_SPARSE_IDS + 4 * (uint64_t)DT_WIRE_MAX_SPARSE_FLOATS;
+    CHECK(dt_wire_max_frame(1000) == sparse && dt_wire_max_frame(1) == sparse);
+    CHECK(dt_wire_max_frame(1000000) == 12000000 + DT_WIRE_OPTS_BYTES + 125000);
 }
 
 static void test_error_text(void) {
@@ -589,7 +599,7 @@ static int write_seed(const char *dir, const char *name, uint8_t selector, dt_wi
 }
 
 static int write_corpus(const char *dir) {
-    for (int t = 1; t <= DT_MSG_TYPE_MAX; t++) {
+    for (int t = 1; t <= DT_MSG_STATE; t++) { /* the sparse messages have their own: fuzz/corpus/sparse */
         dt_wire_header h = dt_wire_header_make((dt_msg_type)t, t % 2 ? DT_ROLE_WORKER : DT_ROLE_PS, 1, 7);
         size_t payload = 0;
         h.shard_floats = 4;

@@ -38,6 +38,7 @@
 #define DRAIN_US 20000        /* reading the router at most this long before cron */
 #define SHUTDOWN_LINGER_MS 1000
 #define MAX_IO_THREADS 4      /* ZeroMQ I/O threads of a ps: one per core up to this */
+#define SPARSE_METRICS 9     /* the sparse tables' series (SPARSE_SERIES) */
 #define HELD_ORIGIN_BYTES 96  /* a deferred PULL's kept routing identity, as peers.c counts it */
 
 typedef struct {
@@ -54,6 +55,7 @@ typedef struct {
     /* Metrics (NULL series when off): the shard's counts, published once per loop. */
     struct {
         dt_metric *step, *pushes, *updates, *pulls, *refused, *live, *rx, *tx, *wait;
+        dt_metric *sparse[SPARSE_METRICS]; /* SPARSE_SERIES' */
         uint64_t stale_seen;
     } m;
 } ps_t;
@@ -183,6 +185,31 @@ static int limit_socket(void *s, int handshake_ms, dt_error *err) {
 
 /* ---- Metrics ---------------------------------------------------------------------------------- */
 
+/* The sparse tables' series (docs/metrics.md), in the order ps_publish_sparse sets them. */
+static const struct {
+    const char *name, *help;
+    int gauge;
+} SPARSE_SERIES[SPARSE_METRICS] = {
+    {"dtrain_ps_sparse_rows", "Rows this ps holds in its sparse tables.", 1},
+    {"dtrain_ps_sparse_admitted_total", "Rows created (ids admitted) in this ps's tables.", 0},
+    {"dtrain_ps_sparse_evicted_total", "Rows evicted from this ps's tables: not touched for expire_steps, or the "
+     "least recently used of a full table.", 0},
+    {"dtrain_ps_sparse_hits_total", "Ids read or updated on this ps that had a row.", 0},
+    {"dtrain_ps_sparse_misses_total", "Ids read or updated on this ps that had no row.", 0},
+    {"dtrain_ps_sparse_not_admitted_total", "Row updates dropped: ids below their table's min_count.", 0},
+    {"dtrain_ps_sparse_pushes_total", "SPARSE_PUSH messages this ps accepted.", 0},
+    {"dtrain_ps_sparse_pulls_total", "SPARSE_ROWS replies this ps sent.", 0},
+    {"dtrain_ps_sparse_stale_total", "Sync mode: sparse pushes this ps dropped as stale.", 0},
+};
+
+static void ps_publish_sparse(ps_t *ps, const ps_shard_stats *st) {
+    const double v[SPARSE_METRICS] = {(double)st->sparse.rows, (double)st->sparse.admitted,
+                                      (double)(st->sparse.evicted + st->sparse.expired), (double)st->sparse.hits,
+                                      (double)st->sparse.misses, (double)st->sparse.not_admitted,
+                                      (double)st->sparse.pushes, (double)st->sparse.pulls, (double)st->sparse.stale};
+    for (int i = 0; i < SPARSE_METRICS; i++) dt_metric_set(ps->m.sparse[i], v[i]);
+}
+
 static void ps_metrics_open(ps_t *ps) {
     struct dt_metrics *r = ps->cfg->metrics;
     ps->m.step = dt_metrics_gauge(r, DT_M_GLOBAL_STEP, "Global step: updates this ps has applied to its shard.", NULL);
@@ -197,6 +224,9 @@ static void ps_metrics_open(ps_t *ps) {
     ps->m.wait = dt_metrics_histogram(r, "dtrain_ps_barrier_wait_seconds", "How long this ps held a PULL until its "
                                       "step was reached (the sync barrier).", NULL, dt_metrics_latency_bounds,
                                       dt_metrics_latency_n);
+    for (int i = 0; i < SPARSE_METRICS; i++)
+        ps->m.sparse[i] = SPARSE_SERIES[i].gauge ? dt_metrics_gauge(r, SPARSE_SERIES[i].name, SPARSE_SERIES[i].help, NULL)
+                                                 : dt_metrics_counter(r, SPARSE_SERIES[i].name, SPARSE_SERIES[i].help, NULL);
 }
 
 /* The shard's counts into its series; per worker stale counts only when one changed. */
@@ -208,6 +238,7 @@ static void ps_publish(ps_t *ps, const ps_shard_stats *st) {
     dt_metric_set(ps->m.pulls, (double)st->pulls);
     dt_metric_set(ps->m.refused, (double)st->refused);
     dt_metric_set(ps->m.live, st->live);
+    ps_publish_sparse(ps, st);
     int total;
     const uint64_t *stale = ps_shard_stale_counts(ps->shard, &total);
     if (!stale || st->stale == ps->m.stale_seen) return;

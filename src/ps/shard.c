@@ -144,6 +144,7 @@ int ps_shard_new(ps_shard **out, const ps_shard_config *cfg, dt_error *err) {
 void ps_shard_free(ps_shard *s, const ps_io *io) {
     if (!s) return;
     for (int i = 0; i < s->n_pending; i++) io->drop(io->user, &s->pending[i].from);
+    shard_sparse_free(s, io);
     free(s->pending);
     free(s->owner);
     shard_parts_free(s->parts, s->n_parts, s->staleness);
@@ -158,6 +159,7 @@ void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *o) {
                           .pending_bytes = (uint64_t)s->n_pending * sizeof(pending_pull),
                           .initialised = s->initialised, .shutdown = s->shutdown, .live = live > 0 ? live : 0,
                           .workers = s->workers};
+    shard_sparse_stats(s, o);
 }
 
 int ps_shard_is_shut(const ps_shard *s) {
@@ -480,6 +482,9 @@ void shard_on_init(const shard_req *r) {
                  (long long)h->global_step, h->generation);
         shard_fail_pending(s, r->io, DT_WIRE_E_RESYNC, msg);
     }
+    shard_sparse_drop(s, r->io); /* sized by the old sync configuration: the chief declares them again */
+    free(s->sparse_stale);
+    s->sparse_stale = NULL;
     init_commit(s, &t);
     /* The deferred PULL table is sized by the workers (a quota each): made anew for the new count. */
     free(s->pending);

@@ -79,6 +79,11 @@ typedef struct {
     int initialised, shutdown;
     int live;                 /* workers counted alive (sync: not lost; async: declared, not done) */
     int workers;              /* declared by INIT (0: not yet) */
+    struct {                  /* sparse tables, all of this ps's together (docs/sparse.md) */
+        int tables;
+        uint64_t rows, admitted, expired, evicted, hits, misses, not_admitted;
+        uint64_t pulls, pushes, updates, stale; /* SPARSE_ROWS sent, SPARSE_PUSHes taken, updates, stale pushes */
+    } sparse;
 } ps_shard_stats;
 
 int ps_shard_new(ps_shard **out, const ps_shard_config *cfg, dt_error *err);

@@ -5,9 +5,11 @@
 #define DT_PS_SHARD_IMPL_H
 
 #include "compute/optim.h"
+#include "compute/rowsum.h"
 #include "ps/ps.h"
 #include "ps/shard.h"
 #include "ps/snapshots.h"
+#include "ps/table.h"
 
 #define SHARD_MAX_PENDING 4096 /* deferred PULLs of strangers; each worker task has its own quota */
 #define SHARD_ASYNC_AHEAD 1024 /* async: a deferred PULL may wait for at most this many steps ahead */
@@ -16,6 +18,42 @@
 #define SHARD_LOG_REFUSALS 20  /* refusals logged one by one; later ones only counted */
 #define SHARD_LOG_STALE 3      /* stale gradients logged one by one per worker; later ones counted */
 #define SHARD_LOG_DONE 20      /* DONE lines from tasks not (yet) declared: one by one, then counted */
+
+/* Sparse tables (shard_sparse.c, shard_sparse_sync.c; docs/sparse.md). */
+#define SHARD_SPARSE_PENDING 1024        /* deferred SPARSE_PULLs held in all */
+#define SHARD_SPARSE_PENDING_PER_PEER 64 /* ... per connection */
+#define SHARD_SPARSE_HELD_MAX (UINT64_C(1) << 30) /* sync: bytes of rows held for steps not yet applied */
+
+/* Sync mode: one worker's push of one step of one table, summed by id over its parts. */
+typedef struct {
+    uint16_t worker;
+    uint8_t chunks;           /* the parts it announced */
+    uint16_t got;             /* the parts received */
+    uint8_t seen[32];         /* which (bit per part) */
+    uint64_t held;            /* bytes its parts count in sparse_held */
+    dt_rowsum rows;
+} sparse_entry;
+
+/* Sync mode: the pushes of one step of one table. */
+typedef struct {
+    int64_t step;             /* -1: empty */
+    int n;                    /* entries in use (at most replicas_to_aggregate) */
+    sparse_entry *e;          /* [aggregate] */
+} sparse_acc;
+
+typedef struct {
+    dt_table *t;
+    int row_mean;             /* DT_WIRE_TABLE_F_ROW_MEAN */
+    sparse_acc *acc;          /* sync: [staleness + 1], step t in acc[t % (staleness + 1)] */
+} shard_table;
+
+/* A SPARSE_PULL waiting for its table to reach the step it asks for. */
+typedef struct {
+    ps_origin from;           /* held through io.hold */
+    dt_wire_header req;
+    ps_bytes ids;             /* its payload, a copy of its own */
+    int64_t since_us;
+} sparse_pending;
 
 /* A PULL waiting for a later step of its chunk (the sync barrier), or the pull half of a PUSH
  * that asked for PARAMS. */
@@ -83,6 +121,15 @@ struct ps_shard {
     int n_lost;
     char failed[320];         /* strict mode after a loss: why every request is now refused */
     int64_t failed_at_us;
+    /* Sparse tables: declared by SPARSE_INIT after INIT (an INIT drops them). */
+    shard_table **tables;     /* [DT_WIRE_MAX_TABLES] by table id, NULL: none */
+    int n_tables;
+    dt_rowsum rsum;           /* scratch: a push's or a step's rows summed by id */
+    float *rows;              /* [DT_WIRE_MAX_SPARSE_FLOATS] scratch: a message's rows as float32 */
+    sparse_pending *sp;       /* [SHARD_SPARSE_PENDING] */
+    int n_sp;
+    uint64_t *sparse_stale;   /* [total] sync: stale sparse pushes per worker */
+    uint64_t n_sparse_stale, sparse_pulls, sparse_pushes, sparse_updates, sparse_held;
 };
 
 /* One request being handled. */
@@ -126,5 +173,26 @@ void shard_saw_worker(ps_shard *s, const dt_wire_header *h, int64_t now);
 
 /* shard_requests.c */
 int shard_needed(const ps_shard *s);
+
+/* shard_sparse.c */
+void shard_on_sparse_init(const shard_req *r);
+void shard_on_sparse_pull(const shard_req *r);
+void shard_on_sparse_push(const shard_req *r);
+shard_table *shard_table_of(const shard_req *r);
+void shard_sparse_serve(ps_shard *s, int64_t now, const ps_io *io);
+void shard_sparse_fail(ps_shard *s, const ps_io *io, int32_t status, const char *text);
+void shard_sparse_expire(ps_shard *s, int64_t now, const ps_io *io);
+void shard_sparse_forget(ps_shard *s, const void *conn, const ps_io *io);
+int shard_sparse_has_pending(const ps_shard *s, int worker);
+void shard_sparse_drop(ps_shard *s, const ps_io *io); /* every table, held push and deferred pull */
+void shard_sparse_free(ps_shard *s, const ps_io *io);  /* the same, deferred pulls unanswered; the scratch */
+void shard_sparse_stats(const ps_shard *s, ps_shard_stats *o);
+void shard_sparse_apply(ps_shard *s, dt_table *t, const dt_rowsum *sum, float divisor, int row_mean);
+
+/* shard_sparse_sync.c */
+void shard_sparse_sync_push(const shard_req *r, shard_table *st, const uint8_t *ids, const float *rows);
+int shard_sparse_apply_complete(ps_shard *s);
+void shard_table_free(shard_table *t, int staleness, int aggregate);
+int shard_table_accumulators(shard_table *t, int aggregate, int staleness);
 
 #endif

@@ -115,6 +115,7 @@ static int pull_ready(const ps_shard *s, const dt_wire_header *req) {
 /* Answers every deferred PULL with an ERROR: the ps is shutting down, was re-initialised (the
  * steps they wait for may never come) or has stopped the job (strict). */
 void shard_fail_pending(ps_shard *s, const ps_io *io, int32_t status, const char *text) {
+    shard_sparse_fail(s, io, status, text);
     for (int i = 0; i < s->n_pending; i++) {
         pending_pull *p = &s->pending[i];
         shard_send_error(s, io, &p->from, &p->req, status, "ps %d: %s", s->cfg.ps_index, text);
@@ -172,6 +173,7 @@ static int keep_other_conn(ps_shard *s, const ps_io *io, pending_pull *p, void *
 
 void ps_shard_forget(ps_shard *s, const void *conn, const ps_io *io) {
     if (s->n_pending && conn) pending_filter(s, io, keep_other_conn, (void *)conn);
+    shard_sparse_forget(s, conn, io);
 }
 
 /* How long a deferred PULL is held: its client gives up after twice the liveness timeout (sync),
@@ -191,10 +193,12 @@ static int keep_fresh(ps_shard *s, const ps_io *io, pending_pull *p, void *now) 
 
 void shard_expire_pending(ps_shard *s, int64_t now, const ps_io *io) {
     if (s->n_pending) pending_filter(s, io, keep_fresh, &now);
+    shard_sparse_expire(s, now, io);
 }
 
 /* Whether worker w has a PULL held here: it is waiting at the barrier, alive however long. */
 int shard_has_pending(const ps_shard *s, int w) {
+    if (shard_sparse_has_pending(s, w)) return 1;
     for (int i = 0; i < s->n_pending; i++)
         if (s->pending[i].req.task == w && s->pending[i].req.role != DT_ROLE_PS) return 1;
     return 0;

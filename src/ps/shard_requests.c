@@ -112,6 +112,9 @@ static const shard_command commands[] = {
     {DT_MSG_SHUTDOWN, NEED_CHIEF, on_shutdown},
     {DT_MSG_DONE, NEED_WORKER, on_done},
     {DT_MSG_TOKEN, 0, on_token},
+    {DT_MSG_SPARSE_INIT, NEED_CHIEF | NEED_READY | NEED_PAYLOAD, shard_on_sparse_init},
+    {DT_MSG_SPARSE_PULL, NEED_READY | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_sparse_pull},
+    {DT_MSG_SPARSE_PUSH, NEED_READY | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_sparse_push},
 };
 
 /* ---- Dispatch --------------------------------------------------------------------------------- */
@@ -238,6 +241,7 @@ static void check_liveness(ps_shard *s, int64_t now, const ps_io *io) {
     int applied = 0;
     for (int c = 0; c < s->n_parts; c++) applied |= shard_apply_complete_steps(s, &s->parts[c]);
     if (applied) shard_serve_pending(s, now, io);
+    if (shard_sparse_apply_complete(s)) shard_sparse_serve(s, now, io);
 }
 
 int ps_shard_cron(ps_shard *s, int64_t now, const ps_io *io, dt_error *err) {

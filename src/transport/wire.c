@@ -29,7 +29,7 @@ dt_wire_header dt_wire_header_make(dt_msg_type type, dt_wire_role role, uint16_t
     h.request_id = request_id;
     /* A message about a chunk, or an INIT: one chunk (the whole shard) unless the caller says. */
     if (type == DT_MSG_PUSH || type == DT_MSG_PULL || type == DT_MSG_PARAMS || type == DT_MSG_PUSH_ACK ||
-        type == DT_MSG_INIT)
+        type == DT_MSG_INIT || type == DT_MSG_SPARSE_PUSH)
         h.chunks = 1;
     return h;
 }
@@ -64,7 +64,7 @@ void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
 
 int dt_wire_type_has_payload(uint8_t type) {
     return type == DT_MSG_INIT || type == DT_MSG_PARAMS || type == DT_MSG_PUSH || type == DT_MSG_ERROR ||
-           type == DT_MSG_STATE;
+           type == DT_MSG_STATE || dt_wire_type_is_sparse(type);
 }
 
 /* The flags a type may carry. */
@@ -73,6 +73,7 @@ static uint8_t allowed_flags(uint8_t type) {
     case DT_MSG_PULL: return DT_WIRE_F_EXACT;
     case DT_MSG_PUSH: return DT_WIRE_F_SYNC | DT_WIRE_F_PULL;
     case DT_MSG_INIT: return DT_WIRE_F_STRICT;
+    case DT_MSG_SPARSE_PUSH: return DT_WIRE_F_SYNC;
     default: return 0;
     }
 }
@@ -153,7 +154,8 @@ static int check_kind(const dt_wire_header *h, dt_error *err) {
     if (h->flags & ~allowed_flags(h->type))
         return dt_errorf(err, DT_EFORMAT, "%s header: unknown flags 0x%02x (byte %d)", tn, h->flags, OFF_FLAGS);
     /* Only a message that carries the shard's values, or asks for them, has an encoding. */
-    int encoded = h->type == DT_MSG_PUSH || h->type == DT_MSG_PULL || h->type == DT_MSG_PARAMS;
+    int encoded = h->type == DT_MSG_PUSH || h->type == DT_MSG_PULL || h->type == DT_MSG_PARAMS ||
+                  h->type == DT_MSG_SPARSE_PULL || h->type == DT_MSG_SPARSE_ROWS || h->type == DT_MSG_SPARSE_PUSH;
     if (!encoded && h->encoding)
         return dt_errorf(err, DT_EFORMAT, "%s header: encoding %u on a message without one (byte %d, bits 4-5 must "
                          "be 0)", tn, h->encoding, OFF_FLAGS);
@@ -170,8 +172,9 @@ static int check_values(const dt_wire_header *h, dt_error *err) {
     const char *tn = dt_wire_type_name(h->type);
     /* Chunked messages name their chunk of the shard cut into `chunks` parts; INIT sets the cut;
      * a ps's other replies report it (0 before INIT); other requests carry neither. */
+    /* A SPARSE_PUSH is part `chunk` of the `chunks` a worker sends for one table and step. */
     int chunked = h->type == DT_MSG_PUSH || h->type == DT_MSG_PULL || h->type == DT_MSG_PARAMS ||
-                  h->type == DT_MSG_PUSH_ACK;
+                  h->type == DT_MSG_PUSH_ACK || h->type == DT_MSG_SPARSE_PUSH;
     if ((chunked || h->type == DT_MSG_INIT) && h->chunks == 0)
         return dt_errorf(err, DT_EFORMAT, "%s header: chunks 0 (byte %d must be 1..255)", tn, OFF_CHUNKS);
     if (h->chunks ? h->chunk >= h->chunks : h->chunk != 0)
@@ -194,6 +197,7 @@ static int check_values(const dt_wire_header *h, dt_error *err) {
     int rc = DT_OK;
     if (h->type == DT_MSG_INIT || h->type == DT_MSG_WELCOME || h->type == DT_MSG_STATE) rc = check_optimizer(h, err);
     if (!rc && h->type == DT_MSG_INIT) rc = check_sync_config(h, err);
+    if (!rc && dt_wire_type_is_sparse(h->type)) rc = dt_wire_check_sparse(h, err);
     return rc;
 }
 
@@ -256,6 +260,20 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
         want = h->type == DT_MSG_INIT ? dt_wire_init_bytes(h->opt_slots, shard_floats)
                                       : (1 + (uint64_t)h->opt_slots) * shard_floats * 4;
         break;
+    case DT_MSG_SPARSE_INIT:
+    case DT_MSG_SPARSE_PULL:
+    case DT_MSG_SPARSE_ROWS:
+    case DT_MSG_SPARSE_PUSH: {
+        int rc = dt_wire_check_sparse(h, err); /* decode checked it; a hand-made header must not overflow */
+        if (rc) return rc;
+        want = dt_wire_sparse_bytes(h);
+        if (h->payload_bytes != want)
+            return dt_errorf(err, DT_EFORMAT, "%s payload of %llu bytes, expected %llu (%llu ids, dim %llu%s%s)", tn,
+                             (unsigned long long)h->payload_bytes, (unsigned long long)want,
+                             (unsigned long long)h->sparse.ids, (unsigned long long)h->sparse.dim,
+                             h->encoding ? ", encoding " : "", h->encoding ? dt_enc_name(h->encoding) : "");
+        return DT_OK;
+    }
     case DT_MSG_ERROR:
         if (h->payload_bytes > DT_WIRE_MAX_ERROR_TEXT)
             return dt_errorf(err, DT_EFORMAT, "ERROR text of %llu bytes is beyond the limit %u",
@@ -355,6 +373,7 @@ int dt_wire_opts_decode(dt_lr_schedule *s, float *weight_decay, const void *buf,
 uint64_t dt_wire_max_frame(uint64_t shard_floats) {
     uint64_t init = dt_wire_init_bytes(DT_WIRE_MAX_SLOTS, shard_floats);
     uint64_t m = DT_WIRE_HEADER_SIZE > DT_WIRE_MAX_ERROR_TEXT ? DT_WIRE_HEADER_SIZE : DT_WIRE_MAX_ERROR_TEXT;
+    if (dt_wire_sparse_max_frame() > m) m = dt_wire_sparse_max_frame();
     return init > m ? init : m;
 }
 
@@ -385,6 +404,10 @@ const char *dt_wire_type_name(uint8_t type) {
     case DT_MSG_DONE: return "DONE";
     case DT_MSG_FETCH: return "FETCH";
     case DT_MSG_STATE: return "STATE";
+    case DT_MSG_SPARSE_INIT: return "SPARSE_INIT";
+    case DT_MSG_SPARSE_PULL: return "SPARSE_PULL";
+    case DT_MSG_SPARSE_ROWS: return "SPARSE_ROWS";
+    case DT_MSG_SPARSE_PUSH: return "SPARSE_PUSH";
     }
     return "unknown";
 }

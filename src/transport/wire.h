@@ -17,12 +17,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compute/lazy_optim.h"
 #include "compute/schedule.h"
 #include "dtrain.h"
 #include "transport/compress.h"
 
 #define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
-#define DT_WIRE_VERSION 7u              /* 7: INIT carries the training options (docs/protocol.md) */
+#define DT_WIRE_VERSION 8u              /* 8: sparse tables (docs/protocol.md, "Sparse tables") */
 #define DT_WIRE_HEADER_SIZE 104u
 #define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
 #define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
@@ -66,8 +67,15 @@ typedef enum {
     DT_MSG_DONE = 15,      /* worker -> ps: this worker has finished training; ps replies ACK */
     DT_MSG_FETCH = 16,     /* client -> ps: the whole shard state, for a checkpoint */
     DT_MSG_STATE = 17,     /* ps -> client: payload params[n] ++ state[slots*n]; optimizer, global_step */
+    /* Sparse tables (docs/sparse.md): the header's sparse.* fields say which table, how many ids and
+     * the rows' dim; each bounded below. */
+    DT_MSG_SPARSE_INIT = 18, /* chief -> ps: payload sparse.ids table records (dt_wire_table); ACK */
+    DT_MSG_SPARSE_PULL = 19, /* client -> ps: payload ids u64[n]; global_step = oldest table step wanted */
+    DT_MSG_SPARSE_ROWS = 20, /* ps -> client: payload rows[n][dim] in the encoding asked for */
+    DT_MSG_SPARSE_PUSH = 21, /* client -> ps: payload ids u64[n] ++ grads[n][dim]; local_step; part chunk of
+                              * chunks; ACK with status OK or STALE and push_ack.stale_count */
 } dt_msg_type;
-#define DT_MSG_TYPE_MAX 17
+#define DT_MSG_TYPE_MAX 21
 
 /* The sender's role. Only the chief may INIT or SHUTDOWN a ps. */
 typedef enum { DT_ROLE_NONE = 0, DT_ROLE_PS = 1, DT_ROLE_WORKER = 2, DT_ROLE_CHIEF = 3 } dt_wire_role;
@@ -146,6 +154,11 @@ typedef struct {
         struct { /* STATE */
             uint64_t step_max; /* the step of the chunk furthest ahead (global_step: the one behind) */
         } state;
+        struct { /* SPARSE_*: SPARSE_INIT uses ids only (the tables it declares) */
+            uint64_t table;    /* 0..DT_WIRE_MAX_TABLES-1 */
+            uint64_t ids;      /* ids (rows) in the payload */
+            uint64_t dim;      /* floats per row, 1..DT_WIRE_MAX_SPARSE_DIM */
+        } sparse;
     };
 } dt_wire_header;
 
@@ -178,6 +191,42 @@ void dt_wire_opts_encode(uint8_t *out, const dt_lr_schedule *s, float weight_dec
  * reserved bytes zero, every field in range for its kind and unused ones zero, weight decay in
  * 0..DT_WIRE_MAX_WEIGHT_DECAY. */
 int dt_wire_opts_decode(dt_lr_schedule *s, float *weight_decay, const void *buf, size_t len, dt_error *err);
+
+/* ---- Sparse tables (wire_sparse.c; docs/protocol.md, "Sparse tables") ----------------------------
+ * Bounds a peer cannot exceed, each named in the refusal: */
+#define DT_WIRE_MAX_TABLES 1024u          /* table ids 0..1023; tables per SPARSE_INIT */
+#define DT_WIRE_MAX_SPARSE_IDS 65536u     /* ids per SPARSE_PULL, SPARSE_ROWS or SPARSE_PUSH */
+#define DT_WIRE_MAX_SPARSE_DIM 1024u      /* floats per row */
+#define DT_WIRE_MAX_SPARSE_FLOATS (1u << 20) /* ids x dim per message (4 MiB of float32 rows) */
+#define DT_WIRE_MAX_SPARSE_STEP_ROWS (1u << 20) /* sync: rows one worker's push of one step of one table
+                                                 * may hold at a ps, over its parts */
+#define DT_WIRE_TABLE_BYTES 80u           /* one table record of SPARSE_INIT */
+#define DT_WIRE_TABLE_F_ROW_MEAN 0x01u    /* record flags: sync steps divide each row's sum by the replicas
+                                           * that sent it (TF's SparseConditionalAccumulator), not by all */
+
+/* One table as SPARSE_INIT declares it (the ps's dt_table_config, and the sync rule). */
+typedef struct {
+    uint32_t table, dim;
+    uint8_t init_kind;        /* 0 zeros, 1 uniform, 2 normal (truncated) */
+    uint8_t flags;            /* DT_WIRE_TABLE_F_* */
+    uint8_t min_count;        /* admission */
+    uint32_t sketch_width;    /* 0: the default */
+    dt_lazy_config opt;
+    float init_scale;
+    uint64_t capacity, expire_steps, seed;
+} dt_wire_table;
+
+void dt_wire_table_encode(uint8_t *out, const dt_wire_table *t);
+/* len must be DT_WIRE_TABLE_BYTES; every field in range (the optimizer's by dt_lazy_config_check),
+ * reserved bytes zero; DT_EFORMAT naming the field otherwise. */
+int dt_wire_table_decode(dt_wire_table *t, const void *buf, size_t len, dt_error *err);
+/* The sparse fields of a SPARSE_* header within their bounds (called by dt_wire_decode). */
+int dt_wire_check_sparse(const dt_wire_header *h, dt_error *err);
+/* A SPARSE_* message's payload size from its header (which dt_wire_check_sparse bounded). */
+uint64_t dt_wire_sparse_bytes(const dt_wire_header *h);
+/* The largest SPARSE_* frame. */
+uint64_t dt_wire_sparse_max_frame(void);
+int dt_wire_type_is_sparse(uint8_t type);
 
 /* Whether a message of this type carries a payload frame. */
 int dt_wire_type_has_payload(uint8_t type);

@@ -1,0 +1,368 @@
+/* Sparse tables on the shard (docs/sparse.md): SPARSE_INIT declares them, SPARSE_PULL reads rows
+ * (held until the table reaches the step asked for, as a PULL at the sync barrier), SPARSE_PUSH
+ * updates them: applied at once when asynchronous, summed over the step's replicas in sync mode
+ * (shard_sparse_sync.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "ps/shard_impl.h"
+#include "transport/compress.h"
+
+static void release_free(void *p) { free(p); }
+
+/* An id of a payload: u64 little-endian, maybe misaligned. */
+static uint64_t id_at(const uint8_t *p, size_t i) {
+    uint64_t v = 0;
+    for (int b = 7; b >= 0; b--) v = v << 8 | p[8 * i + (size_t)b];
+    return v;
+}
+
+/* The table a SPARSE_PULL or SPARSE_PUSH names, with the dim it says; else refused (NULL). */
+shard_table *shard_table_of(const shard_req *r) {
+    const dt_wire_header *h = r->h;
+    shard_table *st = r->s->tables && h->sparse.table < DT_WIRE_MAX_TABLES ? r->s->tables[h->sparse.table] : NULL;
+    if (!st) {
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s for table %llu, which this ps does not hold (the chief's SPARSE_INIT "
+                     "declared %d table(s))", dt_wire_type_name(h->type), (unsigned long long)h->sparse.table,
+                     r->s->n_tables);
+        return NULL;
+    }
+    const int dim = dt_table_config_of(st->t)->dim;
+    if (h->sparse.dim != (uint64_t)dim) {
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s for table %llu with rows of dim %llu, the table's dim is %d",
+                     dt_wire_type_name(h->type), (unsigned long long)h->sparse.table,
+                     (unsigned long long)h->sparse.dim, dim);
+        return NULL;
+    }
+    return st;
+}
+
+/* ---- SPARSE_INIT ------------------------------------------------------------------------------ */
+
+void shard_table_free(shard_table *t, int staleness, int aggregate) {
+    if (!t) return;
+    for (int i = 0; t->acc && i <= staleness; i++) {
+        for (int k = 0; k < aggregate; k++) dt_rowsum_free(&t->acc[i].e[k].rows);
+        free(t->acc[i].e);
+    }
+    free(t->acc);
+    dt_table_free(t->t);
+    free(t);
+}
+
+static void tables_free(shard_table **tables, int staleness, int aggregate) {
+    for (int i = 0; tables && i < (int)DT_WIRE_MAX_TABLES; i++) shard_table_free(tables[i], staleness, aggregate);
+    free(tables);
+}
+
+/* One record of SPARSE_INIT's payload as a table: 0, or a refusal's text in msg. */
+static int table_from_record(const ps_shard *s, const uint8_t *rec, shard_table **out, char *msg, size_t len) {
+    dt_wire_table w;
+    dt_error e = {0};
+    *out = NULL;
+    if (dt_wire_table_decode(&w, rec, DT_WIRE_TABLE_BYTES, &e)) return snprintf(msg, len, "%.250s", e.msg), 1;
+    dt_table_config c = {.table = w.table, .dim = (int)w.dim, .opt = w.opt, .capacity = w.capacity,
+                         .min_count = w.min_count, .sketch_width = w.sketch_width,
+                         .expire_steps = (int64_t)w.expire_steps, .init = (dt_row_init)w.init_kind,
+                         .init_scale = w.init_scale, .seed = w.seed};
+    shard_table *t = dt_calloc(1, sizeof *t, "ps table", NULL);
+    if (!t || dt_table_new(&t->t, &c, &e) ||
+        (s->aggregate && shard_table_accumulators(t, s->aggregate, s->staleness))) {
+        if (t && t->t) snprintf(msg, len, "table %u: out of memory for its accumulators", w.table);
+        else snprintf(msg, len, "%.250s", t ? e.msg : "out of memory for a table");
+        shard_table_free(t, s->staleness, s->aggregate);
+        return 1;
+    }
+    t->row_mean = (w.flags & DT_WIRE_TABLE_F_ROW_MEAN) != 0;
+    *out = t;
+    return 0;
+}
+
+/* Every table of SPARSE_INIT's payload, built whole before anything changes: 0, or the refusal's
+ * text (and *tables NULL). */
+static int tables_build(const shard_req *r, shard_table ***tables, char *msg, size_t len) {
+    ps_shard *s = r->s;
+    const uint8_t *p = r->payload->data;
+    shard_table **t = dt_calloc(DT_WIRE_MAX_TABLES, sizeof *t, "ps tables", NULL);
+    int rc = t ? 0 : (snprintf(msg, len, "out of memory for the tables"), 1);
+    for (uint64_t k = 0; !rc && k < r->h->sparse.ids; k++) {
+        shard_table *one;
+        if ((rc = table_from_record(s, p + k * DT_WIRE_TABLE_BYTES, &one, msg, len))) break;
+        uint32_t id = dt_table_config_of(one->t)->table;
+        if (t[id]) {
+            snprintf(msg, len, "SPARSE_INIT declares table %u twice", id);
+            shard_table_free(one, s->staleness, s->aggregate);
+            rc = 1;
+            break;
+        }
+        t[id] = one;
+    }
+    if (!rc && !s->rows && !(s->rows = dt_alloc_floats(DT_WIRE_MAX_SPARSE_FLOATS, "ps sparse rows", NULL)))
+        rc = (snprintf(msg, len, "out of memory for the rows of a message"), 1);
+    if (!rc && s->aggregate && !s->sparse_stale &&
+        !(s->sparse_stale = dt_calloc((size_t)s->total, sizeof *s->sparse_stale, "ps stale counts", NULL)))
+        rc = (snprintf(msg, len, "out of memory for the stale counts"), 1);
+    if (rc) tables_free(t, s->staleness, s->aggregate), t = NULL;
+    *tables = t;
+    return rc;
+}
+
+/* Drops every table, every held sync push and every deferred SPARSE_PULL (answered RESYNC): an
+ * INIT, a new SPARSE_INIT, or the shard's end. */
+void shard_sparse_drop(ps_shard *s, const ps_io *io) {
+    if (s->n_sp) shard_sparse_fail(s, io, DT_WIRE_E_RESYNC, "the chief declared the tables again: pull again");
+    tables_free(s->tables, s->staleness, s->aggregate);
+    s->tables = NULL;
+    s->n_tables = 0;
+    s->sparse_held = 0;
+}
+
+static int keep_silently(ps_shard *s, const ps_io *io, sparse_pending *q, void *user) { return 0; }
+static void sparse_filter(ps_shard *s, const ps_io *io, int (*keep)(ps_shard *, const ps_io *, sparse_pending *, void *),
+                          void *user);
+
+void shard_sparse_free(ps_shard *s, const ps_io *io) {
+    if (s->n_sp) sparse_filter(s, io, keep_silently, NULL);
+    tables_free(s->tables, s->staleness, s->aggregate);
+    free(s->sp), free(s->rows), free(s->sparse_stale);
+    dt_rowsum_free(&s->rsum);
+}
+
+/* The chief's tables (the dispatch table checked its role, INIT and the payload's size). */
+void shard_on_sparse_init(const shard_req *r) {
+    ps_shard *s = r->s;
+    char msg[300];
+    shard_table **tables;
+    if (tables_build(r, &tables, msg, sizeof msg)) {
+        shard_refuse(r, strstr(msg, "out of memory") ? DT_WIRE_E_NOMEM : DT_WIRE_E_BAD_VALUE, "%s", msg);
+        return;
+    }
+    shard_sparse_drop(s, r->io);
+    s->tables = tables;
+    s->n_tables = (int)r->h->sparse.ids;
+    for (int i = 0; i < (int)DT_WIRE_MAX_TABLES; i++)
+        if (tables[i]) dt_table_set_step(tables[i]->t, r->h->global_step);
+    shard_log(s, "%d sparse table(s) declared by the chief (worker %u) at step %lld", s->n_tables, r->h->task,
+              (long long)r->h->global_step);
+    dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, r->h);
+    shard_send(r, &a);
+}
+
+void shard_sparse_stats(const ps_shard *s, ps_shard_stats *o) {
+    o->sparse.tables = s->n_tables;
+    o->sparse.pulls = s->sparse_pulls, o->sparse.pushes = s->sparse_pushes, o->sparse.updates = s->sparse_updates;
+    o->sparse.stale = s->n_sparse_stale;
+    for (int i = 0; s->n_tables && i < (int)DT_WIRE_MAX_TABLES; i++) {
+        if (!s->tables[i]) continue;
+        dt_table_stats t;
+        dt_table_get_stats(s->tables[i]->t, &t);
+        o->sparse.rows += t.rows, o->sparse.admitted += t.admitted, o->sparse.expired += t.expired;
+        o->sparse.evicted += t.evicted, o->sparse.hits += t.hits, o->sparse.misses += t.misses;
+        o->sparse.not_admitted += t.not_admitted;
+    }
+}
+
+/* ---- SPARSE_PULL ------------------------------------------------------------------------------ */
+
+/* Answers a SPARSE_PULL with its rows (stored, or initial for ids without one), packed in the
+ * encoding it asks for. */
+static void send_rows(const shard_req *r, const dt_table *tb, const uint8_t *ids) {
+    ps_shard *s = r->s;
+    const dt_wire_header *h = r->h;
+    const size_t n = h->sparse.ids, dim = h->sparse.dim, bytes = n * dim * dt_enc_size(h->encoding);
+    char why[224];
+    if (shard_admit(r, bytes, why, sizeof why)) {
+        shard_refuse(r, DT_WIRE_E_BUSY, "%s", why);
+        return;
+    }
+    void *out = malloc(bytes ? bytes : 1);
+    for (size_t i = 0; out && i < n; i++) dt_table_read((dt_table *)tb, id_at(ids, i), s->rows + i * dim);
+    if (!out || dt_pack(h->encoding, out, s->rows, n * dim)) {
+        r->io->unadmit(r->io->user, r->from, bytes);
+        if (out) shard_refuse(r, DT_WIRE_E_BAD_VALUE, "table %llu holds a value beyond fp16's range (+-65504): pull "
+                              "in bf16 or float32", (unsigned long long)h->sparse.table);
+        else shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a SPARSE_ROWS reply");
+        free(out);
+        return;
+    }
+    dt_wire_header a = shard_reply_to(s, DT_MSG_SPARSE_ROWS, h);
+    a.sparse.table = h->sparse.table, a.sparse.ids = n, a.sparse.dim = dim;
+    a.encoding = h->encoding;
+    a.global_step = dt_table_step(tb);
+    s->sparse_pulls++;
+    ps_bytes b = {.data = out, .size = bytes, .release = release_free, .hint = out};
+    r->io->send(r->io->user, r->from, &a, &b, bytes);
+}
+
+/* Whether the deferred-pull list has room for r's (its connection's share, the total, the bytes). */
+static int sparse_pending_room(const shard_req *r) {
+    ps_shard *s = r->s;
+    int mine = 0;
+    size_t bytes = r->payload->size;
+    for (int i = 0; i < s->n_sp; i++) {
+        mine += r->from->conn && s->sp[i].from.conn == r->from->conn;
+        bytes += s->sp[i].ids.size;
+    }
+    if (mine >= SHARD_SPARSE_PENDING_PER_PEER || s->n_sp >= SHARD_SPARSE_PENDING ||
+        bytes > (size_t)SHARD_SPARSE_PENDING * 8 * 1024) {
+        shard_refuse(r, DT_WIRE_E_BUSY, "too many SPARSE_PULLs waiting for a later step (%d of this connection, %d "
+                     "in all, %zu bytes of ids; at most %d, %d, %d)", mine, s->n_sp, bytes,
+                     SHARD_SPARSE_PENDING_PER_PEER, SHARD_SPARSE_PENDING, SHARD_SPARSE_PENDING * 8 * 1024);
+        return 0;
+    }
+    if (!s->sp && !(s->sp = dt_calloc(SHARD_SPARSE_PENDING, sizeof *s->sp, "ps sparse pulls", NULL))) {
+        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a deferred SPARSE_PULL");
+        return 0;
+    }
+    return 1;
+}
+
+/* Holds a SPARSE_PULL until its table reaches the step it asks for (a copy of its ids kept). */
+static void sparse_defer(const shard_req *r, const dt_table *tb) {
+    ps_shard *s = r->s;
+    const int64_t horizon = dt_table_step(tb) + (s->aggregate ? s->staleness + 2 : SHARD_ASYNC_AHEAD);
+    if (r->h->global_step > horizon) {
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "SPARSE_PULL waits for step %lld, but table %llu is at step %lld and "
+                     "pulls wait for at most step %lld", (long long)r->h->global_step,
+                     (unsigned long long)r->h->sparse.table, (long long)dt_table_step(tb), (long long)horizon);
+        return;
+    }
+    if (!sparse_pending_room(r)) return;
+    sparse_pending *q = &s->sp[s->n_sp];
+    void *ids = malloc(r->payload->size);
+    if (!ids || r->io->hold(r->io->user, r->from, &q->from)) {
+        free(ids);
+        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a deferred SPARSE_PULL");
+        return;
+    }
+    memcpy(ids, r->payload->data, r->payload->size);
+    q->ids = (ps_bytes){.data = ids, .size = r->payload->size, .release = release_free, .hint = ids};
+    q->req = *r->h;
+    q->since_us = r->now;
+    s->n_sp++;
+}
+
+void shard_on_sparse_pull(const shard_req *r) {
+    shard_table *st = shard_table_of(r);
+    if (!st) return;
+    if (r->h->global_step <= dt_table_step(st->t)) send_rows(r, st->t, r->payload->data);
+    else sparse_defer(r, st->t);
+}
+
+/* ---- Deferred SPARSE_PULLs -------------------------------------------------------------------- */
+
+/* Keeps the deferred pulls keep() accepts, in order; the others are answered by keep or dropped. */
+static void sparse_filter(ps_shard *s, const ps_io *io, int (*keep)(ps_shard *, const ps_io *, sparse_pending *, void *),
+                          void *user) {
+    int kept = 0;
+    for (int i = 0; i < s->n_sp; i++) {
+        sparse_pending *q = &s->sp[i];
+        if (!keep(s, io, q, user)) {
+            io->drop(io->user, &q->from);
+            ps_bytes_release(&q->ids);
+            continue;
+        }
+        if (kept != i) s->sp[kept] = *q;
+        kept++;
+    }
+    s->n_sp = kept;
+}
+
+static int keep_unready(ps_shard *s, const ps_io *io, sparse_pending *q, void *now) {
+    shard_table *st = s->tables ? s->tables[q->req.sparse.table] : NULL;
+    if (st && q->req.global_step > dt_table_step(st->t)) return 1;
+    shard_req r = {.s = s, .from = &q->from, .h = &q->req, .payload = &q->ids, .now = *(int64_t *)now, .io = io};
+    if (st) send_rows(&r, st->t, q->ids.data);
+    else shard_refuse(&r, DT_WIRE_E_RESYNC, "table %llu is gone", (unsigned long long)q->req.sparse.table);
+    shard_saw_worker(s, &q->req, r.now);
+    return 0;
+}
+
+void shard_sparse_serve(ps_shard *s, int64_t now, const ps_io *io) {
+    if (s->shutdown) shard_sparse_fail(s, io, DT_WIRE_E_SHUTDOWN, "shutting down (training is over)");
+    else if (s->n_sp) sparse_filter(s, io, keep_unready, &now);
+}
+
+static int keep_none(ps_shard *s, const ps_io *io, sparse_pending *q, void *text) {
+    shard_send_error(s, io, &q->from, &q->req, (int32_t)(intptr_t)((const void **)text)[1], "ps %d: %s",
+                     s->cfg.ps_index, (const char *)((const void **)text)[0]);
+    return 0;
+}
+
+void shard_sparse_fail(ps_shard *s, const ps_io *io, int32_t status, const char *text) {
+    const void *args[2] = {text, (const void *)(intptr_t)status};
+    if (s->n_sp) sparse_filter(s, io, keep_none, args);
+}
+
+static int keep_fresh(ps_shard *s, const ps_io *io, sparse_pending *q, void *now) {
+    if (*(int64_t *)now - q->since_us <= SHARD_PENDING_MAX_WAIT_US) return 1;
+    shard_send_error(s, io, &q->from, &q->req, DT_WIRE_E_BUSY, "ps %d: table step %lld did not come within %lld s",
+                     s->cfg.ps_index, (long long)q->req.global_step, (long long)(SHARD_PENDING_MAX_WAIT_US / 1000000));
+    return 0;
+}
+
+void shard_sparse_expire(ps_shard *s, int64_t now, const ps_io *io) {
+    if (s->n_sp) sparse_filter(s, io, keep_fresh, &now);
+}
+
+static int keep_other_conn(ps_shard *s, const ps_io *io, sparse_pending *q, void *gone) { return q->from.conn != gone; }
+
+void shard_sparse_forget(ps_shard *s, const void *conn, const ps_io *io) {
+    if (s->n_sp && conn) sparse_filter(s, io, keep_other_conn, (void *)conn);
+}
+
+int shard_sparse_has_pending(const ps_shard *s, int w) {
+    for (int i = 0; i < s->n_sp; i++)
+        if (s->sp[i].req.task == w && s->sp[i].req.role != DT_ROLE_PS) return 1;
+    return 0;
+}
+
+/* ---- SPARSE_PUSH ------------------------------------------------------------------------------ */
+
+/* Applies summed rows to a table as one update: each row divided by `divisor`, or (row_mean) by the
+ * replicas that sent it. */
+void shard_sparse_apply(ps_shard *s, dt_table *t, const dt_rowsum *sum, float divisor, int row_mean) {
+    const size_t dim = (size_t)sum->dim;
+    for (size_t i = 0; (row_mean || divisor != 1.0f) && i < sum->n; i++) {
+        const float d = row_mean ? (float)sum->count[i] : divisor;
+        for (size_t j = 0; j < dim; j++) sum->rows[i * dim + j] /= d;
+    }
+    dt_table_apply(t, sum->ids, sum->rows, sum->n);
+    s->sparse_updates++;
+}
+
+/* A gradient of rows (the dispatch table checked readiness and the payload's size): summed by id
+ * and applied at once (async), or held for its step (sync). */
+void shard_on_sparse_push(const shard_req *r) {
+    ps_shard *s = r->s;
+    const dt_wire_header *h = r->h;
+    shard_table *st = shard_table_of(r);
+    if (!st) return;
+    const int sync = (h->flags & DT_WIRE_F_SYNC) != 0;
+    if (sync != (s->aggregate > 0)) {
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s SPARSE_PUSH, but the chief initialised this ps for %s (give every "
+                     "task the same --issync)", sync ? "synchronous" : "asynchronous",
+                     sync ? "asynchronous training" : "sync replicas");
+        return;
+    }
+    const size_t n = h->sparse.ids, dim = h->sparse.dim;
+    const uint8_t *ids = r->payload->data;
+    dt_unpack(h->encoding, s->rows, ids + 8 * n, n * dim);
+    if (sync) {
+        shard_sparse_sync_push(r, st, ids, s->rows);
+        return;
+    }
+    if (s->rsum.dim != (int)dim) dt_rowsum_free(&s->rsum), dt_rowsum_init(&s->rsum, (int)dim);
+    dt_rowsum_clear(&s->rsum);
+    if (dt_rowsum_reserve(&s->rsum, n, NULL)) {
+        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a push's rows");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) dt_rowsum_add(&s->rsum, id_at(ids, i), s->rows + i * dim);
+    shard_sparse_apply(s, st->t, &s->rsum, 1.0f, 0);
+    s->sparse_pushes++;
+    dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, h);
+    shard_send(r, &a);
+    if (s->n_sp) shard_sparse_serve(s, r->now, r->io);
+}

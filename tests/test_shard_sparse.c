@@ -1,0 +1,366 @@
+/* Sparse tables on the ps shard (src/ps/shard_sparse*.c), driven through the shard API as
+ * test_shard.c does (no sockets): SPARSE_INIT's conditions and refusals, a pull of rows never
+ * pushed (their initial values), an asynchronous push applied lazily (duplicates summed, other rows
+ * untouched), sync mode summing two replicas' pushes (in parts) once per step, the per-row mean,
+ * deferred pulls answered at the step and dropped with their connection, stale and far-ahead
+ * pushes, 16-bit rows, and hostile messages refused with the bound they break named. */
+#include <stdint.h>
+
+#include "compute/lazy_optim.h"
+#include "ps/table.h"
+#include "transport/compress.h"
+
+#include "shard_io.h"
+
+enum { N = 4, TABLE = 5, DIM = 3 };
+#define SEC INT64_C(1000000)
+
+/* The table every test declares: sgd at 0.5, normal initial rows (stddev 0.1, seed 7). */
+static dt_table_config table_config(void) {
+    dt_table_config c = {.table = TABLE, .dim = DIM, .capacity = 1000, .init = DT_ROW_INIT_NORMAL, .init_scale = 0.1f,
+                         .seed = 7};
+    dt_lazy_config_init(&c.opt, "sgd", 0.5f, NULL);
+    return c;
+}
+
+static void put_ids(uint8_t *p, const uint64_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < 8; b++) p[8 * i + (size_t)b] = (uint8_t)(ids[i] >> (8 * b));
+}
+
+/* SPARSE_INIT of the records given (raw), from the chief (role), at step 0. */
+static void sparse_init_raw(ps_shard *s, dt_wire_role role, const uint8_t *records, size_t n) {
+    dt_wire_header h = hdr(DT_MSG_SPARSE_INIT, role, 0);
+    h.sparse.ids = n;
+    h.payload_bytes = n * DT_WIRE_TABLE_BYTES;
+    ps_origin o = from(0);
+    ps_bytes b = {.data = records, .size = h.payload_bytes};
+    ps_shard_request(s, &o, &h, &b, 0, &io);
+}
+
+static void sparse_init(ps_shard *s, uint8_t flags) {
+    dt_table_config c = table_config();
+    dt_wire_table w = {.table = TABLE, .dim = DIM, .init_kind = DT_ROW_INIT_NORMAL, .flags = flags, .opt = c.opt,
+                       .init_scale = c.init_scale, .capacity = c.capacity, .seed = c.seed};
+    uint8_t rec[DT_WIRE_TABLE_BYTES];
+    dt_wire_table_encode(rec, &w);
+    sparse_init_raw(s, DT_ROLE_CHIEF, rec, 1);
+}
+
+/* SPARSE_PULL of ids [n] of TABLE at `min_step` (encoding enc) from worker task on connection conn. */
+static void spull(ps_shard *s, int conn, uint16_t task, const uint64_t *ids, size_t n, int64_t min_step, uint8_t enc,
+                  int64_t now) {
+    dt_wire_header h = hdr(DT_MSG_SPARSE_PULL, task ? DT_ROLE_WORKER : DT_ROLE_CHIEF, task);
+    h.sparse.table = TABLE, h.sparse.ids = n, h.sparse.dim = DIM;
+    h.global_step = min_step;
+    h.encoding = enc;
+    h.payload_bytes = 8 * n;
+    uint8_t *p = malloc(8 * n + 1);
+    put_ids(p, ids, n);
+    ps_origin o = from(conn);
+    ps_bytes b = {.data = p, .size = 8 * n, .release = free, .hint = p};
+    ps_shard_request(s, &o, &h, &b, now, &io);
+}
+
+/* SPARSE_PUSH of ids [n] and float32 rows [n * DIM] for `step`, part `part` of `parts`. */
+static void spush(ps_shard *s, int conn, uint16_t task, const uint64_t *ids, size_t n, const float *grads, int64_t step,
+                  int sync, int part, int parts) {
+    dt_wire_header h = hdr(DT_MSG_SPARSE_PUSH, task ? DT_ROLE_WORKER : DT_ROLE_CHIEF, task);
+    h.sparse.table = TABLE, h.sparse.ids = n, h.sparse.dim = DIM;
+    h.local_step = step;
+    h.flags = sync ? DT_WIRE_F_SYNC : 0;
+    h.chunk = (uint8_t)part, h.chunks = (uint8_t)parts;
+    h.payload_bytes = 8 * n + 4 * n * DIM;
+    uint8_t *p = malloc(h.payload_bytes + 1);
+    put_ids(p, ids, n);
+    memcpy(p + 8 * n, grads, 4 * n * DIM);
+    ps_origin o = from(conn);
+    ps_bytes b = {.data = p, .size = h.payload_bytes, .release = free, .hint = p};
+    ps_shard_request(s, &o, &h, &b, 0, &io);
+}
+
+/* The last reply is SPARSE_ROWS with want [n * DIM] (float32), at table step `step`. */
+static int rows_are(const float *want, size_t n, int64_t step) {
+    const reply *r = last();
+    if (!r || r->h.type != DT_MSG_SPARSE_ROWS || r->size != n * DIM * 4 || r->h.global_step != step ||
+        r->h.sparse.ids != n || r->h.sparse.table != TABLE)
+        return 0;
+    for (size_t i = 0; i < n * DIM; i++)
+        if (fabsf(r->first[i] - want[i]) > 1e-7f) return 0;
+    return 1;
+}
+
+static void initial(uint64_t id, float *out) {
+    dt_table_config c = table_config();
+    dt_table_init_row(&c, id, out);
+}
+
+static void test_init_conditions(void) {
+    ps_shard *s = shard_new_n(N);
+    sparse_init(s, 0);
+    CHECK(last()->h.status == DT_WIRE_E_NOT_READY); /* the dense INIT first: it says sync or async */
+    shard_init_n(s, N, 1, 0, 2, 0, 0, 0, 0);
+    uint8_t rec[DT_WIRE_TABLE_BYTES];
+    sparse_init_raw(s, DT_ROLE_WORKER, rec, 1);
+    CHECK(last()->h.status == DT_WIRE_E_ROLE);
+    sparse_init(s, 0);
+    CHECK(last()->h.type == DT_MSG_ACK);
+    /* A bad record, or a table declared twice: refused, the tables as they were. */
+    dt_table_config c = table_config();
+    dt_wire_table w = {.table = 9, .dim = 0, .opt = c.opt, .capacity = 10};
+    dt_wire_table_encode(rec, &w);
+    sparse_init_raw(s, DT_ROLE_CHIEF, rec, 1);
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "table 9: dim 0");
+    uint8_t two[2 * DT_WIRE_TABLE_BYTES];
+    w.dim = 2;
+    dt_wire_table_encode(two, &w), dt_wire_table_encode(two + DT_WIRE_TABLE_BYTES, &w);
+    sparse_init_raw(s, DT_ROLE_CHIEF, two, 2);
+    CHECK_CONTAINS(last()->text, "declares table 9 twice");
+    uint64_t id = 4;
+    float want[DIM];
+    initial(id, want);
+    spull(s, 1, 1, &id, 1, 0, 0, 0);
+    CHECK(rows_are(want, 1, 0));
+    shard_done(s);
+}
+
+/* Rows never pushed read as their initial values; a push sums duplicates and moves only its rows. */
+static void test_async_pull_push(void) {
+    ps_shard *s = shard_new_n(N);
+    shard_init_n(s, N, 1, 0, 2, 0, 0, 0, 0);
+    sparse_init(s, 0);
+    uint64_t ids[3] = {10, 20, 10};
+    float want[3 * DIM];
+    for (int i = 0; i < 3; i++) initial(ids[i], want + i * DIM);
+    spull(s, 1, 1, ids, 3, 0, 0, 0);
+    CHECK(rows_are(want, 3, 0));
+    uint64_t pids[3] = {10, 10, 30};
+    const float g[3 * DIM] = {1, 2, 3, 0.5f, 0.5f, 0.5f, -1, 0, 1};
+    spush(s, 1, 1, pids, 3, g, 0, 0, 0, 1);
+    CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_OK);
+    uint64_t q[3] = {10, 30, 20};
+    float w10[DIM], w30[DIM], w20[DIM];
+    initial(10, w10), initial(30, w30), initial(20, w20);
+    for (int j = 0; j < DIM; j++) {
+        want[j] = w10[j] - 0.5f * (g[j] + g[DIM + j]);
+        want[DIM + j] = w30[j] - 0.5f * g[2 * DIM + j];
+        want[2 * DIM + j] = w20[j]; /* untouched: still its initial value */
+    }
+    spull(s, 2, 1, q, 3, 0, 0, 0);
+    CHECK(rows_are(want, 3, 1));
+    /* In bf16: half the bytes, the values rounded to bf16. */
+    spull(s, 2, 1, q, 1, 0, DT_ENC_BF16, 0);
+    CHECK(last()->h.type == DT_MSG_SPARSE_ROWS && last()->size == DIM * 2 && last()->h.encoding == DT_ENC_BF16);
+    float back[DIM];
+    dt_unpack(DT_ENC_BF16, back, last()->first, DIM);
+    for (int j = 0; j < DIM; j++) CHECK(back[j] == dt_f32_from_bf16(dt_bf16_from_f32(want[j])));
+    ps_shard_stats st; /* the counts the metrics publish */
+    ps_shard_get_stats(s, &st);
+    CHECK(st.sparse.tables == 1 && st.sparse.rows == 2 && st.sparse.admitted == 2 && st.sparse.pushes == 1);
+    CHECK(st.sparse.pulls == 3 && st.sparse.updates == 1 && st.sparse.evicted == 0 && st.sparse.stale == 0);
+    /* reads of 10 20 10 (misses), 10 30 20 (hits but 20), 10 (hit); the push of 10 and 30 (misses) */
+    CHECK(st.sparse.hits == 3 && st.sparse.misses == 6);
+    shard_done(s);
+}
+
+/* Sync: two replicas' pushes (worker 0's in two parts) summed and applied once, as the mean over the
+ * replicas (or, with the row-mean flag, over those that sent each row); a pull of the next step
+ * waits for it; a stale push is dropped and counted; a push beyond staleness asks to pull again. */
+static void sync_case(uint8_t flags) {
+    ps_shard *s = shard_new_n(N);
+    shard_init_n(s, N, 1, 2, 2, 0, 0, 0, 0);
+    sparse_init(s, flags);
+    const float a[2 * DIM] = {1, 1, 1, 2, 2, 2}, b[2 * DIM] = {4, 4, 4, 8, 8, 8};
+    uint64_t ia[2] = {1, 2}, ib[2] = {2, 3};
+    spush(s, 0, 0, ia, 1, a, 0, 1, 0, 2); /* worker 0, part 0 of 2: id 1 */
+    CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_OK);
+    uint64_t q[3] = {1, 2, 3};
+    const int before = rec.n;
+    spull(s, 0, 0, q, 3, 1, 0, 0); /* waits for step 1 */
+    CHECK(rec.n == before && rec.held == 1);
+    spush(s, 1, 1, ib, 2, b, 0, 1, 0, 1); /* worker 1: complete; worker 0 is not yet */
+    CHECK(last()->h.type == DT_MSG_ACK && rec.held == 1);
+    spush(s, 0, 0, ia + 1, 1, a + DIM, 0, 1, 1, 2); /* worker 0's part 1: id 2; the step is complete */
+    CHECK(rec.held == 0);
+    const reply *rows = last(); /* the push's ACK, then the deferred pull's answer */
+    CHECK(rows->h.type == DT_MSG_SPARSE_ROWS && rows->h.global_step == 1);
+    CHECK(rec.r[rec.n - 2].h.type == DT_MSG_ACK && rec.r[rec.n - 2].h.status == DT_WIRE_OK);
+    float w[3][DIM];
+    for (int i = 0; i < 3; i++) initial(q[i], w[i]);
+    const float d1 = flags ? 1.0f : 2.0f, d3 = d1; /* ids 1 and 3 came from one replica each */
+    for (int j = 0; j < DIM; j++) {
+        CHECK_NEAR(rows->first[j], w[0][j] - 0.5f * a[j] / d1, 1e-6);
+        CHECK_NEAR(rows->first[DIM + j], w[1][j] - 0.5f * (a[DIM + j] + b[j]) / 2, 1e-6);
+        CHECK_NEAR(rows->first[2 * DIM + j], w[2][j] - 0.5f * b[DIM + j] / d3, 1e-6);
+    }
+    spush(s, 1, 1, ib, 2, b, 0, 1, 0, 1); /* step 0 again: stale */
+    CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_STALE && last()->h.push_ack.stale_count == 1);
+    spush(s, 1, 1, ib, 2, b, 3, 1, 0, 1); /* beyond staleness 0: pull again */
+    CHECK(last()->h.status == DT_WIRE_E_RESYNC);
+    spush(s, 1, 1, ib, 2, b, 1, 0, 0, 1); /* async push to a sync ps */
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "same --issync");
+    shard_done(s);
+}
+
+static void test_sync_two_replicas(void) { sync_case(0); }
+static void test_sync_row_mean(void) { sync_case(DT_WIRE_TABLE_F_ROW_MEAN); }
+
+/* Deferred pulls: dropped with their connection, answered at shutdown, expired after their wait;
+ * an INIT drops the tables (pull again after SPARSE_INIT). */
+static void test_deferred_pulls(void) {
+    ps_shard *s = shard_new_n(N);
+    shard_init_n(s, N, 1, 2, 2, 0, 0, 0, 0);
+    sparse_init(s, 0);
+    uint64_t id = 1;
+    spull(s, 3, 1, &id, 1, 1, 0, 0);
+    CHECK(rec.held == 1);
+    ps_shard_forget(s, &conns[3], &io);
+    CHECK(rec.held == 0);
+    spull(s, 3, 1, &id, 1, 1, 0, 0);
+    dt_error e = {0};
+    CHECK(ps_shard_cron(s, 700 * SEC, &io, &e) == DT_OK);
+    CHECK(rec.held == 0 && last()->h.status == DT_WIRE_E_BUSY);
+    CHECK_CONTAINS(last()->text, "did not come within");
+    spull(s, 3, 1, &id, 1, 5, 0, 0); /* a step that cannot come soon */
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    spull(s, 3, 1, &id, 1, 1, 0, 0);
+    shard_init_n(s, N, 1, 2, 2, 0, 0, 0, 0); /* re-initialised: the tables are gone */
+    CHECK(rec.held == 0);
+    CHECK(rec.r[rec.n - 2].h.status == DT_WIRE_E_RESYNC);
+    spull(s, 3, 1, &id, 1, 0, 0, 0);
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "does not hold");
+    shard_done(s);
+}
+
+/* Hostile messages: each refused with the bound it breaks named, the shard serving on. */
+static void test_hostile(void) {
+    ps_shard *s = shard_new_n(N);
+    shard_init_n(s, N, 1, 2, 2, 0, 0, 0, 0);
+    sparse_init(s, 0);
+    uint64_t id = 1;
+    dt_wire_header h = hdr(DT_MSG_SPARSE_PULL, DT_ROLE_WORKER, 1);
+    h.sparse.table = 77, h.sparse.ids = 1, h.sparse.dim = DIM, h.payload_bytes = 8;
+    ps_origin o = from(1);
+    ps_bytes b = {.data = &id, .size = 8};
+    ps_shard_request(s, &o, &h, &b, 0, &io);
+    CHECK_CONTAINS(last()->text, "table 77, which this ps does not hold");
+    h.sparse.table = TABLE, h.sparse.dim = DIM + 1;
+    ps_shard_request(s, &o, &h, &b, 0, &io);
+    CHECK_CONTAINS(last()->text, "the table's dim is 3");
+    h.sparse.dim = DIM, h.payload_bytes = 16; /* claims more than it carries: the dispatch table's size check */
+    ps_shard_request(s, &o, &h, &b, 0, &io);
+    CHECK(last()->h.status == DT_WIRE_E_MALFORMED);
+    CHECK_CONTAINS(last()->text, "expected 8");
+    /* Bounds the decoder enforces, each named. */
+    uint8_t buf[DT_WIRE_HEADER_SIZE];
+    dt_wire_header d;
+    dt_error e = {0};
+    h.payload_bytes = 8, h.sparse.ids = DT_WIRE_MAX_SPARSE_IDS + 1;
+    dt_wire_encode(buf, &h);
+    CHECK(dt_wire_decode(&d, buf, sizeof buf, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "DT_WIRE_MAX_SPARSE_IDS");
+    h.sparse.ids = 2048, h.sparse.dim = 1024;
+    dt_wire_encode(buf, &h);
+    CHECK(dt_wire_decode(&d, buf, sizeof buf, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "DT_WIRE_MAX_SPARSE_FLOATS");
+    h.sparse.ids = 1, h.sparse.dim = DT_WIRE_MAX_SPARSE_DIM + 1;
+    dt_wire_encode(buf, &h);
+    CHECK(dt_wire_decode(&d, buf, sizeof buf, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "DT_WIRE_MAX_SPARSE_DIM");
+    h.sparse.dim = DIM, h.sparse.table = DT_WIRE_MAX_TABLES;
+    dt_wire_encode(buf, &h);
+    CHECK(dt_wire_decode(&d, buf, sizeof buf, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "DT_WIRE_MAX_TABLES");
+    /* Rows per step: one worker's push of one step, over its parts, holds at most
+     * DT_WIRE_MAX_SPARSE_STEP_ROWS rows: 16 parts of 65536 distinct ids fill it, one more id is refused. */
+    const size_t per = DT_WIRE_MAX_SPARSE_IDS, parts = DT_WIRE_MAX_SPARSE_STEP_ROWS / per;
+    uint64_t *ids = malloc(per * sizeof *ids);
+    float *g = calloc(per * DIM, sizeof *g);
+    for (size_t p = 0; p < parts; p++) {
+        for (size_t i = 0; i < per; i++) ids[i] = p * per + i;
+        spush(s, 1, 1, ids, per, g, 0, 1, (int)p, (int)parts + 1);
+        CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_OK);
+    }
+    ids[0] = UINT64_MAX;
+    spush(s, 1, 1, ids, 1, g, 0, 1, (int)parts, (int)parts + 1);
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "DT_WIRE_MAX_SPARSE_STEP_ROWS");
+    free(ids), free(g);
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK(st.refused == 4); /* refusals are counted as any other */
+    shard_done(s);
+}
+
+/* ---- Seeds for fuzz/fuzz_sparse.c (--write-corpus DIR) ---------------------------------------- */
+
+static int write_seed(const char *dir, const char *name, uint8_t sel, dt_wire_header *h, const uint8_t *payload,
+                      size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    h->payload_bytes = n;
+    uint8_t head[1 + DT_WIRE_HEADER_SIZE];
+    head[0] = sel;
+    dt_wire_encode(head + 1, h);
+    FILE *f = fopen(path, "wb");
+    int bad = !f || fwrite(head, 1, sizeof head, f) != sizeof head || (n && fwrite(payload, 1, n, f) != n);
+    if (f) bad |= fclose(f) != 0;
+    if (bad) fprintf(stderr, "test_shard_sparse: cannot write %s\n", path);
+    return bad;
+}
+
+/* The fuzz target's shard has tables 0 (dim 2) and 1 (dim 4); the selector: bit 0 sync, bit 1
+ * admission and a capacity of 4, bit 2 the message twice. */
+static int write_corpus(const char *dir) {
+    uint8_t p[8 * 4 + 4 * 4 * 4] = {0}, rec[2 * DT_WIRE_TABLE_BYTES];
+    const uint64_t ids[4] = {1, 1, 5, UINT64_MAX};
+    put_ids(p, ids, 4);
+    for (int i = 0; i < 16; i++) {
+        float g = 0.25f * (float)(i - 8);
+        memcpy(p + 32 + 4 * i, &g, 4);
+    }
+    int bad = 0;
+    dt_wire_header h = dt_wire_header_make(DT_MSG_SPARSE_PULL, DT_ROLE_WORKER, 1, 9);
+    h.sparse.table = 0, h.sparse.ids = 3, h.sparse.dim = 2;
+    bad |= write_seed(dir, "pull", 0, &h, p, 24);
+    h.sparse.table = 1, h.sparse.dim = 4, h.encoding = DT_ENC_BF16, h.global_step = 1;
+    bad |= write_seed(dir, "pull_deferred_bf16", 1, &h, p, 24);
+    h = dt_wire_header_make(DT_MSG_SPARSE_PUSH, DT_ROLE_WORKER, 1, 9);
+    h.sparse.table = 0, h.sparse.ids = 4, h.sparse.dim = 2;
+    bad |= write_seed(dir, "push_async", 2, &h, p, 32 + 32);
+    h.encoding = DT_ENC_FP16;
+    bad |= write_seed(dir, "push_async_fp16", 6, &h, p, 32 + 16);
+    h = dt_wire_header_make(DT_MSG_SPARSE_PUSH, DT_ROLE_WORKER, 1, 9);
+    h.sparse.table = 1, h.sparse.ids = 4, h.sparse.dim = 4, h.flags = DT_WIRE_F_SYNC, h.chunk = 0, h.chunks = 2;
+    bad |= write_seed(dir, "push_sync_parts", 5, &h, p, sizeof p);
+    h.sparse.ids = 0, h.chunks = 1;
+    bad |= write_seed(dir, "push_sync_empty", 1, &h, p, 0);
+    h = dt_wire_header_make(DT_MSG_SPARSE_INIT, DT_ROLE_CHIEF, 0, 9);
+    for (int t = 0; t < 2; t++) {
+        dt_table_config c = table_config();
+        dt_wire_table w = {.table = (uint32_t)t + 7, .dim = 3, .init_kind = 1, .flags = (uint8_t)t, .min_count = 3,
+                           .opt = c.opt, .init_scale = 0.05f, .capacity = 100, .expire_steps = 5, .seed = 1};
+        if (t) dt_lazy_config_init(&w.opt, "adam", 0.01f, NULL);
+        dt_wire_table_encode(rec + t * DT_WIRE_TABLE_BYTES, &w);
+    }
+    h.sparse.ids = 2;
+    bad |= write_seed(dir, "init", 0, &h, rec, sizeof rec);
+    h = dt_wire_header_make(DT_MSG_SPARSE_ROWS, DT_ROLE_PS, 0, 9);
+    h.sparse.table = 0, h.sparse.ids = 2, h.sparse.dim = 2;
+    bad |= write_seed(dir, "rows", 0, &h, p + 32, 16);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--write-corpus")) return write_corpus(argv[2]);
+    RUN(test_init_conditions);
+    RUN(test_async_pull_push);
+    RUN(test_sync_two_replicas);
+    RUN(test_sync_row_mean);
+    RUN(test_deferred_pulls);
+    RUN(test_hostile);
+    return test_summary();
+}
