@@ -403,6 +403,8 @@ const char *dt_wire_status_name(int32_t status) {
     switch (status) {
     case DT_WIRE_OK: return "ok";
     case DT_WIRE_STALE: return "stale";
+    case DT_WIRE_WORK_WAIT: return "no work now";
+    case DT_WIRE_WORK_FINISHED: return "training finished";
     case DT_WIRE_E_VERSION: return "version mismatch";
     case DT_WIRE_E_MALFORMED: return "malformed message";
     case DT_WIRE_E_NOT_READY: return "not initialised";

@@ -76,7 +76,10 @@ typedef enum { DT_ROLE_NONE = 0, DT_ROLE_PS = 1, DT_ROLE_WORKER = 2, DT_ROLE_CHI
 /* header.status: a reply's outcome (PUSH_ACK) or an ERROR's cause. */
 enum {
     DT_WIRE_OK = 0,
-    DT_WIRE_STALE = 1,           /* PUSH_ACK: gradient older than the ps's step, dropped and counted */
+    DT_WIRE_STALE = 1,           /* PUSH_ACK: gradient older than the ps's step, dropped and counted;
+                                  * ACK of WORK_DONE: the claim's step is applied already */
+    DT_WIRE_WORK_WAIT = 2,       /* WORK_GRANT: no unit now (every unit of the epoch is granted): ask again */
+    DT_WIRE_WORK_FINISHED = 3,   /* WORK_GRANT: the last epoch is done */
     DT_WIRE_E_VERSION = 100,     /* other protocol version */
     DT_WIRE_E_MALFORMED = 101,   /* bad header or payload */
     DT_WIRE_E_NOT_READY = 102,   /* ps not initialised by the chief yet */
