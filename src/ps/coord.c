@@ -12,6 +12,8 @@
 #include "ps/coord_impl.h"
 #include "transport/wire.h"
 
+_Static_assert(DT_COORD_MAX_STATE_BYTES == DT_WIRE_MAX_WORK_STATE, "WORK_STATE's bound and the coordinator's disagree");
+
 static void coord_log(const dt_coord *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void coord_log(const dt_coord *c, const char *fmt, ...) {
     if (!c->log) return;

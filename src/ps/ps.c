@@ -129,7 +129,7 @@ static void io_send(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes
 
 /* What one connection may have in large replies not yet handed to the kernel: two of the largest
  * messages (a step's chunks of PARAMS fit many times). */
-static uint64_t peer_reply_budget(const ps_t *ps) { return 2 * dt_wire_max_frame(ps->n); }
+static uint64_t peer_reply_budget(const ps_t *ps) { return 2 * ps_max_frame(ps->cfg->ps_index, ps->n); }
 
 static int io_admit(void *user, const ps_origin *to, size_t bytes, char *why, size_t len) {
     ps_t *ps = user;
@@ -232,7 +232,7 @@ static int open_router(ps_t *ps, dt_error *err) {
     if (zmq_ctx_set(ps->ctx, ZMQ_IO_THREADS, io) != 0)
         return dt_errorf(err, DT_ENET, "ps %d: zmq_ctx_set(ZMQ_IO_THREADS=%d): %s", cfg->ps_index, io,
                          zmq_strerror(errno));
-    ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, dt_wire_max_frame(ps->n), SHUTDOWN_LINGER_MS, -1, err);
+    ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, ps_max_frame(cfg->ps_index, ps->n), SHUTDOWN_LINGER_MS, -1, err);
     if (!ps->sock) return dt_error_wrap(err, DT_ENET, "ps %d: ", cfg->ps_index);
     if (limit_socket(ps->sock, cfg->first_message_ms > 0 ? cfg->first_message_ms : (int)(FIRST_MESSAGE_US / 1000), err))
         return dt_error_wrap(err, DT_ENET, "ps %d: ", cfg->ps_index);
@@ -242,7 +242,7 @@ static int open_router(ps_t *ps, dt_error *err) {
 /* The connection watch (peers.h) with the ps's bounds. */
 static int open_peers(ps_t *ps, dt_error *err) {
     const dt_ps_config *cfg = ps->cfg;
-    dt_peers_config pc = {.max_partial_bytes = dt_wire_max_frame(ps->n) + DT_WIRE_HEADER_SIZE,
+    dt_peers_config pc = {.max_partial_bytes = ps_max_frame(cfg->ps_index, ps->n) + DT_WIRE_HEADER_SIZE,
                           .first_message_us = cfg->first_message_ms > 0 ? cfg->first_message_ms * INT64_C(1000)
                                                                         : FIRST_MESSAGE_US,
                           .message_us = MESSAGE_US,

@@ -148,6 +148,7 @@ void ps_shard_free(ps_shard *s, const ps_io *io) {
     free(s->owner);
     shard_parts_free(s->parts, s->n_parts, s->staleness);
     free(s->scratch), free(s->sum), free(s->stale), free(s->last_seen), free(s->lost), free(s->done);
+    dt_coord_free(s->coord);
     free(s);
 }
 
@@ -165,12 +166,16 @@ const uint64_t *ps_shard_stale_counts(const ps_shard *s, int *n) {
     return s->stale;
 }
 
+uint64_t ps_max_frame(int ps_index, size_t shard_floats) {
+    return ps_index == 0 ? dt_wire_max_frame_ps0(shard_floats) : dt_wire_max_frame(shard_floats);
+}
+
 /* Everything peers may make the ps hold together (docs/security.md): unfinished messages, large
  * replies not yet sent, deferred PULLs. Room for every worker's pull and gradient of a step in
  * flight at once, four of the largest messages (an INIT, STATE replies) and 64 MiB to spare. */
 uint64_t ps_shard_budget(const ps_shard *s) {
     uint64_t shard = (uint64_t)s->n * sizeof(float);
-    return 4 * dt_wire_max_frame(s->n) + 2 * (uint64_t)(s->workers > 0 ? s->workers : 8) * shard +
+    return 4 * ps_max_frame(s->cfg.ps_index, s->n) + 2 * (uint64_t)(s->workers > 0 ? s->workers : 8) * shard +
            (UINT64_C(64) << 20);
 }
 
@@ -477,6 +482,7 @@ void shard_on_init(const shard_req *r) {
         shard_fail_pending(s, r->io, DT_WIRE_E_RESYNC, msg);
     }
     init_commit(s, &t);
+    if (s->coord) dt_coord_reset_step(s->coord, h->global_step); /* held gradients are gone: their claims too */
     /* The deferred PULL table is sized by the workers (a quota each): made anew for the new count. */
     free(s->pending);
     s->pending = NULL;
@@ -558,7 +564,10 @@ static void apply_sync_step(ps_shard *s, part_t *p) {
         }
     }
     shard_snap_current(s, p); /* kept for EXACT pulls of this step from workers that see another chunk ahead */
+    const int64_t t = p->step;
     advance(s, p, mean);
+    /* Chunk 0 counts whole gradients: the coordinator's claims for step t settle here. */
+    if (p == &s->parts[0] && s->coord) dt_coord_applied(s->coord, t, a->worker, a->count);
     accum_clear(a);
     if (p == &s->parts[0]) s->updates++;
 }
@@ -682,6 +691,7 @@ void shard_on_push(const shard_req *r) {
     }
     advance(s, &s->parts[h->chunk], grad_floats(s->scratch, r->payload, h->encoding));
     if (h->chunk == 0) s->pushes++, s->updates++;
+    if (h->chunk == 0 && s->coord) dt_coord_pushed(s->coord, h->task, h->local_step);
     push_reply(r, DT_WIRE_OK, 0);
     if (s->n_pending) shard_serve_pending(s, r->now, r->io);
 }

@@ -5,6 +5,7 @@
 #define DT_PS_SHARD_IMPL_H
 
 #include "compute/optim.h"
+#include "ps/coord.h"
 #include "ps/ps.h"
 #include "ps/shard.h"
 #include "ps/snapshots.h"
@@ -83,6 +84,8 @@ struct ps_shard {
     int n_lost;
     char failed[320];         /* strict mode after a loss: why every request is now refused */
     int64_t failed_at_us;
+    /* ps 0: the work coordinator of dynamic data sharding, once the chief sent WORK_STATE (docs/elastic.md) */
+    dt_coord *coord;
 };
 
 /* One request being handled. */
@@ -126,5 +129,12 @@ void shard_saw_worker(ps_shard *s, const dt_wire_header *h, int64_t now);
 
 /* shard_requests.c */
 int shard_needed(const ps_shard *s);
+
+/* shard_work.c: the coordinator's requests, and the hooks that feed it */
+void shard_on_work_ask(const shard_req *r);
+void shard_on_work_done(const shard_req *r);
+void shard_on_work_state(const shard_req *r);
+void shard_work_seen(ps_shard *s, const dt_wire_header *h, int64_t now);
+void shard_work_cron(ps_shard *s, int64_t now);
 
 #endif

@@ -64,7 +64,12 @@ void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
 
 int dt_wire_type_has_payload(uint8_t type) {
     return type == DT_MSG_INIT || type == DT_MSG_PARAMS || type == DT_MSG_PUSH || type == DT_MSG_ERROR ||
-           type == DT_MSG_STATE;
+           type == DT_MSG_STATE || type == DT_MSG_WORK_STATE;
+}
+
+/* Types this version knows: 18-21 are reserved. */
+static int type_known(uint8_t type) {
+    return (type >= 1 && type <= DT_MSG_STATE) || (type >= DT_MSG_WORK_ASK && type <= DT_MSG_WORK_STATE);
 }
 
 /* The flags a type may carry. */
@@ -73,6 +78,7 @@ static uint8_t allowed_flags(uint8_t type) {
     case DT_MSG_PULL: return DT_WIRE_F_EXACT;
     case DT_MSG_PUSH: return DT_WIRE_F_SYNC | DT_WIRE_F_PULL;
     case DT_MSG_INIT: return DT_WIRE_F_STRICT;
+    case DT_MSG_WORK_ASK: return DT_WIRE_F_JOIN;
     default: return 0;
     }
 }
@@ -147,7 +153,7 @@ static void read_fields(dt_wire_header *h, const uint8_t *p, uint16_t version) {
 
 /* Type, flags, encoding and role: known, and allowed together. */
 static int check_kind(const dt_wire_header *h, dt_error *err) {
-    if (h->type < 1 || h->type > DT_MSG_TYPE_MAX)
+    if (!type_known(h->type))
         return dt_errorf(err, DT_EFORMAT, "unknown message type %u (byte %d)", h->type, OFF_TYPE);
     const char *tn = dt_wire_type_name(h->type);
     if (h->flags & ~allowed_flags(h->type))
@@ -189,6 +195,8 @@ static int check_values(const dt_wire_header *h, dt_error *err) {
     if (h->shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
         return dt_errorf(err, DT_EFORMAT, "%s header: shard of %llu floats is beyond the limit %llu", tn,
                          (unsigned long long)h->shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
+    if (h->type == DT_MSG_WORK_DONE && h->counters[2] != 0)
+        return dt_errorf(err, DT_EFORMAT, "WORK_DONE header: bytes 96..103 must be 0");
     if (h->type == DT_MSG_INIT && h->generation == 0)
         return dt_errorf(err, DT_EFORMAT, "INIT header: generation 0 (byte %d must be 1..255)", OFF_GENERATION);
     int rc = DT_OK;
@@ -256,6 +264,11 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
         want = h->type == DT_MSG_INIT ? dt_wire_init_bytes(h->opt_slots, shard_floats)
                                       : (1 + (uint64_t)h->opt_slots) * shard_floats * 4;
         break;
+    case DT_MSG_WORK_STATE: /* a request to fetch has none; a state is checked whole by its loader */
+        if (h->payload_bytes > DT_WIRE_MAX_WORK_STATE)
+            return dt_errorf(err, DT_EFORMAT, "WORK_STATE payload of %llu bytes is beyond the limit %u",
+                             (unsigned long long)h->payload_bytes, DT_WIRE_MAX_WORK_STATE);
+        return DT_OK;
     case DT_MSG_ERROR:
         if (h->payload_bytes > DT_WIRE_MAX_ERROR_TEXT)
             return dt_errorf(err, DT_EFORMAT, "ERROR text of %llu bytes is beyond the limit %u",
@@ -358,6 +371,11 @@ uint64_t dt_wire_max_frame(uint64_t shard_floats) {
     return init > m ? init : m;
 }
 
+uint64_t dt_wire_max_frame_ps0(uint64_t shard_floats) {
+    uint64_t f = dt_wire_max_frame(shard_floats);
+    return f > DT_WIRE_MAX_WORK_STATE ? f : DT_WIRE_MAX_WORK_STATE;
+}
+
 void dt_wire_error_text(char *out, size_t n, const void *payload, size_t len) {
     if (n == 0) return;
     const unsigned char *p = payload;
@@ -385,6 +403,10 @@ const char *dt_wire_type_name(uint8_t type) {
     case DT_MSG_DONE: return "DONE";
     case DT_MSG_FETCH: return "FETCH";
     case DT_MSG_STATE: return "STATE";
+    case DT_MSG_WORK_ASK: return "WORK_ASK";
+    case DT_MSG_WORK_GRANT: return "WORK_GRANT";
+    case DT_MSG_WORK_DONE: return "WORK_DONE";
+    case DT_MSG_WORK_STATE: return "WORK_STATE";
     }
     return "unknown";
 }
