@@ -260,6 +260,25 @@ void shard_put_optimizer(const ps_shard *s, dt_wire_header *r) {
 
 static void release_free(void *p) { free(p); }
 
+void *shard_reply_buffer(const shard_req *r, size_t bytes) {
+    char why[224];
+    if (shard_admit(r, bytes, why, sizeof why)) { /* before the copy: a refused reply costs nothing */
+        shard_refuse(r, DT_WIRE_E_BUSY, "%s", why);
+        return NULL;
+    }
+    void *d = malloc(bytes ? bytes : 1);
+    if (!d) {
+        r->io->unadmit(r->io->user, r->from, bytes);
+        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a %s reply", dt_wire_type_name(r->h->type));
+    }
+    return d;
+}
+
+void shard_send_buffer(const shard_req *r, dt_wire_header *h, void *d, size_t bytes) {
+    ps_bytes b = {.data = d, .size = bytes, .release = release_free, .hint = d};
+    r->io->send(r->io->user, r->from, h, &b, bytes);
+}
+
 /* The whole shard for a checkpoint: parameters, then the optimizer state slot-major, as INIT takes
  * them back (a restore is an INIT with this payload and step). global_step is the step every chunk
  * has reached, state.step_max the step of the chunk furthest ahead: they differ while a gradient
@@ -267,17 +286,8 @@ static void release_free(void *p) { free(p); }
 void shard_on_fetch(const shard_req *r) {
     ps_shard *s = r->s;
     const size_t n = s->n, bytes = (size_t)(1 + s->slots) * n * sizeof(float);
-    char why[224];
-    if (shard_admit(r, bytes, why, sizeof why)) { /* before the copy: a refused FETCH costs nothing */
-        shard_refuse(r, DT_WIRE_E_BUSY, "%s", why);
-        return;
-    }
-    float *d = malloc(bytes);
-    if (!d) {
-        r->io->unadmit(r->io->user, r->from, bytes);
-        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a STATE reply");
-        return;
-    }
+    float *d = shard_reply_buffer(r, bytes);
+    if (!d) return;
     for (int c = 0; c < s->n_parts; c++) {
         const part_t *p = &s->parts[c];
         memcpy(d + p->off, p->params, p->n * sizeof(float));
@@ -287,8 +297,7 @@ void shard_on_fetch(const shard_req *r) {
     dt_wire_header h = shard_reply_to(s, DT_MSG_STATE, r->h);
     shard_put_optimizer(s, &h);
     h.state.step_max = (uint64_t)shard_step_max(s);
-    ps_bytes b = {.data = d, .size = bytes, .release = release_free, .hint = d};
-    r->io->send(r->io->user, r->from, &h, &b, bytes);
+    shard_send_buffer(r, &h, d, bytes);
 }
 
 /* ---- INIT ------------------------------------------------------------------------------------- */

@@ -2,7 +2,6 @@
  * WORK_STATE (the chief installs or fetches the coordinator's state), through the shard's dispatch
  * table; the shard's hooks that settle claims where gradients are applied, and its liveness. The
  * coordinator itself is coord.h. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -57,26 +56,14 @@ void shard_on_work_done(const shard_req *r) {
     shard_send(r, &a);
 }
 
-static void release_free(void *p) { free(p); }
-
 /* The coordinator's state for the chief's checkpoint. */
 static void work_state_fetch(const shard_req *r, dt_coord *c) {
     size_t bytes = dt_coord_state_size(c);
-    char why[224];
-    if (shard_admit(r, bytes, why, sizeof why)) {
-        shard_refuse(r, DT_WIRE_E_BUSY, "%s", why);
-        return;
-    }
-    uint8_t *d = malloc(bytes);
-    if (!d) {
-        r->io->unadmit(r->io->user, r->from, bytes);
-        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a WORK_STATE reply");
-        return;
-    }
+    uint8_t *d = shard_reply_buffer(r, bytes);
+    if (!d) return;
     dt_coord_save(c, d);
     dt_wire_header h = shard_reply_to(r->s, DT_MSG_WORK_STATE, r->h);
-    ps_bytes b = {.data = d, .size = bytes, .release = release_free, .hint = d};
-    r->io->send(r->io->user, r->from, &h, &b, bytes);
+    shard_send_buffer(r, &h, d, bytes);
 }
 
 /* A state from the chief (a fresh plan, or a checkpoint's): checked whole, then it replaces the
