@@ -17,6 +17,7 @@
 #include "compute/optim.h"
 #include "core/clock.h"
 #include "io/bytes.h"
+#include "metrics/metrics.h"
 #include "ps/coord.h"
 #include "ps_harness.h"
 
@@ -728,7 +729,11 @@ static void test_silence_outlives_a_queued_request(void) {
 static void test_work_over_zeromq(void) {
     enum { N = 64 };
     ps_thread ps, ps1;
+    dt_metrics *reg = NULL;
+    CHECK(dt_metrics_create(&reg, "ps", 0, NULL) == DT_OK);
+    ps_metrics = reg;
     ps_start(&ps, 0, N, NULL, 0);
+    ps_metrics = NULL;
     ps_start(&ps1, 1, N, NULL, 0);
     void *ctx = zmq_ctx_new();
     void *s = dt_zsock_open(ctx, ZMQ_DEALER, dt_wire_max_frame_ps0(N), 0, 2000, NULL);
@@ -774,6 +779,14 @@ static void test_work_over_zeromq(void) {
     CHECK(dt_wire_send(s, NULL, &h, NULL, 0, NULL) == DT_OK);
     CHECK(raw_reply(s, &in) == DT_OK && in.hdr.type == DT_MSG_ACK && in.hdr.status == DT_WIRE_OK);
     dt_wire_in_close(&in);
+    /* ps 0 publishes the coordinator's counts once per round (poll_ms 20). */
+    double held = -1;
+    for (int k = 0; k < 100 && held != 1; k++, sleep_ms(10)) held = dt_metrics_lookup(reg, "dtrain_work_units", "state=\"held\"");
+    CHECK(held == 1);
+    CHECK(dt_metrics_lookup(reg, "dtrain_work_units", "state=\"pool\"") == (double)units - 1);
+    CHECK(dt_metrics_lookup(reg, "dtrain_work_live_workers", NULL) == 1);
+    CHECK(dt_metrics_lookup(reg, "dtrain_work_refused_total", NULL) == 1);
+    CHECK(dt_metrics_lookup(reg, "dtrain_work_joins_total", NULL) == 1);
     void *s1 = raw_open(ctx, ps1.endpoint);
     h = dt_wire_header_make(DT_MSG_WORK_ASK, DT_ROLE_WORKER, 1, 35);
     h.shard = 1;
@@ -785,6 +798,7 @@ static void test_work_over_zeromq(void) {
     zmq_ctx_term(ctx);
     free(copy);
     CHECK(ps_stop(&ps) == DT_EINTR && ps_stop(&ps1) == DT_EINTR);
+    dt_metrics_free(reg);
 }
 
 int main(void) {

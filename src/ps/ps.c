@@ -55,6 +55,8 @@ typedef struct {
     struct {
         dt_metric *step, *pushes, *updates, *pulls, *refused, *live, *rx, *tx, *wait;
         uint64_t stale_seen;
+        dt_metric *work[13];  /* ps 0: the work coordinator's series (ps_publish_work's order) */
+        int work_open;
     } m;
 } ps_t;
 
@@ -199,6 +201,37 @@ static void ps_metrics_open(ps_t *ps) {
                                       dt_metrics_latency_n);
 }
 
+/* ps 0's work coordinator's series (docs/elastic.md), made once the chief has sent its plan. */
+static void work_metrics_open(ps_t *ps) {
+    struct dt_metrics *r = ps->cfg->metrics;
+    dt_metric **m = ps->m.work;
+    m[0] = dt_metrics_gauge(r, "dtrain_work_live_workers", "Workers holding or asking for work units (dynamic "
+                            "data sharding).", NULL);
+    m[1] = dt_metrics_gauge(r, "dtrain_work_epoch", "The epoch the work coordinator hands out.", NULL);
+    static const char *help_units = "Units of the current epoch: done, held by workers, returned and waiting in "
+                                    "the pool, waiting for a departed holder's claims.";
+    static const char *states[4] = {"state=\"done\"", "state=\"held\"", "state=\"pool\"", "state=\"orphaned\""};
+    for (int k = 0; k < 4; k++) m[2 + k] = dt_metrics_gauge(r, "dtrain_work_units", help_units, states[k]);
+    static const char *names[7] = {"dtrain_work_joins_total", "dtrain_work_leaves_total", "dtrain_work_losses_total",
+                                   "dtrain_work_units_returned_total", "dtrain_work_batches_counted_total",
+                                   "dtrain_work_claims_voided_total", "dtrain_work_refused_total"};
+    static const char *helps[7] = {"Workers that joined.", "Workers that left (DONE).", "Workers lost (silent).",
+                                   "Units given back by departed workers.", "Batches whose gradient was applied.",
+                                   "Claims whose gradient was not applied.", "Work requests refused."};
+    for (int k = 0; k < 7; k++) m[6 + k] = dt_metrics_counter(r, names[k], helps[k], NULL);
+    ps->m.work_open = 1;
+}
+
+static void ps_publish_work(ps_t *ps) {
+    dt_coord_stats w;
+    if (!ps_shard_work_stats(ps->shard, &w)) return;
+    if (!ps->m.work_open) work_metrics_open(ps);
+    const double v[13] = {w.live, (double)w.epoch, w.done, w.held, w.pool, w.orphaned, (double)w.joins,
+                          (double)w.leaves, (double)w.losses, (double)w.returned, (double)w.committed,
+                          (double)w.voided, (double)w.refused};
+    for (int k = 0; k < 13; k++) dt_metric_set(ps->m.work[k], v[k]);
+}
+
 /* The shard's counts into its series; per worker stale counts only when one changed. */
 static void ps_publish(ps_t *ps, const ps_shard_stats *st) {
     if (!ps->cfg->metrics) return;
@@ -208,6 +241,7 @@ static void ps_publish(ps_t *ps, const ps_shard_stats *st) {
     dt_metric_set(ps->m.pulls, (double)st->pulls);
     dt_metric_set(ps->m.refused, (double)st->refused);
     dt_metric_set(ps->m.live, st->live);
+    ps_publish_work(ps);
     int total;
     const uint64_t *stale = ps_shard_stale_counts(ps->shard, &total);
     if (!stale || st->stale == ps->m.stale_seen) return;
