@@ -6,11 +6,13 @@
  * PARAMS payload that passes is unpacked from its encoding (as the ps and the client do) and
  * packed again: every 16-bit value survives the trip, NaN made quiet.
  * An INIT that passes has its options block decoded as the ps does; one that decodes is encoded
- * again to the same bytes. */
+ * again to the same bytes. A WORK_STATE's payload is loaded as ps 0 would (fuzz_coord_state.c
+ * fuzzes that loader on its own). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/coord.h"
 #include "transport/compress.h"
 #include "transport/wire.h"
 
@@ -55,6 +57,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char text[DT_WIRE_MAX_ERROR_TEXT + 1];
         dt_wire_error_text(text, sizeof text, data + head, payload);
         if (strlen(text) > DT_WIRE_MAX_ERROR_TEXT) __builtin_trap();
+    } else if (h.type == DT_MSG_WORK_STATE) {
+        if (payload > DT_WIRE_MAX_WORK_STATE) __builtin_trap();
+        dt_coord *c = NULL; /* as ps 0 installs it: the loader checks it whole */
+        if (payload && dt_coord_load(&c, data + head, payload, NULL, &err) == DT_OK) dt_coord_free(c);
     } else if (payload > dt_wire_max_frame(shard)) {
         __builtin_trap(); /* a payload beyond the largest legal one (an INIT, or a sparse message) passed the check */
     } else if (h.type == DT_MSG_INIT) {

@@ -67,6 +67,8 @@ static inline void *ps_main(void *arg) {
     return NULL;
 }
 
+static struct dt_metrics *ps_metrics = NULL; /* the next ps started publishes here (NULL: none) */
+
 /* Starts a ps thread serving n floats; bind_ep NULL: a free loopback port. Waits (bounded) until
  * it is bound unless it starts with a delay. */
 static inline void ps_start(ps_thread *t, int index, size_t n, const char *bind_ep, int delay_ms) {
@@ -74,7 +76,7 @@ static inline void ps_start(ps_thread *t, int index, size_t n, const char *bind_
     snprintf(t->bind_ep, sizeof t->bind_ep, "%s", bind_ep ? bind_ep : "tcp://127.0.0.1:*");
     t->cfg = (dt_ps_config){.endpoint = t->bind_ep, .ps_index = index, .shard_floats = n, .poll_ms = 20,
                             .stop = &t->stop, .on_bound = on_bound, .user = t, .stats = &t->stats,
-                            .log = getenv("DT_TEST_VERBOSE") ? stderr : NULL};
+                            .log = getenv("DT_TEST_VERBOSE") ? stderr : NULL, .metrics = ps_metrics};
     t->start_delay_ms = delay_ms;
     atomic_init(&t->bound, 0);
     atomic_init(&t->returned, 0);

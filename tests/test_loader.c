@@ -227,7 +227,47 @@ static void test_bad_options_and_shutdown(void) {
     dt_dataset_free(ds);
 }
 
+/* Whole epochs (dynamic data sharding): batch b of epoch e is positions [b*B, (b+1)*B) of the
+ * permutation a single process takes, the last one short; batches read in any order (as units are
+ * granted) give every example exactly once per epoch; the loader refuses a sharded whole epoch. */
+static void test_whole_epoch(void) {
+    const int N = 103, B = 10;
+    dt_dataset *ds = numbered(N);
+    dt_loader *l = NULL, *ref = make(ds, 1, 1, 42, 0, 1); /* batch 1: the permutation, position by position */
+    dt_loader_options o = {.batch_size = B, .shuffle = 1, .seed = 42, .shard_count = 1, .whole_epoch = 1};
+    dt_error e = {0};
+    CHECK(dt_loader_create(&l, ds, &o, &e) == 0);
+    CHECK(dt_loader_batches_per_epoch(l) == 11);
+    for (int ep = 0; ep < 2; ep++) {
+        int perm[103];
+        take(ref, N, 1, perm);
+        int seen[103] = {0};
+        for (int k = 0; k < 11; k++) {
+            int b = (k * 7 + ep) % 11; /* out of order */
+            CHECK(dt_loader_seek(l, ep * 11 + b, &e) == 0);
+            dt_batch bt;
+            CHECK(dt_loader_next(l, &bt, NULL) == 0);
+            CHECK(bt.n == (b == 10 ? 3 : B) && bt.epoch == ep);
+            for (int r = 0; r < bt.n; r++) {
+                int i = example_of(&bt, r);
+                CHECK(i >= 0 && i == perm[b * B + r] && (int)bt.ids[r] == i);
+                if (i >= 0) seen[i]++;
+            }
+        }
+        int once = 1;
+        for (int i = 0; i < N; i++) once &= seen[i] == 1;
+        CHECK(once);
+    }
+    dt_loader_free(l);
+    dt_loader_free(ref);
+    o.shard_count = 2;
+    CHECK(dt_loader_create(&l, ds, &o, &e) == DT_EINVAL);
+    CHECK_CONTAINS(e.msg, "whole epochs");
+    dt_dataset_free(ds);
+}
+
 int main(void) {
+    RUN(test_whole_epoch);
     RUN(test_epochs);
     RUN(test_shards_match_big_batch);
     RUN(test_eval_pass);

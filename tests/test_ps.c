@@ -16,6 +16,9 @@
 
 #include "compute/optim.h"
 #include "core/clock.h"
+#include "io/bytes.h"
+#include "metrics/metrics.h"
+#include "ps/coord.h"
 #include "ps_harness.h"
 
 /* ---------- tests ---------- */
@@ -720,6 +723,84 @@ static void test_silence_outlives_a_queued_request(void) {
     if (pid > 0) wait_exit(pid, 0);
 }
 
+/* The work coordinator over ZeroMQ (docs/elastic.md): ps 0 takes the largest coordinator state
+ * there can be (3,178,568 bytes: 2^18 units, each partly trained) in one frame and gives it back
+ * byte for byte; then a small plan, a grant, a claim; ps 1 refuses WORK messages. */
+static void test_work_over_zeromq(void) {
+    enum { N = 64 };
+    ps_thread ps, ps1;
+    dt_metrics *reg = NULL;
+    CHECK(dt_metrics_create(&reg, "ps", 0, NULL) == DT_OK);
+    ps_metrics = reg;
+    ps_start(&ps, 0, N, NULL, 0);
+    ps_metrics = NULL;
+    ps_start(&ps1, 1, N, NULL, 0);
+    void *ctx = zmq_ctx_new();
+    void *s = dt_zsock_open(ctx, ZMQ_DEALER, dt_wire_max_frame_ps0(N), 0, 2000, NULL);
+    zmq_connect(s, ps.endpoint);
+    size_t units = 1u << 18, size = DT_COORD_MAX_STATE_BYTES;
+    zmq_msg_t m;
+    zmq_msg_init_size(&m, size);
+    uint8_t *b = zmq_msg_data(&m);
+    memset(b, 0, size);
+    memcpy(b, "DTCOORD1", 8);
+    dt_put_u64(b + 8, 2 * units); /* examples: batches of 1 in units of 2 */
+    dt_put_u32(b + 40, 1), dt_put_u32(b + 44, 2), dt_put_u32(b + 48, 4), dt_put_u32(b + 52, 2);
+    dt_put_u32(b + 64, (uint32_t)units), dt_put_u32(b + 68, (uint32_t)units);
+    for (size_t u = 0; u < units; u++) { /* partial entries: unit u, batch mask 0x1 */
+        dt_put_u32(b + 72 + units / 8 + 12 * u, (uint32_t)u);
+        b[72 + units / 8 + 12 * u + 4] = 1;
+    }
+    uint8_t *copy = malloc(size);
+    memcpy(copy, b, size);
+    dt_wire_header h = dt_wire_header_make(DT_MSG_WORK_STATE, DT_ROLE_CHIEF, 0, 30);
+    CHECK(dt_wire_send(s, NULL, &h, &m, 0, NULL) == DT_OK);
+    dt_wire_in in;
+    CHECK(raw_reply(s, &in) == DT_OK && in.hdr.type == DT_MSG_ACK && in.hdr.request_id == 30);
+    dt_wire_in_close(&in);
+    h = dt_wire_header_make(DT_MSG_WORK_STATE, DT_ROLE_CHIEF, 0, 31); /* fetch */
+    CHECK(dt_wire_send(s, NULL, &h, NULL, 0, NULL) == DT_OK);
+    CHECK(raw_reply(s, &in) == DT_OK && in.hdr.type == DT_MSG_WORK_STATE && zmq_msg_size(&in.payload) == size);
+    CHECK(zmq_msg_size(&in.payload) == size && memcmp(zmq_msg_data(&in.payload), copy, size) == 0);
+    dt_wire_in_close(&in);
+    /* A worker asks: the first partial unit, its second batch; claims it. */
+    h = dt_wire_header_make(DT_MSG_WORK_ASK, DT_ROLE_WORKER, 1, 32);
+    h.flags = DT_WIRE_F_JOIN, h.work_ask.examples = 2 * units, h.work_ask.batch_size = 1;
+    CHECK(dt_wire_send(s, NULL, &h, NULL, 0, NULL) == DT_OK);
+    CHECK(raw_reply(s, &in) == DT_OK && in.hdr.type == DT_MSG_WORK_GRANT && in.hdr.status == DT_WIRE_OK);
+    CHECK(in.hdr.work_grant.unit == 0 && in.hdr.work_grant.mask == 2);
+    dt_wire_in_close(&in);
+    h = dt_wire_header_make(DT_MSG_WORK_DONE, DT_ROLE_WORKER, 1, 33);
+    h.work_done.batch = 0; /* counted already */
+    CHECK(dt_wire_send(s, NULL, &h, NULL, 0, NULL) == DT_OK);
+    CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_BAD_VALUE, "batch 0 of epoch 0 is already counted"));
+    dt_wire_in_close(&in);
+    h.work_done.batch = 1, h.request_id = 34;
+    CHECK(dt_wire_send(s, NULL, &h, NULL, 0, NULL) == DT_OK);
+    CHECK(raw_reply(s, &in) == DT_OK && in.hdr.type == DT_MSG_ACK && in.hdr.status == DT_WIRE_OK);
+    dt_wire_in_close(&in);
+    /* ps 0 publishes the coordinator's counts once per round (poll_ms 20). */
+    double held = -1;
+    for (int k = 0; k < 100 && held != 1; k++, sleep_ms(10)) held = dt_metrics_lookup(reg, "dtrain_work_units", "state=\"held\"");
+    CHECK(held == 1);
+    CHECK(dt_metrics_lookup(reg, "dtrain_work_units", "state=\"pool\"") == (double)units - 1);
+    CHECK(dt_metrics_lookup(reg, "dtrain_work_live_workers", NULL) == 1);
+    CHECK(dt_metrics_lookup(reg, "dtrain_work_refused_total", NULL) == 1);
+    CHECK(dt_metrics_lookup(reg, "dtrain_work_joins_total", NULL) == 1);
+    void *s1 = raw_open(ctx, ps1.endpoint);
+    h = dt_wire_header_make(DT_MSG_WORK_ASK, DT_ROLE_WORKER, 1, 35);
+    h.shard = 1;
+    CHECK(dt_wire_send(s1, NULL, &h, NULL, 0, NULL) == DT_OK);
+    CHECK(raw_reply(s1, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_UNSUPPORTED, "the work coordinator is ps 0"));
+    dt_wire_in_close(&in);
+    zmq_close(s1);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    free(copy);
+    CHECK(ps_stop(&ps) == DT_EINTR && ps_stop(&ps1) == DT_EINTR);
+    dt_metrics_free(reg);
+}
+
 int main(void) {
     /* Forking tests first, while this process has no threads or ZeroMQ contexts. */
     RUN(test_fork_shutdown_exits_0);
@@ -737,6 +818,7 @@ int main(void) {
     RUN(test_held_pull_is_not_silence);
     RUN(test_done_and_wait_done);
     RUN(test_fetch_state_and_restore);
+    RUN(test_work_over_zeromq);
     /* Again with shards cut into chunks of 28 bytes (7 floats): each chunk is applied on its own,
      * and the results must be the same bit for bit. */
     chunk_bytes = 28;

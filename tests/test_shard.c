@@ -254,6 +254,160 @@ static void test_shutdown_fails_pending(void) {
     shard_done(s);
 }
 
+/* ---- The work coordinator on ps 0 (docs/elastic.md) ------------------------------------------- */
+
+/* A plan of 8 batches of 2 (16 examples) in units of 4, for 2 workers, from the chief. */
+static void work_plan(ps_shard *s, int sync, int64_t now) {
+    dt_coord_plan p = {.examples = 16, .seed = 5, .batch_size = 2, .unit_batches = 4, .max_workers = 2,
+                       .max_held = 2, .liveness_ms = 1000, .sync = sync};
+    dt_coord *c = NULL;
+    CHECK(dt_coord_new(&c, &p, NULL, NULL) == DT_OK);
+    uint8_t state[128];
+    CHECK(dt_coord_state_size(c) <= sizeof state);
+    dt_coord_save(c, state);
+    dt_wire_header h = hdr(DT_MSG_WORK_STATE, DT_ROLE_CHIEF, 0);
+    h.payload_bytes = dt_coord_state_size(c);
+    ps_origin o = from(0);
+    ps_bytes b = {.data = state, .size = h.payload_bytes};
+    ps_shard_request(s, &o, &h, &b, now, &io);
+    dt_coord_free(c);
+}
+
+static void work_ask(ps_shard *s, int conn, uint16_t task, int join, int64_t now) {
+    dt_wire_header h = hdr(DT_MSG_WORK_ASK, task ? DT_ROLE_WORKER : DT_ROLE_CHIEF, task);
+    h.work_ask.examples = 16, h.work_ask.batch_size = 2, h.work_ask.seed = 5;
+    if (join) h.flags = DT_WIRE_F_JOIN;
+    ps_origin o = from(conn);
+    ps_shard_request(s, &o, &h, NULL, now, &io);
+}
+
+static void work_claim(ps_shard *s, int conn, uint16_t task, uint64_t batch, int64_t step, int64_t now) {
+    dt_wire_header h = hdr(DT_MSG_WORK_DONE, task ? DT_ROLE_WORKER : DT_ROLE_CHIEF, task);
+    h.work_done.epoch = 0, h.work_done.batch = batch, h.local_step = step;
+    ps_origin o = from(conn);
+    ps_shard_request(s, &o, &h, NULL, now, &io);
+}
+
+static dt_coord_stats work_stats(ps_shard *s) {
+    dt_coord_stats st = {0};
+    CHECK(ps_shard_work_stats(s, &st) == 1);
+    return st;
+}
+
+/* Before the plan, on another ps, from a worker: refused, saying why. */
+static void test_work_conditions(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 2, 2, 0, 1000, 0, 0);
+    work_ask(s, 1, 1, 1, 0);
+    CHECK(last()->h.status == DT_WIRE_E_NOT_READY);
+    CHECK_CONTAINS(last()->text, "no work plan yet");
+    dt_wire_header h = hdr(DT_MSG_WORK_STATE, DT_ROLE_WORKER, 1);
+    ps_origin o = from(1);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(last()->h.status == DT_WIRE_E_ROLE);
+    work_plan(s, 0, 0); /* an asynchronous plan for a sync ps */
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "WORK_STATE for asynchronous training");
+    uint8_t junk[80] = "DTCOORD1";
+    h = hdr(DT_MSG_WORK_STATE, DT_ROLE_CHIEF, 0);
+    h.payload_bytes = sizeof junk;
+    ps_bytes b = {.data = junk, .size = sizeof junk};
+    ps_shard_request(s, &o, &h, &b, 0, &io);
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "coordinator state");
+    CHECK(ps_shard_work_stats(s, &(dt_coord_stats){0}) == 0);
+    shard_done(s);
+    ps_shard_config cfg = {.ps_index = 1, .shard_floats = N};
+    CHECK(ps_shard_new(&s, &cfg, NULL) == DT_OK);
+    h = hdr(DT_MSG_WORK_ASK, DT_ROLE_WORKER, 1);
+    h.shard = 1;
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(last()->h.status == DT_WIRE_E_UNSUPPORTED);
+    CHECK_CONTAINS(last()->text, "the work coordinator is ps 0, this is ps 1");
+    shard_done(s);
+}
+
+/* Sync: two workers ask, claim and push; the step applied commits both claims on chunk 0; a claim
+ * for an applied step is STALE; the refusals name their bound; the state fetched is the chief's. */
+static void test_work_sync(void) {
+    ps_shard *s = shard_new();
+    init(s, 2, 2, 2, 0, 1000, 0, 0);
+    work_plan(s, 1, 0);
+    CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_OK);
+    work_ask(s, 1, 0, 1, 0);
+    CHECK(last()->h.type == DT_MSG_WORK_GRANT && last()->h.status == DT_WIRE_OK);
+    CHECK(last()->h.work_grant.unit == 0 && last()->h.work_grant.mask == 0xf);
+    work_ask(s, 2, 1, 1, 0);
+    CHECK(last()->h.work_grant.unit == 1);
+    work_claim(s, 1, 0, 0, 0, 0);
+    CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_OK);
+    work_claim(s, 2, 1, 0, 0, 0); /* worker 1 claims worker 0's batch */
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "worker 1 does not hold unit 0 of epoch 0 (held by worker 0)");
+    work_claim(s, 2, 1, 4, 0, 0);
+    for (int c = 0; c < 2; c++) push(s, 1, 0, c, 2, 0, 1.0f, 0, 1, 0);
+    CHECK(work_stats(s).committed == 0); /* chunk 0 waits for worker 1's gradient */
+    push(s, 2, 1, 1, 2, 0, 1.0f, 0, 1, 0);
+    CHECK(work_stats(s).committed == 0);
+    push(s, 2, 1, 0, 2, 0, 1.0f, 0, 1, 0); /* chunk 0 of step 0 applied: both claims count */
+    dt_coord_stats st = work_stats(s);
+    CHECK(st.committed == 2 && st.voided == 0 && st.live == 2 && st.held == 2);
+    work_claim(s, 1, 0, 1, 0, 0);
+    CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_STALE);
+    work_claim(s, 1, 0, 0, 1, 0);
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "batch 0 of epoch 0 is already counted");
+    /* A stale gradient: worker 1's claim for step 1 is voided when step 1 is applied without it. */
+    work_claim(s, 2, 1, 5, 1, 0);
+    work_claim(s, 1, 0, 1, 1, 0);
+    push(s, 1, 0, 0, 2, 1, 1.0f, 1, 1, 0); /* worker 0 waits at the barrier */
+    CHECK(ps_shard_cron(s, 2 * SEC, &io, NULL) == DT_OK); /* worker 1 is lost: the step goes without it */
+    st = work_stats(s);
+    CHECK(st.committed == 3 && st.voided == 1 && st.losses == 1 && st.live == 1);
+    CHECK(st.pool == 1); /* its unit, batch 4 counted, is back */
+    /* The chief fetches the state: unit 0 partial (batches 0, 1), unit 1 partial (batch 4). */
+    dt_wire_header h = hdr(DT_MSG_WORK_STATE, DT_ROLE_CHIEF, 0);
+    ps_origin o = from(0);
+    ps_shard_request(s, &o, &h, NULL, 2 * SEC, &io);
+    CHECK(last()->h.type == DT_MSG_WORK_STATE && last()->size == 72 + 1 + 2 * 12);
+    shard_done(s);
+}
+
+/* Async: a push on chunk 0 commits the claim of its step; DONE returns the units; a join past
+ * max_workers is refused; a re-INIT voids claims. */
+static void test_work_async(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 0, 2, 0, 0, 0, 0);
+    work_plan(s, 0, 0);
+    work_ask(s, 1, 1, 1, 0);
+    work_claim(s, 1, 1, 0, 7, 0);
+    push(s, 1, 1, 0, 1, 7, 1.0f, 0, 0, 0);
+    dt_coord_stats st = work_stats(s);
+    CHECK(st.committed == 1);
+    work_claim(s, 1, 1, 1, 8, 0);
+    init(s, 1, 0, 2, 0, 0, 0, 0); /* the chief re-initialises: the held claim is void */
+    st = work_stats(s);
+    CHECK(st.voided == 1 && st.held == 1);
+    dt_wire_header h = hdr(DT_MSG_DONE, DT_ROLE_WORKER, 1);
+    ps_origin o = from(1);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    st = work_stats(s);
+    CHECK(st.leaves == 1 && st.live == 0 && st.pool == 1 && st.held == 0);
+    ps_shard_free(s, &io);
+    s = shard_new();
+    init(s, 1, 0, 3, 0, 0, 0, 0); /* three workers declared, the plan allows two */
+    work_plan(s, 0, 0);
+    work_ask(s, 3, 2, 1, 0);
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "worker 2 cannot join: max_workers 2 allows task indices 0..1");
+    h = hdr(DT_MSG_WORK_ASK, DT_ROLE_WORKER, 1);
+    h.work_ask.examples = 15, h.work_ask.batch_size = 2, h.work_ask.seed = 5;
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "worker 1 has 15 training examples, the work plan 16");
+    shard_done(s);
+}
+
 int main(void) {
     RUN(test_conditions);
     RUN(test_async_chunks_out_of_order);
@@ -264,5 +418,8 @@ int main(void) {
     RUN(test_pending_expire_forget_supersede);
     RUN(test_admission);
     RUN(test_shutdown_fails_pending);
+    RUN(test_work_conditions);
+    RUN(test_work_sync);
+    RUN(test_work_async);
     return test_summary();
 }

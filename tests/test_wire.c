@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "core/clock.h"
+#include "io/bytes.h"
 #include "test.h"
 #include "transport/wire.h"
 #include "transport/zmq_io.h"
@@ -32,6 +33,8 @@ static dt_wire_header sample(uint8_t type) {
     }
     if (type == DT_MSG_PULL) h.flags = DT_WIRE_F_EXACT;
     if (type == DT_MSG_PUSH) h.flags = DT_WIRE_F_SYNC;
+    if (type == DT_MSG_WORK_ASK) h.flags = DT_WIRE_F_JOIN;
+    if (type == DT_MSG_WORK_DONE) h.counters[2] = 0;
     if (type == DT_MSG_PULL) h.encoding = DT_ENC_FP16;
     if (type == DT_MSG_PUSH || type == DT_MSG_PARAMS) h.encoding = DT_ENC_BF16;
     if (type == DT_MSG_INIT || type == DT_MSG_WELCOME || type == DT_MSG_STATE) {
@@ -599,7 +602,8 @@ static int write_seed(const char *dir, const char *name, uint8_t selector, dt_wi
 }
 
 static int write_corpus(const char *dir) {
-    for (int t = 1; t <= DT_MSG_STATE; t++) { /* the sparse messages have their own: fuzz/corpus/sparse */
+    for (int t = 1; t <= DT_MSG_TYPE_MAX; t++) {
+        if (dt_wire_type_is_sparse((uint8_t)t)) continue; /* they have their own: fuzz/corpus/sparse */
         dt_wire_header h = dt_wire_header_make((dt_msg_type)t, t % 2 ? DT_ROLE_WORKER : DT_ROLE_PS, 1, 7);
         size_t payload = 0;
         h.shard_floats = 4;
@@ -612,6 +616,10 @@ static int write_corpus(const char *dir) {
         if (t == DT_MSG_PARAMS || t == DT_MSG_PUSH) payload = 4 * sizeof(float);
         if (t == DT_MSG_PULL) h.encoding = DT_ENC_BF16;
         if (t == DT_MSG_ERROR) payload = 5, h.status = DT_WIRE_E_NOT_READY;
+        if (t == DT_MSG_WORK_STATE) payload = 80; /* a state's bytes: the loader checks them (fuzz_coord_state) */
+        if (t == DT_MSG_WORK_ASK) h.flags = DT_WIRE_F_JOIN, h.work_ask.examples = 60000, h.work_ask.batch_size = 64;
+        if (t == DT_MSG_WORK_GRANT) h.work_grant.unit = 3, h.work_grant.mask = 0xf, h.status = DT_WIRE_OK;
+        if (t == DT_MSG_WORK_DONE) h.work_done.batch = 13, h.local_step = 40;
         char name[32];
         snprintf(name, sizeof name, "type%02d", t);
         if (write_seed(dir, name, 2 /* selector: shard of 1000 floats */, &h, payload)) return 1;
@@ -633,6 +641,45 @@ static int write_corpus(const char *dir) {
     data[8 + DT_WIRE_OPTS_BYTES] = 1;
     return write_seed(dir, "type07_bf16", 1, &push, 2) || write_seed(dir, "type06_fp16", 1, &params, 2) ||
            write_seed_with(dir, "type03_piecewise", 1, &init, sizeof data, data);
+}
+
+/* The work coordinator's messages (docs/elastic.md): JOIN on WORK_ASK only, WORK_DONE's third
+ * counter zero, WORK_STATE's payload at most the coordinator's largest state (ps 0's frames are
+ * that large), and none on the others. */
+static void test_work_messages(void) {
+    dt_error e = {0};
+    uint8_t b[DT_WIRE_HEADER_SIZE];
+    dt_wire_header h = dt_wire_header_make(DT_MSG_WORK_DONE, DT_ROLE_WORKER, 2, 9), d;
+    h.work_done.epoch = 3, h.work_done.batch = 17, h.local_step = 40;
+    dt_wire_encode(b, &h);
+    CHECK(dt_wire_decode(&d, b, sizeof b, &e) == DT_OK && d.work_done.batch == 17 && d.local_step == 40);
+    CHECK(dt_get_u64(b + 88) == 17 && dt_get_u64(b + 80) == 3);
+    h.counters[2] = 1;
+    dt_wire_encode(b, &h);
+    CHECK(decode_fails(b, sizeof b, DT_EFORMAT, "WORK_DONE header: bytes 96..103 must be 0"));
+    h = dt_wire_header_make(DT_MSG_WORK_DONE, DT_ROLE_WORKER, 2, 9);
+    h.flags = DT_WIRE_F_JOIN;
+    dt_wire_encode(b, &h);
+    CHECK(decode_fails(b, sizeof b, DT_EFORMAT, "WORK_DONE header: unknown flags 0x40"));
+    h = dt_wire_header_make(DT_MSG_WORK_ASK, DT_ROLE_WORKER, 2, 9);
+    h.flags = DT_WIRE_F_JOIN;
+    h.payload_bytes = 1;
+    dt_wire_encode(b, &h);
+    CHECK(decode_fails(b, sizeof b, DT_EFORMAT, "claims a payload of 1 bytes"));
+    h = dt_wire_header_make(DT_MSG_WORK_STATE, DT_ROLE_CHIEF, 0, 9);
+    h.payload_bytes = DT_WIRE_MAX_WORK_STATE;
+    CHECK(dt_wire_check_payload(&h, 10, &e) == DT_OK);
+    h.payload_bytes = 0;
+    CHECK(dt_wire_check_payload(&h, 10, &e) == DT_OK);
+    h.payload_bytes = DT_WIRE_MAX_WORK_STATE + 1;
+    CHECK(dt_wire_check_payload(&h, 10, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "WORK_STATE payload");
+    /* ps 0 takes the largest state whatever the shard (today every ps already takes the largest
+     * sparse message, which is larger: both bounds are kept, as they may change apart). */
+    CHECK(dt_wire_max_frame_ps0(10) >= DT_WIRE_MAX_WORK_STATE && dt_wire_max_frame_ps0(10) >= dt_wire_max_frame(10));
+    CHECK(dt_wire_max_frame(10) == dt_wire_sparse_max_frame());
+    CHECK(dt_wire_max_frame_ps0(1u << 24) == dt_wire_max_frame(1u << 24));
+    CHECK(!strcmp(dt_wire_status_name(DT_WIRE_WORK_WAIT), "no work now"));
 }
 
 /* INIT's options block: every schedule survives encode and decode exactly; a block that is the
@@ -724,6 +771,7 @@ static void test_chunk_cut(void) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-corpus")) return write_corpus(argv[2]);
+    RUN(test_work_messages);
     RUN(test_round_trip_every_type);
     RUN(test_byte_layout);
     RUN(test_named_fields);

@@ -113,7 +113,7 @@ static int first_error(dt_loader *l, slot *s, int m) {
 }
 
 static int fill_training(dt_loader *l, slot *s, int64_t index) {
-    const int B = l->opt.batch_size;
+    int B = l->opt.batch_size;
     int64_t epoch = index / l->batches_per_epoch, step = index % l->batches_per_epoch;
     if (epoch != l->perm_epoch) {
         uint32_t N = (uint32_t)dt_dataset_size(l->ds);
@@ -122,7 +122,9 @@ static int fill_training(dt_loader *l, slot *s, int64_t index) {
         l->perm_epoch = epoch;
     }
     s->epoch = epoch;
-    decode_rows(l, s, (size_t)step * (size_t)B, B, 0, 1);
+    size_t first = (size_t)step * (size_t)B;
+    if (l->opt.whole_epoch && l->shard_len - first < (size_t)B) B = (int)(l->shard_len - first); /* the short last */
+    decode_rows(l, s, first, B, 0, 1);
     s->n = B;
     return first_error(l, s, B);
 }
@@ -203,12 +205,16 @@ int dt_loader_create(dt_loader **out, const dt_dataset *ds, const dt_loader_opti
     if (opt->shard_count <= 0 || opt->shard_index < 0 || opt->shard_index >= opt->shard_count)
         return dt_errorf(err, DT_EINVAL, "loader: shard %d of %d is not a valid shard", opt->shard_index,
                          opt->shard_count);
+    if (opt->whole_epoch && (!opt->shuffle || opt->shard_count != 1))
+        return dt_errorf(err, DT_EINVAL, "loader: whole epochs are a training order of one shard (dynamic data "
+                         "sharding hands batches out instead)");
     size_t N = dt_dataset_size(ds);
     size_t si = (size_t)opt->shard_index, sc = (size_t)opt->shard_count;
     int64_t bpe;
     if (opt->shuffle) {
         /* All shards take the same number of full batches, so they stay in step across epochs. */
         bpe = (int64_t)(N / (sc * (size_t)opt->batch_size));
+        if (opt->whole_epoch) bpe = (int64_t)((N + (size_t)opt->batch_size - 1) / (size_t)opt->batch_size);
         if (bpe == 0)
             return dt_errorf(err, DT_EINVAL,
                              "loader: %zu examples do not fill one batch of %d for each of %d shards", N,

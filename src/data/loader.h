@@ -6,7 +6,12 @@
  * with batch B see the same examples as one process with batch n*B. Training batches are always
  * full (a short tail of an epoch is dropped); the stream runs on across epochs.
  * Evaluation order (shuffle = 0): one pass in file order over the shard, the last batch may be
- * short; dt_loader_next then reports 0 examples at the end. */
+ * short; dt_loader_next then reports 0 examples at the end.
+ * Whole epochs (shuffle = 1, whole_epoch = 1; dynamic data sharding, docs/elastic.md): not sharded;
+ * batch b of epoch e is positions [b*B, min((b+1)*B, N)) of that epoch's permutation, so an epoch
+ * is ceil(N/B) batches, every example once, the last one short when B does not divide N. Batch
+ * index e * ceil(N/B) + b; a worker seeks to the batches of the units it is granted. A bad image
+ * skipped is replaced by the next good example of the epoch, which is then trained twice. */
 #ifndef DT_DATA_LOADER_H
 #define DT_DATA_LOADER_H
 
@@ -18,6 +23,8 @@ typedef struct {
     int shuffle;             /* 1: training order (looping), 0: one evaluation pass */
     uint64_t seed;
     int shard_index, shard_count; /* 0 and 1 when not sharded */
+    int whole_epoch;         /* training order: every example once per epoch, a short last batch
+                                (shard_count must be 1) */
     int decode_threads;      /* threads decoding one batch of an image folder; <= 0: 1 (the loader
                                 thread alone; see docs/data.md for the measurements) */
     dt_augment augment;      /* training order only (data/augment.h); evaluation passes never */
@@ -40,7 +47,8 @@ int dt_loader_create(dt_loader **out, const dt_dataset *ds, const dt_loader_opti
 /* Blocks until the next batch is ready. A bad image under DT_BAD_IMAGES_SKIP is replaced by the next
  * good example of the same shard (and counted); under FAIL the error is returned here. */
 int dt_loader_next(dt_loader *l, dt_batch *b, dt_error *err);
-/* Full batches per epoch for this shard in training order. */
+/* Full batches per epoch for this shard in training order (whole_epoch: batches, the last one
+ * maybe short). */
 int64_t dt_loader_batches_per_epoch(const dt_loader *l);
 /* Repositions the training stream at batch `index` (resume from a checkpoint): the next batch is
  * the one that would have been number `index`. Invalidates the batch last returned. In evaluation

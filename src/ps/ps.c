@@ -57,6 +57,8 @@ typedef struct {
         dt_metric *step, *pushes, *updates, *pulls, *refused, *live, *rx, *tx, *wait;
         dt_metric *sparse[SPARSE_METRICS]; /* SPARSE_SERIES' */
         uint64_t stale_seen;
+        dt_metric *work[13];  /* ps 0: the work coordinator's series (ps_publish_work's order) */
+        int work_open;
     } m;
 } ps_t;
 
@@ -131,7 +133,7 @@ static void io_send(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes
 
 /* What one connection may have in large replies not yet handed to the kernel: two of the largest
  * messages (a step's chunks of PARAMS fit many times). */
-static uint64_t peer_reply_budget(const ps_t *ps) { return 2 * dt_wire_max_frame(ps->n); }
+static uint64_t peer_reply_budget(const ps_t *ps) { return 2 * ps_max_frame(ps->cfg->ps_index, ps->n); }
 
 static int io_admit(void *user, const ps_origin *to, size_t bytes, char *why, size_t len) {
     ps_t *ps = user;
@@ -229,6 +231,37 @@ static void ps_metrics_open(ps_t *ps) {
                                                  : dt_metrics_counter(r, SPARSE_SERIES[i].name, SPARSE_SERIES[i].help, NULL);
 }
 
+/* ps 0's work coordinator's series (docs/elastic.md), made once the chief has sent its plan. */
+static void work_metrics_open(ps_t *ps) {
+    struct dt_metrics *r = ps->cfg->metrics;
+    dt_metric **m = ps->m.work;
+    m[0] = dt_metrics_gauge(r, "dtrain_work_live_workers", "Workers holding or asking for work units (dynamic "
+                            "data sharding).", NULL);
+    m[1] = dt_metrics_gauge(r, "dtrain_work_epoch", "The epoch the work coordinator hands out.", NULL);
+    static const char *help_units = "Units of the current epoch: done, held by workers, returned and waiting in "
+                                    "the pool, waiting for a departed holder's claims.";
+    static const char *states[4] = {"state=\"done\"", "state=\"held\"", "state=\"pool\"", "state=\"orphaned\""};
+    for (int k = 0; k < 4; k++) m[2 + k] = dt_metrics_gauge(r, "dtrain_work_units", help_units, states[k]);
+    static const char *names[7] = {"dtrain_work_joins_total", "dtrain_work_leaves_total", "dtrain_work_losses_total",
+                                   "dtrain_work_units_returned_total", "dtrain_work_batches_counted_total",
+                                   "dtrain_work_claims_voided_total", "dtrain_work_refused_total"};
+    static const char *helps[7] = {"Workers that joined.", "Workers that left (DONE).", "Workers lost (silent).",
+                                   "Units given back by departed workers.", "Batches whose gradient was applied.",
+                                   "Claims whose gradient was not applied.", "Work requests refused."};
+    for (int k = 0; k < 7; k++) m[6 + k] = dt_metrics_counter(r, names[k], helps[k], NULL);
+    ps->m.work_open = 1;
+}
+
+static void ps_publish_work(ps_t *ps) {
+    dt_coord_stats w;
+    if (!ps_shard_work_stats(ps->shard, &w)) return;
+    if (!ps->m.work_open) work_metrics_open(ps);
+    const double v[13] = {w.live, (double)w.epoch, w.done, w.held, w.pool, w.orphaned, (double)w.joins,
+                          (double)w.leaves, (double)w.losses, (double)w.returned, (double)w.committed,
+                          (double)w.voided, (double)w.refused};
+    for (int k = 0; k < 13; k++) dt_metric_set(ps->m.work[k], v[k]);
+}
+
 /* The shard's counts into its series; per worker stale counts only when one changed. */
 static void ps_publish(ps_t *ps, const ps_shard_stats *st) {
     if (!ps->cfg->metrics) return;
@@ -239,6 +272,7 @@ static void ps_publish(ps_t *ps, const ps_shard_stats *st) {
     dt_metric_set(ps->m.refused, (double)st->refused);
     dt_metric_set(ps->m.live, st->live);
     ps_publish_sparse(ps, st);
+    ps_publish_work(ps);
     int total;
     const uint64_t *stale = ps_shard_stale_counts(ps->shard, &total);
     if (!stale || st->stale == ps->m.stale_seen) return;
@@ -263,7 +297,7 @@ static int open_router(ps_t *ps, dt_error *err) {
     if (zmq_ctx_set(ps->ctx, ZMQ_IO_THREADS, io) != 0)
         return dt_errorf(err, DT_ENET, "ps %d: zmq_ctx_set(ZMQ_IO_THREADS=%d): %s", cfg->ps_index, io,
                          zmq_strerror(errno));
-    ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, dt_wire_max_frame(ps->n), SHUTDOWN_LINGER_MS, -1, err);
+    ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, ps_max_frame(cfg->ps_index, ps->n), SHUTDOWN_LINGER_MS, -1, err);
     if (!ps->sock) return dt_error_wrap(err, DT_ENET, "ps %d: ", cfg->ps_index);
     if (limit_socket(ps->sock, cfg->first_message_ms > 0 ? cfg->first_message_ms : (int)(FIRST_MESSAGE_US / 1000), err))
         return dt_error_wrap(err, DT_ENET, "ps %d: ", cfg->ps_index);
@@ -273,7 +307,7 @@ static int open_router(ps_t *ps, dt_error *err) {
 /* The connection watch (peers.h) with the ps's bounds. */
 static int open_peers(ps_t *ps, dt_error *err) {
     const dt_ps_config *cfg = ps->cfg;
-    dt_peers_config pc = {.max_partial_bytes = dt_wire_max_frame(ps->n) + DT_WIRE_HEADER_SIZE,
+    dt_peers_config pc = {.max_partial_bytes = ps_max_frame(cfg->ps_index, ps->n) + DT_WIRE_HEADER_SIZE,
                           .first_message_us = cfg->first_message_ms > 0 ? cfg->first_message_ms * INT64_C(1000)
                                                                         : FIRST_MESSAGE_US,
                           .message_us = MESSAGE_US,

@@ -149,6 +149,7 @@ void ps_shard_free(ps_shard *s, const ps_io *io) {
     free(s->owner);
     shard_parts_free(s->parts, s->n_parts, s->staleness);
     free(s->scratch), free(s->sum), free(s->stale), free(s->last_seen), free(s->lost), free(s->done);
+    dt_coord_free(s->coord);
     free(s);
 }
 
@@ -171,12 +172,16 @@ const uint64_t *ps_shard_stale_counts(const ps_shard *s, int *n) {
     return s->stale;
 }
 
+uint64_t ps_max_frame(int ps_index, size_t shard_floats) {
+    return ps_index == 0 ? dt_wire_max_frame_ps0(shard_floats) : dt_wire_max_frame(shard_floats);
+}
+
 /* Everything peers may make the ps hold together (docs/security.md): unfinished messages, large
  * replies not yet sent, deferred PULLs. Room for every worker's pull and gradient of a step in
  * flight at once, four of the largest messages (an INIT, STATE replies) and 64 MiB to spare. */
 uint64_t ps_shard_budget(const ps_shard *s) {
     uint64_t shard = (uint64_t)s->n * sizeof(float);
-    return 4 * dt_wire_max_frame(s->n) + 2 * (uint64_t)(s->workers > 0 ? s->workers : 8) * shard +
+    return 4 * ps_max_frame(s->cfg.ps_index, s->n) + 2 * (uint64_t)(s->workers > 0 ? s->workers : 8) * shard +
            (UINT64_C(64) << 20);
 }
 
@@ -261,6 +266,25 @@ void shard_put_optimizer(const ps_shard *s, dt_wire_header *r) {
 
 static void release_free(void *p) { free(p); }
 
+void *shard_reply_buffer(const shard_req *r, size_t bytes) {
+    char why[224];
+    if (shard_admit(r, bytes, why, sizeof why)) { /* before the copy: a refused reply costs nothing */
+        shard_refuse(r, DT_WIRE_E_BUSY, "%s", why);
+        return NULL;
+    }
+    void *d = malloc(bytes ? bytes : 1);
+    if (!d) {
+        r->io->unadmit(r->io->user, r->from, bytes);
+        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a %s reply", dt_wire_type_name(r->h->type));
+    }
+    return d;
+}
+
+void shard_send_buffer(const shard_req *r, dt_wire_header *h, void *d, size_t bytes) {
+    ps_bytes b = {.data = d, .size = bytes, .release = release_free, .hint = d};
+    r->io->send(r->io->user, r->from, h, &b, bytes);
+}
+
 /* The whole shard for a checkpoint: parameters, then the optimizer state slot-major, as INIT takes
  * them back (a restore is an INIT with this payload and step). global_step is the step every chunk
  * has reached, state.step_max the step of the chunk furthest ahead: they differ while a gradient
@@ -268,17 +292,8 @@ static void release_free(void *p) { free(p); }
 void shard_on_fetch(const shard_req *r) {
     ps_shard *s = r->s;
     const size_t n = s->n, bytes = (size_t)(1 + s->slots) * n * sizeof(float);
-    char why[224];
-    if (shard_admit(r, bytes, why, sizeof why)) { /* before the copy: a refused FETCH costs nothing */
-        shard_refuse(r, DT_WIRE_E_BUSY, "%s", why);
-        return;
-    }
-    float *d = malloc(bytes);
-    if (!d) {
-        r->io->unadmit(r->io->user, r->from, bytes);
-        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a STATE reply");
-        return;
-    }
+    float *d = shard_reply_buffer(r, bytes);
+    if (!d) return;
     for (int c = 0; c < s->n_parts; c++) {
         const part_t *p = &s->parts[c];
         memcpy(d + p->off, p->params, p->n * sizeof(float));
@@ -288,8 +303,7 @@ void shard_on_fetch(const shard_req *r) {
     dt_wire_header h = shard_reply_to(s, DT_MSG_STATE, r->h);
     shard_put_optimizer(s, &h);
     h.state.step_max = (uint64_t)shard_step_max(s);
-    ps_bytes b = {.data = d, .size = bytes, .release = release_free, .hint = d};
-    r->io->send(r->io->user, r->from, &h, &b, bytes);
+    shard_send_buffer(r, &h, d, bytes);
 }
 
 /* ---- INIT ------------------------------------------------------------------------------------- */
@@ -486,6 +500,7 @@ void shard_on_init(const shard_req *r) {
     free(s->sparse_stale);
     s->sparse_stale = NULL;
     init_commit(s, &t);
+    if (s->coord) dt_coord_reset_step(s->coord, h->global_step); /* held gradients are gone: their claims too */
     /* The deferred PULL table is sized by the workers (a quota each): made anew for the new count. */
     free(s->pending);
     s->pending = NULL;
@@ -567,7 +582,10 @@ static void apply_sync_step(ps_shard *s, part_t *p) {
         }
     }
     shard_snap_current(s, p); /* kept for EXACT pulls of this step from workers that see another chunk ahead */
+    const int64_t t = p->step;
     advance(s, p, mean);
+    /* Chunk 0 counts whole gradients: the coordinator's claims for step t settle here. */
+    if (p == &s->parts[0] && s->coord) dt_coord_applied(s->coord, t, a->worker, a->count);
     accum_clear(a);
     if (p == &s->parts[0]) s->updates++;
 }
@@ -691,6 +709,7 @@ void shard_on_push(const shard_req *r) {
     }
     advance(s, &s->parts[h->chunk], grad_floats(s->scratch, r->payload, h->encoding));
     if (h->chunk == 0) s->pushes++, s->updates++;
+    if (h->chunk == 0 && s->coord) dt_coord_pushed(s->coord, h->task, h->local_step);
     push_reply(r, DT_WIRE_OK, 0);
     if (s->n_pending) shard_serve_pending(s, r->now, r->io);
 }

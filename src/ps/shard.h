@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "dtrain.h"
+#include "ps/coord.h"
 #include "transport/wire.h"
 
 typedef struct ps_shard ps_shard;
@@ -114,7 +115,12 @@ void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *out);
 int ps_shard_is_shut(const ps_shard *s);
 /* Sync mode: stale gradients per worker ([*n]); NULL before a sync INIT. */
 const uint64_t *ps_shard_stale_counts(const ps_shard *s, int *n);
+/* ps 0: the work coordinator's counts (docs/elastic.md); 0 when there is none (another ps, or no
+ * WORK_STATE from the chief yet), else 1. */
+int ps_shard_work_stats(const ps_shard *s, dt_coord_stats *out);
 /* What peers may make the ps hold (docs/security.md), for the shard as INIT declared it. */
 uint64_t ps_shard_budget(const ps_shard *s);
+/* The largest frame a ps accepts and sends: ps 0's may carry the work coordinator's state. */
+uint64_t ps_max_frame(int ps_index, size_t shard_floats);
 
 #endif

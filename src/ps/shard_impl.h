@@ -6,6 +6,7 @@
 
 #include "compute/optim.h"
 #include "compute/rowsum.h"
+#include "ps/coord.h"
 #include "ps/ps.h"
 #include "ps/shard.h"
 #include "ps/snapshots.h"
@@ -130,6 +131,8 @@ struct ps_shard {
     int n_sp;
     uint64_t *sparse_stale;   /* [total] sync: stale sparse pushes per worker */
     uint64_t n_sparse_stale, sparse_pulls, sparse_pushes, sparse_updates, sparse_held;
+    /* ps 0: the work coordinator of dynamic data sharding, once the chief sent WORK_STATE (docs/elastic.md) */
+    dt_coord *coord;
 };
 
 /* One request being handled. */
@@ -153,6 +156,10 @@ void shard_send(const shard_req *r, dt_wire_header *h);
 /* Asks io.admit for a large reply: DT_OK, or 1 with the refusal's text in why. */
 int shard_admit(const shard_req *r, size_t bytes, char *why, size_t why_len);
 dt_snap *shard_snap_current(const ps_shard *s, part_t *p);
+/* A large reply: its buffer of `bytes`, admitted first (NULL: refused, the refusal sent), and the
+ * reply sent with it (handed over: freed when sent; the admission given back then). */
+void *shard_reply_buffer(const shard_req *r, size_t bytes);
+void shard_send_buffer(const shard_req *r, dt_wire_header *h, void *d, size_t bytes);
 
 /* shard.c */
 void shard_on_init(const shard_req *r);
@@ -194,5 +201,11 @@ void shard_sparse_sync_push(const shard_req *r, shard_table *st, const uint8_t *
 int shard_sparse_apply_complete(ps_shard *s);
 void shard_table_free(shard_table *t, int staleness, int aggregate);
 int shard_table_accumulators(shard_table *t, int aggregate, int staleness);
+/* shard_work.c: the coordinator's requests, and the hooks that feed it */
+void shard_on_work_ask(const shard_req *r);
+void shard_on_work_done(const shard_req *r);
+void shard_on_work_state(const shard_req *r);
+void shard_work_seen(ps_shard *s, const dt_wire_header *h, int64_t now);
+void shard_work_cron(ps_shard *s, int64_t now);
 
 #endif

@@ -82,6 +82,7 @@ static void on_done(const shard_req *r) {
         shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for the done set");
         return;
     }
+    if (s->coord) dt_coord_leave(s->coord, h->task); /* its units go back to the pool */
     uint8_t bit = (uint8_t)(1u << (h->task & 7));
     if (!(s->done[h->task >> 3] & bit)) {
         s->done[h->task >> 3] |= bit;
@@ -115,6 +116,9 @@ static const shard_command commands[] = {
     {DT_MSG_SPARSE_INIT, NEED_CHIEF | NEED_READY | NEED_PAYLOAD, shard_on_sparse_init},
     {DT_MSG_SPARSE_PULL, NEED_READY | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_sparse_pull},
     {DT_MSG_SPARSE_PUSH, NEED_READY | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_sparse_push},
+    {DT_MSG_WORK_ASK, NEED_WORKER, shard_on_work_ask},
+    {DT_MSG_WORK_DONE, NEED_WORKER | STOPPED_WHEN_FAILED, shard_on_work_done},
+    {DT_MSG_WORK_STATE, NEED_CHIEF | NEED_PAYLOAD, shard_on_work_state},
 };
 
 /* ---- Dispatch --------------------------------------------------------------------------------- */
@@ -162,6 +166,7 @@ static int check_conditions(const shard_req *r, unsigned flags) {
 
 /* Any message from a worker proves it alive; one that was lost is back (its steps count again). */
 static void note_alive(ps_shard *s, const dt_wire_header *h, int64_t now) {
+    shard_work_seen(s, h, now);
     if (!s->last_seen || (h->role != DT_ROLE_WORKER && h->role != DT_ROLE_CHIEF) || h->task >= s->total) return;
     shard_saw_worker(s, h, now);
     if (!s->lost[h->task]) return;
@@ -245,6 +250,7 @@ static void check_liveness(ps_shard *s, int64_t now, const ps_io *io) {
 }
 
 int ps_shard_cron(ps_shard *s, int64_t now, const ps_io *io, dt_error *err) {
+    shard_work_cron(s, now); /* first: a worker waiting at the barrier now is alive */
     check_liveness(s, now, io);
     /* strict: the ps exits one liveness timeout after the stop, so that workers hear why */
     if (s->failed[0] && now - s->failed_at_us > s->liveness_us)

@@ -64,7 +64,7 @@ void dt_wire_encode(uint8_t *out, const dt_wire_header *h) {
 
 int dt_wire_type_has_payload(uint8_t type) {
     return type == DT_MSG_INIT || type == DT_MSG_PARAMS || type == DT_MSG_PUSH || type == DT_MSG_ERROR ||
-           type == DT_MSG_STATE || dt_wire_type_is_sparse(type);
+           type == DT_MSG_STATE || dt_wire_type_is_sparse(type) || type == DT_MSG_WORK_STATE;
 }
 
 /* The flags a type may carry. */
@@ -74,6 +74,7 @@ static uint8_t allowed_flags(uint8_t type) {
     case DT_MSG_PUSH: return DT_WIRE_F_SYNC | DT_WIRE_F_PULL;
     case DT_MSG_INIT: return DT_WIRE_F_STRICT;
     case DT_MSG_SPARSE_PUSH: return DT_WIRE_F_SYNC;
+    case DT_MSG_WORK_ASK: return DT_WIRE_F_JOIN;
     default: return 0;
     }
 }
@@ -192,6 +193,8 @@ static int check_values(const dt_wire_header *h, dt_error *err) {
     if (h->shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
         return dt_errorf(err, DT_EFORMAT, "%s header: shard of %llu floats is beyond the limit %llu", tn,
                          (unsigned long long)h->shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
+    if (h->type == DT_MSG_WORK_DONE && h->counters[2] != 0)
+        return dt_errorf(err, DT_EFORMAT, "WORK_DONE header: bytes 96..103 must be 0");
     if (h->type == DT_MSG_INIT && h->generation == 0)
         return dt_errorf(err, DT_EFORMAT, "INIT header: generation 0 (byte %d must be 1..255)", OFF_GENERATION);
     int rc = DT_OK;
@@ -274,6 +277,11 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
                              h->encoding ? ", encoding " : "", h->encoding ? dt_enc_name(h->encoding) : "");
         return DT_OK;
     }
+    case DT_MSG_WORK_STATE: /* a request to fetch has none; a state is checked whole by its loader */
+        if (h->payload_bytes > DT_WIRE_MAX_WORK_STATE)
+            return dt_errorf(err, DT_EFORMAT, "WORK_STATE payload of %llu bytes is beyond the limit %u",
+                             (unsigned long long)h->payload_bytes, DT_WIRE_MAX_WORK_STATE);
+        return DT_OK;
     case DT_MSG_ERROR:
         if (h->payload_bytes > DT_WIRE_MAX_ERROR_TEXT)
             return dt_errorf(err, DT_EFORMAT, "ERROR text of %llu bytes is beyond the limit %u",
@@ -377,6 +385,11 @@ uint64_t dt_wire_max_frame(uint64_t shard_floats) {
     return init > m ? init : m;
 }
 
+uint64_t dt_wire_max_frame_ps0(uint64_t shard_floats) {
+    uint64_t f = dt_wire_max_frame(shard_floats);
+    return f > DT_WIRE_MAX_WORK_STATE ? f : DT_WIRE_MAX_WORK_STATE;
+}
+
 void dt_wire_error_text(char *out, size_t n, const void *payload, size_t len) {
     if (n == 0) return;
     const unsigned char *p = payload;
@@ -408,6 +421,10 @@ const char *dt_wire_type_name(uint8_t type) {
     case DT_MSG_SPARSE_PULL: return "SPARSE_PULL";
     case DT_MSG_SPARSE_ROWS: return "SPARSE_ROWS";
     case DT_MSG_SPARSE_PUSH: return "SPARSE_PUSH";
+    case DT_MSG_WORK_ASK: return "WORK_ASK";
+    case DT_MSG_WORK_GRANT: return "WORK_GRANT";
+    case DT_MSG_WORK_DONE: return "WORK_DONE";
+    case DT_MSG_WORK_STATE: return "WORK_STATE";
     }
     return "unknown";
 }
@@ -426,6 +443,8 @@ const char *dt_wire_status_name(int32_t status) {
     switch (status) {
     case DT_WIRE_OK: return "ok";
     case DT_WIRE_STALE: return "stale";
+    case DT_WIRE_WORK_WAIT: return "no work now";
+    case DT_WIRE_WORK_FINISHED: return "training finished";
     case DT_WIRE_E_VERSION: return "version mismatch";
     case DT_WIRE_E_MALFORMED: return "malformed message";
     case DT_WIRE_E_NOT_READY: return "not initialised";

@@ -23,7 +23,7 @@
 #include "transport/compress.h"
 
 #define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
-#define DT_WIRE_VERSION 8u              /* 8: sparse tables (docs/protocol.md, "Sparse tables") */
+#define DT_WIRE_VERSION 8u              /* 8: sparse tables and the work coordinator (docs/protocol.md) */
 #define DT_WIRE_HEADER_SIZE 104u
 #define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
 #define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
@@ -40,6 +40,8 @@
 #define DT_WIRE_F_STRICT 0x04u /* INIT: a lost worker stops the job instead of lowering the replicas */
 #define DT_WIRE_F_PULL 0x08u   /* PUSH: answer with this chunk's PARAMS (at least step global_step,
                                 * the push's outcome in status) instead of PUSH_ACK */
+#define DT_WIRE_F_JOIN 0x40u   /* WORK_ASK: this process has just started (what its task index held
+                                * from an earlier life goes back to the pool) */
 /* Bits 4-5 of the flags byte: the encoding (dt_encoding: 0 float32, 1 bf16, 2 fp16; 3 is refused)
  * of a PUSH's or PARAMS' payload, and of the PARAMS a PULL or a PUSH with the PULL flag asks for.
  * Decoded into dt_wire_header.encoding, not flags. */
@@ -74,8 +76,19 @@ typedef enum {
     DT_MSG_SPARSE_ROWS = 20, /* ps -> client: payload rows[n][dim] in the encoding asked for */
     DT_MSG_SPARSE_PUSH = 21, /* client -> ps: payload ids u64[n] ++ grads[n][dim]; local_step; part chunk of
                               * chunks; ACK with status OK or STALE and push_ack.stale_count */
+    /* Dynamic data sharding (docs/elastic.md): ps 0 coordinates; other ps answer UNSUPPORTED. */
+    DT_MSG_WORK_ASK = 22,  /* worker -> ps 0: a unit, please (flag JOIN); its data plan in work_ask */
+    DT_MSG_WORK_GRANT = 23, /* ps 0 -> worker: status OK (work_grant), WORK_WAIT or WORK_FINISHED */
+    DT_MSG_WORK_DONE = 24, /* worker -> ps 0: claims batch work_done.batch of work_done.epoch for its
+                            * gradient of step local_step (sent before that push); ps 0 answers ACK
+                            * with status OK or STALE */
+    DT_MSG_WORK_STATE = 25, /* chief -> ps 0: with a payload, install that coordinator state (ACK);
+                             * without, fetch it; ps 0 -> chief: payload = the state */
 } dt_msg_type;
-#define DT_MSG_TYPE_MAX 21
+#define DT_MSG_TYPE_MAX 25
+/* The largest WORK_STATE payload: the coordinator's largest state (src/ps/coord.h checks that they
+ * agree): a 72-byte header, a bit per unit and 12 bytes per partial unit, 2^18 units. */
+#define DT_WIRE_MAX_WORK_STATE (72u + (1u << 18) / 8 + 12u * (1u << 18))
 
 /* The sender's role. Only the chief may INIT or SHUTDOWN a ps. */
 typedef enum { DT_ROLE_NONE = 0, DT_ROLE_PS = 1, DT_ROLE_WORKER = 2, DT_ROLE_CHIEF = 3 } dt_wire_role;
@@ -84,7 +97,10 @@ typedef enum { DT_ROLE_NONE = 0, DT_ROLE_PS = 1, DT_ROLE_WORKER = 2, DT_ROLE_CHI
 /* header.status: a reply's outcome (PUSH_ACK) or an ERROR's cause. */
 enum {
     DT_WIRE_OK = 0,
-    DT_WIRE_STALE = 1,           /* PUSH_ACK: gradient older than the ps's step, dropped and counted */
+    DT_WIRE_STALE = 1,           /* PUSH_ACK: gradient older than the ps's step, dropped and counted;
+                                  * ACK of WORK_DONE: the claim's step is applied already */
+    DT_WIRE_WORK_WAIT = 2,       /* WORK_GRANT: no unit now (every unit of the epoch is granted): ask again */
+    DT_WIRE_WORK_FINISHED = 3,   /* WORK_GRANT: the last epoch is done */
     DT_WIRE_E_VERSION = 100,     /* other protocol version */
     DT_WIRE_E_MALFORMED = 101,   /* bad header or payload */
     DT_WIRE_E_NOT_READY = 102,   /* ps not initialised by the chief yet */
@@ -159,6 +175,16 @@ typedef struct {
             uint64_t ids;      /* ids (rows) in the payload */
             uint64_t dim;      /* floats per row, 1..DT_WIRE_MAX_SPARSE_DIM */
         } sparse;
+        struct { /* WORK_ASK: the worker's data plan, checked against ps 0's */
+            uint64_t examples, batch_size, seed;
+        } work_ask;
+        struct { /* WORK_GRANT, status OK: the unit, and the mask of its batches to train (bit i:
+                  * batch unit * unit_batches + i of the epoch) */
+            uint64_t epoch, unit, mask;
+        } work_grant;
+        struct { /* WORK_DONE: the batch claimed (of the epoch), for the gradient of step local_step */
+            uint64_t epoch, batch;
+        } work_done;
     };
 } dt_wire_header;
 
@@ -246,6 +272,8 @@ unsigned dt_wire_chunks_for(uint64_t shard_floats, uint64_t chunk_bytes);
 
 /* The largest frame a receiver with this shard size can legitimately get (for ZMQ_MAXMSGSIZE). */
 uint64_t dt_wire_max_frame(uint64_t shard_floats);
+/* The same for ps 0 and its clients, which may also carry the coordinator's state (WORK_STATE). */
+uint64_t dt_wire_max_frame_ps0(uint64_t shard_floats);
 
 /* Copies an ERROR payload into out (NUL-terminated, at most n-1 bytes), replacing bytes that are
  * not printable ASCII by '?', so a peer's text is safe to print. */
