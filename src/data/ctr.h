@@ -98,6 +98,10 @@ int dt_ctr_next(dt_ctr_reader *r, dt_ctr_batch *b, dt_error *err);
 /* Training order: repositions the stream so that the next batch is global batch `index` (resuming
  * from a checkpoint's step), reading the file without parsing it. One-pass order: restarts the pass. */
 int dt_ctr_seek(dt_ctr_reader *r, int64_t index, dt_error *err);
+/* Counts the positions of the reader's split (its lines, blank ones left out, every shard's) in one
+ * pass over the file without parsing it, then starts again from the first batch (dt_ctr_seek(r, 0)).
+ * Training needs it for the batches in an epoch. */
+int dt_ctr_count(dt_ctr_reader *r, uint64_t *positions, dt_error *err);
 /* The format in use (after DT_CTR_AUTO), the field counts of its batches. */
 dt_ctr_format dt_ctr_reader_format(const dt_ctr_reader *r);
 /* Bad lines skipped so far (each counted once per pass that met it), and the first one's message

@@ -627,7 +627,10 @@ static int emb_reserve(dt_net *net, size_t nnz, dt_error *err) {
     for (int i = 0; i < net->n_layers; i++) {
         emb_state *e = net->layers[i].emb;
         if (!e || e->cap >= nnz) continue;
+        /* at least a full batch with an id in every field (Criteo's most), so it rarely grows */
+        size_t full = (size_t)net->max_batch * (size_t)net->spec.num_fields;
         size_t cap = nnz > 2 * e->cap ? nnz : 2 * e->cap, dim = (size_t)net->layers[i].spec->dim;
+        if (cap < full) cap = full;
         free(e->rows), free(e->uniq), free(e->trows), free(e->ugrad), free(e->scratch);
         e->rows = dt_calloc(cap, sizeof *e->rows, "embedding rows", err);
         e->uniq = dt_calloc(cap, sizeof *e->uniq, "embedding rows", err);
