@@ -253,6 +253,19 @@ static int predict_ctr(dt_restored *r, char **inputs, int n_inputs, const char *
     return rc;
 }
 
+static void print_help(const flag_def *defs, int n) {
+    printf("usage: dtrain predict [--logdir DIR | --checkpoint FILE] [flags] IMAGES...\n\n"
+           "Restores the newest good checkpoint of DIR (a damaged one is skipped with a warning) and\n"
+           "writes one CSV line per image: file, predicted class, the probability of each class.\n"
+           "IMAGES are folders (their images, then their sub-folders'), JPEG/PNG files, or one IDX\n"
+           "images file; each is decoded and resized exactly as in training (docs/data.md).\n"
+           "A click-log model (docs/ctr-data.md) reads click logs instead (Criteo TSV or libffm, plain\n"
+           "or gzip) and writes line,label,probability for every line of each: dtrain predict\n"
+           "--logdir DIR clicks.tsv.\n\n"
+           "flags:\n");
+    flags_print_help(stdout, defs, n);
+}
+
 int cmd_predict(int argc, char **argv) {
     const char *logdir = "./checkpoint", *file = NULL, *model = NULL, *out = NULL, *format = "csv", *list = NULL,
                *bad = "skip", *device = NULL, *logits = NULL;
@@ -275,16 +288,7 @@ int cmd_predict(int argc, char **argv) {
         return 2;
     }
     if (help) {
-        printf("usage: dtrain predict [--logdir DIR | --checkpoint FILE] [flags] IMAGES...\n\n"
-               "Restores the newest good checkpoint of DIR (a damaged one is skipped with a warning) and\n"
-               "writes one CSV line per image: file, predicted class, the probability of each class.\n"
-               "IMAGES are folders (their images, then their sub-folders'), JPEG/PNG files, or one IDX\n"
-               "images file; each is decoded and resized exactly as in training (docs/data.md).\n"
-               "A click-log model (docs/ctr-data.md) reads click logs instead (Criteo TSV or libffm, plain\n"
-               "or gzip) and writes line,label,probability for every line of each: dtrain predict\n"
-               "--logdir DIR clicks.tsv.\n\n"
-               "flags:\n");
-        flags_print_help(stdout, defs, n);
+        print_help(defs, n);
         free(inputs);
         return 0;
     }
