@@ -77,19 +77,25 @@ static dt_net *build(int batch) {
     return net;
 }
 
+/* The fixture's "<kind>/<view name>" of view pv, or NULL (said on stderr) if absent or sized otherwise. */
+static float *view_tensor(const fixture *x, const char *kind, const dt_param_view *pv) {
+    char name[80];
+    snprintf(name, sizeof name, "%s/%s", kind, pv->name);
+    size_t n = 0;
+    float *p = read_tensor(x->f, name, DT_ST_F32, &n);
+    if (p && n == pv->count) return p;
+    fprintf(stderr, "fixture lacks %s (or its size differs)\n", name);
+    free(p);
+    return NULL;
+}
+
 /* The fixture's parameters into net, by view name. */
 static int load_params(dt_net *net, const fixture *x) {
     for (int v = 0; v < dt_net_num_views(net); v++) {
         const dt_param_view *pv = dt_net_view(net, v);
-        char name[80];
-        snprintf(name, sizeof name, "param/%s", pv->name);
-        size_t n = 0;
-        float *p = read_tensor(x->f, name, DT_ST_F32, &n);
-        if (!p || n != pv->count) {
-            fprintf(stderr, "fixture lacks %s (or its size differs)\n", name);
-            free(p);
-            return -1;
-        }
+        size_t n = pv->count;
+        float *p = view_tensor(x, "param", pv);
+        if (!p) return -1;
         memcpy(dt_net_params(net) + pv->offset, p, n * sizeof *p);
         free(p);
     }
@@ -121,14 +127,11 @@ static float step(dt_net *net, const dt_ctr_batch *b) {
 static void check_grads(dt_net *net, const fixture *x, const char *when) {
     for (int v = 0; v < dt_net_num_views(net); v++) {
         const dt_param_view *pv = dt_net_view(net, v);
-        char name[80];
-        snprintf(name, sizeof name, "grad/%s", pv->name);
-        size_t n = 0;
-        float *ref = read_tensor(x->f, name, DT_ST_F32, &n);
-        CHECK_MSG(ref && n == pv->count, "%s missing", name);
+        float *ref = view_tensor(x, "grad", pv);
+        CHECK_MSG(ref != NULL, "grad/%s missing", pv->name);
         if (!ref) continue;
-        double e = worst_rel(dt_net_grads(net) + pv->offset, ref, n);
-        CHECK_MSG(e <= TOL, "%s: %s off by %.3g (relative)", when, name, e);
+        double e = worst_rel(dt_net_grads(net) + pv->offset, ref, pv->count);
+        CHECK_MSG(e <= TOL, "%s: grad/%s off by %.3g (relative)", when, pv->name, e);
         free(ref);
     }
 }
