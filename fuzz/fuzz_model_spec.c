@@ -2,7 +2,8 @@
  * message naming the source, never a crash, leak or sanitizer report. A spec that parses and is
  * small is also built into a network (max_batch 1) and run forward and backward once, so the
  * shape walk and the buffers sized from it are exercised too: graphs (name=, input=, add,
- * concat) and every layer kind, with the backward plan that hands gradient buffers around. */
+ * concat) and every layer kind, with the backward plan that hands gradient buffers around; a
+ * click-log model (input dense=N fields=M) runs on a one-example batch with an id in every field. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,8 +44,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (dt_net_param_count(net) != params) __builtin_trap();
             dt_net_init_params(net, 1);
             size_t n = dt_net_input_size(net);
-            float *x = dt_alloc_floats(n, "fuzz input", NULL);
-            if (x) {
+            float *x = dt_alloc_floats(n ? n : 1, "fuzz input", NULL);
+            if (x && spec.ctr) { /* a click-log model: one example, an id in every field (two in field 0) */
+                int F = spec.num_fields;
+                int64_t *off = calloc((size_t)F + 1, sizeof *off);
+                uint64_t *ids = calloc((size_t)F + 1, sizeof *ids);
+                float *val = calloc((size_t)F + 1, sizeof *val), label = 1;
+                for (size_t i = 0; i < n; i++) x[i] = (float)((i * 7) % 13) / 13.0f;
+                for (int f = 0, k = 0; off && ids && val && f < F; f++) {
+                    for (int r = 0; r < 1 + (f == 0); r++, k++) ids[k] = (uint64_t)f * 31 + (uint64_t)r, val[k] = 1;
+                    off[f + 1] = k;
+                }
+                dt_ctr_batch b = {.n = 1, .num_dense = spec.num_dense, .num_fields = F, .labels = &label,
+                                  .dense = x, .offsets = off, .ids = ids, .values = val};
+                if (off && ids && val && dt_net_forward_ctr(net, &b, 1, 3, NULL)) {
+                    dt_net_loss_binary(net, &label, NULL);
+                    dt_net_backward(net, NULL);
+                    (void)dt_net_forward_ctr(net, &b, 0, 0, NULL);
+                }
+                free(off), free(ids), free(val), free(x);
+            } else if (x) {
                 for (size_t i = 0; i < n; i++) x[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
                 int32_t label = 0;
                 if (dt_net_forward(net, x, 1, 1, 3, NULL)) {

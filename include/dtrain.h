@@ -233,6 +233,9 @@ typedef struct dt_train_result {
     double seconds, examples_per_sec;
     int64_t bad_images;
     int64_t start_step;          /* global step training started at (a restored checkpoint's, or 0) */
+    /* A click-log model (docs/ctr-data.md): the test split's AUC and logloss (test_loss: the mean
+     * training loss formula, unclipped; test_accuracy: at a threshold of 0.5). NaN otherwise. */
+    double test_auc, test_logloss;
 } dt_train_result;
 
 /* Fills o with dtrain's defaults (adam, 0.002, batch 64, 1 epoch, steps_to_validate 1000, seed 1,

@@ -12,6 +12,7 @@
 #include "flags.h"
 #include "model/net.h"
 #include "train/evaluate.h"
+#include "train/evaluate_ctr.h"
 #include "train/restore.h"
 
 /* Rows: true class; columns: predicted class. */
@@ -35,6 +36,25 @@ static void print_confusion(const int64_t *cm, int classes, const dt_dataset *ds
     }
 }
 
+/* A click-log model: the test split of the click log, AUC and logloss. */
+static int eval_ctr(dt_restored *r, const char *data, dt_error *err) {
+    dt_ctr_options co;
+    dt_ctr_eval_options(&co, r->net, DT_CTR_TEST, 0);
+    if (r->info.validation_fraction >= 0 && r->info.validation_fraction < 1)
+        co.validation_fraction = r->info.validation_fraction;
+    dt_ctr_eval_result t;
+    int rc = dt_evaluate_ctr(r->net, data, &co, &t, err);
+    if (rc) return rc;
+    printf("checkpoint %s: model %s, global step %" PRId64 "\n", r->path, dt_net_spec(r->net)->name, r->step);
+    printf("test auc %.4f  test logloss %.4f  test accuracy %.4f  (%lld examples, click rate %.4f, mean prediction "
+           "%.4f)\n", t.auc, t.logloss, t.accuracy, (long long)t.examples,
+           t.examples ? (double)t.positives / (double)t.examples : 0.0, t.mean_p);
+    if (t.auc_error_bound > 0) printf("auc within %.2g of the exact value (a histogram past 2^24 examples)\n",
+                                      t.auc_error_bound);
+    if (t.bad_lines) printf("skipped %llu bad lines\n", (unsigned long long)t.bad_lines);
+    return DT_OK;
+}
+
 static int fail(const char *msg) {
     fprintf(stderr, "dtrain eval: %s\n", msg);
     return 1;
@@ -45,7 +65,8 @@ int cmd_eval(int argc, char **argv) {
     int batch_size = 0, threads = 0;
     flag_def defs[] = {
         FLAGS_RESTORE(&logdir, &file, &model, &batch_size, &threads, &device),
-        FLAG_TEXT("data", &data, "IDX folder or image folder; its test split is evaluated"),
+        FLAG_TEXT("data", &data, "IDX folder or image folder, or a click log for a click-log model; its test split is "
+                                 "evaluated"),
     };
     int n = (int)(sizeof defs / sizeof defs[0]), help = 0;
     dt_error err = {0};
@@ -56,7 +77,8 @@ int cmd_eval(int argc, char **argv) {
     if (help) {
         printf("usage: dtrain eval --logdir DIR --data PATH [--model FILE] [flags]\n\n"
                "Restores the newest good checkpoint of DIR (a damaged one is skipped with a warning)\n"
-               "and prints its global step, the test loss and accuracy and a confusion matrix.\n\n"
+               "and prints its global step, the test loss and accuracy and a confusion matrix; for a\n"
+               "click-log model (docs/ctr-data.md), the test AUC, logloss and accuracy.\n\n"
                "flags:\n");
         flags_print_help(stdout, defs, n);
         return 0;
@@ -70,6 +92,12 @@ int cmd_eval(int argc, char **argv) {
         return fail(err.msg);
     }
     dt_net *net = r.net;
+    if (dt_net_is_ctr(net)) {
+        int rc = eval_ctr(&r, data, &err);
+        if (rc) fprintf(stderr, "dtrain eval: %s\n", err.msg);
+        dt_restored_free(&r);
+        return rc ? 1 : 0;
+    }
     dt_data_splits splits = {0};
     int64_t *cm = NULL;
     int status = 1, rc;

@@ -154,8 +154,13 @@ static int inspect_model(const char *path, dt_error *err) {
     dt_net *net = NULL;
     if (dt_net_load(&net, path, 1, err)) return 1;
     const dt_model_spec *spec = dt_net_spec(net);
-    printf("%s: model %s, input %dx%dx%d, %d layers, %zu parameters in %d variables\n", path, spec->name, spec->in_h,
-           spec->in_w, spec->in_c, dt_net_num_layers(net), dt_net_param_count(net), dt_net_num_views(net));
+    char in[64];
+    if (spec->ctr) snprintf(in, sizeof in, "click logs (dense=%d fields=%d)", spec->num_dense, spec->num_fields);
+    else snprintf(in, sizeof in, "%dx%dx%d", spec->in_h, spec->in_w, spec->in_c);
+    printf("%s: model %s, input %s, %d layers, %zu parameters in %d variables", path, spec->name, in,
+           dt_net_num_layers(net), dt_net_param_count(net), dt_net_num_views(net));
+    if (dt_net_num_tables(net)) printf(" (%d embedding tables)", dt_net_num_tables(net));
+    printf("\n");
     dt_net_print_plan(net, stdout);
     dt_net_free(net);
     return 0;

@@ -20,6 +20,7 @@
 #include "flags.h"
 #include "io/fsutil.h"
 #include "model/net.h"
+#include "train/evaluate_ctr.h"
 #include "train/predict.h"
 #include "train/restore.h"
 
@@ -218,6 +219,53 @@ static int fail(const char *msg) {
     return 1;
 }
 
+/* A click-log model: every line of each click log (its split ignored: these are new lines), as
+ * "line,label,probability" (the label as the file gives it), to --out (written aside, renamed at the
+ * end) or standard output. */
+static int predict_ctr(dt_restored *r, char **inputs, int n_inputs, const char *out, const char *bad, dt_error *err) {
+    char tmp[4096];
+    if (n_inputs < 1) return dt_errorf(err, DT_EINVAL, "no click log given (dtrain predict [flags] CLICKS.tsv[.gz])");
+    if (out && snprintf(tmp, sizeof tmp, "%s.tmp", out) >= (int)sizeof tmp)
+        return dt_errorf(err, DT_EINVAL, "--out: path too long");
+    FILE *f = out ? fopen(tmp, "w") : stdout;
+    if (!f) return dt_errorf(err, DT_EIO, "--out: cannot create %s", tmp);
+    dt_ctr_options co;
+    dt_ctr_eval_options(&co, r->net, DT_CTR_ALL, !strcmp(bad, "fail"));
+    int rc = DT_OK;
+    int64_t total = 0;
+    double t0 = dt_seconds();
+    for (int i = 0; !rc && i < n_inputs; i++) {
+        int64_t count = 0;
+        dt_ctr_eval_result res;
+        if ((rc = dt_predict_ctr(r->net, inputs[i], &co, f, &count, &res, err))) break;
+        total += count;
+        if (res.bad_lines) fprintf(stderr, "dtrain predict: %s: skipped %llu bad lines\n", inputs[i],
+                                   (unsigned long long)res.bad_lines);
+    }
+    if (out) {
+        int bad_close = fclose(f) != 0;
+        if (!rc && bad_close) rc = dt_errorf(err, DT_EIO, "--out: cannot write %s", tmp);
+        if (!rc && rename(tmp, out)) rc = dt_errorf(err, DT_EIO, "--out: cannot rename %s to %s", tmp, out);
+        if (rc) remove(tmp);
+    }
+    if (!rc) fprintf(stderr, "dtrain predict: %" PRId64 " lines in %.2f s; checkpoint %s, global step %" PRId64 "\n",
+                     total, dt_seconds() - t0, r->path, r->step);
+    return rc;
+}
+
+static void print_help(const flag_def *defs, int n) {
+    printf("usage: dtrain predict [--logdir DIR | --checkpoint FILE] [flags] IMAGES...\n\n"
+           "Restores the newest good checkpoint of DIR (a damaged one is skipped with a warning) and\n"
+           "writes one CSV line per image: file, predicted class, the probability of each class.\n"
+           "IMAGES are folders (their images, then their sub-folders'), JPEG/PNG files, or one IDX\n"
+           "images file; each is decoded and resized exactly as in training (docs/data.md).\n"
+           "A click-log model (docs/ctr-data.md) reads click logs instead (Criteo TSV or libffm, plain\n"
+           "or gzip) and writes line,label,probability for every line of each: dtrain predict\n"
+           "--logdir DIR clicks.tsv.\n\n"
+           "flags:\n");
+    flags_print_help(stdout, defs, n);
+}
+
 int cmd_predict(int argc, char **argv) {
     const char *logdir = "./checkpoint", *file = NULL, *model = NULL, *out = NULL, *format = "csv", *list = NULL,
                *bad = "skip", *device = NULL, *logits = NULL;
@@ -240,13 +288,7 @@ int cmd_predict(int argc, char **argv) {
         return 2;
     }
     if (help) {
-        printf("usage: dtrain predict [--logdir DIR | --checkpoint FILE] [flags] IMAGES...\n\n"
-               "Restores the newest good checkpoint of DIR (a damaged one is skipped with a warning) and\n"
-               "writes one CSV line per image: file, predicted class, the probability of each class.\n"
-               "IMAGES are folders (their images, then their sub-folders'), JPEG/PNG files, or one IDX\n"
-               "images file; each is decoded and resized exactly as in training (docs/data.md).\n\n"
-               "flags:\n");
-        flags_print_help(stdout, defs, n);
+        print_help(defs, n);
         free(inputs);
         return 0;
     }
@@ -265,6 +307,13 @@ int cmd_predict(int argc, char **argv) {
         dt_restored_free(&r);
         free(inputs);
         return fail(err.msg);
+    }
+    if (dt_net_is_ctr(r.net)) {
+        int rc = predict_ctr(&r, inputs, n_inputs, out, bad, &err);
+        if (rc) fprintf(stderr, "dtrain predict: %s\n", err.msg);
+        dt_restored_free(&r);
+        free(inputs);
+        return rc ? 1 : 0;
     }
     const dt_model_spec *ms = dt_net_spec(r.net);
     int classes = dt_net_num_classes(r.net), status = 1, rc;

@@ -40,6 +40,10 @@ typedef enum {
     DT_OP_BATCHNORM,            /* batchnorm_forward, batchnorm_backward */
     DT_OP_CHANNEL_AFFINE,       /* channel_affine_forward (batch norm in evaluation) */
     DT_OP_CHANNEL_AFFINE_ADD,   /* channel_affine_add_forward (a norm applied by the sum it feeds) */
+    DT_OP_EMBEDDING,            /* embedding_forward, embedding_backward (click-log models) */
+    DT_OP_FM,                   /* fm_forward, fm_backward */
+    DT_OP_REDUCE_SUM,           /* reduce_sum_forward, reduce_sum_backward */
+    DT_OP_SIGMOID_LOGLOSS,      /* sigmoid_logloss: a binary model's loss (softmax_xent's counterpart) */
     DT_OP_COUNT
 } dt_op;
 
@@ -96,6 +100,17 @@ typedef struct dt_backend_ops {
                                    size_t rows, int C, int relu);
     void (*channel_affine_add_forward)(void *ctx, float *out, const float *in, const float *scale,
                                        const float *shift, const float *b, size_t rows, int C, int relu);
+    /* Click-log models (kernels.h). The embedding's bags and its gradient rows are host memory: its
+     * step runs on the host (a backend whose buffers are on a device does not have it). */
+    void (*embedding_forward)(void *ctx, float *out, const float *table, const dt_bags *b);
+    size_t (*embedding_backward)(void *ctx, int64_t *uniq, float *grad, const float *dout, const dt_bags *b,
+                                 uint64_t *scratch);
+    void (*fm_forward)(void *ctx, float *out, const float *v, int batch, int F, int D);
+    void (*fm_backward)(void *ctx, float *dv, const float *dout, const float *v, int batch, int F, int D);
+    void (*reduce_sum_forward)(void *ctx, float *out, const float *in, int batch, int n);
+    void (*reduce_sum_backward)(void *ctx, float *din, const float *dout, int batch, int n);
+    float (*sigmoid_logloss)(void *ctx, float *dlogits, const float *logits, const float *labels, int batch,
+                             int *correct);
 } dt_backend_ops;
 
 /* A backend's memory, and the copies between the host and it (ggml's buffer interface). */

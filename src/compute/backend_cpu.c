@@ -85,6 +85,29 @@ static void dense_backward(void *c, float *din, float *dw, float *db, const floa
                            const float *w, int batch, int in_dim, int out_dim) {
     dt_dense_backward(CPU(c), din, dw, db, dout, in, w, batch, in_dim, out_dim);
 }
+static void embedding_forward(void *c, float *out, const float *table, const dt_bags *b) {
+    dt_embedding_forward(CPU(c), out, table, b);
+}
+static size_t embedding_backward(void *c, int64_t *uniq, float *grad, const float *dout, const dt_bags *b,
+                                 uint64_t *scratch) {
+    return dt_embedding_backward(CPU(c), uniq, grad, dout, b, scratch);
+}
+static void fm_forward(void *c, float *out, const float *v, int batch, int F, int D) {
+    dt_fm_forward(CPU(c), out, v, batch, F, D);
+}
+static void fm_backward(void *c, float *dv, const float *dout, const float *v, int batch, int F, int D) {
+    dt_fm_backward(CPU(c), dv, dout, v, batch, F, D);
+}
+static void reduce_sum_forward(void *c, float *out, const float *in, int batch, int n) {
+    dt_reduce_sum_forward(CPU(c), out, in, batch, n);
+}
+static void reduce_sum_backward(void *c, float *din, const float *dout, int batch, int n) {
+    dt_reduce_sum_backward(CPU(c), din, dout, batch, n);
+}
+static float sigmoid_logloss(void *c, float *dlogits, const float *logits, const float *labels, int batch,
+                             int *correct) {
+    return dt_sigmoid_logloss(dlogits, logits, labels, batch, correct);
+}
 static float softmax_xent(void *c, float *dlogits, const float *logits, const int32_t *labels, int batch,
                           int classes, int *correct) {
     return dt_softmax_xent(dlogits, logits, labels, batch, classes, correct);
@@ -158,6 +181,13 @@ const dt_backend_ops dt_cpu_ops = {
     .dense_forward = dense_forward,
     .dense_backward = dense_backward,
     .softmax_xent = softmax_xent,
+    .embedding_forward = embedding_forward,
+    .embedding_backward = embedding_backward,
+    .fm_forward = fm_forward,
+    .fm_backward = fm_backward,
+    .reduce_sum_forward = reduce_sum_forward,
+    .reduce_sum_backward = reduce_sum_backward,
+    .sigmoid_logloss = sigmoid_logloss,
     .add_forward = add_forward,
     .concat_forward = concat_forward,
     .concat_backward = concat_backward,

@@ -169,6 +169,56 @@ void dt_concat_forward(const dt_cpu *cpu, float *out, const float *in, size_t ro
 /* din [rows, in_c] = channels off..off+in_c of dout [rows, out_c] */
 void dt_concat_backward(const dt_cpu *cpu, float *din, const float *dout, size_t rows, int in_c, int out_c, int off);
 
+/* ---- layers of click-through-rate models (tabular_cpu.c) ------------------------------------- */
+
+/* The bags an embedding layer reads from a batch of click logs (data/ctr.h's CSR): for example i and
+ * the layer's s-th field, field[s], the ids j in [offsets[i * num_fields + field[s]],
+ * offsets[i * num_fields + field[s] + 1]), each with its table row rows[j] (the id hashed to its
+ * bucket, plus the field's table's first row) and its weight weights[j] (the id's value; NULL: 1). */
+typedef struct {
+    const int64_t *offsets;     /* [batch * num_fields + 1] */
+    int num_fields;
+    const int32_t *field;       /* [n_fields], ascending */
+    int n_fields;
+    const int64_t *rows;        /* [nnz]: only those of the layer's fields are read */
+    const float *weights;       /* [nnz] or NULL */
+    int batch, dim;
+    int mean;                   /* combiner: 1 mean (sum of w e / sum of w), 0 sum (sum of w e) */
+} dt_bags;
+
+/* out [batch, n_fields * dim]: row i, slot s holds the combined rows of bag (i, s); an empty bag, or
+ * a mean bag whose weights add up to 0, gives zeros (TensorFlow's embedding_lookup_sparse). Sums run
+ * in double, in the bag's order. table [rows, dim]. */
+void dt_embedding_forward(const dt_cpu *cpu, float *out, const float *table, const dt_bags *b);
+/* Ids in the layer's bags: backward's scratch and outputs are sized by it. */
+size_t dt_embedding_pairs(const dt_bags *b);
+/* The table's gradient as its touched rows: uniq [*n] ascending, unique, and grad [*n, dim] each
+ * row's gradient summed over every id of the batch that looked it up (in double, in batch order:
+ * the same for any thread count). Rows no id touched have gradient 0 and are not listed. uniq and
+ * grad hold at least dt_embedding_pairs(b) rows (fewer than 2^32); scratch [3 * pairs + 1] uint64. Returns
+ * the number of rows. */
+size_t dt_embedding_backward(const dt_cpu *cpu, int64_t *uniq, float *grad, const float *dout, const dt_bags *b,
+                             uint64_t *scratch);
+
+/* Second-order factorisation machine (Rendle 2010) over v [batch, F, D], the fields' vectors:
+ * out [batch] = sum_{f<g} <v_f, v_g> = 0.5 * sum_k ((sum_f v_fk)^2 - sum_f v_fk^2), the O(F D) form,
+ * in double. */
+void dt_fm_forward(const dt_cpu *cpu, float *out, const float *v, int batch, int F, int D);
+/* dv [batch, F, D] = dout[i] * (sum_g v_gk - v_fk) */
+void dt_fm_backward(const dt_cpu *cpu, float *dv, const float *dout, const float *v, int batch, int F, int D);
+
+/* out [batch] = sum of in [batch, n] (in double); din [batch, n] = dout[i] everywhere. */
+void dt_reduce_sum_forward(const dt_cpu *cpu, float *out, const float *in, int batch, int n);
+void dt_reduce_sum_backward(const dt_cpu *cpu, float *din, const float *dout, int batch, int n);
+
+/* A binary output: p = sigmoid(logit) and the mean logloss over the batch, computed stably as
+ * max(z, 0) - z y + log(1 + exp(-|z|)) (tf.nn.sigmoid_cross_entropy_with_logits) in double.
+ * logits [N], labels [N] 0 or 1; dlogits [N] = (p - y) / N (NULL: evaluation); *correct = rows
+ * with (z > 0) == (y == 1) (a probability above 0.5 predicts a click). */
+float dt_sigmoid_logloss(float *dlogits, const float *logits, const float *labels, int batch, int *correct);
+/* probs [N] = sigmoid(logits [N]), as dt_sigmoid_logloss computes it; probs may alias logits. */
+void dt_sigmoid_probs(float *probs, const float *logits, int batch);
+
 /* The predicted class of one row of logits x [K]: the index of the largest, the first on ties (a NaN
  * wins only in first place: comparisons with it are false). dt_softmax_xent's count of correct answers, dt_evaluate's confusion matrix and
  * prediction all use it, so they agree exactly. */

@@ -627,8 +627,10 @@ static void cu_sync(void *ctx) {
 
 /* Every op but batch norm's: its statistics and folding are host code in model/net.c. */
 static int cu_supports(void *ctx, dt_op op) {
+    /* no kernels yet: batch norm, and the click-log models' layers and loss */
     return op >= 0 && op < DT_OP_COUNT && op != DT_OP_BATCHNORM && op != DT_OP_CHANNEL_AFFINE &&
-           op != DT_OP_CHANNEL_AFFINE_ADD;
+           op != DT_OP_CHANNEL_AFFINE_ADD && op != DT_OP_EMBEDDING && op != DT_OP_FM && op != DT_OP_REDUCE_SUM &&
+           op != DT_OP_SIGMOID_LOGLOSS;
 }
 
 static void cu_describe(void *ctx, char *buf, size_t len) {

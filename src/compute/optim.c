@@ -100,12 +100,19 @@ static void apply_span(const dt_opt_config *c, float *out, const float *params, 
     }
 }
 
+/* The step's rate, and Adam's bias correction folded into it (in double, as TF computes the beta
+ * powers). */
+static float step_rates(const dt_opt_config *c, int64_t step, float *lr_t) {
+    const float lr = dt_lr_at(&c->schedule, c->learning_rate, step);
+    double t = (double)step + 1.0;
+    *lr_t = c->kind == DT_OPT_ADAM ? (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t))) : 0;
+    return lr;
+}
+
 void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, const float *grads, float *state,
                      const uint8_t *decay, size_t n, int64_t step, const dt_opt_skip *skip) {
-    const float lr = dt_lr_at(&c->schedule, c->learning_rate, step);
-    /* Adam's bias correction folded into the step size, in double as TF computes the beta powers. */
-    double t = (double)step + 1.0;
-    const float lr_t = c->kind == DT_OPT_ADAM ? (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t))) : 0;
+    float lr_t;
+    const float lr = step_rates(c, step, &lr_t);
     if (c->weight_decay == 0) decay = NULL;
     /* The spans between the skipped ranges. Skipping, rather than running the optimizer and
      * overwriting the values, keeps the slots of the untrained floats at zero: a gradient in their
@@ -124,6 +131,17 @@ void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, co
         i = hi;
     }
     apply_span(c, out, params, grads, state, decay, n, i, n, lr, lr_t);
+}
+
+void dt_opt_apply_rows(const dt_opt_config *c, float *params, const float *grads, float *state, const uint8_t *decay,
+                       size_t n, size_t base, const int64_t *rows, size_t n_rows, int dim, int64_t step) {
+    float lr_t;
+    const float lr = step_rates(c, step, &lr_t);
+    if (c->weight_decay == 0) decay = NULL;
+    for (size_t r = 0; r < n_rows; r++) {
+        size_t lo = base + (size_t)rows[r] * (size_t)dim;
+        apply_span(c, params, params, grads, state, decay, n, lo, lo + (size_t)dim, lr, lr_t);
+    }
 }
 
 void dt_opt_apply(const dt_opt_config *c, float *params, const float *grads, float *state, const uint8_t *decay,

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "data/dataset.h"
+#include "model/ctr_batch.h"
 #include "dtrain.h"
 
 #define DT_CRITEO_DENSE 13
@@ -25,35 +26,7 @@
 #define DT_CTR_MAX_FIELDS 1024
 #define DT_CTR_MAX_OFFSETS ((int64_t)1 << 24) /* batch rows x fields: 128 MiB of offsets */
 
-/* A batch of tabular examples, as the embedding and dense layers consume it. Row-major; every
- * pointer stays valid until the next call on the reader (or builder) that returned it.
- *
- *   labels [n]                 0 or 1
- *   dense  [n * num_dense]     integer features after the transform (dt_ctr_dense_value): row i's
- *                              feature j at i * num_dense + j. Criteo: 13; libffm: 0
- *   offsets [n * num_fields + 1], ids [nnz], values [nnz]
- *                              categorical features in CSR form: the ids of row i, field f are
- *                              ids[offsets[i * num_fields + f] .. offsets[i * num_fields + f + 1]),
- *                              each with its value (Criteo: 1; libffm: the line's value), in the
- *                              order the line gave them. An empty range is a missing field (Criteo:
- *                              an empty column); the embedding layer decides what a missing field
- *                              becomes. Criteo fields hold at most one id; libffm fields any number.
- *                              ids are the raw ids (Criteo: the 32-bit hex value); hashing them to
- *                              buckets is the embedding layer's (dt_ctr_bucket).
- *   lines  [n]                 each row's line number in the file (from 1), for messages and
- *                              predictions. */
-typedef struct {
-    int n;
-    int num_dense, num_fields;
-    const float *labels;
-    const float *dense;
-    const int64_t *offsets;
-    const uint64_t *ids;
-    const float *values;
-    const int64_t *lines;
-    int64_t epoch;  /* training order: the pass over the file this batch belongs to (from 0) */
-    int64_t index;  /* training order: the global batch number t (epoch * batches per epoch + t) */
-} dt_ctr_batch;
+/* dt_ctr_batch, the batch (model/ctr_batch.h, as the embedding and dense layers consume it). */
 
 typedef enum { DT_CTR_AUTO = 0, DT_CTR_CRITEO = 1, DT_CTR_LIBFFM = 2 } dt_ctr_format;
 typedef enum { DT_CTR_TRAIN = 0, DT_CTR_VALIDATION = 1, DT_CTR_TEST = 2, DT_CTR_ALL = 3 } dt_ctr_split;
@@ -84,18 +57,7 @@ float dt_ctr_dense_value(int64_t x);
 
 /* ---- hashing ids, and the split rule ---------------------------------------------------------- */
 
-/* splitmix64's finaliser: a bijection of 64-bit values that spreads every input bit over every
- * output bit. */
-uint64_t dt_ctr_mix64(uint64_t z);
-/* The stable hash of a categorical id (docs/ctr-data.md gives it in Python):
- *   dt_ctr_hash(field, id) = mix64(id ^ mix64(field ^ 0x4354524841534831))   ("CTRHASH1")
- * For a fixed field it is a bijection of the ids (no two ids of one field collide before the
- * reduction), and fields are independent. The embedding layer's bucket of an id is
- *   dt_ctr_bucket(field, id, buckets) = dt_ctr_hash(field, id) % buckets
- * (field: the field's number for per-field tables; for a table shared by several fields, still each
- * id's own field, so equal raw ids of different fields land apart). */
-uint64_t dt_ctr_hash(uint32_t field, uint64_t id);
-uint64_t dt_ctr_bucket(uint32_t field, uint64_t id, uint64_t buckets);
+/* dt_ctr_mix64, dt_ctr_hash and dt_ctr_bucket: model/ctr_batch.h. */
 /* Which split line `line_no` (from 1, every physical line counted) belongs to:
  *   u = (mix64(line_no ^ 0x43545253504c4954) >> 11) / 2^53      ("CTRSPLIT"), uniform in [0, 1)
  *   test if u < test_fraction, else validation if u < test_fraction + validation_fraction, else train.
@@ -136,6 +98,10 @@ int dt_ctr_next(dt_ctr_reader *r, dt_ctr_batch *b, dt_error *err);
 /* Training order: repositions the stream so that the next batch is global batch `index` (resuming
  * from a checkpoint's step), reading the file without parsing it. One-pass order: restarts the pass. */
 int dt_ctr_seek(dt_ctr_reader *r, int64_t index, dt_error *err);
+/* Counts the positions of the reader's split (its lines, blank ones left out, every shard's) in one
+ * pass over the file without parsing it, then starts again from the first batch (dt_ctr_seek(r, 0)).
+ * Training needs it for the batches in an epoch. */
+int dt_ctr_count(dt_ctr_reader *r, uint64_t *positions, dt_error *err);
 /* The format in use (after DT_CTR_AUTO), the field counts of its batches. */
 dt_ctr_format dt_ctr_reader_format(const dt_ctr_reader *r);
 /* Bad lines skipped so far (each counted once per pass that met it), and the first one's message

@@ -98,20 +98,6 @@ float dt_ctr_dense_value(int64_t x) {
     return (float)log1p((double)x);
 }
 
-uint64_t dt_ctr_mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-uint64_t dt_ctr_hash(uint32_t field, uint64_t id) {
-    return dt_ctr_mix64(id ^ dt_ctr_mix64((uint64_t)field ^ 0x4354524841534831ULL));
-}
-
-uint64_t dt_ctr_bucket(uint32_t field, uint64_t id, uint64_t buckets) {
-    return buckets ? dt_ctr_hash(field, id) % buckets : 0;
-}
-
 dt_ctr_split dt_ctr_line_split(int64_t line_no, double validation_fraction, double test_fraction) {
     double u = (double)(dt_ctr_mix64((uint64_t)line_no ^ 0x43545253504c4954ULL) >> 11) * 0x1p-53;
     if (u < test_fraction) return DT_CTR_TEST;

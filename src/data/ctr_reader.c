@@ -392,6 +392,25 @@ int dt_ctr_next(dt_ctr_reader *r, dt_ctr_batch *b, dt_error *err) {
     return 0;
 }
 
+int dt_ctr_count(dt_ctr_reader *r, uint64_t *positions, dt_error *err) {
+    int rc = rewind_source(r, err);
+    uint64_t n = 0;
+    while (!rc) {
+        const char *line;
+        size_t len;
+        int too_long;
+        if ((rc = next_line(r, &line, &len, &too_long, err)) <= 0) break;
+        rc = 0;
+        r->line_no++;
+        if (!too_long && blank(line, len)) continue;
+        n += r->opt.split == DT_CTR_ALL ||
+             dt_ctr_line_split(r->line_no, r->opt.validation_fraction, r->opt.test_fraction) == r->opt.split;
+    }
+    if (rc < 0) return rc;
+    *positions = n;
+    return dt_ctr_seek(r, 0, err);
+}
+
 int dt_ctr_seek(dt_ctr_reader *r, int64_t index, dt_error *err) {
     if (index < 0) return dt_errorf(err, DT_EINVAL, "%s: seek to batch %lld", r->path, (long long)index);
     dt_ctr_builder_clear(r->b);

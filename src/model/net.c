@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "compute/cuda.h"
+#include "compute/optim.h"
 #include "core/assert.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -39,12 +40,45 @@ static void add_view(dt_net *net, const char *layer_name, const char *what, int 
     *offset += v->count;
 }
 
+/* An embedding layer's tables: one view "<layer>/embeddings" [buckets, dim] shared by its fields, or
+ * one per field, "<layer>/embeddings_<field>" (0-based, as dt_ctr_hash), in field order. */
+static int embedding_views(dt_net *net, layer *L, size_t *offset, dt_error *err) {
+    const dt_layer_spec *ls = L->spec;
+    emb_state *e = L->emb = dt_calloc(1, sizeof *e, "embedding", err);
+    if (!e) return DT_ENOMEM;
+    e->field = dt_calloc((size_t)ls->n_fields, sizeof *e->field, "embedding fields", err);
+    e->base = dt_calloc((size_t)ls->n_fields, sizeof *e->base, "embedding fields", err);
+    e->n_tables = ls->shared ? 1 : ls->n_fields;
+    e->table_begin = dt_calloc((size_t)e->n_tables + 1, sizeof *e->table_begin, "embedding tables", err);
+    if (!e->field || !e->base || !e->table_begin) return DT_ENOMEM;
+    e->buckets = ls->buckets;
+    e->table_view = net->n_views;
+    int shape[2] = {(int)ls->buckets, ls->dim}, s = 0;
+    for (int f = 0; f < DT_MODEL_MAX_FIELDS; f++) {
+        if (!dt_layer_has_field(ls, f)) continue;
+        e->field[s] = f;
+        e->base[s] = ls->shared ? 0 : (int64_t)s * ls->buckets;
+        if (!ls->shared || s == 0) {
+            char what[16];
+            if (ls->shared) snprintf(what, sizeof what, "embeddings");
+            else snprintf(what, sizeof what, "embeddings_%d", f % 10000); /* f < 1024 */
+            net->views[net->n_views].table = 1;
+            add_view(net, ls->name, what, 2, shape, offset);
+            net->n_tables++;
+        }
+        s++;
+    }
+    L->w_view = e->table_view;
+    return DT_OK;
+}
+
 /* Layer i's views in the flat buffer, from *offset on (Keras's names). */
-static void layer_views(dt_net *net, layer *L, size_t *offset) {
+static int layer_views(dt_net *net, layer *L, size_t *offset, dt_error *err) {
     const dt_layer_spec *ls = L->spec;
     const dt_layer_shape *s = &L->shape;
     L->w_view = L->b_view = L->mm_view = L->mv_view = -1;
     L->param_begin = *offset;
+    if (ls->kind == DT_LAYER_EMBEDDING) return embedding_views(net, L, offset, err);
     int c1[1] = {s->out_c};
     if (s->n_weights) {
         int hwio[4] = {ls->k_h, ls->k_w, s->in_c, s->out_c}, io[2] = {s->in_c, s->out_c};
@@ -67,6 +101,7 @@ static void layer_views(dt_net *net, layer *L, size_t *offset) {
         add_view(net, ls->name, "moving_variance", 1, c1, offset);
         net->views[L->mm_view].not_trained = net->views[L->mv_view].not_trained = 1;
     }
+    return DT_OK;
 }
 
 /* What the build sizes once every layer is planned. */
@@ -82,7 +117,7 @@ static int plan_layer(dt_net *net, int i, build_sizes *z, dt_error *err) {
     size_t mb = (size_t)net->max_batch;
     L->in_size = (size_t)s->in_h * (size_t)s->in_w * (size_t)s->in_c;
     L->out_size = (size_t)s->out_h * (size_t)s->out_w * (size_t)s->out_c;
-    layer_views(net, L, &z->offset);
+    if (layer_views(net, L, &z->offset, err)) return DT_ENOMEM;
     L->wants_grad = s->n_weights || s->n_bias || s->n_bn;
     for (int k = 0; k < L->n_in; k++)
         if (L->in_idx[k] >= 0 && net->layers[L->in_idx[k]].wants_grad) L->wants_grad = 1;
@@ -127,6 +162,9 @@ static int plan_net(dt_net *net, const build_sizes *z, dt_error *err) {
         return DT_ENOMEM;
     net->kparams = net->params;
     net->kgrads = net->grads;
+    /* the tables' gradient rows are written where a backward touched them, the rest stays 0 */
+    if (net->n_tables) memset(net->grads, 0, net->n_params * sizeof *net->grads);
+    if (net->spec.ctr && !(net->label_buf = dt_alloc_floats(mb, "labels", err))) return DT_ENOMEM;
     for (int b = 0; b < net->n_gbufs; b++)
         if (!(net->gbufs[b] = dt_alloc_floats(mb * (b == DLOGITS ? classes : z->max_grad), "activation gradients",
                                               err)))
@@ -153,7 +191,10 @@ static int net_new(dt_net **out, const dt_model_spec *spec, int max_batch, size_
     net->n_params = n_params;
     net->fold_bn = net->fuse = 1;
     net->layers = dt_calloc((size_t)net->n_layers, sizeof *net->layers, "layers", err);
-    net->views = dt_calloc(4 * (size_t)net->n_layers, sizeof *net->views, "parameter views", err);
+    size_t n_views = 4 * (size_t)net->n_layers; /* kernel and bias, or batch norm's four */
+    for (int i = 0; i < spec->n_layers; i++)
+        if (spec->layers[i].kind == DT_LAYER_EMBEDDING) n_views += (size_t)spec->layers[i].n_fields;
+    net->views = dt_calloc(n_views, sizeof *net->views, "parameter views", err);
     dt_layer_shape *shapes = dt_calloc((size_t)net->n_layers, sizeof *shapes, "layer shapes", err);
     rc = !net->layers || !net->views || !shapes ? DT_ENOMEM : dt_model_spec_shapes(&net->spec, shapes, NULL, err);
     for (int i = 0; !rc && i < net->n_layers; i++) {
@@ -215,6 +256,11 @@ void dt_net_free(dt_net *net) {
             k->buf->release(k->ctx, net->layers[i].mask);
             free(net->layers[i].bn);
             free(net->layers[i].fold_w);
+            emb_state *e = net->layers[i].emb;
+            if (e) {
+                free(e->field), free(e->base), free(e->rows), free(e->uniq), free(e->trows), free(e->ugrad);
+                free(e->table_begin), free(e->scratch), free(e);
+            }
         }
     if (net->gbufs)
         for (int b = 0; b < net->n_gbufs; b++) k->buf->release(k->ctx, net->gbufs[b]);
@@ -234,6 +280,7 @@ void dt_net_free(dt_net *net) {
     free(net->params);
     free(net->grads);
     free(net->bn_work);
+    free(net->label_buf);
     dt_model_spec_free(&net->spec);
     if (k->ops->close) k->ops->close(k->ctx);
     free(net);
@@ -330,6 +377,9 @@ int dt_net_set_backend(dt_net *net, const dt_backend *k, dt_error *err) {
     if (!k->buf->on_device) return DT_OK; /* the CPU: where every net starts */
     const char *src = net->spec.source[0] ? net->spec.source : net->spec.name;
     int at = net->n_layers - 1;
+    if (dt_net_is_binary(net) && !k->ops->supports(k->ctx, DT_OP_SIGMOID_LOGLOSS))
+        return dt_errorf(err, DT_EINVAL, "%s: not supported on %s yet: the binary output (sigmoid with logloss) of "
+                         "layer %s; use --device cpu", src, k->ops->name, net->layers[at].spec->name);
     if (!k->ops->supports(k->ctx, DT_OP_SOFTMAX_XENT) || !k->ops->supports(k->ctx, DT_OP_ADD) ||
         plan_unsupported(net, k, &at))
         return dt_errorf(err, DT_EINVAL, "%s: not supported on %s yet: layer %s (%s); use --device cpu", src,
@@ -421,7 +471,12 @@ void dt_net_init_params(dt_net *net, uint64_t seed) {
             }
             continue;
         }
-        if (L->w_view >= 0) {
+        for (int t = 0; L->emb && t < L->emb->n_tables; t++) {
+            int w = L->emb->table_view + t;
+            init_view(net->params + net->views[w].offset, &net->views[w], &L->spec->weight_init,
+                      dt_hash64(seed, (uint64_t)w));
+        }
+        if (L->w_view >= 0 && !L->emb) {
             const dt_param_view *v = &net->views[L->w_view];
             init_view(net->params + v->offset, v, &L->spec->weight_init, dt_hash64(seed, (uint64_t)L->w_view));
         }
@@ -462,7 +517,21 @@ static void enter_layer(dt_net *net, int i, const float *x) {
     if (net->k.buf->on_device) net->k.buf->upload_params(net->k.ctx, net->kparams + po, net->params + po, pc);
 }
 
+static const float *net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed,
+                                dt_error *err);
+
 const float *dt_net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed, dt_error *err) {
+    if (net->spec.ctr) {
+        dt_errorf(err, DT_EINVAL, "%s: a click-log model (input dense=%d fields=%d) reads batches of click logs "
+                  "(dt_net_forward_ctr), not an array of images", net->spec.source[0] ? net->spec.source : net->spec.name,
+                  net->spec.num_dense, net->spec.num_fields);
+        return NULL;
+    }
+    return net_forward(net, x, batch, training, seed, err);
+}
+
+static const float *net_forward(dt_net *net, const float *x, int batch, int training, uint64_t seed,
+                                dt_error *err) {
     if (batch < 1 || batch > net->max_batch) {
         dt_errorf(err, DT_EINVAL, "dt_net_forward: batch %d out of range [1, %d] (the net's batch size)", batch,
                   net->max_batch);
@@ -491,6 +560,10 @@ const float *dt_net_forward(dt_net *net, const float *x, int batch, int training
 float dt_net_loss(dt_net *net, const int32_t *labels, int *correct) {
     const layer *last = &net->layers[net->n_layers - 1];
     const dt_backend *k = &net->k;
+    if (dt_net_is_binary(net)) {
+        for (int i = 0; i < net->batch; i++) net->label_buf[i] = labels[i] ? 1.0f : 0.0f;
+        return dt_net_loss_binary(net, net->label_buf, correct);
+    }
     net->have_loss = 1;
     return k->ops->softmax_xent(k->ctx, net->gbufs[DLOGITS], last->out, labels, net->batch, last->shape.out_c,
                                 correct);
@@ -535,4 +608,126 @@ int dt_net_backward(dt_net *net, dt_error *err) {
     }
     k->buf->sync(k->ctx);
     return DT_OK;
+}
+
+/* ---- click-log models ---- */
+
+int dt_net_is_ctr(const dt_net *net) { return net->spec.ctr; }
+int dt_net_is_binary(const dt_net *net) { return net->spec.ctr; } /* every click-log model, and only they */
+
+float dt_net_loss_binary(dt_net *net, const float *labels, int *correct) {
+    const layer *last = &net->layers[net->n_layers - 1];
+    const dt_backend *k = &net->k;
+    net->have_loss = 1;
+    return k->ops->sigmoid_logloss(k->ctx, net->gbufs[DLOGITS], last->out, labels, net->batch, correct);
+}
+
+/* Each embedding layer's buffers hold a batch of nnz ids. */
+static int emb_reserve(dt_net *net, size_t nnz, dt_error *err) {
+    for (int i = 0; i < net->n_layers; i++) {
+        emb_state *e = net->layers[i].emb;
+        if (!e || e->cap >= nnz) continue;
+        /* at least a full batch with an id in every field (Criteo's most), so it rarely grows */
+        size_t full = (size_t)net->max_batch * (size_t)net->spec.num_fields;
+        size_t cap = nnz > 2 * e->cap ? nnz : 2 * e->cap, dim = (size_t)net->layers[i].spec->dim;
+        if (cap < full) cap = full;
+        free(e->rows), free(e->uniq), free(e->trows), free(e->ugrad), free(e->scratch);
+        e->rows = dt_calloc(cap, sizeof *e->rows, "embedding rows", err);
+        e->uniq = dt_calloc(cap, sizeof *e->uniq, "embedding rows", err);
+        e->trows = dt_calloc(cap, sizeof *e->trows, "embedding rows", err);
+        e->ugrad = dt_calloc(cap * dim, sizeof *e->ugrad, "embedding gradients", err);
+        e->scratch = dt_calloc(3 * cap + 1, sizeof *e->scratch, "embedding scratch", err);
+        e->cap = 0;
+        if (!e->rows || !e->uniq || !e->trows || !e->ugrad || !e->scratch) return DT_ENOMEM;
+        e->cap = cap;
+        /* the flat gradient's touched rows were those of uniq, now gone: zero the tables again */
+        for (int t = 0; t < e->n_tables; t++) {
+            const dt_param_view *v = &net->views[e->table_view + t];
+            memset(net->grads + v->offset, 0, v->count * sizeof(float));
+        }
+        e->n_uniq = 0;
+        memset(e->table_begin, 0, ((size_t)e->n_tables + 1) * sizeof *e->table_begin);
+    }
+    return DT_OK;
+}
+
+const float *dt_net_forward_ctr(dt_net *net, const dt_ctr_batch *b, int training, uint64_t seed, dt_error *err) {
+    const char *src = net->spec.source[0] ? net->spec.source : net->spec.name;
+    if (!net->spec.ctr) {
+        dt_errorf(err, DT_EINVAL, "%s: an image model (input %d %d %d) cannot read click logs: a click-log model "
+                  "starts with 'input dense=N fields=M'", src, net->spec.in_h, net->spec.in_w, net->spec.in_c);
+        return NULL;
+    }
+    if (b->num_dense != net->spec.num_dense || b->num_fields != net->spec.num_fields) {
+        dt_errorf(err, DT_ESHAPE, "%s: the click log has %d dense features and %d categorical fields, but the model's "
+                  "input line says dense=%d fields=%d", src, b->num_dense, b->num_fields, net->spec.num_dense,
+                  net->spec.num_fields);
+        return NULL;
+    }
+    if (b->n >= 1 && b->n <= net->max_batch) {
+        int64_t nnz = b->offsets[(size_t)b->n * (size_t)b->num_fields];
+        if (emb_reserve(net, nnz > 0 ? (size_t)nnz : 1, err)) return NULL;
+    }
+    net->ctr = b;
+    static const float none[1] = {0};
+    return net_forward(net, b->num_dense ? b->dense : none, b->n, training, seed, err);
+}
+
+int dt_net_num_tables(const dt_net *net) { return net->n_tables; }
+
+int dt_net_table_grad(const dt_net *net, int t, dt_table_grad *out) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0, seen = 0; i < net->n_layers; i++) {
+        const emb_state *e = net->layers[i].emb;
+        if (!e) continue;
+        if (t < seen + e->n_tables) {
+            int k = t - seen;
+            size_t lo = e->table_begin[k], hi = e->table_begin[k + 1];
+            out->view = e->table_view + k;
+            out->dim = net->layers[i].spec->dim;
+            out->n = hi - lo;
+            out->rows = e->trows ? e->trows + lo : NULL;
+            out->grad = e->ugrad ? e->ugrad + lo * (size_t)out->dim : NULL;
+            return DT_OK;
+        }
+        seen += e->n_tables;
+    }
+    return DT_EINVAL;
+}
+
+double dt_net_clip_gradients(dt_net *net, float max_norm) {
+    if (!net->n_tables) return dt_clip_global_norm(net->grads, net->n_params, max_norm);
+    /* the floats outside the tables, then the tables' touched rows */
+    double sum = 0;
+    size_t at = 0;
+    for (int v = 0; v <= net->n_views; v++) {
+        size_t end = v < net->n_views ? net->views[v].offset : net->n_params;
+        if (v < net->n_views && !net->views[v].table) continue;
+        for (size_t i = at; i < end; i++) sum += (double)net->grads[i] * net->grads[i];
+        if (v < net->n_views) at = end + net->views[v].count;
+    }
+    for (int i = 0; i < net->n_layers; i++) {
+        const emb_state *e = net->layers[i].emb;
+        for (size_t j = 0; e && j < e->n_uniq * (size_t)net->layers[i].spec->dim; j++)
+            sum += (double)e->ugrad[j] * e->ugrad[j];
+    }
+    double norm = sqrt(sum);
+    if (!(norm > (double)max_norm && max_norm > 0)) return norm;
+    float scale = (float)((double)max_norm / norm);
+    at = 0;
+    for (int v = 0; v <= net->n_views; v++) {
+        size_t end = v < net->n_views ? net->views[v].offset : net->n_params;
+        if (v < net->n_views && !net->views[v].table) continue;
+        for (size_t i = at; i < end; i++) net->grads[i] *= scale;
+        if (v < net->n_views) at = end + net->views[v].count;
+    }
+    for (int i = 0; i < net->n_layers; i++) {
+        emb_state *e = net->layers[i].emb;
+        if (!e) continue;
+        size_t dim = (size_t)net->layers[i].spec->dim;
+        float *g = net->grads + net->views[e->table_view].offset;
+        for (size_t u = 0; u < e->n_uniq; u++)
+            for (size_t k = 0; k < dim; k++) g[(size_t)e->uniq[u] * dim + k] = e->ugrad[u * dim + k] *= scale;
+    }
+    return norm;
 }

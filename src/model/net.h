@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "compute/backend.h"
+#include "model/ctr_batch.h"
 #include "model/spec.h"
 
 typedef struct {
@@ -19,6 +20,8 @@ typedef struct {
     int shape[4];       /* conv kernels HWIO, dense kernels [in, out], biases [out] */
     int not_trained;    /* 1 for batch norm's moving mean and variance: the forward pass updates them
                          * and their gradient is always 0 (an optimizer must not decay them) */
+    int table;          /* 1 for an embedding table [buckets, dim]: a backward touches a few of its rows,
+                         * which dt_net_table_grad lists (the flat gradient is 0 in every other row) */
 } dt_param_view;
 
 /* dt_net, dt_net_load, dt_net_free, dt_net_param_count, dt_net_forward, dt_net_loss and
@@ -104,6 +107,41 @@ int dt_net_threads(const dt_net *net);
 /* A device's first failure (a kernel, a copy, cuBLAS), which forward, loss and backward cannot
  * return: callers check it after each step. Always 0 on the CPU. */
 int dt_net_status(const dt_net *net, dt_error *err);
+
+/* ---- click-log models (spec.ctr: `input dense=N fields=M`, docs/model-format.md) ---- */
+
+/* 1 for a click-log model; 1 for a model ending in one logit (sigmoid and logloss: every click-log
+ * model), whose logits are [batch, 1] and whose dt_net_num_classes is 1. */
+int dt_net_is_ctr(const dt_net *net);
+int dt_net_is_binary(const dt_net *net);
+/* dt_net_forward for a click-log model: the dense features of b are the model input, the embedding
+ * layers read its ids; b must stay valid until the backward after it. Fails (NULL, err) when b's
+ * dense features or fields differ from the model's input line, for an image model, or when memory
+ * for the batch's ids runs out. Returns the logits [b->n]. (dt_net_forward refuses a click-log
+ * model.) */
+const float *dt_net_forward_ctr(dt_net *net, const dt_ctr_batch *b, int training, uint64_t seed, dt_error *err);
+/* The mean logloss of the last forward of a binary model (labels [batch] 0 or 1); *correct: rows
+ * whose probability is on the label's side of 0.5. dt_net_loss takes int32 labels to the same. */
+float dt_net_loss_binary(dt_net *net, const float *labels, int *correct);
+
+/* The embedding tables (views with `table` set), in view order, and what the last backward made of
+ * each: the rows it touched, each with its gradient summed over the batch's ids (the unique ids of
+ * a sparse update). The flat gradient (dt_net_grads) holds the same rows and 0 in every other row
+ * of the table, so anything that reads the whole gradient sees the same thing; a lazy optimizer
+ * reads only these rows. Valid until the next backward. */
+typedef struct {
+    int view;                 /* dt_net_view(net, view): the table, [buckets, dim] */
+    int dim;
+    size_t n;                 /* rows touched */
+    const int64_t *rows;      /* [n] ascending: rows of this table (an id's bucket) */
+    const float *grad;        /* [n, dim]: their gradients */
+} dt_table_grad;
+int dt_net_num_tables(const dt_net *net);
+int dt_net_table_grad(const dt_net *net, int t, dt_table_grad *out);
+/* Clips the last backward's gradient to a global L2 norm of at most max_norm, as
+ * dt_clip_global_norm over dt_net_grads does, but reading the tables' touched rows only (the table
+ * rows dt_net_table_grad lists are scaled too). Returns the norm before clipping. */
+double dt_net_clip_gradients(dt_net *net, float max_norm);
 
 /* Initialises every parameter from its layer's initialiser, drawing from a stream seeded by
  * (seed, view index), so the result does not depend on thread count or build order. */

@@ -10,10 +10,32 @@
 
 #include "compute/backend.h"
 #include "model/net.h"
+#include "model/ctr_batch.h"
 #include "model/spec.h"
 
 #define MAX_IN DT_LAYER_MAX_INPUTS
 #define DLOGITS 0 /* gradient buffer 0 is dlogits; the others are the pool */
+
+/* An embedding layer's tables and what its last forward and backward left (host memory). Its tables
+ * are n_tables views from table_view on, adjacent in the flat buffer: taken as one table of
+ * n_tables * buckets rows, field s's id lands in row base[s] + dt_ctr_bucket(field[s], id, buckets)
+ * (base[s] = s * buckets per field, 0 shared). */
+typedef struct {
+    int table_view, n_tables;
+    int32_t *field;             /* [n_fields]: the fields it embeds, ascending */
+    int64_t *base;              /* [n_fields] */
+    int64_t buckets;
+    int64_t *rows;              /* [cap]: the batch's ids as rows (only its fields' ids are set) */
+    size_t cap;                 /* ids the buffers below hold: the largest batch's */
+    dt_bags bags;               /* the last forward's */
+    /* the last backward's touched rows: uniq ascending (of the tables taken as one), their summed
+     * gradients [n_uniq, dim]; trows: each as a row of its own table (uniq - base of its table) */
+    int64_t *uniq, *trows;
+    float *ugrad;
+    size_t n_uniq;
+    size_t *table_begin;        /* [n_tables + 1]: table t's rows are uniq[table_begin[t] .. table_begin[t + 1]) */
+    uint64_t *scratch;          /* [3 * cap + 1] */
+} emb_state;
 
 typedef struct {
     const dt_layer_spec *spec;  /* into net->spec.layers */
@@ -32,6 +54,7 @@ typedef struct {
     float *bn;                  /* batchnorm [5, C]: mean, var, inv_std of the last training batch,
                                  * then scale and shift (that batch's, or evaluation's) */
     float *fold_w;              /* conv2d a batch norm folds into: [n_weights + out_c] kernel, bias */
+    emb_state *emb;             /* embedding */
     /* backward's gradient buffers: ids (DLOGITS or pool), see plan_gradients (plan.c) */
     int gbuf;                   /* holds the gradient of this layer's output */
     int dst[MAX_IN];            /* per input: where its gradient goes, -1 if not needed */
@@ -96,6 +119,11 @@ struct dt_net {
     float *kparams, *kgrads;
     float *kinput;              /* device: the input batch [max_batch, input size] */
     float *logits_host;         /* device: the logits copied back [max_batch, classes] */
+    /* Click-log models (spec.ctr): the batch of the last forward (its ids, read by the embedding
+     * layers forward and backward), and labels as floats for dt_net_loss's int32 ones. */
+    const dt_ctr_batch *ctr;
+    float *label_buf;           /* [max_batch] */
+    int n_tables;               /* embedding tables (views with table set) */
 };
 
 /* ---- plan.c ---- */

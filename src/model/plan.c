@@ -310,6 +310,69 @@ static void conv_bn_fwd(dt_net *net, layer *L, layer *F) {
     F->out = L->out;
 }
 
+/* ---- click-log layers ---- */
+
+/* Embedding: the batch's ids of the layer's fields hashed to rows of its tables, then each bag's
+ * rows combined. */
+static void emb_fwd(dt_net *net, layer *L, layer *F) {
+    emb_state *e = L->emb;
+    const dt_ctr_batch *b = net->ctr;
+    const int nf = L->spec->n_fields;
+    for (int i = 0; i < b->n; i++)
+        for (int s = 0; s < nf; s++) {
+            const int64_t *o = b->offsets + (int64_t)i * b->num_fields + e->field[s];
+            for (int64_t j = o[0]; j < o[1]; j++)
+                e->rows[j] = e->base[s] + (int64_t)dt_ctr_bucket((uint32_t)e->field[s], b->ids[j], (uint64_t)e->buckets);
+        }
+    e->bags = (dt_bags){.offsets = b->offsets, .num_fields = b->num_fields, .field = e->field, .n_fields = nf,
+                        .rows = e->rows, .weights = b->values, .batch = b->n, .dim = L->spec->dim,
+                        .mean = L->spec->mean};
+    net->k.ops->embedding_forward(net->k.ctx, L->out, kview(net, e->table_view), &e->bags);
+}
+
+/* The tables' gradient: the rows the last backward touched are zeroed in the flat gradient, the
+ * kernel sums this batch's rows, which go in their place (the rest of the flat gradient stays 0);
+ * dt_net_table_grad lists them per table. */
+static void emb_bwd(dt_net *net, layer *L, layer *F) {
+    emb_state *e = L->emb;
+    size_t dim = (size_t)L->spec->dim;
+    float *g = kgrad(net, e->table_view);
+    for (size_t u = 0; u < e->n_uniq; u++) memset(g + (size_t)e->uniq[u] * dim, 0, dim * sizeof *g);
+    e->n_uniq = net->k.ops->embedding_backward(net->k.ctx, e->uniq, e->ugrad, dout_of(net, L), &e->bags, e->scratch);
+    for (size_t u = 0; u < e->n_uniq; u++) memcpy(g + (size_t)e->uniq[u] * dim, e->ugrad + u * dim, dim * sizeof *g);
+    /* per table: its range of uniq, and its rows counted from its own first */
+    size_t u = 0;
+    for (int t = 0; t < e->n_tables; t++) {
+        int64_t lo = L->spec->shared ? 0 : (int64_t)t * e->buckets, hi = L->spec->shared ? INT64_MAX : lo + e->buckets;
+        e->table_begin[t] = u;
+        for (; u < e->n_uniq && e->uniq[u] < hi; u++) e->trows[u] = e->uniq[u] - lo;
+    }
+    e->table_begin[e->n_tables] = e->n_uniq;
+}
+
+static int emb_dim_of(const dt_net *net, const layer *L) { return net->layers[L->in_idx[0]].spec->dim; }
+
+static void fm_fwd(dt_net *net, layer *L, layer *F) {
+    int D = emb_dim_of(net, L);
+    net->k.ops->fm_forward(net->k.ctx, L->out, L->in[0], net->batch, L->shape.in_c / D, D);
+}
+static void fm_bwd(dt_net *net, layer *L, layer *F) {
+    int D = emb_dim_of(net, L);
+    float *dcur = dout_of(net, L), *din = din_target(net, L, 0, dcur);
+    if (!din) return;
+    net->k.ops->fm_backward(net->k.ctx, din, dcur, L->in[0], net->batch, L->shape.in_c / D, D);
+    accumulate(net, L, din);
+}
+static void rsum_fwd(dt_net *net, layer *L, layer *F) {
+    net->k.ops->reduce_sum_forward(net->k.ctx, L->out, L->in[0], net->batch, L->shape.in_c);
+}
+static void rsum_bwd(dt_net *net, layer *L, layer *F) {
+    float *dcur = dout_of(net, L), *din = din_target(net, L, 0, dcur);
+    if (!din) return;
+    net->k.ops->reduce_sum_backward(net->k.ctx, din, dcur, net->batch, L->shape.in_c);
+    accumulate(net, L, din);
+}
+
 /* ---- residual sums ---- */
 
 /* out = in 0 + in 1 + ..., the ReLU after it in the last pass if relu; norm: input 0 is a batch
@@ -369,6 +432,9 @@ static const step_kind
     K_IDENTITY = {"dropout (off: a copy)", copy_fwd, pass_bwd, OPS1(DT_OP_COUNT), 0},
     K_FLATTEN = {"flatten (an alias)", NULL, pass_bwd, OPS1(DT_OP_COUNT), 0},
     K_CONCAT = {"concat", concat_fwd, concat_bwd, OPS1(DT_OP_CONCAT), 0},
+    K_EMBEDDING = {"embedding", emb_fwd, emb_bwd, OPS1(DT_OP_EMBEDDING), 1},
+    K_FM = {"fm", fm_fwd, fm_bwd, OPS1(DT_OP_FM), 0},
+    K_REDUCE_SUM = {"reduce_sum", rsum_fwd, rsum_bwd, OPS1(DT_OP_REDUCE_SUM), 0},
     K_ADD = {"add", add_fwd, add_bwd, OPS1(DT_OP_ADD), 0},
     K_ADD_RELU = {"add+relu", add_relu_fwd, add_relu_bwd, OPS2(DT_OP_ADD, DT_OP_RELU), 0},
     K_BN = {"batchnorm", bn_fwd, bn_bwd, OPS1(DT_OP_BATCHNORM), 1},
@@ -442,6 +508,9 @@ static const step_kind *single_kind(dt_layer_kind kind) {
     case DT_LAYER_CONCAT: return &K_CONCAT;
     case DT_LAYER_ADD: return &K_ADD;
     case DT_LAYER_BATCHNORM: return &K_BN;
+    case DT_LAYER_EMBEDDING: return &K_EMBEDDING;
+    case DT_LAYER_FM: return &K_FM;
+    case DT_LAYER_REDUCE_SUM: return &K_REDUCE_SUM;
     }
     return NULL;
 }

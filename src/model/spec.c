@@ -24,7 +24,8 @@ static const char *const kind_names[] = {
     [DT_LAYER_BATCHNORM] = "batchnorm", [DT_LAYER_AVGPOOL] = "avgpool",
     [DT_LAYER_GLOBAL_AVGPOOL] = "global_avgpool", [DT_LAYER_LEAKY_RELU] = "leaky_relu",
     [DT_LAYER_SIGMOID] = "sigmoid", [DT_LAYER_TANH] = "tanh", [DT_LAYER_ADD] = "add",
-    [DT_LAYER_CONCAT] = "concat",
+    [DT_LAYER_CONCAT] = "concat", [DT_LAYER_EMBEDDING] = "embedding", [DT_LAYER_FM] = "fm",
+    [DT_LAYER_REDUCE_SUM] = "reduce_sum",
 };
 #define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 
@@ -35,7 +36,8 @@ static const char *const name_prefix[] = {
     [DT_LAYER_BATCHNORM] = "bn", [DT_LAYER_AVGPOOL] = "avgpool",
     [DT_LAYER_GLOBAL_AVGPOOL] = "global_avgpool", [DT_LAYER_LEAKY_RELU] = "leaky_relu",
     [DT_LAYER_SIGMOID] = "sigmoid", [DT_LAYER_TANH] = "tanh", [DT_LAYER_ADD] = "add",
-    [DT_LAYER_CONCAT] = "concat",
+    [DT_LAYER_CONCAT] = "concat", [DT_LAYER_EMBEDDING] = "embedding", [DT_LAYER_FM] = "fm",
+    [DT_LAYER_REDUCE_SUM] = "reduce_sum",
 };
 
 /* Options each layer kind accepts, NULL-terminated. */
@@ -46,13 +48,15 @@ static const char *const dropout_opts[] = {"rate", NULL};
 static const char *const dense_opts[] = {"units", "use_bias", "weight_init", "bias_init", NULL};
 static const char *const bn_opts[] = {"momentum", "epsilon", NULL};
 static const char *const leaky_opts[] = {"alpha", NULL};
+static const char *const emb_opts[] = {"dim", "buckets", "fields", "table", "combiner", "weight_init", NULL};
 static const char *const no_opts[] = {NULL};
 static const char *const *const kind_opts[] = {
     [DT_LAYER_CONV2D] = conv_opts, [DT_LAYER_MAXPOOL] = pool_opts, [DT_LAYER_RELU] = no_opts,
     [DT_LAYER_DROPOUT] = dropout_opts, [DT_LAYER_FLATTEN] = no_opts, [DT_LAYER_DENSE] = dense_opts,
     [DT_LAYER_BATCHNORM] = bn_opts, [DT_LAYER_AVGPOOL] = pool_opts, [DT_LAYER_GLOBAL_AVGPOOL] = no_opts,
     [DT_LAYER_LEAKY_RELU] = leaky_opts, [DT_LAYER_SIGMOID] = no_opts, [DT_LAYER_TANH] = no_opts,
-    [DT_LAYER_ADD] = no_opts, [DT_LAYER_CONCAT] = no_opts,
+    [DT_LAYER_ADD] = no_opts, [DT_LAYER_CONCAT] = no_opts, [DT_LAYER_EMBEDDING] = emb_opts,
+    [DT_LAYER_FM] = no_opts, [DT_LAYER_REDUCE_SUM] = no_opts,
 };
 /* Options every layer takes: its name, and where its input comes from (docs/model-format.md). */
 static const char *const graph_opts[] = {"name", "input", NULL};
@@ -61,6 +65,8 @@ static const char *const init_names[] = {"truncated_normal", "constant", "glorot
                                          "he_uniform", NULL};
 static const char *const padding_names[] = {"same", "valid", NULL};
 static const char *const bool_names[] = {"true", "false", NULL};
+static const char *const table_names[] = {"per_field", "shared", NULL};
+static const char *const combiner_names[] = {"sum", "mean", NULL};
 
 const char *dt_layer_kind_name(dt_layer_kind kind) {
     return (int)kind >= 0 && (int)kind < N_KINDS ? kind_names[kind] : "?";
@@ -302,9 +308,66 @@ static int parse_fraction(const ctx *c, const char *key, const char *v, float *o
     return 0;
 }
 
+/* embedding's fields=: "all", or field numbers and ranges "0-12,20" (0-based, as dt_ctr_hash). "all"
+ * leaves n_fields -1: the input line's fields, filled in once the layer is read. */
+static int parse_fields(const ctx *c, const char *v, dt_layer_spec *L) {
+    memset(L->fields, 0, sizeof L->fields);
+    L->n_fields = 0;
+    if (!strcmp(v, "all")) return L->n_fields = -1, 0;
+    for (const char *p = v;;) {
+        char buf[32];
+        size_t len = strcspn(p, ",");
+        const char *dash = memchr(p, '-', len);
+        long a = -1, b = -1;
+        if (len > 0 && len < sizeof buf) {
+            memcpy(buf, p, len);
+            buf[len] = 0;
+            if (dash) buf[dash - p] = 0;
+            if (parse_int(buf, 0, DT_MODEL_MAX_FIELDS - 1, &a) != 0) a = -1;
+            else if (!dash) b = a;
+            else if (parse_int(buf + (dash - p) + 1, 0, DT_MODEL_MAX_FIELDS - 1, &b) != 0 || b < a) b = -1;
+        }
+        if (a < 0 || b < 0)
+            return FAIL(c, DT_EFORMAT, "bad value '%.*s' for fields: expected 'all' or field numbers and ranges "
+                        "such as 0-12,20 (0-based, each below %d, ranges low-high)", Q(v), DT_MODEL_MAX_FIELDS);
+        for (long f = a; f <= b; f++) {
+            if (dt_layer_has_field(L, (int)f))
+                return FAIL(c, DT_EFORMAT, "bad value '%.*s' for fields: field %ld is listed twice", Q(v), f);
+            L->fields[f >> 6] |= (uint64_t)1 << (f & 63);
+            L->n_fields++;
+        }
+        p += len;
+        if (!*p++) return 0;
+    }
+}
+
+/* embedding's own options. */
+static int parse_embedding_opt(const ctx *c, const char *key, const char *v, dt_layer_spec *L) {
+    int choice = 0, rc;
+    long n;
+    if (!strcmp(key, "dim")) return parse_count(c, key, v, &L->dim);
+    if (!strcmp(key, "fields")) return parse_fields(c, v, L);
+    if (!strcmp(key, "buckets")) {
+        if (parse_int(v, 1, (long)DT_MODEL_MAX_BUCKETS, &n) != 0)
+            return FAIL(c, DT_EFORMAT, "bad value '%.*s' for buckets: expected an integer from 1 to %lld (rows "
+                        "of each table)", Q(v), (long long)DT_MODEL_MAX_BUCKETS);
+        L->buckets = n;
+        return 0;
+    }
+    if (!strcmp(key, "table")) {
+        rc = parse_choice(c, key, v, table_names, &choice);
+        L->shared = choice == 1;
+        return rc;
+    }
+    rc = parse_choice(c, key, v, combiner_names, &choice);
+    L->mean = choice == 1;
+    return rc;
+}
+
 /* The value of one of the kind's own options. */
 static int parse_kind_opt(const ctx *c, const char *key, const char *v, dt_layer_spec *L, int *stride_given) {
     int choice = 0, rc = 0;
+    if (L->kind == DT_LAYER_EMBEDDING && strcmp(key, "weight_init")) return parse_embedding_opt(c, key, v, L);
     if (!strcmp(key, "filters")) return parse_count(c, key, v, &L->filters);
     if (!strcmp(key, "units")) return parse_count(c, key, v, &L->units);
     if (!strcmp(key, "kernel") || !strcmp(key, "size")) return parse_pair(c, key, v, 1, &L->k_h, &L->k_w);
@@ -344,6 +407,10 @@ static void layer_defaults(dt_layer_spec *L, dt_layer_kind kind, int line) {
     L->alpha = 0.3f;      /* Keras's LeakyReLU */
     L->momentum = 0.99f;  /* Keras's BatchNormalization */
     L->epsilon = 1e-3f;
+    if (kind != DT_LAYER_EMBEDDING) return;
+    L->n_fields = -1;     /* all of the input's */
+    L->mean = 1;          /* TensorFlow's embedding_column and embedding_lookup_sparse */
+    L->use_bias = 0;
 }
 
 /* What the options given leave to check: the required ones, pooling's stride, the bias. */
@@ -351,9 +418,17 @@ static int finish_layer(const ctx *c, dt_layer_spec *L, unsigned seen, int strid
     const char *const *opts = kind_opts[L->kind];
     for (int o = 0; opts[o]; o++) {
         int required = !strcmp(opts[o], "filters") || !strcmp(opts[o], "units") ||
-                       !strcmp(opts[o], "kernel") || !strcmp(opts[o], "size") || !strcmp(opts[o], "rate");
+                       !strcmp(opts[o], "kernel") || !strcmp(opts[o], "size") || !strcmp(opts[o], "rate") ||
+                       !strcmp(opts[o], "dim");
         if (required && !(seen & (1u << o)))
             return FAIL(c, DT_EFORMAT, "%s needs %s=", kind_names[L->kind], opts[o]);
+        if (!strcmp(opts[o], "buckets") && !(seen & (1u << o)))
+            return FAIL(c, DT_EFORMAT, "embedding needs buckets=N: ids are hashed into N rows per table (unbounded "
+                        "ids, a table keyed by the raw id, need the parameter servers' sparse tables: not supported "
+                        "yet)");
+        /* TensorFlow's embedding_column: truncated normal of stddev 1/sqrt(dim) */
+        if (!strcmp(opts[o], "weight_init") && L->kind == DT_LAYER_EMBEDDING && !(seen & (1u << o)))
+            L->weight_init = (dt_init){DT_INIT_TRUNC_NORMAL, (float)(1.0 / sqrt((double)L->dim))};
     }
     if ((L->kind == DT_LAYER_MAXPOOL || L->kind == DT_LAYER_AVGPOOL) && !stride_given)
         L->stride_h = L->k_h, L->stride_w = L->k_w;
@@ -430,6 +505,14 @@ static int resolve_inputs(const dt_model_spec *spec, const char *const *refs, dt
         dt_layer_spec *L = &spec->layers[i];
         c.line = L->line;
         int multi = L->kind == DT_LAYER_ADD || L->kind == DT_LAYER_CONCAT;
+        if (L->kind == DT_LAYER_EMBEDDING) { /* it reads the batch's ids, not a layer */
+            if (refs[i] && strcmp(refs[i], "input"))
+                return FAIL(&c, DT_EFORMAT, "embedding reads the click log's categorical fields (fields=), not a "
+                            "layer: input=%.*s is not allowed", Q(refs[i]));
+            L->n_inputs = 1;
+            L->inputs[0] = -1;
+            continue;
+        }
         if (!refs[i]) {
             if (multi)
                 return FAIL(&c, DT_EFORMAT, "%s needs input=NAME,NAME,...: the layers it %s", kind_names[L->kind],
@@ -511,12 +594,50 @@ static int parse_model_line(parser *ps, char **tok, int ntok) {
     return 0;
 }
 
-/* input H W C */
+/* input dense=N fields=M: a click log's examples (data/ctr.h), N dense features and M categorical
+ * fields. The model input is the dense features, flat; embedding layers read the fields. */
+static int parse_ctr_input(parser *ps, char **tok, int ntok) {
+    const ctx *c = &ps->c;
+    dt_model_spec *spec = ps->spec;
+    static const char *const names[] = {"dense", "fields", NULL};
+    int seen = 0;
+    for (int t = 1; t < ntok; t++) {
+        char *eq = strchr(tok[t], '=');
+        if (!eq) return FAIL(c, DT_EFORMAT, "expected 'input dense=N fields=M' (a click log) or 'input HEIGHT WIDTH "
+                             "CHANNELS' (images), got '%.*s'", Q(tok[t]));
+        *eq = 0;
+        int k = find_word(tok[t], names);
+        long v;
+        if (k < 0) {
+            char hint[256];
+            suggest(hint, sizeof hint, tok[t], names);
+            return FAIL(c, DT_EFORMAT, "unknown option '%.*s' for a click-log input%s", Q(tok[t]), hint);
+        }
+        if (seen & (1 << k)) return FAIL(c, DT_EFORMAT, "duplicate option '%s'", names[k]);
+        seen |= 1 << k;
+        long lo = k == 0 ? 0 : 1, hi = k == 0 ? DT_MODEL_MAX_DIM : DT_MODEL_MAX_FIELDS;
+        if (parse_int(eq + 1, lo, hi, &v) != 0)
+            return FAIL(c, DT_EFORMAT, "bad value '%.*s' for %s: expected an integer from %ld to %ld", Q(eq + 1),
+                        names[k], lo, hi);
+        *(k == 0 ? &spec->num_dense : &spec->num_fields) = (int)v;
+    }
+    if (!(seen & 2))
+        return FAIL(c, DT_EFORMAT, "a click-log input needs fields=M: its categorical fields (Criteo: 26)");
+    spec->ctr = 1;
+    spec->in_h = spec->in_w = 1, spec->in_c = spec->num_dense;
+    ps->have_input = 1;
+    spec->input_line = c->line;
+    return 0;
+}
+
+/* input H W C, or a click log's input dense=N fields=M */
 static int parse_input_line(parser *ps, char **tok, int ntok) {
     const ctx *c = &ps->c;
     dt_model_spec *spec = ps->spec;
     if (ps->have_input) return FAIL(c, DT_EFORMAT, "duplicate 'input' line");
     if (spec->n_layers) return FAIL(c, DT_EFORMAT, "the 'input' line must come before the layers");
+    for (int t = 1; t < ntok; t++)
+        if (strchr(tok[t], '=')) return parse_ctr_input(ps, tok, ntok);
     if (ntok != 4)
         return FAIL(c, DT_EFORMAT, "expected 'input HEIGHT WIDTH CHANNELS' (3 integers), got %d value%s", ntok - 1,
                     ntok == 2 ? "" : "s");
@@ -556,6 +677,10 @@ static int parse_layer_line(parser *ps, char **tok, int ntok) {
     dt_layer_spec *L = &spec->layers[spec->n_layers];
     int rc = parse_layer(c, (dt_layer_kind)k, tok, ntok, L, &ps->refs[spec->n_layers]);
     if (rc) return rc;
+    if (L->kind == DT_LAYER_EMBEDDING && L->n_fields < 0) { /* fields=all: the input's */
+        L->n_fields = spec->num_fields;
+        for (int f = 0; f < spec->num_fields; f++) L->fields[f >> 6] |= (uint64_t)1 << (f & 63);
+    }
     /* Unnamed layers are numbered per kind, named ones too, so naming a layer renames no other. */
     ++ps->counters[k];
     if (!L->name[0]) snprintf(L->name, sizeof L->name, "%s%d", name_prefix[k], ps->counters[k]);
@@ -720,6 +845,9 @@ static int window_shape(shape_walk *sw, const dt_layer_spec *L, dt_layer_shape *
     const ctx *c = &sw->c;
     const char *kn = dt_layer_kind_name(L->kind);
     int conv = L->kind == DT_LAYER_CONV2D;
+    if (o->flat && sw->spec->ctr && !o->flat_line)
+        return FAIL(c, DT_ESHAPE, "%s needs an [H,W,C] input, but a click-log model's input is flat (its dense "
+                    "features)", kn);
     if (o->flat)
         return FAIL(c, DT_ESHAPE, "%s needs an [H,W,C] input, but its input was flattened at line %d", kn,
                     o->flat_line);
@@ -764,6 +892,52 @@ static int sum_shape(shape_walk *sw, int i, out_shape *o) {
     return 0;
 }
 
+/* embedding: [n_fields * dim] of the click log's fields; fm: one value from an embedding's vectors;
+ * reduce_sum: one value from a flat input. */
+static int tabular_shape(shape_walk *sw, int i, dt_layer_shape *s, out_shape *o) {
+    const dt_model_spec *spec = sw->spec;
+    const dt_layer_spec *L = &spec->layers[i];
+    const ctx *c = &sw->c;
+    const char *kn = dt_layer_kind_name(L->kind);
+    if (L->kind == DT_LAYER_EMBEDDING) {
+        if (!spec->ctr)
+            return FAIL(c, DT_ESHAPE, "embedding reads a click log's categorical fields: the model needs an 'input "
+                        "dense=N fields=M' line, not an image input");
+        if (!in_range(L->dim) || L->buckets < 1 || L->buckets > DT_MODEL_MAX_BUCKETS || L->n_fields < 1)
+            return FAIL(c, DT_EINVAL, "embedding: dim, buckets or fields out of range");
+        int n = 0;
+        for (int f = 0; f < DT_MODEL_MAX_FIELDS; f++)
+            if (dt_layer_has_field(L, f)) {
+                if (f >= spec->num_fields)
+                    return FAIL(c, DT_ESHAPE, "embedding: field %d, but the input has %d fields (0 to %d)", f,
+                                spec->num_fields, spec->num_fields - 1);
+                n++;
+            }
+        if (n != L->n_fields) return FAIL(c, DT_EINVAL, "embedding: n_fields %d but %d fields marked", L->n_fields, n);
+        size_t out = mul_sat((size_t)n, (size_t)L->dim);
+        if (out > DT_MODEL_MAX_ACT)
+            return FAIL(c, DT_ESHAPE, "embedding output (%d fields x dim %d) has more than %zu values per example", n,
+                        L->dim, DT_MODEL_MAX_ACT);
+        s->n_weights = mul_sat(mul_sat(L->shared ? 1 : (size_t)n, (size_t)L->buckets), (size_t)L->dim);
+        o->h = o->w = 1, o->c = (int)out, o->flat = 1, o->flat_line = L->line;
+        return 0;
+    }
+    if (!o->flat)
+        return FAIL(c, DT_ESHAPE, "%s needs a flat input but gets [%d,%d,%d]: add a 'flatten' line before it", kn, o->h,
+                    o->w, o->c);
+    if (L->kind == DT_LAYER_FM) {
+        int j = dt_layer_input(L, i, 0);
+        if (j < 0 || spec->layers[j].kind != DT_LAYER_EMBEDDING)
+            return FAIL(c, DT_ESHAPE, "fm needs an embedding layer as its input (the fields' vectors), got '%s'%s%s",
+                        input_name(spec, j), j < 0 ? "" : ", a ", j < 0 ? "" : dt_layer_kind_name(spec->layers[j].kind));
+        if (spec->layers[j].n_fields < 2)
+            return FAIL(c, DT_ESHAPE, "fm needs at least two fields to pair, '%s' embeds %d", spec->layers[j].name,
+                        spec->layers[j].n_fields);
+    }
+    o->c = 1;
+    return 0;
+}
+
 /* Layer i's shape from its input 0's output *o, which becomes its own output. */
 static int layer_shape(shape_walk *sw, int i, dt_layer_shape *s, out_shape *o) {
     const dt_layer_spec *L = &sw->spec->layers[i];
@@ -797,6 +971,9 @@ static int layer_shape(shape_walk *sw, int i, dt_layer_shape *s, out_shape *o) {
         return 0;
     case DT_LAYER_ADD:
     case DT_LAYER_CONCAT: return sum_shape(sw, i, o);
+    case DT_LAYER_EMBEDDING:
+    case DT_LAYER_FM:
+    case DT_LAYER_REDUCE_SUM: return tabular_shape(sw, i, s, o);
     case DT_LAYER_FLATTEN:
         if (!o->flat) /* bounded by DT_MODEL_MAX_ACT, fits an int */
             o->c = o->h * o->w * o->c, o->h = o->w = 1, o->flat = 1, o->flat_line = L->line;
@@ -821,6 +998,10 @@ static int walk_layer(shape_walk *sw, int i, dt_layer_shape *s, size_t *total) {
     sw->c.line = L->line;
     int rc = check_inputs(sw, i);
     if (rc) return rc;
+    for (int k = 0; sw->spec->ctr && L->kind != DT_LAYER_EMBEDDING && k < dt_layer_n_inputs(L); k++)
+        if (dt_layer_input(L, i, k) < 0 && sw->spec->num_dense == 0)
+            return FAIL(&sw->c, DT_ESHAPE, "%s reads 'input', the dense features, but this click-log model has none "
+                        "(dense=0)", kn);
     out_shape o = *input_shape(sw, dt_layer_input(L, i, 0));
     memset(s, 0, sizeof *s);
     s->in_h = o.h, s->in_w = o.w, s->in_c = o.c;
@@ -852,7 +1033,13 @@ static int check_graph_ends(shape_walk *sw) {
                         spec->layers[i].name);
         }
     const dt_layer_spec *last = &spec->layers[spec->n_layers - 1];
+    const out_shape *lo = &sw->outs[spec->n_layers - 1];
     sw->c.line = last->line;
+    if (spec->ctr && lo->flat && lo->c == 1) return 0; /* one logit: a binary model (sigmoid and logloss) */
+    if (spec->ctr)
+        return FAIL(&sw->c, DT_ESHAPE, "a click-log model ends in one logit (the click's log-odds: dense units=1, fm, "
+                    "reduce_sum, or an add of those), not %s with %d outputs", dt_layer_kind_name(last->kind),
+                    lo->h * lo->w * lo->c);
     if (last->kind != DT_LAYER_DENSE)
         return FAIL(&sw->c, DT_ESHAPE,
                     "the model must end with a dense layer whose units are the classes, not %s "
@@ -867,7 +1054,12 @@ static int check_graph_ends(shape_walk *sw) {
 int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size_t *param_count,
                          dt_error *err) {
     ctx c = {spec->source[0] ? spec->source : spec->name, spec->input_line > 0 ? spec->input_line : 1, err};
-    if (!in_range(spec->in_h) || !in_range(spec->in_w) || !in_range(spec->in_c))
+    if (spec->ctr && (spec->in_h != 1 || spec->in_w != 1 || spec->in_c != spec->num_dense || spec->num_dense < 0 ||
+                      spec->num_dense > DT_MODEL_MAX_DIM || spec->num_fields < 1 ||
+                      spec->num_fields > DT_MODEL_MAX_FIELDS))
+        return FAIL(&c, DT_EINVAL, "click-log input: dense=%d fields=%d out of range (dense 0 to %d, fields 1 to %d)",
+                    spec->num_dense, spec->num_fields, DT_MODEL_MAX_DIM, DT_MODEL_MAX_FIELDS);
+    if (!in_range(spec->in_h) || !in_range(spec->in_w) || (!in_range(spec->in_c) && !(spec->ctr && !spec->in_c)))
         return FAIL(&c, DT_EINVAL, "input %dx%dx%d: each size must be from 1 to %d", spec->in_h,
                     spec->in_w, spec->in_c, DT_MODEL_MAX_DIM);
     if (spec->n_layers <= 0 || !spec->layers)
@@ -879,7 +1071,7 @@ int dt_model_spec_shapes(const dt_model_spec *spec, dt_layer_shape *shapes, size
                     spec->in_c, DT_MODEL_MAX_ACT);
     shape_walk walk, *sw = &walk;
     memset(sw->consumers, 0, sizeof sw->consumers);
-    sw->spec = spec, sw->c = c, sw->model_in = (out_shape){spec->in_h, spec->in_w, spec->in_c, 0, 0};
+    sw->spec = spec, sw->c = c, sw->model_in = (out_shape){spec->in_h, spec->in_w, spec->in_c, spec->ctr, 0};
     size_t total = 0;
     int rc = 0;
     for (int i = 0; !rc && i < spec->n_layers; i++) {

@@ -6,6 +6,7 @@
 #define DT_MODEL_SPEC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "compute/kernels.h"
 #include "dtrain.h"
@@ -25,7 +26,15 @@ typedef enum {
     DT_LAYER_TANH,
     DT_LAYER_ADD,
     DT_LAYER_CONCAT,
+    DT_LAYER_EMBEDDING,         /* click logs: a categorical field's ids -> rows of a table */
+    DT_LAYER_FM,                /* second-order factorisation machine over an embedding's vectors */
+    DT_LAYER_REDUCE_SUM,        /* the sum of a flat input's features: [n] -> [1] */
 } dt_layer_kind;
+
+/* Categorical fields a click-log input may have (data/ctr.h's DT_CTR_MAX_FIELDS). */
+#define DT_MODEL_MAX_FIELDS 1024
+/* Rows of one embedding table (buckets=). */
+#define DT_MODEL_MAX_BUCKETS (((int64_t)1 << 31) - 1)
 
 /* Inputs one add or concat layer may take. */
 #define DT_LAYER_MAX_INPUTS 16
@@ -60,7 +69,20 @@ typedef struct {
     float momentum, epsilon;    /* batchnorm: moving = momentum * moving + (1 - momentum) * batch */
     int use_bias;               /* conv2d, dense */
     dt_init weight_init, bias_init;
+    /* embedding: each of its fields' ids is hashed into `buckets` rows (dt_ctr_bucket) of a table of
+     * `dim` columns, one table per field or one shared; a field holding several ids gives their sum
+     * or their mean (weighted by the ids' values). Its output is [n_fields * dim], field after field
+     * in field order. Its input is always the model input (-1): it reads the batch's ids. */
+    int dim;
+    int64_t buckets;
+    int shared, mean;
+    int n_fields;
+    uint64_t fields[DT_MODEL_MAX_FIELDS / 64]; /* bit f: field f (0-based, as dt_ctr_hash) is embedded */
 } dt_layer_spec;
+
+static inline int dt_layer_has_field(const dt_layer_spec *L, int f) {
+    return f >= 0 && f < DT_MODEL_MAX_FIELDS && (L->fields[f >> 6] >> (f & 63) & 1);
+}
 
 typedef struct {
     char name[64];              /* from the `model NAME` line, or the file name */
@@ -71,6 +93,11 @@ typedef struct {
     size_t text_len;            /* bytes in text (text is also NUL-terminated) */
     char source[256];           /* file name used in messages ("<source>:<line>: ...") */
     int input_line;             /* line of the `input` line */
+    /* A click-log model (`input dense=N fields=M`): its input is a batch of tabular examples
+     * (data/ctr.h): num_dense dense features (the model input, flat: in_h = in_w = 1, in_c =
+     * num_dense) and num_fields categorical fields, which embedding layers read. It ends in one
+     * logit (a binary model: sigmoid and logloss). */
+    int ctr, num_dense, num_fields;
 } dt_model_spec;
 
 /* Limits, so a hostile file cannot request absurd memory or compute (docs/model-format.md). */

@@ -52,6 +52,12 @@ int dt_summary_test(dt_summary *s, int64_t global_step, double cost, double accu
     return scalars(s->w[1], global_step, tags, v, 2, err);
 }
 
+int dt_summary_binary(dt_summary *s, int64_t global_step, double auc, double logloss, dt_error *err) {
+    static const char *const tags[] = {"auc", "logloss"};
+    double v[] = {auc, logloss};
+    return scalars(s->w[1], global_step, tags, v, 2, err);
+}
+
 const char *dt_summary_path(const dt_summary *s, int test) { return dt_event_writer_path(s->w[test ? 1 : 0]); }
 
 int dt_summary_close(dt_summary *s, dt_error *err) {

@@ -19,6 +19,8 @@ int dt_summary_train(dt_summary *s, int64_t global_step, double cost, double acc
                      double examples_per_sec, double learning_rate, dt_error *err);
 /* Validation at global_step. Flushed. */
 int dt_summary_test(dt_summary *s, int64_t global_step, double cost, double accuracy, dt_error *err);
+/* A binary (click-log) model's validation figures: `auc` and `logloss`, in the test writer. */
+int dt_summary_binary(dt_summary *s, int64_t global_step, double auc, double logloss, dt_error *err);
 const char *dt_summary_path(const dt_summary *s, int test); /* the event file written */
 /* Closes both files (s may be NULL); returns the first write error. */
 int dt_summary_close(dt_summary *s, dt_error *err);

@@ -207,6 +207,11 @@ void dt_supervisor_summary_test(dt_supervisor *s, int64_t global_step, double co
     if (s && s->summary && dt_summary_test(s->summary, global_step, cost, accuracy, &e)) summary_failed(s, &e);
 }
 
+void dt_supervisor_summary_binary(dt_supervisor *s, int64_t global_step, double auc, double logloss) {
+    dt_error e = {0};
+    if (s && s->summary && dt_summary_binary(s->summary, global_step, auc, logloss, &e)) summary_failed(s, &e);
+}
+
 const char *dt_supervisor_last_checkpoint(const dt_supervisor *s) { return s ? s->last : ""; }
 int dt_supervisor_saves(const dt_supervisor *s) { return s ? s->saves : 0; }
 

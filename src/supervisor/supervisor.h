@@ -58,6 +58,8 @@ int dt_supervisor_final(dt_supervisor *s, float *params_out, int64_t *global_ste
  * them, as TensorFlow's step counter (the whole cluster's rate, validation time included). */
 void dt_supervisor_summary_train(dt_supervisor *s, int64_t global_step, double cost, double accuracy);
 void dt_supervisor_summary_test(dt_supervisor *s, int64_t global_step, double cost, double accuracy);
+/* A binary model's validation AUC and logloss (scalars `auc` and `logloss` beside the test ones). */
+void dt_supervisor_summary_binary(dt_supervisor *s, int64_t global_step, double auc, double logloss);
 /* Last checkpoint written or restored ("" if none), and the number written. */
 const char *dt_supervisor_last_checkpoint(const dt_supervisor *s);
 int dt_supervisor_saves(const dt_supervisor *s);

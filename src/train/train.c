@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -27,6 +28,7 @@
 #include "train/serve.h"
 #include "train/emulate.h"
 #include "train/evaluate.h"
+#include "train/evaluate_ctr.h"
 #include "train/progress.h"
 #include "train/train_debug.h"
 #include "update/updater.h"
@@ -181,6 +183,8 @@ typedef struct {
     dt_net *net;
     dt_data_splits data;
     dt_loader *loader;
+    dt_ctr_reader *ctr;           /* a click-log model's training lines (the loader's place) */
+    uint64_t ctr_lines;           /* ... and how many there are (every shard's) */
     dt_updater *updater;
     dt_opt_config opt;
     dt_supervisor *supervisor;    /* the chief's checkpoints and summaries; NULL elsewhere */
@@ -207,6 +211,7 @@ static void run_free(run_state *r) {
     dt_status_free(r->status); /* nothing updates them any more */
     dt_metrics_free(r->metrics);
     dt_loader_free(r->loader);
+    dt_ctr_close(r->ctr);
     dt_data_splits_free(&r->data);
     dt_net_free(r->net);
     dt_placement_free(&r->placement);
@@ -314,6 +319,7 @@ int dt_train_hooked(const dt_train_options *o, const dt_train_debug *dbg, FILE *
     dt_train_result local_res;
     if (!res) res = &local_res;
     memset(res, 0, sizeof *res);
+    res->test_auc = res->test_logloss = NAN;
     if (!log) log = stdout;
     dt_train_debug off;
     if (!dbg) {
@@ -402,12 +408,53 @@ static int reload(void *user, const float **params, const float **state, int64_t
     return dt_supervisor_reload(r->supervisor, params, state, step, err);
 }
 
+static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err);
+
+/* A click-log model's data: the training lines of a click log (docs/ctr-data.md), counted once for
+ * the steps of an epoch; validation and test read the same file (dt_evaluate_ctr). */
+static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err) {
+    const dt_cluster *c = &r->cluster;
+    const dt_model_spec *spec = dt_net_spec(r->net);
+    run_plan *p = &r->plan;
+    struct stat st;
+    if (stat(o->data_path, &st) == 0 && S_ISDIR(st.st_mode))
+        return dt_errorf(err, DT_EINVAL, "data_path %s is a folder (image data?), but %s is a click-log model (input "
+                         "dense=%d fields=%d): give it a click log, Criteo TSV or libffm, plain or gzip "
+                         "(docs/ctr-data.md)", o->data_path, o->model_path, spec->num_dense, spec->num_fields);
+    p->n_workers = c->distributed ? c->n_workers : 1, p->shard = c->distributed ? c->task_index : 0;
+    dt_ctr_options co;
+    dt_ctr_options_init(&co);
+    co.fields = spec->num_fields;
+    co.batch_size = o->batch_size;
+    co.shard_index = p->shard, co.shard_count = p->n_workers;
+    co.bad_lines = o->fail_on_bad_images ? DT_BAD_IMAGES_FAIL : DT_BAD_IMAGES_SKIP;
+    if (o->validation_fraction >= 0) co.validation_fraction = o->validation_fraction;
+    double t = dt_seconds();
+    int rc = dt_ctr_open(&r->ctr, o->data_path, &co, err);
+    if (!rc) rc = dt_ctr_count(r->ctr, &r->ctr_lines, err);
+    if (rc) return rc;
+    fprintf(r->log, "%s: %llu training lines (counted in %.1f s)\n", o->data_path, (unsigned long long)r->ctr_lines,
+            dt_seconds() - t);
+    p->per_epoch = (int64_t)(r->ctr_lines / ((uint64_t)o->batch_size * (uint64_t)p->n_workers));
+    if (p->per_epoch < 1)
+        return dt_errorf(err, DT_EINVAL, "%s: %llu training lines, fewer than one batch of %d for each of %d workers",
+                         o->data_path, (unsigned long long)r->ctr_lines, o->batch_size, p->n_workers);
+    return plan_steps(r, o, err);
+}
+
 /* Opens the data, and works out from it and the cluster how the run is cut into steps (r->plan). */
 static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     const dt_cluster *c = &r->cluster;
     run_plan *p = &r->plan;
     if (!o->data_path || !*o->data_path) return dt_errorf(err, DT_EINVAL, "data_path: no data path given");
+    if (dt_net_is_ctr(r->net)) return open_ctr_data(r, o, err);
     const dt_model_spec *spec = dt_net_spec(r->net);
+    struct stat st;
+    if (stat(o->data_path, &st) == 0 && S_ISREG(st.st_mode))
+        return dt_errorf(err, DT_EINVAL, "data_path %s is a file (a click log?), but %s is an image model (input %d %d %d) "
+                         "that reads an IDX or image folder: a click log needs a click-log model (input dense=N "
+                         "fields=M, docs/model-format.md)", o->data_path, o->model_path, spec->in_h, spec->in_w,
+                         spec->in_c);
     dt_data_options dopt = {.h = spec->in_h, .w = spec->in_w, .c = spec->in_c,
                             .validation_fraction = o->validation_fraction, .seed = o->seed,
                             .bad_images = o->fail_on_bad_images ? DT_BAD_IMAGES_FAIL : DT_BAD_IMAGES_SKIP};
@@ -428,6 +475,13 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     if (p->per_epoch < 1)
         return dt_errorf(err, DT_EINVAL, "%s: %zu training examples, fewer than one batch of %d for each of %d workers",
                          o->data_path, dt_dataset_size(r->data.train), o->batch_size, p->n_workers);
+    return plan_steps(r, o, err);
+}
+
+/* The steps of the run, from the batches per epoch and the cluster. */
+static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err) {
+    const dt_cluster *c = &r->cluster;
+    run_plan *p = &r->plan;
     /* Sync replicas: every step averages replicas_to_aggregate gradients (default: every worker);
      * total_num_replicas counts the workers pushing, backup workers included. */
     p->sync = c->distributed && o->issync, p->aggregate = 0, p->replicas = 0;
@@ -506,8 +560,8 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
                                    .run = {.net = r->net, .opt = &r->opt, .seed = o->seed, .batch_size = o->batch_size,
                                            .n_workers = p->n_workers, .sync = p->sync, .batches_per_epoch = p->per_epoch,
                                            .validation_fraction = o->validation_fraction,
-                                           .class_names = dt_dataset_class_names(r->data.train),
-                                           .n_class_names = dt_dataset_class_names(r->data.train)
+                                           .class_names = r->ctr ? NULL : dt_dataset_class_names(r->data.train),
+                                           .n_class_names = !r->ctr && dt_dataset_class_names(r->data.train)
                                                                 ? dt_dataset_num_classes(r->data.train) : 0}};
         if ((rc = dt_supervisor_open(&r->supervisor, &sc, err))) return rc;
     }
@@ -526,7 +580,8 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
      * one machine, where data order and dropout then continue bit for bit). */
     *local_step = p->sync ? *global_step : *global_step / p->n_workers;
     if (*local_step > 0) {
-        if ((rc = dt_loader_seek(r->loader, *local_step, err))) return rc;
+        if ((rc = r->ctr ? dt_ctr_seek(r->ctr, *local_step, err) : dt_loader_seek(r->loader, *local_step, err)))
+            return rc;
         fprintf(r->log, "resuming the data stream at batch %lld (epoch %lld, batch %lld of %lld)\n",
                 (long long)*local_step, (long long)(*local_step / p->per_epoch),
                 (long long)(*local_step % p->per_epoch), (long long)p->per_epoch);
@@ -542,10 +597,16 @@ static void log_start(const run_state *r, const dt_train_options *o) {
     char role[64] = "";
     if (c->distributed) snprintf(role, sizeof role, ", worker %d of %d%s", c->task_index, c->n_workers,
                                  c->is_chief ? " (chief)" : "");
-    fprintf(log, "dtrain %s: model %s (%zu parameters), %zu training / %zu validation / %zu test examples, "
+    char sizes[128];
+    if (r->ctr)
+        snprintf(sizes, sizeof sizes, "%llu training lines (validation and test by line hash)",
+                 (unsigned long long)r->ctr_lines);
+    else
+        snprintf(sizes, sizeof sizes, "%zu training / %zu validation / %zu test examples",
+                 dt_dataset_size(r->data.train), dt_dataset_size(r->data.validation), dt_dataset_size(r->data.test));
+    fprintf(log, "dtrain %s: model %s (%zu parameters), %s, "
                  "%s lr %g, batch %d, %lld global steps (%.2f epochs), %d threads%s\n",
-            dt_version(), dt_net_spec(r->net)->name, dt_net_param_count(r->net), dt_dataset_size(r->data.train),
-            dt_dataset_size(r->data.validation), dt_dataset_size(r->data.test), dt_opt_name(r->opt.kind),
+            dt_version(), dt_net_spec(r->net)->name, dt_net_param_count(r->net), sizes, dt_opt_name(r->opt.kind),
             (double)r->opt.learning_rate, o->batch_size, (long long)p->total,
             (double)p->total / (double)p->global_per_epoch, dt_net_threads(r->net), role);
     char sched[160], clip[64] = "none";
@@ -573,7 +634,16 @@ static int log_interval(run_state *r, const dt_train_options *o, int evaluates, 
     double train_loss = iv->loss_sum / iv->seen, train_acc = (double)iv->correct / iv->seen;
     res->final_loss = train_loss;
     dt_eval_result val;
-    if (evaluates) {
+    dt_ctr_eval_result cval = {0};
+    if (evaluates && r->ctr) {
+        dt_ctr_options co;
+        dt_ctr_eval_options(&co, r->net, DT_CTR_VALIDATION, o->fail_on_bad_images);
+        if (o->validation_fraction >= 0) co.validation_fraction = o->validation_fraction;
+        int rc = dt_evaluate_ctr(r->net, o->data_path, &co, &cval, err);
+        if (rc) return rc;
+        val = (dt_eval_result){.examples = cval.examples, .loss = cval.loss, .accuracy = cval.accuracy};
+        res->validation_accuracy = val.accuracy;
+    } else if (evaluates) {
         int rc = dt_evaluate(r->net, r->data.validation, NULL, &val, err);
         if (rc) return rc;
         res->validation_accuracy = val.accuracy;
@@ -583,16 +653,36 @@ static int log_interval(run_state *r, const dt_train_options *o, int evaluates, 
     dt_progress_clear(&r->prog);
     fprintf(r->log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f", (long long)global_step,
             (double)global_step / (double)r->plan.global_per_epoch, train_loss, train_acc);
-    if (evaluates) fprintf(r->log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
+    if (evaluates && r->ctr) fprintf(r->log, "  val_auc %.4f  val_logloss %.4f", cval.auc, cval.logloss);
+    else if (evaluates) fprintf(r->log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
     fprintf(r->log, "  %.0f examples/sec\n", ex_per_sec);
     fflush(r->log);
     dt_supervisor_summary_train(r->supervisor, global_step, train_loss, train_acc);
     if (evaluates) dt_supervisor_summary_test(r->supervisor, global_step, val.loss, val.accuracy);
+    if (evaluates && r->ctr) dt_supervisor_summary_binary(r->supervisor, global_step, cval.auc, cval.logloss);
     if (evaluates) dt_status_validation(r->status, global_step, val.loss, val.accuracy);
     iv->loss_sum = 0;
     iv->correct = iv->seen = iv->examples = 0;
     iv->t_interval = dt_seconds(); /* validation time is not training time */
     return DT_OK;
+}
+
+/* One training batch through the net and the loss: an image batch from the loader, or a click-log
+ * batch (b->n set from it). */
+static int forward_batch(run_state *r, uint64_t seed, dt_batch *b, float *loss, int *correct, dt_error *err) {
+    int rc;
+    if (r->ctr) {
+        dt_ctr_batch cb;
+        if ((rc = dt_ctr_next(r->ctr, &cb, err))) return rc;
+        b->n = cb.n;
+        if (!dt_net_forward_ctr(r->net, &cb, 1, seed, err)) return DT_EINVAL; /* err says why */
+        *loss = dt_net_loss_binary(r->net, cb.labels, correct);
+    } else {
+        if ((rc = dt_loader_next(r->loader, b, err))) return rc;
+        if (!dt_net_forward(r->net, b->x, b->n, 1, seed, err)) return DT_EINVAL; /* err says why */
+        *loss = dt_net_loss(r->net, b->labels, correct);
+    }
+    return dt_net_status(r->net, err); /* a device's failure, named */
 }
 
 /* The steps: batch, forward, loss, backward, clipping, the update (here or on the ps tasks), the
@@ -616,14 +706,8 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
         if (emulate) {
             dt_emulate_step(r->net, r->dbg->emulate_compute_ms);
         } else {
-            if ((rc = dt_loader_next(r->loader, &b, err))) break;
-            if (!dt_net_forward(r->net, b.x, b.n, 1,
-                                dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard)), err)) {
-                rc = DT_EINVAL; /* err says why */
-                break;
-            }
-            loss = dt_net_loss(r->net, b.labels, &correct);
-            if ((rc = dt_net_status(r->net, err))) break; /* a device's failure, named */
+            uint64_t seed = dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard));
+            if ((rc = forward_batch(r, seed, &b, &loss, &correct, err))) break;
             if (!isfinite(loss)) {
                 rc = dt_errorf(err, DT_EINVAL, "loss became %g at global step %lld: lower the learning_rate",
                                (double)loss, (long long)*global_step + 1);
@@ -635,8 +719,7 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                                   dt_net_param_count(r->net), err)))
                 break;
             /* The whole gradient, before it is applied here or cut into shards and pushed. */
-            if (o->clip_gradient_norm > 0)
-                dt_clip_global_norm(dt_net_grads(r->net), dt_net_param_count(r->net), (float)o->clip_gradient_norm);
+            if (o->clip_gradient_norm > 0) dt_net_clip_gradients(r->net, (float)o->clip_gradient_norm);
         }
         if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? *global_step : *local_step, global_step,
                                     err)))
@@ -671,6 +754,37 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
     return rc;
 }
 
+/* report's end for a click-log model: bad lines, the chief's test AUC and logloss, the last line. */
+static int report_ctr(run_state *r, const dt_train_options *o, int evaluates, int64_t global_step, int64_t steps_here,
+                      dt_train_result *res, dt_error *err) {
+    FILE *log = r->log;
+    int rc;
+    res->bad_images = (int64_t)dt_ctr_bad_count(r->ctr);
+    if (res->bad_images)
+        fprintf(log, "skipped %lld bad lines (first: %s; use bad_images=fail to stop on them)\n",
+                (long long)res->bad_images, dt_ctr_first_bad(r->ctr));
+    if (evaluates) {
+        dt_ctr_options co;
+        dt_ctr_eval_options(&co, r->net, DT_CTR_TEST, o->fail_on_bad_images);
+        if (o->validation_fraction >= 0) co.validation_fraction = o->validation_fraction;
+        dt_ctr_eval_result t;
+        if ((rc = dt_evaluate_ctr(r->net, o->data_path, &co, &t, err))) return rc;
+        res->test_accuracy = t.accuracy, res->test_loss = t.loss, res->test_examples = t.examples;
+        res->test_auc = t.auc, res->test_logloss = t.logloss;
+        if (r->dbg->dump_params && *r->dbg->dump_params &&
+            (rc = dump_floats("debug_dump_params", r->dbg->dump_params, dt_net_params(r->net),
+                              dt_net_param_count(r->net), err)))
+            return rc;
+        fprintf(log, "test auc %.4f  test logloss %.4f  test accuracy %.4f  (%lld examples, click rate %.4f, mean "
+                     "prediction %.4f)\n", t.auc, t.logloss, t.accuracy, (long long)t.examples,
+                t.examples ? (double)t.positives / (double)t.examples : 0.0, t.mean_p);
+    }
+    fprintf(log, "trained %lld local steps in %.1f s (%.0f examples/sec); global step %lld\n", (long long)steps_here,
+            res->seconds, res->examples_per_sec, (long long)global_step);
+    fflush(log);
+    return DT_OK;
+}
+
 /* After the steps: the final checkpoint, the bad images counted, the chief's test, the last line. */
 static int report(run_state *r, const dt_train_options *o, int evaluates, int64_t global_step, int64_t steps_here,
                   dt_train_result *res, dt_error *err) {
@@ -678,6 +792,7 @@ static int report(run_state *r, const dt_train_options *o, int evaluates, int64_
     /* The final checkpoint (a cluster's after every worker finished) is what the test below sees. */
     int rc = dt_supervisor_final(r->supervisor, dt_net_params(r->net), &global_step, err);
     if (rc) return rc;
+    if (r->ctr) return report_ctr(r, o, evaluates, global_step, steps_here, res, err);
     res->bad_images = (int64_t)dt_dataset_bad_count(r->data.train);
     if (r->data.validation != r->data.train) res->bad_images += (int64_t)dt_dataset_bad_count(r->data.validation);
     if (res->bad_images)

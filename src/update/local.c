@@ -1,4 +1,6 @@
-/* The local updater: the optimizer runs in this process on the whole flat buffer. */
+/* The local updater: the optimizer runs in this process on the whole flat buffer, except on the
+ * embedding tables of click-log models, where it runs on the rows the last backward touched only
+ * (lazily: dt_opt_apply_rows), so a step costs the batch's rows, not the tables' size. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,8 @@ typedef struct {
     size_t *skip;     /* the untrained floats' ranges (decay_mask.h), as the ps tasks skip theirs */
     int n_skip;
     int64_t step;     /* updates applied: the global step */
+    int tables;       /* embedding tables: skipped by the dense pass (their ranges are in skip), then
+                       * updated row by row */
 } local_updater;
 
 static int local_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *global_step, dt_error *err) {
@@ -45,8 +49,14 @@ static int local_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *
     /* The forward pass moved the moving statistics; the optimizer leaves them and their slots be. */
     dt_opt_skip skip = {l->skip, l->n_skip, 0};
     float *params = dt_net_params(net);
-    dt_opt_apply_to(&l->opt, params, params, dt_net_grads(net), l->state, l->decay, dt_net_param_count(net),
-                    local_step, &skip);
+    size_t n = dt_net_param_count(net);
+    dt_opt_apply_to(&l->opt, params, params, dt_net_grads(net), l->state, l->decay, n, local_step, &skip);
+    for (int t = 0; t < l->tables; t++) {
+        dt_table_grad g;
+        if (dt_net_table_grad(net, t, &g)) continue;
+        dt_opt_apply_rows(&l->opt, params, dt_net_grads(net), l->state, l->decay, n, dt_net_view(net, g.view)->offset,
+                          g.rows, g.n, g.dim, local_step);
+    }
     *global_step = l->step = local_step + 1;
     return DT_OK;
 }
@@ -57,6 +67,28 @@ static void local_free(dt_updater *u) {
     local_updater *l = (local_updater *)u;
     if (l) free(l->state), free(l->decay), free(l->skip);
     free(l);
+}
+
+/* The tables' ranges joined to the untrained floats' (both ascending), so the dense pass skips them. */
+static int add_table_ranges(local_updater *l, const dt_net *net, dt_error *err) {
+    int nv = dt_net_num_views(net), n = 0;
+    size_t *r = dt_calloc(2 * ((size_t)l->n_skip + (size_t)nv), sizeof *r, "optimizer ranges", err);
+    if (!r) return DT_ENOMEM;
+    for (int v = 0, k = 0; v < nv || k < l->n_skip;) {
+        const dt_param_view *pv = v < nv ? dt_net_view(net, v) : NULL;
+        if (pv && !pv->table) {
+            v++;
+            continue;
+        }
+        size_t off, cnt;
+        if (k < l->n_skip && (!pv || l->skip[2 * k] < pv->offset)) off = l->skip[2 * k], cnt = l->skip[2 * k + 1], k++;
+        else off = pv->offset, cnt = pv->count, v++;
+        if (n && r[2 * (n - 1)] + r[2 * (n - 1) + 1] == off) r[2 * (n - 1) + 1] += cnt;
+        else r[2 * n] = off, r[2 * n + 1] = cnt, n++;
+    }
+    free(l->skip);
+    l->skip = r, l->n_skip = n;
+    return DT_OK;
 }
 
 int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt_net *net, dt_error *err) {
@@ -71,6 +103,7 @@ int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt
     if (!(l->state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) rc = DT_ENOMEM;
     if (!rc) rc = dt_decay_mask_flat(&l->decay, opt, dt_net_view(net, 0), dt_net_num_views(net), n_params, err);
     if (!rc) rc = dt_state_ranges_flat(&l->skip, &l->n_skip, dt_net_view(net, 0), dt_net_num_views(net), err);
+    if (!rc && (l->tables = dt_net_num_tables(net))) rc = add_table_ranges(l, net, err);
     if (rc) {
         local_free(&l->base);
         return rc;

@@ -1,0 +1,30 @@
+/* Forward-only passes of a click-log model over one split of a click log (docs/ctr-data.md): AUC,
+ * logloss, accuracy at 0.5; and probabilities for `dtrain predict`. */
+#ifndef DT_TRAIN_EVALUATE_CTR_H
+#define DT_TRAIN_EVALUATE_CTR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data/ctr.h"
+#include "model/net.h"
+
+typedef struct {
+    int64_t examples, positives;
+    double loss;        /* mean logloss of the model's own formula (the training loss), unclipped */
+    double accuracy;    /* probability above 0.5 on the label's side */
+    double auc, auc_error_bound, logloss, mean_p; /* stats/binary.h: logloss clipped at 1e-7 */
+    uint64_t bad_lines;
+} dt_ctr_eval_result;
+
+/* The reader's options for a pass of net over path's `split` (one pass, net's batch size, the
+ * model's field count for libffm, the default 8:1:1 split); bad lines skipped unless fail. */
+void dt_ctr_eval_options(dt_ctr_options *o, const dt_net *net, dt_ctr_split split, int fail_on_bad);
+/* net over every line of the split o selects (o->training must be 0). */
+int dt_evaluate_ctr(dt_net *net, const char *path, const dt_ctr_options *o, dt_ctr_eval_result *out, dt_error *err);
+/* Writes "line,label,probability" for every line of the split o selects, a header first; *count:
+ * the lines written. */
+int dt_predict_ctr(dt_net *net, const char *path, const dt_ctr_options *o, FILE *out, int64_t *count,
+                   dt_ctr_eval_result *res, dt_error *err);
+
+#endif
