@@ -39,7 +39,7 @@ static int train_flags(train_args *a, flag_def *out) {
     dt_train_debug *const dbg = &a->dbg;
     const flag_def defs[] = {
         FLAG_TEXT("model", &o->model_path, "model file (see docs/model-format.md)"),
-        FLAG_TEXT("data", &o->data_path, "IDX folder or image folder (see docs/data.md)"),
+        FLAG_TEXT("data", &o->data_path, "IDX folder or image folder (docs/data.md), or a click log (Criteo TSV or libffm, plain or gzip) for a click-log model (docs/ctr-data.md)"),
         FLAG_TEXT("optimizer", &o->optimizer, "sgd, momentum or adam"),
         FLAG_NUM("learning_rate", FLAG_FLOAT, &o->learning_rate, "learning rate", 0, 100, FLAG_LO_OPEN),
         FLAG_TEXT("lr_schedule", &o->lr_schedule,
