@@ -9,6 +9,7 @@
 #include "core/assert.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "transport/wire.h"
 
 #define NONE UINT32_MAX /* no row (list links, free list); the index stores row + 1, 0 empty */
 #define BLOCK_ROWS 4096u
@@ -56,8 +57,8 @@ int dt_table_config_check(const dt_table_config *c, dt_error *err) {
     if (c->min_count > DT_TABLE_MAX_MIN_COUNT)
         return dt_errorf(err, DT_EINVAL, "table %u: min_count %u (must be 0..%u)", c->table, c->min_count,
                          DT_TABLE_MAX_MIN_COUNT);
-    if (c->sketch_width > (UINT32_C(1) << 30))
-        return dt_errorf(err, DT_EINVAL, "table %u: sketch_width %u (at most 2^30)", c->table, c->sketch_width);
+    if (c->sketch_width > DT_WIRE_MAX_SKETCH_WIDTH)
+        return dt_errorf(err, DT_EINVAL, "table %u: sketch_width %u (at most 2^26)", c->table, c->sketch_width);
     if (c->expire_steps < 0)
         return dt_errorf(err, DT_EINVAL, "table %u: expire_steps %lld (must be >= 0)", c->table,
                          (long long)c->expire_steps);
@@ -71,7 +72,7 @@ int dt_table_config_check(const dt_table_config *c, dt_error *err) {
 
 static uint64_t sketch_width_of(const dt_table_config *c) {
     uint64_t want = c->sketch_width ? c->sketch_width : 4 * c->capacity, w = 1024;
-    if (!c->sketch_width && want > (UINT64_C(1) << 26)) want = UINT64_C(1) << 26;
+    if (!c->sketch_width && want > DT_WIRE_MAX_SKETCH_WIDTH) want = DT_WIRE_MAX_SKETCH_WIDTH;
     while (w < want) w *= 2;
     return w;
 }

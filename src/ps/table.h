@@ -37,7 +37,7 @@ typedef struct {
      * gradients are dropped (counted) and it reads as its initial value. */
     uint32_t min_count;       /* 0..DT_TABLE_MAX_MIN_COUNT */
     uint32_t sketch_width;    /* counters per row of the sketch (rounded up to a power of two; 0: from
-                               * the capacity, 2^10..2^24) */
+                               * the capacity, 2^10..2^26: DT_WIRE_MAX_SKETCH_WIDTH) */
     int64_t expire_steps;     /* a row not touched for more than this many steps is evicted (0: never) */
     dt_row_init init;
     float init_scale;         /* uniform: values in [-scale, scale); normal: stddev, truncated at 2 stddev */

@@ -88,6 +88,9 @@ typedef enum {
 #define DT_MSG_TYPE_MAX 25
 /* The largest WORK_STATE payload: the coordinator's largest state (src/ps/coord.h checks that they
  * agree): a 72-byte header, a bit per unit and 12 bytes per partial unit, 2^18 units. */
+/* Counters per row of a sparse table's admission sketch (4 rows of 1 byte: the sketch is at most
+ * 256 MiB, allocated when SPARSE_INIT declares the table). */
+#define DT_WIRE_MAX_SKETCH_WIDTH (UINT32_C(1) << 26)
 #define DT_WIRE_MAX_WORK_STATE (72u + (1u << 18) / 8 + 12u * (1u << 18))
 
 /* The sender's role. Only the chief may INIT or SHUTDOWN a ps. */

@@ -60,7 +60,6 @@ enum {
 _Static_assert(T_SEED + 8 == DT_WIRE_TABLE_BYTES, "table record layout and size disagree");
 #define MAX_EXPIRE (UINT64_C(1) << 50)
 #define MAX_CAPACITY (UINT64_C(1) << 31)
-#define MAX_SKETCH (UINT32_C(1) << 30)
 
 void dt_wire_table_encode(uint8_t *out, const dt_wire_table *t) {
     memset(out, 0, DT_WIRE_TABLE_BYTES);
@@ -112,8 +111,8 @@ int dt_wire_table_decode(dt_wire_table *t, const void *buf, size_t len, dt_error
     if ((unsigned)v.opt.kind >= DT_LAZY_KINDS || v.init_kind > 2 || (v.flags & ~DT_WIRE_TABLE_F_ROW_MEAN))
         return dt_errorf(err, DT_EFORMAT, "table %u: optimizer %u, initialiser %u or flags 0x%02x unknown (bytes %d-%d)",
                          id, (unsigned)v.opt.kind, v.init_kind, v.flags, T_OPT, T_FLAGS);
-    if (v.sketch_width > MAX_SKETCH || dt_get_u32(p + T_RESERVED))
-        return dt_errorf(err, DT_EFORMAT, "table %u: sketch_width %u beyond 2^30, or reserved bytes %d-%d not 0", id,
+    if (v.sketch_width > DT_WIRE_MAX_SKETCH_WIDTH || dt_get_u32(p + T_RESERVED))
+        return dt_errorf(err, DT_EFORMAT, "table %u: sketch_width %u beyond 2^26, or reserved bytes %d-%d not 0", id,
                          v.sketch_width, T_RESERVED, T_RESERVED + 3);
     if (v.capacity < 1 || v.capacity > MAX_CAPACITY || v.expire_steps > MAX_EXPIRE)
         return dt_errorf(err, DT_EFORMAT, "table %u: capacity %llu (must be 1..2^31 rows) or expire_steps %llu "
