@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
         printf("{\"case\": \"per step, metrics %s\", \"ns\": %.1f}\n", mode ? "on" : "off", median5(t));
     }
     /* A full registry and status, as a chief after a long run: every curve at its bound. */
-    for (int i = 0; i < 3 * DT_STATUS_MAX_POINTS; i++) dt_status_validation(on.status, i, 0.5, 0.9);
+    for (int i = 0; i < 3 * DT_STATUS_MAX_POINTS; i++) dt_status_validation(on.status, i, 0.5, 0.9, NAN);
     for (int k = 0; k < 2; k++) {
         for (int r = 0; r < 5; r++) {
             int n = 200;

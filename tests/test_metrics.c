@@ -152,8 +152,38 @@ static void test_parse_self(void) {
     free(huge);
 }
 
+/* A binary model's validations carry an AUC: a fourth figure in status.json's validation points and
+ * the gauge dtrain_validation_auc, which an image model (NAN) never gets. */
+static void test_validation_auc(void) {
+    dt_metrics *m;
+    dt_status *s;
+    dt_error err = {0};
+    CHECK(dt_metrics_create(&m, "worker", 0, NULL) == 0);
+    CHECK(dt_status_create(&s, m, NULL, &err) == 0);
+    dt_status_start(s, 100, 0, 32);
+    char *json, *text;
+    size_t len;
+    dt_status_validation(s, 10, 0.5, 0.75, NAN);
+    CHECK(dt_status_json(s, &json, &len, &err) == 0);
+    CHECK_MSG(strstr(json, "\"validation\":[[10.0,0.5,0.75]]") != NULL, "%s", json);
+    free(json);
+    CHECK(dt_metrics_render(m, &text, &len, NULL) == 0);
+    CHECK(strstr(text, "dtrain_validation_auc") == NULL);
+    free(text);
+    dt_status_validation(s, 20, 0.25, 0.875, 0.8125);
+    CHECK(dt_status_json(s, &json, &len, &err) == 0);
+    CHECK_MSG(strstr(json, "[20.0,0.25,0.875,0.8125]]") != NULL, "%s", json);
+    free(json);
+    CHECK(dt_metrics_render(m, &text, &len, NULL) == 0);
+    CHECK_MSG(strstr(text, "dtrain_validation_auc{job=\"worker\",task=\"0\"} 0.8125\n") != NULL, "%s", text);
+    free(text);
+    dt_status_free(s);
+    dt_metrics_free(m);
+}
+
 int main(void) {
     RUN(test_exposition);
+    RUN(test_validation_auc);
     RUN(test_server);
     RUN(test_listen_spec);
     RUN(test_parse_self);

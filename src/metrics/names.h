@@ -13,6 +13,7 @@
 #define DT_M_TRAIN_ACC "dtrain_train_accuracy"
 #define DT_M_VAL_LOSS "dtrain_validation_loss"
 #define DT_M_VAL_ACC "dtrain_validation_accuracy"
+#define DT_M_VAL_AUC "dtrain_validation_auc"
 #define DT_M_STALE "dtrain_stale_gradients_total"
 #define DT_M_MEMORY "dtrain_process_resident_memory_bytes"
 #define DT_M_PS_LIVE_WORKERS "dtrain_ps_live_workers"

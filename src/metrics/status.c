@@ -17,6 +17,7 @@
 
 typedef struct {
     double step, loss, acc;
+    double auc;                   /* validation of a binary (click-log) model; NAN otherwise */
 } point;
 
 typedef struct {
@@ -44,7 +45,7 @@ struct dt_status {
     double w_loss, w_t;           /* the window since the latest point */
     int64_t w_correct, w_n, w_steps0;
     double steps_per_sec, examples_per_sec, loss, acc;
-    dt_metric *g_loss, *g_acc, *g_vloss, *g_vacc, *g_eps, *g_sps, *g_total, *g_mem;
+    dt_metric *g_loss, *g_acc, *g_vloss, *g_vacc, *g_vauc, *g_eps, *g_sps, *g_total, *g_mem;
 };
 
 static void clear_self(dt_status_self *x) {
@@ -137,7 +138,7 @@ void dt_status_step(dt_status *s, int64_t global_step, double loss, int correct,
         s->acc = (double)s->w_correct / (double)s->w_n;
         s->examples_per_sec = (double)s->w_n / dt;
         s->steps_per_sec = (double)(global_step - s->w_steps0) / dt;
-        add_point(&s->train, (point){(double)global_step, s->loss, s->acc});
+        add_point(&s->train, (point){(double)global_step, s->loss, s->acc, NAN});
         s->w_loss = 0, s->w_correct = s->w_n = 0, s->w_t = t, s->w_steps0 = global_step;
     }
     pthread_mutex_unlock(&s->lock);
@@ -149,13 +150,18 @@ void dt_status_step(dt_status *s, int64_t global_step, double loss, int correct,
     }
 }
 
-void dt_status_validation(dt_status *s, int64_t global_step, double loss, double accuracy) {
+void dt_status_validation(dt_status *s, int64_t global_step, double loss, double accuracy, double auc) {
     if (!s) return;
     pthread_mutex_lock(&s->lock);
-    add_point(&s->val, (point){(double)global_step, loss, accuracy});
+    add_point(&s->val, (point){(double)global_step, loss, accuracy, auc});
     pthread_mutex_unlock(&s->lock);
     dt_metric_set(s->g_vloss, loss);
     dt_metric_set(s->g_vacc, accuracy);
+    /* Made at the first AUC, so an image model's chief has no series that is always NaN. */
+    if (s->chief && isfinite(auc) && !s->g_vauc)
+        s->g_vauc = dt_metrics_gauge(s->m, DT_M_VAL_AUC, "Validation AUC at the latest validation (chief; binary "
+                                     "models).", NULL);
+    if (isfinite(auc)) dt_metric_set(s->g_vauc, auc);
 }
 
 void dt_status_finished(dt_status *s) {
@@ -227,10 +233,13 @@ static json_t *self_json(const dt_status_self *x) {
                      "pushes", num(x->pushes), "pulls", num(x->pulls));
 }
 
-static json_t *curve_json(const curve *c) {
+/* [step, loss, accuracy] points; validation points of a binary model add their AUC (auc). */
+static json_t *curve_json(const curve *c, int auc) {
     json_t *a = json_array();
     for (int i = 0; a && i < c->n; i++)
-        if (json_array_append_new(a, json_pack("[f, o, o]", c->p[i].step, num(c->p[i].loss), num(c->p[i].acc)))) {
+        if (json_array_append_new(a, auc ? json_pack("[f, o, o, o]", c->p[i].step, num(c->p[i].loss),
+                                                     num(c->p[i].acc), num(c->p[i].auc))
+                                         : json_pack("[f, o, o]", c->p[i].step, num(c->p[i].loss), num(c->p[i].acc)))) {
             json_decref(a);
             return NULL;
         }
@@ -283,8 +292,8 @@ int dt_status_json(dt_status *s, char **out, size_t *len, dt_error *err) {
             "{s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "global_step", (json_int_t)s->global_step, "total_steps",
             (json_int_t)s->total, "progress", num(s->total > 0 ? (double)s->global_step / (double)s->total : NAN),
             "eta_seconds", num(s->finished ? 0 : eta), "elapsed_seconds", num(s->training ? elapsed : NAN),
-            "examples_per_sec", num(s->steps_per_sec * s->examples_per_step), "train", curve_json(&s->train),
-            "validation", curve_json(&s->val));
+            "examples_per_sec", num(s->steps_per_sec * s->examples_per_step), "train", curve_json(&s->train, 0),
+            "validation", curve_json(&s->val, s->val.n > 0 && isfinite(s->val.p[s->val.n - 1].auc)));
         json_t *cluster = json_pack("{s:o, s:o}", "ps", tasks_json(s->ps, s->n_ps, -1, &self, now), "workers",
                                     tasks_json(s->workers, s->n_workers, self.task, &self, now));
         if (json_object_set_new(root, "training", training) || json_object_set_new(root, "cluster", cluster)) {

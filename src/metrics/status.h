@@ -40,7 +40,8 @@ void dt_status_free(dt_status *s);
 void dt_status_start(dt_status *s, int64_t total_steps, int64_t start_step, double examples_per_step);
 /* After each step: the global step, the batch's loss and correct count of its n examples. */
 void dt_status_step(dt_status *s, int64_t global_step, double loss, int correct, int n);
-void dt_status_validation(dt_status *s, int64_t global_step, double loss, double accuracy);
+/* After each validation (the chief): its loss and accuracy, and a binary model's AUC (NAN for others). */
+void dt_status_validation(dt_status *s, int64_t global_step, double loss, double accuracy, double auc);
 void dt_status_finished(dt_status *s);
 
 /* The peers' figures (status_poll.h): task index i of the list given to it answered with self

@@ -660,7 +660,7 @@ static int log_interval(run_state *r, const dt_train_options *o, int evaluates, 
     dt_supervisor_summary_train(r->supervisor, global_step, train_loss, train_acc);
     if (evaluates) dt_supervisor_summary_test(r->supervisor, global_step, val.loss, val.accuracy);
     if (evaluates && r->ctr) dt_supervisor_summary_binary(r->supervisor, global_step, cval.auc, cval.logloss);
-    if (evaluates) dt_status_validation(r->status, global_step, val.loss, val.accuracy);
+    if (evaluates) dt_status_validation(r->status, global_step, val.loss, val.accuracy, r->ctr ? cval.auc : NAN);
     iv->loss_sum = 0;
     iv->correct = iv->seen = iv->examples = 0;
     iv->t_interval = dt_seconds(); /* validation time is not training time */
