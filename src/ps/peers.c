@@ -29,6 +29,7 @@ enum { CUT_SILENT, CUT_PARTIAL, CUT_SLOW, CUT_BUDGET, CUT_LIMIT, CUT_QUIET, CUT_
 #define LOCAL_SENDING_US INT64_C(1000000)     /* ipc: bytes waiting in the socket and no whole message for this long */
 #define HEAP_EVERY_US INT64_C(20000)          /* the heap is asked at most this often (mallinfo2 walks every arena: ~0.1 ms) */
 #define HEAP_GRACE_US INT64_C(100000)         /* after a cut for the heap: libzmq's I/O threads free what it held */
+#define HEAP_CALM_US INT64_C(1000000)         /* ... and at most this often when no connection could be cut for it */
 
 /* The bytes of large replies libzmq holds for all connections, shared by the table and each peer
  * (a reply may outlive both: it is freed by libzmq's I/O thread). */
@@ -70,6 +71,7 @@ struct dt_peers {
     uint64_t unfinished_cost, other;
     int64_t heap_base;      /* the least heap in use seen beyond what is counted (-1: not yet) */
     int64_t heap_next_us;   /* when the heap is asked next (a cut pushes it past HEAP_GRACE_US) */
+    int64_t heap_calm_next_us; /* ... if nothing suspect (check_heap) */
     reply_total *total;
     int warned_limit;
 };
@@ -433,12 +435,18 @@ static void check_heap(dt_peers *p, int drained, int64_t now, char *why, size_t 
     p->heap_next_us = now + HEAP_EVERY_US;
     int locals = 0;
     for (int fd = 0; fd < p->cap && !locals; fd++) locals = p->by_fd[fd] && !p->by_fd[fd]->cut && !p->by_fd[fd]->tcp;
+    dt_peer *big = pick(p, larger_partial, now);
+    /* Drained, no same-host connection, no unfinished message past the slack: nobody below could be
+     * cut, and the heap would only refresh its baseline. That once a second, then: mallinfo2 holds
+     * each arena's lock while it walks it and the I/O threads wait on it (asked every 20 ms, an
+     * 8-worker sync cluster on 2 cores stepped 10-40% slower: BENCHMARKS.md). */
+    if (drained && !locals && !(big && big->partial > PARTIAL_SLACK) && now < p->heap_calm_next_us) goto done;
+    p->heap_calm_next_us = now + HEAP_CALM_US;
     int64_t beyond = heap_in_use() - (int64_t)p->held;
     if (p->heap_base < 0 || beyond < p->heap_base) p->heap_base = beyond;
     if (beyond - p->heap_base <= (int64_t)p->budget) goto done;
     dt_peer *q = locals ? pick(p, local_quieter, now) : NULL;
     if (q && !local_stuck(q, now)) q = NULL;
-    dt_peer *big = pick(p, larger_partial, now);
     if (!q && big && big->partial > PARTIAL_SLACK) {
         snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
                  "connection's unfinished message is the largest (%llu bytes received: in frames of a few bytes each "
