@@ -10,6 +10,9 @@
 #include "update/decay_mask.h"
 #include "update/updater.h"
 
+/* Rows ahead whose values and slots the tables' update asks the memory for. */
+#define ROW_PREFETCH 8
+
 typedef struct {
     dt_updater base;
     dt_opt_config opt;
@@ -74,12 +77,18 @@ static int local_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *
     /* The tables: each touched row once, with its gradient summed over the batch's ids, at the
      * rates of the tables' update number local_step (every step updates every table). */
     const dt_lazy_rates rates = dt_lazy_rates_at(&l->table_opt, local_step);
+    const int slots = dt_lazy_slots(l->table_opt.kind);
     for (int t = 0; t < l->tables; t++) {
         dt_table_grad g;
         if (dt_net_table_grad(net, t, &g)) continue;
         size_t off = dt_net_view(net, g.view)->offset;
         for (size_t r = 0; r < g.n; r++) {
             size_t at = off + (size_t)g.rows[r] * (size_t)g.dim;
+            if (r + ROW_PREFETCH < g.n) { /* random rows of a table far larger than the caches */
+                size_t next = off + (size_t)g.rows[r + ROW_PREFETCH] * (size_t)g.dim;
+                __builtin_prefetch(params + next, 1);
+                for (int k = 0; k < slots; k++) __builtin_prefetch(l->state + (size_t)k * n + next, 1);
+            }
             dt_lazy_apply_row_strided(&l->table_opt, &rates, params + at, l->state + at, n, g.grad + r * (size_t)g.dim,
                                       g.dim);
         }
