@@ -24,7 +24,7 @@ for m in ${MODELS:-lr fm deepfm}; do
     --steps_to_validate 1000000 >"$out/$m.train" 2>&1
   auc=$(awk '/^test auc/ {print $3}' "$out/$m.train")
   ll=$(awk '/^test auc/ {print $6}' "$out/$m.train")
-  eps=$(awk '/^trained/ {gsub(/\(/, "", $7); print $7}' "$out/$m.train")
+  eps=$(awk '/^trained/ {gsub(/\(/, "", $8); print $8}' "$out/$m.train")
   bayes=$(awk '$1 == "test" {print $5}' "$out/$truth.gen")
   printf '%-8s %-6s %10s %10s %8.4f %10s %12s\n' "$m" "$truth" "$auc" "$bayes" "$(echo "$bayes - $auc" | bc -l)" \
     "$ll" "$eps"
