@@ -63,7 +63,7 @@ static int train_flags(train_args *a, flag_def *out) {
                   "click-log models' embedding tables, updated lazily (the touched rows only): sgd, adagrad, ftrl or "
                   "adam (LazyAdam); default adagrad (docs/sparse.md)"),
         FLAG_NUM("table_learning_rate", FLAG_DOUBLE, &o->table_learning_rate,
-                 "the tables' learning rate, constant; 0: --learning_rate", 0, 100, 0),
+                 "the tables' learning rate, constant (adagrad: about 0.2 for click logs); 0: --learning_rate", 0, 100, 0),
         FLAG_NUM("table_initial_accumulator", FLAG_DOUBLE, &o->table_initial_accumulator,
                  "adagrad, ftrl: a new row's accumulator", 0, 1e6, 0),
         FLAG_NUM("table_l1", FLAG_DOUBLE, &o->table_l1, "ftrl: L1 regularisation strength", 0, 1e6, 0),
