@@ -6,7 +6,8 @@
 # test split. Figures: BENCHMARKS.md, "Click-through-rate models: learning".
 #   bench/ctr_learning.sh [OUT_DIR]      (default bench/out/ctr; about 2 GB of logs)
 # Environment: DTRAIN (the binary, default build/dtrain), LINES (2000000), BATCH (256), LR (0.003),
-# SCHEDULE (cosine), MODELS ("lr fm deepfm"); the figures of BENCHMARKS.md use BATCH=256 LR=0.003.
+# SCHEDULE (cosine), TABLE_OPT (adagrad), TABLE_LR (0.2), MODELS ("lr fm deepfm"), SEED (1); the
+# figures of BENCHMARKS.md use the defaults.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${DTRAIN:-$here/build/dtrain}
@@ -20,11 +21,12 @@ printf '%-8s %-6s %10s %10s %8s %10s %12s\n' model truth test_auc bayes_auc gap 
 for m in ${MODELS:-lr fm deepfm}; do
   truth=fm; [ "$m" = lr ] && truth=lr
   "$bin" train --data "$out/$truth.tsv" --model "$here/models/$m.model" --batch_size "${BATCH:-256}" \
-    --learning_rate "${LR:-0.003}" --lr_schedule "${SCHEDULE:-cosine}" --logdir "" --summary_dir "" \
+    --learning_rate "${LR:-0.003}" --lr_schedule "${SCHEDULE:-cosine}" --table_optimizer "${TABLE_OPT:-adagrad}" \
+    --table_learning_rate "${TABLE_LR:-0.2}" --seed "${SEED:-1}" --logdir "" --summary_dir "" \
     --steps_to_validate 1000000 >"$out/$m.train" 2>&1
   auc=$(awk '/^test auc/ {print $3}' "$out/$m.train")
   ll=$(awk '/^test auc/ {print $6}' "$out/$m.train")
-  eps=$(awk '/^trained/ {gsub(/\(/, "", $7); print $7}' "$out/$m.train")
+  eps=$(awk '/^trained/ {gsub(/\(/, "", $8); print $8}' "$out/$m.train")
   bayes=$(awk '$1 == "test" {print $5}' "$out/$truth.gen")
   printf '%-8s %-6s %10s %10s %8.4f %10s %12s\n' "$m" "$truth" "$auc" "$bayes" "$(echo "$bayes - $auc" | bc -l)" \
     "$ll" "$eps"

@@ -5,7 +5,7 @@ model file gives. Prints the training speed (examples per second of the training
 batches are built before the clock starts) and the test split's AUC and logloss.
 
     /usr/bin/python3 bench/torch_ctr.py FILE [--model lr|fm|deepfm] [--buckets N] [--dim K]
-        [--hidden 400,400] [--lr 0.05] [--batch 256] [--threads T] [--epochs E] [--seed S]
+        [--factor_buckets N] [--hidden 400,400] [--lr 0.05] [--batch 256] [--threads T] [--epochs E] [--seed S]
 
 Reads FILE (plain TSV) with dtrain's reader's conventions (bench/ctr_lr_reference.py: the split by
 a hash of the line number, log(1 + x) of the integers, negatives and empties as 0), and hashes each
@@ -54,18 +54,18 @@ class CTR(torch.nn.Module):
     """logit = b + dense . u + sum_f w[row_f]  (lr)  + FM's pairs of v[row_f]  (fm)
     + an MLP over [dense, v[row_1..26]]  (deepfm)."""
 
-    def __init__(self, kind, buckets, dim, hidden):
+    def __init__(self, kind, buckets, dim, hidden, factor_buckets):
         super().__init__()
-        rows = FIELDS * buckets + 1
+        rows, frows = FIELDS * buckets + 1, FIELDS * factor_buckets + 1
         self.kind, self.dim = kind, dim
         self.w = torch.nn.EmbeddingBag(rows, 1, mode="sum", sparse=True, padding_idx=rows - 1)
         torch.nn.init.zeros_(self.w.weight)
         self.u = torch.nn.Linear(DENSE, 1)
         if kind != "lr":
-            self.v = torch.nn.Embedding(rows, dim, sparse=True, padding_idx=rows - 1)
+            self.v = torch.nn.Embedding(frows, dim, sparse=True, padding_idx=frows - 1)
             torch.nn.init.normal_(self.v.weight, std=0.01)
             with torch.no_grad():
-                self.v.weight[rows - 1].zero_()
+                self.v.weight[frows - 1].zero_()
         if kind == "deepfm":
             layers, width = [], DENSE + FIELDS * dim
             for h in hidden:
@@ -74,10 +74,10 @@ class CTR(torch.nn.Module):
             layers.append(torch.nn.Linear(width, 1))
             self.mlp = torch.nn.Sequential(*layers)
 
-    def forward(self, rows, dense):
+    def forward(self, rows, frows, dense):
         logit = self.w(rows).squeeze(1) + self.u(dense).squeeze(1)
         if self.kind != "lr":
-            v = self.v(rows)  # [B, 26, k]
+            v = self.v(frows)  # [B, 26, k]
             s = v.sum(1)
             logit = logit + 0.5 * (s * s - (v * v).sum(1)).sum(1)  # the O(k n) sum-square form
         if self.kind == "deepfm":
@@ -90,6 +90,8 @@ def main():
     ap.add_argument("file")
     ap.add_argument("--model", choices=["lr", "fm", "deepfm"], default="lr")
     ap.add_argument("--buckets", type=int, default=1 << 20, help="rows per field's table")
+    ap.add_argument("--factor_buckets", type=int, default=0,
+                    help="rows per field's factor table (fm, deepfm; models/fm.model: 2^18); 0: --buckets")
     ap.add_argument("--dim", type=int, default=8)
     ap.add_argument("--hidden", default="400,400")
     ap.add_argument("--lr", type=float, default=0.05)
@@ -101,30 +103,33 @@ def main():
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     y, dense, cats, which = read(a.file)
+    fb = a.factor_buckets or a.buckets
     rows = torch.from_numpy(buckets_of(cats, a.buckets))
+    frows = rows if fb == a.buckets else torch.from_numpy(buckets_of(cats, fb))
     dense_t, y_t = torch.from_numpy(dense).float(), torch.from_numpy(y).float()
     tr, te = torch.from_numpy(which == 0), torch.from_numpy(which == 2)
-    model = CTR(a.model, a.buckets, a.dim, [int(h) for h in a.hidden.split(",") if h])
+    model = CTR(a.model, a.buckets, a.dim, [int(h) for h in a.hidden.split(",") if h], fb)
     opt = torch.optim.Adagrad(model.parameters(), lr=a.lr, initial_accumulator_value=0.1)
-    R, D, Y = rows[tr], dense_t[tr], y_t[tr]
-    batches = [(R[s:s + a.batch], D[s:s + a.batch], Y[s:s + a.batch]) for s in range(0, len(Y), a.batch)]
+    R, F, D, Y = rows[tr], frows[tr], dense_t[tr], y_t[tr]
+    batches = [(R[s:s + a.batch], F[s:s + a.batch], D[s:s + a.batch], Y[s:s + a.batch])
+               for s in range(0, len(Y), a.batch)]
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="mean")
     t0 = time.perf_counter()
     for _ in range(a.epochs):
-        for r, d, yy in batches:
+        for r, f, d, yy in batches:
             opt.zero_grad(set_to_none=True)
-            loss_fn(model(r, d), yy).backward()
+            loss_fn(model(r, f, d), yy).backward()
             opt.step()
     seconds = time.perf_counter() - t0
     with torch.no_grad():
-        p = torch.sigmoid(model(rows[te], dense_t[te])).double().numpy()
+        p = torch.sigmoid(model(rows[te], frows[te], dense_t[te])).double().numpy()
     auc, ll = auc_logloss(p, y[te.numpy()])
     n = len(Y) * a.epochs
     print(f"{a.file}: pytorch {torch.__version__} {a.model}, {a.threads} thread(s), batch {a.batch}, "
           f"{a.buckets} buckets/field, dim {a.dim}: {n / seconds:.0f} examples/s, test AUC {auc:.6f}, "
           f"logloss {ll:.6f}")
     print(json.dumps({"bench": "torch_ctr", "model": a.model, "threads": a.threads, "batch": a.batch,
-                      "buckets": a.buckets, "dim": a.dim, "examples": n, "seconds": seconds,
+                      "buckets": a.buckets, "factor_buckets": fb, "dim": a.dim, "examples": n, "seconds": seconds,
                       "examples_per_s": n / seconds, "auc": auc, "logloss": ll}))
 
 

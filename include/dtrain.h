@@ -145,6 +145,13 @@ typedef struct dt_train_options {
     int weight_decay_biases;
     double clip_gradient_norm;
     const char *augment;
+    /* The embedding tables of a click-log model (docs/sparse.md, "Lazy optimizers"): updated
+     * lazily, only the rows a batch touched, by table_optimizer ("sgd", "adagrad", "ftrl" or "adam";
+     * NULL: adagrad) at table_learning_rate (0: learning_rate), constant (the schedule and
+     * weight_decay are the dense variables'). TensorFlow's defaults: table_initial_accumulator 0.1
+     * (adagrad, ftrl), table_l1 0, table_l2 0, table_lr_power -0.5 (ftrl). */
+    const char *table_optimizer;
+    double table_learning_rate, table_initial_accumulator, table_l1, table_l2, table_lr_power;
     const volatile int *stop;    /* if non-NULL and set (e.g. from SIGINT), training stops early */
 
     /* The cluster, as the source's flags (docs/cluster.md). All NULL: the TF_CONFIG environment

@@ -256,35 +256,6 @@ static void test_device_refusal(void) {
     dt_net_free(net);
 }
 
-/* The lazy update of a table's rows: each touched row exactly as the dense update makes it; an
- * untouched row and its slots stay (momentum and adam move it in the dense update). */
-static void test_lazy_rows(void) {
-    enum { ROWS = 10, DIM = 4, N = ROWS * DIM + 3 }; /* a table at float 3 of a slice */
-    static const char *const names[] = {"sgd", "momentum", "adam"};
-    for (int k = 0; k < 3; k++) {
-        dt_opt_config c;
-        CHECK(dt_opt_config_init(&c, names[k], 0.1f, NULL) == 0);
-        float pd[N], pl[N], g[N], sd[2 * N] = {0}, sl[2 * N] = {0};
-        for (int i = 0; i < N; i++) pd[i] = pl[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
-        static const int64_t touched[2][2] = {{2, 3}, {2, 7}};
-        for (int step = 0; step < 2; step++) {
-            memset(g, 0, sizeof g);
-            for (int r = 0; r < 2; r++)
-                for (int d = 0; d < DIM; d++) g[3 + touched[step][r] * DIM + d] = (float)(step + 1 + r) * 0.3f - d * 0.1f;
-            dt_opt_apply(&c, pd, g, sd, NULL, N, step);
-            dt_opt_apply_rows(&c, pl, g, sl, NULL, N, 3, touched[step], 2, DIM, step);
-        }
-        /* row 2 was touched both times, row 7 at the second step: the same as dense */
-        CHECK(memcmp(pl + 3 + 2 * DIM, pd + 3 + 2 * DIM, DIM * sizeof(float)) == 0);
-        CHECK(memcmp(pl + 3 + 7 * DIM, pd + 3 + 7 * DIM, DIM * sizeof(float)) == 0);
-        /* row 3, touched at the first step only: the lazy update leaves it after that */
-        int moved = memcmp(pl + 3 + 3 * DIM, pd + 3 + 3 * DIM, DIM * sizeof(float)) != 0;
-        CHECK_MSG(moved == (k != 0), "%s: row 3 %s", names[k], moved ? "differs" : "is the same");
-        /* never touched: rows 0, 1, the floats before the table */
-        for (int i = 0; i < 3 + 2 * DIM; i++) CHECK(pl[i] == (float)((i * 37) % 11) / 11.0f - 0.5f);
-    }
-}
-
 /* The embedding kernel alone: repeated rows, a mean bag, weights, an empty bag. */
 static void test_kernel(void) {
     dt_cpu cpu;
@@ -317,7 +288,6 @@ int main(void) {
     RUN(test_threads);
     RUN(test_refusals);
     RUN(test_device_refusal);
-    RUN(test_lazy_rows);
     RUN(test_kernel);
     return test_summary();
 }

@@ -16,7 +16,8 @@ check "gen-clicks prints the test split's Bayes AUC" [ -n "$bayes" ]
 # model is otherwise models/lr.model, line for line.
 sed 's/buckets=1048576/buckets=65536/' models/lr.model >"$tmp/lr.model"
 timeout --foreground 120 "$bin" train --data "$tmp/clicks.tsv" --model "$tmp/lr.model" --batch_size 256 \
-  --learning_rate 0.005 --lr_schedule cosine --epochs 2 --steps_to_validate 300 --logdir "$tmp/ck" --summary_dir "$tmp/sum" \
+  --learning_rate 0.005 --lr_schedule cosine --table_learning_rate 0.2 --epochs 2 --steps_to_validate 300 \
+  --logdir "$tmp/ck" --summary_dir "$tmp/sum" \
   >"$tmp/train.out" 2>&1
 st=$?
 check "trains LR on a click log (status $st)" [ "$st" -eq 0 ]
@@ -24,8 +25,9 @@ auc=$(awk '/^test auc/ {print $3}' "$tmp/train.out")
 echo "test auc $auc, Bayes AUC $bayes"
 check "the chief's log lines report val_auc and val_logloss" grep -q "val_auc 0\.[0-9]*  val_logloss 0\.[0-9]*" "$tmp/train.out"
 check "test AUC well above 0.5 (got $auc)" awk -v a="$auc" 'BEGIN {exit !(a > 0.7)}'
-# 96,000 training lines leave a finite-sample gap: 0.0105 measured (0.8057 against 0.8162); a
-# learning rate of 0.02 overfits to 0.767 and fails here.
+# 96,000 training lines leave a finite-sample gap: 0.0066 measured (0.8096 against 0.8162, the
+# tables by Adagrad at 0.2); the tables at 0.05 reach 0.8035, and a dense rate of 0.02 (adam)
+# overfitted the tables to 0.767 when they followed it.
 check "test AUC within 0.02 of the Bayes AUC $bayes (got $auc)" \
   awk -v a="$auc" -v b="$bayes" 'BEGIN {exit !(a > b - 0.02 && a < b + 0.01)}'
 

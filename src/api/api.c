@@ -10,6 +10,7 @@
 #include "model/net.h"
 #include "train/evaluate.h"
 #include "train/serve.h"
+#include "train/table_optim.h"
 #include "update/updater.h"
 #include "worker/remote.h"
 
@@ -122,8 +123,14 @@ int dt_optimizer_new(dt_optimizer **out, const char *name, float learning_rate, 
     *out = NULL;
     dt_optimizer *o = dt_calloc(1, sizeof *o, "optimizer", err);
     if (!o) return DT_ENOMEM;
+    /* The embedding tables (a click-log model) get dtrain train's default: Adagrad at this rate. */
+    dt_train_options defaults;
+    dt_train_options_init(&defaults);
+    defaults.learning_rate = learning_rate;
+    dt_lazy_config tables;
     int rc = dt_opt_config_init(&o->config, name, learning_rate, err);
-    if (!rc) rc = dt_local_updater_create(&o->updater, &o->config, net, err);
+    if (!rc) rc = dt_table_optim_config(&defaults, &tables, err);
+    if (!rc) rc = dt_local_updater_create(&o->updater, &o->config, &tables, net, err);
     if (rc) {
         dt_optimizer_free(o);
         return rc;

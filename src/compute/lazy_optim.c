@@ -100,8 +100,8 @@ static void ftrl_row(const dt_lazy_config *c, float lr, float *restrict w, float
     }
 }
 
-void dt_lazy_apply_row(const dt_lazy_config *c, const dt_lazy_rates *r, float *restrict value, float *restrict slots,
-                       const float *restrict grad, int dim) {
+void dt_lazy_apply_row_strided(const dt_lazy_config *c, const dt_lazy_rates *r, float *restrict value,
+                               float *restrict slots, size_t stride, const float *restrict grad, int dim) {
     const float lr = r->lr;
     switch (c->kind) {
     case DT_LAZY_SGD:
@@ -114,11 +114,11 @@ void dt_lazy_apply_row(const dt_lazy_config *c, const dt_lazy_rates *r, float *r
         }
         break;
     case DT_LAZY_FTRL:
-        ftrl_row(c, lr, value, slots, slots + dim, grad, dim);
+        ftrl_row(c, lr, value, slots, slots + stride, grad, dim);
         break;
     case DT_LAZY_ADAM: {
         const float b1 = c->beta1, b2 = c->beta2, eps = c->epsilon, lr_t = r->lr_t;
-        float *m = slots, *v = slots + dim;
+        float *m = slots, *v = slots + stride;
         for (int j = 0; j < dim; j++) {
             float g = grad[j];
             m[j] = b1 * m[j] + (1.0f - b1) * g;
@@ -128,4 +128,9 @@ void dt_lazy_apply_row(const dt_lazy_config *c, const dt_lazy_rates *r, float *r
         break;
     }
     }
+}
+
+void dt_lazy_apply_row(const dt_lazy_config *c, const dt_lazy_rates *r, float *restrict value, float *restrict slots,
+                       const float *restrict grad, int dim) {
+    dt_lazy_apply_row_strided(c, r, value, slots, (size_t)dim, grad, dim);
 }

@@ -55,5 +55,10 @@ dt_lazy_rates dt_lazy_rates_at(const dt_lazy_config *c, int64_t step);
  * gradient), r = dt_lazy_rates_at(c, the table's step). */
 void dt_lazy_apply_row(const dt_lazy_config *c, const dt_lazy_rates *r, float *value, float *slots, const float *grad,
                        int dim);
+/* The same with slot k of value j at slots[k * stride + j]: the local updater keeps a table's slots
+ * in the flat layout of checkpoints (slot k of flat float i at state[k * n + i]), a ps row keeps
+ * them together (stride = dim). */
+void dt_lazy_apply_row_strided(const dt_lazy_config *c, const dt_lazy_rates *r, float *value, float *slots,
+                               size_t stride, const float *grad, int dim);
 
 #endif

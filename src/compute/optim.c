@@ -133,17 +133,6 @@ void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, co
     apply_span(c, out, params, grads, state, decay, n, i, n, lr, lr_t);
 }
 
-void dt_opt_apply_rows(const dt_opt_config *c, float *params, const float *grads, float *state, const uint8_t *decay,
-                       size_t n, size_t base, const int64_t *rows, size_t n_rows, int dim, int64_t step) {
-    float lr_t;
-    const float lr = step_rates(c, step, &lr_t);
-    if (c->weight_decay == 0) decay = NULL;
-    for (size_t r = 0; r < n_rows; r++) {
-        size_t lo = base + (size_t)rows[r] * (size_t)dim;
-        apply_span(c, params, params, grads, state, decay, n, lo, lo + (size_t)dim, lr, lr_t);
-    }
-}
-
 void dt_opt_apply(const dt_opt_config *c, float *params, const float *grads, float *state, const uint8_t *decay,
                   size_t n, int64_t step) {
     dt_opt_apply_to(c, params, params, grads, state, decay, n, step, NULL);

@@ -66,14 +66,6 @@ typedef struct {
 void dt_opt_apply_to(const dt_opt_config *c, float *out, const float *params, const float *grads, float *state,
                      const uint8_t *decay, size_t n, int64_t step, const dt_opt_skip *skip);
 
-/* dt_opt_apply on some rows of a slice of n floats only: row r is floats [base + rows[r] * dim,
- * + dim), each updated exactly as dt_opt_apply would update it at this step; every other float and
- * its slots are left as they are. The lazy update of an embedding table (TensorFlow's sparse
- * apply: sgd as dense, momentum as sparse_apply_momentum, adam as LazyAdam), whose other rows had no
- * gradient. */
-void dt_opt_apply_rows(const dt_opt_config *c, float *params, const float *grads, float *state, const uint8_t *decay,
-                       size_t n, size_t base, const int64_t *rows, size_t n_rows, int dim, int64_t step);
-
 /* Clips a whole gradient g [n] to a global L2 norm of at most max_norm (tf.clip_by_global_norm:
  * g *= max_norm / max(norm, max_norm)); returns the norm before clipping (computed in double). */
 double dt_clip_global_norm(float *g, size_t n, float max_norm);

@@ -337,9 +337,16 @@ static void emb_bwd(dt_net *net, layer *L, layer *F) {
     emb_state *e = L->emb;
     size_t dim = (size_t)L->spec->dim;
     float *g = kgrad(net, e->table_view);
-    for (size_t u = 0; u < e->n_uniq; u++) memset(g + (size_t)e->uniq[u] * dim, 0, dim * sizeof *g);
+    /* random rows of a table far larger than the caches: each asked for a few rows ahead */
+    for (size_t u = 0; u < e->n_uniq; u++) {
+        if (u + 8 < e->n_uniq) __builtin_prefetch(g + (size_t)e->uniq[u + 8] * dim, 1);
+        memset(g + (size_t)e->uniq[u] * dim, 0, dim * sizeof *g);
+    }
     e->n_uniq = net->k.ops->embedding_backward(net->k.ctx, e->uniq, e->ugrad, dout_of(net, L), &e->bags, e->scratch);
-    for (size_t u = 0; u < e->n_uniq; u++) memcpy(g + (size_t)e->uniq[u] * dim, e->ugrad + u * dim, dim * sizeof *g);
+    for (size_t u = 0; u < e->n_uniq; u++) {
+        if (u + 8 < e->n_uniq) __builtin_prefetch(g + (size_t)e->uniq[u + 8] * dim, 1);
+        memcpy(g + (size_t)e->uniq[u] * dim, e->ugrad + u * dim, dim * sizeof *g);
+    }
     /* per table: its range of uniq, and its rows counted from its own first */
     size_t u = 0;
     for (int t = 0; t < e->n_tables; t++) {

@@ -29,7 +29,35 @@ void dt_ckpt_file_name(char *out, size_t cap, int64_t global_step) {
     snprintf(out, cap, DT_CKPT_PREFIX "%" PRId64 DT_CKPT_SUFFIX, global_step);
 }
 
-static int run_slots(const dt_ckpt_run *run) { return run->opt ? dt_opt_slots(run->opt) : 0; }
+const char *dt_ckpt_table_slot_name(dt_lazy_kind kind, int slot) {
+    static const char *const adagrad[] = {"adagrad_accumulator"}, *const ftrl[] = {"ftrl_accumulator", "ftrl_linear"};
+    if (kind == DT_LAZY_ADAGRAD && slot == 0) return adagrad[0];
+    if (kind == DT_LAZY_FTRL && slot >= 0 && slot < 2) return ftrl[slot];
+    if (kind == DT_LAZY_ADAM) return dt_ckpt_slot_name(DT_OPT_ADAM, slot);
+    return "?";
+}
+
+/* The slots of a variable and their names: the tables' optimizer's for a table (when the run has
+ * one), run->opt's otherwise; none without run->opt. */
+static int view_slots(const dt_ckpt_run *run, const dt_param_view *pv) {
+    if (!run->opt) return 0;
+    return pv->table && run->tables ? dt_lazy_slots(run->tables->kind) : dt_opt_slots(run->opt);
+}
+
+static void slot_tensor_name(char *out, const dt_ckpt_run *run, const dt_param_view *pv, int k) {
+    snprintf(out, NAME_CAP, "%s/%s", pv->name,
+             pv->table && run->tables ? dt_ckpt_table_slot_name(run->tables->kind, k)
+                                      : dt_ckpt_slot_name(run->opt->kind, k));
+}
+
+int dt_ckpt_state_slots(const dt_ckpt_run *run) {
+    int most = 0;
+    for (int v = 0; v < dt_net_num_views(run->net); v++) {
+        int k = view_slots(run, dt_net_view(run->net, v));
+        if (k > most) most = k;
+    }
+    return most;
+}
 
 /* ---- Metadata ------------------------------------------------------------------------------- */
 
@@ -40,8 +68,22 @@ static char *dump(json_t *obj) {
     return s;
 }
 
-static char *optimizer_json(const dt_opt_config *o) {
+/* The tables' optimizer, for the record (docs/checkpoint-format.md): its name and hyperparameters. */
+static json_t *tables_json(const dt_lazy_config *t) {
+    json_t *j = json_pack("{s:s, s:f}", "name", dt_lazy_name(t->kind), "learning_rate", (double)t->learning_rate);
+    if (j && (t->kind == DT_LAZY_ADAGRAD || t->kind == DT_LAZY_FTRL))
+        json_object_set_new(j, "initial_accumulator", json_real(t->initial_accumulator));
+    if (j && t->kind == DT_LAZY_FTRL) {
+        json_object_set_new(j, "l1", json_real(t->l1));
+        json_object_set_new(j, "l2", json_real(t->l2));
+        json_object_set_new(j, "lr_power", json_real(t->lr_power));
+    }
+    return j;
+}
+
+static char *optimizer_json(const dt_opt_config *o, const dt_lazy_config *tables) {
     json_t *j = json_pack("{s:s, s:f}", "name", dt_opt_name(o->kind), "learning_rate", (double)o->learning_rate);
+    if (j && tables) json_object_set_new(j, "tables", tables_json(tables));
     if (j && o->kind == DT_OPT_MOMENTUM) json_object_set_new(j, "momentum", json_real(o->momentum));
     if (j && o->kind == DT_OPT_ADAM) {
         json_object_set_new(j, "beta1", json_real(o->beta1));
@@ -109,7 +151,7 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     if (global_step < 0 || global_step > DT_CKPT_MAX_STEP)
         return dt_errorf(err, DT_EINVAL, "checkpoint: global step %" PRId64 " out of range (0 to %lld)", global_step,
                          DT_CKPT_MAX_STEP);
-    int slots = run_slots(run), n_views = dt_net_num_views(run->net);
+    int slots = dt_ckpt_state_slots(run), n_views = dt_net_num_views(run->net);
     if (slots > MAX_SLOTS) return dt_errorf(err, DT_EINVAL, "checkpoint: %d optimizer slots", slots);
     if (slots && !state) return dt_errorf(err, DT_EINVAL, "checkpoint: optimizer state missing");
     size_t n = dt_net_param_count(run->net);
@@ -119,7 +161,7 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     int cap = n_views * (1 + slots) + 1, nt = 0;
     dt_st_tensor *t = dt_calloc((size_t)cap, sizeof *t, "checkpoint tensor list", err);
     char *names = dt_calloc((size_t)cap, NAME_CAP, "checkpoint tensor names", err);
-    char *meta_opt = run->opt ? optimizer_json(run->opt) : NULL, *meta_data = data_position_json(run, global_step),
+    char *meta_opt = run->opt ? optimizer_json(run->opt, dt_net_num_tables(run->net) ? run->tables : NULL) : NULL, *meta_data = data_position_json(run, global_step),
          *meta_rng = rng_json(run), *meta_classes = run->n_class_names > 0 ? dt_ckpt_classes_json(run->class_names, run->n_class_names) : NULL;
     if (!t || !names || (run->opt && !meta_opt) || !meta_data || !meta_rng ||
         (run->n_class_names > 0 && !meta_classes)) {
@@ -130,10 +172,10 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     for (int v = 0; v < n_views; v++) {
         const dt_param_view *pv = dt_net_view(run->net, v);
         if (pv->count == 0) continue;
-        for (int s = -1; s < slots; s++) {
+        for (int s = -1; s < view_slots(run, pv); s++) {
             char *name = names + (size_t)nt * NAME_CAP;
             if (s < 0) snprintf(name, NAME_CAP, "%s", pv->name);
-            else snprintf(name, NAME_CAP, "%s/%s", pv->name, dt_ckpt_slot_name(run->opt->kind, s));
+            else slot_tensor_name(name, run, pv, s);
             dt_st_tensor *x = &t[nt++];
             x->name = name;
             x->dtype = DT_ST_F32;
@@ -628,8 +670,10 @@ static int find_variable(const dt_ckpt_run *run, const char *name, int *slot) {
         }
         if (name[l] != '/') continue;
         for (int k = 0; k < MAX_SLOTS; k++) {
-            if (strcmp(name + l + 1, dt_ckpt_slot_name(DT_OPT_MOMENTUM, k)) == 0 ||
-                strcmp(name + l + 1, dt_ckpt_slot_name(DT_OPT_ADAM, k)) == 0) {
+            const char *sn = name + l + 1;
+            if (strcmp(sn, dt_ckpt_slot_name(DT_OPT_MOMENTUM, k)) == 0 || strcmp(sn, dt_ckpt_slot_name(DT_OPT_ADAM, k)) == 0 ||
+                strcmp(sn, dt_ckpt_table_slot_name(DT_LAZY_ADAGRAD, k)) == 0 ||
+                strcmp(sn, dt_ckpt_table_slot_name(DT_LAZY_FTRL, k)) == 0) {
                 *slot = k;
                 return v;
             }
@@ -691,34 +735,40 @@ static void diff_tensors(const dt_st_file *f, const dt_ckpt_run *run, const char
     }
 }
 
-/* Optimizer state: every slot of this run's optimizer, for every variable, of its size. */
+/* A slot of variable pv missing: the first variable of its kind (table or not) says which optimizer
+ * trained the checkpoint and what to pass to resume it. */
+static int missing_slot(const dt_st_file *f, const char *label, const dt_ckpt_run *run, const dt_param_view *pv,
+                        const char *name, dt_error *err) {
+    if (pv->table && run->tables)
+        return dt_errorf(err, DT_EINVAL, "%s has no %s: its tables were trained with another table optimizer than "
+                         "this run's %s (pass the --table_optimizer it was trained with to resume it)", label, name,
+                         dt_lazy_name(run->tables->kind));
+    const char *had = "";
+    dt_ckpt_info info;
+    if (dt_ckpt_read_info(f, label, &info, NULL) == 0 && info.optimizer[0]) had = info.optimizer;
+    return dt_errorf(err, DT_EINVAL, "%s was trained with optimizer %s, which has no %s state; this run uses %s "
+                     "(pass --optimizer=%s to resume it)", label, had[0] ? had : "(unknown)", strchr(name, '/') + 1,
+                     dt_opt_name(run->opt->kind), had[0] ? had : "...");
+}
+
+/* Optimizer state: every slot of the optimizer of each variable, of its size. */
 static int check_slots(const dt_st_file *f, const char *label, const dt_ckpt_run *run, dt_error *err) {
-    const int nv = dt_net_num_views(run->net), slots = run_slots(run);
-    const dt_param_view *pv0 = NULL;
-    for (int v = 0; v < nv && !pv0; v++)
-        if (dt_net_view(run->net, v)->count) pv0 = dt_net_view(run->net, v);
-    for (int k = 0; k < slots && pv0; k++) {
-        char name[NAME_CAP];
-        snprintf(name, sizeof name, "%s/%s", pv0->name, dt_ckpt_slot_name(run->opt->kind, k));
-        if (dt_st_find(f, name)) continue;
-        const char *had = "";
-        dt_ckpt_info info;
-        if (dt_ckpt_read_info(f, label, &info, NULL) == 0 && info.optimizer[0]) had = info.optimizer;
-        return dt_errorf(err, DT_EINVAL, "%s was trained with optimizer %s, which has no %s state; this run uses %s "
-                         "(pass --optimizer=%s to resume it)", label, had[0] ? had : "(unknown)",
-                         dt_ckpt_slot_name(run->opt->kind, k), dt_opt_name(run->opt->kind), had[0] ? had : "...");
-    }
-    for (int v = 0; v < nv; v++) {
+    int first[2] = {1, 1}; /* the first variable of each kind (dense, table): a missing slot there is
+                            * another optimizer; further on, damage */
+    for (int v = 0; v < dt_net_num_views(run->net); v++) {
         const dt_param_view *pv = dt_net_view(run->net, v);
         if (pv->count == 0) continue;
-        for (int k = 0; k < slots; k++) {
+        int *is_first = &first[pv->table && run->tables];
+        for (int k = 0; k < view_slots(run, pv); k++) {
             char name[NAME_CAP];
-            snprintf(name, sizeof name, "%s/%s", pv->name, dt_ckpt_slot_name(run->opt->kind, k));
+            slot_tensor_name(name, run, pv, k);
             const dt_st_info *ti = dt_st_find(f, name);
+            if (!ti && *is_first) return missing_slot(f, label, run, pv, name, err);
             if (!ti || ti->count != pv->count)
                 return dt_errorf(err, DT_EFORMAT, "%s: optimizer state %s is missing or not the size of %s", label, name,
                                  pv->name);
         }
+        *is_first = 0;
     }
     return DT_OK;
 }
@@ -741,7 +791,7 @@ int dt_ckpt_check_fits(const dt_st_file *f, const char *label, const dt_ckpt_run
 
 int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run, float *params, float *state,
                  int64_t *global_step, dt_error *err) {
-    int nv = dt_net_num_views(run->net), slots = state ? run_slots(run) : 0;
+    int nv = dt_net_num_views(run->net), slots = state ? dt_ckpt_state_slots(run) : 0;
     size_t n = dt_net_param_count(run->net);
     dt_ckpt_run fit = *run;
     if (!state) fit.opt = NULL; /* parameters only: slots are not asked for */
@@ -758,9 +808,9 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
         const dt_param_view *pv = dt_net_view(run->net, v);
         if (pv->count == 0) continue;
         if ((rc = dt_st_read(f, pv->name, DT_ST_F32, params + pv->offset, pv->count, err))) return rc;
-        for (int k = 0; k < slots; k++) {
+        for (int k = 0; k < (slots ? view_slots(run, pv) : 0); k++) {
             char name[NAME_CAP];
-            snprintf(name, sizeof name, "%s/%s", pv->name, dt_ckpt_slot_name(run->opt->kind, k));
+            slot_tensor_name(name, run, pv, k);
             if ((rc = dt_st_read(f, name, DT_ST_F32, state + (size_t)k * n + pv->offset, pv->count, err))) return rc;
         }
     }
@@ -769,12 +819,11 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
 }
 
 size_t dt_ckpt_clear_untrained_slots(const dt_ckpt_run *run, float *state) {
-    int slots = run_slots(run);
     size_t n = dt_net_param_count(run->net), cleared = 0;
     for (int v = 0; state && v < dt_net_num_views(run->net); v++) {
         const dt_param_view *pv = dt_net_view(run->net, v);
         if (!pv->not_trained) continue;
-        for (int k = 0; k < slots; k++) {
+        for (int k = 0; k < view_slots(run, pv); k++) {
             float *x = state + (size_t)k * n + pv->offset;
             for (size_t i = 0; i < pv->count; i++) {
                 cleared += x[i] != 0.0f;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "compute/lazy_optim.h"
 #include "compute/optim.h"
 #include "dtrain.h"
 #include "model/net.h"
@@ -28,6 +29,10 @@
 typedef struct {
     const dt_net *net;              /* variables (views) and the model spec (its text is stored) */
     const dt_opt_config *opt;       /* NULL: parameters only (saving then stores no slots) */
+    /* The embedding tables' optimizer (a single process: update/local.c); NULL: opt trains them
+     * too (a cluster, whose ps tasks hold them as dense variables). A table's slots are then its
+     * own, named by dt_ckpt_table_slot_name. */
+    const dt_lazy_config *tables;
     uint64_t seed;                  /* everything random derives from it (core/rng.h) */
     int batch_size;                 /* per worker */
     int n_workers;                  /* 1 on a single machine */
@@ -53,6 +58,15 @@ typedef struct {
 
 /* Slot tensor name suffix of optimizer slot k ("momentum"; "adam_m", "adam_v"). */
 const char *dt_ckpt_slot_name(dt_opt_kind kind, int slot);
+
+/* The tables' slot names: "adagrad_accumulator"; "ftrl_accumulator", "ftrl_linear"; LazyAdam's
+ * "adam_m", "adam_v" (the moments of dense adam). */
+const char *dt_ckpt_table_slot_name(dt_lazy_kind kind, int slot);
+
+/* Slots per float of the flat state layout (above) for a run: the most slots of any variable's
+ * optimizer (run->opt's, or run->tables' for a table). A variable with fewer leaves the rest of its
+ * floats' slots unused. */
+int dt_ckpt_state_slots(const dt_ckpt_run *run);
 
 /* "model.ckpt-<step>.safetensors" into out. */
 void dt_ckpt_file_name(char *out, size_t cap, int64_t global_step);

@@ -83,7 +83,7 @@ int dt_supervisor_open(dt_supervisor **out, const dt_supervisor_config *cfg, dt_
     s->cfg = *cfg;
     s->saved_step = -1;
     s->n = dt_net_param_count(cfg->run.net);
-    s->slots = cfg->run.opt ? dt_opt_slots(cfg->run.opt) : 0;
+    s->slots = dt_ckpt_state_slots(&cfg->run);
     int rc = 0;
     if (checkpoints_on(s)) {
         size_t ns = s->n * (size_t)s->slots;

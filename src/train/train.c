@@ -30,6 +30,7 @@
 #include "train/evaluate.h"
 #include "train/evaluate_ctr.h"
 #include "train/progress.h"
+#include "train/table_optim.h"
 #include "train/train_debug.h"
 #include "update/updater.h"
 #include "transport/auth.h"
@@ -39,6 +40,8 @@ void dt_train_options_init(dt_train_options *o) {
     memset(o, 0, sizeof *o);
     o->optimizer = "adam";
     o->learning_rate = 0.002f;
+    o->table_initial_accumulator = 0.1;
+    o->table_lr_power = -0.5;
     o->batch_size = 64;
     o->epochs = 1.0;
     o->steps_to_validate = 1000;
@@ -187,6 +190,7 @@ typedef struct {
     uint64_t ctr_lines;           /* ... and how many there are (every shard's) */
     dt_updater *updater;
     dt_opt_config opt;
+    dt_lazy_config table_opt;     /* the embedding tables' (table_optim.h) */
     dt_supervisor *supervisor;    /* the chief's checkpoints and summaries; NULL elsewhere */
     dt_auth auth;                 /* --auth=curve: this task's keys */
     dt_progress prog;             /* the live progress line (a terminal) */
@@ -334,6 +338,8 @@ int dt_train_hooked(const dt_train_options *o, const dt_train_debug *dbg, FILE *
      * decay is checked again then. */
     dt_opt_config opt;
     if ((rc = opt_from_options(o, o->train_steps > 0 ? o->train_steps : o->warmup_steps + 1, &opt, err))) return rc;
+    dt_lazy_config tables;
+    if ((rc = dt_table_optim_config(o, &tables, err))) return rc;
     dt_augment aug;
     if ((rc = dt_augment_parse(&aug, o->augment, err))) return rc;
     dt_place_strategy strategy;
@@ -507,7 +513,8 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
     const run_plan *p = &r->plan;
     int rc = opt_from_options(o, p->total, &r->opt, err);
     if (rc) return rc;
-    if (!c->distributed) return dt_local_updater_create(&r->updater, &r->opt, r->net, err);
+    if ((rc = dt_table_optim_config(o, &r->table_opt, err))) return rc;
+    if (!c->distributed) return dt_local_updater_create(&r->updater, &r->opt, &r->table_opt, r->net, err);
     dt_encoding compression; /* checked by check_options */
     if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
     dt_overlap_mode overlap; /* checked by check_options */
@@ -557,7 +564,9 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
         dt_supervisor_config sc = {.logdir = o->logdir, .save_secs = o->save_model_secs, .max_to_keep = o->max_to_keep,
                                    .summary_dir = o->summary_dir, .snapshot = snapshot, .user = r, .log = r->log,
                                    .examples_per_step = (int)p->examples_per_step,
-                                   .run = {.net = r->net, .opt = &r->opt, .seed = o->seed, .batch_size = o->batch_size,
+                                   /* a cluster's tables are still dense variables on the ps tasks */
+                                   .run = {.net = r->net, .opt = &r->opt, .tables = c->distributed ? NULL : &r->table_opt,
+                                           .seed = o->seed, .batch_size = o->batch_size,
                                            .n_workers = p->n_workers, .sync = p->sync, .batches_per_epoch = p->per_epoch,
                                            .validation_fraction = o->validation_fraction,
                                            .class_names = r->ctr ? NULL : dt_dataset_class_names(r->data.train),

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "compute/lazy_optim.h"
 #include "compute/optim.h"
 #include "model/net.h"
 
@@ -41,7 +42,11 @@ struct dt_updater {
 };
 
 /* The local updater: opt over net's trained parameters (the moving statistics skipped, as on a ps;
- * weight decay where decay_mask.h says), state held here. */
-int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt_net *net, dt_error *err);
+ * weight decay where decay_mask.h says), except the embedding tables, which tables (required when
+ * the net has any; train/table_optim.h makes it from the options) updates lazily, row by row, as
+ * the ps tasks do (no schedule, no weight decay). State held here, in checkpoint.h's flat layout
+ * with the most slots of the two optimizers (a table's own slots first, the rest unused). */
+int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt_lazy_config *tables,
+                            const dt_net *net, dt_error *err);
 
 #endif
