@@ -249,5 +249,11 @@ int dt_placement_compute_dense(dt_placement *p, const dt_net *net, int n_ps, dt_
     }
     int rc = dt_placement_compute(p, v, n, n_ps, strategy, err);
     free(v);
+    for (int i = 0; !rc && i < n_ps; i++)
+        if (!p->shard_count[i])
+            rc = dt_errorf(err, DT_EINVAL, "ps_hosts: ps %d would hold none of the model's dense variables (%zu "
+                           "floats over %d ps tasks; its embedding tables are sparse tables, spread over every ps): "
+                           "a ps without dense variables is not supported yet, use fewer ps tasks", i, p->total, n_ps);
+    if (rc) dt_placement_free(p);
     return rc;
 }

@@ -48,6 +48,8 @@ typedef struct {
     int64_t gstep;                /* the global step the last apply returned (async: the next tag) */
     double blocked_s;             /* since the last apply: hooks waiting for the exchange */
     dt_sparse_client *sparse;     /* a compact net's tables on the ps tasks; NULL: none */
+    dt_sparse_stats sparse0;      /* its counts, and the client's sparse bytes, when training began */
+    uint64_t sparse_tx0, sparse_rx0;
 } remote;
 
 enum { OV_NONE, OV_FILLING, OV_FLYING };
@@ -113,6 +115,10 @@ static int resume_from_ps(remote *r, dt_net *net, int64_t *global_step, dt_error
         dt_sparse_reset(r->sparse);
         if (!r->cfg.cluster->is_chief && (rc = dt_sparse_wait_declared(r->sparse, r->cfg.connect_timeout_ms, err)))
             return rc;
+        /* the log's counts are training's: from here on (the declaration and its wait left out) */
+        r->sparse0 = *dt_sparse_get_stats(r->sparse);
+        r->sparse_tx0 = dt_ps_client_get_stats(r->client)->sparse_tx_bytes;
+        r->sparse_rx0 = dt_ps_client_get_stats(r->client)->sparse_rx_bytes;
     }
     views_into_net(r, net, global_step);
     r->iter = *global_step;
@@ -565,6 +571,21 @@ static int attach(remote *r, dt_net *net, dt_error *err) {
     return DT_OK;
 }
 
+/* The sparse tables' line: what travelled since training began, counted (docs/sparse.md). */
+static void log_sparse(remote *r, const dt_ps_client_stats *st) {
+    const dt_sparse_stats *a = &r->sparse0, *b = dt_sparse_get_stats(r->sparse);
+    unsigned long long up = st->sparse_tx_bytes - r->sparse_tx0, down = st->sparse_rx_bytes - r->sparse_rx0;
+    unsigned long long pulled = b->rows_pulled - a->rows_pulled, pushed = b->rows_pushed - a->rows_pushed;
+    double n = (double)r->updates;
+    fprintf(r->cfg.log, "worker %d: sparse tables: %llu pulls, %llu pushes, %llu messages, %llu rows pulled, %llu "
+            "pushed, %llu bytes up, %llu down; per update %.1f rows pulled, %.0f bytes up, %.0f down (dense and "
+            "sparse: %.0f up, %.0f down); stale pushes %llu\n", r->cfg.cluster->task_index,
+            (unsigned long long)(b->pulls - a->pulls), (unsigned long long)(b->pushes - a->pushes),
+            (unsigned long long)(b->messages - a->messages), pulled, pushed, up, down, (double)pulled / n,
+            (double)up / n, (double)down / n, (double)st->tx_bytes / n, (double)st->rx_bytes / n,
+            (unsigned long long)(b->stale - a->stale));
+}
+
 /* One line per worker: how many updates, where the time went, how many gradients were stale. */
 static void log_summary(remote *r) {
     if (!r->cfg.log || r->updates == 0) return;
@@ -586,15 +607,7 @@ static void log_summary(remote *r) {
                                         (unsigned long long)st->repulls);
     if (r->recoveries) fprintf(r->cfg.log, "; ps outages waited out: %lld", (long long)r->recoveries);
     fputc('\n', r->cfg.log);
-    if (r->sparse) {
-        const dt_sparse_stats *ss = dt_sparse_get_stats(r->sparse);
-        fprintf(r->cfg.log, "worker %d: sparse tables: %llu pulls, %llu pushes; per update %.1f rows pulled, %.1f "
-                "pushed; bytes per update up %.0f, down %.0f (of which sparse up %.0f, down %.0f); stale pushes %llu\n",
-                r->cfg.cluster->task_index, (unsigned long long)ss->pulls, (unsigned long long)ss->pushes,
-                (double)ss->rows_pulled / n, (double)ss->rows_pushed / n, (double)st->tx_bytes / n,
-                (double)st->rx_bytes / n, (double)st->sparse_tx_bytes / n, (double)st->sparse_rx_bytes / n,
-                (unsigned long long)ss->stale);
-    }
+    if (r->sparse) log_sparse(r, st);
     fflush(r->cfg.log);
 }
 

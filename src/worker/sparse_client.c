@@ -151,6 +151,7 @@ static void add_part(dt_sparse_client *s, round_t *r, int t, int dim, int p, con
         }
         r->at += bytes;
         int k = s->n_msgs[p]++;
+        s->stats.messages++;
         dt_sparse_msg *m = &s->msg_rows[p][k];
         m->h = dt_wire_header_make(r->push ? DT_MSG_SPARSE_PUSH : DT_MSG_SPARSE_PULL, 0, 0, 0);
         m->h.sparse.table = (uint64_t)t, m->h.sparse.ids = n, m->h.sparse.dim = (uint64_t)dim;
@@ -304,7 +305,7 @@ static int table_record(const dt_sparse_client *s, int t, dt_wire_table *w, dt_e
             w->init_kind = 2; /* normal, truncated at 2 stddev */
             w->init_scale = L->weight_init.value;
         } else {
-            return dt_errorf(err, DT_EINVAL, "%s line %d: embedding %s: the ps tasks draw a table's rows as "
+            return dt_errorf(err, DT_EINVAL, "%s:%d: embedding %s: the ps tasks draw a table's rows as "
                              "constant(0) or truncated_normal(stddev) only; give one of them as weight_init",
                              spec->source[0] ? spec->source : spec->name, L->line, L->name);
         }

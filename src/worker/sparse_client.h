@@ -34,6 +34,7 @@ typedef struct {
 typedef struct {
     uint64_t pulls, pushes;           /* calls (training and evaluation pulls) */
     uint64_t rows_pulled, rows_pushed;/* ids sent in SPARSE_PULLs, in SPARSE_PUSHes */
+    uint64_t messages;                /* SPARSE_PULLs and SPARSE_PUSHes sent (each answered once) */
     uint64_t stale;                   /* SPARSE_PUSHes a sync ps answered STALE */
 } dt_sparse_stats;
 
