@@ -687,7 +687,7 @@ static int emb_prepare(dt_net *net, layer *L, const dt_ctr_batch *b, dt_error *e
             for (int64_t j = o[0]; j < o[1]; j++) {
                 uint64_t id = dt_ctr_bucket((uint32_t)e->field[s], b->ids[j], (uint64_t)e->buckets);
                 size_t slot = dt_rowsum_add(&e->uniq_ids[t], id, NULL);
-                if (slot == (size_t)-1)
+                if (slot == (size_t)-1 || slot >= (size_t)e->table_rows) /* the rowsum may hold more */
                     return dt_errorf(err, DT_ESHAPE, "%s: a batch names more than %lld distinct rows of table %d "
                                      "(its block holds one per example and field; fields with several ids are not "
                                      "held on the ps tasks yet)", net->views[e->table_view + t].name,
