@@ -237,6 +237,9 @@ static int remote_restore(dt_updater *u, dt_net *net, const float *state, int64_
     if (rc) return rc;
     if (r->cfg.log) fprintf(r->cfg.log, "chief: gave %d ps task(s) their shards back at global step %lld\n", r->n_ps,
                             (long long)step);
+    if (r->sparse && r->cfg.log) /* docs/sparse.md, "Not yet" */
+        fprintf(r->cfg.log, "chief: warning: checkpoints do not hold the sparse tables yet: every table starts again "
+                "from its initial rows\n");
     return resume_from_ps(r, net, global_step, err);
 }
 
