@@ -366,6 +366,35 @@ static void test_repull(void) {
     }
 }
 
+/* Sparse tables (the multi kind): 3 SPARSE_PULLs to ps 0, none to ps 1; the SPARSE_ROWS replies name
+ * no chunk and come in any order, each taken for its own request by id; a second reply to one is a
+ * duplicate; the exchange is DONE once the three are in. */
+static void test_sparse_multi(void) {
+    bed b;
+    bed_open(&b);
+    const int slots[NP] = {3, 0};
+    dt_ex_kind k = {.want = DT_MSG_SPARSE_ROWS, .timeout_us = T_US, .multi = 1};
+    CHECK(dt_ex_begin(b.x, &k, slots, 0) == DT_OK);
+    CHECK(dt_ex_chunks(b.x, 0) == 3 && dt_ex_chunks(b.x, 1) == 0 && !dt_ex_awaiting(b.x, 1));
+    for (int c = 0; c < 3; c++) {
+        b.id[0][c] = dt_ex_new_id(b.x);
+        CHECK(dt_ex_sent(b.x, 0, c, DT_MSG_SPARSE_PULL, b.id[0][c], 10) == DT_OK);
+    }
+    const int order[3] = {2, 0, 1};
+    for (int j = 0; j < 3; j++) {
+        dt_wire_header h = dt_wire_header_make(DT_MSG_SPARSE_ROWS, DT_ROLE_PS, 0, b.id[0][order[j]]);
+        h.sparse.table = 1, h.sparse.ids = 1, h.sparse.dim = 1, h.payload_bytes = 4;
+        int rc = dt_ex_reply(b.x, 0, &h, NULL, 4, &b.info, &b.e);
+        CHECK_MSG(rc == DT_EX_TAKEN && b.info.chunk == order[j], "%s (slot %d)", b.e.msg, b.info.chunk);
+        CHECK(dt_ex_get_state(b.x) == (j < 2 ? DT_EX_OPEN : DT_EX_DONE));
+        if (j == 0) {
+            CHECK(dt_ex_reply(b.x, 0, &h, NULL, 4, &b.info, &b.e) == DT_EX_IGNORED);
+            CHECK(b.info.ignored == DT_EX_DUPLICATE);
+        }
+    }
+    bed_close(&b, DT_EX_DONE);
+}
+
 static void begin_twice(void *unused) {
     (void)unused;
     bed b;
@@ -415,6 +444,7 @@ int main(void) {
     RUN(test_resent_request);
     RUN(test_protocol_checks);
     RUN(test_repull);
+    RUN(test_sparse_multi);
     RUN(test_invariants);
     return test_summary();
 }

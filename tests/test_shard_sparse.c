@@ -6,6 +6,7 @@
  * pushes, 16-bit rows, and hostile messages refused with the bound they break named. */
 #include <stdint.h>
 
+#include "cluster/row_placement.h"
 #include "compute/lazy_optim.h"
 #include "ps/table.h"
 #include "transport/compress.h"
@@ -235,6 +236,39 @@ static void test_deferred_pulls(void) {
     shard_done(s);
 }
 
+/* A ps of a cluster (here ps 0 of 3) holds the rows dt_row_ps gives it: a pull or push naming another ps's id is
+ * refused naming the id, its home and the ps, and changes nothing; its own ids are served. */
+static void test_ownership(void) {
+    memset(&rec, 0, sizeof rec);
+    ps_shard *s = NULL;
+    ps_shard_config cfg = {.ps_index = 0, .n_ps = 3, .shard_floats = N};
+    CHECK(ps_shard_new(&s, &cfg, NULL) == DT_OK);
+    ps_shard_config bad = {.ps_index = 3, .n_ps = 3, .shard_floats = N};
+    ps_shard *t = NULL;
+    CHECK(ps_shard_new(&t, &bad, NULL) != DT_OK && !t);
+    if (!s) return;
+    shard_init_n(s, N, 1, 0, 2, 0, 0, 0, 0);
+    sparse_init(s, 0);
+    uint64_t mine = 0, other = 0;
+    while (dt_row_ps(TABLE, mine, 3) != 0) mine++;
+    while (dt_row_ps(TABLE, other, 3) != 2) other++;
+    uint64_t ids[2] = {mine, other};
+    spull(s, 1, 1, ids, 2, 0, DT_ENC_FP32, 0);
+    CHECK(last()->h.type == DT_MSG_ERROR && last()->h.status == DT_WIRE_E_BAD_VALUE);
+    char want[96];
+    snprintf(want, sizeof want, "id %llu of table %d (id 1 of 2) belongs to ps 2 of 3", (unsigned long long)other, TABLE);
+    CHECK_CONTAINS(last()->text, want);
+    float g[2 * DIM] = {1, 1, 1, 1, 1, 1};
+    spush(s, 1, 1, ids, 2, g, 0, 0, 0, 1);
+    CHECK(last()->h.type == DT_MSG_ERROR);
+    CHECK_CONTAINS(last()->text, "belongs to ps 2 of 3");
+    float row[DIM];
+    initial(mine, row);
+    spull(s, 1, 1, ids, 1, 0, DT_ENC_FP32, 0); /* the refused push changed nothing */
+    CHECK(rows_are(row, 1, 0));
+    shard_done(s);
+}
+
 /* Hostile messages: each refused with the bound it breaks named, the shard serving on. */
 static void test_hostile(void) {
     ps_shard *s = shard_new_n(N);
@@ -362,5 +396,6 @@ int main(int argc, char **argv) {
     RUN(test_sync_row_mean);
     RUN(test_deferred_pulls);
     RUN(test_hostile);
+    RUN(test_ownership);
     return test_summary();
 }

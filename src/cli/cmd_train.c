@@ -40,7 +40,9 @@ static int train_flags(train_args *a, flag_def *out) {
     const flag_def defs[] = {
         FLAG_TEXT("model", &o->model_path, "model file (see docs/model-format.md)"),
         FLAG_TEXT("data", &o->data_path, "IDX folder or image folder (docs/data.md), or a click log (Criteo TSV or libffm, plain or gzip) for a click-log model (docs/ctr-data.md)"),
-        FLAG_TEXT("optimizer", &o->optimizer, "sgd, momentum or adam"),
+        FLAG_TEXT("optimizer", &o->optimizer,
+                  "sgd, momentum or adam (a click-log model on a cluster: sgd or adam, which the ps tasks apply "
+                  "lazily to its sparse tables, docs/sparse.md)"),
         FLAG_NUM("learning_rate", FLAG_FLOAT, &o->learning_rate, "learning rate", 0, 100, FLAG_LO_OPEN),
         FLAG_TEXT("lr_schedule", &o->lr_schedule,
                   "learning rate by the global step: constant, exponential, piecewise or cosine (TensorFlow's formulas)"),
@@ -133,7 +135,8 @@ static int train_flags(train_args *a, flag_def *out) {
                   "half the bytes; the ps tasks keep float32"),
         FLAG_TEXT("overlap", &o->overlap,
                   "cluster: priority, fifo or none: each layer's gradient goes as soon as backward made it and the "
-                  "next forward waits per layer for its parameters (priority: what it needs first goes first)"),
+                  "next forward waits per layer for its parameters (priority: what it needs first goes first); not with a "
+                  "click-log model's sparse tables"),
         FLAG_NUM("connect_timeout", FLAG_DOUBLE, &a->connect_timeout, "seconds a worker retries its ps tasks", 0, DAY,
                  FLAG_LO_OPEN),
         FLAG_NUM("heartbeat_timeout", FLAG_DOUBLE, &a->heartbeat_timeout,

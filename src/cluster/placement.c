@@ -235,3 +235,25 @@ void dt_placement_print(const dt_placement *p, FILE *f) {
         fputc('\n', f);
     }
 }
+
+int dt_placement_compute_dense(dt_placement *p, const dt_net *net, int n_ps, dt_place_strategy strategy,
+                               dt_error *err) {
+    memset(p, 0, sizeof *p);
+    int n = dt_net_num_views(net);
+    if (!dt_net_compact_tables(net)) return dt_placement_compute(p, dt_net_view(net, 0), n, n_ps, strategy, err);
+    dt_param_view *v = dt_calloc(n ? (size_t)n : 1, sizeof *v, "placement views", err);
+    if (!v) return DT_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        v[i] = *dt_net_view(net, i);
+        if (v[i].table) v[i].count = 0; /* no slice: its rows are on every ps by row placement */
+    }
+    int rc = dt_placement_compute(p, v, n, n_ps, strategy, err);
+    free(v);
+    for (int i = 0; !rc && i < n_ps; i++)
+        if (!p->shard_count[i])
+            rc = dt_errorf(err, DT_EINVAL, "ps_hosts: ps %d would hold none of the model's dense variables (%zu "
+                           "floats over %d ps tasks; its embedding tables are sparse tables, spread over every ps): "
+                           "a ps without dense variables is not supported yet, use fewer ps tasks", i, p->total, n_ps);
+    if (rc) dt_placement_free(p);
+    return rc;
+}

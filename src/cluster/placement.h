@@ -54,6 +54,10 @@ typedef struct {
 int dt_placement_compute(dt_placement *p, const dt_param_view *views, int n_views, int n_ps,
                          dt_place_strategy strategy, dt_error *err);
 void dt_placement_free(dt_placement *p);
+/* The placement of net's dense variables: its embedding tables (views with `table` set) get no
+ * slice, as a compact net's tables live on the ps tasks as sparse tables (docs/sparse.md). */
+int dt_placement_compute_dense(dt_placement *p, const dt_net *net, int n_ps, dt_place_strategy strategy,
+                               dt_error *err);
 
 /* "greedy" or "round_robin" (the --placement flag). */
 int dt_place_strategy_parse(const char *name, dt_place_strategy *out, dt_error *err);

@@ -53,11 +53,16 @@ static int embedding_views(dt_net *net, layer *L, size_t *offset, dt_error *err)
     if (!e->field || !e->base || !e->table_begin) return DT_ENOMEM;
     e->buckets = ls->buckets;
     e->table_view = net->n_views;
-    int shape[2] = {(int)ls->buckets, ls->dim}, s = 0;
+    /* compact: a block of the batch's rows, at most one per id a batch can hold (one per field) */
+    e->table_rows = net->compact ? (int64_t)net->max_batch * (ls->shared ? ls->n_fields : 1) : ls->buckets;
+    if (net->compact && !(e->uniq_ids = dt_calloc((size_t)e->n_tables, sizeof *e->uniq_ids, "table ids", err)))
+        return DT_ENOMEM;
+    for (int t = 0; e->uniq_ids && t < e->n_tables; t++) dt_rowsum_init(&e->uniq_ids[t], 0);
+    int shape[2] = {(int)e->table_rows, ls->dim}, s = 0;
     for (int f = 0; f < DT_MODEL_MAX_FIELDS; f++) {
         if (!dt_layer_has_field(ls, f)) continue;
         e->field[s] = f;
-        e->base[s] = ls->shared ? 0 : (int64_t)s * ls->buckets;
+        e->base[s] = ls->shared ? 0 : (int64_t)s * e->table_rows;
         if (!ls->shared || s == 0) {
             char what[16];
             if (ls->shared) snprintf(what, sizeof what, "embeddings");
@@ -211,7 +216,7 @@ static int net_new(dt_net **out, const dt_model_spec *spec, int max_batch, size_
     return rc;
 }
 
-int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_error *err) {
+static int net_build(dt_net **out, const dt_model_spec *spec, int max_batch, int compact, dt_error *err) {
     *out = NULL;
     const char *src = spec->source[0] ? spec->source : spec->name;
     if (max_batch < 1 || max_batch > MAX_BATCH_LIMIT)
@@ -223,7 +228,9 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
     dt_net *net = NULL;
     build_sizes z = {0};
     rc = net_new(&net, spec, max_batch, n_params, err);
+    if (net) net->compact = compact;
     for (int i = 0; !rc && i < net->n_layers; i++) rc = plan_layer(net, i, &z, err);
+    if (!rc && compact) net->n_params = n_params = z.offset; /* the blocks in the tables' place */
     if (!rc && z.offset != n_params) /* the views must tile the buffer exactly */
         rc = dt_errorf(err, DT_EINVAL, "%s: internal error: views cover %zu of %zu parameters", src, z.offset,
                        n_params);
@@ -236,12 +243,24 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
     return DT_OK;
 }
 
+int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_error *err) {
+    return net_build(out, spec, max_batch, 0, err);
+}
+
+int dt_net_build_compact(dt_net **out, const dt_model_spec *spec, int max_batch, dt_error *err) {
+    return net_build(out, spec, max_batch, 1, err);
+}
+
 int dt_net_load(dt_net **out, const char *model_path, int max_batch, dt_error *err) {
+    return dt_net_load_opts(out, model_path, max_batch, 0, err);
+}
+
+int dt_net_load_opts(dt_net **out, const char *model_path, int max_batch, int compact_tables, dt_error *err) {
     dt_model_spec spec;
     *out = NULL;
     int rc = dt_model_spec_load(&spec, model_path, err);
     if (rc) return rc;
-    rc = dt_net_build(out, &spec, max_batch, err);
+    rc = net_build(out, &spec, max_batch, compact_tables, err);
     dt_model_spec_free(&spec);
     return rc;
 }
@@ -259,6 +278,8 @@ void dt_net_free(dt_net *net) {
             emb_state *e = net->layers[i].emb;
             if (e) {
                 free(e->field), free(e->base), free(e->rows), free(e->uniq), free(e->trows), free(e->ugrad);
+                for (int t = 0; e->uniq_ids && t < e->n_tables; t++) dt_rowsum_free(&e->uniq_ids[t]);
+                free(e->uniq_ids);
                 free(e->table_begin), free(e->scratch), free(e);
             }
         }
@@ -651,6 +672,65 @@ static int emb_reserve(dt_net *net, size_t nnz, dt_error *err) {
     return DT_OK;
 }
 
+/* Compact tables: each table's unique ids in batch b (buckets, first-seen order) and each id's
+ * row as its slot in the table's block. */
+static int emb_prepare(dt_net *net, layer *L, const dt_ctr_batch *b, dt_error *err) {
+    emb_state *e = L->emb;
+    for (int t = 0; t < e->n_tables; t++) {
+        dt_rowsum_clear(&e->uniq_ids[t]);
+        if (dt_rowsum_reserve(&e->uniq_ids[t], (size_t)e->table_rows, err)) return DT_ENOMEM;
+    }
+    for (int s = 0; s < L->spec->n_fields; s++) {
+        int t = L->spec->shared ? 0 : s;
+        for (int i = 0; i < b->n; i++) {
+            const int64_t *o = b->offsets + (int64_t)i * b->num_fields + e->field[s];
+            for (int64_t j = o[0]; j < o[1]; j++) {
+                uint64_t id = dt_ctr_bucket((uint32_t)e->field[s], b->ids[j], (uint64_t)e->buckets);
+                size_t slot = dt_rowsum_add(&e->uniq_ids[t], id, NULL);
+                if (slot == (size_t)-1 || slot >= (size_t)e->table_rows) /* the rowsum may hold more */
+                    return dt_errorf(err, DT_ESHAPE, "%s: a batch names more than %lld distinct rows of table %d "
+                                     "(its block holds one per example and field; fields with several ids are not "
+                                     "held on the ps tasks yet)", net->views[e->table_view + t].name,
+                                     (long long)e->table_rows, t);
+                e->rows[j] = e->base[s] + (int64_t)slot;
+            }
+        }
+    }
+    return DT_OK;
+}
+
+/* Compact tables: the blocks' ids for batch b, then their rows from the fill callback. */
+static int tables_prepare(dt_net *net, const dt_ctr_batch *b, int training, dt_error *err) {
+    for (int i = 0; i < net->n_layers; i++) {
+        int rc = net->layers[i].emb ? emb_prepare(net, &net->layers[i], b, err) : DT_OK;
+        if (rc) return rc;
+    }
+    return net->fill ? net->fill(net->fill_user, net, training, err) : DT_OK;
+}
+
+int dt_net_compact_tables(const dt_net *net) { return net->compact; }
+
+void dt_net_set_table_fill(dt_net *net, dt_net_fill_fn fn, void *user) {
+    net->fill = fn;
+    net->fill_user = user;
+}
+
+int dt_net_table_block(dt_net *net, int t, dt_table_block *out) {
+    memset(out, 0, sizeof *out);
+    dt_table_grad g;
+    if (!net->compact || dt_net_table_grad(net, t, &g)) return DT_EINVAL;
+    for (int i = 0; i < net->n_layers; i++) {
+        emb_state *e = net->layers[i].emb;
+        if (!e || g.view < e->table_view || g.view >= e->table_view + e->n_tables) continue;
+        const dt_rowsum *u = &e->uniq_ids[g.view - e->table_view];
+        *out = (dt_table_block){.view = g.view, .dim = g.dim, .buckets = (uint64_t)e->buckets, .n = u->n,
+                                .cap = (size_t)e->table_rows, .ids = u->ids,
+                                .rows = net->params + net->views[g.view].offset};
+        return DT_OK;
+    }
+    return DT_EINVAL;
+}
+
 const float *dt_net_forward_ctr(dt_net *net, const dt_ctr_batch *b, int training, uint64_t seed, dt_error *err) {
     const char *src = net->spec.source[0] ? net->spec.source : net->spec.name;
     if (!net->spec.ctr) {
@@ -667,6 +747,7 @@ const float *dt_net_forward_ctr(dt_net *net, const dt_ctr_batch *b, int training
     if (b->n >= 1 && b->n <= net->max_batch) {
         int64_t nnz = b->offsets[(size_t)b->n * (size_t)b->num_fields];
         if (emb_reserve(net, nnz > 0 ? (size_t)nnz : 1, err)) return NULL;
+        if (net->compact && tables_prepare(net, b, training, err)) return NULL;
     }
     net->ctr = b;
     static const float none[1] = {0};

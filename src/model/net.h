@@ -143,6 +143,36 @@ int dt_net_table_grad(const dt_net *net, int t, dt_table_grad *out);
  * rows dt_net_table_grad lists are scaled too). Returns the norm before clipping. */
 double dt_net_clip_gradients(dt_net *net, float max_norm);
 
+/* ---- compact tables: the rows live elsewhere (a cluster's ps tasks, worker/sparse_client.h) ----
+ *
+ * dt_net_build_compact builds a net whose embedding tables are blocks of one batch's rows, not
+ * whole tables: each table's view is [block, dim] with block = max_batch x the fields that share
+ * the table (1 for a per-field table), whatever its buckets, so a worker's memory grows with the
+ * batch, never with the table. Before each forward, dt_net_forward_ctr lists each table's unique
+ * ids (buckets) in the batch, in first-seen order, and gives each the next slot of the block; the
+ * fill callback then writes each id's row into its slot, and the kernels read the block as they
+ * read a table. dt_net_table_grad's rows are then slots (the ids: dt_net_table_block's ids[slot]).
+ * A batch with more distinct ids of a table than its block (libffm fields holding several ids)
+ * fails naming the table. Views, placement and checkpoints see the blocks as the tables. */
+int dt_net_build_compact(dt_net **out, const dt_model_spec *spec, int max_batch, dt_error *err);
+/* dt_net_load, compact (compact_tables != 0) or not. */
+int dt_net_load_opts(dt_net **out, const char *model_path, int max_batch, int compact_tables, dt_error *err);
+int dt_net_compact_tables(const dt_net *net);
+typedef struct {
+    int view, dim;            /* dt_net_view(net, view): the block [cap, dim] */
+    uint64_t buckets;         /* the model's rows of the table (ids are 0..buckets-1) */
+    size_t n, cap;            /* slots used by the last batch; the block's rows */
+    const uint64_t *ids;      /* [n]: slot k holds row ids[k] of the table */
+    float *rows;              /* [cap, dim]: the block, in the net's flat parameters */
+} dt_table_block;
+/* Table t (0..dt_net_num_tables-1) of a compact net, as the last dt_net_forward_ctr prepared it. */
+int dt_net_table_block(dt_net *net, int t, dt_table_block *out);
+/* Called by dt_net_forward_ctr of a compact net once the blocks' ids are known, before any layer
+ * runs: it must fill every block's n rows (training: 1 for a training batch). An error fails the
+ * forward with its message. NULL: the blocks keep what they hold. */
+typedef int (*dt_net_fill_fn)(void *user, dt_net *net, int training, dt_error *err);
+void dt_net_set_table_fill(dt_net *net, dt_net_fill_fn fn, void *user);
+
 /* Initialises every parameter from its layer's initialiser, drawing from a stream seeded by
  * (seed, view index), so the result does not depend on thread count or build order. */
 void dt_net_init_params(dt_net *net, uint64_t seed);

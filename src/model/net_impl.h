@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "compute/backend.h"
+#include "compute/rowsum.h"
 #include "model/net.h"
 #include "model/ctr_batch.h"
 #include "model/spec.h"
@@ -35,6 +36,10 @@ typedef struct {
     size_t n_uniq;
     size_t *table_begin;        /* [n_tables + 1]: table t's rows are uniq[table_begin[t] .. table_begin[t + 1]) */
     uint64_t *scratch;          /* [3 * cap + 1] */
+    int64_t table_rows;         /* rows of each table in the flat buffer: buckets, or (compact) its block's */
+    /* Compact tables (dt_net_build_compact): per table, the unique ids (buckets) of the last batch in
+     * slot order; rows[] then holds each id's slot, so the kernels read the block as they read a table. */
+    dt_rowsum *uniq_ids;        /* [n_tables]; NULL: whole tables */
 } emb_state;
 
 typedef struct {
@@ -124,6 +129,9 @@ struct dt_net {
     const dt_ctr_batch *ctr;
     float *label_buf;           /* [max_batch] */
     int n_tables;               /* embedding tables (views with table set) */
+    int compact;                /* tables as per-batch blocks, their rows held elsewhere (dt_net_build_compact) */
+    dt_net_fill_fn fill;        /* compact: fills the blocks before each forward */
+    void *fill_user;
 };
 
 /* ---- plan.c ---- */

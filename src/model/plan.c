@@ -318,7 +318,7 @@ static void emb_fwd(dt_net *net, layer *L, layer *F) {
     emb_state *e = L->emb;
     const dt_ctr_batch *b = net->ctr;
     const int nf = L->spec->n_fields;
-    for (int i = 0; i < b->n; i++)
+    for (int i = 0; !e->uniq_ids && i < b->n; i++) /* compact tables: rows are slots, set already */
         for (int s = 0; s < nf; s++) {
             const int64_t *o = b->offsets + (int64_t)i * b->num_fields + e->field[s];
             for (int64_t j = o[0]; j < o[1]; j++)
@@ -350,7 +350,8 @@ static void emb_bwd(dt_net *net, layer *L, layer *F) {
     /* per table: its range of uniq, and its rows counted from its own first */
     size_t u = 0;
     for (int t = 0; t < e->n_tables; t++) {
-        int64_t lo = L->spec->shared ? 0 : (int64_t)t * e->buckets, hi = L->spec->shared ? INT64_MAX : lo + e->buckets;
+        int64_t lo = L->spec->shared ? 0 : (int64_t)t * e->table_rows;
+        int64_t hi = L->spec->shared ? INT64_MAX : lo + e->table_rows;
         e->table_begin[t] = u;
         for (; u < e->n_uniq && e->uniq[u] < hi; u++) e->trows[u] = e->uniq[u] - lo;
     }

@@ -354,7 +354,7 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
                      .drop = io_drop};
     if (!cfg->endpoint || !*cfg->endpoint)
         return dt_errorf(err, DT_EINVAL, "ps %d: no endpoint to bind", cfg->ps_index);
-    ps_shard_config sc = {.ps_index = cfg->ps_index, .shard_floats = cfg->shard_floats,
+    ps_shard_config sc = {.ps_index = cfg->ps_index, .n_ps = cfg->n_ps, .shard_floats = cfg->shard_floats,
                           .state_ranges = cfg->state_ranges, .n_state_ranges = cfg->n_state_ranges, .log = cfg->log};
     int rc = ps_shard_new(&ps->shard, &sc, err);
     if (!rc) rc = open_router(ps, err);

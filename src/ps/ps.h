@@ -50,7 +50,9 @@ typedef struct {
 typedef struct {
     const char *endpoint;   /* ZeroMQ bind endpoint "tcp://host:port" (host "*": all interfaces; port "*": a free one) */
     const char *ipc_endpoint; /* NULL, or a second endpoint also bound ("ipc://path": same-host workers) */
-    int ps_index;           /* this ps's task index (checked against nothing, sent in every reply) */
+    int ps_index;           /* this ps's task index (sent in every reply) */
+    int n_ps;               /* ps tasks in the cluster: a SPARSE_PULL or SPARSE_PUSH naming an id whose
+                             * home (dt_row_ps) is another ps is refused; 0: not checked */
     size_t shard_floats;    /* parameters this ps holds (> 0, <= DT_WIRE_MAX_SHARD_FLOATS) */
     int poll_ms;            /* how often *stop and the deadlines are checked; <= 0: 100 */
     int idle_timeout_ms;    /* no message from anyone for this long: return DT_ETIMEOUT; <= 0: never */

@@ -125,6 +125,8 @@ int ps_shard_new(ps_shard **out, const ps_shard_config *cfg, dt_error *err) {
                          cfg->shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
     if (cfg->ps_index < 0 || cfg->ps_index > UINT16_MAX)
         return dt_errorf(err, DT_EINVAL, "ps index %d out of range", cfg->ps_index);
+    if (cfg->n_ps < 0 || (cfg->n_ps > 0 && cfg->ps_index >= cfg->n_ps))
+        return dt_errorf(err, DT_EINVAL, "ps %d: n_ps %d does not include it", cfg->ps_index, cfg->n_ps);
     size_t end = 0;
     for (int r = 0; r < cfg->n_state_ranges; r++) {
         size_t off = cfg->state_ranges[2 * r], cnt = cfg->state_ranges[2 * r + 1];

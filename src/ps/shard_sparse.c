@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/row_placement.h"
 #include "core/error.h"
 #include "ps/shard_impl.h"
 #include "transport/compress.h"
@@ -36,6 +37,27 @@ shard_table *shard_table_of(const shard_req *r) {
         return NULL;
     }
     return st;
+}
+
+/* Every id of a SPARSE_PULL or SPARSE_PUSH is one whose home is this ps (docs/sparse.md,
+ * "Placement"): a client that spreads rows otherwise (another ps count, another hash) would make
+ * two ps tasks hold one row apart. 1 if so, else refused naming the first id that is not. */
+static int shard_ids_owned(const shard_req *r) {
+    const ps_shard *s = r->s;
+    const dt_wire_header *h = r->h;
+    if (s->cfg.n_ps <= 1) return 1;
+    const uint8_t *ids = r->payload->data;
+    for (size_t i = 0; i < h->sparse.ids; i++) {
+        uint64_t id = id_at(ids, i);
+        int home = dt_row_ps((uint32_t)h->sparse.table, id, s->cfg.n_ps);
+        if (home == s->cfg.ps_index) continue;
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s: id %llu of table %llu (id %zu of %llu) belongs to ps %d of %d "
+                     "(dt_row_ps), not to this ps %d", dt_wire_type_name(h->type), (unsigned long long)id,
+                     (unsigned long long)h->sparse.table, i, (unsigned long long)h->sparse.ids, home, s->cfg.n_ps,
+                     s->cfg.ps_index);
+        return 0;
+    }
+    return 1;
 }
 
 /* ---- SPARSE_INIT ------------------------------------------------------------------------------ */
@@ -141,10 +163,15 @@ void shard_on_sparse_init(const shard_req *r) {
     shard_sparse_drop(s, r->io);
     s->tables = tables;
     s->n_tables = (int)r->h->sparse.ids;
+    const dt_lazy_config *opt = NULL; /* the first table's, for the log: a run gives all the same */
     for (int i = 0; i < (int)DT_WIRE_MAX_TABLES; i++)
-        if (tables[i]) dt_table_set_step(tables[i]->t, r->h->global_step);
-    shard_log(s, "%d sparse table(s) declared by the chief (worker %u) at step %lld", s->n_tables, r->h->task,
-              (long long)r->h->global_step);
+        if (tables[i]) {
+            dt_table_set_step(tables[i]->t, r->h->global_step);
+            if (!opt) opt = &dt_table_config_of(tables[i]->t)->opt;
+        }
+    shard_log(s, "%d sparse table(s) declared by the chief (worker %u) at step %lld (%s, learning rate %g)",
+              s->n_tables, r->h->task, (long long)r->h->global_step, opt ? dt_lazy_name(opt->kind) : "-",
+              opt ? (double)opt->learning_rate : 0.0);
     dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, r->h);
     shard_send(r, &a);
 }
@@ -245,7 +272,7 @@ static void sparse_defer(const shard_req *r, const dt_table *tb) {
 
 void shard_on_sparse_pull(const shard_req *r) {
     shard_table *st = shard_table_of(r);
-    if (!st) return;
+    if (!st || !shard_ids_owned(r)) return;
     if (r->h->global_step <= dt_table_step(st->t)) send_rows(r, st->t, r->payload->data);
     else sparse_defer(r, st->t);
 }
@@ -338,7 +365,7 @@ void shard_on_sparse_push(const shard_req *r) {
     ps_shard *s = r->s;
     const dt_wire_header *h = r->h;
     shard_table *st = shard_table_of(r);
-    if (!st) return;
+    if (!st || !shard_ids_owned(r)) return;
     const int sync = (h->flags & DT_WIRE_F_SYNC) != 0;
     if (sync != (s->aggregate > 0)) {
         shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s SPARSE_PUSH, but the chief initialised this ps for %s (give every "

@@ -31,6 +31,7 @@ int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct
     dt_ps_config cfg = {.endpoint = endpoint,
                         .ipc_endpoint = has_ipc ? ipc : NULL,
                         .ps_index = c->task_index,
+                        .n_ps = c->n_ps,
                         .shard_floats = pl->shard_count[c->task_index],
                         .stop = (volatile sig_atomic_t *)stop,
                         .idle_timeout_ms = idle_timeout_ms,

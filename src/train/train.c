@@ -358,12 +358,12 @@ int dt_train_hooked(const dt_train_options *o, const dt_train_debug *dbg, FILE *
     }
     if (!o->dry_run && (rc = metrics_start(&r, o, log, err))) goto out;
     if ((rc = load_auth(&r.auth, o, &r.cluster, err))) goto out;
-    if ((rc = dt_net_load(&r.net, o->model_path, o->batch_size, err))) goto out;
+    /* On a cluster a click-log model's tables live on the ps tasks as sparse tables: every task
+     * builds the net with per-batch blocks in their place, left out of the dense placement. */
+    if ((rc = dt_net_load_opts(&r.net, o->model_path, o->batch_size, r.cluster.distributed, err))) goto out;
     dt_net_set_threads(r.net, o->threads);
     if (r.cluster.distributed) {
-        if ((rc = dt_placement_compute(&r.placement, dt_net_view(r.net, 0), dt_net_num_views(r.net),
-                                       r.cluster.n_ps, strategy, err)))
-            goto out;
+        if ((rc = dt_placement_compute_dense(&r.placement, r.net, r.cluster.n_ps, strategy, err))) goto out;
         char desc[512];
         dt_cluster_describe(&r.cluster, desc, sizeof desc);
         fprintf(log, "cluster: %s\n", desc);
@@ -527,7 +527,10 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
                 c->task_index, dt_overlap_name(overlap));
         overlap = DT_OVERLAP_NONE;
     }
+    dt_lazy_config table_opt = {0};
+    if (dt_net_num_tables(r->net) && (rc = dt_table_optim_config(o, &table_opt, err))) return rc;
     dt_remote_config rc_cfg = {.cluster = c,
+                               .table_opt = table_opt,
                                .placement = &r->placement,
                                .opt = r->opt,
                                .connect_timeout_ms = o->connect_timeout_ms,

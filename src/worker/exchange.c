@@ -70,8 +70,8 @@ int dt_ex_begin(dt_exchange *x, const dt_ex_kind *kind, const int *chunks, int64
     x->chunked = kind->want == DT_MSG_PARAMS || kind->want == DT_MSG_PUSH_ACK;
     x->awaited = x->unsent = 0;
     for (int i = 0; i < x->n_ps; i++) {
-        int k = x->chunked && chunks ? chunks[i] : 1;
-        if (!DT_ASSERT(k >= 1 && k <= (int)DT_WIRE_MAX_CHUNKS)) return DT_EINVAL;
+        int k = (x->chunked || kind->multi) && chunks ? chunks[i] : 1;
+        if (!DT_ASSERT(k >= (kind->multi ? 0 : 1) && k <= (int)DT_WIRE_MAX_CHUNKS)) return DT_EINVAL;
         x->chunks[i] = k;
         x->awaited_ps[i] = 0;
         x->stale[i] = 0;

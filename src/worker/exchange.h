@@ -50,6 +50,10 @@ typedef struct {
     uint8_t want;             /* the reply each request awaits: PARAMS and PUSH_ACK are per chunk */
     int64_t min_step;         /* PARAMS: the oldest step a chunk may come back at */
     int64_t timeout_us;       /* replies are due this long after the latest request */
+    /* Sparse tables (SPARSE_PULL answered by SPARSE_ROWS, SPARSE_PUSH by ACK): chunks[ps] requests
+     * to each ps (0..DT_WIRE_MAX_CHUNKS), one slot each, a reply matched to its slot by request id
+     * alone (these replies name no chunk). */
+    int multi;
 } dt_ex_kind;
 
 typedef struct {

@@ -77,6 +77,8 @@ typedef struct {
     dt_ps_chunk_fn on_chunk;  /* streaming: told of each PARAMS chunk as it lands (set while polling) */
     void *chunk_user;
     double t0;                /* when it began (dt_seconds), for the latency metrics; 0: metrics off */
+    const int *slots;         /* sparse tables: requests to each ps [n_ps] (the exchange's multi kind) */
+    int reply_slot;           /* the slot the reply handed to fn answers */
 } call_t;
 
 struct dt_ps_client {
@@ -156,7 +158,10 @@ static int send_req(dt_ps_client *c, int i, int chunk, dt_wire_header *h, zmq_ms
     h->request_id = dt_ex_new_id(c->ex);
     h->shard = (uint32_t)i;
     set_send_timeout(p, send_by);
-    dt_metric_add(c->m_tx, (double)(DT_WIRE_HEADER_SIZE + (payload ? zmq_msg_size(payload) : 0)));
+    size_t bytes = DT_WIRE_HEADER_SIZE + (payload ? zmq_msg_size(payload) : 0);
+    dt_metric_add(c->m_tx, (double)bytes);
+    c->stats.tx_bytes += bytes;
+    if (dt_wire_type_is_sparse(h->type)) c->stats.sparse_tx_bytes += bytes;
     dt_error e = {0};
     int rc = dt_wire_send(p->sock, NULL, h, payload, 0, &e);
     if (rc) return fail_ps(c, i, err, rc, "", rc == DT_ETIMEOUT ? "send timed out (too many requests queued)" : e.msg);
@@ -214,7 +219,10 @@ static int on_chunk(dt_ps_client *c, int i, dt_wire_in *in, const dt_ex_reply_in
  * ignored it (a late reply to an earlier request), < 0 on error (the exchange has failed). */
 static int on_message(dt_ps_client *c, int i, dt_wire_in *in, dt_error *err) {
     ps_conn *p = &c->ps[i];
-    dt_metric_add(c->m_rx, (double)(DT_WIRE_HEADER_SIZE + zmq_msg_size(&in->payload)));
+    size_t bytes = DT_WIRE_HEADER_SIZE + zmq_msg_size(&in->payload);
+    dt_metric_add(c->m_rx, (double)bytes);
+    c->stats.rx_bytes += bytes;
+    if (c->call.slots) c->stats.sparse_rx_bytes += bytes;
     dt_ex_reply_info r;
     int rc = dt_ex_reply(c->ex, i, &in->hdr, zmq_msg_data(&in->payload), zmq_msg_size(&in->payload), &r, err);
     if (rc == DT_EX_IGNORED) return 0;
@@ -232,7 +240,10 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, dt_error *err) {
     if (r.sent_us >= p->gap_end) p->gap_us = 0; /* it answered after our last silence: it kept us */
     note_status(p, &in->hdr);
     if (c->call.push || c->call.pull) rc = on_chunk(c, i, in, &r, err);
-    else rc = c->call.fn ? c->call.fn(c, i, in, c->call.user, err) : DT_OK;
+    else {
+        c->call.reply_slot = r.chunk;
+        rc = c->call.fn ? c->call.fn(c, i, in, c->call.user, err) : DT_OK;
+    }
     return rc ? fail_call(c, rc) : 1;
 }
 
@@ -418,7 +429,9 @@ static int call_begin(dt_ps_client *c, const call_t *call, uint8_t want, dt_erro
     if (c->unusable[0]) return dt_errorf(err, DT_EIO, "ps client: %s", c->unusable);
     int chunks[c->n_ps];
     for (int i = 0; i < c->n_ps; i++) chunks[i] = c->ps[i].chunks;
-    dt_ex_kind kind = {.want = want, .min_step = call->min_step, .timeout_us = c->request_timeout_ms * 1000LL};
+    dt_ex_kind kind = {.want = want, .min_step = call->min_step, .timeout_us = c->request_timeout_ms * 1000LL,
+                       .multi = call->slots != NULL};
+    for (int i = 0; call->slots && i < c->n_ps; i++) chunks[i] = call->slots[i];
     /* HELLO: hello_all's own deadline (the connect timeout) passes first. */
     if (want == DT_MSG_WELCOME) kind.timeout_us = (c->connect_timeout_ms + 1000) * 1000LL;
     if (dt_ex_begin(c->ex, &kind, chunks, dt_clock_us()))
@@ -1046,6 +1059,54 @@ int dt_ps_client_stream_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_res
      * read it), the shard's step is its oldest chunk's, and the chunks ahead drop the next gradient
      * as stale, so the worker is back in step after one exchange: no repull here. */
     return call_end(c, rc, steps, res, err);
+}
+
+/* ---- sparse tables: messages built by the caller (worker/sparse_client.h) ---- */
+
+typedef struct {
+    dt_sparse_reply_fn fn;
+    void *user;
+} sparse_ctx;
+
+static int on_sparse(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+    sparse_ctx *x = user;
+    return x->fn(x->user, i, c->call.reply_slot, &in->hdr, zmq_msg_data(&in->payload), zmq_msg_size(&in->payload),
+                 err);
+}
+
+int dt_ps_client_sparse(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const *msgs, dt_sparse_reply_fn fn,
+                        void *user, dt_error *err) {
+    uint8_t type = 0;
+    for (int i = 0; i < c->n_ps; i++) {
+        if (n_msgs[i] < 0 || n_msgs[i] > (int)DT_WIRE_MAX_CHUNKS)
+            return dt_errorf(err, DT_EINVAL, "ps client: %d sparse messages to ps %d (at most %u per call)", n_msgs[i],
+                             i, DT_WIRE_MAX_CHUNKS);
+        for (int k = 0; k < n_msgs[i]; k++) {
+            if (!type) type = msgs[i][k].h.type;
+            if (msgs[i][k].h.type != type || !dt_wire_type_is_sparse(type) || type == DT_MSG_SPARSE_ROWS)
+                return dt_errorf(err, DT_EINVAL, "ps client: a sparse call sends SPARSE_INITs, SPARSE_PULLs or "
+                                 "SPARSE_PUSHes, one kind");
+        }
+    }
+    if (!type) return DT_OK; /* nothing to send */
+    sparse_ctx x = {fn, user};
+    call_t call = {.what = dt_wire_type_name(type), .fn = on_sparse, .user = &x, .repull = -1, .slots = n_msgs};
+    int rc = call_begin(c, &call, type == DT_MSG_SPARSE_PULL ? DT_MSG_SPARSE_ROWS : DT_MSG_ACK, err);
+    if (rc) return rc;
+    for (int i = 0; i < c->n_ps && !rc; i++)
+        for (int k = 0; k < n_msgs[i] && !rc; k++) {
+            const dt_sparse_msg *m = &msgs[i][k];
+            zmq_msg_t z;
+            if (zmq_msg_init_size(&z, m->bytes) != 0) {
+                rc = dt_errorf(err, DT_ENOMEM, "out of memory for a %s of %zu bytes", call.what, m->bytes);
+                break;
+            }
+            if (m->bytes) memcpy(zmq_msg_data(&z), m->payload, m->bytes);
+            dt_wire_header h = m->h;
+            rc = send_req(c, i, k, &h, &z, request_deadline(c), err);
+        }
+    if (!rc) rc = gather(c, err);
+    return call_end(c, rc, NULL, NULL, err);
 }
 
 /* ---- checkpoints and the end of training ---- */

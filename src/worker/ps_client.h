@@ -90,6 +90,8 @@ typedef struct {
     uint64_t pushes, stale_pushes;/* pushes; those that at least one ps dropped as stale */
     uint64_t pulls, repulls;      /* pull calls; shards pulled again at a common step */
     int64_t wait_us;              /* sum over pulls of the longest time a ps held the PULL */
+    uint64_t tx_bytes, rx_bytes;  /* every message sent and received, headers included */
+    uint64_t sparse_tx_bytes, sparse_rx_bytes; /* of which sparse tables' (dt_ps_client_sparse) */
 } dt_ps_client_stats;
 
 /* Connects to every ps and checks it with HELLO (protocol version, shard size). A ps that is not
@@ -187,6 +189,21 @@ int dt_ps_client_stream_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_res
 int dt_ps_client_inflight(const dt_ps_client *c, int ps);
 /* An eventfd written whenever libzmq lets a gradient frame go (from its I/O thread); -1: none. */
 void dt_ps_client_set_wake_fd(dt_ps_client *c, int fd);
+
+/* Sparse tables (docs/protocol.md, "Sparse tables"): one exchange of n_msgs[i] messages to each ps
+ * i (0..DT_WIRE_MAX_CHUNKS), all SPARSE_INITs, SPARSE_PULLs or SPARSE_PUSHes, built by the caller (the header's
+ * type and type-specific fields, the payload: copied); every reply (SPARSE_ROWS, or ACK with status
+ * OK or STALE) goes to fn with the message's index k, its header checked for type, sender and payload
+ * size. An ERROR reply fails the call naming the ps. Nothing to send: returns at once. */
+typedef struct {
+    dt_wire_header h;
+    const void *payload;
+    size_t bytes;
+} dt_sparse_msg;
+typedef int (*dt_sparse_reply_fn)(void *user, int ps, int k, const dt_wire_header *h, const void *payload, size_t len,
+                                  dt_error *err);
+int dt_ps_client_sparse(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const *msgs, dt_sparse_reply_fn fn,
+                        void *user, dt_error *err);
 
 /* The status of the latest ERROR reply a ps sent this client (DT_WIRE_E_*), 0 if none since the
  * last call that succeeded: tells a refusal worth waiting out (a ps restarting: NOT_READY,

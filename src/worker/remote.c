@@ -11,6 +11,7 @@
 #include "transport/wire.h"
 #include "worker/overlap.h"
 #include "worker/ps_client.h"
+#include "worker/sparse_client.h"
 
 typedef struct {
     dt_updater base;              /* first, so a dt_updater * is a remote * */
@@ -46,6 +47,9 @@ typedef struct {
     dt_error ov_err;
     int64_t gstep;                /* the global step the last apply returned (async: the next tag) */
     double blocked_s;             /* since the last apply: hooks waiting for the exchange */
+    dt_sparse_client *sparse;     /* a compact net's tables on the ps tasks; NULL: none */
+    dt_sparse_stats sparse0;      /* its counts, and the client's sparse bytes, when training began */
+    uint64_t sparse_tx0, sparse_rx0;
 } remote;
 
 enum { OV_NONE, OV_FILLING, OV_FLYING };
@@ -107,6 +111,15 @@ static void views_into_net(remote *r, dt_net *net, int64_t *global_step) {
 static int resume_from_ps(remote *r, dt_net *net, int64_t *global_step, dt_error *err) {
     int rc = dt_ps_client_pull_resume(r->client, r->views, r->steps, err);
     if (rc) return rc;
+    if (r->sparse) { /* the tables start again at the chief's SPARSE_INIT, which follows its INIT */
+        dt_sparse_reset(r->sparse);
+        if (!r->cfg.cluster->is_chief && (rc = dt_sparse_wait_declared(r->sparse, r->cfg.connect_timeout_ms, err)))
+            return rc;
+        /* the log's counts are training's: from here on (the declaration and its wait left out) */
+        r->sparse0 = *dt_sparse_get_stats(r->sparse);
+        r->sparse_tx0 = dt_ps_client_get_stats(r->client)->sparse_tx_bytes;
+        r->sparse_rx0 = dt_ps_client_get_stats(r->client)->sparse_rx_bytes;
+    }
     views_into_net(r, net, global_step);
     r->iter = *global_step;
     r->t_last = dt_seconds();
@@ -170,6 +183,8 @@ static int init_shards(remote *r, dt_net *net, const float *state, int64_t step,
     }
     rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, (const float *const *)st,
                            (const uint8_t *const *)decay, step, err);
+    /* an INIT drops the sparse tables: declared again after each one (they start at step 0) */
+    if (!rc && r->sparse) rc = dt_sparse_declare(r->sparse, 0, err);
     if (decay) free(decay[r->n_ps]);
     free(decay);
     free_shard_buffers(pl, st);
@@ -222,6 +237,9 @@ static int remote_restore(dt_updater *u, dt_net *net, const float *state, int64_
     if (rc) return rc;
     if (r->cfg.log) fprintf(r->cfg.log, "chief: gave %d ps task(s) their shards back at global step %lld\n", r->n_ps,
                             (long long)step);
+    if (r->sparse && r->cfg.log) /* docs/sparse.md, "Not yet" */
+        fprintf(r->cfg.log, "chief: warning: checkpoints do not hold the sparse tables yet: every table starts again "
+                "from its initial rows\n");
     return resume_from_ps(r, net, global_step, err);
 }
 
@@ -487,7 +505,8 @@ static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t 
     int rc;
     if (r->ov) {
         rc = ov_apply(r, global_step, err);
-    } else if (!(rc = grads_writable(r, err)) && !(rc = lost_to_strict_ps(r, err))) {
+    } else if (!(rc = grads_writable(r, err)) && !(rc = lost_to_strict_ps(r, err)) &&
+               !(rc = r->sparse ? dt_sparse_push(r->sparse, err) : DT_OK)) {
         state_changes(r, dt_net_grads(net), dt_net_params(net), 0, SIZE_MAX);
         for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_grads(net));
         int64_t tag = r->sync ? r->iter : local_step;
@@ -525,6 +544,15 @@ static int remote_settle(dt_updater *u, dt_net *net, int64_t *global_step, dt_er
 
 /* Connects the net's hooks to the exchange, at the start (the net is known from then on). */
 static int attach(remote *r, dt_net *net, dt_error *err) {
+    if (!r->sparse && dt_net_compact_tables(net) && dt_net_num_tables(net) > 0) {
+        dt_sparse_config sc = {.client = r->client, .sync = r->sync, .opt = r->cfg.table_opt, .seed = r->cfg.seed};
+        int rc = dt_sparse_client_create(&r->sparse, &sc, net, err);
+        if (rc) return rc;
+        r->net = net;
+        /* the tables' pulls and pushes share the client between steps: no stream under compute
+         * (docs/sparse.md, "On a worker") */
+        r->cfg.overlap = DT_OVERLAP_NONE;
+    }
     if (r->cfg.overlap == DT_OVERLAP_NONE || r->ov) return DT_OK;
     /* Every chunk of one step comes back at one step only when each sync step waits for every
      * replica; with backup workers or staleness a chunk can be a step ahead, which the client
@@ -544,6 +572,21 @@ static int attach(remote *r, dt_net *net, dt_error *err) {
     r->net = net;
     dt_net_set_hooks(net, &(dt_net_hooks){ov_before_forward, ov_after_backward, r});
     return DT_OK;
+}
+
+/* The sparse tables' line: what travelled since training began, counted (docs/sparse.md). */
+static void log_sparse(remote *r, const dt_ps_client_stats *st) {
+    const dt_sparse_stats *a = &r->sparse0, *b = dt_sparse_get_stats(r->sparse);
+    unsigned long long up = st->sparse_tx_bytes - r->sparse_tx0, down = st->sparse_rx_bytes - r->sparse_rx0;
+    unsigned long long pulled = b->rows_pulled - a->rows_pulled, pushed = b->rows_pushed - a->rows_pushed;
+    double n = (double)r->updates;
+    fprintf(r->cfg.log, "worker %d: sparse tables: %llu pulls, %llu pushes, %llu messages, %llu rows pulled, %llu "
+            "pushed, %llu bytes up, %llu down; per update %.1f rows pulled, %.0f bytes up, %.0f down (dense and "
+            "sparse: %.0f up, %.0f down); stale pushes %llu\n", r->cfg.cluster->task_index,
+            (unsigned long long)(b->pulls - a->pulls), (unsigned long long)(b->pushes - a->pushes),
+            (unsigned long long)(b->messages - a->messages), pulled, pushed, up, down, (double)pulled / n,
+            (double)up / n, (double)down / n, (double)st->tx_bytes / n, (double)st->rx_bytes / n,
+            (unsigned long long)(b->stale - a->stale));
 }
 
 /* One line per worker: how many updates, where the time went, how many gradients were stale. */
@@ -567,6 +610,7 @@ static void log_summary(remote *r) {
                                         (unsigned long long)st->repulls);
     if (r->recoveries) fprintf(r->cfg.log, "; ps outages waited out: %lld", (long long)r->recoveries);
     fputc('\n', r->cfg.log);
+    if (r->sparse) log_sparse(r, st);
     fflush(r->cfg.log);
 }
 
@@ -597,6 +641,7 @@ static void remote_free(dt_updater *u) {
     remote *r = (remote *)u;
     if (!r) return;
     dt_overlap_free(r->ov); /* first: its thread may hold the client */
+    dt_sparse_client_free(r->sparse);
     if (r->net) dt_net_set_hooks(r->net, NULL);
     dt_ps_client_close(r->client);
     for (int p = 0; p < r->n_ps; p++) {

@@ -10,6 +10,7 @@
 
 #include "cluster/cluster.h"
 #include "cluster/placement.h"
+#include "compute/lazy_optim.h"
 #include "compute/optim.h"
 #include "transport/compress.h"
 #include "update/updater.h"
@@ -39,6 +40,10 @@ typedef struct {
     /* Stream the exchange under backward and the next forward (worker/overlap.h), through the
      * net's hooks; DT_OVERLAP_NONE (0): exchange between steps. */
     dt_overlap_mode overlap;
+    /* A compact net's embedding tables (model/net.h) live on the ps tasks as sparse tables
+     * (worker/sparse_client.h), updated with this optimizer; the chief declares them after each
+     * INIT. Ignored for a net without compact tables. */
+    dt_lazy_config table_opt;
     uint64_t seed;
     const volatile int *stop;     /* may be NULL; set (a signal): waits for the ps tasks end */
     /* The newest checkpoint in the flat layout (params [n], state [slots * n]): 1 if there is one,

@@ -1,0 +1,60 @@
+/* A worker's side of the sparse tables on the ps tasks (docs/sparse.md, "On a worker"): a compact
+ * net's embedding tables (model/net.h, dt_net_build_compact) live on the ps tasks, each row on the
+ * ps dt_row_ps names. Per step the net lists each table's unique ids in the batch; this client
+ * pulls exactly those rows (SPARSE_PULL, split by ps) into the net's blocks before the forward, and
+ * after the backward pushes each touched row's summed gradient with its id (SPARSE_PUSH). The
+ * chief declares the tables (SPARSE_INIT) after every INIT.
+ *
+ * Sync replicas: the rows are pulled at the tables' step t (the pull waits until the ps has applied
+ * step t - 1), the push is for step t, sent to every ps for every table (with no ids where the
+ * batch had none there: the ps counts a replica's push whole). Async: pulls take the rows as they
+ * are, each push is one update.
+ *
+ * It shares the dense updater's ps client (one exchange at a time): its calls go between the dense
+ * exchanges, never under one (--overlap is refused with sparse tables). Not thread-safe. */
+#ifndef DT_WORKER_SPARSE_CLIENT_H
+#define DT_WORKER_SPARSE_CLIENT_H
+
+#include <stdint.h>
+
+#include "compute/lazy_optim.h"
+#include "model/net.h"
+#include "worker/ps_client.h"
+
+typedef struct dt_sparse_client dt_sparse_client;
+
+typedef struct {
+    dt_ps_client *client;     /* the updater's; not owned */
+    int sync;                 /* sync replicas: pushes carry SYNC and the tables' step */
+    dt_lazy_config opt;       /* every table's optimizer (train/table_optim.h) */
+    uint64_t seed;            /* the tables' initial rows (a function of seed, table, id) */
+} dt_sparse_config;
+
+/* Totals over the client's life. */
+typedef struct {
+    uint64_t pulls, pushes;           /* calls (training and evaluation pulls) */
+    uint64_t rows_pulled, rows_pushed;/* ids sent in SPARSE_PULLs, in SPARSE_PUSHes */
+    uint64_t messages;                /* SPARSE_PULLs and SPARSE_PUSHes sent (each answered once) */
+    uint64_t stale;                   /* SPARSE_PUSHes a sync ps answered STALE */
+} dt_sparse_stats;
+
+/* For a compact net (its tables: dt_net_num_tables); sets the net's fill callback to pull. */
+int dt_sparse_client_create(dt_sparse_client **out, const dt_sparse_config *cfg, dt_net *net, dt_error *err);
+void dt_sparse_client_free(dt_sparse_client *s); /* also unsets the net's fill callback */
+
+/* Chief, after INIT: SPARSE_INIT of every table to every ps, the tables at step `step`. Refuses
+ * (DT_EINVAL, naming the layer) an embedding whose initialiser the ps cannot draw. */
+int dt_sparse_declare(dt_sparse_client *s, int64_t step, dt_error *err);
+/* A worker other than the chief, once the ps tasks are initialised: waits (up to timeout_ms) until
+ * every ps holds the tables (the chief declares them just after its INIT). */
+int dt_sparse_wait_declared(dt_sparse_client *s, int timeout_ms, dt_error *err);
+/* The net's blocks, as its last dt_net_forward_ctr listed them, from the ps tasks (the fill
+ * callback; training 0: an evaluation batch, which does not set the step a push is for). */
+int dt_sparse_pull(dt_sparse_client *s, int training, dt_error *err);
+/* The last backward's table gradients (dt_net_table_grad) to the ps tasks. */
+int dt_sparse_push(dt_sparse_client *s, dt_error *err);
+/* The ps tasks were initialised again (the tables declared anew, at step 0). */
+void dt_sparse_reset(dt_sparse_client *s);
+const dt_sparse_stats *dt_sparse_get_stats(const dt_sparse_client *s);
+
+#endif

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Sparse tables on the ps tasks from the command line (issue 22, docs/sparse.md "On a worker"): a
+# cluster keeps a click-log model's embedding tables on its ps tasks and moves only the rows each
+# batch names. 1 ps + 2 sync workers at batch B must end where one process at batch 2B ends (the
+# same test AUC and logloss to 0.001; their tables start at zero on both sides), 2 ps + 2 async
+# workers must learn, and the bytes each worker sends and receives for the tables are counted: exactly
+# headers plus ids plus rows, and at a batch that amortises the headers within the issue's bound.
+. "$(dirname "$0")/lib.sh"
+cd "${DTRAIN_SRC:-$(dirname "$0")/..}"
+
+"$bin" gen-clicks --out "$tmp/clicks.tsv" --lines 40000 --vocab 2000 --seed 5 >"$tmp/gen.out" 2>&1
+sed 's/buckets=1048576/buckets=65536/' models/lr.model >"$tmp/lr.model"
+common=(--data "$tmp/clicks.tsv" --model "$tmp/lr.model" --optimizer sgd --learning_rate 0.05 --epochs 1
+        --steps_to_validate 1000 --logdir "" --summary_dir "" --threads 1)
+
+timeout --foreground 120 "$bin" train "${common[@]}" --batch_size 256 >"$tmp/one.out" 2>&1
+check "one process trains (status $?)" grep -q "^test auc" "$tmp/one.out"
+timeout --foreground 120 "$bin" launch --ps 1 --workers 2 --issync 1 "${common[@]}" --batch_size 128 \
+  >"$tmp/sync.out" 2>&1
+st=$?
+check "1 ps + 2 sync workers train (status $st)" [ "$st" -eq 0 ]
+check "the ps holds the tables as sparse tables" grep -q "ps 0: 26 sparse table(s) declared" "$tmp/sync.out"
+read -r a1 l1 < <(awk '/^test auc/ {print $3, $6}' "$tmp/one.out")
+read -r a2 l2 < <(awk '/\] test auc/ {print $4, $7}' "$tmp/sync.out")
+echo "one process: test auc $a1 logloss $l1; 1 ps + 2 sync workers: test auc $a2 logloss $l2"
+check "sync cluster's test AUC and logloss within 0.001 of one process's" \
+  awk -v a="${a1:-0}" -v b="${a2:-9}" -v c="${l1:-0}" -v d="${l2:-9}" \
+  'BEGIN {x = a - b; y = c - d; exit !(a > 0.6 && x * x <= 1e-6 && y * y <= 1e-6)}'
+
+# Async, rows spread over 2 ps tasks: it learns (a looser bound: async updates are not one process's).
+timeout --foreground 120 "$bin" launch --ps 2 --workers 2 --issync 0 "${common[@]}" --batch_size 128 \
+  >"$tmp/async.out" 2>&1
+st=$?
+check "2 ps + 2 async workers train (status $st)" [ "$st" -eq 0 ]
+a3=$(awk '/\] test auc/ {print $4}' "$tmp/async.out")
+echo "2 ps + 2 async workers: test auc $a3"
+check "async test AUC near one process's (got $a3, one process $a1)" \
+  awk -v a="${a1:-0}" -v b="${a3:-0}" 'BEGIN {exit !(b > 0.6 && b > a - 0.02)}'
+
+# Bytes (worker 1 pulls for training only; dim 1): up = 104 per message + 8 per id pulled + 12 per
+# row pushed; down = 104 per message + 4 per row pulled. Each id goes up twice (its pull and its
+# push), so the mean of both ways is the issue's unit, 4 dim + 8 bytes per id, plus the headers.
+bytes_check() {
+  local line; line=$(grep "\[worker1\] worker 1: sparse tables:" "$1")
+  check "$2: worker 1 reports its sparse tables' traffic" [ -n "$line" ]
+  echo "$line"
+  echo "$line" | awk -v what="$2" -v bound="$3" '{
+    for (i = 1; i < NF; i++) if (!($(i + 1) in v)) v[$(i + 1)] = $i
+    msgs = v["messages,"]; pulled = v["rows"]; pushed = v["pushed,"]; up = v["bytes"]; down = v["down;"]
+    steps = v["pulls,"]
+    if (up != 104 * msgs + 8 * pulled + 12 * pushed) { print what ": up " up " is not headers + ids + rows"; bad = 1 }
+    if (down != 104 * msgs + 4 * pulled) { print what ": down " down " is not headers + rows"; bad = 1 }
+    if (pulled < steps || pushed < steps) { print what ": no rows"; bad = 1 }
+    if (bound && (up + down) / 2 > 1.1 * pulled * 12) { print what ": mean " (up + down) / 2 " over 1.1 x " pulled * 12; bad = 1 }
+    exit bad }' || { bad "$2: the bytes counted"; return; }
+  ok "$2: the bytes counted"
+}
+bytes_check "$tmp/sync.out" "sync, batch 128" 0
+bytes_check "$tmp/async.out" "async over 2 ps, batch 128" 0
+timeout --foreground 120 "$bin" launch --ps 1 --workers 2 --issync 1 "${common[@]}" --batch_size 1024 \
+  >"$tmp/big.out" 2>&1
+check "sync workers at batch 1024 (status $?)" grep -q "\] test auc" "$tmp/big.out"
+bytes_check "$tmp/big.out" "sync, batch 1024, within 1.1 x ids x (4 dim + 8)" 1
+
+# What the ps tasks cannot hold is refused in one line naming it.
+short=(--data "$tmp/clicks.tsv" --train_steps 2 --batch_size 64 --logdir "" --summary_dir "" --threads 1)
+sed 's/combiner=sum weight_init=constant(0)/combiner=sum weight_init=he_uniform/' "$tmp/lr.model" >"$tmp/he.model"
+timeout --foreground 60 "$bin" launch --ps 1 --workers 1 "${short[@]}" --model "$tmp/he.model" --optimizer sgd \
+  >"$tmp/he.out" 2>&1
+check "an initialiser the ps cannot draw is refused naming the layer" \
+  grep -q "he.model:9: embedding weights: .*constant(0) or truncated_normal" "$tmp/he.out"
+printf 'model t\ninput dense=13 fields=26\nembedding dim=1 buckets=100 weight_init=constant(0)\nreduce_sum\n' \
+  >"$tmp/tables.model"
+timeout --foreground 60 "$bin" launch --ps 1 --workers 1 "${short[@]}" --model "$tmp/tables.model" --optimizer sgd \
+  >"$tmp/tables.out" 2>&1
+check "a ps left without dense variables is refused saying why" \
+  grep -q "ps 0 would hold none of the model's dense variables" "$tmp/tables.out"
+check "the ps tables' optimizer is --table_optimizer's default (adagrad at --learning_rate)" \
+  grep -q "ps 0: 26 sparse table(s) declared .* (adagrad, learning rate 0.05)" "$tmp/sync.out"
+# The tables' optimizer is their own (--table_optimizer), whatever trains the dense variables.
+timeout --foreground 60 "$bin" launch --ps 1 --workers 1 "${short[@]}" --model "$tmp/lr.model" --optimizer momentum \
+  --table_optimizer ftrl --table_learning_rate 0.1 >"$tmp/ftrl.out" 2>&1
+st=$?
+check "momentum for the dense variables, FTRL for the tables on the ps (status $st)" [ "$st" -eq 0 ]
+check "... the ps applies FTRL at 0.1" grep -q "sparse table(s) declared .* (ftrl, learning rate 0.1)" "$tmp/ftrl.out"
+summary
