@@ -221,4 +221,20 @@ int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_er
 /* Chief only: tells every ps that training is over; each acknowledges and exits. */
 int dt_ps_client_shutdown(dt_ps_client *c, dt_error *err);
 
+/* One request to ps `ps` alone, its reply awaited by a second call, so the caller can work in
+ * between: a claim (WORK_DONE) goes to ps 0 while its batch is computed (worker/work_client.h).
+ * h: the type and its own fields (the routing fields and payload_bytes are filled here); payload:
+ * len bytes, copied (may be NULL); want: the reply type awaited (ACK, WORK_GRANT, WORK_STATE). No
+ * other call may run until ask_one_end (it is refused, DT_EINVAL). */
+int dt_ps_client_ask_one(dt_ps_client *c, int ps, dt_wire_header *h, const void *payload, size_t len, uint8_t want,
+                         const char *what, dt_error *err);
+/* Waits for that reply (bounded by the request timeout) and ends the request, whatever its
+ * outcome: its header into *reply, its payload (valid until the next ask_one; NULL when none).
+ * An ERROR reply fails it (DT_EPROTO, err naming the ps and the ps's text;
+ * dt_ps_client_last_refusal has its status). */
+int dt_ps_client_ask_one_end(dt_ps_client *c, dt_wire_header *reply, const void **payload, size_t *len,
+                             dt_error *err);
+/* 1 while a request to one ps awaits ask_one_end. */
+int dt_ps_client_asking_one(const dt_ps_client *c);
+
 #endif
