@@ -432,9 +432,25 @@ static void test_sit_out_and_back(void) {
     shard_done(s);
 }
 
+/* INIT's ELASTIC flag: of the three declared workers none is waited for before the ps hears from
+ * it; worker 0 trains alone, then worker 2 shows up and step 1 waits for it. */
+static void test_elastic_init(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 3, 3, 0, 0, 2, 0);
+    push(s, 1, 0, 0, 1, 0, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 1); /* workers 1 and 2 never started */
+    pull(s, 3, 2, 0, 1, 0, 0);
+    push(s, 1, 0, 0, 1, 1, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 1);
+    push(s, 3, 2, 0, 1, 1, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 2);
+    shard_done(s);
+}
+
 int main(void) {
     RUN(test_conditions);
     RUN(test_sit_out_and_back);
+    RUN(test_elastic_init);
     RUN(test_async_chunks_out_of_order);
     RUN(test_sync_replica_twice_and_stale);
     RUN(test_sync_later_step_full);

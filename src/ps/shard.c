@@ -516,6 +516,12 @@ void shard_on_init(const shard_req *r) {
     s->generation = h->generation;
     s->liveness_us = s->aggregate ? h->liveness_ms * 1000 : 0;
     s->strict = (h->flags & DT_WIRE_F_STRICT) != 0;
+    /* Elastic: workers join and leave; none counts toward steps before the ps hears from it (a
+     * declared worker that never starts is not waited for the liveness timeout). */
+    if ((h->flags & DT_WIRE_F_ELASTIC) && s->aggregate) {
+        memset(s->lost, 1, (size_t)s->total);
+        s->n_lost = s->total;
+    }
     s->failed[0] = '\0';
     dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, h);
     shard_send(r, &a);

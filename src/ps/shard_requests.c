@@ -213,7 +213,8 @@ static void dispatch(const shard_req *r) {
     }
     if ((h->role == DT_ROLE_WORKER || h->role == DT_ROLE_CHIEF) && s->workers && h->task >= s->workers) {
         shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s %u is not in this cluster (the chief declared %d worker task(s), "
-                     "0..%d)", dt_wire_role_name(h->role), h->task, s->workers, s->workers - 1);
+                     "0..%d: its --worker_hosts, or --max_workers)", dt_wire_role_name(h->role), h->task, s->workers,
+                     s->workers - 1);
         return;
     }
     note_alive(s, h, r->now);

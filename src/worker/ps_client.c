@@ -99,6 +99,7 @@ struct dt_ps_client {
     int n_workers;            /* told to every ps in INIT; 0: not told */
     uint64_t chunk_bytes;     /* the cut INIT asks for: chunks of about this size (0: one chunk) */
     int liveness_ms, strict;
+    int elastic;              /* INIT says workers join and leave (dynamic sharding) */
     int last_refusal;         /* DT_WIRE_E_* of the latest ERROR reply (dt_ps_client_last_refusal) */
     uint8_t encoding;         /* --compression: of gradients up and parameters down */
     dt_codec *codec;          /* 16-bit gradients with error feedback; NULL: float32 */
@@ -709,6 +710,7 @@ static void take_config(dt_ps_client *c, const dt_ps_client_config *cfg) {
         c->staleness = cfg->staleness;
         c->liveness_ms = cfg->liveness_ms > 0 ? cfg->liveness_ms : 0;
         c->strict = cfg->strict != 0;
+        c->elastic = cfg->elastic != 0;
     }
     c->n_workers = cfg->n_workers > 0 && cfg->n_workers <= (int)DT_WIRE_MAX_REPLICAS ? cfg->n_workers : 0;
     c->chunk_bytes = cfg->chunk_bytes < 0 ? DT_WIRE_CHUNK_BYTES_DEFAULT : (uint64_t)cfg->chunk_bytes;
@@ -804,6 +806,7 @@ static int init_message(dt_ps_client *c, int i, const dt_opt_config *opt, const 
     h->chunks = (uint8_t)(k > n ? n : k);
     h->liveness_ms = c->liveness_ms;
     if (c->strict) h->flags = DT_WIRE_F_STRICT;
+    if (c->elastic) h->flags |= DT_WIRE_F_ELASTIC;
     return DT_OK;
 }
 

@@ -49,6 +49,9 @@ typedef struct {
     /* Sync mode, sent in INIT: a worker silent this long is lost to the ps, which then waits for
      * the live workers only (0: never); strict: a lost worker stops the job instead. */
     int liveness_ms, strict;
+    /* Sync, sent in INIT: workers join and leave (dynamic sharding): none counts toward steps until
+     * the ps hears from it, so a declared worker that never starts is not waited for. */
+    int elastic;
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h, copied); NULL: no security */
     /* Gradients up and parameters down in this encoding (docs/protocol.md, "Encodings"): 16-bit
      * gradients carry error feedback (worker/codec.h), parameters are unpacked into float32. The
