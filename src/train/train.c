@@ -24,6 +24,7 @@
 #include "metrics/status_poll.h"
 #include "metrics/status.h"
 #include "model/net.h"
+#include "ps/coord.h"
 #include "supervisor/supervisor.h"
 #include "train/serve.h"
 #include "train/emulate.h"
@@ -31,6 +32,7 @@
 #include "train/evaluate_ctr.h"
 #include "train/progress.h"
 #include "train/train_debug.h"
+#include "train/work_loop.h"
 #include "update/updater.h"
 #include "transport/auth.h"
 #include "worker/remote.h"
@@ -108,8 +110,18 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     if (o->ps_timeout_ms < 0 || o->idle_timeout_ms < 0)
         return dt_errorf(err, DT_EINVAL, "ps_timeout and idle_timeout must not be negative");
     if (dt_bind_check(o->bind, err)) return DT_EINVAL;
+    if (o->sharding && strcmp(o->sharding, "fixed") && strcmp(o->sharding, "dynamic"))
+        return dt_errorf(err, DT_EINVAL, "sharding: expected fixed or dynamic, got '%s'", o->sharding);
+    if (o->unit_batches < 0 || o->unit_batches > (int)DT_COORD_MAX_UNIT_BATCHES)
+        return dt_errorf(err, DT_EINVAL, "unit_batches must be in 0..%u, got %d", DT_COORD_MAX_UNIT_BATCHES,
+                         o->unit_batches);
+    if (o->max_workers < 0 || o->max_workers > (int)DT_COORD_MAX_WORKERS)
+        return dt_errorf(err, DT_EINVAL, "max_workers must be in 0..%u, got %d", DT_COORD_MAX_WORKERS, o->max_workers);
     return DT_OK;
 }
+
+/* --sharding dynamic (docs/elastic.md); one process trains the permutation in order without it. */
+static int dynamic_sharding(const dt_train_options *o) { return o->sharding && !strcmp(o->sharding, "dynamic"); }
 
 /* The run's optimizer: kind and rate, the learning-rate schedule and weight decay (README,
  * "Training options"). total: the run's global steps, which cosine's decay spans after the warmup
@@ -174,6 +186,8 @@ typedef struct {
     int64_t global_per_epoch;       /* global steps per epoch */
     int64_t total;                  /* global steps of the run */
     double examples_per_step;       /* per global step, every worker's */
+    int dynamic;                    /* --sharding dynamic: per_epoch is the whole epoch's batches */
+    int max_workers;                /* dynamic: worker task indices that may join */
 } run_plan;
 
 /* Everything a run owns, so one cleanup path frees it whatever failed. */
@@ -198,6 +212,8 @@ typedef struct {
     dt_status *status;
     dt_http *http;
     dt_peer_poll *peers;
+    dt_work_loop *work;           /* --sharding dynamic: the units ps 0 grants (NULL: fixed shards) */
+    FILE *work_log;               /* --debug_work_log */
     struct {
         dt_metric *step, *local, *examples, *step_s, *ckpt_age, *ckpt_s, *ckpts;
     } m;
@@ -207,6 +223,8 @@ static void run_free(run_state *r) {
     dt_peer_poll_stop(r->peers);
     dt_http_stop(r->http); /* nothing reads the figures any more */
     dt_supervisor_close(r->supervisor);
+    dt_work_loop_free(r->work);
+    if (r->work_log) fclose(r->work_log);
     if (r->updater) r->updater->free(r->updater);
     dt_status_free(r->status); /* nothing updates them any more */
     dt_metrics_free(r->metrics);
@@ -465,10 +483,13 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
         return dt_errorf(err, DT_ESHAPE, "%s has %d classes but model %s ends in a dense layer of %d units",
                          o->data_path, data_classes, o->model_path, classes);
 
-    /* Worker i of n trains on shard i of every epoch's permutation (docs/data.md). */
+    /* Worker i of n trains on shard i of every epoch's permutation (docs/data.md); dynamic
+     * sharding: any batch of the whole epoch, as ps 0 grants them. */
     p->n_workers = c->distributed ? c->n_workers : 1, p->shard = c->distributed ? c->task_index : 0;
+    p->dynamic = c->distributed && dynamic_sharding(o);
     dt_loader_options lo = {.batch_size = o->batch_size, .shuffle = 1, .seed = o->seed,
-                            .shard_index = p->shard, .shard_count = p->n_workers};
+                            .shard_index = p->dynamic ? 0 : p->shard, .shard_count = p->dynamic ? 1 : p->n_workers,
+                            .whole_epoch = p->dynamic};
     if ((rc = dt_augment_parse(&lo.augment, o->augment, err))) return rc;
     if ((rc = dt_loader_create(&r->loader, r->data.train, &lo, err))) return rc;
     p->per_epoch = dt_loader_batches_per_epoch(r->loader);
@@ -478,6 +499,32 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     return plan_steps(r, o, err);
 }
 
+/* Dynamic sharding (docs/elastic.md): every task index below max_workers is declared; a sync step
+ * aggregates the live workers' gradients (the ps counts the silent and the sitting-out ones out).
+ * The run ends when ps 0 says the last epoch is done; total only paces the progress line. */
+static int plan_dynamic(run_state *r, const dt_train_options *o, dt_error *err) {
+    run_plan *p = &r->plan;
+    if (r->ctr)
+        return dt_errorf(err, DT_EINVAL, "sharding dynamic: a click log is a stream without a permutation; use "
+                         "--sharding fixed");
+    p->max_workers = o->max_workers ? o->max_workers : p->n_workers;
+    if (p->max_workers < p->n_workers)
+        return dt_errorf(err, DT_EINVAL, "max_workers=%d is fewer than the cluster's %d workers", p->max_workers,
+                         p->n_workers);
+    if (o->train_steps <= 0 && o->epochs != floor(o->epochs))
+        return dt_errorf(err, DT_EINVAL, "sharding dynamic trains whole epochs: epochs=%g is not a whole number",
+                         o->epochs);
+    if (p->sync && (o->replicas_to_aggregate || o->total_num_replicas || o->staleness))
+        return dt_errorf(err, DT_EINVAL, "sharding dynamic: sync steps aggregate the live workers' gradients; "
+                         "replicas_to_aggregate, total_num_replicas and staleness are not supported with it yet");
+    p->aggregate = p->replicas = p->sync ? p->max_workers : 0;
+    int64_t busy = p->n_workers < p->per_epoch ? p->n_workers : p->per_epoch;
+    p->global_per_epoch = p->sync ? (p->per_epoch + busy - 1) / busy : p->per_epoch;
+    p->total = o->train_steps > 0 ? o->train_steps : (int64_t)ceil(o->epochs * (double)p->global_per_epoch);
+    p->examples_per_step = p->sync ? (double)o->batch_size * (double)busy : o->batch_size;
+    return DT_OK;
+}
+
 /* The steps of the run, from the batches per epoch and the cluster. */
 static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err) {
     const dt_cluster *c = &r->cluster;
@@ -485,6 +532,7 @@ static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err) {
     /* Sync replicas: every step averages replicas_to_aggregate gradients (default: every worker);
      * total_num_replicas counts the workers pushing, backup workers included. */
     p->sync = c->distributed && o->issync, p->aggregate = 0, p->replicas = 0;
+    if (p->dynamic) return plan_dynamic(r, o, err);
     if (p->sync) {
         p->aggregate = o->replicas_to_aggregate ? o->replicas_to_aggregate : p->n_workers;
         p->replicas = o->total_num_replicas ? o->total_num_replicas : p->aggregate;
@@ -514,6 +562,12 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
     if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
     /* Clipping scales the whole gradient by its global norm, known only once backward is over: a
      * streamed exchange would have pushed most of it unclipped by then. */
+    /* A claim goes to ps 0 between steps, while an overlapped exchange runs into the next forward. */
+    if (overlap != DT_OVERLAP_NONE && p->dynamic) {
+        fprintf(r->log, "worker %d: sharding dynamic claims each batch between steps: exchanging between steps "
+                "(overlap none)\n", c->task_index);
+        overlap = DT_OVERLAP_NONE;
+    }
     if (overlap != DT_OVERLAP_NONE && o->clip_gradient_norm > 0) {
         fprintf(r->log, "worker %d: overlap=%s pushes each layer's gradient as backward makes it, but "
                 "clip_gradient_norm needs the whole gradient first: exchanging between steps instead\n",
@@ -526,6 +580,7 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
                                .connect_timeout_ms = o->connect_timeout_ms,
                                .request_timeout_ms = o->heartbeat_timeout_ms,
                                .n_workers_to_wait = c->n_workers - 1,
+                               .max_workers = p->dynamic ? p->max_workers : 0,
                                .replicas_to_aggregate = p->aggregate,
                                .total_num_replicas = p->replicas,
                                .staleness = o->staleness,
@@ -544,6 +599,22 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
                                .auth = r->auth.curve ? &r->auth : NULL,
                                .metrics = r->metrics};
     return dt_remote_updater_create(&r->updater, &rc_cfg, err);
+}
+
+/* Dynamic sharding: the chief installs the work plan on ps 0; which batches come next is ps 0's. */
+static int open_work(run_state *r, const dt_train_options *o, int64_t *local_step, dt_error *err) {
+    const dt_cluster *c = &r->cluster;
+    const run_plan *p = &r->plan;
+    *local_step = 0;
+    if (r->dbg->work_log && *r->dbg->work_log && !(r->work_log = fopen(r->dbg->work_log, "a")))
+        return dt_errorf(err, DT_EIO, "--debug_work_log: cannot open %s", r->dbg->work_log);
+    dt_work_config wc = {.updater = r->updater, .loader = r->loader, .task = c->task_index, .chief = c->is_chief,
+                         .sync = p->sync, .examples = dt_dataset_size(r->data.train), .seed = o->seed,
+                         .epochs = o->train_steps > 0 ? 0 : (uint64_t)o->epochs, .batch_size = (uint32_t)o->batch_size,
+                         .unit_batches = (uint32_t)(o->unit_batches ? o->unit_batches : 4),
+                         .max_workers = (uint32_t)p->max_workers, .liveness_ms = (uint32_t)((o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 60000) / 2),
+                         .wait_ms = o->connect_timeout_ms, .stop = o->stop, .log = r->log, .trained = r->work_log};
+    return dt_work_loop_open(&r->work, &wc, err);
 }
 
 /* The chief's supervisor (checkpoints, summaries); then the newest good checkpoint is restored, or
@@ -576,6 +647,7 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
         rc = r->updater->start(r->updater, r->net, o->seed, global_step, err);
     }
     if (rc) return rc;
+    if (p->dynamic) return open_work(r, o, local_step, err);
     /* Resuming: each worker has consumed global_step (sync) or global_step / n_workers batches of its shard (exactly so on
      * one machine, where data order and dropout then continue bit for bit). */
     *local_step = p->sync ? *global_step : *global_step / p->n_workers;
@@ -678,11 +750,19 @@ static int forward_batch(run_state *r, uint64_t seed, dt_batch *b, float *loss, 
         if (!dt_net_forward_ctr(r->net, &cb, 1, seed, err)) return DT_EINVAL; /* err says why */
         *loss = dt_net_loss_binary(r->net, cb.labels, correct);
     } else {
-        if ((rc = dt_loader_next(r->loader, b, err))) return rc;
+        if (!r->work && (rc = dt_loader_next(r->loader, b, err))) return rc; /* dynamic: loaded already */
         if (!dt_net_forward(r->net, b->x, b->n, 1, seed, err)) return DT_EINVAL; /* err says why */
         *loss = dt_net_loss(r->net, b->labels, correct);
     }
     return dt_net_status(r->net, err); /* a device's failure, named */
+}
+
+/* Gradients this worker pushed that a ps dropped as stale (dynamic sharding: that batch did not count). */
+static int64_t stale_pushes(const run_state *r) {
+    if (!r->work) return 0;
+    dt_remote_timing t;
+    dt_remote_get_timing(r->updater, &t);
+    return t.stale;
 }
 
 /* The steps: batch, forward, loss, backward, clipping, the update (here or on the ps tasks), the
@@ -695,7 +775,8 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
     int evaluates = c->is_chief && !emulate, rc = DT_OK;
     double t_step = dt_seconds();
     interval iv = {.t_interval = t_step, .last_log = *global_step};
-    while (*global_step < p->total) {
+    int finished = 0, push = 1; /* dynamic: every epoch done; this step's claim stands */
+    while (r->work && !o->train_steps ? !finished : *global_step < p->total) {
         if (o->stop && *o->stop) {
             rc = dt_errorf(err, DT_EINTR, "training stopped by a signal at global step %lld", (long long)*global_step);
             break;
@@ -707,6 +788,8 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
             dt_emulate_step(r->net, r->dbg->emulate_compute_ms);
         } else {
             uint64_t seed = dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard));
+            if (r->work && ((rc = dt_work_loop_next(r->work, r->net, global_step, &b, &finished, err)) || finished))
+                break;
             if ((rc = forward_batch(r, seed, &b, &loss, &correct, err))) break;
             if (!isfinite(loss)) {
                 rc = dt_errorf(err, DT_EINVAL, "loss became %g at global step %lld: lower the learning_rate",
@@ -720,10 +803,14 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                 break;
             /* The whole gradient, before it is applied here or cut into shards and pushed. */
             if (o->clip_gradient_norm > 0) dt_net_clip_gradients(r->net, (float)o->clip_gradient_norm);
+            if (r->work && (rc = dt_work_loop_claimed(r->work, r->net, global_step, &push, err))) break;
+            if (!push) continue; /* its step went by, or the unit is not ours any more: the gradient is dropped */
         }
+        int64_t stale = stale_pushes(r);
         if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? *global_step : *local_step, global_step,
                                     err)))
             break;
+        int epoch_began = r->work && dt_work_loop_pushed(r->work, &b, stale_pushes(r) == stale);
         ++*local_step;
         iv.loss_sum += loss * b.n;
         iv.correct += correct;
@@ -744,13 +831,14 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                            (double)*global_step / (double)p->global_per_epoch,
                            emulate || !iv.seen ? NAN : iv.loss_sum / (double)iv.seen);
 
-        int epoch_end = !emulate && *local_step % p->per_epoch == 0; /* emulated: no data, no epochs */
+        int epoch_end = r->work ? epoch_began : !emulate && *local_step % p->per_epoch == 0; /* emulated: no epochs */
         if (*global_step / o->steps_to_validate > iv.last_log / o->steps_to_validate || epoch_end ||
-            *global_step >= p->total) {
+            (*global_step >= p->total && (!r->work || o->train_steps))) { /* dynamic: ps 0 says when it ends */
             if ((rc = log_interval(r, o, evaluates, *global_step, &iv, res, err))) break;
             t_step = iv.t_interval;
         }
     }
+    if (!rc && finished && iv.seen) rc = log_interval(r, o, evaluates, *global_step, &iv, res, err);
     return rc;
 }
 
