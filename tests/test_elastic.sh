@@ -9,7 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 fashion_subset "$tmp/data" 1000 100 || { bad "fashion subset"; summary; exit; }
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
-B=32 EPOCHS=4 N=1000
+B=32 EPOCHS=6 N=1000
 m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threads 1 --batch_size $B
    --epochs $EPOCHS --sharding dynamic --unit_batches 2 --heartbeat_timeout 2
    --steps_to_validate 100000 --debug_step_delay_ms 40)
@@ -28,15 +28,15 @@ run() { # $1: tag (async or sync), then flags for every task
   local h4="--worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]},127.0.0.1:${ports[3]},127.0.0.1:${ports[4]}"
   timeout --foreground 120 "$bin" train "${m[@]}" "${h[@]}" "$@" --job_name=ps >"$d/ps" 2>&1 & local ps=$!
   local w=()
-  for t in 0 2; do
-    timeout --foreground 120 "$bin" train "${m[@]}" "${h[@]}" "$@" --job_name=worker --task_index=$t \
-      --debug_work_log "$d/work$t" >"$d/w$t" 2>&1 &
+  timeout --foreground 120 "$bin" train "${m[@]}" "${h[@]}" "$@" --job_name=worker --task_index=0 \
+    --debug_work_log "$d/work0" >"$d/w0" 2>&1 &
+  w[0]=$!
+  # Workers 1 and 2 run bare (no timeout in between), so that the signals reach them; lib.sh's
+  # cleanup kills them at the latest.
+  for t in 1 2; do
+    "$bin" train "${m[@]}" "${h[@]}" "$@" --job_name=worker --task_index=$t --debug_work_log "$d/work$t" >"$d/w$t" 2>&1 &
     w[$t]=$!
   done
-  # Worker 1 runs bare (no timeout in between), so that the SIGKILL reaches it; lib.sh's cleanup
-  # kills it at the latest.
-  "$bin" train "${m[@]}" "${h[@]}" "$@" --job_name=worker --task_index=1 --debug_work_log "$d/work1" >"$d/w1" 2>&1 &
-  w[1]=$!
   pids+=($ps "${w[@]}")
   if ! wait_lines "$d/work1" 4; then bad "$tag: worker 1 trains ($(tail -2 "$d/w1"))"; return; fi
   kill -KILL "${w[1]}"; wait "${w[1]}" 2>/dev/null
@@ -51,8 +51,16 @@ run() { # $1: tag (async or sync), then flags for every task
       && ok "$tag: a join at --max_workers 4 is refused naming the bound" \
       || bad "$tag: a join at --max_workers 4 is refused naming the bound (status $st: $(tail -2 "$d/w4"))"
   fi
+  local survivors="0 2 3"
+  if [ "$tag" = async ]; then # worker 2 leaves cleanly: its unit goes back at once
+    wait_lines "$d/work3" 2
+    kill -TERM "${w[2]}"; wait "${w[2]}"; local st=$?
+    grep -q "ps 0: worker 2 left: " "$d/ps" && [ $st -eq 130 ] && ok "$tag: SIGTERM: worker 2 leaves, its units returned" \
+      || bad "$tag: SIGTERM: worker 2 leaves (status $st; $(grep 'worker 2' "$d/ps" | tail -2))"
+    survivors="0 3"
+  fi
   local failed=0
-  for t in 0 2 3; do wait "${w[$t]}" || { failed=1; bad "$tag: worker $t exits 0 ($(tail -3 "$d/w$t"))"; }; done
+  for t in $survivors; do wait "${w[$t]}" || { failed=1; bad "$tag: worker $t exits 0 ($(tail -3 "$d/w$t"))"; }; done
   wait $ps || { failed=1; bad "$tag: ps exits 0 ($(tail -3 "$d/ps"))"; }
   [ $failed = 0 ] && ok "$tag: every survivor exits 0"
   local e

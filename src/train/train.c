@@ -940,6 +940,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
     dt_metric_set(r->m.step, (double)global_step);
     double t_start = dt_seconds();
     rc = run_steps(r, o, emulate, &global_step, &local_step, res, err);
+    dt_work_loop_abandon(r->work); /* a claim left unanswered by a stop */
     /* An overlapping updater's last parameters are still on their way. */
     if (!rc && r->updater->settle && (rc = r->updater->settle(r->updater, r->net, &global_step, err)) == DT_OK)
         res->steps = global_step;

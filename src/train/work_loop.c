@@ -179,6 +179,13 @@ int dt_work_loop_claimed(dt_work_loop *w, dt_net *net, int64_t *global_step, int
     return stale ? dt_remote_resync(w->cfg.updater, net, global_step, err) : DT_OK;
 }
 
+void dt_work_loop_abandon(dt_work_loop *w) {
+    if (!w || !dt_ps_client_asking_one(w->client)) return;
+    int stale;
+    dt_error e = {0};
+    dt_work_claim_answer(w->client, &stale, &e); /* its gradient is never pushed: the claim is voided */
+}
+
 int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted) {
     if (!counted) return 0; /* stale: the claim was voided, the batch stays in the mask */
     w->mask &= ~(1ull << (w->batch - w->unit * w->cfg.unit_batches));

@@ -40,6 +40,9 @@ int dt_work_loop_next(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_bat
 /* After backward: the claim's answer. *push 0: its step is applied already; the parameters were
  * pulled again (*global_step), and the batch is trained again: skip this gradient. */
 int dt_work_loop_claimed(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err);
+/* Training stopped with a claim's answer still due (a signal, a failed step): it is taken, so the
+ * client is free for DONE, which gives the units back to ps 0. */
+void dt_work_loop_abandon(dt_work_loop *w);
 /* After the push: counted 1 if the gradient was applied (not stale). Returns 1 when this batch began
  * a new epoch for this worker (for the loop's log line). */
 int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted);
