@@ -413,11 +413,32 @@ out:
     return rc;
 }
 
-/* The supervisor's view of the training state: whatever the updater holds, in the flat layout. */
+/* The supervisor's view of the training state: whatever the updater holds, in the flat layout.
+ * Dynamic sharding: ps 0's coordinator state first, so every batch it counts is in the model
+ * fetched after it (docs/elastic.md, "Checkpoints"); sync: again until it is of the model's step.
+ * The final one after the model: the final snapshot waits for the workers, and then nothing
+ * trains any more. */
 static int snapshot(void *user, float *params, float *state, int64_t *global_step, int final, dt_error *err) {
     run_state *r = user;
     if (!r->updater->snapshot) return dt_errorf(err, DT_EINVAL, "this updater cannot take checkpoints");
-    return r->updater->snapshot(r->updater, r->net, params, state, global_step, final, err);
+    for (int tries = 0;; tries++) {
+        int64_t at = 0;
+        int rc = r->work && !final ? dt_work_loop_fetch_state(r->work, &at, err) : DT_OK;
+        if (!rc) rc = r->updater->snapshot(r->updater, r->net, params, state, global_step, final, err);
+        if (!rc && r->work && final) rc = dt_work_loop_fetch_state(r->work, &at, err);
+        if (rc || !r->work || final || !r->plan.sync || at == *global_step) return rc;
+        if (tries == 20) {
+            fprintf(r->log, "chief: warning: the work plan (step %lld) and the model (step %lld) still differ after 20 "
+                    "fetches: the checkpoint may train a few batches twice\n", (long long)at, (long long)*global_step);
+            return rc;
+        }
+    }
+}
+
+/* The coordinator state the latest snapshot fetched (dynamic sharding). */
+static void coord_state(void *user, const uint8_t **state, size_t *len) {
+    const run_state *r = user;
+    dt_work_loop_saved_state(r->work, state, len);
 }
 
 /* A cluster rolling back after a ps lost its shard: the newest checkpoint, read again. */
@@ -614,6 +635,7 @@ static int open_work(run_state *r, const dt_train_options *o, int64_t *local_ste
                          .unit_batches = (uint32_t)(o->unit_batches ? o->unit_batches : 4),
                          .max_workers = (uint32_t)p->max_workers, .liveness_ms = (uint32_t)((o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 60000) / 2),
                          .wait_ms = o->connect_timeout_ms, .stop = o->stop, .log = r->log, .trained = r->work_log};
+    if (c->is_chief) dt_supervisor_restored_coord(r->supervisor, &wc.restored, &wc.restored_len);
     return dt_work_loop_open(&r->work, &wc, err);
 }
 
@@ -627,6 +649,7 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
     if (c->is_chief) {
         dt_supervisor_config sc = {.logdir = o->logdir, .save_secs = o->save_model_secs, .max_to_keep = o->max_to_keep,
                                    .summary_dir = o->summary_dir, .snapshot = snapshot, .user = r, .log = r->log,
+                                   .coord = p->dynamic ? coord_state : NULL,
                                    .examples_per_step = (int)p->examples_per_step,
                                    .run = {.net = r->net, .opt = &r->opt, .seed = o->seed, .batch_size = o->batch_size,
                                            .n_workers = p->n_workers, .sync = p->sync, .batches_per_epoch = p->per_epoch,

@@ -3,6 +3,7 @@
 
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/error.h"
@@ -26,6 +27,8 @@ struct dt_work_loop {
     uint64_t batch;           /* the batch of the claim in flight */
     int64_t next_index;       /* the loader's next batch (a seek only when another one is wanted) */
     int64_t last_epoch;       /* of the latest counted batch; -1: none yet */
+    uint8_t *saved;           /* the coordinator state fetched for a checkpoint */
+    size_t saved_len, saved_cap;
 };
 
 static void sleep_ms(int ms) {
@@ -34,6 +37,31 @@ static void sleep_ms(int ms) {
 }
 
 static int stopped(const dt_work_loop *w) { return w->cfg.stop && *w->cfg.stop; }
+
+/* Chief: the checkpoint's coordinator state goes to ps 0, once checked against this run: a plan
+ * cut otherwise would grant units this run's workers read as other batches. */
+static int install_restored(dt_work_loop *w, dt_error *err) {
+    const dt_work_config *c = &w->cfg;
+    dt_coord *coord;
+    int rc = dt_coord_load(&coord, c->restored, c->restored_len, NULL, err);
+    if (rc) return dt_error_wrap(err, rc, "the checkpoint's work plan: ");
+    const dt_coord_plan *p = dt_coord_get_plan(coord);
+    dt_coord_stats st;
+    dt_coord_get_stats(coord, &st);
+    if (p->examples != c->examples || p->batch_size != c->batch_size || p->seed != c->seed ||
+        p->unit_batches != c->unit_batches || p->sync != c->sync)
+        rc = dt_errorf(err, DT_EINVAL, "the checkpoint's work plan is of %" PRIu64 " examples in batches of %u, seed %"
+                       PRIu64 ", units of %u batch(es), %s; this run has %" PRIu64 ", %u, %" PRIu64 ", %u, %s (the "
+                       "same --data, --batch_size, --seed, --unit_batches and --issync to resume it)", p->examples,
+                       p->batch_size, p->seed, p->unit_batches, p->sync ? "sync" : "async", c->examples, c->batch_size,
+                       c->seed, c->unit_batches, c->sync ? "sync" : "async");
+    dt_coord_free(coord);
+    if (!rc) rc = dt_work_state_put(w->client, c->restored, c->restored_len, err);
+    if (!rc)
+        fprintf(c->log, "chief: work plan on ps 0 from the checkpoint: epoch %" PRIu64 ", %u of %u unit(s) done\n",
+                st.epoch, st.done, st.units);
+    return rc;
+}
 
 /* Chief: ps 0 gets a fresh plan, unless it has one (a restarted chief goes on with it). */
 static int install_plan(dt_work_loop *w, dt_error *err) {
@@ -52,6 +80,7 @@ static int install_plan(dt_work_loop *w, dt_error *err) {
         if (err) *err = e;
         return rc;
     }
+    if (c->restored) return install_restored(w, err);
     dt_coord_plan p = {.examples = c->examples, .seed = c->seed, .epochs = c->epochs, .batch_size = c->batch_size,
                        .unit_batches = c->unit_batches, .max_workers = c->max_workers, .max_held = MAX_HELD,
                        .liveness_ms = c->liveness_ms, .sync = c->sync};
@@ -91,7 +120,30 @@ int dt_work_loop_open(dt_work_loop **out, const dt_work_config *cfg, dt_error *e
     return DT_OK;
 }
 
-void dt_work_loop_free(dt_work_loop *w) { free(w); }
+void dt_work_loop_free(dt_work_loop *w) {
+    if (w) free(w->saved);
+    free(w);
+}
+
+int dt_work_loop_fetch_state(dt_work_loop *w, int64_t *step, dt_error *err) {
+    const void *st;
+    size_t len;
+    int rc = dt_work_state_get(w->client, &st, &len, step, err);
+    if (rc) return rc;
+    if (len > w->saved_cap) { /* len: bounded by the frame limit of ps 0's socket */
+        uint8_t *b = realloc(w->saved, len);
+        if (!b) return dt_errorf(err, DT_ENOMEM, "out of memory for a %zu-byte work coordinator state", len);
+        w->saved = b, w->saved_cap = len;
+    }
+    memcpy(w->saved, st, len);
+    w->saved_len = len;
+    return DT_OK;
+}
+
+void dt_work_loop_saved_state(const dt_work_loop *w, const uint8_t **state, size_t *len) {
+    *state = w && w->saved_len ? w->saved : NULL;
+    *len = w ? w->saved_len : 0;
+}
 
 /* Sync, no unit to train: DONE on every ps, so steps go on without this worker. */
 static int sit_out(dt_work_loop *w, dt_error *err) {

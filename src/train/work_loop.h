@@ -22,6 +22,10 @@ typedef struct {
     uint64_t examples, seed, epochs; /* the plan: epochs 0: no end */
     uint32_t batch_size, unit_batches, max_workers, liveness_ms;
     int wait_ms;                  /* how long to wait for the chief's plan */
+    /* Chief: the restored checkpoint's coordinator state, installed instead of a fresh plan when
+     * ps 0 has none (NULL: none). */
+    const uint8_t *restored;
+    size_t restored_len;
     const volatile int *stop;
     FILE *log;
     FILE *trained;                /* test hook (--debug_work_log): one line per counted batch; NULL: none */
@@ -40,6 +44,11 @@ int dt_work_loop_next(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_bat
 /* After backward: the claim's answer. *push 0: its step is applied already; the parameters were
  * pulled again (*global_step), and the batch is trained again: skip this gradient. */
 int dt_work_loop_claimed(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err);
+/* Chief, for a checkpoint: fetches ps 0's coordinator state (kept until the next fetch) and ps 0's
+ * step then; saved_state gives it (NULL before the first fetch). */
+int dt_work_loop_fetch_state(dt_work_loop *w, int64_t *step, dt_error *err);
+void dt_work_loop_saved_state(const dt_work_loop *w, const uint8_t **state, size_t *len);
+
 /* Training stopped with a claim's answer still due (a signal, a failed step): it is taken, so the
  * client is free for DONE, which gives the units back to ps 0. */
 void dt_work_loop_abandon(dt_work_loop *w);
