@@ -107,9 +107,6 @@ static int train_flags(train_args *a, flag_def *out) {
         FLAG_NUM("max_workers", FLAG_INT, &o->max_workers,
                  "--sharding dynamic: any worker task index below this may join the running job (its own "
                  "--worker_hosts names it); 0: the cluster's workers", 0, 65536, 0),
-        FLAG_TEXT("debug_work_log", &dbg->work_log,
-                  "testing, --sharding dynamic: append one line per batch of this worker that counted (its example "
-                  "ids)"),
         FLAG_NUM("debug_step_delay_ms", FLAG_INT, &dbg->step_delay_ms,
                  "testing: sleep this long before each update", 0, 600000, 0),
         FLAG_NUM("debug_delay_worker", FLAG_INT, &dbg->delay_worker,
@@ -118,6 +115,9 @@ static int train_flags(train_args *a, flag_def *out) {
                   "testing: the chief writes its final parameters to this file (raw float32)"),
         FLAG_TEXT("debug_dump_grads", &dbg->dump_grads,
                   "testing: this process writes its first step's gradient to this file (raw float32)"),
+        FLAG_TEXT("debug_work_log", &dbg->work_log,
+                  "testing, --sharding dynamic: append one line per batch of this worker that counted (its example "
+                  "ids)"),
         FLAG_NUM("debug_emulate_compute_ms", FLAG_INT, &dbg->emulate_compute_ms,
                  "benchmarks: each step sleeps this long instead of computing, then pushes a full-size constant "
                  "gradient (docs/testbed.md); -1: off", -1, 600000, 0),
