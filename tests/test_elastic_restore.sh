@@ -61,4 +61,22 @@ else
     || bad "run 2: the rest of the epoch once, later epochs whole ($(cat "$tmp/count"))"
 fi
 grep -q "training finished" "$tmp/two/ps" && ok "run 2: ps 0 counts every epoch done" || bad "run 2: training finished"
+
+# Run 3 (a fresh log folder): the ps alone is SIGKILLed after a checkpoint and started again. The
+# chief rolls the model back to the checkpoint and gives ps 0 the checkpoint's plan again.
+m=("${m[@]/$tmp\/ckpt/$tmp/ckpt3}" --ps_timeout 60)
+start three
+for _ in $(seq 1 300); do grep -q "epoch 0 done" "$tmp/three/ps" 2>/dev/null && break; sleep 0.1; done
+saves=$(grep -c "saved checkpoint" "$tmp/three/w0")
+for _ in $(seq 1 100); do [ "$(grep -c "saved checkpoint" "$tmp/three/w0")" -gt "$saves" ] && break; sleep 0.05; done
+kill -KILL $ps; wait $ps 2>/dev/null
+"$bin" train "${m[@]}" "${h[@]}" --job_name=ps >"$tmp/three/ps2" 2>&1 & ps=$!; pids+=($ps)
+st=0
+for p in $w0 $w1 $ps; do wait $p || st=1; done
+[ $st = 0 ] && ok "run 3: every process exits 0 after ps 0 restarted" \
+  || bad "run 3: every process exits 0 after ps 0 restarted ($(tail -3 "$tmp/three/w0"))"
+grep -q "chief: ps 0 has lost the work plan (it restarted): installing it again" "$tmp/three/w0" \
+  && grep -q "work plan from the chief: epoch [1-9]" "$tmp/three/ps2" && grep -q "training finished" "$tmp/three/ps2" \
+  && ok "run 3: the chief gives the restarted ps 0 the checkpoint's plan, and every epoch is done" \
+  || bad "run 3: the plan after ps 0 restarted ($(grep 'work plan\|epoch' "$tmp/three/ps2" | head -3))"
 summary

@@ -622,6 +622,12 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
     return dt_remote_updater_create(&r->updater, &rc_cfg, err);
 }
 
+/* The coordinator state of the checkpoint the supervisor restored (or reloaded for a rollback). */
+static int restored_coord(void *user, const uint8_t **state, size_t *len) {
+    const run_state *r = user;
+    return dt_supervisor_restored_coord(r->supervisor, state, len);
+}
+
 /* Dynamic sharding: the chief installs the work plan on ps 0; which batches come next is ps 0's. */
 static int open_work(run_state *r, const dt_train_options *o, int64_t *local_step, dt_error *err) {
     const dt_cluster *c = &r->cluster;
@@ -635,7 +641,7 @@ static int open_work(run_state *r, const dt_train_options *o, int64_t *local_ste
                          .unit_batches = (uint32_t)(o->unit_batches ? o->unit_batches : 4),
                          .max_workers = (uint32_t)p->max_workers, .liveness_ms = (uint32_t)((o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 60000) / 2),
                          .wait_ms = o->connect_timeout_ms, .stop = o->stop, .log = r->log, .trained = r->work_log};
-    if (c->is_chief) dt_supervisor_restored_coord(r->supervisor, &wc.restored, &wc.restored_len);
+    if (c->is_chief) wc.restored = restored_coord, wc.user = r;
     return dt_work_loop_open(&r->work, &wc, err);
 }
 

@@ -40,10 +40,10 @@ static int stopped(const dt_work_loop *w) { return w->cfg.stop && *w->cfg.stop; 
 
 /* Chief: the checkpoint's coordinator state goes to ps 0, once checked against this run: a plan
  * cut otherwise would grant units this run's workers read as other batches. */
-static int install_restored(dt_work_loop *w, dt_error *err) {
+static int install_restored(dt_work_loop *w, const uint8_t *state, size_t len, dt_error *err) {
     const dt_work_config *c = &w->cfg;
     dt_coord *coord;
-    int rc = dt_coord_load(&coord, c->restored, c->restored_len, NULL, err);
+    int rc = dt_coord_load(&coord, state, len, NULL, err);
     if (rc) return dt_error_wrap(err, rc, "the checkpoint's work plan: ");
     const dt_coord_plan *p = dt_coord_get_plan(coord);
     dt_coord_stats st;
@@ -56,14 +56,39 @@ static int install_restored(dt_work_loop *w, dt_error *err) {
                        p->batch_size, p->seed, p->unit_batches, p->sync ? "sync" : "async", c->examples, c->batch_size,
                        c->seed, c->unit_batches, c->sync ? "sync" : "async");
     dt_coord_free(coord);
-    if (!rc) rc = dt_work_state_put(w->client, c->restored, c->restored_len, err);
+    if (!rc) rc = dt_work_state_put(w->client, state, len, err);
     if (!rc)
         fprintf(c->log, "chief: work plan on ps 0 from the checkpoint: epoch %" PRIu64 ", %u of %u unit(s) done\n",
                 st.epoch, st.done, st.units);
     return rc;
 }
 
-/* Chief: ps 0 gets a fresh plan, unless it has one (a restarted chief goes on with it). */
+/* Chief: a fresh plan, epoch 0. */
+static int install_fresh(dt_work_loop *w, dt_error *err) {
+    const dt_work_config *c = &w->cfg;
+    dt_coord_plan p = {.examples = c->examples, .seed = c->seed, .epochs = c->epochs, .batch_size = c->batch_size,
+                       .unit_batches = c->unit_batches, .max_workers = c->max_workers, .max_held = MAX_HELD,
+                       .liveness_ms = c->liveness_ms, .sync = c->sync};
+    dt_coord *coord;
+    int rc = dt_coord_new(&coord, &p, NULL, err);
+    if (rc) return dt_error_wrap(err, rc, "work plan: ");
+    size_t n = dt_coord_state_size(coord);
+    uint8_t *state = dt_malloc(n, "work plan", err);
+    if (state) dt_coord_save(coord, state);
+    dt_coord_stats st;
+    dt_coord_get_stats(coord, &st);
+    dt_coord_free(coord);
+    if (!state) return DT_ENOMEM;
+    rc = dt_work_state_put(w->client, state, n, err);
+    free(state);
+    if (!rc)
+        fprintf(c->log, "chief: work plan on ps 0: %" PRIu64 " epoch(s) of %u unit(s) of %u batch(es) of %u, "
+                "max_workers %u\n", c->epochs, st.units, c->unit_batches, c->batch_size, c->max_workers);
+    return rc;
+}
+
+/* Chief: ps 0 gets the plan of the checkpoint the model came from, or a fresh one, unless it has
+ * one already (a restarted chief goes on with it). */
 static int install_plan(dt_work_loop *w, dt_error *err) {
     const dt_work_config *c = &w->cfg;
     const void *have;
@@ -80,25 +105,9 @@ static int install_plan(dt_work_loop *w, dt_error *err) {
         if (err) *err = e;
         return rc;
     }
-    if (c->restored) return install_restored(w, err);
-    dt_coord_plan p = {.examples = c->examples, .seed = c->seed, .epochs = c->epochs, .batch_size = c->batch_size,
-                       .unit_batches = c->unit_batches, .max_workers = c->max_workers, .max_held = MAX_HELD,
-                       .liveness_ms = c->liveness_ms, .sync = c->sync};
-    dt_coord *coord;
-    if ((rc = dt_coord_new(&coord, &p, NULL, err))) return dt_error_wrap(err, rc, "work plan: ");
-    size_t n = dt_coord_state_size(coord);
-    uint8_t *state = dt_malloc(n, "work plan", err);
-    if (state) dt_coord_save(coord, state);
-    dt_coord_stats st;
-    dt_coord_get_stats(coord, &st);
-    dt_coord_free(coord);
-    if (!state) return DT_ENOMEM;
-    rc = dt_work_state_put(w->client, state, n, err);
-    free(state);
-    if (!rc)
-        fprintf(c->log, "chief: work plan on ps 0: %" PRIu64 " epoch(s) of %u unit(s) of %u batch(es) of %u, "
-                "max_workers %u\n", c->epochs, st.units, c->unit_batches, c->batch_size, c->max_workers);
-    return rc;
+    const uint8_t *state;
+    if (c->restored && c->restored(c->user, &state, &len)) return install_restored(w, state, len, err);
+    return install_fresh(w, err);
 }
 
 int dt_work_loop_open(dt_work_loop **out, const dt_work_config *cfg, dt_error *err) {
@@ -155,11 +164,18 @@ static int sit_out(dt_work_loop *w, dt_error *err) {
     return DT_OK;
 }
 
-/* One ask: a unit (held), WAIT (nothing now), FINISHED, or, before the chief's plan, nothing yet. */
+/* One ask: a unit (held), WAIT (nothing now), FINISHED, or, before the chief's plan, nothing yet.
+ * ps 0 without a plan after the chief installed one restarted (a rollback re-initialised the
+ * model): the chief installs the plan again, from the checkpoint the model came back from. */
 static int ask(dt_work_loop *w, int64_t deadline_ms, int *finished, dt_error *err) {
     dt_work_grant g;
     dt_error e = {0};
     int rc = dt_work_ask(w->client, &w->data, !w->joined, &g, &e);
+    if (rc && w->cfg.chief && w->joined && dt_ps_client_last_refusal(w->client) == DT_WIRE_E_NOT_READY) {
+        fprintf(w->cfg.log, "chief: ps 0 has lost the work plan (it restarted): installing it again\n");
+        if ((rc = install_plan(w, err))) return rc;
+        rc = dt_work_ask(w->client, &w->data, 1, &g, &e);
+    }
     if (rc) {
         /* No plan yet: the chief has not installed it (it starts later, or loads its data slower). */
         if (dt_ps_client_last_refusal(w->client) == DT_WIRE_E_NOT_READY && deadline_ms > 0) return DT_OK;
@@ -179,13 +195,23 @@ static int ask(dt_work_loop *w, int64_t deadline_ms, int *finished, dt_error *er
     return DT_OK;
 }
 
+/* ps 0 did not answer (rc: a timeout, a dropped connection): it may be restarting. The updater
+ * waits for the ps tasks as for a failed push (--ps_timeout; the chief rolls the model back to the
+ * newest checkpoint) and the parameters come back; the unit is asked for anew. */
+static int ps_lost(dt_work_loop *w, dt_net *net, int64_t *global_step, int rc, dt_error *err) {
+    if (rc != DT_ETIMEOUT && rc != DT_ENET) return rc;
+    w->held = 0;
+    fprintf(w->cfg.log, "worker %d: ps 0 did not answer a work request: %s\n", w->cfg.task, err ? err->msg : "");
+    return dt_remote_resync(w->cfg.updater, net, global_step, err);
+}
+
 /* Until a unit is held or every epoch is done; a sync worker back from sitting out pulls first. */
 static int get_unit(dt_work_loop *w, dt_net *net, int64_t *global_step, int *finished, dt_error *err) {
     int64_t waited = 0;
     while (!w->held && !*finished) {
         if (stopped(w)) return dt_errorf(err, DT_EINTR, "worker %d: stopped by a signal", w->cfg.task);
         int rc = ask(w, w->cfg.wait_ms - waited, finished, err);
-        if (rc) return rc;
+        if (rc && (rc = ps_lost(w, net, global_step, rc, err))) return rc;
         if (!w->held && !*finished) {
             sleep_ms(ASK_AGAIN_MS);
             waited += ASK_AGAIN_MS;
@@ -216,8 +242,10 @@ int dt_work_loop_claimed(dt_work_loop *w, dt_net *net, int64_t *global_step, int
     dt_error e = {0};
     int rc = dt_work_claim_answer(w->client, &stale, &e);
     *push = !rc && !stale;
-    if (rc == DT_EPROTO && dt_ps_client_last_refusal(w->client) == DT_WIRE_E_BAD_VALUE) {
-        /* Not this worker's any more (it was lost meanwhile, its unit handed on): ask anew. */
+    int why = rc == DT_EPROTO ? dt_ps_client_last_refusal(w->client) : 0;
+    if (why == DT_WIRE_E_BAD_VALUE || why == DT_WIRE_E_NOT_READY) {
+        /* Not this worker's any more (it was lost meanwhile, its unit handed on), or ps 0 lost the
+         * plan (it restarted; the chief installs it again): ask anew. */
         fprintf(w->cfg.log, "worker %d: claim refused: %s: dropping the gradient and unit %" PRIu64 "\n", w->cfg.task,
                 e.msg, w->unit);
         w->held = 0;
@@ -225,7 +253,7 @@ int dt_work_loop_claimed(dt_work_loop *w, dt_net *net, int64_t *global_step, int
     }
     if (rc) {
         if (err) *err = e;
-        return rc;
+        return ps_lost(w, net, global_step, rc, err);
     }
     /* Sync: its step went by while the batch was computed (this worker was slow, or just back). */
     return stale ? dt_remote_resync(w->cfg.updater, net, global_step, err) : DT_OK;

@@ -22,10 +22,11 @@ typedef struct {
     uint64_t examples, seed, epochs; /* the plan: epochs 0: no end */
     uint32_t batch_size, unit_batches, max_workers, liveness_ms;
     int wait_ms;                  /* how long to wait for the chief's plan */
-    /* Chief: the restored checkpoint's coordinator state, installed instead of a fresh plan when
-     * ps 0 has none (NULL: none). */
-    const uint8_t *restored;
-    size_t restored_len;
+    /* Chief: the coordinator state of the checkpoint the model was restored from (at the start, or
+     * by a rollback after a ps lost its shard), installed instead of a fresh plan when ps 0 has
+     * none; 0: none (NULL: never). */
+    int (*restored)(void *user, const uint8_t **state, size_t *len);
+    void *user;
     const volatile int *stop;
     FILE *log;
     FILE *trained;                /* test hook (--debug_work_log): one line per counted batch; NULL: none */
