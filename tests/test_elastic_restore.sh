@@ -4,7 +4,8 @@
 # chief restores the model and the work coordinator's state from the checkpoint, and the rest of
 # that epoch is trained exactly once: the examples of the batches the checkpoint counts are not
 # trained again, every other example of the epoch is, once; later epochs train every example
-# once; every process exits 0.
+# once; every process exits 0. Then ps 0 alone is killed and restarted: the chief gives it the
+# plan of the checkpoint it rolled the model back to.
 . "$(dirname "$0")/lib.sh"
 fashion_subset "$tmp/data" 1000 100 || { bad "fashion subset"; summary; exit; }
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
