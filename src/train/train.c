@@ -581,14 +581,14 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
     if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
     dt_overlap_mode overlap; /* checked by check_options */
     if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
-    /* Clipping scales the whole gradient by its global norm, known only once backward is over: a
-     * streamed exchange would have pushed most of it unclipped by then. */
     /* A claim goes to ps 0 between steps, while an overlapped exchange runs into the next forward. */
     if (overlap != DT_OVERLAP_NONE && p->dynamic) {
         fprintf(r->log, "worker %d: sharding dynamic claims each batch between steps: exchanging between steps "
                 "(overlap none)\n", c->task_index);
         overlap = DT_OVERLAP_NONE;
     }
+    /* Clipping scales the whole gradient by its global norm, known only once backward is over: a
+     * streamed exchange would have pushed most of it unclipped by then. */
     if (overlap != DT_OVERLAP_NONE && o->clip_gradient_norm > 0) {
         fprintf(r->log, "worker %d: overlap=%s pushes each layer's gradient as backward makes it, but "
                 "clip_gradient_norm needs the whole gradient first: exchanging between steps instead\n",
@@ -639,7 +639,8 @@ static int open_work(run_state *r, const dt_train_options *o, int64_t *local_ste
                          .sync = p->sync, .examples = dt_dataset_size(r->data.train), .seed = o->seed,
                          .epochs = o->train_steps > 0 ? 0 : (uint64_t)o->epochs, .batch_size = (uint32_t)o->batch_size,
                          .unit_batches = (uint32_t)(o->unit_batches ? o->unit_batches : 4),
-                         .max_workers = (uint32_t)p->max_workers, .liveness_ms = (uint32_t)((o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 60000) / 2),
+                         .max_workers = (uint32_t)p->max_workers,
+                         .liveness_ms = (uint32_t)((o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 60000) / 2),
                          .wait_ms = o->connect_timeout_ms, .stop = o->stop, .log = r->log, .trained = r->work_log};
     if (c->is_chief) wc.restored = restored_coord, wc.user = r;
     return dt_work_loop_open(&r->work, &wc, err);
