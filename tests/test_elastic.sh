@@ -9,7 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 fashion_subset "$tmp/data" 1000 100 || { bad "fashion subset"; summary; exit; }
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
-B=32 EPOCHS=6 N=1000
+B=32 EPOCHS=10 N=1000 # paced (40 ms a step) so that the joins and leaves land mid-run under load too
 m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threads 1 --batch_size $B
    --epochs $EPOCHS --sharding dynamic --unit_batches 2 --heartbeat_timeout 2
    --steps_to_validate 100000 --debug_step_delay_ms 40)
