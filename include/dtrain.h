@@ -193,6 +193,13 @@ typedef struct dt_train_options {
      * between steps. Results are the same either way (sync mode: bit for bit). Sync mode with
      * backup workers or staleness exchanges between steps (docs/protocol.md, "Overlap"). */
     const char *overlap;
+    /* Cluster: "fixed" (NULL, the default) cuts every epoch into one shard per worker task;
+     * "dynamic" hands each epoch out from ps 0 in units of unit_batches batches (default 4, at
+     * most 64), so every example is trained once per epoch while workers die and join, and any
+     * task index below max_workers (0: the cluster's workers) may join a running job
+     * (docs/elastic.md). */
+    const char *sharding;
+    int unit_batches, max_workers;
     int connect_timeout_ms;      /* how long a worker retries the ps tasks (default 60000) */
     int heartbeat_timeout_ms;    /* the longest a worker waits for any ps reply (a sync barrier
                                   * included) before it gives up naming the ps; <= 0: 60000. In

@@ -113,7 +113,8 @@ static void shard_init_n(ps_shard *s, size_t n, int chunks, int aggregate, int t
     h.init.total_num_replicas = (uint32_t)total;
     h.init.staleness = (uint64_t)staleness;
     h.liveness_ms = liveness_ms;
-    if (strict) h.flags |= DT_WIRE_F_STRICT;
+    if (strict & 1) h.flags |= DT_WIRE_F_STRICT;
+    if (strict & 2) h.flags |= DT_WIRE_F_ELASTIC; /* strict 2: INIT's ELASTIC flag (dynamic sharding) */
     h.payload_bytes = size;
     ps_origin o = from(0);
     ps_bytes b = {.data = payload, .size = size, .release = free, .hint = payload};

@@ -983,6 +983,45 @@ static void test_class_names(void) {
     dt_st_close(f);
 }
 
+/* Dynamic sharding's coordinator state rides along as a U8 vector: saved, fitted, read back byte
+ * for byte; a checkpoint without it reads as none; one of another dtype is refused naming it. */
+static void test_coordinator_tensor(void) {
+    dt_net *net = build(MODEL_A);
+    size_t n = dt_net_param_count(net);
+    float *p = dt_alloc_floats(n, "p", NULL);
+    fill(p, n, 4);
+    char dir[512], path[DT_PATH_MAX];
+    subdir(dir, sizeof dir, "coord");
+    dt_ckpt_run run = run_of(net, NULL);
+    uint8_t state[85];
+    for (size_t i = 0; i < sizeof state; i++) state[i] = (uint8_t)(i * 7);
+    run.coord = state, run.coord_len = sizeof state;
+    dt_error err = {0};
+    CHECK_MSG(dt_ckpt_save(dir, &run, p, NULL, 9, 5, NULL, NULL, 0, &err) == 0, "%s", err.msg);
+    dt_st_file *f = NULL;
+    CHECK(dt_ckpt_open_latest_for(&f, path, sizeof path, dir, dt_ckpt_fits_check, &run, NULL, &err) == 1);
+    uint8_t *got = NULL;
+    size_t len = 0;
+    CHECK(f && dt_ckpt_load(f, path, &run, p, NULL, NULL, &err) == 0);
+    CHECK(f && dt_ckpt_read_coord(f, path, &got, &len, &err) == 0 && len == sizeof state && got &&
+          memcmp(got, state, len) == 0);
+    free(got);
+    dt_st_close(f);
+    /* Another dtype under that name (a damaged or forged file). */
+    float bogus[3] = {1, 2, 3};
+    int64_t step = 9;
+    dt_st_tensor t[2] = {{.name = DT_CKPT_COORD_TENSOR, .dtype = DT_ST_F32, .ndim = 1, .shape = {3}, .data = bogus},
+                         {.name = DT_CKPT_STEP_TENSOR, .dtype = DT_ST_I64, .ndim = 0, .data = &step}};
+    snprintf(path, sizeof path, "%s/forged.safetensors", dir);
+    CHECK(dt_st_write(path, t, 2, NULL, 0, &err) == 0);
+    CHECK(dt_st_open(&f, path, &err) == 0);
+    CHECK(f && dt_ckpt_read_coord(f, path, &got, &len, &err) == DT_EFORMAT);
+    CHECK_CONTAINS(err.msg, "elastic/coordinator must be a U8 vector");
+    dt_st_close(f);
+    free(p);
+    dt_net_free(net);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dtrain_test_checkpoint.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -990,6 +1029,7 @@ int main(void) {
         return 1;
     }
     RUN(test_round_trip);
+    RUN(test_coordinator_tensor);
     RUN(test_retention);
     RUN(test_damaged_newest);
     RUN(test_refusals);

@@ -413,6 +413,37 @@ static void sent_twice(void *unused) {
     dt_ex_sent(b.x, 0, 0, DT_MSG_PUSH, dt_ex_new_id(b.x), 0); /* a chunk sent again after its reply */
 }
 
+/* A request to ps 1 alone (the WORK messages go to ps 0 alone; here ps 1, so that the slot is not
+ * merely the first): ps 0 has no slot, its replies are ignored as UNKNOWN; the one reply of ps 1
+ * ends it, whatever its status (a WORK_GRANT saying WAIT is an answer). */
+static void test_alone(void) {
+    bed b;
+    bed_open(&b);
+    dt_ex_kind k = {.want = DT_MSG_WORK_GRANT, .timeout_us = T_US, .alone = 1, .ps = 1};
+    CHECK(dt_ex_begin(b.x, &k, CHUNKS, 100) == DT_OK);
+    CHECK(dt_ex_chunks(b.x, 0) == 0 && dt_ex_chunks(b.x, 1) == 1);
+    CHECK(dt_ex_slot(b.x, 0, 0) == DT_EX_UNUSED && dt_ex_slot(b.x, 1, 0) == DT_EX_UNSENT);
+    uint32_t id = dt_ex_new_id(b.x);
+    CHECK(dt_ex_sent(b.x, 1, 0, DT_MSG_WORK_ASK, id, 100) == DT_OK);
+    CHECK(dt_ex_awaiting(b.x, 0) == 0 && dt_ex_awaiting(b.x, 1) == 1);
+    CHECK(dt_ex_overdue(b.x, 100 + T_US + 1) == 1);
+    dt_wire_header h = reply(DT_MSG_WORK_GRANT, 0, 0, id, 7);
+    CHECK(give(&b, 0, &h) == DT_EX_IGNORED && b.info.ignored == DT_EX_UNKNOWN);
+    h = reply(DT_MSG_WORK_GRANT, 1, 0, id, 7);
+    h.status = DT_WIRE_WORK_WAIT;
+    CHECK_MSG(give(&b, 1, &h) == DT_EX_TAKEN, "%s", b.e.msg);
+    CHECK(b.info.req == DT_MSG_WORK_ASK && !b.info.accepted);
+    bed_close(&b, DT_EX_DONE);
+}
+
+static void alone_chunked(void *unused) {
+    (void)unused;
+    bed b;
+    bed_open(&b);
+    dt_ex_kind k = {.want = DT_MSG_PARAMS, .timeout_us = T_US, .alone = 1, .ps = 0};
+    dt_ex_begin(b.x, &k, CHUNKS, 0); /* per chunk of every ps: never alone */
+}
+
 static void end_idle(void *unused) {
     (void)unused;
     bed b;
@@ -422,9 +453,10 @@ static void end_idle(void *unused) {
 
 static void test_invariants(void) {
     setenv("DTRAIN_ABORT_ON_ASSERT", "1", 1); /* as every test runs (ctest sets it) */
-    void (*fns[])(void *) = {begin_twice, sent_twice, end_idle};
-    const char *says[] = {"x->state == DT_EX_IDLE", "s->state == DT_EX_AWAITED", "x->state != DT_EX_IDLE"};
-    for (int k = 0; k < 3; k++) {
+    void (*fns[])(void *) = {begin_twice, sent_twice, end_idle, alone_chunked};
+    const char *says[] = {"x->state == DT_EX_IDLE", "s->state == DT_EX_AWAITED", "x->state != DT_EX_IDLE",
+                          "!kind->alone || (!chunked"};
+    for (int k = 0; k < 4; k++) {
         char out[1024];
         int st = run_child(fns[k], NULL, out, sizeof out);
         CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "case %d: status %d", k, st);
@@ -445,6 +477,7 @@ int main(void) {
     RUN(test_protocol_checks);
     RUN(test_repull);
     RUN(test_sparse_multi);
+    RUN(test_alone);
     RUN(test_invariants);
     return test_summary();
 }

@@ -77,6 +77,10 @@ static void test_server(void) {
     CHECK(dt_metrics_create(&m, "ps", 0, NULL) == 0);
     CHECK(dt_status_create(&st, m, NULL, NULL) == 0);
     dt_metric_set(dt_metrics_gauge(m, "dtrain_global_step", "Step.", NULL), 42);
+    /* ps 0's work coordinator (dynamic sharding): its figures reach the status page. */
+    dt_metric_set(dt_metrics_gauge(m, "dtrain_work_epoch", "Epoch.", NULL), 3);
+    dt_metric_set(dt_metrics_gauge(m, "dtrain_work_units", "Units.", "state=\"held\""), 2);
+    dt_metric_add(dt_metrics_counter(m, "dtrain_work_losses_total", "Lost.", NULL), 1);
     dt_http *h;
     dt_error err = {0};
     CHECK(dt_http_start(&h, "127.0.0.1", 0, m, st, &err) == 0);
@@ -92,6 +96,7 @@ static void test_server(void) {
     dt_status_self self;
     CHECK(body && dt_status_parse_self(body + 4, strlen(body + 4), &self, NULL) == 0);
     CHECK(!strcmp(self.job, "ps") && self.task == 0 && self.global_step == 42);
+    CHECK(self.work_epoch == 3 && self.units_held == 2 && self.work_losses == 1 && isnan(self.units_done));
     CHECK(get(port, "GET / HTTP/1.0\r\n\r\n", buf, sizeof buf) > 0);
     CHECK(strstr(buf, "text/html") != NULL && strstr(buf, "status.json") != NULL);
     CHECK(get(port, "GET /checkpoint/model.ckpt HTTP/1.0\r\n\r\n", buf, sizeof buf) > 0);

@@ -20,6 +20,7 @@
 #include "metrics/metrics.h"
 #include "ps/coord.h"
 #include "ps_harness.h"
+#include "worker/work_client.h"
 
 /* ---------- tests ---------- */
 
@@ -801,6 +802,62 @@ static void test_work_over_zeromq(void) {
     dt_metrics_free(reg);
 }
 
+/* The worker's WORK calls (worker/work_client.h) through the client's exchange core, with two
+ * ps: before the plan an ask is refused; the chief installs a plan on ps 0; a worker is granted a
+ * unit and claims a batch, and while the claim's answer is due the client refuses any other call;
+ * another worker claiming that unit's batch, and a claim of a batch counted already, are refused
+ * naming why; the fetched state says which batch counted. */
+static void test_work_client(void) {
+    enum { N = 64 };
+    ps_thread ps[2];
+    ps_start(&ps[0], 0, N, NULL, 0);
+    ps_start(&ps[1], 1, N, NULL, 0);
+    size_t sizes[2] = {N, N};
+    dt_ps_client *chief = client(2, ps, sizes, DT_ROLE_CHIEF, 0), *w1 = client(2, ps, sizes, DT_ROLE_WORKER, 1),
+                 *w2 = client(2, ps, sizes, DT_ROLE_WORKER, 2);
+    static float p[N], g[N];
+    const float *src[2] = {p, p}, *gs[2] = {g, g};
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.1f, NULL);
+    dt_error e = {0};
+    CHECK(chief && w1 && w2 && dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
+    dt_work_data d = {.examples = 16, .batch_size = 2, .seed = 5};
+    dt_work_grant gr;
+    CHECK(dt_work_ask(w1, &d, 1, &gr, &e) == DT_EPROTO && dt_ps_client_last_refusal(w1) == DT_WIRE_E_NOT_READY);
+    CHECK_CONTAINS(e.msg, "no work plan yet");
+    dt_coord_plan plan = {.examples = 16, .seed = 5, .epochs = 1, .batch_size = 2, .unit_batches = 4, .max_workers = 3,
+                          .max_held = 2};
+    dt_coord *co = NULL;
+    CHECK(dt_coord_new(&co, &plan, NULL, &e) == DT_OK);
+    size_t n = co ? dt_coord_state_size(co) : 0;
+    uint8_t *st = malloc(n ? n : 1);
+    if (co) dt_coord_save(co, st);
+    dt_coord_free(co);
+    CHECK(dt_work_state_put(chief, st, n, &e) == DT_OK);
+    free(st);
+    CHECK(dt_work_ask(w1, &d, 1, &gr, &e) == DT_OK && gr.answer == DT_WORK_GRANTED && gr.unit == 0 && gr.mask == 0xf);
+    CHECK(dt_work_ask(w2, &d, 1, &gr, &e) == DT_OK && gr.answer == DT_WORK_GRANTED && gr.unit == 1);
+    CHECK(dt_work_claim_send(w1, 0, 0, 0, &e) == DT_OK);
+    CHECK(dt_ps_client_status(w1, NULL, &e) == DT_EINVAL); /* one call at a time: the claim's answer is due */
+    int stale = -1;
+    CHECK(dt_work_claim_answer(w1, &stale, &e) == DT_OK && stale == 0);
+    CHECK(dt_ps_client_push_all(w1, gs, 0, NULL, &e) == DT_OK); /* applied on ps 0's chunk 0: batch 0 counts */
+    CHECK(dt_work_claim_send(w2, 0, 1, 0, &e) == DT_OK);
+    CHECK(dt_work_claim_answer(w2, &stale, &e) == DT_EPROTO);
+    CHECK_CONTAINS(e.msg, "worker 2 does not hold unit 0 of epoch 0 (held by worker 1)");
+    CHECK(dt_work_claim_send(w1, 0, 0, 1, &e) == DT_OK && dt_work_claim_answer(w1, &stale, &e) == DT_EPROTO);
+    CHECK_CONTAINS(e.msg, "batch 0 of epoch 0 is already counted");
+    const void *got = NULL;
+    size_t len = 0;
+    int64_t step = -1;
+    CHECK(dt_work_state_get(chief, &got, &len, &step, &e) == DT_OK);
+    CHECK(len == 72 + 1 + 12 && step == 1); /* unit 0 partly trained: batch 0 (mask 0x1) */
+    CHECK(got && len == 85 && ((const uint8_t *)got)[73] == 0 && ((const uint8_t *)got)[77] == 1);
+    dt_ps_client_close(chief), dt_ps_client_close(w1), dt_ps_client_close(w2);
+    CHECK(ps_stop(&ps[0]) == DT_EINTR && ps_stop(&ps[1]) == DT_EINTR);
+    CHECK(ps[1].stats.refused == 0); /* ps 1 never saw a WORK message */
+}
+
 int main(void) {
     /* Forking tests first, while this process has no threads or ZeroMQ contexts. */
     RUN(test_fork_shutdown_exits_0);
@@ -819,6 +876,7 @@ int main(void) {
     RUN(test_done_and_wait_done);
     RUN(test_fetch_state_and_restore);
     RUN(test_work_over_zeromq);
+    RUN(test_work_client);
     /* Again with shards cut into chunks of 28 bytes (7 floats): each chunk is applied on its own,
      * and the results must be the same bit for bit. */
     chunk_bytes = 28;

@@ -408,8 +408,49 @@ static void test_work_async(void) {
     shard_done(s);
 }
 
+/* Sync: a worker that sends DONE sits steps out (dynamic sharding's epoch end): the step held for
+ * it goes on with the other's gradient; its PULL brings it back, and the next step waits for it
+ * again. A second DONE is not counted twice. */
+static void test_sit_out_and_back(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 2, 2, 0, 0, 0, 0);
+    push(s, 1, 0, 0, 1, 0, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 0); /* waits for worker 1 */
+    dt_wire_header h = hdr(DT_MSG_DONE, DT_ROLE_WORKER, 1);
+    ps_origin o = from(2);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(step_of(s) == 1); /* applied with worker 0's gradient alone */
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK(st.updates == 1);
+    pull(s, 2, 1, 0, 1, 0, 0); /* back: granted work again */
+    push(s, 1, 0, 0, 1, 1, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 1); /* step 1 waits for worker 1 again */
+    push(s, 2, 1, 0, 1, 1, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 2);
+    shard_done(s);
+}
+
+/* INIT's ELASTIC flag: of the three declared workers none is waited for before the ps hears from
+ * it; worker 0 trains alone, then worker 2 shows up and step 1 waits for it. */
+static void test_elastic_init(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 3, 3, 0, 0, 2, 0);
+    push(s, 1, 0, 0, 1, 0, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 1); /* workers 1 and 2 never started */
+    pull(s, 3, 2, 0, 1, 0, 0);
+    push(s, 1, 0, 0, 1, 1, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 1);
+    push(s, 3, 2, 0, 1, 1, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 2);
+    shard_done(s);
+}
+
 int main(void) {
     RUN(test_conditions);
+    RUN(test_sit_out_and_back);
+    RUN(test_elastic_init);
     RUN(test_async_chunks_out_of_order);
     RUN(test_sync_replica_twice_and_stale);
     RUN(test_sync_later_step_full);

@@ -1,7 +1,8 @@
 /* dtrain launch: a whole cluster on 127.0.0.1. Starts N ps and M worker processes running
  * `dtrain train` with the cluster flags filled in, prefixes each output line with the process's
  * role and index, and exits with the first failure's status after stopping the others. Ctrl-C
- * (SIGINT) or SIGTERM stops everything. */
+ * (SIGINT) or SIGTERM stops everything. With --sharding dynamic, SIGUSR1 starts one more worker
+ * (up to --max_workers) and SIGUSR2 stops the newest one it started (SIGTERM: it leaves). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +32,13 @@ typedef struct {
     char buf[2][4096];  /* partial line per stream */
     size_t len[2];
     int status, exited;
+    int removed;        /* stopped by SIGUSR2: its exit status is no failure */
 } child;
+
+/* SIGUSR1 and SIGUSR2 (--sharding dynamic): a worker more, one less; counted by the handler. */
+static volatile sig_atomic_t add_requests, remove_requests;
+static void on_add(int sig) { (void)sig, add_requests++; }
+static void on_remove(int sig) { (void)sig, remove_requests++; }
 
 /* The chief's relayed progress line (train --progress=relay), drawn in place at the bottom of
  * launch's terminal: erased before any other line is printed, drawn again after it. */
@@ -231,6 +238,9 @@ static void launch_help(void) {
            "With --auth=curve and no --keys, launch makes a throwaway key set for the\n"
            "cluster in a private temp folder (removed at the end); with --keys=DIR every\n"
            "process uses DIR (docs/security.md).\n"
+           "With --sharding dynamic --max_workers K (K > M), SIGUSR1 to launch starts one more\n"
+           "worker, up to K, which joins the running job, and SIGUSR2 stops the newest one\n"
+           "launch started (SIGTERM: it leaves, its units go back; docs/elastic.md).\n"
            "See 'dtrain train --help' for the training flags.\n");
 }
 
@@ -252,8 +262,9 @@ typedef struct {
     int n_pass;
     char keys_dir[4096], keys_arg[4200]; /* --auth=curve without --keys: the throwaway key set */
     int threads_given, relay, worker_threads;
+    int max_workers;                /* --sharding dynamic: ports for this many workers (joiners) */
     const char *metrics_host;       /* where the chief reaches the others' metrics */
-    char ps_hosts[32 * 24], worker_hosts[32 * 24];
+    char ps_hosts[32 * 24], worker_hosts[32 * 24], all_workers[MAX_PROCS * 24];
     char self[4096];                /* this executable */
 } launch_plan;
 
@@ -337,15 +348,20 @@ static int plan_cluster(launch_plan *p) {
     if (!strcmp(p->metrics_host, "0.0.0.0")) p->metrics_host = "127.0.0.1";
     else if (!strcmp(p->metrics_host, "::") || !strcmp(p->metrics_host, "[::]")) p->metrics_host = "[::1]";
     p->n = p->n_ps + p->n_workers;
-    int ports[MAX_PROCS];
-    if (p->n > MAX_PROCS || free_ports(ports, p->n) != 0) {
-        fprintf(stderr, "dtrain launch: could not find %d free ports on 127.0.0.1: %s\n", p->n, strerror(errno));
+    /* Dynamic sharding: ports for every worker that may join, named only in a joiner's own list. */
+    int dynamic = p->ta.o.sharding && !strcmp(p->ta.o.sharding, "dynamic");
+    p->max_workers = dynamic && p->ta.o.max_workers > p->n_workers ? p->ta.o.max_workers : p->n_workers;
+    int ports[MAX_PROCS], all = p->n_ps + p->max_workers;
+    if (all > MAX_PROCS || free_ports(ports, all) != 0) {
+        fprintf(stderr, "dtrain launch: could not find %d free ports on 127.0.0.1 (at most %d processes): %s\n", all,
+                MAX_PROCS, strerror(errno));
         return 1;
     }
-    for (int i = 0; i < p->n; i++) {
-        char *list = i < p->n_ps ? p->ps_hosts : p->worker_hosts;
-        size_t len = strlen(list);
-        snprintf(list + len, sizeof p->ps_hosts - len, "%s127.0.0.1:%d", len ? "," : "", ports[i]);
+    for (int i = 0; i < all; i++) {
+        char *list = i < p->n_ps ? p->ps_hosts : p->all_workers;
+        size_t len = strlen(list), cap = i < p->n_ps ? sizeof p->ps_hosts : sizeof p->all_workers;
+        snprintf(list + len, cap - len, "%s127.0.0.1:%d", len ? "," : "", ports[i]);
+        if (i == p->n - 1) snprintf(p->worker_hosts, sizeof p->worker_hosts, "%s", p->all_workers);
     }
     ssize_t sl = readlink("/proc/self/exe", p->self, sizeof p->self - 1);
     if (sl <= 0) {
@@ -367,7 +383,14 @@ static void exec_process(const launch_plan *p, int i, char bufs[][MAX_PROCS * 80
     args[k++] = "train";
     for (int j = 0; j < p->n_pass; j++) args[k++] = p->pass[j];
     snprintf(bufs[0], sizeof bufs[0], "--ps_hosts=%s", p->ps_hosts);
-    snprintf(bufs[1], sizeof bufs[1], "--worker_hosts=%s", p->worker_hosts);
+    if (i < p->n) {
+        snprintf(bufs[1], sizeof bufs[1], "--worker_hosts=%s", p->worker_hosts);
+    } else { /* a joiner: the list up to its own address */
+        const char *end = p->all_workers;
+        for (int j = 0; j <= idx && end; j++) end = strchr(end + (j > 0), ',');
+        int len = end ? (int)(end - p->all_workers) : (int)strlen(p->all_workers);
+        snprintf(bufs[1], sizeof bufs[1], "--worker_hosts=%.*s", len, p->all_workers);
+    }
     snprintf(bufs[2], sizeof bufs[2], "--job_name=%s", is_ps ? "ps" : "worker");
     snprintf(bufs[3], sizeof bufs[3], "--task_index=%d", idx);
     for (int b = 0; b < 4; b++) args[k++] = bufs[b];
@@ -420,15 +443,44 @@ static int spawn(const launch_plan *p, int i, child *c) {
     return 0;
 }
 
+/* SIGUSR1: one more worker, up to --max_workers; SIGUSR2: the newest one launch started and that
+ * still runs is stopped (SIGTERM: it leaves the job, its units go back). 0, or 1 (said why). */
+static int scale(const launch_plan *p, child *cs, int *started) {
+    for (; add_requests > 0; add_requests--) {
+        if (*started >= p->n_ps + p->max_workers) {
+            fprintf(stderr, "dtrain launch: SIGUSR1: already %d workers, the most --max_workers allows (with "
+                    "--sharding dynamic)\n", *started - p->n_ps);
+            continue;
+        }
+        if (spawn(p, *started, &cs[*started])) return 1;
+        fprintf(stderr, "dtrain launch: %s started: it joins the running job\n", cs[*started].label);
+        ++*started;
+    }
+    for (; remove_requests > 0; remove_requests--) {
+        int k = *started - 1;
+        while (k > p->n_ps && (cs[k].exited || cs[k].removed)) k--;
+        if (k <= p->n_ps) { /* never the chief */
+            fprintf(stderr, "dtrain launch: SIGUSR2: no worker but the chief left to stop\n");
+            continue;
+        }
+        cs[k].removed = 1;
+        kill(cs[k].pid, SIGTERM);
+        fprintf(stderr, "dtrain launch: %s stopped (SIGTERM): it leaves the job\n", cs[k].label);
+    }
+    return 0;
+}
+
 /* Runs until every process has exited, or one fails, or launch is told to stop: the exit status. */
-static int supervise(child *cs, int started) {
+static int supervise(const launch_plan *p, child *cs, int *n) {
     int rc = 0;
     while (rc == 0) {
+        if (scale(p, cs, n)) rc = 1;
+        int started = *n;
         pump(cs, started, 100);
         reap(cs, started);
         int alive = 0;
         for (int i = 0; i < started; i++) {
-            if (cs[i].exited && cs[i].status != 0 && rc == 0) {
+            if (cs[i].exited && cs[i].status != 0 && !cs[i].removed && rc == 0) {
                 fprintf(stderr, "dtrain launch: %s exited with status %d; stopping the others\n", cs[i].label,
                         cs[i].status);
                 rc = cs[i].status;
@@ -463,7 +515,16 @@ int cmd_launch(int argc, char **argv) {
     if (p.metrics_port)
         fprintf(stderr, "dtrain launch: metrics on ports %d..%d; the status page: http://%s:%d/\n", p.metrics_port,
                 p.metrics_port + p.n - 1, p.metrics_host, p.metrics_port + p.n_ps);
-    if (!rc) rc = supervise(cs, started);
+    if (p.max_workers > p.n_workers) { /* --sharding dynamic: SIGUSR1 adds a worker, SIGUSR2 removes one */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sigemptyset(&sa.sa_mask);
+        sa.sa_handler = on_add;
+        sigaction(SIGUSR1, &sa, NULL);
+        sa.sa_handler = on_remove;
+        sigaction(SIGUSR2, &sa, NULL);
+    }
+    if (!rc) rc = supervise(&p, cs, &started);
     stop_all(cs, started, 10.0);
     progress_erase();
     plan_free(&p);

@@ -112,6 +112,14 @@ static int train_flags(train_args *a, flag_def *out) {
                  "workers); 0: --replicas_to_aggregate", 0, MAX_TASKS, 0),
         FLAG_NUM("staleness", FLAG_INT, &o->staleness,
                  "sync: steps a worker may run ahead of the slowest; 0: fully synchronous", 0, 64, 0),
+        FLAG_TEXT("sharding", &o->sharding,
+                  "cluster: fixed (the default: one shard per worker task, bit-exact runs) or dynamic (ps 0 hands "
+                  "out units of batches: every example once per epoch while workers die and join; docs/elastic.md)"),
+        FLAG_NUM("unit_batches", FLAG_INT, &o->unit_batches,
+                 "--sharding dynamic: batches per unit of work; 0: 4", 0, 64, 0),
+        FLAG_NUM("max_workers", FLAG_INT, &o->max_workers,
+                 "--sharding dynamic: any worker task index below this may join the running job (its own "
+                 "--worker_hosts names it); 0: the cluster's workers", 0, 65536, 0),
         FLAG_NUM("debug_step_delay_ms", FLAG_INT, &dbg->step_delay_ms,
                  "testing: sleep this long before each update", 0, 600000, 0),
         FLAG_NUM("debug_delay_worker", FLAG_INT, &dbg->delay_worker,
@@ -120,6 +128,9 @@ static int train_flags(train_args *a, flag_def *out) {
                   "testing: the chief writes its final parameters to this file (raw float32)"),
         FLAG_TEXT("debug_dump_grads", &dbg->dump_grads,
                   "testing: this process writes its first step's gradient to this file (raw float32)"),
+        FLAG_TEXT("debug_work_log", &dbg->work_log,
+                  "testing, --sharding dynamic: append one line per batch of this worker that counted (its example "
+                  "ids)"),
         FLAG_NUM("debug_emulate_compute_ms", FLAG_INT, &dbg->emulate_compute_ms,
                  "benchmarks: each step sleeps this long instead of computing, then pushes a full-size constant "
                  "gradient (docs/testbed.md); -1: off", -1, 600000, 0),

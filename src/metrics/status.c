@@ -52,6 +52,20 @@ static void clear_self(dt_status_self *x) {
     memset(x, 0, sizeof *x);
     x->global_step = x->total_steps = x->steps_per_sec = x->examples_per_sec = x->loss = x->accuracy = x->stale = NAN;
     x->live_workers = x->memory_bytes = x->pushes = x->pulls = NAN;
+    x->work_epoch = x->work_live = x->units_done = x->units_held = x->units_pool = NAN;
+    x->work_joins = x->work_leaves = x->work_losses = NAN;
+}
+
+/* The work coordinator's figures, where its series are (ps 0 with a plan); NaN elsewhere. */
+static void work_self(dt_status *s, dt_status_self *x) {
+    x->work_epoch = dt_metrics_lookup(s->m, "dtrain_work_epoch", NULL);
+    x->work_live = dt_metrics_lookup(s->m, "dtrain_work_live_workers", NULL);
+    x->units_done = dt_metrics_lookup(s->m, "dtrain_work_units", "state=\"done\"");
+    x->units_held = dt_metrics_lookup(s->m, "dtrain_work_units", "state=\"held\"");
+    x->units_pool = dt_metrics_lookup(s->m, "dtrain_work_units", "state=\"pool\"");
+    x->work_joins = dt_metrics_lookup(s->m, "dtrain_work_joins_total", NULL);
+    x->work_leaves = dt_metrics_lookup(s->m, "dtrain_work_leaves_total", NULL);
+    x->work_losses = dt_metrics_lookup(s->m, "dtrain_work_losses_total", NULL);
 }
 
 static void set_address(task_view *t, const dt_addr *a) { snprintf(t->address, sizeof t->address, "%s:%d", a->host, a->port); }
@@ -209,6 +223,7 @@ void dt_status_get_self(dt_status *s, dt_status_self *x) {
     x->live_workers = dt_metrics_lookup(s->m, DT_M_PS_LIVE_WORKERS, NULL);
     x->pushes = dt_metrics_lookup(s->m, DT_M_PS_PUSHES, NULL);
     x->pulls = dt_metrics_lookup(s->m, DT_M_PS_PULLS, NULL);
+    work_self(s, x);
     pthread_mutex_lock(&s->lock);
     int ps = !strcmp(x->job, "ps");
     snprintf(x->state, sizeof x->state, "%s", ps ? "serving" : s->finished ? "finished" : s->training ? "training"
@@ -225,12 +240,21 @@ void dt_status_get_self(dt_status *s, dt_status_self *x) {
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 static json_t *self_json(const dt_status_self *x) {
-    return json_pack("{s:s, s:i, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "job", x->job, "task",
+    json_t *o = json_pack("{s:s, s:i, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "job", x->job, "task",
                      x->task, "state", x->state, "global_step", num(x->global_step), "total_steps",
                      num(x->total_steps), "steps_per_sec", num(x->steps_per_sec), "examples_per_sec",
                      num(x->examples_per_sec), "loss", num(x->loss), "accuracy", num(x->accuracy), "stale",
                      num(x->stale), "live_workers", num(x->live_workers), "memory_bytes", num(x->memory_bytes),
                      "pushes", num(x->pushes), "pulls", num(x->pulls));
+    if (o && json_object_update_new(o, json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "work_epoch",
+                                                 num(x->work_epoch), "work_live", num(x->work_live), "units_done",
+                                                 num(x->units_done), "units_held", num(x->units_held), "units_pool",
+                                                 num(x->units_pool), "work_joins", num(x->work_joins), "work_leaves",
+                                                 num(x->work_leaves), "work_losses", num(x->work_losses)))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 /* [step, loss, accuracy] points; validation points of a binary model add their AUC (auc). */
@@ -350,7 +374,11 @@ int dt_status_parse_self(const char *text, size_t len, dt_status_self *out, dt_e
                     {"loss", &out->loss},                 {"accuracy", &out->accuracy},
                     {"stale", &out->stale},               {"live_workers", &out->live_workers},
                     {"memory_bytes", &out->memory_bytes}, {"pushes", &out->pushes},
-                    {"pulls", &out->pulls}};
+                    {"pulls", &out->pulls},               {"work_epoch", &out->work_epoch},
+                    {"work_live", &out->work_live},       {"units_done", &out->units_done},
+                    {"units_held", &out->units_held},     {"units_pool", &out->units_pool},
+                    {"work_joins", &out->work_joins},     {"work_leaves", &out->work_leaves},
+                    {"work_losses", &out->work_losses}};
         if (!(rc = get_text(self, "job", out->job, sizeof out->job, err)))
             rc = get_text(self, "state", out->state, sizeof out->state, err);
         for (size_t i = 0; !rc && i < sizeof nums / sizeof nums[0]; i++) rc = get_num(self, nums[i].key, nums[i].v, err);

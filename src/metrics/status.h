@@ -28,6 +28,10 @@ typedef struct {
     char state[16];               /* "starting", "training", "finished", "serving" */
     double global_step, total_steps, steps_per_sec, examples_per_sec, loss, accuracy, stale;
     double live_workers, memory_bytes, pushes, pulls; /* a ps */
+    /* ps 0 with a work plan (dynamic data sharding, docs/elastic.md): the coordinator's epoch,
+     * members, units of the epoch done, held and waiting in the pool, and its joins, leaves and
+     * losses so far */
+    double work_epoch, work_live, units_done, units_held, units_pool, work_joins, work_leaves, work_losses;
 } dt_status_self;
 
 /* The status of a process with registry m (figures are read from its series at each request);

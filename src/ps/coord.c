@@ -437,3 +437,9 @@ void dt_coord_reset_step(dt_coord *c, int64_t next) {
     }
     c->next_step = next;
 }
+
+uint64_t dt_coord_counted(const dt_coord *c) {
+    uint64_t n = 0;
+    for (uint32_t u = 0; u < c->units; u++) n += (uint64_t)__builtin_popcountll(c->done_mask[u]);
+    return n;
+}

@@ -74,6 +74,9 @@ void dt_coord_free(dt_coord *c);
 const dt_coord_plan *dt_coord_get_plan(const dt_coord *c);
 void dt_coord_get_stats(const dt_coord *c, dt_coord_stats *out);
 
+/* Batches of the current epoch counted so far (O(units): for a log line, not per request). */
+uint64_t dt_coord_counted(const dt_coord *c);
+
 /* Batches [*first, *first + *count) of the epoch make unit u (u < units). */
 void dt_coord_unit_batches(const dt_coord *c, uint32_t unit, uint64_t *first, uint32_t *count);
 

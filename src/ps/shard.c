@@ -313,13 +313,15 @@ void shard_on_fetch(const shard_req *r) {
 /* DONE from tasks beyond the cluster's workers (heard before INIT told how many there are) does
  * not count. */
 static void prune_done(ps_shard *s) {
-    if (!s->done || !s->workers) return;
-    for (int w = s->workers; w < 65536; w++) {
+    if (!s->done) return;
+    for (int w = s->workers ? s->workers : 65536; w < 65536; w++) {
         uint8_t bit = (uint8_t)(1u << (w & 7));
         if (!(s->done[w >> 3] & bit)) continue;
         s->done[w >> 3] &= (uint8_t)~bit;
         s->n_done--;
     }
+    s->n_sitting = 0; /* recounted: the declared workers whose DONE stands */
+    for (int w = 0; w < s->total && s->done; w++) s->n_sitting += (s->done[w >> 3] >> (w & 7)) & 1;
 }
 
 /* Everything an INIT installs, built whole before anything of the shard changes (so a refusal or
@@ -516,6 +518,12 @@ void shard_on_init(const shard_req *r) {
     s->generation = h->generation;
     s->liveness_us = s->aggregate ? h->liveness_ms * 1000 : 0;
     s->strict = (h->flags & DT_WIRE_F_STRICT) != 0;
+    /* Elastic: workers join and leave; none counts toward steps before the ps hears from it (a
+     * declared worker that never starts is not waited for the liveness timeout). */
+    if ((h->flags & DT_WIRE_F_ELASTIC) && s->aggregate) {
+        memset(s->lost, 1, (size_t)s->total);
+        s->n_lost = s->total;
+    }
     s->failed[0] = '\0';
     dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, h);
     shard_send(r, &a);

@@ -120,6 +120,9 @@ struct ps_shard {
     int64_t *last_seen;       /* [total] time of each worker's latest message */
     uint8_t *lost;            /* [total] */
     int n_lost;
+    /* sync: declared workers that sent DONE and have not pushed or pulled since (a worker without
+     * work sits steps out: dynamic sharding's epoch end, docs/elastic.md): steps do not wait for them */
+    int n_sitting;
     char failed[320];         /* strict mode after a loss: why every request is now refused */
     int64_t failed_at_us;
     /* Sparse tables: declared by SPARSE_INIT after INIT (an INIT drops them). */

@@ -74,6 +74,30 @@ static void on_shutdown(const shard_req *r) {
     shard_serve_pending(s, r->now, r->io);
 }
 
+static void apply_and_serve(ps_shard *s, int64_t now, const ps_io *io);
+
+/* Sync: a worker that sent DONE (finished, or without work at a dynamic epoch's end) sits steps
+ * out: they wait for the others only, until it pushes or pulls again (back_in). */
+static void sit_out(const shard_req *r) {
+    ps_shard *s = r->s;
+    s->n_sitting++;
+    shard_log(s, "worker %u sits steps out (DONE): %d live worker(s), steps aggregate %d gradient(s)", r->h->task,
+              s->total - s->n_lost - s->n_sitting, shard_needed(s));
+    apply_and_serve(s, r->now, r->io);
+}
+
+/* A PUSH or PULL from a worker that sent DONE: it trains again (dynamic sharding gave it work). */
+static void back_in(ps_shard *s, const dt_wire_header *h) {
+    uint8_t bit = (uint8_t)(1u << (h->task & 7));
+    if (!s->done || !(s->done[h->task >> 3] & bit)) return;
+    s->done[h->task >> 3] &= (uint8_t)~bit;
+    s->n_done--;
+    if (h->task >= s->total) return;
+    s->n_sitting--;
+    shard_log(s, "worker %u trains again: %d live worker(s), steps aggregate %d gradient(s)", h->task,
+              s->total - s->n_lost - s->n_sitting, shard_needed(s));
+}
+
 /* Counted per distinct worker task, so a resent DONE is not counted twice. */
 static void on_done(const shard_req *r) {
     ps_shard *s = r->s;
@@ -87,6 +111,7 @@ static void on_done(const shard_req *r) {
     if (!(s->done[h->task >> 3] & bit)) {
         s->done[h->task >> 3] |= bit;
         s->n_done++;
+        if (h->task < s->total) sit_out(r);
         /* Every declared worker's line; from tasks not (yet) declared, a few, then a count. */
         int known = s->workers && h->task < s->workers;
         if (known || ++s->n_done_logged <= SHARD_LOG_DONE)
@@ -167,6 +192,7 @@ static int check_conditions(const shard_req *r, unsigned flags) {
 /* Any message from a worker proves it alive; one that was lost is back (its steps count again). */
 static void note_alive(ps_shard *s, const dt_wire_header *h, int64_t now) {
     shard_work_seen(s, h, now);
+    if (h->type == DT_MSG_PUSH || h->type == DT_MSG_PULL || h->type == DT_MSG_SPARSE_PUSH) back_in(s, h);
     if (!s->last_seen || (h->role != DT_ROLE_WORKER && h->role != DT_ROLE_CHIEF) || h->task >= s->total) return;
     shard_saw_worker(s, h, now);
     if (!s->lost[h->task]) return;
@@ -187,7 +213,8 @@ static void dispatch(const shard_req *r) {
     }
     if ((h->role == DT_ROLE_WORKER || h->role == DT_ROLE_CHIEF) && s->workers && h->task >= s->workers) {
         shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s %u is not in this cluster (the chief declared %d worker task(s), "
-                     "0..%d)", dt_wire_role_name(h->role), h->task, s->workers, s->workers - 1);
+                     "0..%d: its --worker_hosts, or --max_workers)", dt_wire_role_name(h->role), h->task, s->workers,
+                     s->workers - 1);
         return;
     }
     note_alive(s, h, r->now);
@@ -209,9 +236,10 @@ void ps_shard_request(ps_shard *s, const ps_origin *from, const dt_wire_header *
 
 /* ---- Worker liveness and deadlines ------------------------------------------------------------ */
 
-/* Gradients a step needs: replicas_to_aggregate, or the live workers if fewer are left. */
+/* Gradients a step needs: replicas_to_aggregate, or the live workers if fewer are left (those
+ * sitting steps out after DONE are not live). */
 int shard_needed(const ps_shard *s) {
-    int live = s->total - s->n_lost;
+    int live = s->total - s->n_lost - s->n_sitting;
     return live < s->aggregate ? (live > 0 ? live : 1) : s->aggregate;
 }
 
@@ -243,6 +271,12 @@ static void check_liveness(ps_shard *s, int64_t now, const ps_io *io) {
         if ((s->done && (s->done[w >> 3] & (1u << (w & 7)))) || shard_has_pending(s, w)) continue;
         if (lose_worker(s, w, now, io)) return;
     }
+    apply_and_serve(s, now, io);
+}
+
+/* Steps that fewer workers now complete are applied, and the PULLs waiting for them answered. */
+static void apply_and_serve(ps_shard *s, int64_t now, const ps_io *io) {
+    if (!s->aggregate || !s->initialised) return;
     int applied = 0;
     for (int c = 0; c < s->n_parts; c++) applied |= shard_apply_complete_steps(s, &s->parts[c]);
     if (applied) shard_serve_pending(s, now, io);

@@ -88,9 +88,9 @@ static void work_state_install(const shard_req *r) {
     dt_coord_reset_step(c, s->n_parts ? s->parts[0].step : 0);
     dt_coord_stats st;
     dt_coord_get_stats(c, &st);
-    shard_log(s, "work plan from the chief: epoch %llu, %u unit(s) of %u batch(es) of %u, %u done",
-              (unsigned long long)st.epoch, st.units, dt_coord_get_plan(c)->unit_batches,
-              dt_coord_get_plan(c)->batch_size, st.done);
+    shard_log(s, "work plan from the chief: epoch %llu, %u unit(s) of %u batch(es) of %u, %u done, %llu batch(es) "
+              "of the epoch counted", (unsigned long long)st.epoch, st.units, dt_coord_get_plan(c)->unit_batches,
+              dt_coord_get_plan(c)->batch_size, st.done, (unsigned long long)dt_coord_counted(c));
     dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, r->h);
     shard_send(r, &a);
 }

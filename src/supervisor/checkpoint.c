@@ -158,7 +158,9 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     int rc = dt_mkdirs(logdir, err);
     if (rc) return rc;
 
-    int cap = n_views * (1 + slots) + 1, nt = 0;
+    if (run->coord && (!run->coord_len || run->coord_len > DT_CKPT_MAX_COORD_BYTES))
+        return dt_errorf(err, DT_EINVAL, "checkpoint: a coordinator state of %zu bytes", run->coord_len);
+    int cap = n_views * (1 + slots) + 2, nt = 0;
     dt_st_tensor *t = dt_calloc((size_t)cap, sizeof *t, "checkpoint tensor list", err);
     char *names = dt_calloc((size_t)cap, NAME_CAP, "checkpoint tensor names", err);
     char *meta_opt = run->opt ? optimizer_json(run->opt, dt_net_num_tables(run->net) ? run->tables : NULL) : NULL, *meta_data = data_position_json(run, global_step),
@@ -185,6 +187,9 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
         }
     }
     t[nt++] = (dt_st_tensor){.name = DT_CKPT_STEP_TENSOR, .dtype = DT_ST_I64, .ndim = 0, .data = &global_step};
+    if (run->coord)
+        t[nt++] = (dt_st_tensor){.name = DT_CKPT_COORD_TENSOR, .dtype = DT_ST_U8, .ndim = 1,
+                                 .shape = {(int64_t)run->coord_len}, .data = run->coord};
 
     const dt_model_spec *spec = dt_net_spec(run->net);
     dt_st_meta meta[6];
@@ -724,7 +729,8 @@ static void diff_tensors(const dt_st_file *f, const dt_ckpt_run *run, const char
     for (int i = 0; i < dt_st_num_tensors(f); i++) {
         const dt_st_info *ti = dt_st_tensor_at(f, i);
         int slot;
-        if (strcmp(ti->name, DT_CKPT_STEP_TENSOR) == 0) continue;
+        if (strcmp(ti->name, DT_CKPT_STEP_TENSOR) == 0 || strcmp(ti->name, DT_CKPT_COORD_TENSOR) == 0)
+            continue; /* checked where they are read */
         int v = find_variable(run, ti->name, &slot);
         if (v >= 0 && (slot < 0 || (ti->dtype == DT_ST_F32 && ti->count == dt_net_view(run->net, v)->count))) continue;
         if (v >= 0)
@@ -816,6 +822,25 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
     }
     if (global_step) *global_step = step;
     return 0;
+}
+
+int dt_ckpt_read_coord(const dt_st_file *f, const char *label, uint8_t **out, size_t *len, dt_error *err) {
+    *out = NULL, *len = 0;
+    const dt_st_info *ti = dt_st_find(f, DT_CKPT_COORD_TENSOR);
+    if (!ti) return DT_OK;
+    if (ti->dtype != DT_ST_U8 || ti->ndim != 1 || ti->count < 1 || ti->count > DT_CKPT_MAX_COORD_BYTES)
+        return dt_errorf(err, DT_EFORMAT, "%s: %s must be a U8 vector of 1 to %u bytes, not %s with %" PRIu64
+                         " element(s)", label, DT_CKPT_COORD_TENSOR, DT_CKPT_MAX_COORD_BYTES,
+                         dt_st_dtype_name(ti->dtype), ti->count);
+    uint8_t *b = dt_malloc((size_t)ti->count, "checkpoint coordinator state", err);
+    if (!b) return DT_ENOMEM;
+    int rc = dt_st_read(f, DT_CKPT_COORD_TENSOR, DT_ST_U8, b, (size_t)ti->count, err);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    *out = b, *len = (size_t)ti->count;
+    return DT_OK;
 }
 
 size_t dt_ckpt_clear_untrained_slots(const dt_ckpt_run *run, float *state) {

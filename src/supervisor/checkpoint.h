@@ -24,6 +24,10 @@
 #include "io/safetensors.h"
 
 #define DT_CKPT_STEP_TENSOR "global_step"
+/* Dynamic data sharding: the work coordinator's state (docs/elastic.md, "Checkpoints"), a U8
+ * vector of at most DT_CKPT_MAX_COORD_BYTES (the largest state: 2^18 units, each partly trained). */
+#define DT_CKPT_COORD_TENSOR "elastic/coordinator"
+#define DT_CKPT_MAX_COORD_BYTES 3178568u
 
 /* What a run is, for the metadata of its checkpoints and to check a checkpoint fits it. */
 typedef struct {
@@ -42,6 +46,10 @@ typedef struct {
     char *const *class_names;       /* [n_class_names] the data's names of classes 0.., recorded for
                                        dtrain predict; NULL (0): numbered only, nothing recorded */
     int n_class_names;
+    /* Dynamic data sharding: the work coordinator's state at this save (the supervisor sets it
+     * from the snapshot), saved as DT_CKPT_COORD_TENSOR; NULL: none. */
+    const uint8_t *coord;
+    size_t coord_len;
 } dt_ckpt_run;
 
 /* The metadata of a checkpoint, parsed (fields from files without them keep the defaults shown). */
@@ -115,6 +123,12 @@ int dt_ckpt_fits_check(const dt_st_file *f, const char *label, void *run, dt_err
  * dropped. Nothing is deleted (retention waits for the next save), nothing is written when the index
  * already says this, and the warnings dt_ckpt_open_latest gave about the index are not repeated. */
 int dt_ckpt_adopt(const char *logdir, const char *name, FILE *log, dt_error *err);
+
+/* The work coordinator's state an open checkpoint holds: *out (allocated, the caller frees it)
+ * and its size; *out NULL when there is none. A tensor of that name that is not a U8 vector of 1
+ * to DT_CKPT_MAX_COORD_BYTES is refused (DT_EFORMAT, naming label); its bytes are checked whole
+ * where they are used (ps/coord.h's dt_coord_load). */
+int dt_ckpt_read_coord(const dt_st_file *f, const char *label, uint8_t **out, size_t *len, dt_error *err);
 
 /* Parses the metadata and global step of an open checkpoint. Fails (naming label) only on
  * malformed values; missing keys keep the defaults. */

@@ -21,6 +21,8 @@ struct dt_supervisor {
     double rate_time;
     char last[DT_PATH_MAX];
     dt_summary *summary;
+    uint8_t *coord;            /* the restored checkpoint's coordinator state; NULL: none */
+    size_t coord_len;
 };
 
 static int checkpoints_on(const dt_supervisor *s) { return s->cfg.logdir && s->cfg.logdir[0]; }
@@ -51,6 +53,9 @@ static int restore(dt_supervisor *s, dt_error *err) {
                                         s->cfg.log, err);
     if (found <= 0) return found;
     int rc = dt_ckpt_load(f, path, &s->cfg.run, s->params, s->state, &s->restored_step, err);
+    free(s->coord);
+    s->coord = NULL, s->coord_len = 0;
+    if (!rc) rc = dt_ckpt_read_coord(f, path, &s->coord, &s->coord_len, err);
     if (!rc) {
         warn_differences(s, f, path);
         size_t cleared = dt_ckpt_clear_untrained_slots(&s->cfg.run, s->state);
@@ -111,6 +116,12 @@ int dt_supervisor_restored(const dt_supervisor *s, const float **params, const f
     return 1;
 }
 
+int dt_supervisor_restored_coord(const dt_supervisor *s, const uint8_t **state, size_t *len) {
+    if (!s || !s->restored || !s->coord) return 0;
+    *state = s->coord, *len = s->coord_len;
+    return 1;
+}
+
 int dt_supervisor_reload(dt_supervisor *s, const float **params, const float **state, int64_t *global_step,
                          dt_error *err) {
     if (!s || !checkpoints_on(s)) return 0;
@@ -129,7 +140,9 @@ static int save(dt_supervisor *s, int final, int64_t *step, dt_error *err) {
     if (at == s->saved_step) return 0;
     double t0 = dt_seconds();
     char name[64];
-    rc = dt_ckpt_save(s->cfg.logdir, &s->cfg.run, s->params, s->slots ? s->state : NULL, at, s->cfg.max_to_keep,
+    dt_ckpt_run run = s->cfg.run;
+    if (s->cfg.coord) s->cfg.coord(s->cfg.user, &run.coord, &run.coord_len);
+    rc = dt_ckpt_save(s->cfg.logdir, &run, s->params, s->slots ? s->state : NULL, at, s->cfg.max_to_keep,
                       s->cfg.log, name, sizeof name, err);
     if (rc) return rc;
     s->saved_step = at;
@@ -221,5 +234,6 @@ void dt_supervisor_close(dt_supervisor *s) {
     if (dt_summary_close(s->summary, &e) && s->cfg.log) fprintf(s->cfg.log, "warning: %s\n", e.msg);
     free(s->params);
     free(s->state);
+    free(s->coord);
     free(s);
 }

@@ -28,6 +28,9 @@ typedef struct {
     dt_ckpt_run run;          /* the run (net, optimizer, seed, data stream) */
     int examples_per_step;    /* examples in one global step (summaries' examples/sec) */
     dt_snapshot_fn snapshot;
+    /* Dynamic data sharding: the work coordinator's state that the latest snapshot fetched (it
+     * fetches it before the model, docs/elastic.md), saved beside the model; NULL: none. */
+    void (*coord)(void *user, const uint8_t **state, size_t *len);
     void *user;
     FILE *log;                /* restore and save lines, warnings; NULL: quiet */
 } dt_supervisor_config;
@@ -40,6 +43,8 @@ typedef struct dt_supervisor dt_supervisor;
 int dt_supervisor_open(dt_supervisor **out, const dt_supervisor_config *cfg, dt_error *err);
 /* 1 and the restored state (valid until close) if open restored a checkpoint, else 0. */
 int dt_supervisor_restored(const dt_supervisor *s, const float **params, const float **state, int64_t *global_step);
+/* 1 and the coordinator state (valid until close) if the restored checkpoint holds one, else 0. */
+int dt_supervisor_restored_coord(const dt_supervisor *s, const uint8_t **state, size_t *len);
 /* Reads the newest good checkpoint of the logdir again (a cluster rolling back after a ps lost its
  * shard): 1 and its state as dt_supervisor_restored gives it, 0 if there is none (or checkpoints are
  * off), < 0 on error. */

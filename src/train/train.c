@@ -24,6 +24,7 @@
 #include "metrics/status_poll.h"
 #include "metrics/status.h"
 #include "model/net.h"
+#include "ps/coord.h"
 #include "supervisor/supervisor.h"
 #include "train/serve.h"
 #include "train/emulate.h"
@@ -32,6 +33,7 @@
 #include "train/progress.h"
 #include "train/table_optim.h"
 #include "train/train_debug.h"
+#include "train/work_loop.h"
 #include "update/updater.h"
 #include "transport/auth.h"
 #include "worker/remote.h"
@@ -111,8 +113,18 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     if (o->ps_timeout_ms < 0 || o->idle_timeout_ms < 0)
         return dt_errorf(err, DT_EINVAL, "ps_timeout and idle_timeout must not be negative");
     if (dt_bind_check(o->bind, err)) return DT_EINVAL;
+    if (o->sharding && strcmp(o->sharding, "fixed") && strcmp(o->sharding, "dynamic"))
+        return dt_errorf(err, DT_EINVAL, "sharding: expected fixed or dynamic, got '%s'", o->sharding);
+    if (o->unit_batches < 0 || o->unit_batches > (int)DT_COORD_MAX_UNIT_BATCHES)
+        return dt_errorf(err, DT_EINVAL, "unit_batches must be in 0..%u, got %d", DT_COORD_MAX_UNIT_BATCHES,
+                         o->unit_batches);
+    if (o->max_workers < 0 || o->max_workers > (int)DT_COORD_MAX_WORKERS)
+        return dt_errorf(err, DT_EINVAL, "max_workers must be in 0..%u, got %d", DT_COORD_MAX_WORKERS, o->max_workers);
     return DT_OK;
 }
+
+/* --sharding dynamic (docs/elastic.md); one process trains the permutation in order without it. */
+static int dynamic_sharding(const dt_train_options *o) { return o->sharding && !strcmp(o->sharding, "dynamic"); }
 
 /* The run's optimizer: kind and rate, the learning-rate schedule and weight decay (README,
  * "Training options"). total: the run's global steps, which cosine's decay spans after the warmup
@@ -177,6 +189,8 @@ typedef struct {
     int64_t global_per_epoch;       /* global steps per epoch */
     int64_t total;                  /* global steps of the run */
     double examples_per_step;       /* per global step, every worker's */
+    int dynamic;                    /* --sharding dynamic: per_epoch is the whole epoch's batches */
+    int max_workers;                /* dynamic: worker task indices that may join */
 } run_plan;
 
 /* Everything a run owns, so one cleanup path frees it whatever failed. */
@@ -202,6 +216,8 @@ typedef struct {
     dt_status *status;
     dt_http *http;
     dt_peer_poll *peers;
+    dt_work_loop *work;           /* --sharding dynamic: the units ps 0 grants (NULL: fixed shards) */
+    FILE *work_log;               /* --debug_work_log */
     struct {
         dt_metric *step, *local, *examples, *step_s, *ckpt_age, *ckpt_s, *ckpts;
     } m;
@@ -211,6 +227,8 @@ static void run_free(run_state *r) {
     dt_peer_poll_stop(r->peers);
     dt_http_stop(r->http); /* nothing reads the figures any more */
     dt_supervisor_close(r->supervisor);
+    dt_work_loop_free(r->work);
+    if (r->work_log) fclose(r->work_log);
     if (r->updater) r->updater->free(r->updater);
     dt_status_free(r->status); /* nothing updates them any more */
     dt_metrics_free(r->metrics);
@@ -401,11 +419,32 @@ out:
     return rc;
 }
 
-/* The supervisor's view of the training state: whatever the updater holds, in the flat layout. */
+/* The supervisor's view of the training state: whatever the updater holds, in the flat layout.
+ * Dynamic sharding: ps 0's coordinator state first, so every batch it counts is in the model
+ * fetched after it (docs/elastic.md, "Checkpoints"); sync: again until it is of the model's step.
+ * The final one after the model: the final snapshot waits for the workers, and then nothing
+ * trains any more. */
 static int snapshot(void *user, float *params, float *state, int64_t *global_step, int final, dt_error *err) {
     run_state *r = user;
     if (!r->updater->snapshot) return dt_errorf(err, DT_EINVAL, "this updater cannot take checkpoints");
-    return r->updater->snapshot(r->updater, r->net, params, state, global_step, final, err);
+    for (int tries = 0;; tries++) {
+        int64_t at = 0;
+        int rc = r->work && !final ? dt_work_loop_fetch_state(r->work, &at, err) : DT_OK;
+        if (!rc) rc = r->updater->snapshot(r->updater, r->net, params, state, global_step, final, err);
+        if (!rc && r->work && final) rc = dt_work_loop_fetch_state(r->work, &at, err);
+        if (rc || !r->work || final || !r->plan.sync || at == *global_step) return rc;
+        if (tries == 20) {
+            fprintf(r->log, "chief: warning: the work plan (step %lld) and the model (step %lld) still differ after 20 "
+                    "fetches: the checkpoint may train a few batches twice\n", (long long)at, (long long)*global_step);
+            return rc;
+        }
+    }
+}
+
+/* The coordinator state the latest snapshot fetched (dynamic sharding). */
+static void coord_state(void *user, const uint8_t **state, size_t *len) {
+    const run_state *r = user;
+    dt_work_loop_saved_state(r->work, state, len);
 }
 
 /* A cluster rolling back after a ps lost its shard: the newest checkpoint, read again. */
@@ -471,10 +510,13 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
         return dt_errorf(err, DT_ESHAPE, "%s has %d classes but model %s ends in a dense layer of %d units",
                          o->data_path, data_classes, o->model_path, classes);
 
-    /* Worker i of n trains on shard i of every epoch's permutation (docs/data.md). */
+    /* Worker i of n trains on shard i of every epoch's permutation (docs/data.md); dynamic
+     * sharding: any batch of the whole epoch, as ps 0 grants them. */
     p->n_workers = c->distributed ? c->n_workers : 1, p->shard = c->distributed ? c->task_index : 0;
+    p->dynamic = c->distributed && dynamic_sharding(o);
     dt_loader_options lo = {.batch_size = o->batch_size, .shuffle = 1, .seed = o->seed,
-                            .shard_index = p->shard, .shard_count = p->n_workers};
+                            .shard_index = p->dynamic ? 0 : p->shard, .shard_count = p->dynamic ? 1 : p->n_workers,
+                            .whole_epoch = p->dynamic};
     if ((rc = dt_augment_parse(&lo.augment, o->augment, err))) return rc;
     if ((rc = dt_loader_create(&r->loader, r->data.train, &lo, err))) return rc;
     p->per_epoch = dt_loader_batches_per_epoch(r->loader);
@@ -484,6 +526,32 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     return plan_steps(r, o, err);
 }
 
+/* Dynamic sharding (docs/elastic.md): every task index below max_workers is declared; a sync step
+ * aggregates the live workers' gradients (the ps counts the silent and the sitting-out ones out).
+ * The run ends when ps 0 says the last epoch is done; total only paces the progress line. */
+static int plan_dynamic(run_state *r, const dt_train_options *o, dt_error *err) {
+    run_plan *p = &r->plan;
+    if (r->ctr)
+        return dt_errorf(err, DT_EINVAL, "sharding dynamic: a click log is a stream without a permutation; use "
+                         "--sharding fixed");
+    p->max_workers = o->max_workers ? o->max_workers : p->n_workers;
+    if (p->max_workers < p->n_workers)
+        return dt_errorf(err, DT_EINVAL, "max_workers=%d is fewer than the cluster's %d workers", p->max_workers,
+                         p->n_workers);
+    if (o->train_steps <= 0 && o->epochs != floor(o->epochs))
+        return dt_errorf(err, DT_EINVAL, "sharding dynamic trains whole epochs: epochs=%g is not a whole number",
+                         o->epochs);
+    if (p->sync && (o->replicas_to_aggregate || o->total_num_replicas || o->staleness))
+        return dt_errorf(err, DT_EINVAL, "sharding dynamic: sync steps aggregate the live workers' gradients; "
+                         "replicas_to_aggregate, total_num_replicas and staleness are not supported with it yet");
+    p->aggregate = p->replicas = p->sync ? p->max_workers : 0;
+    int64_t busy = p->n_workers < p->per_epoch ? p->n_workers : p->per_epoch;
+    p->global_per_epoch = p->sync ? (p->per_epoch + busy - 1) / busy : p->per_epoch;
+    p->total = o->train_steps > 0 ? o->train_steps : (int64_t)ceil(o->epochs * (double)p->global_per_epoch);
+    p->examples_per_step = p->sync ? (double)o->batch_size * (double)busy : o->batch_size;
+    return DT_OK;
+}
+
 /* The steps of the run, from the batches per epoch and the cluster. */
 static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err) {
     const dt_cluster *c = &r->cluster;
@@ -491,6 +559,7 @@ static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err) {
     /* Sync replicas: every step averages replicas_to_aggregate gradients (default: every worker);
      * total_num_replicas counts the workers pushing, backup workers included. */
     p->sync = c->distributed && o->issync, p->aggregate = 0, p->replicas = 0;
+    if (p->dynamic) return plan_dynamic(r, o, err);
     if (p->sync) {
         p->aggregate = o->replicas_to_aggregate ? o->replicas_to_aggregate : p->n_workers;
         p->replicas = o->total_num_replicas ? o->total_num_replicas : p->aggregate;
@@ -519,6 +588,12 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
     if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
     dt_overlap_mode overlap; /* checked by check_options */
     if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
+    /* A claim goes to ps 0 between steps, while an overlapped exchange runs into the next forward. */
+    if (overlap != DT_OVERLAP_NONE && p->dynamic) {
+        fprintf(r->log, "worker %d: sharding dynamic claims each batch between steps: exchanging between steps "
+                "(overlap none)\n", c->task_index);
+        overlap = DT_OVERLAP_NONE;
+    }
     /* Clipping scales the whole gradient by its global norm, known only once backward is over: a
      * streamed exchange would have pushed most of it unclipped by then. */
     if (overlap != DT_OVERLAP_NONE && o->clip_gradient_norm > 0) {
@@ -536,6 +611,7 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
                                .connect_timeout_ms = o->connect_timeout_ms,
                                .request_timeout_ms = o->heartbeat_timeout_ms,
                                .n_workers_to_wait = c->n_workers - 1,
+                               .max_workers = p->dynamic ? p->max_workers : 0,
                                .replicas_to_aggregate = p->aggregate,
                                .total_num_replicas = p->replicas,
                                .staleness = o->staleness,
@@ -556,6 +632,30 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
     return dt_remote_updater_create(&r->updater, &rc_cfg, err);
 }
 
+/* The coordinator state of the checkpoint the supervisor restored (or reloaded for a rollback). */
+static int restored_coord(void *user, const uint8_t **state, size_t *len) {
+    const run_state *r = user;
+    return dt_supervisor_restored_coord(r->supervisor, state, len);
+}
+
+/* Dynamic sharding: the chief installs the work plan on ps 0; which batches come next is ps 0's. */
+static int open_work(run_state *r, const dt_train_options *o, int64_t *local_step, dt_error *err) {
+    const dt_cluster *c = &r->cluster;
+    const run_plan *p = &r->plan;
+    *local_step = 0;
+    if (r->dbg->work_log && *r->dbg->work_log && !(r->work_log = fopen(r->dbg->work_log, "a")))
+        return dt_errorf(err, DT_EIO, "--debug_work_log: cannot open %s", r->dbg->work_log);
+    dt_work_config wc = {.updater = r->updater, .loader = r->loader, .task = c->task_index, .chief = c->is_chief,
+                         .sync = p->sync, .examples = dt_dataset_size(r->data.train), .seed = o->seed,
+                         .epochs = o->train_steps > 0 ? 0 : (uint64_t)o->epochs, .batch_size = (uint32_t)o->batch_size,
+                         .unit_batches = (uint32_t)(o->unit_batches ? o->unit_batches : 4),
+                         .max_workers = (uint32_t)p->max_workers,
+                         .liveness_ms = (uint32_t)((o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 60000) / 2),
+                         .wait_ms = o->connect_timeout_ms, .stop = o->stop, .log = r->log, .trained = r->work_log};
+    if (c->is_chief) wc.restored = restored_coord, wc.user = r;
+    return dt_work_loop_open(&r->work, &wc, err);
+}
+
 /* The chief's supervisor (checkpoints, summaries); then the newest good checkpoint is restored, or
  * the updater initialises, and the data stream resumes where the restored step left it. */
 static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *global_step, int64_t *local_step,
@@ -566,6 +666,7 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
     if (c->is_chief) {
         dt_supervisor_config sc = {.logdir = o->logdir, .save_secs = o->save_model_secs, .max_to_keep = o->max_to_keep,
                                    .summary_dir = o->summary_dir, .snapshot = snapshot, .user = r, .log = r->log,
+                                   .coord = p->dynamic ? coord_state : NULL,
                                    .examples_per_step = (int)p->examples_per_step,
                                    /* a cluster's tables are still dense variables on the ps tasks */
                                    .run = {.net = r->net, .opt = &r->opt, .tables = c->distributed ? NULL : &r->table_opt,
@@ -588,6 +689,7 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
         rc = r->updater->start(r->updater, r->net, o->seed, global_step, err);
     }
     if (rc) return rc;
+    if (p->dynamic) return open_work(r, o, local_step, err);
     /* Resuming: each worker has consumed global_step (sync) or global_step / n_workers batches of its shard (exactly so on
      * one machine, where data order and dropout then continue bit for bit). */
     *local_step = p->sync ? *global_step : *global_step / p->n_workers;
@@ -690,11 +792,19 @@ static int forward_batch(run_state *r, uint64_t seed, dt_batch *b, float *loss, 
         if (!dt_net_forward_ctr(r->net, &cb, 1, seed, err)) return DT_EINVAL; /* err says why */
         *loss = dt_net_loss_binary(r->net, cb.labels, correct);
     } else {
-        if ((rc = dt_loader_next(r->loader, b, err))) return rc;
+        if (!r->work && (rc = dt_loader_next(r->loader, b, err))) return rc; /* dynamic: loaded already */
         if (!dt_net_forward(r->net, b->x, b->n, 1, seed, err)) return DT_EINVAL; /* err says why */
         *loss = dt_net_loss(r->net, b->labels, correct);
     }
     return dt_net_status(r->net, err); /* a device's failure, named */
+}
+
+/* Gradients this worker pushed that a ps dropped as stale (dynamic sharding: that batch did not count). */
+static int64_t stale_pushes(const run_state *r) {
+    if (!r->work) return 0;
+    dt_remote_timing t;
+    dt_remote_get_timing(r->updater, &t);
+    return t.stale;
 }
 
 /* The steps: batch, forward, loss, backward, clipping, the update (here or on the ps tasks), the
@@ -707,7 +817,8 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
     int evaluates = c->is_chief && !emulate, rc = DT_OK;
     double t_step = dt_seconds();
     interval iv = {.t_interval = t_step, .last_log = *global_step};
-    while (*global_step < p->total) {
+    int finished = 0, push = 1; /* dynamic: every epoch done; this step's claim stands */
+    while (r->work && !o->train_steps ? !finished : *global_step < p->total) {
         if (o->stop && *o->stop) {
             rc = dt_errorf(err, DT_EINTR, "training stopped by a signal at global step %lld", (long long)*global_step);
             break;
@@ -719,6 +830,8 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
             dt_emulate_step(r->net, r->dbg->emulate_compute_ms);
         } else {
             uint64_t seed = dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard));
+            if (r->work && ((rc = dt_work_loop_next(r->work, r->net, global_step, &b, &finished, err)) || finished))
+                break;
             if ((rc = forward_batch(r, seed, &b, &loss, &correct, err))) break;
             if (!isfinite(loss)) {
                 rc = dt_errorf(err, DT_EINVAL, "loss became %g at global step %lld: lower the learning_rate",
@@ -732,10 +845,14 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                 break;
             /* The whole gradient, before it is applied here or cut into shards and pushed. */
             if (o->clip_gradient_norm > 0) dt_net_clip_gradients(r->net, (float)o->clip_gradient_norm);
+            if (r->work && (rc = dt_work_loop_claimed(r->work, r->net, global_step, &push, err))) break;
+            if (!push) continue; /* its step went by, or the unit is not ours any more: the gradient is dropped */
         }
+        int64_t stale = stale_pushes(r);
         if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? *global_step : *local_step, global_step,
                                     err)))
             break;
+        int epoch_began = r->work && dt_work_loop_pushed(r->work, &b, stale_pushes(r) == stale);
         ++*local_step;
         iv.loss_sum += loss * b.n;
         iv.correct += correct;
@@ -756,13 +873,14 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                            (double)*global_step / (double)p->global_per_epoch,
                            emulate || !iv.seen ? NAN : iv.loss_sum / (double)iv.seen);
 
-        int epoch_end = !emulate && *local_step % p->per_epoch == 0; /* emulated: no data, no epochs */
+        int epoch_end = r->work ? epoch_began : !emulate && *local_step % p->per_epoch == 0; /* emulated: no epochs */
         if (*global_step / o->steps_to_validate > iv.last_log / o->steps_to_validate || epoch_end ||
-            *global_step >= p->total) {
+            (*global_step >= p->total && (!r->work || o->train_steps))) { /* dynamic: ps 0 says when it ends */
             if ((rc = log_interval(r, o, evaluates, *global_step, &iv, res, err))) break;
             t_step = iv.t_interval;
         }
     }
+    if (!rc && finished && iv.seen) rc = log_interval(r, o, evaluates, *global_step, &iv, res, err);
     return rc;
 }
 
@@ -864,6 +982,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
     dt_metric_set(r->m.step, (double)global_step);
     double t_start = dt_seconds();
     rc = run_steps(r, o, emulate, &global_step, &local_step, res, err);
+    dt_work_loop_abandon(r->work); /* a claim left unanswered by a stop */
     /* An overlapping updater's last parameters are still on their way. */
     if (!rc && r->updater->settle && (rc = r->updater->settle(r->updater, r->net, &global_step, err)) == DT_OK)
         res->steps = global_step;

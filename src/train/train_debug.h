@@ -19,6 +19,9 @@ typedef struct dt_train_debug {
     /* If set, this process writes the gradient of its first step there (raw float32), as backward
      * made it: before clipping, the update or the push (tests compare devices with it). */
     const char *dump_grads;
+    /* If set (--sharding dynamic), this worker appends one line per batch of its that counted
+     * ("epoch E batch B ids I..."): tests check every example once per epoch. */
+    const char *work_log;
 } dt_train_debug;
 
 /* Every hook off. */

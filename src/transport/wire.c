@@ -72,7 +72,7 @@ static uint8_t allowed_flags(uint8_t type) {
     switch (type) {
     case DT_MSG_PULL: return DT_WIRE_F_EXACT;
     case DT_MSG_PUSH: return DT_WIRE_F_SYNC | DT_WIRE_F_PULL;
-    case DT_MSG_INIT: return DT_WIRE_F_STRICT;
+    case DT_MSG_INIT: return DT_WIRE_F_STRICT | DT_WIRE_F_ELASTIC;
     case DT_MSG_SPARSE_PUSH: return DT_WIRE_F_SYNC;
     case DT_MSG_WORK_ASK: return DT_WIRE_F_JOIN;
     default: return 0;

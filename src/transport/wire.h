@@ -40,6 +40,8 @@
 #define DT_WIRE_F_STRICT 0x04u /* INIT: a lost worker stops the job instead of lowering the replicas */
 #define DT_WIRE_F_PULL 0x08u   /* PUSH: answer with this chunk's PARAMS (at least step global_step,
                                 * the push's outcome in status) instead of PUSH_ACK */
+#define DT_WIRE_F_ELASTIC 0x80u /* INIT, sync: workers join and leave (dynamic sharding): a worker counts
+                                 * toward steps from its first message, not from INIT on */
 #define DT_WIRE_F_JOIN 0x40u   /* WORK_ASK: this process has just started (what its task index held
                                 * from an earlier life goes back to the pool) */
 /* Bits 4-5 of the flags byte: the encoding (dt_encoding: 0 float32, 1 bf16, 2 fp16; 3 is refused)

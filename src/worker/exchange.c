@@ -66,12 +66,15 @@ void dt_ex_close(dt_exchange *x) {
 
 int dt_ex_begin(dt_exchange *x, const dt_ex_kind *kind, const int *chunks, int64_t now_us) {
     if (!DT_ASSERT(x->state == DT_EX_IDLE)) return DT_EINVAL; /* one exchange at a time */
+    int chunked = kind->want == DT_MSG_PARAMS || kind->want == DT_MSG_PUSH_ACK;
+    if (!DT_ASSERT(!kind->alone || (!chunked && kind->ps >= 0 && kind->ps < x->n_ps))) return DT_EINVAL;
     x->kind = *kind;
-    x->chunked = kind->want == DT_MSG_PARAMS || kind->want == DT_MSG_PUSH_ACK;
+    x->chunked = chunked;
     x->awaited = x->unsent = 0;
     for (int i = 0; i < x->n_ps; i++) {
-        int k = (x->chunked || kind->multi) && chunks ? chunks[i] : 1;
-        if (!DT_ASSERT(k >= (kind->multi ? 0 : 1) && k <= (int)DT_WIRE_MAX_CHUNKS)) return DT_EINVAL;
+        /* A ps without a slot awaits nothing: its chunk count is 0, so no id finds a slot there. */
+        int k = kind->alone ? i == kind->ps : (x->chunked || kind->multi) && chunks ? chunks[i] : 1;
+        if (!DT_ASSERT(k >= (kind->multi || kind->alone ? 0 : 1) && k <= (int)DT_WIRE_MAX_CHUNKS)) return DT_EINVAL;
         x->chunks[i] = k;
         x->awaited_ps[i] = 0;
         x->stale[i] = 0;

@@ -5,8 +5,10 @@
  * tests/test_exchange.c drives the machine directly.
  *
  * An exchange is one call's requests, all of one kind: per chunk of every ps (a PUSH, answered
- * with PUSH_ACK; a PULL, or a PUSH asking for its chunk back, answered with PARAMS) or one per ps
- * (HELLO, INIT, STATUS, FETCH, DONE, SHUTDOWN). Its states:
+ * with PUSH_ACK; a PULL, or a PUSH asking for its chunk back, answered with PARAMS), one per ps
+ * (HELLO, INIT, STATUS, FETCH, DONE, SHUTDOWN), or one to a single ps (the WORK messages go to
+ * ps 0 alone, the work coordinator: kind.alone; every other ps has no slot, and a reply from it
+ * is ignored as UNKNOWN). Its states:
  *
  *   IDLE --begin--> OPEN --the last planned reply is in--> DONE --end--> IDLE
  *                    ^                                       |
@@ -54,6 +56,8 @@ typedef struct {
      * to each ps (0..DT_WIRE_MAX_CHUNKS), one slot each, a reply matched to its slot by request id
      * alone (these replies name no chunk). */
     int multi;
+    int alone;                /* a per-ps request to ps `ps` only (the WORK messages: ps 0) */
+    int ps;
 } dt_ex_kind;
 
 typedef struct {
@@ -75,8 +79,9 @@ int dt_ex_open(dt_exchange **out, int n_ps, const size_t *shard_floats, const ch
 void dt_ex_close(dt_exchange *x);
 
 /* Begins an exchange (from IDLE only: a client refuses a call while one is under way): chunks[ps]
- * slots per ps (its cut) for PARAMS and PUSH_ACK, one per ps otherwise (chunks may be NULL), every
- * one UNSENT. Returns DT_OK, or DT_EINVAL on a broken invariant (dt_ex_begin from another state). */
+ * slots per ps (its cut) for PARAMS and PUSH_ACK, one per ps otherwise (chunks may be NULL), or
+ * one for kind->ps alone (kind->alone; not with PARAMS or PUSH_ACK), every one UNSENT. Returns
+ * DT_OK, or DT_EINVAL on a broken invariant (dt_ex_begin from another state, a ps out of range). */
 int dt_ex_begin(dt_exchange *x, const dt_ex_kind *kind, const int *chunks, int64_t now_us);
 
 /* The id the next request carries (never 0, which means "no id"). */

@@ -3,8 +3,9 @@
  * a call awaits and what each one means is the exchange core's (worker/exchange.h, a state
  * machine without sockets): every call is one exchange, begin, send, wait, end. The streaming
  * calls are that core as it is (overlap.c sends each chunk when it is ready); push_all, pull_all,
- * push_pull and the pulls wrap it (begin, send every chunk, wait for every reply, end), and the
- * per-ps requests (HELLO, INIT, STATUS, FETCH, DONE, SHUTDOWN) are exchanges of one slot per ps. */
+ * push_pull and the pulls wrap it (begin, send every chunk, wait for every reply, end), the
+ * per-ps requests (HELLO, INIT, STATUS, FETCH, DONE, SHUTDOWN) are exchanges of one slot per ps,
+ * and a request to one ps alone (the WORK messages to ps 0) is an exchange of one slot. */
 #include "worker/ps_client.h"
 
 #include <errno.h>
@@ -74,6 +75,7 @@ typedef struct {
     int repulled;             /* shards pulled again for that */
     reply_fn fn;              /* a per-ps request: what each reply does (NULL: nothing) */
     void *user;
+    int alone, to_ps;         /* a request to ps to_ps alone (dt_ps_client_ask_one) */
     dt_ps_chunk_fn on_chunk;  /* streaming: told of each PARAMS chunk as it lands (set while polling) */
     void *chunk_user;
     double t0;                /* when it began (dt_seconds), for the latency metrics; 0: metrics off */
@@ -99,6 +101,7 @@ struct dt_ps_client {
     int n_workers;            /* told to every ps in INIT; 0: not told */
     uint64_t chunk_bytes;     /* the cut INIT asks for: chunks of about this size (0: one chunk) */
     int liveness_ms, strict;
+    int elastic;              /* INIT says workers join and leave (dynamic sharding) */
     int last_refusal;         /* DT_WIRE_E_* of the latest ERROR reply (dt_ps_client_last_refusal) */
     uint8_t encoding;         /* --compression: of gradients up and parameters down */
     dt_codec *codec;          /* 16-bit gradients with error feedback; NULL: float32 */
@@ -112,6 +115,10 @@ struct dt_ps_client {
     /* Metrics (NULL series when off): latency of each kind of exchange, bytes, stale gradients. */
     dt_metric *m_push, *m_pull, *m_push_pull, *m_wait, *m_tx, *m_rx, *m_stale;
     float **s_dst;            /* [n_ps] a streaming exchange's receive buffers */
+    /* dt_ps_client_ask_one: its reply, and a copy of the reply's payload (grown as needed) */
+    dt_wire_header one_reply;
+    uint8_t *one_buf;
+    size_t one_cap, one_len;
 };
 
 /* What a broken invariant left (DT_ASSERT, in a release build), for the message of the refused call. */
@@ -367,7 +374,9 @@ static int conn_socket(dt_ps_client *c, int i, dt_error *err) {
     ps_conn *p = &c->ps[i];
     dt_error e = {0};
     /* The largest reply is STATE (parameters and up to 2 optimizer slots). */
-    void *s = dt_zsock_open(c->ctx, ZMQ_DEALER, dt_wire_max_frame(p->n), 0, c->request_timeout_ms, &e);
+    /* ps 0 may also send the work coordinator's state (WORK_STATE). */
+    uint64_t max = i == 0 ? dt_wire_max_frame_ps0(p->n) : dt_wire_max_frame(p->n);
+    void *s = dt_zsock_open(c->ctx, ZMQ_DEALER, max, 0, c->request_timeout_ms, &e);
     int rc = s ? DT_OK : e.code;
     if (!rc) rc = dt_zsock_heartbeat(s, c->request_timeout_ms, &e);
     if (!rc && c->sndbuf > 0 && zmq_setsockopt(s, ZMQ_SNDBUF, &c->sndbuf, sizeof c->sndbuf) != 0)
@@ -430,7 +439,7 @@ static int call_begin(dt_ps_client *c, const call_t *call, uint8_t want, dt_erro
     int chunks[c->n_ps];
     for (int i = 0; i < c->n_ps; i++) chunks[i] = c->ps[i].chunks;
     dt_ex_kind kind = {.want = want, .min_step = call->min_step, .timeout_us = c->request_timeout_ms * 1000LL,
-                       .multi = call->slots != NULL};
+                       .multi = call->slots != NULL, .alone = call->alone, .ps = call->to_ps};
     for (int i = 0; call->slots && i < c->n_ps; i++) chunks[i] = call->slots[i];
     /* HELLO: hello_all's own deadline (the connect timeout) passes first. */
     if (want == DT_MSG_WELCOME) kind.timeout_us = (c->connect_timeout_ms + 1000) * 1000LL;
@@ -568,7 +577,7 @@ void dt_ps_client_close(dt_ps_client *c) {
     if (c->ctx) zmq_ctx_term(c->ctx);
     dt_codec_free(c->codec); /* after: libzmq may have held packed gradients till then */
     dt_ex_close(c->ex);
-    free(c->s_dst), free(c->names);
+    free(c->s_dst), free(c->names), free(c->one_buf);
     free(c->ps);
     free(c);
 }
@@ -713,6 +722,7 @@ static void take_config(dt_ps_client *c, const dt_ps_client_config *cfg) {
         c->staleness = cfg->staleness;
         c->liveness_ms = cfg->liveness_ms > 0 ? cfg->liveness_ms : 0;
         c->strict = cfg->strict != 0;
+        c->elastic = cfg->elastic != 0;
     }
     c->n_workers = cfg->n_workers > 0 && cfg->n_workers <= (int)DT_WIRE_MAX_REPLICAS ? cfg->n_workers : 0;
     c->chunk_bytes = cfg->chunk_bytes < 0 ? DT_WIRE_CHUNK_BYTES_DEFAULT : (uint64_t)cfg->chunk_bytes;
@@ -808,6 +818,7 @@ static int init_message(dt_ps_client *c, int i, const dt_opt_config *opt, const 
     h->chunks = (uint8_t)(k > n ? n : k);
     h->liveness_ms = c->liveness_ms;
     if (c->strict) h->flags = DT_WIRE_F_STRICT;
+    if (c->elastic) h->flags |= DT_WIRE_F_ELASTIC;
     return DT_OK;
 }
 
@@ -1175,4 +1186,55 @@ int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_er
         }
         zmq_poll(NULL, 0, left < READY_POLL_MS ? (long)left : READY_POLL_MS); /* a bounded sleep */
     }
+}
+
+/* ---- one request to one ps (the WORK messages to ps 0, worker/work_client.h) ---- */
+
+static int on_one(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+    (void)i, (void)user;
+    size_t len = zmq_msg_size(&in->payload); /* bounded by the socket's frame limit and dt_wire_check_payload */
+    if (len > c->one_cap) {
+        uint8_t *b = realloc(c->one_buf, len);
+        if (!b) return dt_errorf(err, DT_ENOMEM, "ps client: out of memory for a %zu-byte reply", len);
+        c->one_buf = b, c->one_cap = len;
+    }
+    if (len) memcpy(c->one_buf, zmq_msg_data(&in->payload), len);
+    c->one_reply = in->hdr;
+    c->one_len = len;
+    return DT_OK;
+}
+
+int dt_ps_client_ask_one(dt_ps_client *c, int ps, dt_wire_header *h, const void *payload, size_t len, uint8_t want,
+                         const char *what, dt_error *err) {
+    if (ps < 0 || ps >= c->n_ps) return dt_errorf(err, DT_EINVAL, "ps client: %s to ps %d of %d", what, ps, c->n_ps);
+    call_t call = {.what = what, .fn = on_one, .repull = -1, .alone = 1, .to_ps = ps};
+    int rc = call_begin(c, &call, want, err);
+    if (rc) return rc;
+    zmq_msg_t m;
+    if (len && zmq_msg_init_size(&m, len) != 0)
+        rc = dt_errorf(err, DT_ENOMEM, "zmq_msg_init_size(%zu): %s", len, zmq_strerror(errno));
+    else if (len)
+        memcpy(zmq_msg_data(&m), payload, len);
+    h->payload_bytes = len;
+    if (!rc) rc = send_req(c, ps, 0, h, len ? &m : NULL, request_deadline(c), err);
+    if (rc) return call_end(c, rc, NULL, NULL, err);
+    c->one_len = 0;
+    return DT_OK;
+}
+
+int dt_ps_client_ask_one_end(dt_ps_client *c, dt_wire_header *reply, const void **payload, size_t *len,
+                             dt_error *err) {
+    if (dt_ex_get_state(c->ex) == DT_EX_IDLE || !c->call.alone)
+        return dt_errorf(err, DT_EINVAL, "ps client: no request to one ps under way");
+    int rc = gather(c, err);
+    rc = call_end(c, rc, NULL, NULL, err);
+    if (rc) return rc;
+    if (reply) *reply = c->one_reply;
+    if (payload) *payload = c->one_len ? c->one_buf : NULL;
+    if (len) *len = c->one_len;
+    return DT_OK;
+}
+
+int dt_ps_client_asking_one(const dt_ps_client *c) {
+    return dt_ex_get_state(c->ex) != DT_EX_IDLE && c->call.alone;
 }

@@ -49,6 +49,9 @@ typedef struct {
     /* Sync mode, sent in INIT: a worker silent this long is lost to the ps, which then waits for
      * the live workers only (0: never); strict: a lost worker stops the job instead. */
     int liveness_ms, strict;
+    /* Sync, sent in INIT: workers join and leave (dynamic sharding): none counts toward steps until
+     * the ps hears from it, so a declared worker that never starts is not waited for. */
+    int elastic;
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h, copied); NULL: no security */
     /* Gradients up and parameters down in this encoding (docs/protocol.md, "Encodings"): 16-bit
      * gradients carry error feedback (worker/codec.h), parameters are unpacked into float32. The
@@ -237,5 +240,21 @@ int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_er
 
 /* Chief only: tells every ps that training is over; each acknowledges and exits. */
 int dt_ps_client_shutdown(dt_ps_client *c, dt_error *err);
+
+/* One request to ps `ps` alone, its reply awaited by a second call, so the caller can work in
+ * between: a claim (WORK_DONE) goes to ps 0 while its batch is computed (worker/work_client.h).
+ * h: the type and its own fields (the routing fields and payload_bytes are filled here); payload:
+ * len bytes, copied (may be NULL); want: the reply type awaited (ACK, WORK_GRANT, WORK_STATE). No
+ * other call may run until ask_one_end (it is refused, DT_EINVAL). */
+int dt_ps_client_ask_one(dt_ps_client *c, int ps, dt_wire_header *h, const void *payload, size_t len, uint8_t want,
+                         const char *what, dt_error *err);
+/* Waits for that reply (bounded by the request timeout) and ends the request, whatever its
+ * outcome: its header into *reply, its payload (valid until the next ask_one; NULL when none).
+ * An ERROR reply fails it (DT_EPROTO, err naming the ps and the ps's text;
+ * dt_ps_client_last_refusal has its status). */
+int dt_ps_client_ask_one_end(dt_ps_client *c, dt_wire_header *reply, const void **payload, size_t *len,
+                             dt_error *err);
+/* 1 while a request to one ps awaits ask_one_end. */
+int dt_ps_client_asking_one(const dt_ps_client *c);
 
 #endif

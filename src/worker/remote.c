@@ -621,6 +621,20 @@ void dt_remote_get_timing(const dt_updater *u, dt_remote_timing *out) {
                               .repulls = dt_ps_client_get_stats(r->client)->repulls};
 }
 
+struct dt_ps_client *dt_remote_client(dt_updater *u) { return ((remote *)u)->client; }
+
+int64_t dt_remote_next_tag(const dt_updater *u, int64_t tag) {
+    const remote *r = (const remote *)u;
+    return r->sync ? r->iter : tag;
+}
+
+int dt_remote_resync(dt_updater *u, dt_net *net, int64_t *global_step, dt_error *err) {
+    remote *r = (remote *)u;
+    int rc = ov_settle(r, global_step, err);
+    if (!rc) rc = resume_from_ps(r, net, global_step, err);
+    return rc ? exchange_failed(r, net, rc, global_step, err) : DT_OK;
+}
+
 static int remote_finish(dt_updater *u, dt_error *err) {
     remote *r = (remote *)u;
     int64_t g;
@@ -698,12 +712,13 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .replicas_to_aggregate = cfg->replicas_to_aggregate,
         .total_num_replicas = cfg->total_num_replicas,
         .staleness = cfg->staleness,
-        .n_workers = cfg->cluster->n_workers,
+        .n_workers = cfg->max_workers > 0 ? cfg->max_workers : cfg->cluster->n_workers,
         .chunk_bytes = cfg->chunk_bytes,
         .compression = cfg->compression,
         /* Half the request deadline: the ps gives up on a silent worker before the others do. */
         .liveness_ms = r->cfg.request_timeout_ms / 2,
         .strict = cfg->strict,
+        .elastic = cfg->max_workers > 0,
         .auth = cfg->auth,
         .name_float = name_shard_float,
         .name_user = (void *)cfg->placement,

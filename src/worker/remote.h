@@ -23,6 +23,9 @@ typedef struct {
     int connect_timeout_ms;       /* retrying the ps tasks, and waiting for the chief to initialise */
     int request_timeout_ms;       /* any single request (<= 0: 60000) */
     int n_workers_to_wait;        /* chief: workers (besides itself) whose end it waits for */
+    /* Dynamic sharding: the worker task indices the chief's INIT declares, any of which may join
+     * (INIT's ELASTIC flag: none is waited for before it shows up); 0: fixed, the cluster's. */
+    int max_workers;
     /* Sync replicas (docs/protocol.md); replicas_to_aggregate 0: asynchronous. Each step this
      * worker pushes the gradient for its step t and waits until the ps tasks have applied step
      * t - staleness (staleness 0: the step itself, TensorFlow's token barrier), then computes on
@@ -67,5 +70,14 @@ typedef struct {
     uint64_t repulls;             /* shards pulled again to get one step */
 } dt_remote_timing;
 void dt_remote_get_timing(const dt_updater *remote_updater, dt_remote_timing *out);
+
+/* Dynamic data sharding (train/work_loop.h) talks to ps 0 through this updater's client, between
+ * its updates. */
+struct dt_ps_client *dt_remote_client(dt_updater *remote_updater);
+/* The step the next gradient is for: sync, the step this worker is at; async, tag (the loop's). */
+int64_t dt_remote_next_tag(const dt_updater *remote_updater, int64_t tag);
+/* Pulls the parameters again into net and takes the cluster's step: a claim found its step applied
+ * already, or the worker sat steps out (sync) and trains again. */
+int dt_remote_resync(dt_updater *remote_updater, dt_net *net, int64_t *global_step, dt_error *err);
 
 #endif

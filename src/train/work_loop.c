@@ -1,0 +1,282 @@
+/* A worker's loop over the units ps 0 grants (train/work_loop.h, docs/elastic.md). */
+#include "train/work_loop.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "ps/coord.h"
+#include "transport/wire.h"
+#include "worker/remote.h"
+#include "worker/work_client.h"
+
+#define ASK_AGAIN_MS 20  /* WAIT: every unit of the epoch is granted; ask again this much later */
+#define MAX_HELD 2       /* units one worker may hold (the plan's bound; this loop holds one) */
+
+struct dt_work_loop {
+    dt_work_config cfg;
+    dt_ps_client *client;
+    dt_work_data data;
+    uint64_t nb;              /* batches per epoch */
+    int joined;               /* asked once already (the first ask says JOIN) */
+    int sitting;              /* sync: DONE sent, steps go on without this worker */
+    int held;                 /* a unit is held: epoch, unit, the mask of its batches still to train */
+    uint64_t epoch, unit, mask;
+    uint64_t batch;           /* the batch of the claim in flight */
+    int64_t next_index;       /* the loader's next batch (a seek only when another one is wanted) */
+    int64_t last_epoch;       /* of the latest counted batch; -1: none yet */
+    uint8_t *saved;           /* the coordinator state fetched for a checkpoint */
+    size_t saved_len, saved_cap;
+};
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int stopped(const dt_work_loop *w) { return w->cfg.stop && *w->cfg.stop; }
+
+/* Chief: the checkpoint's coordinator state goes to ps 0, once checked against this run: a plan
+ * cut otherwise would grant units this run's workers read as other batches. */
+static int install_restored(dt_work_loop *w, const uint8_t *state, size_t len, dt_error *err) {
+    const dt_work_config *c = &w->cfg;
+    dt_coord *coord;
+    int rc = dt_coord_load(&coord, state, len, NULL, err);
+    if (rc) return dt_error_wrap(err, rc, "the checkpoint's work plan: ");
+    const dt_coord_plan *p = dt_coord_get_plan(coord);
+    dt_coord_stats st;
+    dt_coord_get_stats(coord, &st);
+    if (p->examples != c->examples || p->batch_size != c->batch_size || p->seed != c->seed ||
+        p->unit_batches != c->unit_batches || p->sync != c->sync)
+        rc = dt_errorf(err, DT_EINVAL, "the checkpoint's work plan is of %" PRIu64 " examples in batches of %u, seed %"
+                       PRIu64 ", units of %u batch(es), %s; this run has %" PRIu64 ", %u, %" PRIu64 ", %u, %s (the "
+                       "same --data, --batch_size, --seed, --unit_batches and --issync to resume it)", p->examples,
+                       p->batch_size, p->seed, p->unit_batches, p->sync ? "sync" : "async", c->examples, c->batch_size,
+                       c->seed, c->unit_batches, c->sync ? "sync" : "async");
+    dt_coord_free(coord);
+    if (!rc) rc = dt_work_state_put(w->client, state, len, err);
+    if (!rc)
+        fprintf(c->log, "chief: work plan on ps 0 from the checkpoint: epoch %" PRIu64 ", %u of %u unit(s) done\n",
+                st.epoch, st.done, st.units);
+    return rc;
+}
+
+/* Chief: a fresh plan, epoch 0. */
+static int install_fresh(dt_work_loop *w, dt_error *err) {
+    const dt_work_config *c = &w->cfg;
+    dt_coord_plan p = {.examples = c->examples, .seed = c->seed, .epochs = c->epochs, .batch_size = c->batch_size,
+                       .unit_batches = c->unit_batches, .max_workers = c->max_workers, .max_held = MAX_HELD,
+                       .liveness_ms = c->liveness_ms, .sync = c->sync};
+    dt_coord *coord;
+    int rc = dt_coord_new(&coord, &p, NULL, err);
+    if (rc) return dt_error_wrap(err, rc, "work plan: ");
+    size_t n = dt_coord_state_size(coord);
+    uint8_t *state = dt_malloc(n, "work plan", err);
+    if (state) dt_coord_save(coord, state);
+    dt_coord_stats st;
+    dt_coord_get_stats(coord, &st);
+    dt_coord_free(coord);
+    if (!state) return DT_ENOMEM;
+    rc = dt_work_state_put(w->client, state, n, err);
+    free(state);
+    if (!rc)
+        fprintf(c->log, "chief: work plan on ps 0: %" PRIu64 " epoch(s) of %u unit(s) of %u batch(es) of %u, "
+                "max_workers %u\n", c->epochs, st.units, c->unit_batches, c->batch_size, c->max_workers);
+    return rc;
+}
+
+/* Chief: ps 0 gets the plan of the checkpoint the model came from, or a fresh one, unless it has
+ * one already (a restarted chief goes on with it). */
+static int install_plan(dt_work_loop *w, dt_error *err) {
+    const dt_work_config *c = &w->cfg;
+    const void *have;
+    size_t len;
+    int64_t step;
+    dt_error e = {0};
+    int rc = dt_work_state_get(w->client, &have, &len, &step, &e);
+    if (!rc) {
+        fprintf(c->log, "chief: ps 0 already holds a work plan (%zu bytes at global step %lld): going on with it\n",
+                len, (long long)step);
+        return DT_OK;
+    }
+    if (dt_ps_client_last_refusal(w->client) != DT_WIRE_E_NOT_READY) {
+        if (err) *err = e;
+        return rc;
+    }
+    const uint8_t *state;
+    if (c->restored && c->restored(c->user, &state, &len)) return install_restored(w, state, len, err);
+    return install_fresh(w, err);
+}
+
+int dt_work_loop_open(dt_work_loop **out, const dt_work_config *cfg, dt_error *err) {
+    *out = NULL;
+    dt_work_loop *w = dt_calloc(1, sizeof *w, "work loop", err);
+    if (!w) return DT_ENOMEM;
+    w->cfg = *cfg;
+    w->client = dt_remote_client(cfg->updater);
+    w->data = (dt_work_data){.examples = cfg->examples, .batch_size = cfg->batch_size, .seed = cfg->seed};
+    w->nb = (uint64_t)dt_loader_batches_per_epoch(cfg->loader);
+    w->next_index = -1;
+    w->last_epoch = -1;
+    int rc = cfg->chief ? install_plan(w, err) : DT_OK;
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    *out = w;
+    return DT_OK;
+}
+
+void dt_work_loop_free(dt_work_loop *w) {
+    if (w) free(w->saved);
+    free(w);
+}
+
+int dt_work_loop_fetch_state(dt_work_loop *w, int64_t *step, dt_error *err) {
+    const void *st;
+    size_t len;
+    int rc = dt_work_state_get(w->client, &st, &len, step, err);
+    if (rc) return rc;
+    if (len > w->saved_cap) { /* len: bounded by the frame limit of ps 0's socket */
+        uint8_t *b = realloc(w->saved, len);
+        if (!b) return dt_errorf(err, DT_ENOMEM, "out of memory for a %zu-byte work coordinator state", len);
+        w->saved = b, w->saved_cap = len;
+    }
+    memcpy(w->saved, st, len);
+    w->saved_len = len;
+    return DT_OK;
+}
+
+void dt_work_loop_saved_state(const dt_work_loop *w, const uint8_t **state, size_t *len) {
+    *state = w && w->saved_len ? w->saved : NULL;
+    *len = w ? w->saved_len : 0;
+}
+
+/* Sync, no unit to train: DONE on every ps, so steps go on without this worker. */
+static int sit_out(dt_work_loop *w, dt_error *err) {
+    if (!w->cfg.sync || w->sitting) return DT_OK;
+    int rc = dt_ps_client_done(w->client, err);
+    if (rc) return rc;
+    w->sitting = 1;
+    fprintf(w->cfg.log, "worker %d: no unit left in this epoch: sitting steps out until there is\n", w->cfg.task);
+    return DT_OK;
+}
+
+/* One ask: a unit (held), WAIT (nothing now), FINISHED, or, before the chief's plan, nothing yet.
+ * ps 0 without a plan after the chief installed one restarted (a rollback re-initialised the
+ * model): the chief installs the plan again, from the checkpoint the model came back from. */
+static int ask(dt_work_loop *w, int64_t deadline_ms, int *finished, dt_error *err) {
+    dt_work_grant g;
+    dt_error e = {0};
+    int rc = dt_work_ask(w->client, &w->data, !w->joined, &g, &e);
+    if (rc && w->cfg.chief && w->joined && dt_ps_client_last_refusal(w->client) == DT_WIRE_E_NOT_READY) {
+        fprintf(w->cfg.log, "chief: ps 0 has lost the work plan (it restarted): installing it again\n");
+        if ((rc = install_plan(w, err))) return rc;
+        rc = dt_work_ask(w->client, &w->data, 1, &g, &e);
+    }
+    if (rc) {
+        /* No plan yet: the chief has not installed it (it starts later, or loads its data slower). */
+        if (dt_ps_client_last_refusal(w->client) == DT_WIRE_E_NOT_READY && deadline_ms > 0) return DT_OK;
+        if (err) *err = e;
+        return dt_error_wrap(err, rc, "worker %d: asking ps 0 for work: ", w->cfg.task);
+    }
+    w->joined = 1;
+    if (g.answer == DT_WORK_FINISHED) *finished = 1;
+    if (g.answer == DT_WORK_WAIT) return sit_out(w, err);
+    if (g.answer != DT_WORK_GRANTED) return DT_OK;
+    uint64_t first = g.unit * w->cfg.unit_batches;
+    if (g.epoch != w->epoch || !w->held) w->epoch = g.epoch;
+    if (first >= w->nb || (w->nb - first < 64 && (g.mask >> (w->nb - first)) != 0))
+        return dt_errorf(err, DT_EPROTO, "ps 0 granted unit %" PRIu64 " (mask %#" PRIx64 ") beyond the epoch's %" PRIu64
+                         " batches (the same --batch_size and --unit_batches everywhere?)", g.unit, g.mask, w->nb);
+    w->held = 1, w->unit = g.unit, w->mask = g.mask;
+    return DT_OK;
+}
+
+/* ps 0 did not answer (rc: a timeout, a dropped connection): it may be restarting. The updater
+ * waits for the ps tasks as for a failed push (--ps_timeout; the chief rolls the model back to the
+ * newest checkpoint) and the parameters come back; the unit is asked for anew. */
+static int ps_lost(dt_work_loop *w, dt_net *net, int64_t *global_step, int rc, dt_error *err) {
+    if (rc != DT_ETIMEOUT && rc != DT_ENET) return rc;
+    w->held = 0;
+    fprintf(w->cfg.log, "worker %d: ps 0 did not answer a work request: %s\n", w->cfg.task, err ? err->msg : "");
+    return dt_remote_resync(w->cfg.updater, net, global_step, err);
+}
+
+/* Until a unit is held or every epoch is done; a sync worker back from sitting out pulls first. */
+static int get_unit(dt_work_loop *w, dt_net *net, int64_t *global_step, int *finished, dt_error *err) {
+    int64_t waited = 0;
+    while (!w->held && !*finished) {
+        if (stopped(w)) return dt_errorf(err, DT_EINTR, "worker %d: stopped by a signal", w->cfg.task);
+        int rc = ask(w, w->cfg.wait_ms - waited, finished, err);
+        if (rc && (rc = ps_lost(w, net, global_step, rc, err))) return rc;
+        if (!w->held && !*finished) {
+            sleep_ms(ASK_AGAIN_MS);
+            waited += ASK_AGAIN_MS;
+        }
+    }
+    if (!w->held || !w->sitting) return DT_OK;
+    w->sitting = 0;
+    fprintf(w->cfg.log, "worker %d: granted unit %" PRIu64 " of epoch %" PRIu64 ": training again\n", w->cfg.task,
+            w->unit, w->epoch);
+    return dt_remote_resync(w->cfg.updater, net, global_step, err);
+}
+
+int dt_work_loop_next(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_batch *b, int *finished, dt_error *err) {
+    *finished = 0;
+    int rc = get_unit(w, net, global_step, finished, err);
+    if (rc || *finished) return rc;
+    int bit = __builtin_ctzll(w->mask);
+    w->batch = w->unit * w->cfg.unit_batches + (uint64_t)bit;
+    int64_t index = (int64_t)(w->epoch * w->nb + w->batch);
+    if (index != w->next_index && (rc = dt_loader_seek(w->cfg.loader, index, err))) return rc;
+    if ((rc = dt_loader_next(w->cfg.loader, b, err))) return rc;
+    w->next_index = index + 1;
+    return dt_work_claim_send(w->client, w->epoch, w->batch, dt_remote_next_tag(w->cfg.updater, *global_step), err);
+}
+
+int dt_work_loop_claimed(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err) {
+    int stale = 0;
+    dt_error e = {0};
+    int rc = dt_work_claim_answer(w->client, &stale, &e);
+    *push = !rc && !stale;
+    int why = rc == DT_EPROTO ? dt_ps_client_last_refusal(w->client) : 0;
+    if (why == DT_WIRE_E_BAD_VALUE || why == DT_WIRE_E_NOT_READY) {
+        /* Not this worker's any more (it was lost meanwhile, its unit handed on), or ps 0 lost the
+         * plan (it restarted; the chief installs it again): ask anew. */
+        fprintf(w->cfg.log, "worker %d: claim refused: %s: dropping the gradient and unit %" PRIu64 "\n", w->cfg.task,
+                e.msg, w->unit);
+        w->held = 0;
+        return DT_OK;
+    }
+    if (rc) {
+        if (err) *err = e;
+        return ps_lost(w, net, global_step, rc, err);
+    }
+    /* Sync: its step went by while the batch was computed (this worker was slow, or just back). */
+    return stale ? dt_remote_resync(w->cfg.updater, net, global_step, err) : DT_OK;
+}
+
+void dt_work_loop_abandon(dt_work_loop *w) {
+    if (!w || !dt_ps_client_asking_one(w->client)) return;
+    int stale;
+    dt_error e = {0};
+    dt_work_claim_answer(w->client, &stale, &e); /* its gradient is never pushed: the claim is voided */
+}
+
+int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted) {
+    if (!counted) return 0; /* stale: the claim was voided, the batch stays in the mask */
+    w->mask &= ~(1ull << (w->batch - w->unit * w->cfg.unit_batches));
+    if (!w->mask) w->held = 0;
+    if (w->cfg.trained) {
+        fprintf(w->cfg.trained, "epoch %" PRIu64 " batch %" PRIu64 " ids", w->epoch, w->batch);
+        for (int i = 0; i < b->n; i++) fprintf(w->cfg.trained, " %zu", b->ids[i]);
+        fputc('\n', w->cfg.trained);
+        fflush(w->cfg.trained);
+    }
+    int began = w->last_epoch >= 0 && (int64_t)w->epoch > w->last_epoch;
+    w->last_epoch = (int64_t)w->epoch;
+    return began;
+}

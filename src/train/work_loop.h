@@ -1,0 +1,60 @@
+/* Dynamic data sharding, a worker's loop (docs/elastic.md): which batch this worker trains next.
+ * The chief installs the work plan on ps 0 (unless ps 0 already has one: a restarted chief goes on
+ * with it); every worker asks ps 0 for units, trains each granted batch through the loader's
+ * whole-epoch order, claims it before its gradient's push (the claim's round trip under compute)
+ * and keeps it in its mask until it is counted (a stale sync push, or a claim whose step is applied
+ * already, trains it again). Without work at an epoch's end a sync worker sits steps out (DONE on
+ * every ps) until it is granted a unit again; the run ends when ps 0 says every epoch is done. */
+#ifndef DT_TRAIN_WORK_LOOP_H
+#define DT_TRAIN_WORK_LOOP_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data/loader.h"
+#include "model/net.h"
+#include "update/updater.h"
+
+typedef struct {
+    dt_updater *updater;          /* the remote updater: its client talks to ps 0 */
+    dt_loader *loader;            /* whole_epoch order */
+    int task, chief, sync;
+    uint64_t examples, seed, epochs; /* the plan: epochs 0: no end */
+    uint32_t batch_size, unit_batches, max_workers, liveness_ms;
+    int wait_ms;                  /* how long to wait for the chief's plan */
+    /* Chief: the coordinator state of the checkpoint the model was restored from (at the start, or
+     * by a rollback after a ps lost its shard), installed instead of a fresh plan when ps 0 has
+     * none; 0: none (NULL: never). */
+    int (*restored)(void *user, const uint8_t **state, size_t *len);
+    void *user;
+    const volatile int *stop;
+    FILE *log;
+    FILE *trained;                /* test hook (--debug_work_log): one line per counted batch; NULL: none */
+} dt_work_config;
+
+typedef struct dt_work_loop dt_work_loop;
+
+/* The chief installs the plan if ps 0 has none; a worker waits (bounded) for it. */
+int dt_work_loop_open(dt_work_loop **out, const dt_work_config *cfg, dt_error *err);
+void dt_work_loop_free(dt_work_loop *w);
+
+/* The next batch: asks ps 0 for work as needed (waiting out WAIT), loads the batch into *b and
+ * sends its claim for the gradient of the next step. *finished: every epoch is done (b unset).
+ * net and *global_step: a sync worker back from sitting steps out pulls the parameters again. */
+int dt_work_loop_next(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_batch *b, int *finished, dt_error *err);
+/* After backward: the claim's answer. *push 0: its step is applied already; the parameters were
+ * pulled again (*global_step), and the batch is trained again: skip this gradient. */
+int dt_work_loop_claimed(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err);
+/* Chief, for a checkpoint: fetches ps 0's coordinator state (kept until the next fetch) and ps 0's
+ * step then; saved_state gives it (NULL before the first fetch). */
+int dt_work_loop_fetch_state(dt_work_loop *w, int64_t *step, dt_error *err);
+void dt_work_loop_saved_state(const dt_work_loop *w, const uint8_t **state, size_t *len);
+
+/* Training stopped with a claim's answer still due (a signal, a failed step): it is taken, so the
+ * client is free for DONE, which gives the units back to ps 0. */
+void dt_work_loop_abandon(dt_work_loop *w);
+/* After the push: counted 1 if the gradient was applied (not stale). Returns 1 when this batch began
+ * a new epoch for this worker (for the loop's log line). */
+int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted);
+
+#endif

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Dynamic data sharding with workers dying and joining (docs/elastic.md), real processes on
+# 127.0.0.1, asynchronous and sync: three workers start (--max_workers 4), worker 1 is SIGKILLed
+# mid-epoch and worker 3 joins; every example of every epoch is trained exactly once (ps 0 counts
+# each epoch's batches, and the workers' --debug_work_log lines name every example: none twice, and
+# none missing but at most the one batch the killed worker may have pushed without logging it);
+# the survivors exit 0. A join at --max_workers is refused naming the bound. Every process ends in
+# time.
+. "$(dirname "$0")/lib.sh"
+fashion_subset "$tmp/data" 1000 100 || { bad "fashion subset"; summary; exit; }
+printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
+B=32 EPOCHS=10 N=1000 # paced (40 ms a step) so that the joins and leaves land mid-run under load too
+m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threads 1 --batch_size $B
+   --epochs $EPOCHS --sharding dynamic --unit_batches 2 --heartbeat_timeout 2
+   --steps_to_validate 100000 --debug_step_delay_ms 40)
+pids=()
+trap 'kill -KILL "${pids[@]}" 2>/dev/null; lib_cleanup' EXIT
+
+# wait_lines FILE N: until FILE has N lines (at most 30 s)
+wait_lines() { for _ in $(seq 1 300); do [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0; sleep 0.1; done; return 1; }
+
+run() { # $1: tag (async or sync), then flags for every task
+  local tag=$1; shift
+  set -- --max_workers 4 "$@"
+  local d="$tmp/$tag"; mkdir -p "$d"
+  local ports=($(free_port 6))
+  local h=(--ps_hosts=127.0.0.1:${ports[0]} --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]},127.0.0.1:${ports[3]})
+  local h4="--worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]},127.0.0.1:${ports[3]},127.0.0.1:${ports[4]}"
+  timeout --foreground 120 "$bin" train "${m[@]}" "${h[@]}" "$@" --job_name=ps >"$d/ps" 2>&1 & local ps=$!
+  local w=()
+  timeout --foreground 120 "$bin" train "${m[@]}" "${h[@]}" "$@" --job_name=worker --task_index=0 \
+    --debug_work_log "$d/work0" >"$d/w0" 2>&1 &
+  w[0]=$!
+  # Workers 1 and 2 run bare (no timeout in between), so that the signals reach them; lib.sh's
+  # cleanup kills them at the latest.
+  for t in 1 2; do
+    "$bin" train "${m[@]}" "${h[@]}" "$@" --job_name=worker --task_index=$t --debug_work_log "$d/work$t" >"$d/w$t" 2>&1 &
+    w[$t]=$!
+  done
+  pids+=($ps "${w[@]}")
+  if ! wait_lines "$d/work1" 4; then bad "$tag: worker 1 trains ($(tail -2 "$d/w1"))"; return; fi
+  kill -KILL "${w[1]}"; wait "${w[1]}" 2>/dev/null
+  timeout --foreground 120 "$bin" train "${m[@]}" "${h[0]}" "$h4" "$@" --job_name=worker --task_index=3 \
+    --debug_work_log "$d/work3" >"$d/w3" 2>&1 &
+  w[3]=$!; pids+=(${w[3]})
+  if [ "$tag" = async ]; then # a fifth worker: task index 4 is at the bound, which it does not know
+    "$bin" train "${m[@]}" "${h[0]}" "$h4,127.0.0.1:${ports[5]}" --max_workers 5 --job_name=worker --task_index=4 \
+      --connect_timeout 5 >"$d/w4" 2>&1
+    local st=$?
+    [ $st -ne 0 ] && grep -q "worker 4 is not in this cluster (the chief declared 4 worker task(s), 0..3: its --worker_hosts, or --max_workers)" "$d/w4" \
+      && ok "$tag: a join at --max_workers 4 is refused naming the bound" \
+      || bad "$tag: a join at --max_workers 4 is refused naming the bound (status $st: $(tail -2 "$d/w4"))"
+  fi
+  local survivors="0 2 3"
+  if [ "$tag" = async ]; then # worker 2 leaves cleanly: its unit goes back at once
+    wait_lines "$d/work3" 2
+    kill -TERM "${w[2]}"; wait "${w[2]}"; local st=$?
+    grep -q "ps 0: worker 2 left: " "$d/ps" && [ $st -eq 130 ] && ok "$tag: SIGTERM: worker 2 leaves, its units returned" \
+      || bad "$tag: SIGTERM: worker 2 leaves (status $st; $(grep 'worker 2' "$d/ps" | tail -2))"
+    survivors="0 3"
+  fi
+  local failed=0
+  for t in $survivors; do wait "${w[$t]}" || { failed=1; bad "$tag: worker $t exits 0 ($(tail -3 "$d/w$t"))"; }; done
+  wait $ps || { failed=1; bad "$tag: ps exits 0 ($(tail -3 "$d/ps"))"; }
+  [ $failed = 0 ] && ok "$tag: every survivor exits 0"
+  local e
+  for e in $(seq 0 $((EPOCHS - 1))); do
+    grep -q "ps 0: epoch $e done: its .* each counted once" "$d/ps" || bad "$tag: ps 0 counts epoch $e done"
+  done
+  grep -q "training finished" "$d/ps" && ok "$tag: ps 0 counts every epoch done" || bad "$tag: training finished"
+  grep -q "ps 0: worker 1 lost" "$d/ps" && ok "$tag: worker 1 lost, its units returned" \
+    || bad "$tag: worker 1 lost ($(grep 'worker 1' "$d/ps" | tail -3))"
+  [ -s "$d/work3" ] && grep -q "ps 0: worker 3 joined" "$d/ps" && ok "$tag: worker 3 joined and trained" \
+    || bad "$tag: worker 3 joined and trained ($(tail -3 "$d/w3"))"
+  # Every example once per epoch: none twice; missing at most one batch (the killed worker's last).
+  cat "$d"/work[0-3] | awk -v n=$N -v b=$B -v epochs=$EPOCHS '
+    { for (i = 6; i <= NF; i++) if (c[$2 " " $i]++) dup++; else seen[$2]++ }
+    END { for (e = 0; e < epochs; e++) miss += n - seen[e]
+          printf "duplicates %d, missing %d\n", dup, miss; exit !(dup == 0 && miss <= b) }' >"$d/count"
+  [ $? -eq 0 ] && ok "$tag: every example once per epoch ($(cat "$d/count"))" \
+    || bad "$tag: every example once per epoch ($(cat "$d/count"))"
+}
+
+run async
+run sync --issync=1
+grep -q "worker 3 trains again\|sits steps out" "$tmp/sync/ps" && ok "sync: the ps logs each change of the live workers" \
+  || bad "sync: the ps logs each change of the live workers"
+summary
