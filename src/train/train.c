@@ -332,6 +332,22 @@ static int supervised(run_state *r, int (*call)(dt_supervisor *, int64_t, dt_err
     return rc;
 }
 
+/* The flags checked up front (a ps too); the run's length is known later, so cosine's default
+ * decay is checked again then. */
+static int check_up_front(const dt_train_options *o, const dt_train_debug *dbg, dt_place_strategy *strategy,
+                          dt_error *err) {
+    int rc = check_options(o, err);
+    if (!rc) rc = check_debug(dbg, err);
+    if (rc) return rc;
+    dt_opt_config opt;
+    if ((rc = opt_from_options(o, o->train_steps > 0 ? o->train_steps : o->warmup_steps + 1, &opt, err))) return rc;
+    dt_lazy_config tables;
+    if ((rc = dt_table_optim_config(o, &tables, err))) return rc;
+    dt_augment aug;
+    if ((rc = dt_augment_parse(&aug, o->augment, err))) return rc;
+    return dt_place_strategy_parse(o->placement ? o->placement : "greedy", strategy, err);
+}
+
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_error *err) {
     return dt_train_hooked(o, NULL, log, res, err);
 }
@@ -348,20 +364,9 @@ int dt_train_hooked(const dt_train_options *o, const dt_train_debug *dbg, FILE *
         dt_train_debug_init(&off);
         dbg = &off;
     }
-    int rc = check_options(o, err);
-    if (!rc) rc = check_debug(dbg, err);
-    if (rc) return rc;
-
-    /* The flags checked up front (a ps too); the run's length is known later, so cosine's default
-     * decay is checked again then. */
-    dt_opt_config opt;
-    if ((rc = opt_from_options(o, o->train_steps > 0 ? o->train_steps : o->warmup_steps + 1, &opt, err))) return rc;
-    dt_lazy_config tables;
-    if ((rc = dt_table_optim_config(o, &tables, err))) return rc;
-    dt_augment aug;
-    if ((rc = dt_augment_parse(&aug, o->augment, err))) return rc;
     dt_place_strategy strategy;
-    if ((rc = dt_place_strategy_parse(o->placement ? o->placement : "greedy", &strategy, err))) return rc;
+    int rc = check_up_front(o, dbg, &strategy, err);
+    if (rc) return rc;
 
     run_state r = {.dbg = dbg};
     dt_cluster_single(&r.cluster);
