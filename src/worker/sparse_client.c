@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/finite.h"
+#include "io/bytes.h"
 #include "transport/wire.h"
 
 /* Where one message's ids came from: table t, its slots[count] in the block. */
@@ -106,10 +107,6 @@ static int reserve(dt_sparse_client *s, size_t n, size_t bytes, dt_error *err) {
     return DT_OK;
 }
 
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int b = 0; b < 8; b++) p[b] = (uint8_t)(v >> (8 * b));
-}
-
 /* Ids one message may carry for rows of dim floats (docs/protocol.md, "Bounds"). */
 static size_t ids_per_msg(int dim) {
     size_t by_floats = DT_WIRE_MAX_SPARSE_FLOATS / (size_t)dim;
@@ -143,7 +140,7 @@ static void add_part(dt_sparse_client *s, round_t *r, int t, int dim, int p, con
     for (int part = 0; part < parts; part++) {
         size_t lo = (size_t)part * per, n = count - lo < per ? count - lo : per;
         uint8_t *pay = s->buf + r->at;
-        for (size_t i = 0; i < n; i++) put_u64(pay + 8 * i, ids[order[lo + i]]);
+        for (size_t i = 0; i < n; i++) dt_put_u64(pay + 8 * i, ids[order[lo + i]]);
         size_t bytes = 8 * n;
         if (r->push) {
             for (size_t i = 0; i < n; i++) memcpy(pay + bytes + i * dim * 4, grad + order[lo + i] * (size_t)dim, (size_t)dim * 4);
@@ -348,7 +345,7 @@ static int probe(dt_sparse_client *s, dt_error *err) {
     for (int p = 0; p < s->n_ps && !rc; p++) {
         uint64_t id = 0; /* an id of p's: expected n_ps tries (ids spread evenly) */
         while (dt_row_ps(last, id, s->n_ps) != p) id++;
-        put_u64(s->buf + 8 * (size_t)p, id);
+        dt_put_u64(s->buf + 8 * (size_t)p, id);
         dt_sparse_msg *m = &s->msg_rows[p][0];
         m->h = dt_wire_header_make(DT_MSG_SPARSE_PULL, 0, 0, 0);
         m->h.sparse.table = last, m->h.sparse.ids = 1, m->h.sparse.dim = (uint64_t)g.dim;
