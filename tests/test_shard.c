@@ -447,6 +447,39 @@ static void test_elastic_init(void) {
     shard_done(s);
 }
 
+/* The chief's end of a job (docs/elastic.md, "The end of a job"): STATUS says how many members of
+ * the work plan besides the asker still train, and counts a DONE or a loss as an end. */
+static dt_wire_header status_of(ps_shard *s, int64_t now) {
+    dt_wire_header h = hdr(DT_MSG_STATUS, DT_ROLE_CHIEF, 0);
+    ps_origin o = from(0);
+    ps_shard_request(s, &o, &h, NULL, now, &io);
+    CHECK(last()->h.type == DT_MSG_STATUS_REPLY);
+    return last()->h;
+}
+
+static void test_end_of_job(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 0, 2, 0, 0, 0, 0);
+    work_plan(s, 0, 0);
+    dt_wire_header st = status_of(s, 0);
+    CHECK(st.workers_busy == 0 && st.status_reply.workers_done == 0);
+    work_ask(s, 1, 0, 1, 0); /* the chief and worker 1 join */
+    work_ask(s, 2, 1, 1, 0);
+    st = status_of(s, 0);
+    CHECK(st.workers_busy == 1 && st.status_reply.workers_done == 0); /* the asker is not counted */
+    dt_wire_header h = hdr(DT_MSG_DONE, DT_ROLE_WORKER, 1);
+    ps_origin o = from(2);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    st = status_of(s, 0);
+    CHECK(st.workers_busy == 0 && st.status_reply.workers_done == 1);
+    work_ask(s, 2, 1, 0, 1); /* back for more: busy again */
+    CHECK(status_of(s, SEC).workers_busy == 1); /* the chief's STATUS keeps it a member */
+    CHECK(ps_shard_cron(s, 2 * SEC, &io, NULL) == DT_OK); /* worker 1 silent past the plan's 1 s: lost */
+    st = status_of(s, 2 * SEC);
+    CHECK(st.workers_busy == 0 && st.status_reply.workers_done == 1); /* one task, ended once */
+    shard_done(s);
+}
+
 int main(void) {
     RUN(test_conditions);
     RUN(test_sit_out_and_back);
@@ -462,5 +495,6 @@ int main(void) {
     RUN(test_work_conditions);
     RUN(test_work_sync);
     RUN(test_work_async);
+    RUN(test_end_of_job);
     return test_summary();
 }

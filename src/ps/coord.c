@@ -107,7 +107,9 @@ int dt_coord_new(dt_coord **out, const dt_coord_plan *plan, FILE *log, dt_error 
     c->pool = dt_calloc(units, sizeof *c->pool, "work pool", err);
     c->m = dt_calloc(plan->max_workers, sizeof *c->m, "work members", err);
     c->active = dt_calloc(plan->max_workers, sizeof *c->active, "work members", err);
-    if (!c->done_mask || !c->claimed || !c->holder || !c->state || !c->claims || !c->pool || !c->m || !c->active) {
+    c->ended = dt_calloc((plan->max_workers + 7) / 8, 1, "work members", err);
+    if (!c->done_mask || !c->claimed || !c->holder || !c->state || !c->claims || !c->pool || !c->m || !c->active ||
+        !c->ended) {
         dt_coord_free(c);
         return DT_ENOMEM;
     }
@@ -120,7 +122,7 @@ void dt_coord_free(dt_coord *c) {
     if (!c) return;
     for (int i = 0; c->m && i < c->n_active; i++) free(c->m[c->active[i]]);
     free(c->done_mask), free(c->claimed), free(c->holder), free(c->state), free(c->claims), free(c->pool);
-    free(c->m), free(c->active);
+    free(c->m), free(c->active), free(c->ended);
     free(c);
 }
 
@@ -222,6 +224,7 @@ static void member_depart(dt_coord *c, int w) {
         while (m->n_claims) settle(c, w, 0, 0);
     if (m->joined) c->live--;
     m->joined = 0;
+    c->ended[w >> 3] |= (uint8_t)(1u << (w & 7));
     if (!m->n_claims) member_free(c, w);
 }
 
@@ -236,6 +239,7 @@ static int32_t member_join(dt_coord *c, int w, int64_t now) {
     }
     m->joined = 1;
     m->seen = now;
+    c->ended[w >> 3] &= (uint8_t)~(1u << (w & 7));
     c->live++;
     c->totals.joins++;
     coord_log(c, "worker %d joined: %d live worker(s)", w, c->live);
@@ -252,6 +256,18 @@ void dt_coord_leave(dt_coord *c, int w) {
     member_depart(c, w);
     c->totals.leaves++;
     coord_log(c, "worker %d left: %d unit(s) returned, %d live worker(s)", w, held, c->live);
+}
+
+int dt_coord_busy(const dt_coord *c, int w) {
+    int self = w >= 0 && (uint32_t)w < c->plan.max_workers && c->m[w] && c->m[w]->joined;
+    return c->live - self;
+}
+
+uint32_t dt_coord_count_ended(const dt_coord *c, const uint8_t *also, uint32_t also_tasks) {
+    uint32_t n = 0, bytes = (c->plan.max_workers + 7) / 8, also_bytes = (also_tasks + 7) / 8;
+    for (uint32_t i = 0; i < bytes || (also && i < also_bytes); i++)
+        n += (uint32_t)__builtin_popcount((i < bytes ? c->ended[i] : 0) | (also && i < also_bytes ? also[i] : 0));
+    return n;
 }
 
 int dt_coord_cron(dt_coord *c, int64_t now) {

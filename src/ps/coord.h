@@ -109,6 +109,13 @@ void dt_coord_reset_step(dt_coord *c, int64_t next);
 void dt_coord_seen(dt_coord *c, int worker, int64_t now);
 /* A clean leave (DONE): the member's units go back. */
 void dt_coord_leave(dt_coord *c, int worker);
+
+/* Members that joined and have neither left nor been lost, `worker` not counted: the chief's end of
+ * a job waits until none is left (STATUS_REPLY's workers_busy). */
+int dt_coord_busy(const dt_coord *c, int worker);
+/* Task indices that left or were lost and have not joined again, together with those set in
+ * `also` (a bit set of also_tasks tasks, may be NULL): STATUS_REPLY's workers_done on ps 0. */
+uint32_t dt_coord_count_ended(const dt_coord *c, const uint8_t *also, uint32_t also_tasks);
 /* Members silent past the liveness timeout are lost (their units go back): how many now. */
 int dt_coord_cron(dt_coord *c, int64_t now);
 

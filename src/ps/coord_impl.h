@@ -47,6 +47,7 @@ struct dt_coord {
     member_t **m;             /* [max_workers] */
     uint32_t *active;         /* [max_workers] */
     int n_active, live;
+    uint8_t *ended;           /* [ceil(max_workers / 8)] bit w: w left or was lost, not back since */
     dt_coord_stats totals;    /* only the cumulative counters are used */
 };
 

@@ -42,6 +42,11 @@ static void on_status(const shard_req *r) {
     a.status_reply.updates = r->s->updates;
     a.status_reply.params_replies = r->s->pulls;
     a.status_reply.workers_done = r->s->n_done;
+    if (r->s->coord) { /* the chief's end of a job (docs/elastic.md, "The end of a job") */
+        a.status_reply.workers_done = dt_coord_count_ended(r->s->coord, r->s->done,
+                                                             r->s->done ? DT_COORD_MAX_WORKERS : 0);
+        a.workers_busy = dt_coord_busy(r->s->coord, r->h->task);
+    }
     shard_send(r, &a);
 }
 

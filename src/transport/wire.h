@@ -137,6 +137,8 @@ typedef struct {
     union {                 /* >= 0; bytes 24-31 */
         int64_t local_step; /* PUSH: the worker's step */
         int64_t liveness_ms; /* INIT: a sync-mode worker silent this long is lost (0: never) */
+        int64_t workers_busy; /* STATUS_REPLY: members of ps 0's work plan besides the asker that
+                               * joined and have neither left (DONE) nor been lost; 0 elsewhere */
     };
     uint64_t payload_bytes; /* size of the payload frame; 0: no payload frame */
     uint32_t shard;         /* ps index the message is for / from */
@@ -163,6 +165,8 @@ typedef struct {
             uint64_t staleness;
         } init;
         struct { /* STATUS_REPLY */
+            /* workers_done: distinct workers whose DONE stands, plus, on ps 0 with a work plan,
+             * members lost (docs/elastic.md, "The end of a job") */
             uint64_t updates, params_replies, workers_done;
         } status_reply;
         struct { /* PARAMS */

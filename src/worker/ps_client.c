@@ -855,6 +855,7 @@ static int on_status(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_erro
     c->ps[i].st.pushes = in->hdr.status_reply.updates;
     c->ps[i].st.pulls = in->hdr.status_reply.params_replies;
     c->ps[i].st.workers_done = in->hdr.status_reply.workers_done;
+    c->ps[i].st.workers_busy = in->hdr.workers_busy;
     return DT_OK;
 }
 
@@ -1165,22 +1166,32 @@ int dt_ps_client_done(dt_ps_client *c, dt_error *err) {
     return ask_every_ps(c, DT_MSG_DONE, DT_MSG_ACK, "DONE", NULL, NULL, err);
 }
 
+/* The first ps the chief's end of a job still waits for (-1: none): a member of ps 0's work plan
+ * still training (a joiner that left must not stand in for one), or too few DONE. */
+static int end_behind(const dt_ps_client *c, int n_workers) {
+    for (int i = 0; i < c->n_ps; i++)
+        if (c->ps[i].st.workers_busy > 0 || c->ps[i].st.workers_done < (uint64_t)(n_workers > 0 ? n_workers : 0))
+            return i;
+    return -1;
+}
+
 int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_error *err) {
-    if (n_workers <= 0) return DT_OK;
     int64_t deadline = dt_clock_us() + (timeout_ms > 0 ? timeout_ms : 0) * 1000LL;
-    for (;;) {
-        int rc = dt_ps_client_status(c, NULL, err), behind = -1;
+    for (int first = 1;; first = 0) {
+        /* Without a work plan nobody can be busy: no STATUS round trip for a one-worker job. */
+        if (first && n_workers <= 0 && !c->elastic) return DT_OK;
+        int rc = dt_ps_client_status(c, NULL, err), behind;
         if (rc) return rc;
-        for (int i = 0; i < c->n_ps && behind < 0; i++)
-            if (c->ps[i].st.workers_done < (uint64_t)n_workers) behind = i;
-        if (behind < 0) return DT_OK;
+        if ((behind = end_behind(c, n_workers)) < 0) return DT_OK;
         int stopped = stopping(c);
         int64_t until = stopped && stop_deadline(c) < deadline ? stop_deadline(c) : deadline;
         int64_t left = (until - dt_clock_us()) / 1000;
         if (left <= 0) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "only %llu of %d worker(s) finished within %d ms%s (still training, or gone?)",
-                     (unsigned long long)c->ps[behind].st.workers_done, n_workers, stopped ? STOP_GRACE_MS : timeout_ms,
+            const dt_ps_shard_status *st = &c->ps[behind].st;
+            char msg[240];
+            snprintf(msg, sizeof msg, "only %llu of %d worker(s) finished, %lld still training on the work plan, within "
+                     "%d ms%s (still training, or gone?)", (unsigned long long)st->workers_done, n_workers,
+                     (long long)st->workers_busy, stopped ? STOP_GRACE_MS : timeout_ms,
                      stopped ? " of this process being stopped by a signal" : "");
             return fail_ps(c, behind, err, DT_ETIMEOUT, "", msg);
         }

@@ -78,7 +78,10 @@ typedef struct {
     int generation;               /* of the INIT that set the shard (1..255; 0: not initialised) */
     int64_t global_step;          /* the shard's step (updates applied) */
     uint64_t pushes, pulls;       /* served by that ps so far */
-    uint64_t workers_done;        /* distinct workers that told it they finished (DONE) */
+    uint64_t workers_done;        /* distinct workers that told it they finished (DONE); ps 0 with
+                                   * a work plan adds the members it lost */
+    int64_t workers_busy;         /* ps 0 with a work plan: members still training, the asker not
+                                   * counted; 0 elsewhere */
 } dt_ps_shard_status;
 
 typedef struct {
@@ -234,8 +237,9 @@ int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err)
  * cluster without cutting off a worker still pushing). */
 int dt_ps_client_done(dt_ps_client *c, dt_error *err);
 
-/* Chief: polls STATUS until every ps has heard DONE from at least n_workers workers, or
- * timeout_ms passes (then fails saying how many finished). n_workers <= 0 returns at once. */
+/* Chief: polls STATUS until every ps has heard DONE from at least n_workers workers and ps 0's
+ * work plan (dynamic sharding) has no member still training, or timeout_ms passes (then fails
+ * saying how many finished, or are busy). Without a work plan n_workers <= 0 returns at once. */
 int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_error *err);
 
 /* Chief only: tells every ps that training is over; each acknowledges and exits. */
