@@ -6,6 +6,7 @@ batches are built before the clock starts) and the test split's AUC and logloss.
 
     /usr/bin/python3 bench/torch_ctr.py FILE [--model lr|fm|deepfm] [--buckets N] [--dim K]
         [--factor_buckets N] [--hidden 400,400] [--lr 0.05] [--batch 256] [--threads T] [--epochs E] [--seed S]
+        [--dense_optimizer adagrad|adam] [--dense_lr R] [--schedule constant|cosine]
 
 Reads FILE (plain TSV) with dtrain's reader's conventions (bench/ctr_lr_reference.py: the split by
 a hash of the line number, log(1 + x) of the integers, negatives and empties as 0), and hashes each
@@ -14,10 +15,15 @@ a hash of the line number, log(1 + x) of the integers, negatives and empties as 
 An empty categorical column contributes nothing (a zero row). The tables are nn.EmbeddingBag /
 nn.Embedding with sparse=True (only the touched rows' gradients are built) and every parameter is
 trained by torch.optim.Adagrad (initial accumulator 0.1, TensorFlow's default), one epoch in file
-order. Last line: one JSON object with the figures.
+order. With --dense_optimizer adam the dense part (the integer features' weights and bias, the MLP)
+is trained by Adam (TensorFlow's epsilon 1e-8) at --dense_lr, cosine-decayed to 0 over the run
+with --schedule cosine, and the linear part starts from zeros: dtrain's recipe for its model files
+(`--optimizer adam --lr_schedule cosine --table_optimizer adagrad`), for bench/ctr_parity.sh.
+Last line: one JSON object with the figures.
 """
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -85,6 +91,23 @@ class CTR(torch.nn.Module):
         return logit
 
 
+def optimizers(model, a, steps):
+    """Adagrad for everything (the speed baseline), or Adagrad for the tables and Adam for the rest
+    (dtrain's recipe), with the dense rate's cosine decay to 0 over `steps` as dtrain's schedule."""
+    if a.dense_optimizer == "adagrad":
+        return [torch.optim.Adagrad(model.parameters(), lr=a.lr, initial_accumulator_value=0.1)], None
+    with torch.no_grad():  # dtrain's model files start the linear part at 0
+        model.u.weight.zero_()
+        model.u.bias.zero_()
+    tables = [p for n, p in model.named_parameters() if n.split(".")[0] in ("w", "v")]
+    dense = [p for n, p in model.named_parameters() if n.split(".")[0] not in ("w", "v")]
+    adam = torch.optim.Adam(dense, lr=a.dense_lr, eps=1e-8)
+    sched = None
+    if a.schedule == "cosine":
+        sched = torch.optim.lr_scheduler.LambdaLR(adam, lambda t: 0.5 * (1 + math.cos(math.pi * min(t, steps) / steps)))
+    return [torch.optim.Adagrad(tables, lr=a.lr, initial_accumulator_value=0.1), adam], sched
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("file")
@@ -99,6 +122,11 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dense_optimizer", choices=["adagrad", "adam"], default="adagrad",
+                    help="the dense part's optimizer (adagrad: --lr, as the tables)")
+    ap.add_argument("--dense_lr", type=float, default=0.003, help="with --dense_optimizer adam")
+    ap.add_argument("--schedule", choices=["constant", "cosine"], default="constant",
+                    help="the dense part's rate with --dense_optimizer adam (the tables' stays constant)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -109,17 +137,21 @@ def main():
     dense_t, y_t = torch.from_numpy(dense).float(), torch.from_numpy(y).float()
     tr, te = torch.from_numpy(which == 0), torch.from_numpy(which == 2)
     model = CTR(a.model, a.buckets, a.dim, [int(h) for h in a.hidden.split(",") if h], fb)
-    opt = torch.optim.Adagrad(model.parameters(), lr=a.lr, initial_accumulator_value=0.1)
     R, F, D, Y = rows[tr], frows[tr], dense_t[tr], y_t[tr]
     batches = [(R[s:s + a.batch], F[s:s + a.batch], D[s:s + a.batch], Y[s:s + a.batch])
                for s in range(0, len(Y), a.batch)]
+    opts, sched = optimizers(model, a, len(batches) * a.epochs)
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="mean")
     t0 = time.perf_counter()
     for _ in range(a.epochs):
         for r, f, d, yy in batches:
-            opt.zero_grad(set_to_none=True)
+            for o in opts:
+                o.zero_grad(set_to_none=True)
             loss_fn(model(r, f, d), yy).backward()
-            opt.step()
+            for o in opts:
+                o.step()
+            if sched:
+                sched.step()
     seconds = time.perf_counter() - t0
     with torch.no_grad():
         p = torch.sigmoid(model(rows[te], frows[te], dense_t[te])).double().numpy()
