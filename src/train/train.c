@@ -593,12 +593,6 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
     if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
     dt_overlap_mode overlap; /* checked by check_options */
     if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
-    /* A claim goes to ps 0 between steps, while an overlapped exchange runs into the next forward. */
-    if (overlap != DT_OVERLAP_NONE && p->dynamic) {
-        fprintf(r->log, "worker %d: sharding dynamic claims each batch between steps: exchanging between steps "
-                "(overlap none)\n", c->task_index);
-        overlap = DT_OVERLAP_NONE;
-    }
     /* Clipping scales the whole gradient by its global norm, known only once backward is over: a
      * streamed exchange would have pushed most of it unclipped by then. */
     if (overlap != DT_OVERLAP_NONE && o->clip_gradient_norm > 0) {
@@ -843,6 +837,10 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                                (double)loss, (long long)*global_step + 1);
                 break;
             }
+            /* Claimed before backward: with --overlap each layer's gradient is pushed as backward
+             * makes it, and ps 0 must hold the claim before the gradient arrives. */
+            if (r->work && (rc = dt_work_loop_claim(r->work, r->net, global_step, &push, err))) break;
+            if (!push) continue; /* its step went by, or the unit is not ours any more: the batch is dropped */
             if ((rc = dt_net_backward(r->net, err)) || (rc = dt_net_status(r->net, err))) break;
             if (*local_step == 0 && r->dbg->dump_grads && *r->dbg->dump_grads &&
                 (rc = dump_floats("debug_dump_grads", r->dbg->dump_grads, dt_net_grads(r->net),
@@ -850,8 +848,6 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                 break;
             /* The whole gradient, before it is applied here or cut into shards and pushed. */
             if (o->clip_gradient_norm > 0) dt_net_clip_gradients(r->net, (float)o->clip_gradient_norm);
-            if (r->work && (rc = dt_work_loop_claimed(r->work, r->net, global_step, &push, err))) break;
-            if (!push) continue; /* its step went by, or the unit is not ours any more: the gradient is dropped */
         }
         int64_t stale = stale_pushes(r);
         if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? *global_step : *local_step, global_step,

@@ -115,14 +115,16 @@ int dt_work_loop_open(dt_work_loop **out, const dt_work_config *cfg, dt_error *e
     dt_work_loop *w = dt_calloc(1, sizeof *w, "work loop", err);
     if (!w) return DT_ENOMEM;
     w->cfg = *cfg;
-    w->client = dt_remote_client(cfg->updater);
     w->data = (dt_work_data){.examples = cfg->examples, .batch_size = cfg->batch_size, .seed = cfg->seed};
     w->nb = (uint64_t)dt_loader_batches_per_epoch(cfg->loader);
     w->next_index = -1;
     w->last_epoch = -1;
-    int rc = cfg->chief ? install_plan(w, err) : DT_OK;
+    /* A client of its own: a claim goes out while the previous step's exchange, overlapped with
+     * this step's forward, holds the updater's. */
+    int rc = dt_remote_open_client(cfg->updater, &w->client, err);
+    if (!rc && cfg->chief) rc = install_plan(w, err);
     if (rc) {
-        free(w);
+        dt_work_loop_free(w);
         return rc;
     }
     *out = w;
@@ -130,7 +132,9 @@ int dt_work_loop_open(dt_work_loop **out, const dt_work_config *cfg, dt_error *e
 }
 
 void dt_work_loop_free(dt_work_loop *w) {
-    if (w) free(w->saved);
+    if (!w) return;
+    dt_ps_client_close(w->client);
+    free(w->saved);
     free(w);
 }
 
@@ -155,9 +159,13 @@ void dt_work_loop_saved_state(const dt_work_loop *w, const uint8_t **state, size
 }
 
 /* Sync, no unit to train: DONE on every ps, so steps go on without this worker. */
-static int sit_out(dt_work_loop *w, dt_error *err) {
+static int sit_out(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_error *err) {
     if (!w->cfg.sync || w->sitting) return DT_OK;
-    int rc = dt_ps_client_done(w->client, err);
+    /* Its last gradient first: pushed on the updater's connection after a DONE on this one, it
+     * would count the worker back in, and steps would wait for it. */
+    dt_updater *u = w->cfg.updater;
+    int rc = u->settle ? u->settle(u, net, global_step, err) : DT_OK;
+    if (!rc) rc = dt_ps_client_done(w->client, err);
     if (rc) return rc;
     w->sitting = 1;
     fprintf(w->cfg.log, "worker %d: no unit left in this epoch: sitting steps out until there is\n", w->cfg.task);
@@ -167,13 +175,16 @@ static int sit_out(dt_work_loop *w, dt_error *err) {
 /* One ask: a unit (held), WAIT (nothing now), FINISHED, or, before the chief's plan, nothing yet.
  * ps 0 without a plan after the chief installed one restarted (a rollback re-initialised the
  * model): the chief installs the plan again, from the checkpoint the model came back from. */
-static int ask(dt_work_loop *w, int64_t deadline_ms, int *finished, dt_error *err) {
+static int ask(dt_work_loop *w, dt_net *net, int64_t *global_step, int64_t deadline_ms, int *finished,
+               dt_error *err) {
     dt_work_grant g;
     dt_error e = {0};
     int rc = dt_work_ask(w->client, &w->data, !w->joined, &g, &e);
     if (rc && w->cfg.chief && w->joined && dt_ps_client_last_refusal(w->client) == DT_WIRE_E_NOT_READY) {
         fprintf(w->cfg.log, "chief: ps 0 has lost the work plan (it restarted): installing it again\n");
-        if ((rc = install_plan(w, err))) return rc;
+        /* The model first: a restarted ps 0 lost its shard too (with --overlap no push may have
+         * met it yet), and the plan to install is that of the checkpoint the model rolls back to. */
+        if ((rc = dt_remote_resync(w->cfg.updater, net, global_step, err)) || (rc = install_plan(w, err))) return rc;
         rc = dt_work_ask(w->client, &w->data, 1, &g, &e);
     }
     if (rc) {
@@ -184,7 +195,7 @@ static int ask(dt_work_loop *w, int64_t deadline_ms, int *finished, dt_error *er
     }
     w->joined = 1;
     if (g.answer == DT_WORK_FINISHED) *finished = 1;
-    if (g.answer == DT_WORK_WAIT) return sit_out(w, err);
+    if (g.answer == DT_WORK_WAIT) return sit_out(w, net, global_step, err);
     if (g.answer != DT_WORK_GRANTED) return DT_OK;
     uint64_t first = g.unit * w->cfg.unit_batches;
     if (g.epoch != w->epoch || !w->held) w->epoch = g.epoch;
@@ -210,7 +221,7 @@ static int get_unit(dt_work_loop *w, dt_net *net, int64_t *global_step, int *fin
     int64_t waited = 0;
     while (!w->held && !*finished) {
         if (stopped(w)) return dt_errorf(err, DT_EINTR, "worker %d: stopped by a signal", w->cfg.task);
-        int rc = ask(w, w->cfg.wait_ms - waited, finished, err);
+        int rc = ask(w, net, global_step, w->cfg.wait_ms - waited, finished, err);
         if (rc && (rc = ps_lost(w, net, global_step, rc, err))) return rc;
         if (!w->held && !*finished) {
             sleep_ms(ASK_AGAIN_MS);
@@ -234,13 +245,18 @@ int dt_work_loop_next(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_bat
     if (index != w->next_index && (rc = dt_loader_seek(w->cfg.loader, index, err))) return rc;
     if ((rc = dt_loader_next(w->cfg.loader, b, err))) return rc;
     w->next_index = index + 1;
-    return dt_work_claim_send(w->client, w->epoch, w->batch, dt_remote_next_tag(w->cfg.updater, *global_step), err);
+    return DT_OK;
 }
 
-int dt_work_loop_claimed(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err) {
+int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err) {
+    dt_updater *u = w->cfg.updater;
     int stale = 0;
     dt_error e = {0};
-    int rc = dt_work_claim_answer(w->client, &stale, &e);
+    *push = 0;
+    int rc = u->settle ? u->settle(u, net, global_step, err) : DT_OK; /* its failures handled there */
+    if (rc) return rc;
+    rc = dt_work_claim_send(w->client, w->epoch, w->batch, dt_remote_next_tag(u, *global_step), &e);
+    if (!rc) rc = dt_work_claim_answer(w->client, &stale, &e);
     *push = !rc && !stale;
     int why = rc == DT_EPROTO ? dt_ps_client_last_refusal(w->client) : 0;
     if (why == DT_WIRE_E_BAD_VALUE || why == DT_WIRE_E_NOT_READY) {
@@ -255,7 +271,7 @@ int dt_work_loop_claimed(dt_work_loop *w, dt_net *net, int64_t *global_step, int
         if (err) *err = e;
         return ps_lost(w, net, global_step, rc, err);
     }
-    /* Sync: its step went by while the batch was computed (this worker was slow, or just back). */
+    /* Sync: its step went by (this worker was slow, or just back). */
     return stale ? dt_remote_resync(w->cfg.updater, net, global_step, err) : DT_OK;
 }
 

@@ -38,13 +38,17 @@ typedef struct dt_work_loop dt_work_loop;
 int dt_work_loop_open(dt_work_loop **out, const dt_work_config *cfg, dt_error *err);
 void dt_work_loop_free(dt_work_loop *w);
 
-/* The next batch: asks ps 0 for work as needed (waiting out WAIT), loads the batch into *b and
- * sends its claim for the gradient of the next step. *finished: every epoch is done (b unset).
- * net and *global_step: a sync worker back from sitting steps out pulls the parameters again. */
+/* The next batch: asks ps 0 for work as needed (waiting out WAIT) and loads the batch into *b.
+ * *finished: every epoch is done (b unset). net and *global_step: a sync worker back from sitting
+ * steps out pulls the parameters again. */
 int dt_work_loop_next(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_batch *b, int *finished, dt_error *err);
-/* After backward: the claim's answer. *push 0: its step is applied already; the parameters were
- * pulled again (*global_step), and the batch is trained again: skip this gradient. */
-int dt_work_loop_claimed(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err);
+/* After the forward, before backward: settles the updater's exchange in flight (with --overlap it
+ * ran under the forward: the gradient's step is known only now), claims the batch for the
+ * gradient of that step and waits for the answer, so ps 0 holds the claim before any of the
+ * gradient is pushed. *push 0: its step is applied already (the parameters were pulled again,
+ * *global_step, and the batch is trained again) or the unit is not this worker's any more: skip
+ * this batch. */
+int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err);
 /* Chief, for a checkpoint: fetches ps 0's coordinator state (kept until the next fetch) and ps 0's
  * step then; saved_state gives it (NULL before the first fetch). */
 int dt_work_loop_fetch_state(dt_work_loop *w, int64_t *step, dt_error *err);

@@ -1177,9 +1177,7 @@ static int end_behind(const dt_ps_client *c, int n_workers) {
 
 int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_error *err) {
     int64_t deadline = dt_clock_us() + (timeout_ms > 0 ? timeout_ms : 0) * 1000LL;
-    for (int first = 1;; first = 0) {
-        /* Without a work plan nobody can be busy: no STATUS round trip for a one-worker job. */
-        if (first && n_workers <= 0 && !c->elastic) return DT_OK;
+    for (;;) { /* asked even when n_workers <= 0: joiners of a work plan may be training */
         int rc = dt_ps_client_status(c, NULL, err), behind;
         if (rc) return rc;
         if ((behind = end_behind(c, n_workers)) < 0) return DT_OK;

@@ -239,7 +239,7 @@ int dt_ps_client_done(dt_ps_client *c, dt_error *err);
 
 /* Chief: polls STATUS until every ps has heard DONE from at least n_workers workers and ps 0's
  * work plan (dynamic sharding) has no member still training, or timeout_ms passes (then fails
- * saying how many finished, or are busy). Without a work plan n_workers <= 0 returns at once. */
+ * saying how many finished, or are busy). n_workers <= 0: only the work plan's members. */
 int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_error *err);
 
 /* Chief only: tells every ps that training is over; each acknowledges and exits. */

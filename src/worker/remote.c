@@ -17,6 +17,7 @@ typedef struct {
     dt_updater base;              /* first, so a dt_updater * is a remote * */
     dt_remote_config cfg;
     dt_ps_client *client;
+    dt_ps_client_config cc;       /* the client's configuration (its pointers are this updater's) */
     int n_ps;
     float **grads;                /* [n_ps] gradient shards, sent zero-copy */
     const float **views;          /* [n_ps] received parameter shards (valid until the next call) */
@@ -621,11 +622,19 @@ void dt_remote_get_timing(const dt_updater *u, dt_remote_timing *out) {
                               .repulls = dt_ps_client_get_stats(r->client)->repulls};
 }
 
-struct dt_ps_client *dt_remote_client(dt_updater *u) { return ((remote *)u)->client; }
+int dt_remote_open_client(dt_updater *u, struct dt_ps_client **out, dt_error *err) {
+    dt_ps_client_config cc = ((remote *)u)->cc;
+    cc.compression = DT_ENC_FP32; /* it sends no gradients: no codec, no error-feedback buffers */
+    cc.metrics = NULL;            /* the exchange's series are the updater's client's */
+    cc.sndbuf_bytes = 0;
+    return dt_ps_client_open(out, &cc, err);
+}
 
 int64_t dt_remote_next_tag(const dt_updater *u, int64_t tag) {
     const remote *r = (const remote *)u;
-    return r->sync ? r->iter : tag;
+    /* what the next PUSH carries: ov_open's tag with --overlap (the step of the exchange just
+     * settled, which a checkpoint's fetch does not move), else remote_apply's */
+    return r->sync ? r->iter : r->ov ? r->gstep : tag;
 }
 
 int dt_remote_resync(dt_updater *u, dt_net *net, int64_t *global_step, dt_error *err) {
@@ -728,6 +737,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
         .stop = cfg->stop,
     };
     r->sync = cfg->replicas_to_aggregate > 0;
+    r->cc = cc; /* for dt_remote_open_client */
     if ((rc = dt_ps_client_open(&r->client, &cc, err))) goto fail;
     *out = &r->base;
     return DT_OK;

@@ -71,10 +71,12 @@ typedef struct {
 } dt_remote_timing;
 void dt_remote_get_timing(const dt_updater *remote_updater, dt_remote_timing *out);
 
-/* Dynamic data sharding (train/work_loop.h) talks to ps 0 through this updater's client, between
- * its updates. */
-struct dt_ps_client *dt_remote_client(dt_updater *remote_updater);
-/* The step the next gradient is for: sync, the step this worker is at; async, tag (the loop's). */
+/* A second client to the same ps tasks, with this updater's role, task, keys and timeouts, for
+ * messages sent while an overlapped exchange holds the updater's own (dynamic data sharding's
+ * claims, train/work_loop.h); float32, no metrics. The caller closes it. */
+int dt_remote_open_client(dt_updater *remote_updater, struct dt_ps_client **out, dt_error *err);
+/* The step the next gradient is for (its PUSH carries it): sync, the step this worker is at; async,
+ * with --overlap the step of the exchange last settled, else tag (the loop's). */
 int64_t dt_remote_next_tag(const dt_updater *remote_updater, int64_t tag);
 /* Pulls the parameters again into net and takes the cluster's step: a claim found its step applied
  * already, or the worker sat steps out (sync) and trains again. */
