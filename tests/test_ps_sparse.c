@@ -1,7 +1,7 @@
-/* Sparse tables through a real ps (its ZeroMQ loop, tests/ps_harness.h) and a raw DEALER (the
- * worker's client does not speak them yet): the largest sparse messages (65536 ids of dim 16, 4.5
- * MiB) pass the ps's frame bound, rows come back as initial values, a push updates them, and a
- * header beyond a bound is refused with its name while the ps serves on. */
+/* Sparse tables through a real ps (its ZeroMQ loop, tests/ps_harness.h) and a raw DEALER: the
+ * largest sparse messages (65536 ids of dim 16, 4.5 MiB) pass the ps's frame bound, rows come back
+ * as initial values, a push updates them, and a header beyond a bound, or a 16-bit push sized for
+ * float32 rows, is refused with its name while the ps serves on. */
 #include "compute/lazy_optim.h"
 #include "ps/table.h"
 
@@ -98,6 +98,16 @@ static void test_sparse_through_the_loop(void) {
     dt_wire_in_close(&in);
     h.sparse.dim = DIM;
     CHECK(ask(s, &h, msg, 8, &in) == DT_OK && in.hdr.type == DT_MSG_SPARSE_ROWS);
+    dt_wire_in_close(&in);
+    /* 16-bit rows (--compression bf16): a push whose payload is sized for float32 rows is refused
+     * naming the size its ids, dim and encoding make; one of ids x (8 + 2 dim) bytes is taken. */
+    h = dt_wire_header_make(DT_MSG_SPARSE_PUSH, DT_ROLE_WORKER, 0, 0);
+    h.sparse.table = 2, h.sparse.ids = 2, h.sparse.dim = DIM, h.encoding = DT_ENC_BF16;
+    memset(msg + 16, 0, 4 * DIM * 2);
+    CHECK(ask(s, &h, msg, 16 + 4 * DIM * 2, &in) == DT_OK &&
+          raw_error_says(&in, DT_WIRE_E_MALFORMED, "expected 80 (2 ids, dim 16, encoding bf16)"));
+    dt_wire_in_close(&in);
+    CHECK(ask(s, &h, msg, 16 + 2 * DIM * 2, &in) == DT_OK && in.hdr.type == DT_MSG_ACK && in.hdr.status == DT_WIRE_OK);
     dt_wire_in_close(&in);
     free(msg);
     zmq_close(s);

@@ -162,6 +162,11 @@ static void test_async_pull_push(void) {
     CHECK(st.sparse.pulls == 3 && st.sparse.updates == 1 && st.sparse.evicted == 0 && st.sparse.stale == 0);
     /* reads of 10 20 10 (misses), 10 30 20 (hits but 20), 10 (hit); the push of 10 and 30 (misses) */
     CHECK(st.sparse.hits == 3 && st.sparse.misses == 6);
+    dt_table_stats ts; /* the one table's own counts (its metrics' series), another table none */
+    CHECK(ps_shard_table_stats(s, TABLE, &ts) == 1 && ts.rows == 2 && ts.admitted == 2 && ts.hits == 3 &&
+          ts.misses == 6);
+    CHECK(ps_shard_table_stats(s, TABLE + 1, &ts) == 0 && ts.rows == 0);
+    CHECK(ps_shard_table_stats(s, -1, &ts) == 0 && ps_shard_table_stats(s, (int)DT_WIRE_MAX_TABLES, &ts) == 0);
     shard_done(s);
 }
 

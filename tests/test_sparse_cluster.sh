@@ -2,9 +2,10 @@
 # Sparse tables on the ps tasks from the command line (issue 22, docs/sparse.md "On a worker"): a
 # cluster keeps a click-log model's embedding tables on its ps tasks and moves only the rows each
 # batch names. 1 ps + 2 sync workers at batch B must end where one process at batch 2B ends (the
-# same test AUC and logloss to 0.001; their tables start at zero on both sides), 2 ps + 2 async
-# workers must learn, and the bytes each worker sends and receives for the tables are counted: exactly
-# headers plus ids plus rows, and at a batch that amortises the headers within the issue's bound.
+# same test AUC and logloss to 0.001; their tables start at zero on both sides), the same run with
+# 16-bit rows (--compression bf16) near it (0.003), 2 ps + 2 async workers must learn, and the
+# bytes each worker sends and receives for the tables are counted: exactly headers plus ids plus
+# rows (2 bytes a value in bf16), and at a batch that amortises the headers within the issue's bound.
 . "$(dirname "$0")/lib.sh"
 cd "${DTRAIN_SRC:-$(dirname "$0")/..}"
 
@@ -37,25 +38,40 @@ echo "2 ps + 2 async workers: test auc $a3"
 check "async test AUC near one process's (got $a3, one process $a1)" \
   awk -v a="${a1:-0}" -v b="${a3:-0}" 'BEGIN {exit !(b > 0.6 && b > a - 0.02)}'
 
-# Bytes (worker 1 pulls for training only; dim 1): up = 104 per message + 8 per id pulled + 12 per
-# row pushed; down = 104 per message + 4 per row pulled. Each id goes up twice (its pull and its
-# push), so the mean of both ways is the issue's unit, 4 dim + 8 bytes per id, plus the headers.
+# 16-bit rows (--compression bf16: the dense part's encoding, rows pulled and gradient rows pushed
+# in 2 bytes a value, ids in 8): the same sync run ends near float32's.
+timeout --foreground 120 "$bin" launch --ps 1 --workers 2 --issync 1 "${common[@]}" --batch_size 128 \
+  --compression bf16 >"$tmp/bf16.out" 2>&1
+st=$?
+check "1 ps + 2 sync workers train in bf16 (status $st)" [ "$st" -eq 0 ]
+check "... their rows travel in bf16" grep -q "\[worker1\] worker 1: sparse tables: rows pulled and pushed in bf16" \
+  "$tmp/bf16.out"
+a4=$(awk '/\] test auc/ {print $4}' "$tmp/bf16.out")
+echo "1 ps + 2 sync workers in bf16: test auc $a4"
+check "bf16's test AUC within 0.003 of float32's (got $a4, float32 $a2)" \
+  awk -v a="${a2:-0}" -v b="${a4:-9}" 'BEGIN {x = a - b; exit !(b > 0.6 && x * x <= 9e-6)}'
+
+# Bytes (worker 1 pulls for training only; dim 1; e bytes a value, 4 or 2 in bf16): up = 104 per
+# message + 8 per id pulled + 8 + e per row pushed; down = 104 per message + e per row pulled. Each
+# id goes up twice (its pull and its push), so the mean of both ways in float32 is the issue's unit,
+# 4 dim + 8 bytes per id, plus the headers.
 bytes_check() {
   local line; line=$(grep "\[worker1\] worker 1: sparse tables:" "$1")
   check "$2: worker 1 reports its sparse tables' traffic" [ -n "$line" ]
   echo "$line"
-  echo "$line" | awk -v what="$2" -v bound="$3" '{
+  echo "$line" | awk -v what="$2" -v bound="$3" -v e="${4:-4}" '{
     for (i = 1; i < NF; i++) if (!($(i + 1) in v)) v[$(i + 1)] = $i
     msgs = v["messages,"]; pulled = v["rows"]; pushed = v["pushed,"]; up = v["bytes"]; down = v["down;"]
     steps = v["pulls,"]
-    if (up != 104 * msgs + 8 * pulled + 12 * pushed) { print what ": up " up " is not headers + ids + rows"; bad = 1 }
-    if (down != 104 * msgs + 4 * pulled) { print what ": down " down " is not headers + rows"; bad = 1 }
+    if (up != 104 * msgs + 8 * pulled + (8 + e) * pushed) { print what ": up " up " is not headers + ids + rows"; bad = 1 }
+    if (down != 104 * msgs + e * pulled) { print what ": down " down " is not headers + rows"; bad = 1 }
     if (pulled < steps || pushed < steps) { print what ": no rows"; bad = 1 }
     if (bound && (up + down) / 2 > 1.1 * pulled * 12) { print what ": mean " (up + down) / 2 " over 1.1 x " pulled * 12; bad = 1 }
     exit bad }' || { bad "$2: the bytes counted"; return; }
   ok "$2: the bytes counted"
 }
 bytes_check "$tmp/sync.out" "sync, batch 128" 0
+bytes_check "$tmp/bf16.out" "sync in bf16, batch 128" 0 2
 bytes_check "$tmp/async.out" "async over 2 ps, batch 128" 0
 timeout --foreground 120 "$bin" launch --ps 1 --workers 2 --issync 1 "${common[@]}" --batch_size 1024 \
   >"$tmp/big.out" 2>&1

@@ -143,7 +143,8 @@ static int train_flags(train_args *a, flag_def *out) {
                  "0: one chunk", 0, 1 << 22, 0),
         FLAG_TEXT("compression", &o->compression,
                   "cluster: none, bf16 or fp16: gradients (with error feedback) and parameters travel in 16 bits, "
-                  "half the bytes; the ps tasks keep float32"),
+                  "half the bytes, and so do a click-log model's sparse rows (without error feedback); the ps tasks "
+                  "keep float32"),
         FLAG_TEXT("overlap", &o->overlap,
                   "cluster: priority, fifo or none: each layer's gradient goes as soon as backward made it and the "
                   "next forward waits per layer for its parameters (priority: what it needs first goes first); not with a "

@@ -38,7 +38,8 @@
 #define DRAIN_US 20000        /* reading the router at most this long before cron */
 #define SHUTDOWN_LINGER_MS 1000
 #define MAX_IO_THREADS 4      /* ZeroMQ I/O threads of a ps: one per core up to this */
-#define SPARSE_METRICS 9     /* the sparse tables' series (SPARSE_SERIES) */
+#define SPARSE_METRICS 3     /* the sparse messages' series (SPARSE_SERIES) */
+#define TABLE_METRICS 6      /* each sparse table's series (TABLE_SERIES), labelled table="N" */
 #define HELD_ORIGIN_BYTES 96  /* a deferred PULL's kept routing identity, as peers.c counts it */
 
 typedef struct {
@@ -56,6 +57,8 @@ typedef struct {
     struct {
         dt_metric *step, *pushes, *updates, *pulls, *refused, *live, *rx, *tx, *wait;
         dt_metric *sparse[SPARSE_METRICS]; /* SPARSE_SERIES' */
+        dt_metric *(*tables)[TABLE_METRICS]; /* [DT_WIRE_MAX_TABLES] TABLE_SERIES' per table, made when it is
+                                              * first held (NULL until a table is) */
         uint64_t stale_seen;
         dt_metric *work[13];  /* ps 0: the work coordinator's series (ps_publish_work's order) */
         int work_open;
@@ -187,29 +190,65 @@ static int limit_socket(void *s, int handshake_ms, dt_error *err) {
 
 /* ---- Metrics ---------------------------------------------------------------------------------- */
 
-/* The sparse tables' series (docs/metrics.md), in the order ps_publish_sparse sets them. */
+/* The sparse messages' series (docs/metrics.md), in the order ps_publish_sparse sets them. */
+static const struct {
+    const char *name, *help;
+} SPARSE_SERIES[SPARSE_METRICS] = {
+    {"dtrain_ps_sparse_pushes_total", "SPARSE_PUSH messages this ps accepted."},
+    {"dtrain_ps_sparse_pulls_total", "SPARSE_ROWS replies this ps sent."},
+    {"dtrain_ps_sparse_stale_total", "Sync mode: sparse pushes this ps dropped as stale."},
+};
+
+/* Each table's series (label table="N"), in the order ps_publish_tables sets them. */
 static const struct {
     const char *name, *help;
     int gauge;
-} SPARSE_SERIES[SPARSE_METRICS] = {
-    {"dtrain_ps_sparse_rows", "Rows this ps holds in its sparse tables.", 1},
-    {"dtrain_ps_sparse_admitted_total", "Rows created (ids admitted) in this ps's tables.", 0},
-    {"dtrain_ps_sparse_evicted_total", "Rows evicted from this ps's tables: not touched for expire_steps, or the "
+} TABLE_SERIES[TABLE_METRICS] = {
+    {"dtrain_ps_sparse_rows", "Rows this ps holds in a sparse table.", 1},
+    {"dtrain_ps_sparse_admitted_total", "Rows created (ids admitted) in a table of this ps.", 0},
+    {"dtrain_ps_sparse_evicted_total", "Rows evicted from a table of this ps: not touched for expire_steps, or the "
      "least recently used of a full table.", 0},
-    {"dtrain_ps_sparse_hits_total", "Ids read or updated on this ps that had a row.", 0},
-    {"dtrain_ps_sparse_misses_total", "Ids read or updated on this ps that had no row.", 0},
+    {"dtrain_ps_sparse_hits_total", "Ids read or updated in a table of this ps that had a row.", 0},
+    {"dtrain_ps_sparse_misses_total", "Ids read or updated in a table of this ps that had no row.", 0},
     {"dtrain_ps_sparse_not_admitted_total", "Row updates dropped: ids below their table's min_count.", 0},
-    {"dtrain_ps_sparse_pushes_total", "SPARSE_PUSH messages this ps accepted.", 0},
-    {"dtrain_ps_sparse_pulls_total", "SPARSE_ROWS replies this ps sent.", 0},
-    {"dtrain_ps_sparse_stale_total", "Sync mode: sparse pushes this ps dropped as stale.", 0},
 };
 
+/* Table t's series, made the first time this ps holds a table t; NULL when out of memory (the
+ * registry then renders an error, as for any series it could not make). */
+static dt_metric **table_series(ps_t *ps, int t) {
+    if (!ps->m.tables && !(ps->m.tables = calloc(DT_WIRE_MAX_TABLES, sizeof *ps->m.tables))) return NULL;
+    dt_metric **m = ps->m.tables[t];
+    if (m[0]) return m;
+    char label[32];
+    snprintf(label, sizeof label, "table=\"%d\"", t);
+    for (int i = 0; i < TABLE_METRICS; i++)
+        m[i] = TABLE_SERIES[i].gauge ? dt_metrics_gauge(ps->cfg->metrics, TABLE_SERIES[i].name, TABLE_SERIES[i].help,
+                                                        label)
+                                     : dt_metrics_counter(ps->cfg->metrics, TABLE_SERIES[i].name, TABLE_SERIES[i].help,
+                                                          label);
+    return m[0] ? m : NULL;
+}
+
+/* Every table's counts (dt_table_get_stats); a table once held and no longer declared reads 0
+ * (its counters start again with it, as a restarted process's do). At most DT_WIRE_MAX_TABLES
+ * tables, so at most 6144 series. */
+static void ps_publish_tables(ps_t *ps) {
+    for (int t = 0; t < (int)DT_WIRE_MAX_TABLES; t++) {
+        dt_table_stats st;
+        int held = ps_shard_table_stats(ps->shard, t, &st);
+        if (!held && (!ps->m.tables || !ps->m.tables[t][0])) continue;
+        dt_metric **m = table_series(ps, t);
+        if (!m) return;
+        const double v[TABLE_METRICS] = {(double)st.rows, (double)st.admitted, (double)(st.evicted + st.expired),
+                                         (double)st.hits, (double)st.misses, (double)st.not_admitted};
+        for (int i = 0; i < TABLE_METRICS; i++) dt_metric_set(m[i], v[i]);
+    }
+}
+
 static void ps_publish_sparse(ps_t *ps, const ps_shard_stats *st) {
-    const double v[SPARSE_METRICS] = {(double)st->sparse.rows, (double)st->sparse.admitted,
-                                      (double)(st->sparse.evicted + st->sparse.expired), (double)st->sparse.hits,
-                                      (double)st->sparse.misses, (double)st->sparse.not_admitted,
-                                      (double)st->sparse.pushes, (double)st->sparse.pulls, (double)st->sparse.stale};
+    const double v[SPARSE_METRICS] = {(double)st->sparse.pushes, (double)st->sparse.pulls, (double)st->sparse.stale};
     for (int i = 0; i < SPARSE_METRICS; i++) dt_metric_set(ps->m.sparse[i], v[i]);
+    if (st->sparse.tables || ps->m.tables) ps_publish_tables(ps);
 }
 
 static void ps_metrics_open(ps_t *ps) {
@@ -227,8 +266,7 @@ static void ps_metrics_open(ps_t *ps) {
                                       "step was reached (the sync barrier).", NULL, dt_metrics_latency_bounds,
                                       dt_metrics_latency_n);
     for (int i = 0; i < SPARSE_METRICS; i++)
-        ps->m.sparse[i] = SPARSE_SERIES[i].gauge ? dt_metrics_gauge(r, SPARSE_SERIES[i].name, SPARSE_SERIES[i].help, NULL)
-                                                 : dt_metrics_counter(r, SPARSE_SERIES[i].name, SPARSE_SERIES[i].help, NULL);
+        ps->m.sparse[i] = dt_metrics_counter(r, SPARSE_SERIES[i].name, SPARSE_SERIES[i].help, NULL);
 }
 
 /* ps 0's work coordinator's series (docs/elastic.md), made once the chief has sent its plan. */
@@ -367,6 +405,7 @@ static void ps_close(ps_t *ps) {
     /* Snapshots still in flight are freed by their last message, at the latest while the context
      * terminates; peers referenced by replies in flight likewise. */
     ps_shard_free(ps->shard, &ps->io);
+    free(ps->m.tables); /* the series themselves are the registry's */
     dt_auth_server_stop(ps->zap);
     dt_peers_close(ps->peers);
     if (ps->sock) zmq_close(ps->sock);

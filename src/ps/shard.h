@@ -21,6 +21,7 @@
 
 #include "dtrain.h"
 #include "ps/coord.h"
+#include "ps/table.h"
 #include "transport/wire.h"
 
 typedef struct ps_shard ps_shard;
@@ -113,6 +114,9 @@ int ps_shard_cron(ps_shard *s, int64_t now, const ps_io *io, dt_error *err);
 void ps_shard_forget(ps_shard *s, const void *conn, const ps_io *io);
 
 void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *out);
+/* Table t's counts (ps/table.h, dt_table_get_stats) into *out: 1 if this ps holds a table t
+ * (0..DT_WIRE_MAX_TABLES-1), else 0 and *out zeroed. */
+int ps_shard_table_stats(const ps_shard *s, int t, dt_table_stats *out);
 /* Whether the chief's SHUTDOWN was taken: the loop ends (cheap: read per message). */
 int ps_shard_is_shut(const ps_shard *s);
 /* Sync mode: stale gradients per worker ([*n]); NULL before a sync INIT. */

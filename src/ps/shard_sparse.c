@@ -190,6 +190,13 @@ void shard_sparse_stats(const ps_shard *s, ps_shard_stats *o) {
     }
 }
 
+int ps_shard_table_stats(const ps_shard *s, int t, dt_table_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!s->tables || t < 0 || t >= (int)DT_WIRE_MAX_TABLES || !s->tables[t]) return 0;
+    dt_table_get_stats(s->tables[t]->t, out);
+    return 1;
+}
+
 /* ---- SPARSE_PULL ------------------------------------------------------------------------------ */
 
 /* Answers a SPARSE_PULL with its rows (stored, or initial for ids without one), packed in the

@@ -546,7 +546,8 @@ static int remote_settle(dt_updater *u, dt_net *net, int64_t *global_step, dt_er
 /* Connects the net's hooks to the exchange, at the start (the net is known from then on). */
 static int attach(remote *r, dt_net *net, dt_error *err) {
     if (!r->sparse && dt_net_compact_tables(net) && dt_net_num_tables(net) > 0) {
-        dt_sparse_config sc = {.client = r->client, .sync = r->sync, .opt = r->cfg.table_opt, .seed = r->cfg.seed};
+        dt_sparse_config sc = {.client = r->client, .sync = r->sync, .opt = r->cfg.table_opt, .seed = r->cfg.seed,
+                               .encoding = r->cfg.compression};
         int rc = dt_sparse_client_create(&r->sparse, &sc, net, err);
         if (rc) return rc;
         r->net = net;
@@ -588,6 +589,10 @@ static void log_sparse(remote *r, const dt_ps_client_stats *st) {
             (unsigned long long)(b->messages - a->messages), pulled, pushed, up, down, (double)pulled / n,
             (double)up / n, (double)down / n, (double)st->tx_bytes / n, (double)st->rx_bytes / n,
             (unsigned long long)(b->stale - a->stale));
+    if (r->cfg.compression != DT_ENC_FP32)
+        fprintf(r->cfg.log, "worker %d: sparse tables: rows pulled and pushed in %s, %llu gradient values "
+                "saturated\n", r->cfg.cluster->task_index, dt_enc_name(r->cfg.compression),
+                (unsigned long long)(b->saturated - a->saturated));
 }
 
 /* One line per worker: how many updates, where the time went, how many gradients were stale. */

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/finite.h"
 #include "io/bytes.h"
+#include "transport/compress.h"
 #include "transport/wire.h"
 
 /* Where one message's ids came from: table t, its slots[count] in the block. */
@@ -52,6 +53,8 @@ int dt_sparse_client_create(dt_sparse_client **out, const dt_sparse_config *cfg,
     *out = NULL;
     if (!dt_net_compact_tables(net))
         return dt_errorf(err, DT_EINVAL, "sparse client: the net does not keep its tables elsewhere");
+    if (!dt_enc_size(cfg->encoding))
+        return dt_errorf(err, DT_EINVAL, "sparse client: unknown encoding %u", (unsigned)cfg->encoding);
     dt_sparse_client *s = dt_calloc(1, sizeof *s, "sparse client", err);
     if (!s) return DT_ENOMEM;
     s->cfg = *cfg;
@@ -143,8 +146,11 @@ static void add_part(dt_sparse_client *s, round_t *r, int t, int dim, int p, con
         for (size_t i = 0; i < n; i++) dt_put_u64(pay + 8 * i, ids[order[lo + i]]);
         size_t bytes = 8 * n;
         if (r->push) {
-            for (size_t i = 0; i < n; i++) memcpy(pay + bytes + i * dim * 4, grad + order[lo + i] * (size_t)dim, (size_t)dim * 4);
-            bytes += n * (size_t)dim * 4;
+            const size_t row = (size_t)dim * dt_enc_size(s->cfg.encoding);
+            for (size_t i = 0; i < n; i++)
+                s->stats.saturated += dt_pack(s->cfg.encoding, pay + bytes + i * row, grad + order[lo + i] * (size_t)dim,
+                                              (size_t)dim);
+            bytes += n * row;
         }
         r->at += bytes;
         int k = s->n_msgs[p]++;
@@ -152,6 +158,7 @@ static void add_part(dt_sparse_client *s, round_t *r, int t, int dim, int p, con
         dt_sparse_msg *m = &s->msg_rows[p][k];
         m->h = dt_wire_header_make(r->push ? DT_MSG_SPARSE_PUSH : DT_MSG_SPARSE_PULL, 0, 0, 0);
         m->h.sparse.table = (uint64_t)t, m->h.sparse.ids = n, m->h.sparse.dim = (uint64_t)dim;
+        m->h.encoding = (uint8_t)s->cfg.encoding; /* of the rows pushed, or of the rows wanted */
         if (r->push) {
             m->h.local_step = r->step;
             m->h.flags = s->cfg.sync ? DT_WIRE_F_SYNC : 0;
@@ -204,16 +211,17 @@ static int on_reply(void *user, int ps, int k, const dt_wire_header *h, const vo
     const msg_src *m = &s->src[(size_t)ps * DT_WIRE_MAX_CHUNKS + (size_t)k];
     dt_table_block b;
     if (dt_net_table_block(s->net, m->t, &b)) return dt_errorf(err, DT_EINVAL, "sparse client: no table %d", m->t);
-    const size_t dim = (size_t)b.dim;
+    const size_t dim = (size_t)b.dim, esize = dt_enc_size(s->cfg.encoding);
     if (h->sparse.table != (uint64_t)m->t || h->sparse.ids != m->count || h->sparse.dim != dim ||
-        h->encoding != DT_ENC_FP32 || len != m->count * dim * 4)
-        return dt_errorf(err, DT_EPROTO, "ps %d: SPARSE_ROWS of table %llu, %llu ids of dim %llu, answering a pull of "
-                         "table %d, %zu ids of dim %zu", ps, (unsigned long long)h->sparse.table,
-                         (unsigned long long)h->sparse.ids, (unsigned long long)h->sparse.dim, m->t, m->count, dim);
+        h->encoding != s->cfg.encoding || len != m->count * dim * esize)
+        return dt_errorf(err, DT_EPROTO, "ps %d: SPARSE_ROWS of table %llu, %llu ids of dim %llu in %s, answering a "
+                         "pull of table %d, %zu ids of dim %zu in %s", ps, (unsigned long long)h->sparse.table,
+                         (unsigned long long)h->sparse.ids, (unsigned long long)h->sparse.dim,
+                         dt_enc_name(h->encoding), m->t, m->count, dim, dt_enc_name(s->cfg.encoding));
     const uint8_t *src = payload;
     for (size_t i = 0; i < m->count; i++) {
         float *row = b.rows + m->slots[i] * dim;
-        memcpy(row, src + i * dim * 4, dim * 4);
+        dt_unpack(s->cfg.encoding, row, src + i * dim * esize, dim);
         if (dt_first_nonfinite(row, dim) < dim)
             return dt_errorf(err, DT_EFORMAT, "ps %d: served a non-finite value in row %llu of table %d (%s) at step "
                              "%lld: training diverged (lower --learning_rate) or the ps is damaged", ps,
@@ -257,7 +265,7 @@ int dt_sparse_push(dt_sparse_client *s, dt_error *err) {
     for (int t = 0; t < s->n_tables; t++) {
         if (dt_net_table_grad(s->net, t, &g)) return dt_errorf(err, DT_EINVAL, "sparse client: no table %d", t);
         total += g.n;
-        bytes += g.n * (8 + 4 * (size_t)g.dim);
+        bytes += g.n * (8 + dt_enc_size(s->cfg.encoding) * (size_t)g.dim);
     }
     int rc = reserve(s, total ? total : 1, bytes ? bytes : 1, err);
     if (rc) return rc;

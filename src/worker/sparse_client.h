@@ -28,6 +28,11 @@ typedef struct {
     int sync;                 /* sync replicas: pushes carry SYNC and the tables' step */
     dt_lazy_config opt;       /* every table's optimizer (train/table_optim.h) */
     uint64_t seed;            /* the tables' initial rows (a function of seed, table, id) */
+    /* --compression: rows pulled and gradient rows pushed in this 16-bit encoding (ids stay u64),
+     * packed and unpacked by transport/compress.h as the dense path's are; DT_ENC_FP32: float32.
+     * The gradient rows carry no error feedback: its residual would be one row per id ever pushed,
+     * memory that follows the table, which a worker never holds (docs/sparse.md). */
+    dt_encoding encoding;
 } dt_sparse_config;
 
 /* Totals over the client's life. */
@@ -36,6 +41,7 @@ typedef struct {
     uint64_t rows_pulled, rows_pushed;/* ids sent in SPARSE_PULLs, in SPARSE_PUSHes */
     uint64_t messages;                /* SPARSE_PULLs and SPARSE_PUSHes sent (each answered once) */
     uint64_t stale;                   /* SPARSE_PUSHes a sync ps answered STALE */
+    uint64_t saturated;               /* fp16: finite gradient values beyond +-65504 sent as +-65504 */
 } dt_sparse_stats;
 
 /* For a compact net (its tables: dt_net_num_tables); sets the net's fill callback to pull. */
