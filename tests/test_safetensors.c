@@ -350,9 +350,10 @@ static void test_writer_in_parts(void) {
     b[0] = 1, b[1] = 2, b[6] = 5, b[7] = 6;
     t[1].data = b;
     CHECK(dt_st_write(path2, t, 3, m, 1, &err) == 0);
-    uint8_t *x, *y;
-    size_t nx, ny;
-    CHECK(dt_read_file(&x, &nx, path, 1 << 20, &err) == 0 && dt_read_file(&y, &ny, path2, 1 << 20, &err) == 0);
+    uint8_t *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    CHECK(dt_read_file(&x, &nx, path, 1 << 20, &err) == 0);
+    CHECK(dt_read_file(&y, &ny, path2, 1 << 20, &err) == 0);
     CHECK(nx == ny && !memcmp(x, y, nx)); /* the same bytes, checksum included */
     free(x), free(y);
     dt_st_file *f;

@@ -50,21 +50,21 @@ void shard_on_sparse_export(const shard_req *r) {
     }
     /* s->rows holds DT_WIRE_MAX_SPARSE_FLOATS, and max * k is within it (dt_wire_check_sparse) */
     const size_t n = dt_table_export(t, &pos, max, ids, s->rows);
-    const size_t bytes = n * (8 + 4 * k);
-    uint8_t *d = shard_reply_buffer(r, bytes);
-    if (!d) {
-        free(ids);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) dt_put_u64(d + 8 * i, ids[i]);
-    memcpy(d + 8 * n, s->rows, 4 * n * k);
-    free(ids);
     dt_wire_header a = shard_reply_to(s, DT_MSG_SPARSE_PAGE, h);
     a.sparse.table = h->sparse.table, a.sparse.ids = n, a.sparse.dim = h->sparse.dim;
     a.opt_kind = h->opt_kind, a.opt_slots = h->opt_slots;
     a.global_step = dt_table_step(t);
     a.cursor = n < max ? 0 : (int64_t)cursor_of(t, pos); /* fewer than asked: the walk reached the end */
-    shard_send_buffer(r, &a, d, bytes);
+    const size_t bytes = n * (8 + 4 * k);
+    uint8_t *d = n ? shard_reply_buffer(r, bytes) : NULL; /* no row left: a reply without payload */
+    if (d) {
+        for (size_t i = 0; i < n; i++) dt_put_u64(d + 8 * i, ids[i]);
+        memcpy(d + 8 * n, s->rows, 4 * n * k);
+        shard_send_buffer(r, &a, d, bytes);
+    } else if (!n) {
+        shard_send(r, &a);
+    }
+    free(ids);
 }
 
 /* Rows of a checkpoint: each this ps's (as a SPARSE_PUSH's), finite, its slots in range, then set
