@@ -1,5 +1,7 @@
 /* libFuzzer target for the sparse tables' messages: the wire decoder of their headers and table
- * records, and the ps shard's handling of their payloads (ids, rows, parts, steps).
+ * records, and the ps shard's handling of their payloads (ids, rows, parts, steps; a checkpoint's
+ * SPARSE_EXPORT pages and SPARSE_IMPORT rows with their slots: fuzz_sparse_rows.c fuzzes the rows'
+ * check alone).
  * Input: [1 byte: selector][header frame, 104 bytes][payload...]. The selector's bit 0 makes the
  * shard sync (2 replicas, staleness 1) rather than async, bit 1 declares a table with admission
  * and a capacity of 4 rows (evictions), bit 2 repeats the message (a second part, a duplicate).

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "compute/lazy_optim.h"
 #include "core/rng.h"
 #include "model/net.h"
 #include "supervisor/checkpoint.h"
@@ -1022,6 +1023,94 @@ static void test_coordinator_tensor(void) {
     dt_net_free(net);
 }
 
+/* A compact net's tables (a cluster's, whose rows live on the ps tasks): saved in the table's own
+ * shape with the tables' optimizer's slots, every row from the run's table_rows through the sink
+ * (ranges, then rows over them), so one process reads the file as its own; restored by the caller
+ * (dt_ckpt_read_rows), the dense variables by dt_ckpt_load. */
+static const char *MODEL_CTR = "model t\ninput dense=1 fields=2\nembedding name=e dim=3 buckets=10 combiner=sum "
+                               "weight_init=truncated_normal(0.1)\nfm name=p input=e\ndense name=d input=input "
+                               "units=1\nadd input=p,d\n";
+
+/* Table t's row id, values then Adagrad's accumulator: a value of its own per float. */
+static void table_row(int t, uint64_t id, float *row) {
+    for (int j = 0; j < 6; j++) row[j] = (float)(100 * t + 10 * (int)id + j) * (j < 3 ? 0.01f : 1.0f) + (j < 3 ? 0 : 1);
+}
+
+static int put_tables(void *user, dt_ckpt_sink *sink, int64_t step, dt_error *err) {
+    (void)user;
+    CHECK(step == 5);
+    float rows[10 * 6], one[6];
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < 10; i++) table_row(t, (uint64_t)i, rows + 6 * i);
+        int rc = dt_ckpt_put_range(sink, t, 0, 4, rows, err); /* in two ranges, the second over a row */
+        if (!rc) rc = dt_ckpt_put_range(sink, t, 4, 6, rows + 24, err);
+        table_row(t, 7, one);
+        if (!rc) rc = dt_ckpt_put_row(sink, t, 7, one, err);
+        if (rc) return rc;
+    }
+    CHECK(dt_ckpt_put_row(sink, 0, 10, one, err) == DT_EINVAL);
+    CHECK_CONTAINS(err->msg, "row 10 of table 0, beyond its 10 rows");
+    CHECK(dt_ckpt_put_range(sink, 2, 0, 1, one, err) == DT_EINVAL);
+    return DT_OK;
+}
+
+static void test_compact_tables(void) {
+    dt_model_spec spec;
+    dt_net *compact = NULL, *full = NULL;
+    dt_error err = {0};
+    CHECK(dt_model_spec_parse(&spec, MODEL_CTR, strlen(MODEL_CTR), "t.model", &err) == 0);
+    CHECK(dt_net_build_compact(&compact, &spec, 4, &err) == 0 && dt_net_build(&full, &spec, 4, &err) == 0);
+    dt_model_spec_free(&spec);
+    if (!compact || !full) return;
+    dt_opt_config sgd = {.kind = DT_OPT_SGD, .learning_rate = 0.1f};
+    dt_lazy_config adagrad;
+    dt_lazy_config_init(&adagrad, "adagrad", 0.1f, NULL);
+    dt_ckpt_run run = run_of(compact, &sgd);
+    run.tables = &adagrad;
+    size_t n = dt_net_param_count(compact), nf = dt_net_param_count(full);
+    float *p = dt_alloc_floats(n, "p", NULL), *state = dt_alloc_floats(n, "s", NULL);
+    fill(p, n, 8), fill(state, n, 9);
+    char dir[512], path[DT_PATH_MAX];
+    subdir(dir, sizeof dir, "compact");
+    CHECK(dt_ckpt_save(dir, &run, p, state, 5, 5, NULL, NULL, 0, &err) == DT_EINVAL); /* no way to read the rows */
+    run.table_rows = put_tables;
+    CHECK_MSG(dt_ckpt_save(dir, &run, p, state, 5, 5, NULL, NULL, 0, &err) == 0, "%s", err.msg);
+    /* one process: its tables [10, 3] and their accumulators, as saved */
+    dt_ckpt_run one = run_of(full, &sgd);
+    one.tables = &adagrad;
+    float *fp = dt_alloc_floats(nf, "fp", NULL), *fs = dt_alloc_floats(nf, "fs", NULL), row[6], got[4 * 6];
+    dt_st_file *f = NULL;
+    CHECK(dt_ckpt_open_latest_for(&f, path, sizeof path, dir, dt_ckpt_fits_check, &one, NULL, &err) == 1);
+    CHECK_MSG(f && dt_ckpt_load(f, path, &one, fp, fs, NULL, &err) == 0, "%s", err.msg);
+    const dt_param_view *e1 = dt_net_view(full, 1);
+    CHECK(!strcmp(e1->name, "e/embeddings_1") && e1->count == 30);
+    int same = 1;
+    for (int i = 0; i < 10; i++) {
+        table_row(1, (uint64_t)i, row);
+        same &= !memcmp(fp + e1->offset + 3 * i, row, 12) && !memcmp(fs + e1->offset + 3 * i, row + 3, 12);
+    }
+    CHECK(same);
+    CHECK(!memcmp(fp + dt_net_view(full, 2)->offset, p + dt_net_view(compact, 2)->offset, 4)); /* d/kernel */
+    dt_st_close(f);
+    /* the cluster's chief: the dense variables into the flat buffer, the rows read range by range */
+    float *q = dt_alloc_floats(n, "q", NULL);
+    memcpy(q, p, n * sizeof *q);
+    q[dt_net_view(compact, 2)->offset] = 42;
+    CHECK(dt_ckpt_open_latest_for(&f, path, sizeof path, dir, dt_ckpt_fits_check, &run, NULL, &err) == 1);
+    CHECK_MSG(f && dt_ckpt_load(f, path, &run, q, state, NULL, &err) == 0, "%s", err.msg);
+    CHECK(!memcmp(q, p, n * sizeof *q));
+    CHECK_MSG(f && dt_ckpt_read_rows(f, path, &run, 0, 6, 4, got, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < 4; i++) {
+        table_row(0, (uint64_t)(6 + i), row);
+        CHECK(!memcmp(got + 6 * i, row, sizeof row));
+    }
+    CHECK(f && dt_ckpt_read_rows(f, path, &run, 0, 8, 3, got, &err) == DT_EFORMAT);
+    CHECK_CONTAINS(err.msg, "has no rows 8..11 of dim 3");
+    dt_st_close(f);
+    free(p), free(state), free(fp), free(fs), free(q);
+    dt_net_free(compact), dt_net_free(full);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dtrain_test_checkpoint.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -1030,6 +1119,7 @@ int main(void) {
     }
     RUN(test_round_trip);
     RUN(test_coordinator_tensor);
+    RUN(test_compact_tables);
     RUN(test_retention);
     RUN(test_damaged_newest);
     RUN(test_refusals);

@@ -325,6 +325,50 @@ static void test_writer_refusals_and_atomicity(void) {
     rm_tree(dir);
 }
 
+/* In parts: a tensor without data is zeros until put writes it, in any order; commit checksums
+ * what the file holds, so the file reads back as if written at once; a put beyond a tensor is
+ * refused; an abort leaves neither the file nor a temporary one. */
+static void test_writer_in_parts(void) {
+    char *dir = make_tmpdir(), path[256], path2[256];
+    if (!dir) return;
+    snprintf(path, sizeof path, "%s/parts.safetensors", dir);
+    snprintf(path2, sizeof path2, "%s/whole.safetensors", dir);
+    float a[3] = {1, 2, 3}, b[8] = {0}, c[2] = {7, 8};
+    dt_st_tensor t[] = {{"a", DT_ST_F32, 1, {3}, a}, {"b", DT_ST_F32, 2, {4, 2}, NULL}, {"c", DT_ST_F32, 1, {2}, c}};
+    dt_st_meta m[] = {{"k", "v"}};
+    dt_error err = {0};
+    dt_st_writer *w = NULL;
+    CHECK(dt_st_writer_begin(&w, path, t, 3, m, 1, &err) == 0);
+    if (!w) return;
+    const float hi[2] = {5, 6}, lo[2] = {1, 2};
+    CHECK(dt_st_writer_put(w, 1, 24, hi, sizeof hi, &err) == 0);   /* row 3 first */
+    CHECK(dt_st_writer_put(w, 1, 0, lo, sizeof lo, &err) == 0);    /* then row 0; rows 1, 2 stay 0 */
+    CHECK(dt_st_writer_put(w, 1, 28, hi, sizeof hi, &err) == DT_EINVAL);
+    CHECK_CONTAINS(err.msg, "beyond it");
+    CHECK(dt_st_writer_put(w, 3, 0, hi, 4, &err) == DT_EINVAL);
+    CHECK(dt_st_writer_commit(w, &err) == 0);
+    b[0] = 1, b[1] = 2, b[6] = 5, b[7] = 6;
+    t[1].data = b;
+    CHECK(dt_st_write(path2, t, 3, m, 1, &err) == 0);
+    uint8_t *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    CHECK(dt_read_file(&x, &nx, path, 1 << 20, &err) == 0);
+    CHECK(dt_read_file(&y, &ny, path2, 1 << 20, &err) == 0);
+    CHECK(nx == ny && !memcmp(x, y, nx)); /* the same bytes, checksum included */
+    free(x), free(y);
+    dt_st_file *f;
+    CHECK(dt_st_open(&f, path, &err) == 0 && dt_st_has_checksum(f));
+    float got[8];
+    CHECK(f && dt_st_read(f, "b", DT_ST_F32, got, 8, &err) == 0 && !memcmp(got, b, sizeof b));
+    dt_st_close(f);
+    t[1].data = NULL;
+    snprintf(path, sizeof path, "%s/aborted.safetensors", dir);
+    CHECK(dt_st_writer_begin(&w, path, t, 3, m, 1, &err) == 0);
+    dt_st_writer_abort(w);
+    CHECK(count_entries(dir) == 2);
+    rm_tree(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--write") == 0) {
         dt_error err = {0};
@@ -338,5 +382,6 @@ int main(int argc, char **argv) {
     RUN(test_refusals);
     RUN(test_damaged_files);
     RUN(test_writer_refusals_and_atomicity);
+    RUN(test_writer_in_parts);
     return test_summary();
 }

@@ -334,6 +334,176 @@ static void test_hostile(void) {
     shard_done(s);
 }
 
+/* ---- Checkpoints: SPARSE_EXPORT pages and SPARSE_IMPORT ------------------------------------------- */
+
+/* TABLE with optimizer `kind` at 0.5, normal initial rows, a capacity of `capacity` rows. */
+static void sparse_init_table(ps_shard *s, const char *kind, uint64_t capacity) {
+    dt_table_config c = table_config();
+    dt_wire_table w = {.table = TABLE, .dim = DIM, .init_kind = DT_ROW_INIT_NORMAL, .init_scale = c.init_scale,
+                       .capacity = capacity, .seed = c.seed};
+    dt_lazy_config_init(&w.opt, kind, 0.5f, NULL);
+    uint8_t rec[DT_WIRE_TABLE_BYTES];
+    dt_wire_table_encode(rec, &w);
+    sparse_init_raw(s, DT_ROLE_CHIEF, rec, 1);
+}
+
+/* What the pages of an export brought: each row (id, its floats) in arrival order. */
+enum { MAX_PAGE_ROWS = 8192, ROW = DIM * 3 };
+static struct {
+    size_t n;
+    uint64_t ids[MAX_PAGE_ROWS];
+    float rows[MAX_PAGE_ROWS][ROW];
+} got;
+
+static void capture_page(const dt_wire_header *h, const void *payload, size_t size) {
+    if (h->type != DT_MSG_SPARSE_PAGE) return;
+    dt_wire_rows r;
+    dt_error e = {0};
+    CHECK_MSG(dt_wire_rows_check(&r, h, payload, size, 0, &e) == DT_OK, "%s", e.msg);
+    for (size_t i = 0; i < r.n && got.n < MAX_PAGE_ROWS; i++, got.n++) {
+        got.ids[got.n] = dt_wire_rows_id(&r, i);
+        dt_wire_rows_get(&r, i, got.rows[got.n]);
+    }
+}
+
+/* SPARSE_EXPORT of TABLE (optimizer kind, dim) from `cursor`, at most max rows: the reply's cursor. */
+static int64_t sexport(ps_shard *s, int64_t cursor, uint64_t max, uint8_t kind, uint64_t dim) {
+    dt_wire_header h = hdr(DT_MSG_SPARSE_EXPORT, DT_ROLE_CHIEF, 0);
+    h.sparse.table = TABLE, h.sparse.ids = max, h.sparse.dim = dim;
+    h.opt_kind = kind, h.opt_slots = (uint8_t)dt_lazy_slots((dt_lazy_kind)kind);
+    h.cursor = cursor;
+    ps_origin o = from(1);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    return last()->h.type == DT_MSG_SPARSE_PAGE ? last()->h.cursor : -1;
+}
+
+/* A whole walk in pages of max rows; how many pages. */
+static int walk(ps_shard *s, uint64_t max, uint8_t kind) {
+    int pages = 0;
+    int64_t c = 0;
+    do {
+        c = sexport(s, c, max, kind, DIM);
+        pages++;
+    } while (c > 0 && pages < 1000);
+    return c == 0 ? pages : -1;
+}
+
+/* SPARSE_IMPORT of ids [n] with rows [n][ROW] (adagrad: 2 floats a value) from role. */
+static void simport(ps_shard *s, dt_wire_role role, const uint64_t *ids, const float *rows, size_t n, uint8_t kind) {
+    dt_wire_header h = hdr(DT_MSG_SPARSE_IMPORT, role, 0);
+    const size_t k = DIM * (1 + (size_t)dt_lazy_slots((dt_lazy_kind)kind));
+    h.sparse.table = TABLE, h.sparse.ids = n, h.sparse.dim = DIM;
+    h.opt_kind = kind, h.opt_slots = (uint8_t)dt_lazy_slots((dt_lazy_kind)kind);
+    h.payload_bytes = n * (8 + 4 * k);
+    uint8_t *p = malloc(h.payload_bytes + 1);
+    put_ids(p, ids, n);
+    for (size_t i = 0; i < n; i++) memcpy(p + 8 * n + 4 * k * i, rows + ROW * i, 4 * k);
+    ps_origin o = from(0);
+    ps_bytes b = {.data = p, .size = h.payload_bytes, .release = free, .hint = p};
+    ps_shard_request(s, &o, &h, &b, 0, &io);
+}
+
+static int seen_once(uint64_t lo, uint64_t hi) {
+    static uint8_t seen[MAX_PAGE_ROWS];
+    memset(seen, 0, sizeof seen);
+    for (size_t i = 0; i < got.n; i++) {
+        if (got.ids[i] < lo || got.ids[i] >= hi || seen[got.ids[i] - lo]) return 0;
+        seen[got.ids[i] - lo] = 1;
+    }
+    return got.n == hi - lo;
+}
+
+/* Pages walk every row once (values, then Adagrad's accumulator), at the table's step; a walk whose
+ * rows moved (the index grew under it) starts again and still brings every row. */
+static void test_export_pages(void) {
+    ps_shard *s = shard_new_n(N);
+    shard_init_n(s, N, 1, 0, 2, 0, 0, 0, 0);
+    sparse_init_table(s, "adagrad", 100000);
+    static uint64_t ids[5000];
+    static float g[5000 * DIM];
+    for (int i = 0; i < 5000; i++) ids[i] = (uint64_t)i;
+    for (int i = 0; i < 5000 * DIM; i++) g[i] = 1.0f;
+    spush(s, 1, 1, ids, 3000, g, 0, 0, 0, 1); /* rows 0..2999, each updated once */
+    rec_capture = capture_page;
+    got.n = 0;
+    CHECK(walk(s, 1000, DT_LAZY_ADAGRAD) == 4); /* 3 full pages, then an empty one */
+    CHECK(seen_once(0, 3000));
+    CHECK(last()->h.global_step == 1 && last()->h.opt_kind == DT_LAZY_ADAGRAD && last()->h.opt_slots == 1);
+    float w[DIM];
+    initial(ids[42], w);
+    int found = 0;
+    for (size_t i = 0; i < got.n; i++)
+        for (int j = 0; j < DIM && got.ids[i] == 42 && ++found; j++) {
+            CHECK_NEAR(got.rows[i][DIM + j], 1.1f, 1e-6);                              /* 0.1 + g^2 */
+            CHECK_NEAR(got.rows[i][j], w[j] - 0.5f / sqrtf(1.1f), 1e-6);              /* w - lr g / sqrt(a) */
+        }
+    CHECK(found == DIM);
+    got.n = 0; /* one page, then 2000 more rows: the index doubles, the walk goes on from the start */
+    int64_t c = sexport(s, 0, 1000, DT_LAZY_ADAGRAD, DIM);
+    spush(s, 1, 1, ids + 3000, 2000, g, 0, 0, 0, 1);
+    c = sexport(s, c, 1000, DT_LAZY_ADAGRAD, DIM);
+    CHECK(c > 0 && last()->h.sparse.ids == 1000);
+    while (c > 0) c = sexport(s, c, 1000, DT_LAZY_ADAGRAD, DIM);
+    CHECK(c == 0 && got.n == 6000); /* the first page's rows came twice */
+    size_t all = got.n;
+    got.n = 0;
+    CHECK(walk(s, 4999, DT_LAZY_ADAGRAD) == 2 && seen_once(0, 5000) && all == 6000);
+    rec_capture = NULL;
+    shard_done(s);
+}
+
+/* Rows imported are the table's (values and slots, read back by a pull and an export); each refused
+ * import, naming what it breaks, changes nothing: another ps's id, another optimizer, a non-finite
+ * value, an accumulator at 0, a worker's. */
+static void test_import(void) {
+    memset(&rec, 0, sizeof rec);
+    ps_shard *s = NULL;
+    ps_shard_config cfg = {.ps_index = 0, .n_ps = 2, .shard_floats = N};
+    CHECK(ps_shard_new(&s, &cfg, NULL) == DT_OK);
+    if (!s) return;
+    shard_init_n(s, N, 1, 0, 2, 0, 0, 0, 0);
+    sparse_init_table(s, "adagrad", 1000);
+    uint64_t ids[3] = {0, 0, 0}, other = 0;
+    for (uint64_t id = 0, k = 0; k < 3; id++)
+        if (dt_row_ps(TABLE, id, 2) == 0) ids[k++] = id;
+    while (dt_row_ps(TABLE, other, 2) != 1) other++;
+    static float rows[3][ROW];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < DIM; j++) rows[i][j] = (float)(10 * i + j), rows[i][DIM + j] = 0.5f + (float)i;
+    simport(s, DT_ROLE_CHIEF, ids, rows[0], 3, DT_LAZY_ADAGRAD);
+    CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_OK);
+    spull(s, 1, 1, ids, 3, 0, DT_ENC_FP32, 0);
+    const float want[3 * DIM] = {0, 1, 2, 10, 11, 12, 20, 21, 22};
+    CHECK(rows_are(want, 3, 0));
+    rec_capture = capture_page, got.n = 0;
+    CHECK(walk(s, 100, DT_LAZY_ADAGRAD) == 1 && got.n == 3);
+    for (size_t i = 0; i < got.n; i++)
+        for (int k = 0; k < 3; k++)
+            if (got.ids[i] == ids[k]) CHECK(!memcmp(got.rows[i], rows[k], sizeof rows[k]));
+    rec_capture = NULL;
+    uint64_t bad_ids[2] = {ids[0], other};
+    simport(s, DT_ROLE_CHIEF, bad_ids, rows[0], 2, DT_LAZY_ADAGRAD);
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "SPARSE_IMPORT: id");
+    CHECK_CONTAINS(last()->text, "belongs to ps 1 of 2 (dt_row_ps), not to this ps 0");
+    simport(s, DT_ROLE_CHIEF, ids, rows[0], 1, DT_LAZY_ADAM);
+    CHECK_CONTAINS(last()->text, "trained by adam, but the table's optimizer is adagrad");
+    rows[1][2] = INFINITY;
+    simport(s, DT_ROLE_CHIEF, ids, rows[0], 3, DT_LAZY_ADAGRAD);
+    CHECK_CONTAINS(last()->text, "row 1 (id");
+    CHECK_CONTAINS(last()->text, "values 0, value 2, inf is not finite");
+    rows[1][2] = 12, rows[2][DIM] = 0;
+    simport(s, DT_ROLE_CHIEF, ids, rows[0], 3, DT_LAZY_ADAGRAD);
+    CHECK_CONTAINS(last()->text, "optimizer slot 0, value 0, 0 must be > 0");
+    simport(s, DT_ROLE_WORKER, ids, rows[0], 1, DT_LAZY_ADAGRAD);
+    CHECK(last()->h.status == DT_WIRE_E_ROLE);
+    sexport(s, 0, 10, DT_LAZY_ADAGRAD, DIM + 1);
+    CHECK_CONTAINS(last()->text, "the table's dim is 3");
+    spull(s, 1, 1, ids, 3, 0, DT_ENC_FP32, 0); /* nothing changed */
+    CHECK(rows_are(want, 3, 0));
+    shard_done(s);
+}
+
 /* ---- Seeds for fuzz/fuzz_sparse.c (--write-corpus DIR) ---------------------------------------- */
 
 static int write_seed(const char *dir, const char *name, uint8_t sel, dt_wire_header *h, const uint8_t *payload,
@@ -349,6 +519,24 @@ static int write_seed(const char *dir, const char *name, uint8_t sel, dt_wire_he
     if (f) bad |= fclose(f) != 0;
     if (bad) fprintf(stderr, "test_shard_sparse: cannot write %s\n", path);
     return bad;
+}
+
+/* Checkpoints' messages for the fuzz target's tables: an export page of table 0 (Adagrad, dim 2) from
+ * the start, and an import of two FTRL rows of table 1 (dim 4: values, n, z). */
+static int write_ckpt_seeds(const char *dir) {
+    dt_wire_header h = dt_wire_header_make(DT_MSG_SPARSE_EXPORT, DT_ROLE_CHIEF, 0, 9);
+    h.sparse.table = 0, h.sparse.ids = 3, h.sparse.dim = 2, h.opt_kind = DT_LAZY_ADAGRAD, h.opt_slots = 1;
+    int bad = write_seed(dir, "export", 2, &h, NULL, 0);
+    uint8_t p[2 * 8 + 2 * 12 * 4];
+    const uint64_t ids[2] = {3, 8};
+    put_ids(p, ids, 2);
+    for (int i = 0; i < 24; i++) {
+        float v = i % 12 < 4 ? 0.5f * (float)(i - 6) : i % 12 < 8 ? 0.1f * (float)i : -0.25f;
+        memcpy(p + 16 + 4 * i, &v, 4);
+    }
+    h = dt_wire_header_make(DT_MSG_SPARSE_IMPORT, DT_ROLE_CHIEF, 0, 9);
+    h.sparse.table = 1, h.sparse.ids = 2, h.sparse.dim = 4, h.opt_kind = DT_LAZY_FTRL, h.opt_slots = 2;
+    return bad | write_seed(dir, "import", 4, &h, p, sizeof p);
 }
 
 /* The fuzz target's shard has tables 0 (dim 2) and 1 (dim 4); the selector: bit 0 sync, bit 1
@@ -390,7 +578,7 @@ static int write_corpus(const char *dir) {
     h = dt_wire_header_make(DT_MSG_SPARSE_ROWS, DT_ROLE_PS, 0, 9);
     h.sparse.table = 0, h.sparse.ids = 2, h.sparse.dim = 2;
     bad |= write_seed(dir, "rows", 0, &h, p + 32, 16);
-    return bad;
+    return bad | write_ckpt_seeds(dir);
 }
 
 int main(int argc, char **argv) {
@@ -402,5 +590,7 @@ int main(int argc, char **argv) {
     RUN(test_deferred_pulls);
     RUN(test_hostile);
     RUN(test_ownership);
+    RUN(test_export_pages);
+    RUN(test_import);
     return test_summary();
 }

@@ -257,6 +257,28 @@ static void test_export_rehash(void) {
     for (int p = 0; p < TO; p++) dt_table_free(dst[p]);
 }
 
+/* The layout (what an export walk checks) moves when rows move in the index: it grew, or a row was
+ * evicted; not when rows are created in place, updated or read. */
+static void test_layout(void) {
+    dt_table_config c = config(20000, 0, 0, "sgd");
+    dt_table *t = table_new(&c);
+    const uint64_t l0 = dt_table_layout(t);
+    update(t, 1, 1.0f);
+    float out[DIM];
+    dt_table_read(t, 1, out);
+    CHECK(dt_table_layout(t) == l0);
+    for (uint64_t id = 2; id < 5000; id++) update(t, id, 1.0f); /* past 80% of the first index: it grows */
+    const uint64_t l1 = dt_table_layout(t);
+    CHECK(l1 != l0);
+    dt_table_config small = config(2, 0, 0, "sgd");
+    dt_table *u = table_new(&small);
+    update(u, 1, 1.0f), update(u, 2, 1.0f);
+    const uint64_t before = dt_table_layout(u);
+    update(u, 3, 1.0f); /* full: the least recently used row goes */
+    CHECK(dt_table_layout(u) != before && row_is(u, 1, 0) && row_is(u, 3, 1));
+    dt_table_free(t), dt_table_free(u);
+}
+
 int main(void) {
     RUN(test_init_deterministic);
     RUN(test_admission);
@@ -264,5 +286,6 @@ int main(void) {
     RUN(test_memory_bounded);
     RUN(test_config_refused);
     RUN(test_export_rehash);
+    RUN(test_layout);
     return test_summary();
 }

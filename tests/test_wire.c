@@ -8,6 +8,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <math.h>
+
+#include "compute/lazy_optim.h"
 #include "core/clock.h"
 #include "io/bytes.h"
 #include "test.h"
@@ -51,8 +54,9 @@ static dt_wire_header sample(uint8_t type) {
         h.sparse.table = type == DT_MSG_SPARSE_INIT ? 0 : 3;
         h.sparse.ids = type == DT_MSG_SPARSE_INIT ? 2 : 10;
         h.sparse.dim = type == DT_MSG_SPARSE_INIT ? 0 : 4;
-        h.encoding = type == DT_MSG_SPARSE_INIT ? 0 : DT_ENC_BF16;
+        h.encoding = type == DT_MSG_SPARSE_INIT || type >= DT_MSG_SPARSE_EXPORT ? 0 : DT_ENC_BF16;
         if (type == DT_MSG_SPARSE_PUSH) h.flags = DT_WIRE_F_SYNC, h.chunk = 1, h.chunks = 3;
+        if (type >= DT_MSG_SPARSE_EXPORT) h.opt_kind = DT_LAZY_ADAM, h.opt_slots = 2; /* rows with their slots */
         h.payload_bytes = dt_wire_sparse_bytes(&h);
     }
     return h;
@@ -643,6 +647,104 @@ static int write_corpus(const char *dir) {
            write_seed_with(dir, "type03_piecewise", 1, &init, sizeof data, data);
 }
 
+/* A table's rows with their slots (SPARSE_EXPORT, SPARSE_PAGE, SPARSE_IMPORT): the header's bounds,
+ * each named, counting the slots in the floats; the payload's size; and a page's rows checked one by
+ * one: ids below the table's rows, values finite, the slots an optimizer only grows within range. */
+static dt_wire_header rows_header(uint8_t type, uint64_t ids, uint64_t dim, uint8_t kind) {
+    dt_wire_header h = dt_wire_header_make((dt_msg_type)type, type == DT_MSG_SPARSE_PAGE ? DT_ROLE_PS : DT_ROLE_CHIEF,
+                                           0, 5);
+    h.sparse.table = 2, h.sparse.ids = ids, h.sparse.dim = dim;
+    h.opt_kind = kind, h.opt_slots = (uint8_t)dt_lazy_slots((dt_lazy_kind)kind);
+    h.payload_bytes = dt_wire_sparse_bytes(&h);
+    return h;
+}
+
+static int rows_decode_fails(const dt_wire_header *h, const char *needle) {
+    uint8_t b[DT_WIRE_HEADER_SIZE];
+    dt_wire_header d;
+    dt_error e = {0};
+    dt_wire_encode(b, h);
+    int rc = dt_wire_decode(&d, b, sizeof b, &e);
+    CHECK_CONTAINS(e.msg, needle);
+    return rc == DT_EFORMAT;
+}
+
+static void test_sparse_rows_headers(void) {
+    dt_wire_header h = rows_header(DT_MSG_SPARSE_EXPORT, 100, 4, DT_LAZY_ADAGRAD);
+    CHECK(h.payload_bytes == 0);
+    h.sparse.ids = 0;
+    CHECK(rows_decode_fails(&h, "DT_WIRE_MAX_SPARSE_IDS"));
+    h = rows_header(DT_MSG_SPARSE_PAGE, 0, 4, DT_LAZY_ADAGRAD); /* a page may be empty: no row left */
+    uint8_t b[DT_WIRE_HEADER_SIZE];
+    dt_wire_header d;
+    dt_error e = {0};
+    dt_wire_encode(b, &h);
+    CHECK(dt_wire_decode(&d, b, sizeof b, &e) == DT_OK && d.sparse.ids == 0);
+    h = rows_header(DT_MSG_SPARSE_IMPORT, 3, 2, DT_LAZY_FTRL);
+    CHECK(h.payload_bytes == 3 * 8 + 3 * 2 * 3 * 4);
+    /* 2^20 floats with the slots: 65536 ids of dim 16 alone would fit, not with FTRL's two slots */
+    h.sparse.ids = 65536, h.sparse.dim = 16;
+    CHECK(rows_decode_fails(&h, "with their optimizer slots are 3145728 floats"));
+    h = rows_header(DT_MSG_SPARSE_IMPORT, 3, 2, DT_LAZY_FTRL);
+    h.opt_slots = 1;
+    CHECK(rows_decode_fails(&h, "table optimizer 2 with 1 slots"));
+    h.opt_kind = DT_LAZY_KINDS, h.opt_slots = 0;
+    CHECK(rows_decode_fails(&h, "table optimizer 4"));
+    h = rows_header(DT_MSG_SPARSE_IMPORT, 3, 2, DT_LAZY_FTRL);
+    h.encoding = DT_ENC_BF16; /* float32 only */
+    CHECK(rows_decode_fails(&h, "encoding 1 on a message without one"));
+    h = rows_header(DT_MSG_SPARSE_IMPORT, 3, 2, DT_LAZY_FTRL);
+    h.payload_bytes += 4;
+    CHECK(dt_wire_check_payload(&h, 1, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "expected 96");
+    CHECK(dt_wire_sparse_max_frame() >= 8 * (uint64_t)DT_WIRE_MAX_SPARSE_IDS + 4 * (uint64_t)DT_WIRE_MAX_SPARSE_FLOATS);
+    CHECK(dt_wire_rows_per_msg(16, 2) == DT_WIRE_MAX_SPARSE_FLOATS / 48 && dt_wire_rows_per_msg(1, 0) == 65536);
+}
+
+/* A page of three Adam rows of dim 2 (ids 7, 0, 9): values, m, v. */
+static void make_page(uint8_t *p, const float *rows) {
+    const uint64_t ids[3] = {7, 0, 9};
+    for (int i = 0; i < 3; i++) dt_put_u64(p + 8 * i, ids[i]);
+    for (int i = 0; i < 18; i++) dt_put_f32(p + 24 + 4 * i, rows[i]);
+}
+
+static void test_sparse_rows_payload(void) {
+    float rows[18] = {1, 2, 0.1f, 0.2f, 0.01f, 0.02f, -1, -2, -0.1f, 0, 0, 0, 3, 4, 0.3f, 0.4f, 0.5f, 0.6f};
+    uint8_t p[24 + 72];
+    dt_wire_header h = rows_header(DT_MSG_SPARSE_PAGE, 3, 2, DT_LAZY_ADAM);
+    make_page(p, rows);
+    dt_wire_rows r;
+    dt_error e = {0};
+    CHECK(dt_wire_rows_check(&r, &h, p, sizeof p, 10, &e) == DT_OK);
+    float got[6];
+    dt_wire_rows_get(&r, 2, got);
+    CHECK(r.n == 3 && dt_wire_rows_id(&r, 2) == 9 && !memcmp(got, rows + 12, sizeof got));
+    CHECK(dt_wire_rows_check(&r, &h, p, sizeof p, 9, &e) == DT_EFORMAT); /* id 9 of a table of 9 rows */
+    CHECK_CONTAINS(e.msg, "row 2: id 9 of table 2, beyond the table's 9 rows");
+    CHECK(dt_wire_rows_check(&r, &h, p, sizeof p - 1, 0, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "expected 96");
+    rows[3] = NAN;
+    make_page(p, rows);
+    CHECK(dt_wire_rows_check(&r, &h, p, sizeof p, 0, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "row 0 (id 7 of table 2): optimizer slot 0, value 1, nan is not finite");
+    rows[3] = 0.2f, rows[11] = -1e-9f; /* Adam's v below 0 */
+    make_page(p, rows);
+    CHECK(dt_wire_rows_check(&r, &h, p, sizeof p, 0, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "row 1 (id 0 of table 2): optimizer slot 1, value 1, -1e-09 must be >= 0");
+    rows[11] = 0; /* Adagrad's accumulator must stay above 0 */
+    dt_wire_header a = rows_header(DT_MSG_SPARSE_IMPORT, 3, 2, DT_LAZY_ADAGRAD);
+    uint8_t q[24 + 48];
+    memcpy(q, p, 24);
+    const float ag[12] = {1, 2, 0.1f, 0.1f, 1, 2, 0.1f, 0, 1, 2, 0.1f, 0.1f};
+    for (int i = 0; i < 12; i++) dt_put_f32(q + 24 + 4 * i, ag[i]);
+    CHECK(dt_wire_rows_check(&r, &a, q, sizeof q, 0, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "row 1 (id 0 of table 2): optimizer slot 0, value 1, 0 must be > 0");
+    make_page(p, rows);
+    CHECK(dt_wire_rows_check(&r, &h, p, sizeof p, 0, &e) == DT_OK);
+    dt_wire_header x = rows_header(DT_MSG_SPARSE_EXPORT, 3, 2, DT_LAZY_ADAM);
+    CHECK(dt_wire_rows_check(&r, &x, NULL, 0, 0, &e) == DT_EFORMAT); /* a request carries no rows */
+}
+
 /* The work coordinator's messages (docs/elastic.md): JOIN on WORK_ASK only, WORK_DONE's third
  * counter zero, WORK_STATE's payload at most the coordinator's largest state (ps 0's frames are
  * that large), and none on the others. */
@@ -769,9 +871,33 @@ static void test_chunk_cut(void) {
         }
 }
 
+/* `test_wire --write-rows-corpus DIR` writes fuzz/corpus/sparse_rows (fuzz/fuzz_sparse_rows.c): a
+ * page of Adam rows for a table of 1000 rows (selector 2), an empty page, an Adagrad import (any id),
+ * an FTRL page whose id is beyond a table of 1 row (selector 1: refused). */
+static int write_rows_corpus(const char *dir) {
+    float rows[18] = {1, 2, 0.1f, 0.2f, 0.01f, 0.02f, -1, -2, -0.1f, 0, 0, 0, 3, 4, 0.3f, 0.4f, 0.5f, 0.6f};
+    uint8_t p[24 + 72];
+    make_page(p, rows);
+    dt_wire_header h = rows_header(DT_MSG_SPARSE_PAGE, 3, 2, DT_LAZY_ADAM);
+    int bad = write_seed_with(dir, "page_adam", 2, &h, 96, p);
+    h = rows_header(DT_MSG_SPARSE_PAGE, 0, 4, DT_LAZY_SGD);
+    bad |= write_seed_with(dir, "page_empty", 0, &h, 0, p);
+    h = rows_header(DT_MSG_SPARSE_IMPORT, 4, 3, DT_LAZY_ADAGRAD); /* 4 x (8 + 24) = 128 bytes: 4 rows of 6 floats */
+    uint8_t q[128];
+    for (int i = 0; i < 4; i++) dt_put_u64(q + 8 * i, (uint64_t)i * 1000003);
+    for (int i = 0; i < 24; i++) dt_put_f32(q + 32 + 4 * i, i % 6 < 3 ? (float)i - 10.0f : 0.1f + (float)i);
+    bad |= write_seed_with(dir, "import_adagrad", 0, &h, sizeof q, q);
+    h = rows_header(DT_MSG_SPARSE_PAGE, 2, 2, DT_LAZY_FTRL); /* 2 x (8 + 24) = 64 bytes */
+    bad |= write_seed_with(dir, "page_ftrl_beyond", 1, &h, 64, q);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-corpus")) return write_corpus(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--write-rows-corpus")) return write_rows_corpus(argv[2]);
     RUN(test_work_messages);
+    RUN(test_sparse_rows_headers);
+    RUN(test_sparse_rows_payload);
     RUN(test_round_trip_every_type);
     RUN(test_byte_layout);
     RUN(test_named_fields);

@@ -1,5 +1,6 @@
 /* dtrain inspect: what a file holds, without a cluster or data.
- *   a checkpoint (safetensors): global step, every tensor's dtype, shape and value range, metadata;
+ *   a checkpoint (safetensors): global step, every tensor's dtype, shape and value range, a
+ *   click-log model's embedding tables (rows, dim, optimizer, slots, rows trained), metadata;
  *   an event file: every record (offset, wall time, step, file version or scalars);
  *   a log folder: its index, then the newest good checkpoint;
  *   a model file (text): its size and the net's execution plans, training's and evaluation's. */
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "compute/lazy_optim.h"
 #include "core/error.h"
 #include "supervisor/checkpoint.h"
 #include "supervisor/ckpt_index.h"
@@ -20,6 +22,7 @@
 #include "io/fsutil.h"
 #include "io/safetensors.h"
 #include "model/net.h"
+#include "model/spec.h"
 
 static void print_indented(const char *text) {
     while (*text) {
@@ -28,6 +31,77 @@ static void print_indented(const char *text) {
         text += l;
         if (*text) text++;
     }
+}
+
+/* Rows of a table [rows, dim] whose slots have moved from a new row's (an update touched them):
+ * slot tensors slot[n_slots] read together, piece by piece (what is held does not grow with the
+ * table); init[k]: slot k's initial value. -1 on error. */
+static int64_t rows_trained(const dt_st_file *f, const dt_st_info *const *slot, int n_slots, const float *init,
+                            int64_t rows, int64_t dim, dt_error *err) {
+    enum { CHUNK = 16384 };
+    static float buf[DT_LAZY_MAX_SLOTS][CHUNK];
+    const int64_t per = CHUNK / dim; /* rows a piece: dim <= 1024 */
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; r += per) {
+        const int64_t m = rows - r < per ? rows - r : per;
+        for (int k = 0; k < n_slots; k++)
+            if (dt_st_read_part(f, slot[k], (uint64_t)(r * dim) * 4, buf[k], (size_t)(m * dim) * 4, err)) return -1;
+        for (int64_t i = 0; i < m; i++) {
+            int moved = 0;
+            for (int k = 0; k < n_slots && !moved; k++)
+                for (int64_t j = 0; j < dim && !moved; j++) moved = buf[k][i * dim + j] != init[k];
+            n += moved;
+        }
+    }
+    return n;
+}
+
+/* A click-log model's embedding tables (its model text says which tensors they are): rows, dim, the
+ * tables' optimizer and its slots, and how many rows an update touched. */
+static void list_tables(const dt_st_file *f, const char *path, dt_error *err) {
+    const char *text = dt_ckpt_model_text(f);
+    dt_ckpt_info info;
+    dt_model_spec spec;
+    dt_net *net = NULL;
+    if (!text || dt_ckpt_read_info(f, path, &info, NULL) || dt_model_spec_parse(&spec, text, strlen(text), path, NULL))
+        return;
+    int built = dt_net_build_compact(&net, &spec, 1, NULL) == 0; /* blocks of one row: the views' names and dims */
+    dt_model_spec_free(&spec);
+    if (!built || !dt_net_num_tables(net)) {
+        dt_net_free(net);
+        return;
+    }
+    dt_lazy_config opt = {0};
+    int known = info.table_optimizer[0] && dt_lazy_config_init(&opt, info.table_optimizer, 1.0f, NULL) == 0;
+    opt.initial_accumulator = info.table_initial_accumulator;
+    printf("tables: %d; optimizer %s", dt_net_num_tables(net), known ? info.table_optimizer : "not recorded");
+    if (known) printf(", learning rate %g", (double)info.table_learning_rate);
+    printf("; rows trained: rows whose optimizer slots moved from a new row's\n");
+    for (int t = 0; t < dt_net_num_tables(net); t++) {
+        dt_table_grad g;
+        dt_net_table_grad(net, t, &g);
+        const char *name = dt_net_view(net, g.view)->name;
+        const int64_t rows = dt_net_table_rows(net, t);
+        const int slots = known ? dt_lazy_slots(opt.kind) : 0;
+        const dt_st_info *slot[DT_LAZY_MAX_SLOTS];
+        float init[DT_LAZY_MAX_SLOTS * 1];
+        dt_lazy_init_slots(&opt, init, 1);
+        printf("  %-30s %lld rows x dim %d", name, (long long)rows, g.dim);
+        const dt_st_info *values = dt_st_find(f, name);
+        int have = values && values->count == (uint64_t)rows * (uint64_t)g.dim;
+        for (int k = 0; k < slots; k++) {
+            char sn[96];
+            snprintf(sn, sizeof sn, "%s/%s", name, dt_ckpt_table_slot_name(opt.kind, k));
+            slot[k] = dt_st_find(f, sn);
+            have &= slot[k] && slot[k]->dtype == DT_ST_F32 && slot[k]->count == (uint64_t)rows * (uint64_t)g.dim;
+            printf("%s%s", k ? ", " : ", slots ", dt_ckpt_table_slot_name(opt.kind, k));
+        }
+        int64_t trained = have && slots ? rows_trained(f, slot, slots, init, rows, g.dim, err) : -1;
+        if (!have) printf(": not in the checkpoint in this shape\n");
+        else if (trained >= 0) printf(": %lld rows trained\n", (long long)trained);
+        else printf("%s\n", slots ? ": (could not read the slots)" : "");
+    }
+    dt_net_free(net);
 }
 
 static void list_checkpoint(const dt_st_file *f, const char *path, dt_error *err) {
@@ -70,6 +144,7 @@ static void list_checkpoint(const dt_st_file *f, const char *path, dt_error *err
         }
         printf("\n");
     }
+    list_tables(f, path, err);
     if (dt_st_num_meta(f)) printf("metadata:\n");
     for (int i = 0; i < dt_st_num_meta(f); i++) {
         const char *key, *value;
@@ -177,7 +252,8 @@ int cmd_inspect(int argc, char **argv) {
     if (argc == 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
         printf("usage: dtrain inspect FILE\n\n"
                "FILE is a checkpoint (model.ckpt-<step>.safetensors: global step, tensors with dtype,\n"
-               "shape and value range, metadata), a TensorBoard event file (every record: offset,\n"
+               "shape and value range, a click-log model's embedding tables with their rows, dim,\n"
+               "optimizer slots and rows trained, metadata), a TensorBoard event file (every record: offset,\n"
                "wall time, step, values), a log folder (its checkpoint index and newest checkpoint) or\n"
                "a model file (its layers and parameters, and the steps training and evaluation run:\n"
                "one layer, or two run as one, such as batchnorm+relu or a conv2d with its batch norm folded in).\n"

@@ -30,7 +30,7 @@ int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
             break;
         }
         snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%016llx", path, (unsigned long long)r);
-        f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        f->fd = open(f->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         e = f->fd < 0 ? errno : 0;
     }
     if (f->fd < 0) {
@@ -50,6 +50,27 @@ int dt_atomic_write(dt_atomic_file *f, const void *data, size_t n, dt_error *err
         p += w;
         n -= (size_t)w;
     }
+    return 0;
+}
+
+int dt_atomic_pwrite(dt_atomic_file *f, const void *data, size_t n, uint64_t offset, dt_error *err) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = pwrite(f->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)offset);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0)
+            return dt_errorf(err, DT_EIO, "%s: write failed: %s", f->tmp, w < 0 ? strerror(errno) : "no progress");
+        p += w;
+        n -= (size_t)w;
+        offset += (uint64_t)w;
+    }
+    return 0;
+}
+
+int dt_atomic_resize(dt_atomic_file *f, uint64_t size, dt_error *err) {
+    if (ftruncate(f->fd, (off_t)size) != 0)
+        return dt_errorf(err, DT_EIO, "%s: cannot make it %llu bytes: %s", f->tmp, (unsigned long long)size,
+                         strerror(errno));
     return 0;
 }
 

@@ -23,6 +23,10 @@ typedef struct {
  * it exists): nothing planted in the folder in advance, a symbolic link included, is written through. */
 int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err);
 int dt_atomic_write(dt_atomic_file *f, const void *data, size_t n, dt_error *err);
+/* n bytes at offset (the file grows as needed); the file is open for reading too (dt_pread_full). */
+int dt_atomic_pwrite(dt_atomic_file *f, const void *data, size_t n, uint64_t offset, dt_error *err);
+/* The file made exactly size bytes long (a part never written reads as zeros). */
+int dt_atomic_resize(dt_atomic_file *f, uint64_t size, dt_error *err);
 /* fsync, close, rename over path, fsync the folder. On any failure the temporary file is removed
  * and path is untouched. */
 int dt_atomic_commit(dt_atomic_file *f, dt_error *err);

@@ -102,11 +102,14 @@ static int build_header(json_t **out, const char *path, const dt_st_tensor *t, i
     return 0;
 }
 
-int dt_st_write(const char *path, const dt_st_tensor *t, int n, const dt_st_meta *meta, int n_meta, dt_error *err) {
+/* The arguments describe a file: names unique, known dtypes, sizes within DT_ST_MAX_FILE, data for
+ * every tensor that has bytes unless deferred (data NULL allowed), metadata keys unique and not the
+ * checksum's. *total: the data section's bytes. */
+static int check_args(const char *path, const dt_st_tensor *t, int n, const dt_st_meta *meta, int n_meta,
+                      int deferred_ok, uint64_t *total, dt_error *err) {
     if (n < 0 || n_meta < 0 || (n && !t) || (n_meta && !meta))
         return dt_errorf(err, DT_EINVAL, "%s: bad tensor or metadata list", path);
-    /* Validate the arguments first: the header must describe exactly the bytes that follow. */
-    uint64_t total = 0;
+    *total = 0;
     for (int i = 0; i < n; i++) {
         const char *name = t[i].name;
         if (!name || !name[0] || strlen(name) > DT_ST_MAX_NAME || strcmp(name, "__metadata__") == 0)
@@ -121,11 +124,11 @@ int dt_st_write(const char *path, const dt_st_tensor *t, int n, const dt_st_meta
                              t[i].ndim, DT_ST_MAX_DIMS);
         uint64_t count = 0, nbytes = 0;
         if (!shape_bytes(t[i].shape, t[i].ndim, dtypes[t[i].dtype].size, &count, &nbytes) ||
-            nbytes > DT_ST_MAX_FILE || total + nbytes > DT_ST_MAX_FILE)
+            nbytes > DT_ST_MAX_FILE || *total + nbytes > DT_ST_MAX_FILE)
             return dt_errorf(err, DT_EINVAL, "%s: tensor \"%.64s\": negative or too large shape", path, name);
-        if (nbytes && !t[i].data)
+        if (nbytes && !t[i].data && !deferred_ok)
             return dt_errorf(err, DT_EINVAL, "%s: tensor \"%.64s\": no data", path, name);
-        total += nbytes;
+        *total += nbytes;
     }
     for (int i = 0; i < n_meta; i++) {
         if (!meta[i].key || !meta[i].value || !meta[i].key[0] || strlen(meta[i].key) > DT_ST_MAX_NAME)
@@ -137,13 +140,13 @@ int dt_st_write(const char *path, const dt_st_tensor *t, int n, const dt_st_meta
             if (strcmp(meta[j].key, meta[i].key) == 0)
                 return dt_errorf(err, DT_EINVAL, "%s: metadata \"%.64s\" given twice", path, meta[i].key);
     }
+    return 0;
+}
 
-    uint32_t crc = 0;
-    for (int i = 0; i < n; i++) {
-        uint64_t count = 0, nbytes = 0;
-        shape_bytes(t[i].shape, t[i].ndim, dtypes[t[i].dtype].size, &count, &nbytes);
-        crc = dt_crc32c(crc, t[i].data, (size_t)nbytes);
-    }
+/* The 8-byte length and the JSON header padded with spaces to 8-byte alignment, the checksum crc in
+ * it (8 hex digits: the same length whatever crc is), into *out (malloc'd), *len. */
+static int make_header(uint8_t **out, size_t *len, const char *path, const dt_st_tensor *t, int n,
+                       const dt_st_meta *meta, int n_meta, uint32_t crc, dt_error *err) {
     json_t *root = NULL;
     int rc = build_header(&root, path, t, n, meta, n_meta, crc, err);
     if (rc) return rc;
@@ -165,19 +168,135 @@ int dt_st_write(const char *path, const dt_st_tensor *t, int n, const dt_st_meta
     memcpy(head + 8, json, jn);
     memset(head + 8 + jn, ' ', hn - jn);
     free(json);
+    *out = head, *len = 8 + hn;
+    return 0;
+}
 
+struct dt_st_writer {
     dt_atomic_file af;
-    rc = dt_atomic_open(&af, path, err);
-    if (!rc) rc = dt_atomic_write(&af, head, 8 + hn, err);
-    free(head);
-    for (int i = 0; i < n && !rc; i++) {
-        uint64_t count = 0, nbytes = 0;
-        shape_bytes(t[i].shape, t[i].ndim, dtypes[t[i].dtype].size, &count, &nbytes);
-        rc = dt_atomic_write(&af, t[i].data, (size_t)nbytes, err);
+    dt_st_tensor *t;          /* a copy of the list (names and data not owned) */
+    int n, n_meta;
+    dt_st_meta *meta;
+    uint64_t *offset, *nbytes; /* [n] each tensor's place in the data section */
+    uint64_t data_at;         /* the data section's offset in the file */
+    int recompute;            /* the checksum must be read back from the file at commit */
+};
+
+void dt_st_writer_abort(dt_st_writer *w) {
+    if (!w) return;
+    dt_atomic_abort(&w->af);
+    free(w->t), free(w->meta), free(w->offset), free(w->nbytes);
+    free(w);
+}
+
+/* The tensors' places and the checksum of what is in memory (when nothing is deferred). */
+static uint32_t writer_layout(dt_st_writer *w) {
+    uint32_t crc = 0;
+    uint64_t at = 0, count;
+    for (int i = 0; i < w->n; i++) {
+        shape_bytes(w->t[i].shape, w->t[i].ndim, dtypes[w->t[i].dtype].size, &count, &w->nbytes[i]);
+        w->offset[i] = at;
+        at += w->nbytes[i];
+        if (w->nbytes[i] && !w->t[i].data) w->recompute = 1;
+        else if (!w->recompute) crc = dt_crc32c(crc, w->t[i].data, (size_t)w->nbytes[i]);
     }
-    if (!rc) return dt_atomic_commit(&af, err);
-    dt_atomic_abort(&af);
+    return crc;
+}
+
+int dt_st_writer_begin(dt_st_writer **out, const char *path, const dt_st_tensor *t, int n, const dt_st_meta *meta,
+                       int n_meta, dt_error *err) {
+    *out = NULL;
+    uint64_t total = 0;
+    int rc = check_args(path, t, n, meta, n_meta, 1, &total, err);
+    if (rc) return rc;
+    dt_st_writer *w = dt_calloc(1, sizeof *w, "safetensors writer", err);
+    if (!w) return DT_ENOMEM;
+    w->af.fd = -1;
+    w->n = n, w->n_meta = n_meta;
+    w->t = dt_calloc((size_t)n + 1, sizeof *w->t, "safetensors writer", err);
+    w->meta = dt_calloc((size_t)n_meta + 1, sizeof *w->meta, "safetensors writer", err);
+    w->offset = dt_calloc((size_t)n + 1, sizeof *w->offset, "safetensors writer", err);
+    w->nbytes = dt_calloc((size_t)n + 1, sizeof *w->nbytes, "safetensors writer", err);
+    if (!w->t || !w->meta || !w->offset || !w->nbytes) {
+        dt_st_writer_abort(w);
+        return DT_ENOMEM;
+    }
+    if (n) memcpy(w->t, t, (size_t)n * sizeof *t);
+    if (n_meta) memcpy(w->meta, meta, (size_t)n_meta * sizeof *meta);
+    uint32_t crc = writer_layout(w);
+    uint8_t *head = NULL;
+    size_t head_len = 0;
+    rc = make_header(&head, &head_len, path, w->t, n, w->meta, n_meta, w->recompute ? 0 : crc, err);
+    if (!rc) rc = dt_atomic_open(&w->af, path, err);
+    w->data_at = head_len;
+    /* every byte written through pwrite at its place; deferred tensors are holes (zeros) until put */
+    if (!rc) rc = dt_atomic_pwrite(&w->af, head, head_len, 0, err);
+    if (!rc) rc = dt_atomic_resize(&w->af, head_len + total, err);
+    for (int i = 0; i < n && !rc; i++)
+        if (w->nbytes[i] && w->t[i].data)
+            rc = dt_atomic_pwrite(&w->af, w->t[i].data, (size_t)w->nbytes[i], w->data_at + w->offset[i], err);
+    free(head);
+    if (rc) {
+        dt_st_writer_abort(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+int dt_st_writer_put(dt_st_writer *w, int tensor, uint64_t offset, const void *data, size_t n, dt_error *err) {
+    if (tensor < 0 || tensor >= w->n || offset > w->nbytes[tensor] || n > w->nbytes[tensor] - offset)
+        return dt_errorf(err, DT_EINVAL, "%s: %zu bytes at %llu of tensor %d are beyond it", w->af.path, n,
+                         (unsigned long long)offset, tensor);
+    w->recompute = 1;
+    return dt_atomic_pwrite(&w->af, data, n, w->data_at + w->offset[tensor] + offset, err);
+}
+
+/* The CRC-32C of the data section as the temporary file holds it, read 1 MiB at a time. */
+static int read_back_crc(dt_st_writer *w, uint32_t *crc, dt_error *err) {
+    enum { PIECE = 1 << 20 };
+    uint8_t *buf = dt_malloc(PIECE, "checksum buffer", err);
+    if (!buf) return DT_ENOMEM;
+    uint64_t total = w->n ? w->offset[w->n - 1] + w->nbytes[w->n - 1] : 0;
+    *crc = 0;
+    int rc = 0;
+    for (uint64_t at = 0; at < total && !rc; at += PIECE) {
+        size_t m = total - at < PIECE ? (size_t)(total - at) : PIECE;
+        if (dt_pread_full(w->af.fd, buf, m, w->data_at + at))
+            rc = dt_errorf(err, DT_EIO, "%s: cannot read back %zu bytes at %llu", w->af.tmp, m,
+                           (unsigned long long)(w->data_at + at));
+        else
+            *crc = dt_crc32c(*crc, buf, m);
+    }
+    free(buf);
     return rc;
+}
+
+int dt_st_writer_commit(dt_st_writer *w, dt_error *err) {
+    int rc = 0;
+    if (w->recompute) {
+        uint32_t crc;
+        uint8_t *head = NULL;
+        size_t head_len = 0;
+        rc = read_back_crc(w, &crc, err);
+        if (!rc) rc = make_header(&head, &head_len, w->af.path, w->t, w->n, w->meta, w->n_meta, crc, err);
+        if (!rc && head_len != w->data_at)
+            rc = dt_errorf(err, DT_EINVAL, "%s: the header changed length (%zu, was %llu)", w->af.path, head_len,
+                           (unsigned long long)w->data_at);
+        if (!rc) rc = dt_atomic_pwrite(&w->af, head, head_len, 0, err);
+        free(head);
+    }
+    if (!rc) rc = dt_atomic_commit(&w->af, err);
+    dt_st_writer_abort(w); /* after a commit: only frees */
+    return rc;
+}
+
+int dt_st_write(const char *path, const dt_st_tensor *t, int n, const dt_st_meta *meta, int n_meta, dt_error *err) {
+    uint64_t total;
+    int rc = check_args(path, t, n, meta, n_meta, 0, &total, err);
+    dt_st_writer *w = NULL;
+    if (!rc) rc = dt_st_writer_begin(&w, path, t, n, meta, n_meta, err);
+    return rc ? rc : dt_st_writer_commit(w, err);
 }
 
 /* ---- Reader --------------------------------------------------------------------------------- */

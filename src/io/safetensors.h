@@ -49,6 +49,21 @@ typedef struct {
 int dt_st_write(const char *path, const dt_st_tensor *tensors, int n_tensors, const dt_st_meta *meta,
                 int n_meta, dt_error *err);
 
+/* The same in parts, for tensors too large to hold (a cluster's sparse tables, written as they come
+ * from the ps tasks): begin writes the header and every tensor whose data is given, and leaves each
+ * tensor with data NULL as zeros; put writes bytes anywhere in any tensor; commit reads the data
+ * section back once (1 MiB at a time) for the checksum, writes the header with it (the same length:
+ * 8 hex digits) and renames the file into place. Commit and abort free the writer; a failure at any
+ * point leaves path untouched and no temporary file (once aborted or failed to commit). */
+typedef struct dt_st_writer dt_st_writer;
+int dt_st_writer_begin(dt_st_writer **out, const char *path, const dt_st_tensor *tensors, int n_tensors,
+                       const dt_st_meta *meta, int n_meta, dt_error *err);
+/* n bytes at byte `offset` of tensor `tensor` (its index in the list given to begin); refuses a range
+ * beyond the tensor. */
+int dt_st_writer_put(dt_st_writer *w, int tensor, uint64_t offset, const void *data, size_t n, dt_error *err);
+int dt_st_writer_commit(dt_st_writer *w, dt_error *err);
+void dt_st_writer_abort(dt_st_writer *w);
+
 /* ---- Reading -------------------------------------------------------------------------------- */
 
 typedef struct {

@@ -756,6 +756,23 @@ const float *dt_net_forward_ctr(dt_net *net, const dt_ctr_batch *b, int training
 
 int dt_net_num_tables(const dt_net *net) { return net->n_tables; }
 
+int64_t dt_net_table_rows(const dt_net *net, int t) {
+    for (int i = 0, seen = 0; i < net->n_layers; i++) {
+        const emb_state *e = net->layers[i].emb;
+        if (!e) continue;
+        if (t >= seen && t < seen + e->n_tables) return e->buckets;
+        seen += e->n_tables;
+    }
+    return -1;
+}
+
+int dt_net_view_table(const dt_net *net, int view) {
+    if (view < 0 || view >= net->n_views || !net->views[view].table) return -1;
+    int t = 0;
+    for (int v = 0; v < view; v++) t += net->views[v].table != 0;
+    return t;
+}
+
 int dt_net_table_grad(const dt_net *net, int t, dt_table_grad *out) {
     memset(out, 0, sizeof *out);
     for (int i = 0, seen = 0; i < net->n_layers; i++) {

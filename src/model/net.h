@@ -138,6 +138,11 @@ typedef struct {
 } dt_table_grad;
 int dt_net_num_tables(const dt_net *net);
 int dt_net_table_grad(const dt_net *net, int t, dt_table_grad *out);
+/* The model's rows of table t (its buckets: [rows, dim] in one process, whatever a compact net's block
+ * holds); -1 without table t. */
+int64_t dt_net_table_rows(const dt_net *net, int t);
+/* The table (0..dt_net_num_tables-1) a view is, or -1. */
+int dt_net_view_table(const dt_net *net, int view);
 /* Clips the last backward's gradient to a global L2 norm of at most max_norm, as
  * dt_clip_global_norm over dt_net_grads does, but reading the tables' touched rows only (the table
  * rows dt_net_table_grad lists are scaled too). Returns the norm before clipping. */

@@ -189,6 +189,8 @@ void shard_on_sparse_init(const shard_req *r);
 void shard_on_sparse_pull(const shard_req *r);
 void shard_on_sparse_push(const shard_req *r);
 shard_table *shard_table_of(const shard_req *r);
+/* Every id of r's payload (ids first) is this ps's (dt_row_ps), or r is refused naming the first that is not. */
+int shard_ids_owned(const shard_req *r);
 void shard_sparse_serve(ps_shard *s, int64_t now, const ps_io *io);
 void shard_sparse_fail(ps_shard *s, const ps_io *io, int32_t status, const char *text);
 void shard_sparse_expire(ps_shard *s, int64_t now, const ps_io *io);
@@ -198,6 +200,10 @@ void shard_sparse_drop(ps_shard *s, const ps_io *io); /* every table, held push 
 void shard_sparse_free(ps_shard *s, const ps_io *io);  /* the same, deferred pulls unanswered; the scratch */
 void shard_sparse_stats(const ps_shard *s, ps_shard_stats *o);
 void shard_sparse_apply(ps_shard *s, dt_table *t, const dt_rowsum *sum, float divisor, int row_mean);
+
+/* shard_sparse_ckpt.c: a table's rows out (pages from a cursor) and in, for checkpoints */
+void shard_on_sparse_export(const shard_req *r);
+void shard_on_sparse_import(const shard_req *r);
 
 /* shard_sparse_sync.c */
 void shard_sparse_sync_push(const shard_req *r, shard_table *st, const uint8_t *ids, const float *rows);

@@ -146,6 +146,8 @@ static const shard_command commands[] = {
     {DT_MSG_SPARSE_INIT, NEED_CHIEF | NEED_READY | NEED_PAYLOAD, shard_on_sparse_init},
     {DT_MSG_SPARSE_PULL, NEED_READY | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_sparse_pull},
     {DT_MSG_SPARSE_PUSH, NEED_READY | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_sparse_push},
+    {DT_MSG_SPARSE_EXPORT, NEED_READY | NEED_PAYLOAD, shard_on_sparse_export},
+    {DT_MSG_SPARSE_IMPORT, NEED_CHIEF | NEED_READY | NEED_PAYLOAD, shard_on_sparse_import},
     {DT_MSG_WORK_ASK, NEED_WORKER, shard_on_work_ask},
     {DT_MSG_WORK_DONE, NEED_WORKER | STOPPED_WHEN_FAILED, shard_on_work_done},
     {DT_MSG_WORK_STATE, NEED_CHIEF | NEED_PAYLOAD, shard_on_work_state},

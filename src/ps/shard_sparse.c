@@ -42,7 +42,7 @@ shard_table *shard_table_of(const shard_req *r) {
 /* Every id of a SPARSE_PULL or SPARSE_PUSH is one whose home is this ps (docs/sparse.md,
  * "Placement"): a client that spreads rows otherwise (another ps count, another hash) would make
  * two ps tasks hold one row apart. 1 if so, else refused naming the first id that is not. */
-static int shard_ids_owned(const shard_req *r) {
+int shard_ids_owned(const shard_req *r) {
     const ps_shard *s = r->s;
     const dt_wire_header *h = r->h;
     if (s->cfg.n_ps <= 1) return 1;
@@ -84,10 +84,8 @@ static int table_from_record(const ps_shard *s, const uint8_t *rec, shard_table 
     dt_error e = {0};
     *out = NULL;
     if (dt_wire_table_decode(&w, rec, DT_WIRE_TABLE_BYTES, &e)) return snprintf(msg, len, "%.250s", e.msg), 1;
-    dt_table_config c = {.table = w.table, .dim = (int)w.dim, .opt = w.opt, .capacity = w.capacity,
-                         .min_count = w.min_count, .sketch_width = w.sketch_width,
-                         .expire_steps = (int64_t)w.expire_steps, .init = (dt_row_init)w.init_kind,
-                         .init_scale = w.init_scale, .seed = w.seed};
+    dt_table_config c;
+    dt_table_config_from_wire(&c, &w);
     shard_table *t = dt_calloc(1, sizeof *t, "ps table", NULL);
     if (!t || dt_table_new(&t->t, &c, &e) ||
         (s->aggregate && shard_table_accumulators(t, s->aggregate, s->staleness))) {

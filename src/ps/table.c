@@ -39,6 +39,7 @@ struct dt_table {
     uint8_t *sketch;          /* [SKETCH_DEPTH * width] or NULL (min_count <= 1) */
     uint64_t width, sketch_adds;
     int64_t step;
+    uint64_t layout;          /* counts the changes that move rows in the index (dt_table_layout) */
     dt_table_stats st;
     float *init;              /* [row_floats] scratch: a new row */
 };
@@ -140,6 +141,14 @@ int dt_table_new(dt_table **out, const dt_table_config *c, dt_error *err) {
 }
 
 const dt_table_config *dt_table_config_of(const dt_table *t) { return &t->c; }
+uint64_t dt_table_layout(const dt_table *t) { return t->layout; }
+
+void dt_table_config_from_wire(dt_table_config *c, const dt_wire_table *w) {
+    *c = (dt_table_config){.table = w->table, .dim = (int)w->dim, .opt = w->opt, .capacity = w->capacity,
+                           .min_count = w->min_count, .sketch_width = w->sketch_width,
+                           .expire_steps = (int64_t)w->expire_steps, .init = (dt_row_init)w->init_kind,
+                           .init_scale = w->init_scale, .seed = w->seed};
+}
 int64_t dt_table_step(const dt_table *t) { return t->step; }
 void dt_table_set_step(dt_table *t, int64_t step) { t->step = step; }
 void dt_table_get_stats(const dt_table *t, dt_table_stats *out) { *out = t->st; }
@@ -192,6 +201,7 @@ static void index_grow(dt_table *t) {
         t->index[k] = old[j];
     }
     free(old);
+    t->layout++;
 }
 
 /* Empties slot k, moving later entries of its probe run back (linear probing without tombstones). */
@@ -208,6 +218,7 @@ static void index_remove(dt_table *t, uint64_t k) {
         hole = j;
     }
     t->index[hole] = 0;
+    t->layout++;
 }
 
 static void list_unlink(dt_table *t, uint32_t r) {

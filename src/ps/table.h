@@ -20,6 +20,7 @@
 
 #include "compute/lazy_optim.h"
 #include "dtrain.h"
+#include "transport/wire.h"
 
 #define DT_TABLE_MAX_DIM 1024u               /* floats per row */
 #define DT_TABLE_MAX_ROWS (UINT64_C(1) << 31) /* capacity of one table, in rows */
@@ -61,6 +62,8 @@ void dt_table_free(dt_table *t);
 /* The configuration checks alone. */
 int dt_table_config_check(const dt_table_config *c, dt_error *err);
 const dt_table_config *dt_table_config_of(const dt_table *t);
+/* The table SPARSE_INIT's record declares (dt_wire_table_decode checked it). */
+void dt_table_config_from_wire(dt_table_config *c, const dt_wire_table *w);
 
 /* The initial values [dim] of id's row: zeros, or drawn from a generator seeded by
  * hash(hash(seed, table), id) (core/rng.h). */
@@ -98,6 +101,10 @@ size_t dt_table_export(const dt_table *t, uint64_t *cursor, size_t max, uint64_t
 /* Sets id's row to row [row floats] (values and slots), creating it if needed (no admission count;
  * a full table evicts its least recently used row). DT_ENOMEM without memory for a new block. */
 int dt_table_import(dt_table *t, uint64_t id, const float *row);
+/* Changes whenever rows move in the index (it grew, or a row was evicted or expired): an export walk
+ * started before must start again to see every row (rows created meanwhile may be missed either
+ * way: they came after the walk began). Creating, updating or reading a row moves no other. */
+uint64_t dt_table_layout(const dt_table *t);
 
 const char *dt_row_init_name(dt_row_init kind); /* "zeros", "uniform", "normal"; "?" */
 

@@ -50,6 +50,24 @@ static void slot_tensor_name(char *out, const dt_ckpt_run *run, const dt_param_v
                                       : dt_ckpt_slot_name(run->opt->kind, k));
 }
 
+/* A compact net's table (model/net.h): its rows live elsewhere (a cluster's ps tasks). It is saved in
+ * the table's own shape [rows, dim], as one process saves it, from run->table_rows, and restored by
+ * the caller (dt_ckpt_read_rows), not into the block. */
+static int remote_table(const dt_ckpt_run *run, const dt_param_view *pv) {
+    return pv->table && dt_net_compact_tables(run->net);
+}
+
+/* The shape view v has in a checkpoint (its own; a remote table's [rows, dim]) into shape [4], and
+ * its elements. */
+static uint64_t saved_shape(const dt_ckpt_run *run, int v, int64_t *shape) {
+    const dt_param_view *pv = dt_net_view(run->net, v);
+    uint64_t count = 1;
+    for (int d = 0; d < pv->ndim; d++) shape[d] = pv->shape[d];
+    if (remote_table(run, pv)) shape[0] = dt_net_table_rows(run->net, dt_net_view_table(run->net, v));
+    for (int d = 0; d < pv->ndim; d++) count *= (uint64_t)shape[d];
+    return count;
+}
+
 int dt_ckpt_state_slots(const dt_ckpt_run *run) {
     int most = 0;
     for (int v = 0; v < dt_net_num_views(run->net); v++) {
@@ -144,6 +162,67 @@ static void warn(FILE *log, const char *fmt, ...) {
 static int update_index(const char *logdir, const char *name, int max_to_keep, FILE *log, int repair,
                         dt_error *err);
 
+/* The sink run->table_rows writes a compact net's tables through (dt_ckpt_put_range, dt_ckpt_put_row):
+ * the file being written, and where each table's tensors are in it. */
+struct dt_ckpt_sink {
+    dt_st_writer *w;
+    const dt_ckpt_run *run;
+    int n_tables;
+    const int *tensor;        /* [n_tables] the index of table t's values tensor; its slots follow it */
+    float *scratch;           /* [cap] one slot's floats of a range of rows */
+    size_t cap;
+};
+
+/* The tensors of a checkpoint into t (names in names): each variable followed by its slots, as
+ * TensorFlow lists a variable's slots beside it (a remote table's without data: the sink writes them,
+ * tensor_of_table[t] says where), then global_step and the coordinator's state. Returns how many. */
+static int list_tensors(const dt_ckpt_run *run, const float *params, const float *state, const int64_t *global_step,
+                        dt_st_tensor *t, char *names, int *tensor_of_table) {
+    const size_t n = dt_net_param_count(run->net);
+    int nt = 0;
+    for (int v = 0; v < dt_net_num_views(run->net); v++) {
+        const dt_param_view *pv = dt_net_view(run->net, v);
+        if (pv->count == 0) continue;
+        const int remote = remote_table(run, pv);
+        if (remote) tensor_of_table[dt_net_view_table(run->net, v)] = nt;
+        for (int s = -1; s < view_slots(run, pv); s++) {
+            char *name = names + (size_t)nt * NAME_CAP;
+            if (s < 0) snprintf(name, NAME_CAP, "%s", pv->name);
+            else slot_tensor_name(name, run, pv, s);
+            dt_st_tensor *x = &t[nt++];
+            x->name = name;
+            x->dtype = DT_ST_F32;
+            x->ndim = pv->ndim;
+            saved_shape(run, v, x->shape);
+            x->data = remote ? NULL : s < 0 ? params + pv->offset : state + (size_t)s * n + pv->offset;
+        }
+    }
+    t[nt++] = (dt_st_tensor){.name = DT_CKPT_STEP_TENSOR, .dtype = DT_ST_I64, .ndim = 0, .data = global_step};
+    if (run->coord)
+        t[nt++] = (dt_st_tensor){.name = DT_CKPT_COORD_TENSOR, .dtype = DT_ST_U8, .ndim = 1,
+                                 .shape = {(int64_t)run->coord_len}, .data = run->coord};
+    return nt;
+}
+
+/* The file: at once, or, with a compact net's tables, in parts, their rows from run->table_rows. */
+static int write_file(const char *path, const dt_ckpt_run *run, const dt_st_tensor *t, int nt, const dt_st_meta *meta,
+                      int nm, const int *tensor_of_table, int64_t global_step, dt_error *err) {
+    const int n_tables = dt_net_compact_tables(run->net) ? dt_net_num_tables(run->net) : 0;
+    if (!n_tables) return dt_st_write(path, t, nt, meta, nm, err);
+    if (!run->table_rows || !run->tables)
+        return dt_errorf(err, DT_EINVAL, "checkpoint: the net's %d tables live elsewhere, and the run says neither how "
+                         "to read them nor their optimizer", n_tables);
+    dt_ckpt_sink sink = {.run = run, .n_tables = n_tables, .tensor = tensor_of_table};
+    int rc = dt_st_writer_begin(&sink.w, path, t, nt, meta, nm, err);
+    if (!rc) rc = run->table_rows(run->table_user, &sink, global_step, err);
+    free(sink.scratch);
+    if (rc) {
+        dt_st_writer_abort(sink.w);
+        return rc;
+    }
+    return dt_st_writer_commit(sink.w, err);
+}
+
 int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params, const float *state,
                  int64_t global_step, int max_to_keep, FILE *log, char *name_out, size_t name_cap,
                  dt_error *err) {
@@ -154,42 +233,24 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     int slots = dt_ckpt_state_slots(run), n_views = dt_net_num_views(run->net);
     if (slots > MAX_SLOTS) return dt_errorf(err, DT_EINVAL, "checkpoint: %d optimizer slots", slots);
     if (slots && !state) return dt_errorf(err, DT_EINVAL, "checkpoint: optimizer state missing");
-    size_t n = dt_net_param_count(run->net);
     int rc = dt_mkdirs(logdir, err);
     if (rc) return rc;
 
     if (run->coord && (!run->coord_len || run->coord_len > DT_CKPT_MAX_COORD_BYTES))
         return dt_errorf(err, DT_EINVAL, "checkpoint: a coordinator state of %zu bytes", run->coord_len);
-    int cap = n_views * (1 + slots) + 2, nt = 0;
+    int cap = n_views * (1 + slots) + 2;
     dt_st_tensor *t = dt_calloc((size_t)cap, sizeof *t, "checkpoint tensor list", err);
     char *names = dt_calloc((size_t)cap, NAME_CAP, "checkpoint tensor names", err);
+    int *tensor_of_table = dt_calloc((size_t)dt_net_num_tables(run->net) + 1, sizeof(int), "checkpoint tables", err);
     char *meta_opt = run->opt ? optimizer_json(run->opt, dt_net_num_tables(run->net) ? run->tables : NULL) : NULL, *meta_data = data_position_json(run, global_step),
          *meta_rng = rng_json(run), *meta_classes = run->n_class_names > 0 ? dt_ckpt_classes_json(run->class_names, run->n_class_names) : NULL;
-    if (!t || !names || (run->opt && !meta_opt) || !meta_data || !meta_rng ||
+    if (!t || !names || !tensor_of_table || (run->opt && !meta_opt) || !meta_data || !meta_rng ||
         (run->n_class_names > 0 && !meta_classes)) {
-        rc = t && names ? dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory for the metadata") : DT_ENOMEM;
+        rc = t && names && tensor_of_table ? dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory for the metadata")
+                                           : DT_ENOMEM;
         goto out;
     }
-    /* Each parameter followed by its slots, as TensorFlow lists a variable's slots beside it. */
-    for (int v = 0; v < n_views; v++) {
-        const dt_param_view *pv = dt_net_view(run->net, v);
-        if (pv->count == 0) continue;
-        for (int s = -1; s < view_slots(run, pv); s++) {
-            char *name = names + (size_t)nt * NAME_CAP;
-            if (s < 0) snprintf(name, NAME_CAP, "%s", pv->name);
-            else slot_tensor_name(name, run, pv, s);
-            dt_st_tensor *x = &t[nt++];
-            x->name = name;
-            x->dtype = DT_ST_F32;
-            x->ndim = pv->ndim;
-            for (int d = 0; d < pv->ndim; d++) x->shape[d] = pv->shape[d];
-            x->data = s < 0 ? params + pv->offset : state + (size_t)s * n + pv->offset;
-        }
-    }
-    t[nt++] = (dt_st_tensor){.name = DT_CKPT_STEP_TENSOR, .dtype = DT_ST_I64, .ndim = 0, .data = &global_step};
-    if (run->coord)
-        t[nt++] = (dt_st_tensor){.name = DT_CKPT_COORD_TENSOR, .dtype = DT_ST_U8, .ndim = 1,
-                                 .shape = {(int64_t)run->coord_len}, .data = run->coord};
+    int nt = list_tensors(run, params, state, &global_step, t, names, tensor_of_table);
 
     const dt_model_spec *spec = dt_net_spec(run->net);
     dt_st_meta meta[6];
@@ -204,7 +265,7 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     char name[64], path[DT_PATH_MAX];
     dt_ckpt_file_name(name, sizeof name, global_step);
     if ((rc = dt_path_join(path, sizeof path, logdir, name, err))) goto out;
-    if ((rc = dt_st_write(path, t, nt, meta, nm, err))) goto out;
+    if ((rc = write_file(path, run, t, nt, meta, nm, tensor_of_table, global_step, err))) goto out;
 
     /* Only now, with the file complete, does the index name it. */
     rc = update_index(logdir, name, max_to_keep, log, 0, err);
@@ -212,10 +273,59 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
 out:
     free(t);
     free(names);
+    free(tensor_of_table);
     free(meta_opt);
     free(meta_data);
     free(meta_rng);
     free(meta_classes);
+    return rc;
+}
+
+/* Table t of the sink's run: its view, dim, slots and rows; DT_EINVAL without it. */
+static int sink_table(const dt_ckpt_sink *s, int t, int *dim, int *slots, uint64_t *rows, dt_error *err) {
+    dt_table_grad g;
+    if (t < 0 || t >= s->n_tables || dt_net_table_grad(s->run->net, t, &g))
+        return dt_errorf(err, DT_EINVAL, "checkpoint: no table %d (the net has %d)", t, s->n_tables);
+    *dim = g.dim;
+    *slots = view_slots(s->run, dt_net_view(s->run->net, g.view));
+    *rows = (uint64_t)dt_net_table_rows(s->run->net, t);
+    return DT_OK;
+}
+
+int dt_ckpt_put_range(dt_ckpt_sink *s, int t, uint64_t first, size_t n, const float *rows, dt_error *err) {
+    int dim, slots;
+    uint64_t total;
+    int rc = sink_table(s, t, &dim, &slots, &total, err);
+    if (rc) return rc;
+    if (first > total || n > total - first)
+        return dt_errorf(err, DT_EINVAL, "checkpoint: rows %" PRIu64 "..%" PRIu64 " of table %d, beyond its %" PRIu64
+                         " rows", first, first + n, t, total);
+    const size_t d = (size_t)dim, k = d * (1 + (size_t)slots);
+    if (n * d > s->cap) {
+        free(s->scratch);
+        s->cap = 0;
+        if (!(s->scratch = dt_alloc_floats(n * d, "checkpoint rows", err))) return DT_ENOMEM;
+        s->cap = n * d;
+    }
+    for (int j = 0; j <= slots && !rc; j++) { /* the values, then each slot: a tensor each */
+        for (size_t i = 0; i < n; i++) memcpy(s->scratch + i * d, rows + i * k + (size_t)j * d, d * sizeof(float));
+        rc = dt_st_writer_put(s->w, s->tensor[t] + j, first * d * sizeof(float), s->scratch, n * d * sizeof(float), err);
+    }
+    return rc;
+}
+
+int dt_ckpt_put_row(dt_ckpt_sink *s, int t, uint64_t id, const float *row, dt_error *err) {
+    int dim, slots;
+    uint64_t total;
+    int rc = sink_table(s, t, &dim, &slots, &total, err);
+    if (rc) return rc;
+    if (id >= total)
+        return dt_errorf(err, DT_EINVAL, "checkpoint: row %" PRIu64 " of table %d, beyond its %" PRIu64 " rows", id, t,
+                         total);
+    const size_t d = (size_t)dim;
+    for (int j = 0; j <= slots && !rc; j++)
+        rc = dt_st_writer_put(s->w, s->tensor[t] + j, id * d * sizeof(float), row + (size_t)j * d, d * sizeof(float),
+                              err);
     return rc;
 }
 
@@ -598,6 +708,12 @@ int dt_ckpt_read_info(const dt_st_file *f, const char *label, dt_ckpt_info *info
         if (name) snprintf(info->optimizer, sizeof info->optimizer, "%s", name);
         json_t *lr = json_object_get(o, "learning_rate");
         if (json_is_number(lr)) info->learning_rate = (float)json_number_value(lr);
+        json_t *tables = json_object_get(o, "tables");
+        const char *tname = json_string_value(json_object_get(tables, "name"));
+        if (tname) snprintf(info->table_optimizer, sizeof info->table_optimizer, "%s", tname);
+        json_t *tlr = json_object_get(tables, "learning_rate"), *acc = json_object_get(tables, "initial_accumulator");
+        if (json_is_number(tlr)) info->table_learning_rate = (float)json_number_value(tlr);
+        if (json_is_number(acc)) info->table_initial_accumulator = (float)json_number_value(acc);
         json_decref(o);
     }
     if ((rc = meta_object(&o, f, label, "data_position", err))) return rc;
@@ -713,7 +829,7 @@ static void diff_variables(const dt_st_file *f, const dt_ckpt_run *run, diff_lis
         const dt_st_info *ti = dt_st_find(f, pv->name);
         char want[96], have[96] = "";
         int64_t sh[4];
-        for (int k = 0; k < pv->ndim; k++) sh[k] = pv->shape[k];
+        saved_shape(run, v, sh);
         shape_str(want, sizeof want, sh, pv->ndim);
         if (ti) shape_str(have, sizeof have, ti->shape, ti->ndim);
         if (ti && ti->dtype == DT_ST_F32 && strcmp(want, have) == 0) continue;
@@ -732,10 +848,12 @@ static void diff_tensors(const dt_st_file *f, const dt_ckpt_run *run, const char
         if (strcmp(ti->name, DT_CKPT_STEP_TENSOR) == 0 || strcmp(ti->name, DT_CKPT_COORD_TENSOR) == 0)
             continue; /* checked where they are read */
         int v = find_variable(run, ti->name, &slot);
-        if (v >= 0 && (slot < 0 || (ti->dtype == DT_ST_F32 && ti->count == dt_net_view(run->net, v)->count))) continue;
+        int64_t sh[4];
+        const uint64_t count = v >= 0 ? saved_shape(run, v, sh) : 0;
+        if (v >= 0 && (slot < 0 || (ti->dtype == DT_ST_F32 && ti->count == count))) continue;
         if (v >= 0)
             diff_add(d, "the checkpoint's %s is %s with %" PRIu64 " elements, %" PRIu64 " here", ti->name,
-                     dt_st_dtype_name(ti->dtype), ti->count, (uint64_t)dt_net_view(run->net, v)->count);
+                     dt_st_dtype_name(ti->dtype), ti->count, count);
         else
             diff_add(d, "the checkpoint has %s, which %s lacks", ti->name, here);
     }
@@ -765,12 +883,14 @@ static int check_slots(const dt_st_file *f, const char *label, const dt_ckpt_run
         const dt_param_view *pv = dt_net_view(run->net, v);
         if (pv->count == 0) continue;
         int *is_first = &first[pv->table && run->tables];
+        int64_t sh[4];
+        const uint64_t count = saved_shape(run, v, sh);
         for (int k = 0; k < view_slots(run, pv); k++) {
             char name[NAME_CAP];
             slot_tensor_name(name, run, pv, k);
             const dt_st_info *ti = dt_st_find(f, name);
             if (!ti && *is_first) return missing_slot(f, label, run, pv, name, err);
-            if (!ti || ti->count != pv->count)
+            if (!ti || ti->count != count)
                 return dt_errorf(err, DT_EFORMAT, "%s: optimizer state %s is missing or not the size of %s", label, name,
                                  pv->name);
         }
@@ -812,7 +932,7 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
         return dt_errorf(err, DT_EFORMAT, "%s: global_step %" PRId64 " out of range", label, step);
     for (int v = 0; v < nv; v++) {
         const dt_param_view *pv = dt_net_view(run->net, v);
-        if (pv->count == 0) continue;
+        if (pv->count == 0 || remote_table(run, pv)) continue; /* a remote table: dt_ckpt_read_rows */
         if ((rc = dt_st_read(f, pv->name, DT_ST_F32, params + pv->offset, pv->count, err))) return rc;
         for (int k = 0; k < (slots ? view_slots(run, pv) : 0); k++) {
             char name[NAME_CAP];
@@ -822,6 +942,34 @@ int dt_ckpt_load(const dt_st_file *f, const char *label, const dt_ckpt_run *run,
     }
     if (global_step) *global_step = step;
     return 0;
+}
+
+int dt_ckpt_read_rows(const dt_st_file *f, const char *label, const dt_ckpt_run *run, int t, uint64_t first, size_t n,
+                      float *rows, dt_error *err) {
+    dt_table_grad g;
+    if (dt_net_table_grad(run->net, t, &g) || !run->tables)
+        return dt_errorf(err, DT_EINVAL, "%s: no table %d in the run, or no table optimizer", label, t);
+    const dt_param_view *pv = dt_net_view(run->net, g.view);
+    const int slots = view_slots(run, pv);
+    const size_t d = (size_t)g.dim, k = d * (1 + (size_t)slots);
+    float *part = dt_alloc_floats(n ? n * d : 1, "checkpoint rows", err);
+    if (!part) return DT_ENOMEM;
+    int rc = DT_OK;
+    for (int j = 0; j <= slots && !rc; j++) { /* the values, then each slot: a tensor each */
+        char name[NAME_CAP];
+        if (j == 0) snprintf(name, sizeof name, "%s", pv->name);
+        else slot_tensor_name(name, run, pv, j - 1);
+        const dt_st_info *ti = dt_st_find(f, name);
+        if (!ti || ti->dtype != DT_ST_F32 || ti->count / d <= first || n > ti->count / d - first) {
+            rc = dt_errorf(err, DT_EFORMAT, "%s: %s has no rows %" PRIu64 "..%" PRIu64 " of dim %zu", label, name, first,
+                           first + n, d);
+            break;
+        }
+        if ((rc = dt_st_read_part(f, ti, first * d * sizeof(float), part, n * d * sizeof(float), err))) break;
+        for (size_t i = 0; i < n; i++) memcpy(rows + i * k + (size_t)j * d, part + i * d, d * sizeof(float));
+    }
+    free(part);
+    return rc;
 }
 
 int dt_ckpt_read_coord(const dt_st_file *f, const char *label, uint8_t **out, size_t *len, dt_error *err) {

@@ -29,13 +29,14 @@
 #define DT_CKPT_COORD_TENSOR "elastic/coordinator"
 #define DT_CKPT_MAX_COORD_BYTES 3178568u
 
+struct dt_ckpt_sink;
+
 /* What a run is, for the metadata of its checkpoints and to check a checkpoint fits it. */
 typedef struct {
     const dt_net *net;              /* variables (views) and the model spec (its text is stored) */
     const dt_opt_config *opt;       /* NULL: parameters only (saving then stores no slots) */
-    /* The embedding tables' optimizer (a single process: update/local.c); NULL: opt trains them
-     * too (a cluster, whose ps tasks hold them as dense variables). A table's slots are then its
-     * own, named by dt_ckpt_table_slot_name. */
+    /* The embedding tables' optimizer (one process: update/local.c; a cluster: the ps tasks'); NULL:
+     * opt trains them too. A table's slots are then its own, named by dt_ckpt_table_slot_name. */
     const dt_lazy_config *tables;
     uint64_t seed;                  /* everything random derives from it (core/rng.h) */
     int batch_size;                 /* per worker */
@@ -50,7 +51,23 @@ typedef struct {
      * from the snapshot), saved as DT_CKPT_COORD_TENSOR; NULL: none. */
     const uint8_t *coord;
     size_t coord_len;
+    /* A compact net's tables (model/net.h: a cluster's, whose rows live on the ps tasks): saved as one
+     * process saves its tables, [rows, dim] and the slots of `tables` (which must be set), every row
+     * written by table_rows through the sink (dt_ckpt_put_range, dt_ckpt_put_row; a row it does not
+     * write holds zeros); restored by the caller (dt_ckpt_read_rows), dt_ckpt_load leaves the blocks. */
+    int (*table_rows)(void *user, struct dt_ckpt_sink *sink, int64_t global_step, dt_error *err);
+    void *table_user;
 } dt_ckpt_run;
+
+/* Where table_rows writes a checkpoint's table rows: rows [first, first + n) of table t (rows
+ * [n][(1 + slots) dim], each its values then its slots, as ps/table.h exports them), or row id. */
+typedef struct dt_ckpt_sink dt_ckpt_sink;
+int dt_ckpt_put_range(dt_ckpt_sink *s, int t, uint64_t first, size_t n, const float *rows, dt_error *err);
+int dt_ckpt_put_row(dt_ckpt_sink *s, int t, uint64_t id, const float *row, dt_error *err);
+/* Rows [first, first + n) of table t of a checkpoint that fits run (dt_ckpt_check_fits), into rows
+ * [n][(1 + slots) dim] (values, then run->tables' slots), read from the file piece by piece. */
+int dt_ckpt_read_rows(const dt_st_file *f, const char *label, const dt_ckpt_run *run, int t, uint64_t first, size_t n,
+                      float *rows, dt_error *err);
 
 /* The metadata of a checkpoint, parsed (fields from files without them keep the defaults shown). */
 typedef struct {
@@ -62,6 +79,9 @@ typedef struct {
     int64_t batches_per_epoch;      /* 0 */
     double validation_fraction;     /* -1 */
     int64_t global_step;            /* the global_step tensor; -1 if absent */
+    char table_optimizer[16];       /* the embedding tables' ("tables" in "optimizer"); "" when absent */
+    float table_learning_rate;      /* 0 */
+    float table_initial_accumulator; /* adagrad, ftrl; 0 */
 } dt_ckpt_info;
 
 /* Slot tensor name suffix of optimizer slot k ("momentum"; "adam_m", "adam_v"). */

@@ -23,6 +23,9 @@ struct dt_supervisor {
     dt_summary *summary;
     uint8_t *coord;            /* the restored checkpoint's coordinator state; NULL: none */
     size_t coord_len;
+    dt_st_file *file;          /* the restored checkpoint, kept open when the net's tables live elsewhere
+                                * (a compact net's: their rows are read from it later) */
+    char file_path[DT_PATH_MAX];
 };
 
 static int checkpoints_on(const dt_supervisor *s) { return s->cfg.logdir && s->cfg.logdir[0]; }
@@ -46,6 +49,8 @@ static void warn_differences(dt_supervisor *s, const dt_st_file *f, const char *
 }
 
 static int restore(dt_supervisor *s, dt_error *err) {
+    dt_st_close(s->file); /* a reload's: the newest checkpoint is opened again */
+    s->file = NULL;
     dt_st_file *f = NULL;
     char path[DT_PATH_MAX];
     /* The run is known: each candidate's table is checked against it before its data is read. */
@@ -75,6 +80,10 @@ static int restore(dt_supervisor *s, dt_error *err) {
         if (s->cfg.log) {
             fprintf(s->cfg.log, "restored %s: global step %" PRId64 "\n", path, s->restored_step);
             fflush(s->cfg.log);
+        }
+        if (dt_net_compact_tables(s->cfg.run.net) && dt_net_num_tables(s->cfg.run.net)) {
+            s->file = f, f = NULL;
+            snprintf(s->file_path, sizeof s->file_path, "%s", path);
         }
     }
     dt_st_close(f);
@@ -113,6 +122,12 @@ int dt_supervisor_restored(const dt_supervisor *s, const float **params, const f
     *params = s->params;
     *state = s->state;
     *global_step = s->restored_step;
+    return 1;
+}
+
+int dt_supervisor_restored_file(const dt_supervisor *s, const dt_st_file **f, const char **path) {
+    if (!s || !s->restored || !s->file) return 0;
+    *f = s->file, *path = s->file_path;
     return 1;
 }
 
@@ -235,5 +250,6 @@ void dt_supervisor_close(dt_supervisor *s) {
     free(s->params);
     free(s->state);
     free(s->coord);
+    dt_st_close(s->file);
     free(s);
 }

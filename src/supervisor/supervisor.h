@@ -43,6 +43,10 @@ typedef struct dt_supervisor dt_supervisor;
 int dt_supervisor_open(dt_supervisor **out, const dt_supervisor_config *cfg, dt_error *err);
 /* 1 and the restored state (valid until close) if open restored a checkpoint, else 0. */
 int dt_supervisor_restored(const dt_supervisor *s, const float **params, const float **state, int64_t *global_step);
+/* 1 and the restored checkpoint, open, and its path (valid until the next reload or close) when the
+ * run's net keeps its tables elsewhere (a compact net: their rows are read from the file with
+ * dt_ckpt_read_rows once the ps tasks are ready for them), else 0. */
+int dt_supervisor_restored_file(const dt_supervisor *s, const dt_st_file **f, const char **path);
 /* 1 and the coordinator state (valid until close) if the restored checkpoint holds one, else 0. */
 int dt_supervisor_restored_coord(const dt_supervisor *s, const uint8_t **state, size_t *len);
 /* Reads the newest good checkpoint of the logdir again (a cluster rolling back after a ps lost its

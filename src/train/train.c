@@ -31,6 +31,7 @@
 #include "train/evaluate.h"
 #include "train/evaluate_ctr.h"
 #include "train/progress.h"
+#include "train/table_ckpt.h"
 #include "train/table_optim.h"
 #include "train/train_debug.h"
 #include "train/work_loop.h"
@@ -446,6 +447,37 @@ static int snapshot(void *user, float *params, float *state, int64_t *global_ste
     }
 }
 
+/* A cluster's sparse tables into the checkpoint being written (train/table_ckpt.h), after the
+ * snapshot of the dense variables at global_step. Sync: the tables are at that step too unless
+ * updates landed meanwhile (backup workers; a lost worker), which the log says. */
+static int save_tables(void *user, dt_ckpt_sink *sink, int64_t global_step, dt_error *err) {
+    run_state *r = user;
+    dt_table_ckpt_stats st;
+    int rc = dt_table_ckpt_save(dt_remote_sparse(r->updater), r->net, sink, &st, err);
+    if (!rc && r->plan.sync && st.step_lo >= 0 && (st.step_lo != global_step || st.step_hi != global_step))
+        fprintf(r->log, "chief: warning: the sparse tables were read at steps %lld..%lld, the dense variables at step "
+                "%lld: the checkpoint holds the updates that landed meanwhile\n", (long long)st.step_lo,
+                (long long)st.step_hi, (long long)global_step);
+    return rc;
+}
+
+/* The chief, its ps tasks initialised from a checkpoint (or rolled back to one) and the tables
+ * declared: the checkpoint's table rows to their ps tasks. */
+static int restore_tables(void *user, dt_sparse_client *sparse, dt_error *err) {
+    run_state *r = user;
+    const dt_st_file *f;
+    const char *path;
+    if (!dt_supervisor_restored_file(r->supervisor, &f, &path)) return DT_OK;
+    dt_ckpt_run run = {.net = r->net, .opt = &r->opt, .tables = &r->table_opt};
+    dt_table_ckpt_stats st;
+    int rc = dt_table_ckpt_restore(sparse, f, path, &run, &st, err);
+    if (!rc)
+        fprintf(r->log, "chief: restored the %d sparse table(s) of %s onto %d ps task(s): %llu row(s) that differ from "
+                "their initial values\n", dt_net_num_tables(r->net), path, r->cluster.n_ps,
+                (unsigned long long)st.rows);
+    return rc;
+}
+
 /* The coordinator state the latest snapshot fetched (dynamic sharding). */
 static void coord_state(void *user, const uint8_t **state, size_t *len) {
     const run_state *r = user;
@@ -624,6 +656,7 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
                                .seed = o->seed,
                                .stop = o->stop,
                                .reload = reload,
+                               .tables = restore_tables,
                                .user = r,
                                .log = r->log,
                                .auth = r->auth.curve ? &r->auth : NULL,
@@ -667,8 +700,10 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
                                    .summary_dir = o->summary_dir, .snapshot = snapshot, .user = r, .log = r->log,
                                    .coord = p->dynamic ? coord_state : NULL,
                                    .examples_per_step = (int)p->examples_per_step,
-                                   /* a cluster's tables are still dense variables on the ps tasks */
-                                   .run = {.net = r->net, .opt = &r->opt, .tables = c->distributed ? NULL : &r->table_opt,
+                                   /* a cluster's tables: their rows from the ps tasks (table_ckpt.h) */
+                                   .run = {.net = r->net, .opt = &r->opt, .tables = &r->table_opt,
+                                           .table_rows = dt_net_compact_tables(r->net) ? save_tables : NULL,
+                                           .table_user = r,
                                            .seed = o->seed, .batch_size = o->batch_size,
                                            .n_workers = p->n_workers, .sync = p->sync, .batches_per_epoch = p->per_epoch,
                                            .validation_fraction = o->validation_fraction,

@@ -266,7 +266,10 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
     case DT_MSG_SPARSE_INIT:
     case DT_MSG_SPARSE_PULL:
     case DT_MSG_SPARSE_ROWS:
-    case DT_MSG_SPARSE_PUSH: {
+    case DT_MSG_SPARSE_PUSH:
+    case DT_MSG_SPARSE_EXPORT:
+    case DT_MSG_SPARSE_PAGE:
+    case DT_MSG_SPARSE_IMPORT: {
         int rc = dt_wire_check_sparse(h, err); /* decode checked it; a hand-made header must not overflow */
         if (rc) return rc;
         want = dt_wire_sparse_bytes(h);
@@ -425,6 +428,9 @@ const char *dt_wire_type_name(uint8_t type) {
     case DT_MSG_WORK_GRANT: return "WORK_GRANT";
     case DT_MSG_WORK_DONE: return "WORK_DONE";
     case DT_MSG_WORK_STATE: return "WORK_STATE";
+    case DT_MSG_SPARSE_EXPORT: return "SPARSE_EXPORT";
+    case DT_MSG_SPARSE_PAGE: return "SPARSE_PAGE";
+    case DT_MSG_SPARSE_IMPORT: return "SPARSE_IMPORT";
     }
     return "unknown";
 }

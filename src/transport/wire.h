@@ -86,8 +86,14 @@ typedef enum {
                             * with status OK or STALE */
     DT_MSG_WORK_STATE = 25, /* chief -> ps 0: with a payload, install that coordinator state (ACK);
                              * without, fetch it; ps 0 -> chief: payload = the state */
+    /* Sparse tables in checkpoints (docs/sparse.md, "Checkpoints"): a table's rows out of a ps page by
+     * page, and into it; rows carry their optimizer slots (opt_kind: the table's dt_lazy_kind). */
+    DT_MSG_SPARSE_EXPORT = 26, /* client -> ps: the rows of sparse.table from `cursor` on, at most sparse.ids */
+    DT_MSG_SPARSE_PAGE = 27,   /* ps -> client: payload ids u64[n] ++ rows[n][(1 + slots) dim]; cursor: the
+                                * next request's (0: no row left); global_step: the table's step */
+    DT_MSG_SPARSE_IMPORT = 28, /* chief -> ps: payload as SPARSE_PAGE's, rows this ps owns; ACK */
 } dt_msg_type;
-#define DT_MSG_TYPE_MAX 25
+#define DT_MSG_TYPE_MAX 28
 /* The largest WORK_STATE payload: the coordinator's largest state (src/ps/coord.h checks that they
  * agree): a 72-byte header, a bit per unit and 12 bytes per partial unit, 2^18 units. */
 /* Counters per row of a sparse table's admission sketch (4 rows of 1 byte: the sketch is at most
@@ -139,13 +145,17 @@ typedef struct {
         int64_t liveness_ms; /* INIT: a sync-mode worker silent this long is lost (0: never) */
         int64_t workers_busy; /* STATUS_REPLY: members of ps 0's work plan besides the asker that
                                * joined and have neither left (DONE) nor been lost; 0 elsewhere */
+        int64_t cursor;      /* SPARSE_EXPORT: where the walk of the table's rows stands (0: the start);
+                              * SPARSE_PAGE: the next request's cursor (0: every row was sent) */
     };
     uint64_t payload_bytes; /* size of the payload frame; 0: no payload frame */
     uint32_t shard;         /* ps index the message is for / from */
     int32_t status;         /* DT_WIRE_OK / STALE / E_* */
     uint64_t shard_floats;  /* HELLO: expected (0 any); WELCOME, INIT: the shard size */
-    uint8_t opt_kind;       /* INIT, WELCOME, STATE: dt_opt_kind */
-    uint8_t opt_slots;      /* INIT, WELCOME, STATE: state floats per parameter, <= DT_WIRE_MAX_SLOTS */
+    uint8_t opt_kind;       /* INIT, WELCOME, STATE: dt_opt_kind; SPARSE_EXPORT, _PAGE, _IMPORT: the table's
+                             * dt_lazy_kind */
+    uint8_t opt_slots;      /* INIT, WELCOME, STATE: state floats per parameter, <= DT_WIRE_MAX_SLOTS;
+                             * SPARSE_EXPORT, _PAGE, _IMPORT: the table's slots per value (dt_lazy_slots) */
     /* Every ps reply: 0 not initialised, else the generation 1..255 of the INIT that set the shard
      * (the chief numbers each (re-)initialisation, so a client can tell that every shard comes from
      * the same one). INIT: the generation it sets (1..255). */
@@ -181,7 +191,7 @@ typedef struct {
         } state;
         struct { /* SPARSE_*: SPARSE_INIT uses ids only (the tables it declares) */
             uint64_t table;    /* 0..DT_WIRE_MAX_TABLES-1 */
-            uint64_t ids;      /* ids (rows) in the payload */
+            uint64_t ids;      /* ids (rows) in the payload; SPARSE_EXPORT: the most rows wanted */
             uint64_t dim;      /* floats per row, 1..DT_WIRE_MAX_SPARSE_DIM */
         } sparse;
         struct { /* WORK_ASK: the worker's data plan, checked against ps 0's */
@@ -255,13 +265,34 @@ void dt_wire_table_encode(uint8_t *out, const dt_wire_table *t);
 /* len must be DT_WIRE_TABLE_BYTES; every field in range (the optimizer's by dt_lazy_config_check),
  * reserved bytes zero; DT_EFORMAT naming the field otherwise. */
 int dt_wire_table_decode(dt_wire_table *t, const void *buf, size_t len, dt_error *err);
-/* The sparse fields of a SPARSE_* header within their bounds (called by dt_wire_decode). */
+/* The sparse fields of a SPARSE_* header within their bounds (called by dt_wire_decode). SPARSE_EXPORT,
+ * _PAGE and _IMPORT: also the optimizer (a dt_lazy_kind and its slot count), and their rows' floats,
+ * ids x dim x (1 + slots), within DT_WIRE_MAX_SPARSE_FLOATS. */
 int dt_wire_check_sparse(const dt_wire_header *h, dt_error *err);
 /* A SPARSE_* message's payload size from its header (which dt_wire_check_sparse bounded). */
 uint64_t dt_wire_sparse_bytes(const dt_wire_header *h);
 /* The largest SPARSE_* frame. */
 uint64_t dt_wire_sparse_max_frame(void);
-int dt_wire_type_is_sparse(uint8_t type);
+int dt_wire_type_is_sparse(uint8_t type); /* SPARSE_INIT..SPARSE_PUSH, SPARSE_EXPORT..SPARSE_IMPORT */
+
+/* SPARSE_PAGE's and SPARSE_IMPORT's payload: ids u64[n], then rows[n][(1 + slots) dim] float32, each
+ * row its values then slot 0 then slot 1 (dt_table_export's layout). */
+typedef struct {
+    size_t n, dim, slots;
+    const uint8_t *ids, *rows;
+} dt_wire_rows;
+/* Checks such a payload of a header that decoded (its size from the header, every id below max_id
+ * (0: any id), every value finite, and the slots an optimizer only grows within their range:
+ * Adagrad's accumulator > 0, FTRL's n and Adam's v >= 0), and points *out into it. DT_EFORMAT
+ * naming the row, its id and the bound otherwise. */
+int dt_wire_rows_check(dt_wire_rows *out, const dt_wire_header *h, const void *payload, size_t len, uint64_t max_id,
+                       dt_error *err);
+uint64_t dt_wire_rows_id(const dt_wire_rows *r, size_t i);
+/* Row i's (1 + slots) dim floats into out. */
+void dt_wire_rows_get(const dt_wire_rows *r, size_t i, float *out);
+/* Rows whose floats fit one message: ids x dim x (1 + slots) <= DT_WIRE_MAX_SPARSE_FLOATS, ids <=
+ * DT_WIRE_MAX_SPARSE_IDS. */
+size_t dt_wire_rows_per_msg(size_t dim, size_t slots);
 
 /* Whether a message of this type carries a payload frame. */
 int dt_wire_type_has_payload(uint8_t type);

@@ -7,7 +7,21 @@
 #include "io/bytes.h"
 #include "transport/wire.h"
 
-int dt_wire_type_is_sparse(uint8_t type) { return type >= DT_MSG_SPARSE_INIT && type <= DT_MSG_SPARSE_PUSH; }
+int dt_wire_type_is_sparse(uint8_t type) {
+    return (type >= DT_MSG_SPARSE_INIT && type <= DT_MSG_SPARSE_PUSH) ||
+           (type >= DT_MSG_SPARSE_EXPORT && type <= DT_MSG_SPARSE_IMPORT);
+}
+
+/* SPARSE_EXPORT, SPARSE_PAGE, SPARSE_IMPORT: rows with their optimizer slots. */
+static int rows_type(uint8_t type) { return type >= DT_MSG_SPARSE_EXPORT && type <= DT_MSG_SPARSE_IMPORT; }
+
+/* The optimizer of a message of rows with slots: a table optimizer and its slot count. */
+static int check_row_optimizer(const dt_wire_header *h, const char *tn, dt_error *err) {
+    if (h->opt_kind >= DT_LAZY_KINDS || h->opt_slots != dt_lazy_slots((dt_lazy_kind)h->opt_kind))
+        return dt_errorf(err, DT_EFORMAT, "%s header: table optimizer %u with %u slots (bytes 56-57: a kind 0..%d and "
+                         "its slot count)", tn, h->opt_kind, h->opt_slots, DT_LAZY_KINDS - 1);
+    return DT_OK;
+}
 
 int dt_wire_check_sparse(const dt_wire_header *h, dt_error *err) {
     const char *tn = dt_wire_type_name(h->type);
@@ -25,12 +39,22 @@ int dt_wire_check_sparse(const dt_wire_header *h, dt_error *err) {
     if (dim < 1 || dim > DT_WIRE_MAX_SPARSE_DIM)
         return dt_errorf(err, DT_EFORMAT, "%s header: dim %llu, must be 1..%u (DT_WIRE_MAX_SPARSE_DIM)", tn, dim,
                          DT_WIRE_MAX_SPARSE_DIM);
-    if (ids > DT_WIRE_MAX_SPARSE_IDS || (ids == 0 && h->type != DT_MSG_SPARSE_PUSH))
+    /* none is allowed in a sync SPARSE_PUSH (a worker without ids there still says so) and in a
+     * SPARSE_PAGE (no row left) */
+    const int none_ok = h->type == DT_MSG_SPARSE_PUSH || h->type == DT_MSG_SPARSE_PAGE;
+    if (ids > DT_WIRE_MAX_SPARSE_IDS || (ids == 0 && !none_ok))
         return dt_errorf(err, DT_EFORMAT, "%s header: %llu ids, must be %d..%u, the limit of ids per message "
-                         "(DT_WIRE_MAX_SPARSE_IDS)", tn, ids, h->type != DT_MSG_SPARSE_PUSH, DT_WIRE_MAX_SPARSE_IDS);
-    if (ids * dim > DT_WIRE_MAX_SPARSE_FLOATS)
-        return dt_errorf(err, DT_EFORMAT, "%s header: %llu ids of dim %llu are %llu floats, beyond the limit of %u "
-                         "per message (DT_WIRE_MAX_SPARSE_FLOATS)", tn, ids, dim, ids * dim, DT_WIRE_MAX_SPARSE_FLOATS);
+                         "(DT_WIRE_MAX_SPARSE_IDS)", tn, ids, !none_ok, DT_WIRE_MAX_SPARSE_IDS);
+    if (rows_type(h->type)) {
+        int rc = check_row_optimizer(h, tn, err);
+        if (rc) return rc;
+    }
+    const unsigned long long floats = ids * dim * (rows_type(h->type) ? 1u + h->opt_slots : 1u);
+    if (floats > DT_WIRE_MAX_SPARSE_FLOATS)
+        return dt_errorf(err, DT_EFORMAT, "%s header: %llu ids of dim %llu%s are %llu floats, beyond the limit of %u "
+                         "per message (DT_WIRE_MAX_SPARSE_FLOATS)", tn, ids, dim,
+                         rows_type(h->type) && h->opt_slots ? " with their optimizer slots" : "", floats,
+                         DT_WIRE_MAX_SPARSE_FLOATS);
     return DT_OK;
 }
 
@@ -41,8 +65,10 @@ uint64_t dt_wire_sparse_bytes(const dt_wire_header *h) {
     case DT_MSG_SPARSE_PULL: return 8 * ids;
     case DT_MSG_SPARSE_ROWS: return rows;
     case DT_MSG_SPARSE_PUSH: return 8 * ids + rows;
+    case DT_MSG_SPARSE_PAGE:
+    case DT_MSG_SPARSE_IMPORT: return 8 * ids + 4 * ids * h->sparse.dim * (1 + (uint64_t)h->opt_slots);
     }
-    return 0;
+    return 0; /* SPARSE_EXPORT */
 }
 
 uint64_t dt_wire_sparse_max_frame(void) {
@@ -128,5 +154,70 @@ int dt_wire_table_decode(dt_wire_table *t, const void *buf, size_t len, dt_error
     if (dt_lazy_config_check(&v.opt, &e))
         return dt_errorf(err, DT_EFORMAT, "table %u: %s", id, e.msg);
     *t = v;
+    return DT_OK;
+}
+
+/* ---- Rows with their slots: SPARSE_PAGE and SPARSE_IMPORT ----------------------------------------- */
+
+size_t dt_wire_rows_per_msg(size_t dim, size_t slots) {
+    size_t by_floats = DT_WIRE_MAX_SPARSE_FLOATS / (dim * (1 + slots));
+    return by_floats < DT_WIRE_MAX_SPARSE_IDS ? by_floats : DT_WIRE_MAX_SPARSE_IDS;
+}
+
+uint64_t dt_wire_rows_id(const dt_wire_rows *r, size_t i) { return dt_get_u64(r->ids + 8 * i); }
+
+void dt_wire_rows_get(const dt_wire_rows *r, size_t i, float *out) {
+    const size_t k = r->dim * (1 + r->slots);
+    memcpy(out, r->rows + 4 * k * i, 4 * k); /* float32, little-endian: the host's (as every float payload) */
+}
+
+/* The least value slot k of a table optimizer may hold (-INFINITY: any finite one), and whether it
+ * must exceed it: Adagrad's accumulator only grows from initial_accumulator > 0, FTRL's n from >= 0,
+ * Adam's v from 0 (a smaller one makes the next update divide by 0 or take a square root of < 0). */
+static float slot_floor(uint8_t kind, size_t k, int *strict) {
+    *strict = kind == DT_LAZY_ADAGRAD;
+    if ((kind == DT_LAZY_ADAGRAD || kind == DT_LAZY_FTRL) && k == 0) return 0.0f;
+    if (kind == DT_LAZY_ADAM && k == 1) return 0.0f;
+    return -INFINITY;
+}
+
+/* Row i's floats (values, then slots) finite and each slot within its range; else refused. */
+static int check_row(const dt_wire_rows *r, uint8_t kind, size_t i, const char *tn, uint64_t table, dt_error *err) {
+    const uint8_t *p = r->rows + 4 * i * r->dim * (1 + r->slots);
+    for (size_t k = 0; k <= r->slots; k++)
+        for (size_t j = 0; j < r->dim; j++) {
+            const float v = dt_get_f32(p + 4 * (k * r->dim + j));
+            int strict;
+            const float lo = k ? slot_floor(kind, k - 1, &strict) : -INFINITY;
+            if (isfinite(v) && (k == 0 || (strict ? v > lo : v >= lo))) continue;
+            const char *what = !isfinite(v) ? "is not finite" : strict ? "must be > 0" : "must be >= 0";
+            return dt_errorf(err, DT_EFORMAT, "%s: row %zu (id %llu of table %llu): %s %zu, value %zu, %g %s", tn, i,
+                             (unsigned long long)dt_wire_rows_id(r, i), (unsigned long long)table,
+                             k ? "optimizer slot" : "values", k ? k - 1 : 0, j, (double)v, what);
+        }
+    return DT_OK;
+}
+
+int dt_wire_rows_check(dt_wire_rows *out, const dt_wire_header *h, const void *payload, size_t len, uint64_t max_id,
+                       dt_error *err) {
+    const char *tn = dt_wire_type_name(h->type);
+    if (h->type != DT_MSG_SPARSE_PAGE && h->type != DT_MSG_SPARSE_IMPORT)
+        return dt_errorf(err, DT_EFORMAT, "%s carries no rows with slots", tn);
+    int rc = dt_wire_check_sparse(h, err); /* decode checked it; a hand-made header must not overflow */
+    if (rc) return rc;
+    if (len != dt_wire_sparse_bytes(h))
+        return dt_errorf(err, DT_EFORMAT, "%s payload of %zu bytes, expected %llu (%llu ids, dim %llu, %u slots)", tn,
+                         len, (unsigned long long)dt_wire_sparse_bytes(h), (unsigned long long)h->sparse.ids,
+                         (unsigned long long)h->sparse.dim, h->opt_slots);
+    dt_wire_rows r = {.n = h->sparse.ids, .dim = h->sparse.dim, .slots = h->opt_slots, .ids = payload};
+    r.rows = r.ids + 8 * r.n;
+    for (size_t i = 0; i < r.n; i++) {
+        const uint64_t id = dt_wire_rows_id(&r, i);
+        if (max_id && id >= max_id)
+            return dt_errorf(err, DT_EFORMAT, "%s: row %zu: id %llu of table %llu, beyond the table's %llu rows", tn, i,
+                             (unsigned long long)id, (unsigned long long)h->sparse.table, (unsigned long long)max_id);
+        if ((rc = check_row(&r, h->opt_kind, i, tn, h->sparse.table, err))) return rc;
+    }
+    *out = r;
     return DT_OK;
 }

@@ -1095,15 +1095,19 @@ int dt_ps_client_sparse(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const
                              i, DT_WIRE_MAX_CHUNKS);
         for (int k = 0; k < n_msgs[i]; k++) {
             if (!type) type = msgs[i][k].h.type;
-            if (msgs[i][k].h.type != type || !dt_wire_type_is_sparse(type) || type == DT_MSG_SPARSE_ROWS)
-                return dt_errorf(err, DT_EINVAL, "ps client: a sparse call sends SPARSE_INITs, SPARSE_PULLs or "
-                                 "SPARSE_PUSHes, one kind");
+            if (msgs[i][k].h.type != type || !dt_wire_type_is_sparse(type) || type == DT_MSG_SPARSE_ROWS ||
+                type == DT_MSG_SPARSE_PAGE)
+                return dt_errorf(err, DT_EINVAL, "ps client: a sparse call sends requests of one kind (SPARSE_INIT, "
+                                 "_PULL, _PUSH, _EXPORT or _IMPORT)");
         }
     }
     if (!type) return DT_OK; /* nothing to send */
     sparse_ctx x = {fn, user};
     call_t call = {.what = dt_wire_type_name(type), .fn = on_sparse, .user = &x, .repull = -1, .slots = n_msgs};
-    int rc = call_begin(c, &call, type == DT_MSG_SPARSE_PULL ? DT_MSG_SPARSE_ROWS : DT_MSG_ACK, err);
+    const uint8_t want = type == DT_MSG_SPARSE_PULL     ? DT_MSG_SPARSE_ROWS
+                         : type == DT_MSG_SPARSE_EXPORT ? DT_MSG_SPARSE_PAGE
+                                                        : DT_MSG_ACK;
+    int rc = call_begin(c, &call, want, err);
     if (rc) return rc;
     for (int i = 0; i < c->n_ps && !rc; i++)
         for (int k = 0; k < n_msgs[i] && !rc; k++) {

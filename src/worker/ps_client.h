@@ -197,10 +197,11 @@ int dt_ps_client_inflight(const dt_ps_client *c, int ps);
 void dt_ps_client_set_wake_fd(dt_ps_client *c, int fd);
 
 /* Sparse tables (docs/protocol.md, "Sparse tables"): one exchange of n_msgs[i] messages to each ps
- * i (0..DT_WIRE_MAX_CHUNKS), all SPARSE_INITs, SPARSE_PULLs or SPARSE_PUSHes, built by the caller (the header's
- * type and type-specific fields, the payload: copied); every reply (SPARSE_ROWS, or ACK with status
- * OK or STALE) goes to fn with the message's index k, its header checked for type, sender and payload
- * size. An ERROR reply fails the call naming the ps. Nothing to send: returns at once. */
+ * i (0..DT_WIRE_MAX_CHUNKS), all SPARSE_INITs, SPARSE_PULLs, SPARSE_PUSHes, SPARSE_EXPORTs or
+ * SPARSE_IMPORTs, built by the caller (the header's type and type-specific fields, the payload:
+ * copied); every reply (SPARSE_ROWS, SPARSE_PAGE, or ACK with status OK or STALE) goes to fn with the
+ * message's index k, its header checked for type, sender and payload size. An ERROR reply fails the
+ * call naming the ps. Nothing to send: returns at once. */
 typedef struct {
     dt_wire_header h;
     const void *payload;

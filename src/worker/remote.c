@@ -152,8 +152,10 @@ static void free_shard_buffers(const dt_placement *pl, float **b) {
 }
 
 /* Chief: every ps gets its shard of the net's parameters and of state (flat layout; NULL: zeros)
- * at global step `step`. The gradient buffers are free between steps: they carry the shards. */
-static int init_shards(remote *r, dt_net *net, const float *state, int64_t step, dt_error *err) {
+ * at global step `step`, then the sparse tables are declared at that step and, from a checkpoint
+ * (from_ckpt), given its rows (cfg.tables). The gradient buffers are free between steps: they carry
+ * the shards. */
+static int init_shards(remote *r, dt_net *net, const float *state, int64_t step, int from_ckpt, dt_error *err) {
     const dt_placement *pl = r->cfg.placement;
     size_t n = dt_net_param_count(net);
     int slots = state ? dt_opt_slots(&r->cfg.opt) : 0;
@@ -184,8 +186,10 @@ static int init_shards(remote *r, dt_net *net, const float *state, int64_t step,
     }
     rc = dt_ps_client_init(r->client, &r->cfg.opt, (const float *const *)r->grads, (const float *const *)st,
                            (const uint8_t *const *)decay, step, err);
-    /* an INIT drops the sparse tables: declared again after each one (they start at step 0) */
-    if (!rc && r->sparse) rc = dt_sparse_declare(r->sparse, 0, err);
+    /* an INIT drops the sparse tables: declared again after each one, at its step (LazyAdam's bias
+     * correction counts the tables' updates: a checkpoint's tables go on from its step) */
+    if (!rc && r->sparse) rc = dt_sparse_declare(r->sparse, step, err);
+    if (!rc && r->sparse && from_ckpt && r->cfg.tables) rc = r->cfg.tables(r->cfg.user, r->sparse, err);
     if (decay) free(decay[r->n_ps]);
     free(decay);
     free_shard_buffers(pl, st);
@@ -210,7 +214,7 @@ static int remote_start(dt_updater *u, dt_net *net, uint64_t seed, int64_t *glob
         if (!all_initialised(r)) {
             /* First start of the cluster: the chief alone initialises (TF's Supervisor). */
             dt_net_init_params(net, seed);
-            if ((rc = init_shards(r, net, NULL, 0, err))) return rc;
+            if ((rc = init_shards(r, net, NULL, 0, 0, err))) return rc;
             if (r->cfg.log) fprintf(r->cfg.log, "chief: initialised %d ps task(s) from seed %llu\n", r->n_ps,
                                     (unsigned long long)seed);
         }
@@ -234,13 +238,10 @@ static int remote_restore(dt_updater *u, dt_net *net, const float *state, int64_
                     (long long)dt_ps_client_shard(r->client, 0)->global_step, (long long)step);
         return remote_start(u, net, r->cfg.seed, global_step, err);
     }
-    rc = init_shards(r, net, state, step, err);
+    rc = init_shards(r, net, state, step, 1, err);
     if (rc) return rc;
     if (r->cfg.log) fprintf(r->cfg.log, "chief: gave %d ps task(s) their shards back at global step %lld\n", r->n_ps,
                             (long long)step);
-    if (r->sparse && r->cfg.log) /* docs/sparse.md, "Not yet" */
-        fprintf(r->cfg.log, "chief: warning: checkpoints do not hold the sparse tables yet: every table starts again "
-                "from its initial rows\n");
     return resume_from_ps(r, net, global_step, err);
 }
 
@@ -253,7 +254,7 @@ static int rollback(remote *r, dt_net *net, dt_error *err) {
     if (have < 0) return have;
     if (have) memcpy(dt_net_params(net), params, dt_net_param_count(net) * sizeof(float));
     else dt_net_init_params(net, r->cfg.seed);
-    int rc = init_shards(r, net, have ? state : NULL, have ? step : 0, err);
+    int rc = init_shards(r, net, have ? state : NULL, have ? step : 0, have, err);
     if (rc) return rc;
     if (r->cfg.log) {
         if (have)
@@ -634,6 +635,7 @@ int dt_remote_open_client(dt_updater *u, struct dt_ps_client **out, dt_error *er
     cc.sndbuf_bytes = 0;
     return dt_ps_client_open(out, &cc, err);
 }
+struct dt_sparse_client *dt_remote_sparse(dt_updater *u) { return ((remote *)u)->sparse; }
 
 int64_t dt_remote_next_tag(const dt_updater *u, int64_t tag) {
     const remote *r = (const remote *)u;

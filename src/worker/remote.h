@@ -16,6 +16,8 @@
 #include "update/updater.h"
 #include "worker/overlap.h"
 
+struct dt_sparse_client; /* worker/sparse_client.h */
+
 typedef struct {
     const dt_cluster *cluster;    /* job must be worker */
     const dt_placement *placement;
@@ -52,6 +54,10 @@ typedef struct {
     /* The newest checkpoint in the flat layout (params [n], state [slots * n]): 1 if there is one,
      * 0 if none, < 0 on error. NULL: none. */
     int (*reload)(void *user, const float **params, const float **state, int64_t *step, dt_error *err);
+    /* Chief, a compact net: the sparse tables' rows of the checkpoint restored (or reloaded for a
+     * rollback) into the ps tasks, once their SPARSE_INIT is in (dt_sparse_import). NULL: the tables
+     * start from their initial rows. */
+    int (*tables)(void *user, struct dt_sparse_client *sparse, dt_error *err);
     void *user;
     FILE *log;
     const struct dt_auth_s *auth; /* CURVE keys (transport/auth.h); NULL: no security */
@@ -75,6 +81,8 @@ void dt_remote_get_timing(const dt_updater *remote_updater, dt_remote_timing *ou
  * messages sent while an overlapped exchange holds the updater's own (dynamic data sharding's
  * claims, train/work_loop.h); float32, no metrics. The caller closes it. */
 int dt_remote_open_client(dt_updater *remote_updater, struct dt_ps_client **out, dt_error *err);
+/* Its sparse tables' client (a compact net's, once started or restored); NULL: none. */
+struct dt_sparse_client *dt_remote_sparse(dt_updater *remote_updater);
 /* The step the next gradient is for (its PUSH carries it): sync, the step this worker is at; async,
  * with --overlap the step of the exchange last settled, else tag (the loop's). */
 int64_t dt_remote_next_tag(const dt_updater *remote_updater, int64_t tag);

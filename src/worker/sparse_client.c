@@ -291,7 +291,7 @@ int dt_sparse_push(dt_sparse_client *s, dt_error *err) {
 /* ---- SPARSE_INIT ---- */
 
 /* Table t's record: its layer's dim, rows (the capacity: every bucket can have one) and initialiser. */
-static int table_record(const dt_sparse_client *s, int t, dt_wire_table *w, dt_error *err) {
+int dt_sparse_table_record(const dt_sparse_client *s, int t, dt_wire_table *w, dt_error *err) {
     const dt_model_spec *spec = dt_net_spec(s->net);
     for (int i = 0, seen = 0; i < spec->n_layers; i++) {
         const dt_layer_spec *L = &spec->layers[i];
@@ -326,7 +326,7 @@ int dt_sparse_declare(dt_sparse_client *s, int64_t step, dt_error *err) {
     int rc = reserve(s, 1, bytes, err);
     for (int t = 0; t < s->n_tables && !rc; t++) {
         dt_wire_table w;
-        if (!(rc = table_record(s, t, &w, err))) dt_wire_table_encode(s->buf + (size_t)t * DT_WIRE_TABLE_BYTES, &w);
+        if (!(rc = dt_sparse_table_record(s, t, &w, err))) dt_wire_table_encode(s->buf + (size_t)t * DT_WIRE_TABLE_BYTES, &w);
     }
     if (rc) return rc;
     for (int p = 0; p < s->n_ps; p++) {
@@ -380,4 +380,143 @@ int dt_sparse_wait_declared(dt_sparse_client *s, int timeout_ms, dt_error *err) 
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
     }
+}
+
+/* ---- Checkpoints: a table's rows out of the ps tasks and into them (SPARSE_EXPORT, SPARSE_IMPORT) ---- */
+
+#define PAGE_FLOATS (1u << 18)  /* a page's rows: at most 1 MiB of floats (and 8 bytes an id) */
+#define MAX_RESTARTS 64         /* walks a ps may start again (its rows moved) for one table */
+
+/* One table's export: where each ps's walk stands. */
+typedef struct {
+    dt_sparse_client *s;
+    int t;
+    dt_wire_table w;
+    uint64_t buckets;
+    uint64_t *cursor;         /* [n_ps] the next request's; 0 once done (done[p] set) */
+    uint8_t *done;            /* [n_ps] */
+    uint64_t *pages, *restarts; /* [n_ps] */
+    uint64_t max_pages;
+    size_t per;               /* rows a page may hold, as asked */
+    dt_sparse_page_fn put;
+    void *user;
+} export_ctx;
+
+/* A SPARSE_PAGE: of the table asked for, its rows checked (ids below the table's rows, finite, slots
+ * in range), handed to put; the ps's cursor moves on (a walk started again is counted). */
+static int on_page(void *user, int ps, int k, const dt_wire_header *h, const void *payload, size_t len,
+                   dt_error *err) {
+    (void)k;
+    export_ctx *x = user;
+    const int t = x->t;
+    if (h->sparse.table != (uint64_t)t || h->sparse.dim != x->w.dim || h->opt_kind != (uint8_t)x->w.opt.kind ||
+        h->sparse.ids > x->per)
+        return dt_errorf(err, DT_EPROTO, "ps %d: SPARSE_PAGE of table %llu, %llu rows of dim %llu, optimizer %u, "
+                         "answering an export of table %d, at most %zu rows of dim %u, optimizer %u", ps,
+                         (unsigned long long)h->sparse.table, (unsigned long long)h->sparse.ids,
+                         (unsigned long long)h->sparse.dim, h->opt_kind, t, x->per, x->w.dim, (unsigned)x->w.opt.kind);
+    dt_wire_rows page;
+    int rc = dt_wire_rows_check(&page, h, payload, len, x->buckets, err);
+    if (rc) return dt_error_wrap(err, DT_EPROTO, "ps %d: ", ps);
+    const uint64_t was = x->cursor[ps], next = (uint64_t)h->cursor;
+    if (was && next && next >> 32 != was >> 32 && ++x->restarts[ps] > MAX_RESTARTS)
+        return dt_errorf(err, DT_EPROTO, "ps %d: table %d's rows moved under its export %d times (rows evicted, or "
+                         "its index growing, while the chief read it)", ps, t, MAX_RESTARTS);
+    if (++x->pages[ps] > x->max_pages)
+        return dt_errorf(err, DT_EPROTO, "ps %d: more than %llu pages of table %d, whose %llu rows take %llu at most",
+                         ps, (unsigned long long)x->max_pages, t, (unsigned long long)x->buckets,
+                         (unsigned long long)x->max_pages);
+    if ((rc = x->put(x->user, t, &page, h->global_step, err))) return rc;
+    x->cursor[ps] = next;
+    x->done[ps] = next == 0;
+    return DT_OK;
+}
+
+/* One round: a SPARSE_EXPORT to each ps whose walk is not done, for up to per rows; 0 when every
+ * walk is done (*more 0). */
+static int export_round(export_ctx *x, int *more, dt_error *err) {
+    dt_sparse_client *s = x->s;
+    *more = 0;
+    for (int p = 0; p < s->n_ps; p++) {
+        s->n_msgs[p] = !x->done[p];
+        if (x->done[p]) continue;
+        *more = 1;
+        dt_sparse_msg *m = &s->msg_rows[p][0];
+        m->h = dt_wire_header_make(DT_MSG_SPARSE_EXPORT, 0, 0, 0);
+        m->h.sparse.table = (uint64_t)x->t, m->h.sparse.ids = x->per, m->h.sparse.dim = x->w.dim;
+        m->h.opt_kind = (uint8_t)x->w.opt.kind, m->h.opt_slots = (uint8_t)dt_lazy_slots(x->w.opt.kind);
+        m->h.cursor = (int64_t)x->cursor[p];
+        m->payload = NULL, m->bytes = 0;
+    }
+    int rc = *more ? dt_ps_client_sparse(s->cfg.client, s->n_msgs, s->msg_rows, on_page, x, err) : DT_OK;
+    memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
+    return rc;
+}
+
+int dt_sparse_export(dt_sparse_client *s, int t, dt_sparse_page_fn put, void *user, dt_error *err) {
+    export_ctx x = {.s = s, .t = t, .put = put, .user = user};
+    dt_table_block b;
+    int rc = dt_net_table_block(s->net, t, &b) ? dt_errorf(err, DT_EINVAL, "sparse client: no table %d", t)
+                                                : dt_sparse_table_record(s, t, &x.w, err);
+    if (rc) return rc;
+    x.buckets = b.buckets;
+    const size_t slots = (size_t)dt_lazy_slots(x.w.opt.kind), k = x.w.dim * (1 + slots);
+    size_t per = dt_wire_rows_per_msg(x.w.dim, slots);
+    if (per > PAGE_FLOATS / k) per = PAGE_FLOATS / k ? PAGE_FLOATS / k : 1;
+    x.max_pages = (MAX_RESTARTS + 1) * (x.buckets / per + 2);
+    x.per = per;
+    const size_t n = (size_t)s->n_ps;
+    x.cursor = dt_calloc(n, sizeof *x.cursor, "sparse export", err);
+    x.done = dt_calloc(n, 1, "sparse export", err);
+    x.pages = dt_calloc(n, sizeof *x.pages, "sparse export", err);
+    x.restarts = dt_calloc(n, sizeof *x.restarts, "sparse export", err);
+    rc = x.cursor && x.done && x.pages && x.restarts ? DT_OK : DT_ENOMEM;
+    for (int more = 1; !rc && more;) rc = export_round(&x, &more, err);
+    free(x.cursor), free(x.done), free(x.pages), free(x.restarts);
+    return rc;
+}
+
+/* Messages of table t's rows for ps p: ids[order[i]] with their rows [.., k], up to per a message. */
+static void add_import(dt_sparse_client *s, size_t *at, int t, const dt_wire_table *w, int p, const uint64_t *ids,
+                       const size_t *order, size_t count, const float *rows, size_t per) {
+    const size_t slots = (size_t)dt_lazy_slots(w->opt.kind), k = w->dim * (1 + slots);
+    for (size_t lo = 0; lo < count; lo += per) {
+        const size_t n = count - lo < per ? count - lo : per;
+        uint8_t *pay = s->buf + *at;
+        for (size_t i = 0; i < n; i++) {
+            dt_put_u64(pay + 8 * i, ids[order[lo + i]]);
+            memcpy(pay + 8 * n + 4 * k * i, rows + k * order[lo + i], 4 * k); /* host order: little-endian */
+        }
+        *at += n * (8 + 4 * k);
+        dt_sparse_msg *m = &s->msg_rows[p][s->n_msgs[p]++];
+        m->h = dt_wire_header_make(DT_MSG_SPARSE_IMPORT, 0, 0, 0);
+        m->h.sparse.table = (uint64_t)t, m->h.sparse.ids = n, m->h.sparse.dim = w->dim;
+        m->h.opt_kind = (uint8_t)w->opt.kind, m->h.opt_slots = (uint8_t)slots;
+        m->payload = pay, m->bytes = n * (8 + 4 * k);
+    }
+}
+
+static int on_import_ack(void *user, int ps, int k, const dt_wire_header *h, const void *payload, size_t len,
+                         dt_error *err) {
+    (void)user, (void)ps, (void)k, (void)h, (void)payload, (void)len, (void)err;
+    return DT_OK; /* the exchange checked it is an ACK from that ps, without payload */
+}
+
+int dt_sparse_import(dt_sparse_client *s, int t, const uint64_t *ids, const float *rows, size_t n, dt_error *err) {
+    dt_wire_table w;
+    int rc = dt_sparse_table_record(s, t, &w, err);
+    if (rc || n == 0) return rc;
+    const size_t slots = (size_t)dt_lazy_slots(w.opt.kind), k = w.dim * (1 + slots);
+    const size_t per = dt_wire_rows_per_msg(w.dim, slots);
+    if (n > per * DT_WIRE_MAX_CHUNKS)
+        return dt_errorf(err, DT_EINVAL, "sparse client: %zu rows of table %d in one import (at most %zu)", n, t,
+                         per * DT_WIRE_MAX_CHUNKS);
+    if ((rc = reserve(s, n, n * (8 + 4 * k), err))) return rc;
+    dt_row_split((uint32_t)t, ids, n, s->n_ps, s->ps_of, s->begin, s->order);
+    size_t at = 0;
+    for (int p = 0; p < s->n_ps; p++)
+        add_import(s, &at, t, &w, p, ids, s->order + s->begin[p], s->begin[p + 1] - s->begin[p], rows, per);
+    rc = dt_ps_client_sparse(s->cfg.client, s->n_msgs, s->msg_rows, on_import_ack, s, err);
+    memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
+    return rc;
 }

@@ -48,7 +48,8 @@ typedef struct {
 int dt_sparse_client_create(dt_sparse_client **out, const dt_sparse_config *cfg, dt_net *net, dt_error *err);
 void dt_sparse_client_free(dt_sparse_client *s); /* also unsets the net's fill callback */
 
-/* Chief, after INIT: SPARSE_INIT of every table to every ps, the tables at step `step`. Refuses
+/* Chief, after INIT: SPARSE_INIT of every table to every ps, the tables at step `step` (INIT's: 0, or
+ * a checkpoint's, whose tables are then imported). Refuses
  * (DT_EINVAL, naming the layer) an embedding whose initialiser the ps cannot draw. */
 int dt_sparse_declare(dt_sparse_client *s, int64_t step, dt_error *err);
 /* A worker other than the chief, once the ps tasks are initialised: waits (up to timeout_ms) until
@@ -59,6 +60,22 @@ int dt_sparse_wait_declared(dt_sparse_client *s, int timeout_ms, dt_error *err);
 int dt_sparse_pull(dt_sparse_client *s, int training, dt_error *err);
 /* The last backward's table gradients (dt_net_table_grad) to the ps tasks. */
 int dt_sparse_push(dt_sparse_client *s, dt_error *err);
+/* Checkpoints (docs/sparse.md, "Checkpoints"). Table t's record as dt_sparse_declare sends it (dim,
+ * optimizer, initialiser, capacity: the table's rows, seed). */
+int dt_sparse_table_record(const dt_sparse_client *s, int t, dt_wire_table *w, dt_error *err);
+/* A page of table t's rows from one ps (ids below the table's rows, values finite, slots in range:
+ * dt_wire_rows_check), at the table's step on that ps. */
+typedef int (*dt_sparse_page_fn)(void *user, int t, const dt_wire_rows *page, int64_t step, dt_error *err);
+/* Every row table t's ps tasks hold, to put page by page: each ps walked from cursor 0 (SPARSE_EXPORT)
+ * until it says none is left, all ps at once. A page holds at most 2^18 floats of rows and their ids
+ * (1.5 MiB): the caller holds at most one per ps at a time. A walk the ps starts again (its rows
+ * moved: ps/table.h, dt_table_layout) sends rows again, the later copy the newer; at most 64 times, and no ps
+ * sends more pages than its share of the table allows, else DT_EPROTO naming the ps. */
+int dt_sparse_export(dt_sparse_client *s, int t, dt_sparse_page_fn put, void *user, dt_error *err);
+/* Rows of table t to their homes under this client's ps count (dt_row_ps; SPARSE_IMPORT, answered
+ * ACK): ids [n], rows [n][(1 + slots) dim] (values, then each slot), n at most
+ * dt_wire_rows_per_msg x DT_WIRE_MAX_CHUNKS; one exchange. */
+int dt_sparse_import(dt_sparse_client *s, int t, const uint64_t *ids, const float *rows, size_t n, dt_error *err);
 /* The ps tasks were initialised again (the tables declared anew, at step 0). */
 void dt_sparse_reset(dt_sparse_client *s);
 const dt_sparse_stats *dt_sparse_get_stats(const dt_sparse_client *s);
