@@ -33,6 +33,7 @@ typedef struct {
     const float *grad;
     int delay_ms;
     int64_t tag, min_step;
+    uint64_t examples;        /* what the gradient says it averages (0: not said) */
     int rc;
     int64_t took_ms, step;
     dt_push_result res;
@@ -45,7 +46,8 @@ static void *step_main(void *arg) {
     const float *gs[1] = {j->grad}, *views[1] = {NULL};
     int64_t steps[1] = {-1}, t0 = dt_clock_us() / 1000;
     dt_error e = {0};
-    j->rc = dt_ps_client_push_pull(j->c, gs, j->tag, j->min_step, views, steps, &j->res, &e);
+    j->rc = dt_ps_client_set_examples(j->c, j->examples, &e);
+    if (!j->rc) j->rc = dt_ps_client_push_pull(j->c, gs, j->tag, j->min_step, views, steps, &j->res, &e);
     j->took_ms = (dt_clock_us() / 1000) - t0;
     if (j->rc) fprintf(stderr, "  push_pull: %s\n", e.msg);
     j->step = steps[0];
@@ -90,6 +92,43 @@ out:
     dt_ps_client_close(w[1]);
     ps_stop(&ps);
     CHECK(ps.stats.global_step == 1 && ps.stats.updates == 1 && ps.stats.pushes == 2 && ps.stats.stale == 0);
+}
+
+/* Two workers whose gradients average 3 and 1 examples (1 and 5 each): the step applies the mean
+ * over the 4 examples, (3 * 1 + 5) / 4 = 2, not the mean of the two gradients, 3. A client refuses
+ * a count beyond the bound before sending anything. */
+static void test_weighted_by_examples(void) {
+    enum { N = 40 };
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    size_t sizes[1] = {N};
+    dt_ps_client *w[2] = {client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 2, 2, 0),
+                          client_sync(1, &ps, sizes, DT_ROLE_WORKER, 1, 2, 2, 0)};
+    CHECK(w[0] && w[1]);
+    if (!w[0] || !w[1]) goto out;
+    static float p[N], g0[N], g1[N];
+    set_all(p, N, 10.0f);
+    set_all(g0, N, 1.0f);
+    set_all(g1, N, 5.0f);
+    const float *src[1] = {p};
+    dt_opt_config opt = sgd(0.5f);
+    dt_error e = {0};
+    CHECK(dt_ps_client_init(w[0], &opt, src, NULL, NULL, 0, &e) == DT_OK);
+    CHECK(dt_ps_client_set_examples(w[1], DT_WIRE_MAX_EXAMPLES + 1, &e) == DT_EINVAL);
+    CHECK_CONTAINS(e.msg, "beyond the bound DT_WIRE_MAX_EXAMPLES = 1048576");
+    step_job j[2] = {{.c = w[0], .grad = g0, .tag = 0, .min_step = 1, .examples = 3},
+                     {.c = w[1], .grad = g1, .tag = 0, .min_step = 1, .examples = 1}};
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, step_main, &j[k]);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    CHECK(j[0].rc == DT_OK && j[1].rc == DT_OK);
+    CHECK_MSG(j[0].first == 10.0f - 0.5f * 2.0f && j[1].first == 10.0f - 0.5f * 2.0f, "got %g and %g",
+              (double)j[0].first, (double)j[1].first);
+out:
+    dt_ps_client_close(w[0]);
+    dt_ps_client_close(w[1]);
+    ps_stop(&ps);
+    CHECK(ps.stats.global_step == 1 && ps.stats.weighted == 1);
 }
 
 /* The gradients are summed in worker-index order whatever the arrival order: with
@@ -810,6 +849,7 @@ int main(void) {
     RUN(test_staleness_bound);
     RUN(test_chunk_has_its_own_barrier);
     RUN(test_barrier_wait_keeps_worker_alive);
+    RUN(test_weighted_by_examples);
     /* Again with every shard cut into chunks of 12 bytes (3 floats; shards of 1..14 chunks): each
      * chunk has its own barrier, and the results must not change. */
     chunk_bytes = 12;
@@ -823,6 +863,7 @@ int main(void) {
     RUN(test_strict_lost_worker);
     RUN(test_reinit_generation);
     RUN(test_two_ps_one_step);
+    RUN(test_weighted_by_examples);
     RUN(test_staleness_bound);
     /* (test_exact_pulls and test_pull_waits_for_one_step speak the wire by hand, one chunk a shard.) */
     return test_summary();
