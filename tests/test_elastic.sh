@@ -4,8 +4,8 @@
 # mid-epoch and worker 3 joins; every example of every epoch is trained exactly once (ps 0 counts
 # each epoch's batches, and the workers' --debug_work_log lines name every example: none twice, and
 # none missing but at most the one batch the killed worker may have pushed without logging it);
-# the survivors exit 0. A join at --max_workers is refused naming the bound. Every process ends in
-# time.
+# the survivors exit 0. A join at --max_workers is refused naming the bound. A sync step holding an
+# epoch's short last batch is weighted by examples. Every process ends in time.
 . "$(dirname "$0")/lib.sh"
 fashion_subset "$tmp/data" 1000 100 || { bad "fashion subset"; summary; exit; }
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
@@ -85,4 +85,17 @@ run async
 run sync --issync=1
 grep -q "worker 3 trains again\|sits steps out" "$tmp/sync/ps" && ok "sync: the ps logs each change of the live workers" \
   || bad "sync: the ps logs each change of the live workers"
+
+# Sync steps weighted by examples: 100 examples in batches of 32, so each epoch's last batch holds
+# 4; two workers in step train batches 2 and 3 of an epoch together, and the ps weighs them 32 and 4
+# (the workers say their batches' examples in every PUSH). Worker 1 may start a step late, so only
+# some epochs pair them: at least one of 4 must.
+fashion_subset "$tmp/small" 100 20 || bad "fashion subset of 100"
+timeout --foreground 60 "$bin" launch --ps 1 --workers 2 --issync 1 --sharding dynamic --unit_batches 1 \
+  --model "$tmp/tiny.model" --data "$tmp/small" --logdir= --summary_dir= --threads 1 --batch_size 32 --epochs 4 \
+  --steps_to_validate 100000 --debug_step_delay_ms 20 >"$tmp/weighted.out" 2>&1
+st=$?
+check "sync: a step holding an epoch's short last batch is weighted by examples (status $st)" \
+  grep -Eq "ps 0: step [0-9]+: the mean of 2 gradient\(s\) weighted by their examples \((4, 32|32, 4); 36 in all\)" \
+  "$tmp/weighted.out"
 summary

@@ -4,6 +4,7 @@
  * stale step, a later step already full (backup workers), a lost worker at the barrier, strict
  * mode, deferred PULLs answered, expiring, superseded and forgotten with their connection, the
  * admission of large replies, and the dispatch table's conditions. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -480,6 +481,109 @@ static void test_end_of_job(void) {
     shard_done(s);
 }
 
+/* ---- Sync steps weighted by examples (docs/elastic.md, "Sync mode when membership changes") ---- */
+
+/* Chunk c of `chunks` of the whole gradient g [N] from worker task, saying `examples`. */
+static void push_g(ps_shard *s, int conn, uint16_t task, int chunk, int chunks, int64_t step, const float *g,
+                   uint64_t examples) {
+    uint64_t off, len;
+    dt_wire_chunk(N, (unsigned)chunks, (unsigned)chunk, &off, &len);
+    float *b = malloc(len * sizeof *b);
+    memcpy(b, g + off, len * sizeof *b);
+    dt_wire_header h = hdr(DT_MSG_PUSH, task ? DT_ROLE_WORKER : DT_ROLE_CHIEF, task);
+    h.chunk = (uint8_t)chunk, h.chunks = (uint8_t)chunks;
+    h.local_step = step;
+    h.push.examples = examples;
+    h.payload_bytes = len * sizeof *b;
+    h.flags = DT_WIRE_F_SYNC;
+    ps_origin o = from(conn);
+    ps_bytes pb = {.data = b, .size = len * sizeof *b, .release = free, .hint = b};
+    ps_shard_request(s, &o, &h, &pb, 0, &io);
+}
+
+/* Worker w's gradient: irregular values of both signs and several magnitudes. */
+static void grad_of(int w, float *g) {
+    uint32_t x = 2654435761u * (uint32_t)(w + 1);
+    for (int i = 0; i < N; i++) {
+        x = x * 1664525u + 1013904223u;
+        g[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * (float)(1 << (i % 5));
+    }
+}
+
+/* One sync step of 3 workers (chunks 2) whose gradients say ex[w] examples; the parameters after
+ * it into out [N] (INIT's are all 1, sgd lr 1). */
+static void weighted_step(const uint64_t ex[3], float out[N]) {
+    ps_shard *s = shard_new();
+    init(s, 2, 3, 3, 0, 0, 0, 0);
+    float g[3][N];
+    for (int w = 0; w < 3; w++) grad_of(w, g[w]);
+    for (int w = 2; w >= 0; w--) /* arrival order is not the sum's order */
+        for (int c = 1; c >= 0; c--) push_g(s, 1 + w, (uint16_t)w, c, 2, 0, g[w], ex[w]);
+    CHECK(step_of(s) == 1);
+    for (int c = 0; c < 2; c++) {
+        pull(s, 1, 0, c, 2, 1, 0);
+        uint64_t off, len;
+        dt_wire_chunk(N, 2, (unsigned)c, &off, &len);
+        CHECK(last()->h.type == DT_MSG_PARAMS && last()->h.global_step == 1);
+        memcpy(out + off, last()->first, len * sizeof(float));
+    }
+    shard_done(s);
+}
+
+/* Batches of different sizes (an epoch's short last batch): the update is the mean over the
+ * examples, sum(w_k g_k) / sum(w_k), against a float64 reference, and not the plain mean. Equal
+ * batches, or a gradient that does not say (0: an older client), give the plain mean bit for bit
+ * as the ps computed it before gradients said their examples: ((g0 + g1) + g2) / 3 in float,
+ * applied by the same optimizer call. */
+static void test_sync_weighted_by_examples(void) {
+    float g[3][N], got[N], plain[N], same[N], unsaid[N];
+    for (int w = 0; w < 3; w++) grad_of(w, g[w]);
+    weighted_step((const uint64_t[3]){32, 32, 16}, got);
+    float one[N], mean[N];
+    for (int i = 0; i < N; i++) one[i] = 1.0f, mean[i] = ((g[0][i] + g[1][i]) + g[2][i]) / 3.0f;
+    dt_opt_config opt = {.kind = DT_OPT_SGD, .learning_rate = 1.0f};
+    dt_opt_apply_to(&opt, plain, one, mean, NULL, NULL, N, 0, NULL);
+    double worst = 0, apart = 0;
+    for (int i = 0; i < N; i++) {
+        double ref = 1.0 - (32.0 * g[0][i] + 32.0 * g[1][i] + 16.0 * g[2][i]) / 80.0;
+        double d = fabs((double)got[i] - ref) / (fabs(ref) > 1 ? fabs(ref) : 1);
+        if (d > worst) worst = d;
+        if (fabs((double)plain[i] - ref) > apart) apart = fabs((double)plain[i] - ref);
+    }
+    CHECK_MSG(worst < 4e-7, "weighted mean off the float64 reference by %g (relative)", worst);
+    CHECK_MSG(apart > 1e-3, "the plain mean is only %g from the weighted one: the test cannot tell them", apart);
+    weighted_step((const uint64_t[3]){32, 32, 32}, same);
+    weighted_step((const uint64_t[3]){32, 0, 16}, unsaid);
+    CHECK(memcmp(same, plain, sizeof plain) == 0);
+    CHECK(memcmp(unsaid, plain, sizeof plain) == 0);
+}
+
+/* Every chunk of one gradient says the same examples: a chunk that differs is refused naming both
+ * and changes nothing; the worker's next gradient starts over. Weighted steps are counted. */
+static void test_sync_examples_per_chunk(void) {
+    ps_shard *s = shard_new();
+    init(s, 2, 2, 2, 0, 0, 0, 0);
+    float g[N];
+    grad_of(0, g);
+    push_g(s, 1, 0, 1, 2, 0, g, 32);
+    push_g(s, 1, 0, 0, 2, 0, g, 31);
+    CHECK(last()->h.type == DT_MSG_ERROR && last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "chunk 0 of worker 0's gradient for step 0 averages 31 examples, its chunks before 32");
+    push_g(s, 1, 0, 0, 2, 0, g, 32);
+    CHECK(last()->h.type == DT_MSG_PUSH_ACK && last()->h.status == DT_WIRE_OK);
+    push_g(s, 2, 1, 0, 2, 0, g, 8);
+    push_g(s, 2, 1, 1, 2, 0, g, 8);
+    CHECK(step_of(s) == 1);
+    /* Step 1: worker 1 sends its gradient whole, then again (restarted) with other examples. */
+    for (int c = 0; c < 2; c++) push_g(s, 2, 1, c, 2, 1, g, 8);
+    for (int c = 0; c < 2; c++) push_g(s, 2, 1, c, 2, 1, g, 4);
+    CHECK(last()->h.type == DT_MSG_PUSH_ACK && last()->h.status == DT_WIRE_OK);
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK(st.weighted == 1 && st.refused == 1 && st.updates == 1);
+    shard_done(s);
+}
+
 int main(void) {
     RUN(test_conditions);
     RUN(test_sit_out_and_back);
@@ -496,5 +600,7 @@ int main(void) {
     RUN(test_work_sync);
     RUN(test_work_async);
     RUN(test_end_of_job);
+    RUN(test_sync_weighted_by_examples);
+    RUN(test_sync_examples_per_chunk);
     return test_summary();
 }

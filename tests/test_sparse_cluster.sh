@@ -99,4 +99,10 @@ timeout --foreground 60 "$bin" launch --ps 1 --workers 1 "${short[@]}" --model "
 st=$?
 check "momentum for the dense variables, FTRL for the tables on the ps (status $st)" [ "$st" -eq 0 ]
 check "... the ps applies FTRL at 0.1" grep -q "sparse table(s) declared .* (ftrl, learning rate 0.1)" "$tmp/ftrl.out"
+# A click log is a stream without a permutation: --sharding dynamic is refused (it was ignored).
+timeout --foreground 60 "$bin" launch --ps 1 --workers 1 "${short[@]}" --model "$tmp/lr.model" --sharding dynamic \
+  >"$tmp/dynamic.out" 2>&1
+st=$?
+check "a click-log cluster refuses --sharding dynamic (status $st)" \
+  eval '[ "$st" -ne 0 ] && grep -q "sharding dynamic: a click log is a stream without a permutation" "$tmp/dynamic.out"'
 summary

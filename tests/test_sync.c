@@ -33,6 +33,7 @@ typedef struct {
     const float *grad;
     int delay_ms;
     int64_t tag, min_step;
+    uint64_t examples;        /* what the gradient says it averages (0: not said) */
     int rc;
     int64_t took_ms, step;
     dt_push_result res;
@@ -45,7 +46,8 @@ static void *step_main(void *arg) {
     const float *gs[1] = {j->grad}, *views[1] = {NULL};
     int64_t steps[1] = {-1}, t0 = dt_clock_us() / 1000;
     dt_error e = {0};
-    j->rc = dt_ps_client_push_pull(j->c, gs, j->tag, j->min_step, views, steps, &j->res, &e);
+    j->rc = dt_ps_client_set_examples(j->c, j->examples, &e);
+    if (!j->rc) j->rc = dt_ps_client_push_pull(j->c, gs, j->tag, j->min_step, views, steps, &j->res, &e);
     j->took_ms = (dt_clock_us() / 1000) - t0;
     if (j->rc) fprintf(stderr, "  push_pull: %s\n", e.msg);
     j->step = steps[0];
@@ -53,30 +55,45 @@ static void *step_main(void *arg) {
     return NULL;
 }
 
-/* Two workers; the second pushes 300 ms late. The first one's PULL is held until the step is
- * applied (the ps reports that wait), and both get p - lr * mean(g0, g1). */
-static void test_mean_once_behind_barrier(void) {
+/* One step of two sync workers on one ps of 100 floats, all 10, sgd 0.5: worker 0 (the chief)
+ * pushes all 1s saying ex0 examples, worker 1 all v1 saying ex1, delay_ms late. j: how each
+ * worker's step went (j[k].rc is -1 if the clients could not start); *st: the ps's stats at its end. */
+static void two_workers_one_step(float v1, uint64_t ex0, uint64_t ex1, int delay_ms, step_job j[2], dt_ps_stats *st) {
     enum { N = 100 };
     ps_thread ps;
     ps_start(&ps, 0, N, NULL, 0);
     size_t sizes[1] = {N};
     dt_ps_client *w[2] = {client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 2, 2, 0),
                           client_sync(1, &ps, sizes, DT_ROLE_WORKER, 1, 2, 2, 0)};
+    j[0] = j[1] = (step_job){.rc = -1};
     CHECK(w[0] && w[1]);
     if (!w[0] || !w[1]) goto out;
     static float p[N], g0[N], g1[N];
     set_all(p, N, 10.0f);
     set_all(g0, N, 1.0f);
-    set_all(g1, N, 3.0f);
+    set_all(g1, N, v1);
     const float *src[1] = {p};
     dt_opt_config opt = sgd(0.5f);
     dt_error e = {0};
     CHECK(dt_ps_client_init(w[0], &opt, src, NULL, NULL, 0, &e) == DT_OK);
-    step_job j[2] = {{.c = w[0], .grad = g0, .tag = 0, .min_step = 1},
-                     {.c = w[1], .grad = g1, .tag = 0, .min_step = 1, .delay_ms = 300}};
+    j[0] = (step_job){.c = w[0], .grad = g0, .tag = 0, .min_step = 1, .examples = ex0};
+    j[1] = (step_job){.c = w[1], .grad = g1, .tag = 0, .min_step = 1, .examples = ex1, .delay_ms = delay_ms};
     pthread_t th[2];
     for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, step_main, &j[k]);
     for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+out:
+    dt_ps_client_close(w[0]);
+    dt_ps_client_close(w[1]);
+    ps_stop(&ps);
+    *st = ps.stats;
+}
+
+/* Two workers; the second pushes 300 ms late. The first one's PULL is held until the step is
+ * applied (the ps reports that wait), and both get p - lr * mean(g0, g1). */
+static void test_mean_once_behind_barrier(void) {
+    step_job j[2];
+    dt_ps_stats st;
+    two_workers_one_step(3.0f, 0, 0, 300, j, &st);
     CHECK(j[0].rc == DT_OK && j[1].rc == DT_OK);
     CHECK_MSG(j[0].took_ms >= 250, "the first worker came back after %lld ms, before the second pushed",
               (long long)j[0].took_ms);
@@ -85,11 +102,19 @@ static void test_mean_once_behind_barrier(void) {
     CHECK(j[0].step == 1 && j[1].step == 1);
     CHECK(j[0].first == 10.0f - 0.5f * 2.0f && j[1].first == 10.0f - 0.5f * 2.0f);
     CHECK(j[0].res.n_stale == 0 && j[1].res.n_stale == 0);
-out:
-    dt_ps_client_close(w[0]);
-    dt_ps_client_close(w[1]);
-    ps_stop(&ps);
-    CHECK(ps.stats.global_step == 1 && ps.stats.updates == 1 && ps.stats.pushes == 2 && ps.stats.stale == 0);
+    CHECK(st.global_step == 1 && st.updates == 1 && st.pushes == 2 && st.stale == 0 && st.weighted == 0);
+}
+
+/* Two workers whose gradients average 3 and 1 examples (1 and 5 each): the step applies the mean
+ * over the 4 examples, (3 * 1 + 5) / 4 = 2, not the mean of the two gradients, 3. */
+static void test_weighted_by_examples(void) {
+    step_job j[2];
+    dt_ps_stats st;
+    two_workers_one_step(5.0f, 3, 1, 0, j, &st);
+    CHECK(j[0].rc == DT_OK && j[1].rc == DT_OK);
+    CHECK_MSG(j[0].first == 10.0f - 0.5f * 2.0f && j[1].first == 10.0f - 0.5f * 2.0f, "got %g and %g",
+              (double)j[0].first, (double)j[1].first);
+    CHECK(st.global_step == 1 && st.weighted == 1);
 }
 
 /* The gradients are summed in worker-index order whatever the arrival order: with
@@ -203,6 +228,9 @@ static void test_sync_refusals(void) {
         const float *gs[1] = {g};
         CHECK(dt_ps_client_push_all(sc, gs, 1, NULL, &e) == DT_OK); /* within the bound: held */
         CHECK(dt_ps_client_push_all(sc, gs, 1, NULL, &e) == DT_OK); /* again: replaces (test_sync_replace) */
+        /* The examples a client says are checked before anything is sent. */
+        CHECK(dt_ps_client_set_examples(sc, DT_WIRE_MAX_EXAMPLES + 1, &e) == DT_EINVAL);
+        CHECK_CONTAINS(e.msg, "beyond the bound DT_WIRE_MAX_EXAMPLES = 1048576");
     }
     /* A client's own sync configuration is checked before anything is sent. */
     const char *eps[1] = {ps[1].endpoint};
@@ -810,6 +838,7 @@ int main(void) {
     RUN(test_staleness_bound);
     RUN(test_chunk_has_its_own_barrier);
     RUN(test_barrier_wait_keeps_worker_alive);
+    RUN(test_weighted_by_examples);
     /* Again with every shard cut into chunks of 12 bytes (3 floats; shards of 1..14 chunks): each
      * chunk has its own barrier, and the results must not change. */
     chunk_bytes = 12;
@@ -823,6 +852,7 @@ int main(void) {
     RUN(test_strict_lost_worker);
     RUN(test_reinit_generation);
     RUN(test_two_ps_one_step);
+    RUN(test_weighted_by_examples);
     RUN(test_staleness_bound);
     /* (test_exact_pulls and test_pull_waits_for_one_step speak the wire by hand, one chunk a shard.) */
     return test_summary();

@@ -38,6 +38,7 @@ static dt_wire_header sample(uint8_t type) {
     if (type == DT_MSG_PUSH) h.flags = DT_WIRE_F_SYNC;
     if (type == DT_MSG_WORK_ASK) h.flags = DT_WIRE_F_JOIN;
     if (type == DT_MSG_WORK_DONE) h.counters[2] = 0;
+    if (type == DT_MSG_PUSH) h.push.examples = DT_WIRE_MAX_EXAMPLES;
     if (type == DT_MSG_PULL) h.encoding = DT_ENC_FP16;
     if (type == DT_MSG_PUSH || type == DT_MSG_PARAMS) h.encoding = DT_ENC_BF16;
     if (type == DT_MSG_INIT || type == DT_MSG_WELCOME || type == DT_MSG_STATE) {
@@ -145,6 +146,17 @@ static void test_named_fields(void) {
     fs.state.step_max = 99;
     dt_wire_encode(b, &fs);
     CHECK(b[80] == 99);
+    /* A PUSH says the examples its gradient averages, at most DT_WIRE_MAX_EXAMPLES. */
+    dt_wire_header push = dt_wire_header_make(DT_MSG_PUSH, DT_ROLE_WORKER, 1, 1), d;
+    push.push.examples = 300;
+    dt_wire_encode(b, &push);
+    dt_error e = {0};
+    CHECK(b[80] == (300 & 255) && b[81] == 1 && dt_wire_decode(&d, b, sizeof b, &e) == DT_OK && d.push.examples == 300);
+    push.push.examples = DT_WIRE_MAX_EXAMPLES + 1;
+    dt_wire_encode(b, &push);
+    CHECK(dt_wire_decode(&d, b, sizeof b, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "PUSH header: a gradient of 1048577 examples (bytes 80..87), beyond the bound "
+                   "DT_WIRE_MAX_EXAMPLES = 1048576");
 }
 
 static int decode_fails(const uint8_t *b, size_t len, int want_rc, const char *needle) {

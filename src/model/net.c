@@ -309,6 +309,7 @@ void dt_net_free(dt_net *net) {
 
 const dt_model_spec *dt_net_spec(const dt_net *net) { return &net->spec; }
 int dt_net_max_batch(const dt_net *net) { return net->max_batch; }
+int dt_net_batch(const dt_net *net) { return net->batch; }
 int dt_net_num_classes(const dt_net *net) { return net->layers[net->n_layers - 1].shape.out_c; }
 size_t dt_net_input_size(const dt_net *net) {
     return (size_t)net->spec.in_h * (size_t)net->spec.in_w * (size_t)net->spec.in_c;

@@ -32,6 +32,8 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
 
 const dt_model_spec *dt_net_spec(const dt_net *net);
 int dt_net_max_batch(const dt_net *net);
+/* The examples of the last forward (what its gradient averages); 0 before the first. */
+int dt_net_batch(const dt_net *net);
 int dt_net_num_classes(const dt_net *net);
 size_t dt_net_input_size(const dt_net *net);   /* floats per example: in_h * in_w * in_c */
 

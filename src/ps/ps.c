@@ -526,8 +526,9 @@ static void fill_stats(const ps_t *ps, dt_ps_stats *out) {
     ps_shard_stats st = {0};
     if (ps->shard) ps_shard_get_stats(ps->shard, &st);
     *out = (dt_ps_stats){.global_step = st.step, .pushes = st.pushes, .updates = st.updates, .stale = st.stale,
-                         .pulls = st.pulls, .refused = st.refused, .cut = ps->peers ? dt_peers_cut_count(ps->peers) : 0,
-                         .pending = st.pending, .initialised = st.initialised};
+                         .weighted = st.weighted, .pulls = st.pulls, .refused = st.refused,
+                         .cut = ps->peers ? dt_peers_cut_count(ps->peers) : 0, .pending = st.pending,
+                         .initialised = st.initialised};
 }
 
 int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {

@@ -40,6 +40,8 @@ typedef struct {
     uint64_t pushes;        /* gradients accepted (async: each applied; sync: each added to its step) */
     uint64_t updates;       /* optimizer updates applied (async: = pushes; sync: one per step) */
     uint64_t stale;         /* sync: stale gradients dropped (per worker in the log) */
+    uint64_t weighted;      /* sync: steps whose gradients averaged different numbers of examples
+                             * (the mean over the examples, not over the gradients) */
     uint64_t pulls;         /* PARAMS replies sent */
     uint64_t refused;       /* requests answered with ERROR (malformed, wrong version, not ready...) */
     uint64_t cut;           /* connections cut off for holding too much (peers.h) */
@@ -69,8 +71,8 @@ typedef struct {
     int first_message_ms;   /* a new connection must send a valid message within this */
     int max_connections;    /* beyond: the least recently useful connection is cut */
     /* Floats of the shard that are state, not trained (batch norm's moving statistics,
-     * docs/batchnorm.md): a push carries their change, which is added as it is (sync: the mean of
-     * the step's changes); the optimizer skips them (their slots stay as INIT gave them: 0). Pairs [offset, count] in shard
+     * docs/batchnorm.md): a push carries their change, which is added as it is (sync: the step's
+     * mean of the changes, weighted as the gradients); the optimizer skips them (their slots stay as INIT gave them: 0). Pairs [offset, count] in shard
      * floats, ascending, not overlapping; NULL when there are none. */
     const size_t *state_ranges; /* [2 * n_state_ranges] */
     int n_state_ranges;

@@ -151,6 +151,7 @@ void ps_shard_free(ps_shard *s, const ps_io *io) {
     free(s->owner);
     shard_parts_free(s->parts, s->n_parts, s->staleness);
     free(s->scratch), free(s->sum), free(s->stale), free(s->last_seen), free(s->lost), free(s->done);
+    free(s->counts);
     dt_coord_free(s->coord);
     free(s);
 }
@@ -158,7 +159,8 @@ void ps_shard_free(ps_shard *s, const ps_io *io) {
 void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *o) {
     int live = s->aggregate ? s->total - s->n_lost : s->workers - (int)s->n_done;
     *o = (ps_shard_stats){.step = shard_step(s), .pushes = s->pushes, .updates = s->updates, .pulls = s->pulls,
-                          .refused = s->refused, .stale = s->n_stale, .pending = s->n_pending,
+                          .refused = s->refused, .stale = s->n_stale, .weighted = s->n_weighted,
+                          .pending = s->n_pending,
                           .pending_bytes = (uint64_t)s->n_pending * sizeof(pending_pull),
                           .initialised = s->initialised, .shutdown = s->shutdown, .live = live > 0 ? live : 0,
                           .workers = s->workers};
@@ -243,6 +245,7 @@ static void part_free(part_t *p, int accumulators) {
         free(p->acc[i].worker);
         free(p->acc[i].grad);
         free(p->acc[i].enc);
+        free(p->acc[i].examples);
     }
     free(p->acc);
     memset(p, 0, sizeof *p);
@@ -333,12 +336,14 @@ typedef struct {
     uint64_t *stale;          /* [total]; NULL: keep the shard's counts (same number of replicas) */
     int64_t *last_seen;       /* [total] */
     uint8_t *lost;            /* [total] */
+    push_count *counts;       /* [total] */
     uint64_t *owner;          /* [workers] */
 } init_state;
 
 static void init_state_free(init_state *t) {
     shard_parts_free(t->parts, t->n_parts, t->staleness);
     free(t->scratch), free(t->sum), free(t->stale), free(t->last_seen), free(t->lost), free(t->owner);
+    free(t->counts);
     memset(t, 0, sizeof *t);
 }
 
@@ -368,7 +373,8 @@ static int part_accumulators(part_t *p, int aggregate, int staleness) {
         p->acc[i].worker = dt_calloc((size_t)aggregate, sizeof *p->acc[i].worker, "ps accumulator", NULL);
         p->acc[i].grad = dt_calloc((size_t)aggregate, sizeof *p->acc[i].grad, "ps accumulator", NULL);
         p->acc[i].enc = dt_calloc((size_t)aggregate, sizeof *p->acc[i].enc, "ps accumulator", NULL);
-        if (!p->acc[i].worker || !p->acc[i].grad || !p->acc[i].enc) return DT_ENOMEM;
+        p->acc[i].examples = dt_calloc((size_t)aggregate, sizeof *p->acc[i].examples, "ps accumulator", NULL);
+        if (!p->acc[i].worker || !p->acc[i].grad || !p->acc[i].enc || !p->acc[i].examples) return DT_ENOMEM;
     }
     return DT_OK;
 }
@@ -400,10 +406,11 @@ static int init_prepare(const ps_shard *s, const dt_wire_header *h, const float 
         if ((!keep_stale && !(t->stale = dt_calloc((size_t)t->total, sizeof *t->stale, "ps stale counts", NULL))) ||
             !(t->last_seen = dt_calloc((size_t)t->total, sizeof *t->last_seen, "ps worker liveness", NULL)) ||
             !(t->lost = dt_calloc((size_t)t->total, sizeof *t->lost, "ps worker liveness", NULL)) ||
+            !(t->counts = dt_calloc((size_t)t->total, sizeof *t->counts, "ps gradient examples", NULL)) ||
             !(t->sum = dt_alloc_floats(largest, "ps gradient mean", NULL)))
             goto oom;
         /* Every worker counts as just seen: a worker that never shows up is lost after the timeout. */
-        for (int w = 0; w < t->total; w++) t->last_seen[w] = now;
+        for (int w = 0; w < t->total; w++) t->last_seen[w] = now, t->counts[w].step = -1;
     }
     return DT_OK;
 oom:
@@ -416,12 +423,13 @@ oom:
 static void init_commit(ps_shard *s, init_state *t) {
     init_state old = {.parts = s->parts, .n_parts = s->n_parts, .staleness = s->staleness, .scratch = s->scratch,
                       .sum = s->sum, .stale = s->stale, .last_seen = s->last_seen, .lost = s->lost,
-                      .owner = s->owner};
+                      .counts = s->counts, .owner = s->owner};
     if (t->aggregate && !t->stale) t->stale = s->stale, old.stale = NULL;
     init_state_free(&old);
     s->parts = t->parts, s->n_parts = t->n_parts, s->owner = t->owner;
     s->aggregate = t->aggregate, s->total = t->aggregate ? t->total : 0, s->staleness = t->staleness;
     s->scratch = t->scratch, s->sum = t->sum, s->stale = t->stale, s->last_seen = t->last_seen, s->lost = t->lost;
+    s->counts = t->counts;
     s->n_lost = 0;
     memset(t, 0, sizeof *t);
 }
@@ -563,33 +571,65 @@ static void accum_sort(accum *a) {
             a->grad[j] = a->grad[j - 1], a->grad[j - 1] = g;
             uint8_t e = a->enc[j];
             a->enc[j] = a->enc[j - 1], a->enc[j - 1] = e;
+            uint32_t x = a->examples[j];
+            a->examples[j] = a->examples[j - 1], a->examples[j - 1] = x;
         }
 }
 
+/* Whether a step's gradients are weighted by their examples: when each says how many it averages
+ * and they do not all say the same. Otherwise each weighs 1: the plain mean, bit for bit as before
+ * gradients said their examples (x * 1 is exact), and an older client's gradients (0: not said). */
+static int step_weighted(const accum *a, float *div) {
+    int unequal = 0, unsaid = 0;
+    uint64_t total = 0;
+    for (int k = 0; k < a->count; k++) {
+        unsaid |= a->examples[k] == 0;
+        unequal |= a->examples[k] != a->examples[0];
+        total += a->examples[k];
+    }
+    int weighted = unequal && !unsaid;
+    *div = weighted ? (float)total : (float)a->count;
+    return weighted;
+}
+
+static void log_weighted(ps_shard *s, const accum *a, float div) {
+    if (++s->n_weighted > SHARD_LOG_WEIGHTED) return;
+    char each[96] = ""; /* the first 8 counts: 8 x ", 1048576" fit */
+    for (int k = 0, len = 0; k < a->count && k < 8; k++)
+        len += snprintf(each + len, sizeof each - (size_t)len, "%s%u", k ? ", " : "", a->examples[k]);
+    shard_log(s, "step %lld: the mean of %d gradient(s) weighted by their examples (%s%s; %.0f in all)%s",
+              (long long)a->step, a->count, each, a->count > 8 ? "..." : "", (double)div,
+              s->n_weighted == SHARD_LOG_WEIGHTED ? "; further weighted steps are counted" : "");
+}
+
 /* Applies the mean of a chunk's gradients of its current step, summed in worker-index order (so
- * the result does not depend on arrival order), and moves it to the next step. */
+ * the result does not depend on arrival order), each weighted by its examples when they differ
+ * (step_weighted: the mean over the examples the step trained), and moves it to the next step. */
 static void apply_sync_step(ps_shard *s, part_t *p) {
     accum *a = &p->acc[p->step % (s->staleness + 1)];
     DT_ASSERT(a->count > 0 && a->step == p->step);
     accum_sort(a);
-    /* mean = ((g0 + g1) + g2 ...) / count in count - 1 passes: the first reads g0 and g1 where they
-     * arrived, the division rides on the last; a single gradient is its own mean (no copy).
-     * The later gradients may use the scratch buffer, so a misaligned or 16-bit g0 goes to sum. */
+    /* mean = ((w0 g0 + w1 g1) + w2 g2 ...) / div in count - 1 passes: the first reads g0 and g1
+     * where they arrived, the division rides on the last; a single gradient is its own mean (no
+     * copy). The later gradients may use the scratch buffer, so a misaligned or 16-bit g0 goes to sum. */
     const size_t n = p->n;
     const float *mean = s->sum;
     if (a->count == 1) {
         mean = grad_floats(s->scratch, &a->grad[0], a->enc[0]);
     } else {
-        float *sum = s->sum;
-        const float div = (float)a->count;
+        float *sum = s->sum, div;
+        const int weighted = step_weighted(a, &div);
         const float *g0 = grad_floats(sum, &a->grad[0], a->enc[0]);
         for (int k = 1; k < a->count; k++) {
             const float *g = grad_floats(s->scratch, &a->grad[k], a->enc[k]), *acc = k == 1 ? g0 : sum;
+            const float wa = weighted && k == 1 ? (float)a->examples[0] : 1.0f;
+            const float wk = weighted ? (float)a->examples[k] : 1.0f;
             if (k < a->count - 1)
-                for (size_t i = 0; i < n; i++) sum[i] = acc[i] + g[i];
+                for (size_t i = 0; i < n; i++) sum[i] = wa * acc[i] + wk * g[i];
             else
-                for (size_t i = 0; i < n; i++) sum[i] = (acc[i] + g[i]) / div;
+                for (size_t i = 0; i < n; i++) sum[i] = (wa * acc[i] + wk * g[i]) / div;
         }
+        if (weighted && p == &s->parts[0]) log_weighted(s, a, div);
     }
     shard_snap_current(s, p); /* kept for EXACT pulls of this step from workers that see another chunk ahead */
     const int64_t t = p->step;
@@ -643,6 +683,27 @@ static void on_stale_push(const shard_req *r, const part_t *p, int full) {
     push_reply(r, DT_WIRE_STALE, k);
 }
 
+/* Every chunk of one gradient says the examples its first chunk said (a worker's gradient for a
+ * step starts over once all the chunks of its last one were heard: a worker that restarted sends
+ * its step's gradient again); 0, the refusal sent, otherwise. */
+static int same_examples(const shard_req *r) {
+    const dt_wire_header *h = r->h;
+    push_count *pc = &r->s->counts[h->task];
+    const uint32_t ex = (uint32_t)h->push.examples; /* at most DT_WIRE_MAX_EXAMPLES: checked by the decoder */
+    if (pc->step != h->local_step || pc->chunks >= r->s->n_parts) {
+        *pc = (push_count){.step = h->local_step, .examples = ex, .chunks = 1};
+        return 1;
+    }
+    if (pc->examples != ex) {
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "chunk %u of worker %u's gradient for step %lld averages %u examples, "
+                     "its chunks before %u: every chunk of one gradient says the same", h->chunk, h->task,
+                     (long long)h->local_step, ex, pc->examples);
+        return 0;
+    }
+    pc->chunks++;
+    return 1;
+}
+
 /* A sync-mode gradient chunk for step t = local_step: stale (t < the chunk's step) is dropped and
  * counted; fresh is held for its step; a complete step (replicas_to_aggregate gradients, or the
  * live workers') is applied at once. */
@@ -670,6 +731,7 @@ static void on_sync_push(const shard_req *r) {
         on_stale_push(r, p, 1);
         return;
     }
+    if (!same_examples(r)) return;
     ps_bytes g = *r->payload;
     if (!g.release && keep_copy(&g)) { /* borrowed bytes: kept as a copy */
         shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a gradient");
@@ -689,6 +751,7 @@ static void on_sync_push(const shard_req *r) {
     a->step = t;
     a->grad[k] = g; /* kept: released when its step is applied */
     a->enc[k] = h->encoding;
+    a->examples[k] = (uint32_t)h->push.examples;
     if (h->chunk == 0) s->pushes++;
     int applied = shard_apply_complete_steps(s, p);
     push_reply(r, DT_WIRE_OK, s->stale[h->task]);

@@ -78,6 +78,7 @@ typedef struct {
 typedef struct {
     int64_t step;             /* updates every chunk has had */
     uint64_t pushes, updates, pulls, refused, stale;
+    uint64_t weighted;        /* sync steps whose gradients differed in examples: a weighted mean */
     int pending;              /* deferred PULLs held */
     uint64_t pending_bytes;   /* what they hold of the shard's memory (not counting their origins) */
     int initialised, shutdown;

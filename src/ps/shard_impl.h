@@ -19,6 +19,7 @@
 #define SHARD_LOG_REFUSALS 20  /* refusals logged one by one; later ones only counted */
 #define SHARD_LOG_STALE 3      /* stale gradients logged one by one per worker; later ones counted */
 #define SHARD_LOG_DONE 20      /* DONE lines from tasks not (yet) declared: one by one, then counted */
+#define SHARD_LOG_WEIGHTED 3   /* sync steps weighted by examples logged one by one; later ones counted */
 
 /* Sparse tables (shard_sparse.c, shard_sparse_sync.c; docs/sparse.md). */
 #define SHARD_SPARSE_PENDING 1024        /* deferred SPARSE_PULLs held in all */
@@ -75,7 +76,16 @@ typedef struct {
     uint16_t *worker;         /* [aggregate] */
     ps_bytes *grad;           /* [aggregate] payloads */
     uint8_t *enc;             /* [aggregate] their encodings (workers may differ) */
+    uint32_t *examples;       /* [aggregate] the examples each averages (PUSH's push.examples; 0: not said) */
 } accum;
+
+/* Sync mode: the gradient a worker is pushing, chunk by chunk: every chunk must say the examples
+ * its first chunk said. */
+typedef struct {
+    int64_t step;             /* -1: none yet */
+    uint32_t examples;
+    int chunks;               /* chunks of it heard (all of them: the next one for this step is a new gradient) */
+} push_count;
 
 /* One chunk of the shard: its own values, optimizer state, step, snapshots and (sync) gradient
  * accumulators, so each chunk is applied and sent back as soon as its gradients are in. */
@@ -112,6 +122,8 @@ struct ps_shard {
     int aggregate, total, staleness;
     uint64_t *stale;          /* [total] stale gradients per worker */
     uint64_t n_stale;
+    push_count *counts;       /* [total] each worker's gradient being pushed */
+    uint64_t n_weighted;      /* steps (chunk 0) whose mean was weighted by examples */
     /* Worker liveness (sync mode): the traffic is the heartbeat. A worker that sends nothing for
      * liveness_us is lost, and each step then waits for at most the live workers' gradients (or,
      * strict, the job stops). A lost worker that speaks again is back. */

@@ -504,6 +504,9 @@ static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err)
                          "dense=%d fields=%d): give it a click log, Criteo TSV or libffm, plain or gzip "
                          "(docs/ctr-data.md)", o->data_path, o->model_path, spec->num_dense, spec->num_fields);
     p->n_workers = c->distributed ? c->n_workers : 1, p->shard = c->distributed ? c->task_index : 0;
+    if (c->distributed && dynamic_sharding(o))
+        return dt_errorf(err, DT_EINVAL, "sharding dynamic: a click log is a stream without a permutation; use "
+                         "--sharding fixed");
     dt_ctr_options co;
     dt_ctr_options_init(&co);
     co.fields = spec->num_fields;
@@ -568,9 +571,6 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
  * The run ends when ps 0 says the last epoch is done; total only paces the progress line. */
 static int plan_dynamic(run_state *r, const dt_train_options *o, dt_error *err) {
     run_plan *p = &r->plan;
-    if (r->ctr)
-        return dt_errorf(err, DT_EINVAL, "sharding dynamic: a click log is a stream without a permutation; use "
-                         "--sharding fixed");
     p->max_workers = o->max_workers ? o->max_workers : p->n_workers;
     if (p->max_workers < p->n_workers)
         return dt_errorf(err, DT_EINVAL, "max_workers=%d is fewer than the cluster's %d workers", p->max_workers,

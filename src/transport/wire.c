@@ -193,6 +193,10 @@ static int check_values(const dt_wire_header *h, dt_error *err) {
     if (h->shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
         return dt_errorf(err, DT_EFORMAT, "%s header: shard of %llu floats is beyond the limit %llu", tn,
                          (unsigned long long)h->shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
+    if (h->type == DT_MSG_PUSH && h->push.examples > DT_WIRE_MAX_EXAMPLES)
+        return dt_errorf(err, DT_EFORMAT, "PUSH header: a gradient of %llu examples (bytes 80..87), beyond the bound "
+                         "DT_WIRE_MAX_EXAMPLES = %llu", (unsigned long long)h->push.examples,
+                         (unsigned long long)DT_WIRE_MAX_EXAMPLES);
     if (h->type == DT_MSG_WORK_DONE && h->counters[2] != 0)
         return dt_errorf(err, DT_EFORMAT, "WORK_DONE header: bytes 96..103 must be 0");
     if (h->type == DT_MSG_INIT && h->generation == 0)

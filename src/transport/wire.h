@@ -33,6 +33,9 @@
  * bound (a ps holds at most (staleness + 1) * replicas_to_aggregate gradients). */
 #define DT_WIRE_MAX_REPLICAS 65536u
 #define DT_WIRE_MAX_STALENESS 64u
+/* PUSH: the most examples one gradient may say it averages (push.examples): the net's largest
+ * batch (model/net.c) and the work plan's (DT_COORD_MAX_BATCH_SIZE). */
+#define DT_WIRE_MAX_EXAMPLES (UINT64_C(1) << 20)
 
 /* header.flags (other bits must be 0) */
 #define DT_WIRE_F_EXACT 0x01u  /* PULL: global_step is the exact step wanted, not a minimum */
@@ -183,6 +186,10 @@ typedef struct {
             uint64_t waited_us;   /* how long the PULL was held at the ps (the sync barrier) */
             uint64_t stale_count; /* answering a PUSH with the PULL flag: this worker's stale gradients */
         } params;
+        struct { /* PUSH: every chunk of one gradient says the same */
+            uint64_t examples; /* the examples the gradient averages, 1..DT_WIRE_MAX_EXAMPLES: a sync ps
+                                * weights each gradient of a step by them; 0: not said (unweighted) */
+        } push;
         struct { /* PUSH_ACK */
             uint64_t stale_count; /* this worker's stale gradients so far */
         } push_ack;

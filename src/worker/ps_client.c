@@ -69,6 +69,7 @@ typedef struct {
     const char *what;         /* names it in messages: "PUSH+PULL", "STATUS"... */
     int push, pull;           /* per chunk: gradients go up (PUSH); parameters come down (PARAMS) */
     int64_t local_step;       /* the pushed gradients' step */
+    uint32_t examples;        /* the examples they average (dt_ps_client_set_examples; 0: not said) */
     int64_t min_step;         /* PARAMS: the oldest step wanted */
     float *const *dst;        /* [n_ps] where each PARAMS chunk goes, at its offset */
     int repull;               /* sync pulls: make every chunk one step, at the newest (0) or oldest (1); -1: no */
@@ -104,6 +105,7 @@ struct dt_ps_client {
     int elastic;              /* INIT says workers join and leave (dynamic sharding) */
     int last_refusal;         /* DT_WIRE_E_* of the latest ERROR reply (dt_ps_client_last_refusal) */
     uint8_t encoding;         /* --compression: of gradients up and parameters down */
+    uint32_t examples;        /* the next pushes' (dt_ps_client_set_examples) */
     dt_codec *codec;          /* 16-bit gradients with error feedback; NULL: float32 */
     void (*name_float)(void *user, int ps, size_t index, char *out, size_t cap);
     void *name_user;
@@ -921,6 +923,7 @@ static int send_push(dt_ps_client *c, int i, int k, const float *grad, dt_error 
     int pull = c->call.pull;
     dt_wire_header h = dt_wire_header_make(DT_MSG_PUSH, 0, 0, 0);
     h.local_step = c->call.local_step;
+    h.push.examples = c->call.examples;
     h.global_step = pull ? c->call.min_step : 0;
     h.chunk = (uint8_t)k;
     h.chunks = (uint8_t)chunks;
@@ -963,6 +966,7 @@ static int xfer_begin(dt_ps_client *c, call_t *call, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "push: local_step %lld < 0", (long long)call->local_step);
     if (call->min_step < 0) return dt_errorf(err, DT_EINVAL, "pull: min_step %lld < 0", (long long)call->min_step);
     call->what = call->push && call->pull ? "PUSH+PULL" : call->push ? "PUSH" : "PULL";
+    call->examples = call->push ? c->examples : 0;
     int rc = learn_cut(c, err);
     return rc ? rc : call_begin(c, call, call->pull ? DT_MSG_PARAMS : DT_MSG_PUSH_ACK, err);
 }
@@ -1025,6 +1029,15 @@ int dt_ps_client_push_pull(dt_ps_client *c, const float *const *grads, int64_t l
     call_t call = {.push = grads != NULL, .pull = 1, .local_step = local_step, .min_step = min_step,
                    .repull = c->aggregate ? 0 : -1};
     return xfer_views(c, &call, grads, views, steps, res, err);
+}
+
+int dt_ps_client_set_examples(dt_ps_client *c, uint64_t examples, dt_error *err) {
+    if (examples > DT_WIRE_MAX_EXAMPLES)
+        return dt_errorf(err, DT_EINVAL, "ps client: a gradient of %llu examples, beyond the bound "
+                         "DT_WIRE_MAX_EXAMPLES = %llu", (unsigned long long)examples,
+                         (unsigned long long)DT_WIRE_MAX_EXAMPLES);
+    c->examples = (uint32_t)examples;
+    return DT_OK;
 }
 
 /* ---- streaming: one exchange whose chunks are pushed one by one (worker/overlap.c) ---- */

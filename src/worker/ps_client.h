@@ -157,6 +157,11 @@ int dt_ps_client_pull_views(dt_ps_client *c, int64_t min_step, const float **vie
  * gradient, which it sends only after this pull. */
 int dt_ps_client_pull_resume(dt_ps_client *c, const float **views, int64_t *steps, dt_error *err);
 
+/* The examples the gradients of the next pushes average (1..DT_WIRE_MAX_EXAMPLES; 0: not said),
+ * sent in every PUSH: a sync ps weights each gradient of a step by them, so the update is the mean
+ * over the examples the step trained (docs/protocol.md). Taken when a push begins. */
+int dt_ps_client_set_examples(dt_ps_client *c, uint64_t examples, dt_error *err);
+
 /* Pushes grads[i] (shard_floats[i] floats) to every ps, tagged with local_step (sync mode: the step
  * the gradient is for); waits for every acknowledgement. res may be NULL. */
 int dt_ps_client_push_all(dt_ps_client *c, const float *const *grads, int64_t local_step,

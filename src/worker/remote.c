@@ -456,7 +456,8 @@ static int ov_open(remote *r, dt_error *err) {
     if (rc) return rc;
     if (!DT_ASSERT(r->ov_phase == OV_NONE)) return ov_broken(err);
     r->ov_tag = r->sync ? r->iter : r->gstep;
-    if ((rc = dt_overlap_begin(r->ov, r->ov_tag, min_step_for(r, r->ov_tag), err))) return rc;
+    if ((rc = dt_ps_client_set_examples(r->client, (uint64_t)dt_net_batch(r->net), err)) ||
+        (rc = dt_overlap_begin(r->ov, r->ov_tag, min_step_for(r, r->ov_tag), err))) return rc;
     r->ov_phase = OV_FILLING;
     return DT_OK;
 }
@@ -513,9 +514,11 @@ static int remote_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t 
         for (int p = 0; p < r->n_ps; p++) dt_placement_gather(r->cfg.placement, p, r->grads[p], dt_net_grads(net));
         int64_t tag = r->sync ? r->iter : local_step;
         dt_push_result res;
-        /* Push and pull in one round trip per ps. */
-        rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, tag, min_step_for(r, tag), r->views,
-                                    r->steps, &res, err);
+        /* Push and pull in one round trip per ps; the gradient says its examples (a sync step
+         * weights each worker's by them: an epoch's short last batch counts for what it holds). */
+        if (!(rc = dt_ps_client_set_examples(r->client, (uint64_t)dt_net_batch(net), err)))
+            rc = dt_ps_client_push_pull(r->client, (const float *const *)r->grads, tag, min_step_for(r, tag),
+                                        r->views, r->steps, &res, err);
         if (!rc) {
             views_into_net(r, net, global_step);
             exchange_done(r, tag, &res, global_step);
