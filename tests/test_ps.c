@@ -430,11 +430,11 @@ static void test_done_and_wait_done(void) {
         CHECK(dt_ps_client_wait_done(chief, 2, 200, &e) == DT_ETIMEOUT);
         CHECK((dt_clock_us() / 1000) - t0 < 2000);
         CHECK_CONTAINS(e.msg, "only 0 of 2 worker(s) finished");
-        CHECK(dt_ps_client_done(w1, &e) == DT_OK);
-        CHECK(dt_ps_client_done(w1, &e) == DT_OK); /* a resent DONE counts once */
+        CHECK(dt_ps_client_done(w1, 0, &e) == DT_OK);
+        CHECK(dt_ps_client_done(w1, 0, &e) == DT_OK); /* a resent DONE counts once */
         CHECK(dt_ps_client_wait_done(chief, 2, 200, &e) == DT_ETIMEOUT);
         CHECK_CONTAINS(e.msg, "only 1 of 2");
-        CHECK(dt_ps_client_done(w2, &e) == DT_OK);
+        CHECK(dt_ps_client_done(w2, 0, &e) == DT_OK);
         CHECK(dt_ps_client_wait_done(chief, 2, 2000, &e) == DT_OK);
         dt_ps_shard_status st[2];
         CHECK(dt_ps_client_status(chief, st, &e) == DT_OK);

@@ -469,7 +469,11 @@ static void test_end_of_job(void) {
     st = status_of(s, 0);
     CHECK(st.workers_busy == 1 && st.status_reply.workers_done == 0); /* the asker is not counted */
     dt_wire_header h = hdr(DT_MSG_DONE, DT_ROLE_WORKER, 1);
+    h.flags = DT_WIRE_F_WAITING; /* sitting steps out until there is work: still a member */
     ps_origin o = from(2);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    CHECK(last()->h.type == DT_MSG_ACK && status_of(s, 0).workers_busy == 1);
+    h.flags = 0; /* finished */
     ps_shard_request(s, &o, &h, NULL, 0, &io);
     st = status_of(s, 0);
     CHECK(st.workers_busy == 0 && st.status_reply.workers_done == 1);

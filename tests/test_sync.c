@@ -597,7 +597,7 @@ static void *ts_worker_main(void *arg) {
         if (lead > w->max_lead) w->max_lead = lead;
         if (w->aggregate == w->total && (lead > w->staleness || iter - steps[0] > w->staleness)) w->bound_violations++;
     }
-    if (dt_ps_client_done(c, &e)) w->errors++;
+    if (dt_ps_client_done(c, 0, &e)) w->errors++;
     w->repulls = dt_ps_client_get_stats(c)->repulls;
     dt_ps_client_close(c);
     return NULL;

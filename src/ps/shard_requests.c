@@ -111,7 +111,9 @@ static void on_done(const shard_req *r) {
         shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for the done set");
         return;
     }
-    if (s->coord) dt_coord_leave(s->coord, h->task); /* its units go back to the pool */
+    /* Its units go back to the pool; one waiting for work holds none and stays a member (the
+     * chief's end of a job waits for it). */
+    if (s->coord && !(h->flags & DT_WIRE_F_WAITING)) dt_coord_leave(s->coord, h->task);
     uint8_t bit = (uint8_t)(1u << (h->task & 7));
     if (!(s->done[h->task >> 3] & bit)) {
         s->done[h->task >> 3] |= bit;

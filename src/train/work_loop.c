@@ -165,7 +165,7 @@ static int sit_out(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_error 
      * would count the worker back in, and steps would wait for it. */
     dt_updater *u = w->cfg.updater;
     int rc = u->settle ? u->settle(u, net, global_step, err) : DT_OK;
-    if (!rc) rc = dt_ps_client_done(w->client, err);
+    if (!rc) rc = dt_ps_client_done(w->client, 1, err);
     if (rc) return rc;
     w->sitting = 1;
     fprintf(w->cfg.log, "worker %d: no unit left in this epoch: sitting steps out until there is\n", w->cfg.task);

@@ -75,6 +75,7 @@ static uint8_t allowed_flags(uint8_t type) {
     case DT_MSG_INIT: return DT_WIRE_F_STRICT | DT_WIRE_F_ELASTIC;
     case DT_MSG_SPARSE_PUSH: return DT_WIRE_F_SYNC;
     case DT_MSG_WORK_ASK: return DT_WIRE_F_JOIN;
+    case DT_MSG_DONE: return DT_WIRE_F_WAITING;
     default: return 0;
     }
 }

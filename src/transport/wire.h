@@ -47,6 +47,8 @@
                                  * toward steps from its first message, not from INIT on */
 #define DT_WIRE_F_JOIN 0x40u   /* WORK_ASK: this process has just started (what its task index held
                                 * from an earlier life goes back to the pool) */
+#define DT_WIRE_F_WAITING 0x40u /* DONE: the worker sits steps out until ps 0 has work for it (sync,
+                                 * dynamic sharding): it has not ended, and stays a member */
 /* Bits 4-5 of the flags byte: the encoding (dt_encoding: 0 float32, 1 bf16, 2 fp16; 3 is refused)
  * of a PUSH's or PARAMS' payload, and of the PARAMS a PULL or a PUSH with the PULL flag asks for.
  * Decoded into dt_wire_header.encoding, not flags. */

@@ -534,16 +534,22 @@ static int call_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_result *res
 }
 
 /* The same payload-less request to every ps, then every reply (each passed to fn, if any). */
-static int ask_every_ps(dt_ps_client *c, dt_msg_type type, dt_msg_type reply, const char *what, reply_fn fn,
-                        void *user, dt_error *err) {
+static int ask_every_ps_flagged(dt_ps_client *c, dt_msg_type type, uint8_t flags, dt_msg_type reply,
+                                const char *what, reply_fn fn, void *user, dt_error *err) {
     int rc = call_begin(c, &(call_t){.what = what, .fn = fn, .user = user, .repull = -1}, reply, err);
     if (rc) return rc;
     for (int i = 0; i < c->n_ps && !rc; i++) {
         dt_wire_header h = dt_wire_header_make(type, 0, 0, 0);
+        h.flags = flags;
         rc = send_req(c, i, 0, &h, NULL, request_deadline(c), err);
     }
     if (!rc) rc = gather(c, err);
     return call_end(c, rc, NULL, NULL, err);
+}
+
+static int ask_every_ps(dt_ps_client *c, dt_msg_type type, dt_msg_type reply, const char *what, reply_fn fn,
+                        void *user, dt_error *err) {
+    return ask_every_ps_flagged(c, type, 0, reply, what, fn, user, err);
 }
 
 int dt_ps_client_n_ps(const dt_ps_client *c) { return c->n_ps; }
@@ -1179,8 +1185,8 @@ int dt_ps_client_shutdown(dt_ps_client *c, dt_error *err) {
     return ask_every_ps(c, DT_MSG_SHUTDOWN, DT_MSG_ACK, "SHUTDOWN", NULL, NULL, err);
 }
 
-int dt_ps_client_done(dt_ps_client *c, dt_error *err) {
-    return ask_every_ps(c, DT_MSG_DONE, DT_MSG_ACK, "DONE", NULL, NULL, err);
+int dt_ps_client_done(dt_ps_client *c, int waiting, dt_error *err) {
+    return ask_every_ps_flagged(c, DT_MSG_DONE, waiting ? DT_WIRE_F_WAITING : 0, DT_MSG_ACK, "DONE", NULL, NULL, err);
 }
 
 /* The first ps the chief's end of a job still waits for (-1: none): a member of ps 0's work plan

@@ -240,8 +240,9 @@ int64_t dt_ps_client_silent_ms(const dt_ps_client *c);
 int dt_ps_client_status(dt_ps_client *c, dt_ps_shard_status *out, dt_error *err);
 
 /* A worker that has finished training tells every ps (so the chief knows when it may end the
- * cluster without cutting off a worker still pushing). */
-int dt_ps_client_done(dt_ps_client *c, dt_error *err);
+ * cluster without cutting off a worker still pushing). waiting: not finished, it sits steps out
+ * until ps 0 has work for it (dynamic sharding, sync): the DONE's WAITING flag. */
+int dt_ps_client_done(dt_ps_client *c, int waiting, dt_error *err);
 
 /* Chief: polls STATUS until every ps has heard DONE from at least n_workers workers and ps 0's
  * work plan (dynamic sharding) has no member still training, or timeout_ms passes (then fails

@@ -663,7 +663,7 @@ static int remote_finish(dt_updater *u, dt_error *err) {
                                                          r->cfg.cluster->task_index, e.msg);
     }
     log_summary(r);
-    if (!r->cfg.cluster->is_chief) return dt_ps_client_done(r->client, err);
+    if (!r->cfg.cluster->is_chief) return dt_ps_client_done(r->client, 0, err);
     dt_error werr = {0};
     int rc = dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, &werr);
     if (rc && r->cfg.log) fprintf(r->cfg.log, "chief: %s; ending the cluster anyway\n", werr.msg);
