@@ -98,8 +98,9 @@ void dt_peer_unref(dt_peer *peer) {
     free(peer);
 }
 
+/* A reply of 0 bytes holds nothing: no accounting and no reference (its release gives none back). */
 int dt_peer_reply_begin(dt_peers *p, dt_peer *peer, uint64_t bytes, uint64_t max) {
-    if (!peer) return 1;
+    if (!peer || !bytes) return 1;
     uint64_t held = (uint64_t)atomic_load(&peer->reply_bytes);
     if (held && held + bytes > max) return 0; /* one reply always goes, however large */
     if (p && dt_peers_over_budget(p, bytes)) return -1;
@@ -111,7 +112,7 @@ int dt_peer_reply_begin(dt_peers *p, dt_peer *peer, uint64_t bytes, uint64_t max
 }
 
 void dt_peer_reply_done(dt_peer *peer, uint64_t bytes) {
-    if (!peer) return;
+    if (!peer || !bytes) return;
     atomic_fetch_sub(&peer->reply_bytes, (long long)bytes);
     if (peer->total) atomic_fetch_sub(&peer->total->bytes, (long long)bytes);
     atomic_store(&peer->reply_moved_us, dt_clock_us()); /* the peer reads: progress */
