@@ -87,12 +87,12 @@ grep -q "worker 3 trains again\|sits steps out" "$tmp/sync/ps" && ok "sync: the 
   || bad "sync: the ps logs each change of the live workers"
 
 # Sync steps weighted by examples: 100 examples in batches of 32, so each epoch's last batch holds
-# 4; two workers in step train batches 2 and 3 of an epoch together, and the ps weighs them 32 and 4
-# (the workers say their batches' examples in every PUSH). Worker 1 may start a step late, so only
-# some epochs pair them: at least one of 4 must.
+# 4; in units of 2 batches the two workers train units 0 and 1 side by side, pairing batch 1 (32)
+# with batch 3 (4), and the ps weighs them (the workers say their batches' examples in every PUSH).
+# Worker 1 may start late, so the first epochs may not pair them: at least one of 8 must.
 fashion_subset "$tmp/small" 100 20 || bad "fashion subset of 100"
-timeout --foreground 60 "$bin" launch --ps 1 --workers 2 --issync 1 --sharding dynamic --unit_batches 1 \
-  --model "$tmp/tiny.model" --data "$tmp/small" --logdir= --summary_dir= --threads 1 --batch_size 32 --epochs 4 \
+timeout --foreground 60 "$bin" launch --ps 1 --workers 2 --issync 1 --sharding dynamic --unit_batches 2 \
+  --model "$tmp/tiny.model" --data "$tmp/small" --logdir= --summary_dir= --threads 1 --batch_size 32 --epochs 8 \
   --steps_to_validate 100000 --debug_step_delay_ms 20 >"$tmp/weighted.out" 2>&1
 st=$?
 check "sync: a step holding an epoch's short last batch is weighted by examples (status $st)" \

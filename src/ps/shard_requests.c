@@ -119,9 +119,10 @@ static void on_done(const shard_req *r) {
         s->done[h->task >> 3] |= bit;
         s->n_done++;
         if (h->task < s->total) sit_out(r);
-        /* Every declared worker's line; from tasks not (yet) declared, a few, then a count. */
-        int known = s->workers && h->task < s->workers;
-        if (known || ++s->n_done_logged <= SHARD_LOG_DONE)
+        /* Every declared worker's line (a WAITING one is not finished: sit_out said so); from tasks
+         * not (yet) declared, a few, then a count. */
+        int known = s->workers && h->task < s->workers, waiting = (h->flags & DT_WIRE_F_WAITING) != 0;
+        if (!waiting && (known || ++s->n_done_logged <= SHARD_LOG_DONE))
             shard_log(s, "worker %u finished (%llu done)%s", h->task, (unsigned long long)s->n_done,
                       !known && s->n_done_logged == SHARD_LOG_DONE ? "; further DONE from tasks the chief has not "
                       "declared are counted, not logged" : "");

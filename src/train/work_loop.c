@@ -219,9 +219,15 @@ static int ps_lost(dt_work_loop *w, dt_net *net, int64_t *global_step, int rc, d
 /* Until a unit is held or every epoch is done; a sync worker back from sitting out pulls first. */
 static int get_unit(dt_work_loop *w, dt_net *net, int64_t *global_step, int *finished, dt_error *err) {
     int64_t waited = 0;
+    /* Sync, with --overlap: the unit's last step is applied first (its exchange ends), so that an
+     * epoch's last unit is counted before this worker asks, and it is not told WAIT and sent to
+     * sit steps out while its own last gradient is still on the way. */
+    dt_updater *u = w->cfg.updater;
+    int rc = !w->held && w->cfg.sync && u->settle ? u->settle(u, net, global_step, err) : DT_OK;
+    if (rc) return rc;
     while (!w->held && !*finished) {
         if (stopped(w)) return dt_errorf(err, DT_EINTR, "worker %d: stopped by a signal", w->cfg.task);
-        int rc = ask(w, net, global_step, w->cfg.wait_ms - waited, finished, err);
+        rc = ask(w, net, global_step, w->cfg.wait_ms - waited, finished, err);
         if (rc && (rc = ps_lost(w, net, global_step, rc, err))) return rc;
         if (!w->held && !*finished) {
             sleep_ms(ASK_AGAIN_MS);
