@@ -41,12 +41,11 @@ static void on_status(const shard_req *r) {
     dt_wire_header a = shard_reply_to(r->s, DT_MSG_STATUS_REPLY, r->h);
     a.status_reply.updates = r->s->updates;
     a.status_reply.params_replies = r->s->pulls;
-    a.status_reply.workers_done = r->s->n_done;
-    if (r->s->coord) { /* the chief's end of a job (docs/elastic.md, "The end of a job") */
-        a.status_reply.workers_done = dt_coord_count_ended(r->s->coord, r->s->done,
-                                                             r->s->done ? DT_COORD_MAX_WORKERS : 0);
-        a.workers_busy = dt_coord_busy(r->s->coord, r->h->task);
-    }
+    /* ps 0 with a work plan: for the chief's end of a job (docs/elastic.md, "The end of a job") */
+    const dt_coord *c = r->s->coord;
+    a.status_reply.workers_done =
+            c ? dt_coord_count_ended(c, r->s->done, r->s->done ? DT_COORD_MAX_WORKERS : 0) : r->s->n_done;
+    a.workers_busy = c ? dt_coord_busy(c, r->h->task) : 0;
     shard_send(r, &a);
 }
 

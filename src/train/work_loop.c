@@ -158,14 +158,19 @@ void dt_work_loop_saved_state(const dt_work_loop *w, const uint8_t **state, size
     *len = w ? w->saved_len : 0;
 }
 
-/* Sync, no unit to train: DONE on every ps, so steps go on without this worker. */
-static int sit_out(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_error *err) {
-    if (!w->cfg.sync || w->sitting) return DT_OK;
-    /* Its last gradient first: pushed on the updater's connection after a DONE on this one, it
-     * would count the worker back in, and steps would wait for it. */
+/* The updater's exchange in flight ends (with --overlap it runs under the next forward); its
+ * failures are handled there. */
+static int settle(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_error *err) {
     dt_updater *u = w->cfg.updater;
-    int rc = u->settle ? u->settle(u, net, global_step, err) : DT_OK;
-    if (!rc) rc = dt_ps_client_done(w->client, 1, err);
+    return u->settle ? u->settle(u, net, global_step, err) : DT_OK;
+}
+
+/* Sync, no unit to train: DONE (WAITING) on every ps, so steps go on without this worker. Its last
+ * gradient is in already (get_unit settled before asking): a push after the DONE would count the
+ * worker back in, and steps would wait for it. */
+static int sit_out(dt_work_loop *w, dt_error *err) {
+    if (!w->cfg.sync || w->sitting) return DT_OK;
+    int rc = dt_ps_client_done(w->client, 1, err);
     if (rc) return rc;
     w->sitting = 1;
     fprintf(w->cfg.log, "worker %d: no unit left in this epoch: sitting steps out until there is\n", w->cfg.task);
@@ -195,7 +200,7 @@ static int ask(dt_work_loop *w, dt_net *net, int64_t *global_step, int64_t deadl
     }
     w->joined = 1;
     if (g.answer == DT_WORK_FINISHED) *finished = 1;
-    if (g.answer == DT_WORK_WAIT) return sit_out(w, net, global_step, err);
+    if (g.answer == DT_WORK_WAIT) return sit_out(w, err);
     if (g.answer != DT_WORK_GRANTED) return DT_OK;
     uint64_t first = g.unit * w->cfg.unit_batches;
     if (g.epoch != w->epoch || !w->held) w->epoch = g.epoch;
@@ -222,8 +227,7 @@ static int get_unit(dt_work_loop *w, dt_net *net, int64_t *global_step, int *fin
     /* Sync, with --overlap: the unit's last step is applied first (its exchange ends), so that an
      * epoch's last unit is counted before this worker asks, and it is not told WAIT and sent to
      * sit steps out while its own last gradient is still on the way. */
-    dt_updater *u = w->cfg.updater;
-    int rc = !w->held && w->cfg.sync && u->settle ? u->settle(u, net, global_step, err) : DT_OK;
+    int rc = !w->held && w->cfg.sync ? settle(w, net, global_step, err) : DT_OK;
     if (rc) return rc;
     while (!w->held && !*finished) {
         if (stopped(w)) return dt_errorf(err, DT_EINTR, "worker %d: stopped by a signal", w->cfg.task);
@@ -255,13 +259,12 @@ int dt_work_loop_next(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_bat
 }
 
 int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err) {
-    dt_updater *u = w->cfg.updater;
     int stale = 0;
     dt_error e = {0};
     *push = 0;
-    int rc = u->settle ? u->settle(u, net, global_step, err) : DT_OK; /* its failures handled there */
+    int rc = settle(w, net, global_step, err);
     if (rc) return rc;
-    rc = dt_work_claim_send(w->client, w->epoch, w->batch, dt_remote_next_tag(u, *global_step), &e);
+    rc = dt_work_claim_send(w->client, w->epoch, w->batch, dt_remote_next_tag(w->cfg.updater, *global_step), &e);
     if (!rc) rc = dt_work_claim_answer(w->client, &stale, &e);
     *push = !rc && !stale;
     int why = rc == DT_EPROTO ? dt_ps_client_last_refusal(w->client) : 0;
