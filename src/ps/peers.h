@@ -74,6 +74,10 @@ int64_t dt_peers_check_interval_us(const dt_peers *p);
 void dt_peers_set_budget(dt_peers *p, uint64_t bytes);
 /* What the ps itself holds for peers beyond replies (deferred PULLs), counted in the budget. */
 void dt_peers_set_other(dt_peers *p, uint64_t bytes);
+/* What the ps holds for itself and may grow while it runs (its sparse tables, each bounded by its
+ * declared capacity): not counted in the budget, and taken off the heap before the heap is compared
+ * with it, or a table filling up would read as memory no counter shows and get connections cut. */
+void dt_peers_set_own(dt_peers *p, uint64_t bytes);
 /* Everything counted now, and whether `more` bytes would take it past the budget. */
 uint64_t dt_peers_held(const dt_peers *p);
 int dt_peers_over_budget(const dt_peers *p, uint64_t more);

@@ -222,6 +222,8 @@ void shard_sparse_sync_push(const shard_req *r, shard_table *st, const uint8_t *
 int shard_sparse_apply_complete(ps_shard *s);
 void shard_table_free(shard_table *t, int staleness, int aggregate);
 int shard_table_accumulators(shard_table *t, int aggregate, int staleness);
+/* Bytes the sync row sums of table t hold (the ps's own memory: their bound is the held pushes'). */
+uint64_t shard_table_sums_bytes(const shard_table *t, int staleness, int aggregate);
 /* shard_work.c: the coordinator's requests, and the hooks that feed it */
 void shard_on_work_ask(const shard_req *r);
 void shard_on_work_done(const shard_req *r);

@@ -25,6 +25,13 @@ int shard_table_accumulators(shard_table *t, int aggregate, int staleness) {
     return DT_OK;
 }
 
+uint64_t shard_table_sums_bytes(const shard_table *t, int staleness, int aggregate) {
+    uint64_t n = 0;
+    for (int i = 0; t->acc && i <= staleness; i++)
+        for (int k = 0; k < aggregate; k++) n += dt_rowsum_bytes(&t->acc[i].e[k].rows);
+    return n;
+}
+
 static void entry_clear(ps_shard *s, sparse_entry *e) {
     DT_ASSERT(e->held <= s->sparse_held);
     s->sparse_held -= e->held;
