@@ -53,3 +53,7 @@ void dt_emulate_step(dt_net *net, int ms) {
     }
     free(shapes), free(cost);
 }
+
+void dt_emulate_until(double since, int ms) {
+    if (dt_seconds() < since + ms / 1e3) sleep_until(since + ms / 1e3);
+}

@@ -12,4 +12,8 @@
  * delays the layers after it, as it would delay real compute. */
 void dt_emulate_step(dt_net *net, int ms);
 
+/* Sleeps until ms after `since` (dt_seconds): a click-log model's real step padded to ms, so its
+ * rows still travel as its batches say (nothing if the step took longer). */
+void dt_emulate_until(double since, int ms);
+
 #endif

@@ -860,7 +860,8 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
         dt_batch b = {.n = o->batch_size};
         int correct = 0;
         float loss = 0;
-        if (emulate) {
+        double t_compute = dt_seconds();
+        if (emulate && !r->ctr) {
             dt_emulate_step(r->net, r->dbg->emulate_compute_ms);
         } else {
             uint64_t seed = dt_hash64(o->seed, (uint64_t)(*local_step * p->n_workers + p->shard));
@@ -883,6 +884,7 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                 break;
             /* The whole gradient, before it is applied here or cut into shards and pushed. */
             if (o->clip_gradient_norm > 0) dt_net_clip_gradients(r->net, (float)o->clip_gradient_norm);
+            if (emulate) dt_emulate_until(t_compute, r->dbg->emulate_compute_ms); /* a click-log model's */
         }
         int64_t stale = stale_pushes(r);
         if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? *global_step : *local_step, global_step,
@@ -1006,7 +1008,12 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
      * gradient of the model's full size is pushed, so the ps tasks and the network do the real
      * work. Its values are small and deterministic; nothing learns, so nothing is evaluated. */
     int emulate = r->dbg->emulate_compute_ms >= 0;
-    if (emulate) {
+    if (emulate && r->ctr) {
+        /* Click logs: the batch's ids decide which rows travel, so the batches, the forward and
+         * the backward are real (cheap beside the sleep) and the step is padded to the time. */
+        fprintf(r->log, "emulating compute: each step takes %d ms at least (real batches, forward and backward, "
+                "then a sleep), no evaluation (benchmarks only)\n", r->dbg->emulate_compute_ms);
+    } else if (emulate) {
         float *g = dt_net_grads(r->net);
         for (size_t i = 0, n = dt_net_param_count(r->net); i < n; i++) g[i] = (float)((int)(i % 7) - 3) * 1e-4f;
         fprintf(r->log, "emulating compute: %d ms per step, a constant gradient, no evaluation (benchmarks only)\n",
