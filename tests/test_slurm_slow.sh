@@ -162,4 +162,33 @@ grep -q '^restored .*: global step [1-9]' "$tmp/rq.out" \
   || { bad "requeue: the chief resumes from its checkpoint"; squeue; tail -20 "$tmp/rq.out"; }
 scancel "$jid"
 for _ in $(seq 1 80); do [ -z "$(pids)" ] && [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.25; done
+# 5. Elastic training under Slurm (issue 24, docs/elastic.md "Slurm"): the job's first step starts
+# 1 ps and 2 workers with --sharding dynamic --max_workers 3; a second srun step in the same job
+# (its SLURM_PROCID is 0 again, so it names the cluster with flags) joins as worker 2 and trains
+# units; ps 0 counts every epoch once and both steps exit 0.
+t0=$(date +%s)
+el=(--sharding dynamic --max_workers 3 --epochs 20 --issync 0 --steps_to_validate 1000000)
+timeout --foreground 120 srun -n 3 --overcommit --label -t 2 -J elastic "$bin" train --num_ps 1 --base_port "$base" \
+  "${common[@]}" "${el[@]}" >"$tmp/el.out" 2>&1 &
+first=$!
+job=""
+for _ in $(seq 1 120); do
+  job=$(squeue -h -n elastic -o %i 2>/dev/null | head -1)
+  [ -n "$job" ] && grep -q "^1: chief: work plan on ps 0" "$tmp/el.out" && break
+  sleep 0.25
+done
+timeout --foreground 120 srun --jobid "$job" --overlap -n 1 -t 2 "$bin" train "${common[@]}" "${el[@]}" \
+  --ps_hosts="$node:$base" --worker_hosts="$node:$((base + 1)),$node:$((base + 2)),$node:$((base + 3))" \
+  --job_name worker --task_index 2 --debug_work_log "$tmp/el.work2" >"$tmp/el2.out" 2>&1
+st2=$?
+wait $first
+st1=$?
+check "elastic: the job's first step (1 ps, 2 workers) exits 0 (status $st1)" test $st1 -eq 0
+check "elastic: a second srun step joining as worker 2 exits 0 (status $st2)" test $st2 -eq 0
+check "elastic: the joiner trained batches ($(wc -l <"$tmp/el.work2" 2>/dev/null) counted)" test -s "$tmp/el.work2"
+check "elastic: ps 0 counted each of the 20 epochs once" \
+  test "$(grep -c '^0: ps 0: epoch .* done: .* each counted once' "$tmp/el.out")" -eq 20
+echo "elastic under slurm: $(( $(date +%s) - t0 )) s"
+[ $st1 -eq 0 ] && [ $st2 -eq 0 ] || { tail -5 "$tmp/el.out"; tail -5 "$tmp/el2.out"; }
+
 summary
