@@ -51,6 +51,7 @@ typedef struct {
     dt_sparse_client *sparse;     /* a compact net's tables on the ps tasks; NULL: none */
     dt_sparse_stats sparse0;      /* its counts, and the client's sparse bytes, when training began */
     uint64_t sparse_tx0, sparse_rx0;
+    int64_t created_us;           /* the chief's end waits for named workers from here (wait_workers) */
 } remote;
 
 enum { OV_NONE, OV_FILLING, OV_FLYING };
@@ -337,6 +338,21 @@ static int recover(remote *r, dt_net *net, int64_t *global_step, dt_error *err) 
  * number of updates (docs/checkpoint-format.md says what that guarantees). */
 #define SNAPSHOT_TRIES 20
 
+/* Chief: the other workers' end (DONE) and, with dynamic sharding, no member of ps 0's work plan
+ * still training. A dynamic job may name more workers than ever start (a Kubernetes Job names the
+ * most it may have): those that have not joined within --connect_timeout of this process's start
+ * would have given up themselves, so from then on only the plan's members are waited for. */
+static int wait_workers(remote *r, dt_error *err) {
+    int n = r->cfg.n_workers_to_wait, timeout = r->cfg.request_timeout_ms;
+    if (r->cfg.max_workers > 0 && n > 0) {
+        int64_t left = r->cfg.connect_timeout_ms - (dt_clock_us() - r->created_us) / 1000;
+        dt_error e = {0};
+        if (left > 0 && !dt_ps_client_wait_done(r->client, n, (int)(left < timeout ? left : timeout), &e)) return DT_OK;
+        n = 0;
+    }
+    return dt_ps_client_wait_done(r->client, n, timeout, err);
+}
+
 static int remote_snapshot(dt_updater *u, dt_net *net, float *params, float *state, int64_t *global_step, int final,
                            dt_error *err) {
     remote *r = (remote *)u;
@@ -345,8 +361,7 @@ static int remote_snapshot(dt_updater *u, dt_net *net, float *params, float *sta
     if (!rc) rc = grads_writable(r, err);
     if (rc) return rc;
     dt_error werr = {0};
-    if (final && r->cfg.n_workers_to_wait > 0 &&
-        dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, &werr) && r->cfg.log)
+    if (final && r->cfg.n_workers_to_wait > 0 && wait_workers(r, &werr) && r->cfg.log)
         fprintf(r->cfg.log, "chief: %s; taking the final checkpoint anyway\n", werr.msg);
     size_t n = dt_net_param_count(net);
     int slots = state ? dt_opt_slots(&r->cfg.opt) : 0;
@@ -665,7 +680,7 @@ static int remote_finish(dt_updater *u, dt_error *err) {
     log_summary(r);
     if (!r->cfg.cluster->is_chief) return dt_ps_client_done(r->client, 0, err);
     dt_error werr = {0};
-    int rc = dt_ps_client_wait_done(r->client, r->cfg.n_workers_to_wait, r->cfg.request_timeout_ms, &werr);
+    int rc = wait_workers(r, &werr);
     if (rc && r->cfg.log) fprintf(r->cfg.log, "chief: %s; ending the cluster anyway\n", werr.msg);
     return dt_ps_client_shutdown(r->client, err);
 }
@@ -693,6 +708,7 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
     r->base = (dt_updater){remote_start, remote_apply, remote_finish, remote_free, remote_restore,
                            remote_snapshot, remote_settle};
     r->cfg = *cfg;
+    r->created_us = dt_clock_us();
     if (r->cfg.request_timeout_ms <= 0) r->cfg.request_timeout_ms = 60000;
     r->n_ps = cfg->placement->n_ps;
     int rc = DT_ENOMEM;
