@@ -202,6 +202,21 @@ if /usr/bin/python3 -c 'import yaml' 2>/dev/null; then
     grep -qx "cluster: $want" "$tmp/k" && ok "kubernetes pod $pod: $(echo "$want" | cut -d';' -f1)" \
       || { bad "kubernetes pod $pod"; cat "$tmp/k"; }
   done <"$tmp/pods"
+  # The elastic variant: 2 worker pods start, TF_CONFIG names the 4 the job may have.
+  /usr/bin/python3 tests/k8s_render.py examples/kubernetes/dtrain-elastic.yaml >"$tmp/epods" || bad "render the elastic manifest"
+  check "the elastic manifest starts 1 ps and 2 worker pods" test "$(cut -f1 "$tmp/epods" | tr '\n' ' ')" = \
+    "dtrain-ps-0.dtrain-ps dtrain-worker-0.dtrain-worker dtrain-worker-1.dtrain-worker "
+  i=0
+  while IFS=$'\t' read -r pod tf argv; do
+    set -- $argv
+    shift 2
+    args=(); for a in "$@"; do args+=("${a/#\/models\//models/}"); done
+    "${clean_env[@]}" TF_CONFIG="$tf" "$bin" train "${args[@]}" --dry_run >"$tmp/k" 2>&1 || { bad "$pod: dry run"; cat "$tmp/k"; continue; }
+    [ $i -eq 0 ] && want="ps 0 of 1;" || want="worker $((i - 1)) of 4"
+    grep -q "^cluster: $want" "$tmp/k" && grep -q -- "--sharding dynamic --max_workers 4" <<<"$argv" &&
+      ok "elastic kubernetes pod $pod: $want, dynamic sharding" || { bad "elastic kubernetes pod $pod"; cat "$tmp/k"; }
+    i=$((i + 1))
+  done <"$tmp/epods"
 else
   echo "(no python3-yaml: the Kubernetes checks skipped)"
 fi
