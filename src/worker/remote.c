@@ -586,11 +586,12 @@ static void log_sparse(remote *r, const dt_ps_client_stats *st) {
     unsigned long long up = st->sparse_tx_bytes - r->sparse_tx0, down = st->sparse_rx_bytes - r->sparse_rx0;
     unsigned long long pulled = b->rows_pulled - a->rows_pulled, pushed = b->rows_pushed - a->rows_pushed;
     double n = (double)r->updates;
-    fprintf(r->cfg.log, "worker %d: sparse tables: %llu pulls, %llu pushes, %llu messages, %llu rows pulled, %llu "
-            "pushed, %llu bytes up, %llu down; per update %.1f rows pulled, %.0f bytes up, %.0f down (dense and "
-            "sparse: %.0f up, %.0f down); stale pushes %llu\n", r->cfg.cluster->task_index,
+    fprintf(r->cfg.log, "worker %d: sparse tables: %llu pulls, %llu pushes, %llu messages, %llu sections, %llu rows "
+            "pulled, %llu pushed, %llu bytes up, %llu down; per update %.1f rows pulled, %.0f bytes up, %.0f down "
+            "(dense and sparse: %.0f up, %.0f down); stale pushes %llu\n", r->cfg.cluster->task_index,
             (unsigned long long)(b->pulls - a->pulls), (unsigned long long)(b->pushes - a->pushes),
-            (unsigned long long)(b->messages - a->messages), pulled, pushed, up, down, (double)pulled / n,
+            (unsigned long long)(b->messages - a->messages), (unsigned long long)(b->sections - a->sections), pulled,
+            pushed, up, down, (double)pulled / n,
             (double)up / n, (double)down / n, (double)st->tx_bytes / n, (double)st->rx_bytes / n,
             (unsigned long long)(b->stale - a->stale));
     if (r->cfg.compression != DT_ENC_FP32)
