@@ -8,7 +8,8 @@
 #   unit     ids x (4 dim + 8) bytes (12 at dim 1): the issue's unit, in float32's 4 bytes a value
 #   up, dn   sparse bytes the client counted (headers + payloads), each way
 #   hdr      of which headers, each way: 104 bytes a message (a request up, its reply down; one per
-#            table per ps and call, two calls a step: the pull and the push)
+#            ps and call for all tables, two calls a step: the pull and the push), and up also the
+#            8-byte section records (one per table in each request)
 #   dense    the dense part's counted bytes, each way
 #   wire_up, wire_dn  bytes through worker 1's link (tc's counters: Ethernet, IP, TCP, ZMTP and all),
 #            over the whole run divided by its updates (start-up, HELLO and end included)
@@ -39,14 +40,14 @@ for batch in 128 1024; do
       / updates \(/ && n == 0 { for (i = 1; i < NF; i++) if ($(i + 1) == "updates") { n = $i; break } }
       /sparse tables: [0-9]+ pulls/ {
         for (i = 1; i < NF; i++) if (!($(i + 1) in v)) v[$(i + 1)] = $i
-        msgs = v["messages,"]; pulled = v["rows"]; up = v["bytes"]; dn = v["down;"]
+        msgs = v["messages,"]; secs = v["sections,"]; pulled = v["rows"]; up = v["bytes"]; dn = v["down;"]
         match($0, /sparse: [0-9]+ up, [0-9]+ down/); split(substr($0, RSTART, RLENGTH), t, /[ ,]+/)
         tup = t[2]; tdn = t[4] }
       END {
-        ids = pulled / n; unit = ids * 12; sup = up / n; sdn = dn / n; h = 104 * msgs / n
+        ids = pulled / n; unit = ids * 12; sup = up / n; sdn = dn / n; h = 104 * msgs / n; hu = h + 8 * secs / n
         dup = tup - sup; ddn = tdn - sdn; wu = ws / n; wd = wr / n
         printf "%-6s %-5s %8.1f %8.0f %8.0f %8.0f %7.0f %7.0f %8.0f %8.0f %8.0f %8.0f %6.3f %6.3f %6.3f %7s\n",
-          batch, enc, ids, unit, sup, sdn, h, h, dup, ddn, wu, wd, (wu - dup) / unit, (wd - ddn) / unit,
+          batch, enc, ids, unit, sup, sdn, hu, h, dup, ddn, wu, wd, (wu - dup) / unit, (wd - ddn) / unit,
           (sup + sdn) / 2 / unit, auc }' "$tmp/run/worker1.log"
   done
 done

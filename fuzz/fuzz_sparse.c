@@ -1,13 +1,15 @@
-/* libFuzzer target for the sparse tables' messages: the wire decoder of their headers and table
- * records, and the ps shard's handling of their payloads (ids, rows, parts, steps; a checkpoint's
+/* libFuzzer target for the sparse tables' messages: the wire decoder of their headers, table records
+ * and section records, and the ps shard's handling of their payloads (sections, ids, rows, parts,
+ * steps; a checkpoint's
  * SPARSE_EXPORT pages and SPARSE_IMPORT rows with their slots: fuzz_sparse_rows.c fuzzes the rows'
  * check alone).
  * Input: [1 byte: selector][header frame, 104 bytes][payload...]. The selector's bit 0 makes the
  * shard sync (2 replicas, staleness 1) rather than async, bit 1 declares a table with admission
  * and a capacity of 4 rows (evictions), bit 2 repeats the message (a second part, a duplicate).
  * Every decoded header is re-encoded to the same bytes; a payload passing the bound is within the
- * largest sparse frame; a table record that decodes is re-encoded to the same bytes; the shard
- * answers every request once and holds nothing after it is freed. */
+ * largest sparse frame; a table record that decodes is re-encoded to the same bytes; section records
+ * that decode name each table once, below the bound, and lie end to end within the header's ids and
+ * floats; the shard answers every request once and holds nothing after it is freed. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +81,27 @@ static void check_records(const uint8_t *p, size_t n) {
     }
 }
 
+/* Sections that decoded: distinct tables below the bound, dims in range, each section's ids and
+ * floats following the one before, adding up to the header's; each record re-encodes to its bytes. */
+static void check_sections(const dt_wire_header *h, const uint8_t *payload, size_t len) {
+    static dt_wire_section sec[DT_WIRE_MAX_SPARSE_SECTIONS];
+    dt_error err;
+    if (dt_wire_sections_decode(sec, h, payload, len, &err) != DT_OK) return;
+    uint8_t seen[DT_WIRE_MAX_TABLES] = {0};
+    size_t ids = 0, floats = 0;
+    for (size_t k = 0; k < h->sections.count; k++) {
+        const dt_wire_section *c = &sec[k];
+        if (c->table >= DT_WIRE_MAX_TABLES || seen[c->table]++ || c->dim < 1 || c->dim > DT_WIRE_MAX_SPARSE_DIM ||
+            c->first != ids || c->at != floats || (h->type == DT_MSG_SPARSE_PULL && c->ids == 0))
+            __builtin_trap();
+        uint8_t back[DT_WIRE_SECTION_BYTES];
+        dt_wire_section_encode(back, c->table, c->dim, c->ids);
+        if (memcmp(back, payload + DT_WIRE_SECTION_BYTES * k, sizeof back) != 0) __builtin_trap();
+        ids += c->ids, floats += (size_t)c->ids * c->dim;
+    }
+    if (ids != h->sections.ids || floats != h->sections.floats || floats > DT_WIRE_MAX_SPARSE_FLOATS) __builtin_trap();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 + DT_WIRE_HEADER_SIZE) return 0;
     const uint8_t sel = data[0];
@@ -99,6 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *copy = malloc(bytes ? bytes : 1);
     if (!copy) return 0;
     memcpy(copy, payload, bytes);
+    if (h.type == DT_MSG_SPARSE_PULL || h.type == DT_MSG_SPARSE_PUSH) check_sections(&h, copy, bytes);
     ps_shard *s = shard_for(sel);
     h.shard = 0;
     request(s, &h, copy, bytes);

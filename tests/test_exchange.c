@@ -383,7 +383,7 @@ static void test_sparse_multi(void) {
     const int order[3] = {2, 0, 1};
     for (int j = 0; j < 3; j++) {
         dt_wire_header h = dt_wire_header_make(DT_MSG_SPARSE_ROWS, DT_ROLE_PS, 0, b.id[0][order[j]]);
-        h.sparse.table = 1, h.sparse.ids = 1, h.sparse.dim = 1, h.payload_bytes = 4;
+        h.sections.count = 1, h.sections.ids = 1, h.sections.floats = 1, h.payload_bytes = 4;
         int rc = dt_ex_reply(b.x, 0, &h, NULL, 4, &b.info, &b.e);
         CHECK_MSG(rc == DT_EX_TAKEN && b.info.chunk == order[j], "%s (slot %d)", b.e.msg, b.info.chunk);
         CHECK(dt_ex_get_state(b.x) == (j < 2 ? DT_EX_OPEN : DT_EX_DONE));

@@ -1,5 +1,5 @@
 /* Sparse tables through a real ps (its ZeroMQ loop, tests/ps_harness.h) and a raw DEALER: the
- * largest sparse messages (65536 ids of dim 16, 4.5 MiB) pass the ps's frame bound, rows come back
+ * largest sparse messages of one table (65536 ids of dim 16, 4.5 MiB) pass the ps's frame bound, rows come back
  * as initial values, a push updates them, and a header beyond a bound, or a 16-bit push sized for
  * float32 rows, is refused with its name while the ps serves on. */
 #include "compute/lazy_optim.h"
@@ -53,23 +53,25 @@ static void test_sparse_through_the_loop(void) {
     h.sparse.ids = 1;
     CHECK(ask(s, &h, rec, sizeof rec, &in) == DT_OK && in.hdr.type == DT_MSG_ACK);
     dt_wire_in_close(&in);
-    /* The largest push: 65536 ids (every 7th), a gradient of 1 everywhere. */
-    const size_t bytes = 8 * (size_t)IDS + 4 * (size_t)IDS * DIM;
-    uint8_t *msg = malloc(bytes);
+    /* The largest push of one table: 65536 ids (every 7th), a gradient of 1 everywhere; its one section
+     * record first. */
+    const size_t bytes = 8 + 8 * (size_t)IDS + 4 * (size_t)IDS * DIM;
+    uint8_t *msg = malloc(bytes), *ids = msg + 8;
+    dt_wire_section_encode(msg, 2, DIM, IDS);
     for (size_t i = 0; i < IDS; i++)
-        for (int b = 0; b < 8; b++) msg[8 * i + (size_t)b] = (uint8_t)((7 * i) >> (8 * b));
+        for (int b = 0; b < 8; b++) ids[8 * i + (size_t)b] = (uint8_t)((7 * i) >> (8 * b));
     const float one = 1.0f;
-    for (size_t i = 0; i < (size_t)IDS * DIM; i++) memcpy(msg + 8 * (size_t)IDS + 4 * i, &one, 4);
+    for (size_t i = 0; i < (size_t)IDS * DIM; i++) memcpy(ids + 8 * (size_t)IDS + 4 * i, &one, 4);
     h = dt_wire_header_make(DT_MSG_SPARSE_PUSH, DT_ROLE_WORKER, 0, 0);
-    h.sparse.table = 2, h.sparse.ids = IDS, h.sparse.dim = DIM;
-    CHECK(bytes == dt_wire_sparse_max_frame());
+    h.sections.count = 1, h.sections.ids = IDS, h.sections.floats = (uint64_t)IDS * DIM;
+    CHECK(bytes + 8 * (DT_WIRE_MAX_SPARSE_SECTIONS - 1) == dt_wire_sparse_max_frame());
     CHECK(ask(s, &h, msg, bytes, &in) == DT_OK && in.hdr.type == DT_MSG_ACK && in.hdr.status == DT_WIRE_OK);
     dt_wire_in_close(&in);
     /* Pull them all back (4 MiB of rows) and one never pushed (id 1). */
-    msg[8] = 1; /* the second id, 7, becomes 1 */
+    ids[8] = 1; /* the second id, 7, becomes 1 */
     h = dt_wire_header_make(DT_MSG_SPARSE_PULL, DT_ROLE_WORKER, 0, 0);
-    h.sparse.table = 2, h.sparse.ids = IDS, h.sparse.dim = DIM;
-    CHECK(ask(s, &h, msg, 8 * (size_t)IDS, &in) == DT_OK && in.hdr.type == DT_MSG_SPARSE_ROWS);
+    h.sections.count = 1, h.sections.ids = IDS, h.sections.floats = (uint64_t)IDS * DIM;
+    CHECK(ask(s, &h, msg, 8 + 8 * (size_t)IDS, &in) == DT_OK && in.hdr.type == DT_MSG_SPARSE_ROWS);
     CHECK(zmq_msg_size(&in.payload) == 4 * (size_t)IDS * DIM);
     if (in.hdr.type == DT_MSG_SPARSE_ROWS && zmq_msg_size(&in.payload) == 4 * (size_t)IDS * DIM) {
         const float *rows = zmq_msg_data(&in.payload);
@@ -89,25 +91,28 @@ static void test_sparse_through_the_loop(void) {
     dt_wire_in_close(&in);
     /* Beyond a bound: refused by the decoder before the payload, and the ps serves on. */
     h = dt_wire_header_make(DT_MSG_SPARSE_PULL, DT_ROLE_WORKER, 0, 0);
-    h.sparse.table = 2, h.sparse.ids = 1, h.sparse.dim = DT_WIRE_MAX_SPARSE_DIM + 1;
+    h.sections.count = 1, h.sections.ids = 1, h.sections.floats = DT_WIRE_MAX_SPARSE_DIM + 1;
     uint8_t head[DT_WIRE_HEADER_SIZE];
     h.request_id = next_id++, h.payload_bytes = 0;
     dt_wire_encode(head, &h);
     zmq_send(s, head, sizeof head, 0);
     CHECK(raw_reply(s, &in) == DT_OK && raw_error_says(&in, DT_WIRE_E_MALFORMED, "DT_WIRE_MAX_SPARSE_DIM"));
     dt_wire_in_close(&in);
-    h.sparse.dim = DIM;
-    CHECK(ask(s, &h, msg, 8, &in) == DT_OK && in.hdr.type == DT_MSG_SPARSE_ROWS);
+    h.sections.floats = DIM;
+    dt_wire_section_encode(msg, 2, DIM, 1);
+    CHECK(ask(s, &h, msg, 16, &in) == DT_OK && in.hdr.type == DT_MSG_SPARSE_ROWS);
     dt_wire_in_close(&in);
     /* 16-bit rows (--compression bf16): a push whose payload is sized for float32 rows is refused
-     * naming the size its ids, dim and encoding make; one of ids x (8 + 2 dim) bytes is taken. */
+     * naming the size its sections, ids, floats and encoding make; one of 8 + ids x (8 + 2 dim) bytes
+     * is taken. */
     h = dt_wire_header_make(DT_MSG_SPARSE_PUSH, DT_ROLE_WORKER, 0, 0);
-    h.sparse.table = 2, h.sparse.ids = 2, h.sparse.dim = DIM, h.encoding = DT_ENC_BF16;
-    memset(msg + 16, 0, 4 * DIM * 2);
-    CHECK(ask(s, &h, msg, 16 + 4 * DIM * 2, &in) == DT_OK &&
-          raw_error_says(&in, DT_WIRE_E_MALFORMED, "expected 80 (2 ids, dim 16, encoding bf16)"));
+    h.sections.count = 1, h.sections.ids = 2, h.sections.floats = 2 * DIM, h.encoding = DT_ENC_BF16;
+    dt_wire_section_encode(msg, 2, DIM, 2);
+    memset(msg + 24, 0, 4 * DIM * 2);
+    CHECK(ask(s, &h, msg, 24 + 4 * DIM * 2, &in) == DT_OK &&
+          raw_error_says(&in, DT_WIRE_E_MALFORMED, "expected 88 (1 sections, 2 ids, 32 floats, encoding bf16)"));
     dt_wire_in_close(&in);
-    CHECK(ask(s, &h, msg, 16 + 2 * DIM * 2, &in) == DT_OK && in.hdr.type == DT_MSG_ACK && in.hdr.status == DT_WIRE_OK);
+    CHECK(ask(s, &h, msg, 24 + 2 * DIM * 2, &in) == DT_OK && in.hdr.type == DT_MSG_ACK && in.hdr.status == DT_WIRE_OK);
     dt_wire_in_close(&in);
     free(msg);
     zmq_close(s);

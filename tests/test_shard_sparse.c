@@ -48,43 +48,66 @@ static void sparse_init(ps_shard *s, uint8_t flags) {
     sparse_init_raw(s, DT_ROLE_CHIEF, rec, 1);
 }
 
+/* A section of a message built here: table, dim, ids [n], a push's rows [n * dim]. */
+typedef struct {
+    uint32_t table, dim;
+    size_t n;
+    const uint64_t *ids;
+    const float *rows;
+} sec_in;
+
+/* The payload of a SPARSE_PULL or SPARSE_PUSH of sections [k] into h (its totals and size set): the
+ * records, the ids, a push's rows (float32). Freed by the caller. */
+static uint8_t *sections_payload(dt_wire_header *h, const sec_in *sec, size_t k) {
+    size_t ids = 0, floats = 0;
+    for (size_t i = 0; i < k; i++) ids += sec[i].n, floats += sec[i].n * sec[i].dim;
+    const int push = h->type == DT_MSG_SPARSE_PUSH;
+    h->sections.count = k, h->sections.ids = ids, h->sections.floats = floats;
+    h->payload_bytes = 8 * k + 8 * ids + (push ? 4 * floats : 0);
+    uint8_t *p = malloc(h->payload_bytes + 1), *at = p + 8 * k, *rows = at + 8 * ids;
+    for (size_t i = 0; i < k; i++) {
+        dt_wire_section_encode(p + 8 * i, sec[i].table, sec[i].dim, (uint32_t)sec[i].n);
+        put_ids(at, sec[i].ids, sec[i].n);
+        at += 8 * sec[i].n;
+        if (push && sec[i].n) memcpy(rows, sec[i].rows, 4 * sec[i].n * sec[i].dim), rows += 4 * sec[i].n * sec[i].dim;
+    }
+    return p;
+}
+
+/* Sends h with the payload of sections [k] from connection conn at `now`. */
+static void ssend(ps_shard *s, int conn, dt_wire_header h, const sec_in *sec, size_t k, int64_t now) {
+    uint8_t *p = sections_payload(&h, sec, k);
+    ps_origin o = from(conn);
+    ps_bytes b = {.data = p, .size = h.payload_bytes, .release = free, .hint = p};
+    ps_shard_request(s, &o, &h, &b, now, &io);
+}
+
 /* SPARSE_PULL of ids [n] of TABLE at `min_step` (encoding enc) from worker task on connection conn. */
 static void spull(ps_shard *s, int conn, uint16_t task, const uint64_t *ids, size_t n, int64_t min_step, uint8_t enc,
                   int64_t now) {
     dt_wire_header h = hdr(DT_MSG_SPARSE_PULL, task ? DT_ROLE_WORKER : DT_ROLE_CHIEF, task);
-    h.sparse.table = TABLE, h.sparse.ids = n, h.sparse.dim = DIM;
     h.global_step = min_step;
     h.encoding = enc;
-    h.payload_bytes = 8 * n;
-    uint8_t *p = malloc(8 * n + 1);
-    put_ids(p, ids, n);
-    ps_origin o = from(conn);
-    ps_bytes b = {.data = p, .size = 8 * n, .release = free, .hint = p};
-    ps_shard_request(s, &o, &h, &b, now, &io);
+    const sec_in one = {TABLE, DIM, n, ids, NULL};
+    ssend(s, conn, h, &one, 1, now);
 }
 
-/* SPARSE_PUSH of ids [n] and float32 rows [n * DIM] for `step`, part `part` of `parts`. */
+/* SPARSE_PUSH of ids [n] and float32 rows [n * DIM] of TABLE for `step`, part `part` of `parts`. */
 static void spush(ps_shard *s, int conn, uint16_t task, const uint64_t *ids, size_t n, const float *grads, int64_t step,
                   int sync, int part, int parts) {
     dt_wire_header h = hdr(DT_MSG_SPARSE_PUSH, task ? DT_ROLE_WORKER : DT_ROLE_CHIEF, task);
-    h.sparse.table = TABLE, h.sparse.ids = n, h.sparse.dim = DIM;
     h.local_step = step;
     h.flags = sync ? DT_WIRE_F_SYNC : 0;
     h.chunk = (uint8_t)part, h.chunks = (uint8_t)parts;
-    h.payload_bytes = 8 * n + 4 * n * DIM;
-    uint8_t *p = malloc(h.payload_bytes + 1);
-    put_ids(p, ids, n);
-    memcpy(p + 8 * n, grads, 4 * n * DIM);
-    ps_origin o = from(conn);
-    ps_bytes b = {.data = p, .size = h.payload_bytes, .release = free, .hint = p};
-    ps_shard_request(s, &o, &h, &b, 0, &io);
+    const sec_in one = {TABLE, DIM, n, ids, grads};
+    ssend(s, conn, h, &one, 1, 0);
 }
 
 /* The last reply is SPARSE_ROWS with want [n * DIM] (float32), at table step `step`. */
 static int rows_are(const float *want, size_t n, int64_t step) {
     const reply *r = last();
     if (!r || r->h.type != DT_MSG_SPARSE_ROWS || r->size != n * DIM * 4 || r->h.global_step != step ||
-        r->h.sparse.ids != n || r->h.sparse.table != TABLE)
+        r->h.sections.ids != n || r->h.sections.count != 1 || r->h.sections.floats != n * DIM)
         return 0;
     for (size_t i = 0; i < n * DIM; i++)
         if (fabsf(r->first[i] - want[i]) > 1e-7f) return 0;
@@ -274,6 +297,98 @@ static void test_ownership(void) {
     shard_done(s);
 }
 
+/* Tables TABLE (dim DIM) and TABLE + 1 (dim 2), both as table_config() says. */
+static void sparse_init_two(ps_shard *s) {
+    dt_table_config c = table_config();
+    uint8_t recs[2 * DT_WIRE_TABLE_BYTES];
+    for (int t = 0; t < 2; t++) {
+        dt_wire_table w = {.table = TABLE + (uint32_t)t, .dim = t ? 2 : DIM, .init_kind = DT_ROW_INIT_NORMAL,
+                           .opt = c.opt, .init_scale = c.init_scale, .capacity = c.capacity, .seed = c.seed};
+        dt_wire_table_encode(recs + t * DT_WIRE_TABLE_BYTES, &w);
+    }
+    sparse_init_raw(s, DT_ROLE_CHIEF, recs, 2);
+}
+
+static void initial_of(uint32_t table, int dim, uint64_t id, float *out) {
+    dt_table_config c = table_config();
+    c.table = table, c.dim = dim;
+    dt_table_init_row(&c, id, out);
+}
+
+static int rows_near(const float *want, size_t n, int64_t step) {
+    const reply *r = last();
+    if (!r || r->h.type != DT_MSG_SPARSE_ROWS || r->size != 4 * n || r->h.global_step != step) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(r->first[i] - want[i]) > 1e-6f) return 0;
+    return 1;
+}
+
+/* Two tables in one message: a pull of both is answered by one SPARSE_ROWS (each section's rows in
+ * order); a pull of a later step waits until both tables reach it; each section of an async push is
+ * one update of its table; a sync push names every table, its parts each a part of every table's
+ * push; a section refused is named, and changes nothing. */
+static void test_sections(void) {
+    ps_shard *s = shard_new_n(N);
+    shard_init_n(s, N, 1, 0, 2, 0, 0, 0, 0);
+    sparse_init_two(s);
+    const uint64_t a[2] = {3, 4}, b[1] = {9};
+    const float ga[2 * DIM] = {1, 1, 1, 1, 1, 1}, gb[2] = {2, 2};
+    sec_in both[2] = {{TABLE, DIM, 2, a, ga}, {TABLE + 1, 2, 1, b, gb}};
+    dt_wire_header pull = hdr(DT_MSG_SPARSE_PULL, DT_ROLE_WORKER, 1), push = hdr(DT_MSG_SPARSE_PUSH, DT_ROLE_WORKER, 1);
+    push.chunks = 1;
+    ssend(s, 1, pull, both, 2, 0);
+    float want[2 * DIM + 2];
+    initial_of(TABLE, DIM, 3, want), initial_of(TABLE, DIM, 4, want + DIM), initial_of(TABLE + 1, 2, 9, want + 2 * DIM);
+    CHECK(rows_near(want, 2 * DIM + 2, 0) && last()->h.sections.count == 2 && last()->h.sections.ids == 3 &&
+          last()->h.sections.floats == 2 * DIM + 2);
+    pull.global_step = 1; /* waits for both tables */
+    ssend(s, 2, pull, both, 2, 0);
+    CHECK(rec.held == 1);
+    ssend(s, 1, push, both, 1, 0); /* table 5 only: at step 1, table 6 still at 0 */
+    CHECK(rec.held == 1 && last()->h.type == DT_MSG_ACK);
+    ssend(s, 1, push, both + 1, 1, 0);
+    for (int j = 0; j < 2 * DIM; j++) want[j] -= 0.5f;
+    want[2 * DIM] -= 1.0f, want[2 * DIM + 1] -= 1.0f;
+    CHECK(rec.held == 0 && rows_near(want, 2 * DIM + 2, 1));
+    sec_in bad[2] = {{TABLE, DIM, 2, a, NULL}, {77, 2, 1, b, NULL}};
+    pull.global_step = 0;
+    ssend(s, 1, pull, bad, 2, 0);
+    CHECK_CONTAINS(last()->text, "SPARSE_PULL section 1 for table 77, which this ps does not hold");
+    bad[1].table = TABLE, bad[1].dim = DIM;
+    ssend(s, 1, pull, bad, 2, 0);
+    CHECK(last()->h.status == DT_WIRE_E_MALFORMED);
+    CHECK_CONTAINS(last()->text, "SPARSE_PULL section 1: table 5 named twice");
+    shard_done(s);
+
+    s = shard_new_n(N);
+    shard_init_n(s, N, 1, 2, 2, 0, 0, 0, 0); /* sync, 2 replicas */
+    sparse_init_two(s);
+    push.flags = DT_WIRE_F_SYNC;
+    ssend(s, 1, push, both, 1, 0);
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "sync SPARSE_PUSH names 1 of the 2 tables");
+    pull.global_step = 1;
+    ssend(s, 3, pull, both, 2, 0);
+    dt_wire_header w0 = push;
+    w0.task = 0, w0.role = DT_ROLE_CHIEF;
+    ssend(s, 0, w0, both, 2, 0);
+    sec_in part0[2] = {{TABLE, DIM, 2, a, ga}, {TABLE + 1, 2, 0, NULL, NULL}},
+           part1[2] = {{TABLE, DIM, 0, NULL, NULL}, {TABLE + 1, 2, 1, b, gb}};
+    push.chunks = 2;
+    ssend(s, 1, push, part0, 2, 0);
+    CHECK(rec.held == 1 && last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_OK);
+    push.chunk = 1;
+    ssend(s, 1, push, part1, 2, 0);
+    initial_of(TABLE, DIM, 3, want), initial_of(TABLE, DIM, 4, want + DIM), initial_of(TABLE + 1, 2, 9, want + 2 * DIM);
+    for (int j = 0; j < 2 * DIM; j++) want[j] -= 0.5f; /* the mean of two gradients of 1 */
+    want[2 * DIM] -= 1.0f, want[2 * DIM + 1] -= 1.0f;
+    CHECK(rec.held == 0 && rows_near(want, 2 * DIM + 2, 1));
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK(st.sparse.updates == 2 && st.sparse.stale == 0);
+    shard_done(s);
+}
+
 /* Hostile messages: each refused with the bound it breaks named, the shard serving on. */
 static void test_hostile(void) {
     ps_shard *s = shard_new_n(N);
@@ -281,38 +396,39 @@ static void test_hostile(void) {
     sparse_init(s, 0);
     uint64_t id = 1;
     dt_wire_header h = hdr(DT_MSG_SPARSE_PULL, DT_ROLE_WORKER, 1);
-    h.sparse.table = 77, h.sparse.ids = 1, h.sparse.dim = DIM, h.payload_bytes = 8;
+    sec_in one = {77, DIM, 1, &id, NULL};
+    ssend(s, 1, h, &one, 1, 0);
+    CHECK_CONTAINS(last()->text, "SPARSE_PULL section 0 for table 77, which this ps does not hold");
+    one.table = TABLE, one.dim = DIM + 1;
+    ssend(s, 1, h, &one, 1, 0);
+    CHECK_CONTAINS(last()->text, "section 0 for table 5 with rows of dim 4, the table's dim is 3");
+    uint8_t raw[24] = {0}; /* claims more than it carries: the dispatch table's size check */
+    dt_wire_section_encode(raw, TABLE, DIM, 1);
+    h.sections.count = 1, h.sections.ids = 1, h.sections.floats = DIM, h.payload_bytes = 24;
     ps_origin o = from(1);
-    ps_bytes b = {.data = &id, .size = 8};
-    ps_shard_request(s, &o, &h, &b, 0, &io);
-    CHECK_CONTAINS(last()->text, "table 77, which this ps does not hold");
-    h.sparse.table = TABLE, h.sparse.dim = DIM + 1;
-    ps_shard_request(s, &o, &h, &b, 0, &io);
-    CHECK_CONTAINS(last()->text, "the table's dim is 3");
-    h.sparse.dim = DIM, h.payload_bytes = 16; /* claims more than it carries: the dispatch table's size check */
+    ps_bytes b = {.data = raw, .size = 16};
     ps_shard_request(s, &o, &h, &b, 0, &io);
     CHECK(last()->h.status == DT_WIRE_E_MALFORMED);
-    CHECK_CONTAINS(last()->text, "expected 8");
-    /* Bounds the decoder enforces, each named. */
+    CHECK_CONTAINS(last()->text, "expected 16");
+    /* Bounds the decoder enforces on the header, each named. */
     uint8_t buf[DT_WIRE_HEADER_SIZE];
     dt_wire_header d;
     dt_error e = {0};
-    h.payload_bytes = 8, h.sparse.ids = DT_WIRE_MAX_SPARSE_IDS + 1;
-    dt_wire_encode(buf, &h);
-    CHECK(dt_wire_decode(&d, buf, sizeof buf, &e) == DT_EFORMAT);
-    CHECK_CONTAINS(e.msg, "DT_WIRE_MAX_SPARSE_IDS");
-    h.sparse.ids = 2048, h.sparse.dim = 1024;
-    dt_wire_encode(buf, &h);
-    CHECK(dt_wire_decode(&d, buf, sizeof buf, &e) == DT_EFORMAT);
-    CHECK_CONTAINS(e.msg, "DT_WIRE_MAX_SPARSE_FLOATS");
-    h.sparse.ids = 1, h.sparse.dim = DT_WIRE_MAX_SPARSE_DIM + 1;
-    dt_wire_encode(buf, &h);
-    CHECK(dt_wire_decode(&d, buf, sizeof buf, &e) == DT_EFORMAT);
-    CHECK_CONTAINS(e.msg, "DT_WIRE_MAX_SPARSE_DIM");
-    h.sparse.dim = DIM, h.sparse.table = DT_WIRE_MAX_TABLES;
-    dt_wire_encode(buf, &h);
-    CHECK(dt_wire_decode(&d, buf, sizeof buf, &e) == DT_EFORMAT);
-    CHECK_CONTAINS(e.msg, "DT_WIRE_MAX_TABLES");
+    const struct {
+        uint64_t count, ids, floats;
+        const char *bound;
+    } bad[] = {{1, DT_WIRE_MAX_SPARSE_IDS + 1, DT_WIRE_MAX_SPARSE_IDS + 1, "DT_WIRE_MAX_SPARSE_IDS"},
+               {1, 2048, 2048 * 1024, "DT_WIRE_MAX_SPARSE_FLOATS"},
+               {1, 1, DT_WIRE_MAX_SPARSE_DIM + 1, "DT_WIRE_MAX_SPARSE_DIM"},
+               {0, 1, 1, "DT_WIRE_MAX_SPARSE_SECTIONS"},
+               {DT_WIRE_MAX_SPARSE_SECTIONS + 1, 2000, 2000, "DT_WIRE_MAX_SPARSE_SECTIONS"},
+               {3, 2, 2, "2 ids in 3 sections, must be 3..65536"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        h.sections.count = bad[k].count, h.sections.ids = bad[k].ids, h.sections.floats = bad[k].floats;
+        dt_wire_encode(buf, &h);
+        CHECK(dt_wire_decode(&d, buf, sizeof buf, &e) == DT_EFORMAT);
+        CHECK_CONTAINS(e.msg, bad[k].bound);
+    }
     /* Rows per step: one worker's push of one step, over its parts, holds at most
      * DT_WIRE_MAX_SPARSE_STEP_ROWS rows: 16 parts of 65536 distinct ids fill it, one more id is refused. */
     const size_t per = DT_WIRE_MAX_SPARSE_IDS, parts = DT_WIRE_MAX_SPARSE_STEP_ROWS / per;
@@ -539,32 +655,52 @@ static int write_ckpt_seeds(const char *dir) {
     return bad | write_seed(dir, "import", 4, &h, p, sizeof p);
 }
 
+/* A seed of a SPARSE_PULL or SPARSE_PUSH of sections [k]; a push's rows packed in h's encoding. */
+static int write_sections_seed(const char *dir, const char *name, uint8_t sel, dt_wire_header h, const sec_in *sec,
+                               size_t k) {
+    const uint8_t enc = h.encoding;
+    h.encoding = 0;
+    uint8_t *p = sections_payload(&h, sec, k);
+    if (h.type == DT_MSG_SPARSE_PUSH && enc) { /* the rows again, 2 bytes a value */
+        const size_t at = dt_wire_sections_rows_at(&h), n = h.sections.floats;
+        float *f = malloc(4 * n + 4);
+        memcpy(f, p + at, 4 * n);
+        dt_pack(enc, p + at, f, n);
+        free(f);
+        h.payload_bytes = at + 2 * n;
+    }
+    h.encoding = enc;
+    int bad = write_seed(dir, name, sel, &h, p, h.payload_bytes);
+    free(p);
+    return bad;
+}
+
 /* The fuzz target's shard has tables 0 (dim 2) and 1 (dim 4); the selector: bit 0 sync, bit 1
  * admission and a capacity of 4, bit 2 the message twice. */
 static int write_corpus(const char *dir) {
-    uint8_t p[8 * 4 + 4 * 4 * 4] = {0}, rec[2 * DT_WIRE_TABLE_BYTES];
+    uint8_t rec[2 * DT_WIRE_TABLE_BYTES];
     const uint64_t ids[4] = {1, 1, 5, UINT64_MAX};
-    put_ids(p, ids, 4);
-    for (int i = 0; i < 16; i++) {
-        float g = 0.25f * (float)(i - 8);
-        memcpy(p + 32 + 4 * i, &g, 4);
-    }
+    float g[16];
+    for (int i = 0; i < 16; i++) g[i] = 0.25f * (float)(i - 8);
     int bad = 0;
     dt_wire_header h = dt_wire_header_make(DT_MSG_SPARSE_PULL, DT_ROLE_WORKER, 1, 9);
-    h.sparse.table = 0, h.sparse.ids = 3, h.sparse.dim = 2;
-    bad |= write_seed(dir, "pull", 0, &h, p, 24);
-    h.sparse.table = 1, h.sparse.dim = 4, h.encoding = DT_ENC_BF16, h.global_step = 1;
-    bad |= write_seed(dir, "pull_deferred_bf16", 1, &h, p, 24);
+    sec_in sec[2] = {{0, 2, 3, ids, g}, {1, 4, 2, ids + 2, g}};
+    bad |= write_sections_seed(dir, "pull", 0, h, sec, 1);
+    bad |= write_sections_seed(dir, "pull_two_tables", 0, h, sec, 2);
+    h.encoding = DT_ENC_BF16, h.global_step = 1;
+    bad |= write_sections_seed(dir, "pull_deferred_bf16", 1, h, sec + 1, 1);
+    sec_in twice[2] = {{1, 4, 1, ids, NULL}, {1, 4, 1, ids, NULL}}; /* refused: table 1 named twice */
+    bad |= write_sections_seed(dir, "pull_table_twice", 0, h, twice, 2);
     h = dt_wire_header_make(DT_MSG_SPARSE_PUSH, DT_ROLE_WORKER, 1, 9);
-    h.sparse.table = 0, h.sparse.ids = 4, h.sparse.dim = 2;
-    bad |= write_seed(dir, "push_async", 2, &h, p, 32 + 32);
+    sec[0].n = 4;
+    bad |= write_sections_seed(dir, "push_async", 2, h, sec, 2);
     h.encoding = DT_ENC_FP16;
-    bad |= write_seed(dir, "push_async_fp16", 6, &h, p, 32 + 16);
+    bad |= write_sections_seed(dir, "push_async_fp16", 6, h, sec, 1);
     h = dt_wire_header_make(DT_MSG_SPARSE_PUSH, DT_ROLE_WORKER, 1, 9);
-    h.sparse.table = 1, h.sparse.ids = 4, h.sparse.dim = 4, h.flags = DT_WIRE_F_SYNC, h.chunk = 0, h.chunks = 2;
-    bad |= write_seed(dir, "push_sync_parts", 5, &h, p, sizeof p);
-    h.sparse.ids = 0, h.chunks = 1;
-    bad |= write_seed(dir, "push_sync_empty", 1, &h, p, 0);
+    h.flags = DT_WIRE_F_SYNC, h.chunk = 0, h.chunks = 2;
+    bad |= write_sections_seed(dir, "push_sync_parts", 5, h, sec, 2);
+    sec[0].n = sec[1].n = 0, h.chunks = 1;
+    bad |= write_sections_seed(dir, "push_sync_empty", 1, h, sec, 2);
     h = dt_wire_header_make(DT_MSG_SPARSE_INIT, DT_ROLE_CHIEF, 0, 9);
     for (int t = 0; t < 2; t++) {
         dt_table_config c = table_config();
@@ -576,8 +712,8 @@ static int write_corpus(const char *dir) {
     h.sparse.ids = 2;
     bad |= write_seed(dir, "init", 0, &h, rec, sizeof rec);
     h = dt_wire_header_make(DT_MSG_SPARSE_ROWS, DT_ROLE_PS, 0, 9);
-    h.sparse.table = 0, h.sparse.ids = 2, h.sparse.dim = 2;
-    bad |= write_seed(dir, "rows", 0, &h, p + 32, 16);
+    h.sections.count = 1, h.sections.ids = 2, h.sections.floats = 4;
+    bad |= write_seed(dir, "rows", 0, &h, (const uint8_t *)g, 16);
     return bad | write_ckpt_seeds(dir);
 }
 
@@ -589,6 +725,7 @@ int main(int argc, char **argv) {
     RUN(test_sync_row_mean);
     RUN(test_deferred_pulls);
     RUN(test_hostile);
+    RUN(test_sections);
     RUN(test_ownership);
     RUN(test_export_pages);
     RUN(test_import);

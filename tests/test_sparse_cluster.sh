@@ -4,8 +4,9 @@
 # batch names. 1 ps + 2 sync workers at batch B must end where one process at batch 2B ends (the
 # same test AUC and logloss to 0.001; their tables start at zero on both sides), the same run with
 # 16-bit rows (--compression bf16) near it (0.003), 2 ps + 2 async workers must learn, and the
-# bytes each worker sends and receives for the tables are counted: exactly headers plus ids plus
-# rows (2 bytes a value in bf16), and at a batch that amortises the headers within the issue's bound.
+# bytes each worker sends and receives for the tables are counted: exactly headers plus section
+# records plus ids plus rows (2 bytes a value in bf16), one message per ps and call for all tables,
+# within the issue's bound at batch 128 and 1024.
 . "$(dirname "$0")/lib.sh"
 cd "${DTRAIN_SRC:-$(dirname "$0")/..}"
 
@@ -52,27 +53,29 @@ check "bf16's test AUC within 0.003 of float32's (got $a4, float32 $a2)" \
   awk -v a="${a2:-0}" -v b="${a4:-9}" 'BEGIN {x = a - b; exit !(b > 0.6 && x * x <= 9e-6)}'
 
 # Bytes (worker 1 pulls for training only; dim 1; e bytes a value, 4 or 2 in bf16): up = 104 per
-# message + 8 per id pulled + 8 + e per row pushed; down = 104 per message + e per row pulled. Each
-# id goes up twice (its pull and its push), so the mean of both ways in float32 is the issue's unit,
-# 4 dim + 8 bytes per id, plus the headers.
+# message + 8 per section record + 8 per id pulled + 8 + e per row pushed; down = 104 per message +
+# e per row pulled. Each id goes up twice (its pull and its push), so the mean of both ways in
+# float32 is the issue's unit, 4 dim + 8 bytes per id, plus the headers and records. One message per
+# ps and call for all 26 tables (sections): at most ps x (pulls + pushes) messages.
 bytes_check() {
   local line; line=$(grep "\[worker1\] worker 1: sparse tables:" "$1")
   check "$2: worker 1 reports its sparse tables' traffic" [ -n "$line" ]
   echo "$line"
-  echo "$line" | awk -v what="$2" -v bound="$3" -v e="${4:-4}" '{
+  echo "$line" | awk -v what="$2" -v bound="$3" -v e="${4:-4}" -v ps="${5:-1}" '{
     for (i = 1; i < NF; i++) if (!($(i + 1) in v)) v[$(i + 1)] = $i
-    msgs = v["messages,"]; pulled = v["rows"]; pushed = v["pushed,"]; up = v["bytes"]; down = v["down;"]
-    steps = v["pulls,"]
-    if (up != 104 * msgs + 8 * pulled + (8 + e) * pushed) { print what ": up " up " is not headers + ids + rows"; bad = 1 }
+    msgs = v["messages,"]; secs = v["sections,"]; pulled = v["rows"]; pushed = v["pushed,"]; up = v["bytes"]
+    down = v["down;"]; steps = v["pulls,"]; pushes = v["pushes,"]
+    if (up != 104 * msgs + 8 * secs + 8 * pulled + (8 + e) * pushed) { print what ": up " up " is not headers + records + ids + rows"; bad = 1 }
     if (down != 104 * msgs + e * pulled) { print what ": down " down " is not headers + rows"; bad = 1 }
     if (pulled < steps || pushed < steps) { print what ": no rows"; bad = 1 }
+    if (msgs > ps * (steps + pushes) || secs > 26 * msgs) { print what ": " msgs " messages, " secs " sections for " steps " pulls and " pushes " pushes to " ps " ps"; bad = 1 }
     if (bound && (up + down) / 2 > 1.1 * pulled * 12) { print what ": mean " (up + down) / 2 " over 1.1 x " pulled * 12; bad = 1 }
     exit bad }' || { bad "$2: the bytes counted"; return; }
   ok "$2: the bytes counted"
 }
-bytes_check "$tmp/sync.out" "sync, batch 128" 0
+bytes_check "$tmp/sync.out" "sync, batch 128, within 1.1 x ids x (4 dim + 8)" 1
 bytes_check "$tmp/bf16.out" "sync in bf16, batch 128" 0 2
-bytes_check "$tmp/async.out" "async over 2 ps, batch 128" 0
+bytes_check "$tmp/async.out" "async over 2 ps, batch 128" 0 4 2
 timeout --foreground 120 "$bin" launch --ps 1 --workers 2 --issync 1 "${common[@]}" --batch_size 1024 \
   >"$tmp/big.out" 2>&1
 check "sync workers at batch 1024 (status $?)" grep -q "\] test auc" "$tmp/big.out"

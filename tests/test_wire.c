@@ -51,10 +51,11 @@ static dt_wire_header sample(uint8_t type) {
         h.epsilon = 1e-8f;
     }
     if (dt_wire_type_has_payload(type)) h.payload_bytes = type == DT_MSG_ERROR ? 17 : 4000;
-    if (dt_wire_type_is_sparse(type)) { /* within the sparse bounds (tests/test_wire_sparse.c) */
+    if (dt_wire_type_is_sparse(type)) { /* within the sparse bounds */
         h.sparse.table = type == DT_MSG_SPARSE_INIT ? 0 : 3;
         h.sparse.ids = type == DT_MSG_SPARSE_INIT ? 2 : 10;
         h.sparse.dim = type == DT_MSG_SPARSE_INIT ? 0 : 4;
+        if (dt_wire_type_has_sections(type)) h.sections.count = 2, h.sections.ids = 10, h.sections.floats = 40;
         h.encoding = type == DT_MSG_SPARSE_INIT || type >= DT_MSG_SPARSE_EXPORT ? 0 : DT_ENC_BF16;
         if (type == DT_MSG_SPARSE_PUSH) h.flags = DT_WIRE_F_SYNC, h.chunk = 1, h.chunks = 3;
         if (type >= DT_MSG_SPARSE_EXPORT) h.opt_kind = DT_LAZY_ADAM, h.opt_slots = 2; /* rows with their slots */
@@ -374,8 +375,10 @@ static void test_payload_bounds(void) {
     h.payload_bytes = 4;
     CHECK(dt_wire_check_payload(&h, DT_WIRE_MAX_SHARD_FLOATS + 1, &e) == DT_EINVAL);
 
-    /* A ps takes the largest sparse message whatever its shard (8 bytes per id, 4 per float). */
-    const uint64_t sparse = 8 * (uint64_t)DT_WIRE_MAX_SPARSE_IDS + 4 * (uint64_t)DT_WIRE_MAX_SPARSE_FLOATS;
+    /* A ps takes the largest sparse message whatever its shard (8 bytes per section, 8 per id, 4 per
+     * float). */
+    const uint64_t sparse = 8 * (uint64_t)DT_WIRE_MAX_SPARSE_SECTIONS + 8 * (uint64_t)DT_WIRE_MAX_SPARSE_IDS +
+                            4 * (uint64_t)DT_WIRE_MAX_SPARSE_FLOATS;
     CHECK(dt_wire_max_frame(1000) == sparse && dt_wire_max_frame(1) == sparse);
     CHECK(dt_wire_max_frame(1000000) == 12000000 + DT_WIRE_OPTS_BYTES + 125000);
 }
@@ -470,12 +473,14 @@ static void test_socket_round_trip_and_refusals(void) {
 
     /* Another version and a truncated header. */
     dt_wire_encode(hb, &st);
-    hb[4] = 9;
+    hb[4] = DT_WIRE_VERSION - 1;
     send_raw(cli, hb, sizeof hb, NULL, 0, 0);
     send_raw(cli, hb, 5, NULL, 0, 0);
     CHECK(wait_in(srv, 2000));
     CHECK(dt_wire_recv(srv, 1, &in, &e) == DT_EPROTO);
-    CHECK_CONTAINS(e.msg, "version 9");
+    char older[32];
+    snprintf(older, sizeof older, "version %u,", DT_WIRE_VERSION - 1);
+    CHECK_CONTAINS(e.msg, older);
     dt_wire_in_close(&in);
     CHECK(dt_wire_recv(srv, 1, &in, &e) == DT_EFORMAT);
     CHECK_CONTAINS(e.msg, "truncated");
@@ -659,6 +664,75 @@ static int write_corpus(const char *dir) {
            write_seed_with(dir, "type03_piecewise", 1, &init, sizeof data, data);
 }
 
+/* A SPARSE_PULL or SPARSE_PUSH of records [k] (table, dim, ids), its header's totals as given (want:
+ * the records' own), its payload (zeros after the records) of the header's size into p: whether
+ * dt_wire_sections_decode takes it, else e.msg says why. */
+typedef struct {
+    uint32_t table, dim, ids;
+} rec3;
+static int sections_take(uint8_t type, const rec3 *r, size_t k, uint64_t ids, uint64_t floats, dt_wire_section *out,
+                         dt_error *e) {
+    dt_wire_header h = dt_wire_header_make((dt_msg_type)type, DT_ROLE_WORKER, 1, 1);
+    if (type == DT_MSG_SPARSE_PUSH) h.chunks = 1;
+    h.sections.count = k, h.sections.ids = ids, h.sections.floats = floats;
+    h.payload_bytes = dt_wire_sparse_bytes(&h);
+    static uint8_t p[1 << 16];
+    if (h.payload_bytes > sizeof p) return 0;
+    memset(p, 0, h.payload_bytes);
+    for (size_t i = 0; i < k; i++) dt_wire_section_encode(p + 8 * i, r[i].table, r[i].dim, r[i].ids);
+    uint8_t b[DT_WIRE_HEADER_SIZE];
+    dt_wire_header d;
+    dt_wire_encode(b, &h);
+    return dt_wire_decode(&d, b, sizeof b, e) == DT_OK && dt_wire_check_payload(&d, 1, e) == DT_OK &&
+           dt_wire_sections_decode(out, &d, p, h.payload_bytes, e) == DT_OK;
+}
+
+/* Section records: their offsets among the ids and floats; hostile records each refused naming the
+ * section, its table and the bound: counts that do not add up (either way), a table named twice, a
+ * table beyond DT_WIRE_MAX_TABLES, dim 0 or beyond, a count that overflows the message's, a pull's
+ * empty section; a payload of another size. */
+static void test_sections_decode(void) {
+    dt_wire_section o[4];
+    dt_error e = {0};
+    const rec3 ok[3] = {{7, 2, 3}, {0, 1, 1}, {1023, 1024, 2}};
+    CHECK_MSG(sections_take(DT_MSG_SPARSE_PULL, ok, 3, 6, 6 + 1 + 2048, o, &e), "%s", e.msg);
+    CHECK(o[0].table == 7 && o[0].first == 0 && o[0].at == 0 && o[1].first == 3 && o[1].at == 6);
+    CHECK(o[2].table == 1023 && o[2].dim == 1024 && o[2].first == 4 && o[2].at == 7);
+    const rec3 empty[2] = {{7, 2, 0}, {8, 4, 0}}; /* a sync push without ids still names its tables */
+    CHECK(sections_take(DT_MSG_SPARSE_PUSH, empty, 2, 0, 0, o, &e));
+    CHECK(!sections_take(DT_MSG_SPARSE_PULL, empty, 2, 2, 6, o, &e));
+    CHECK_CONTAINS(e.msg, "SPARSE_PULL section 0 (table 7): 0 ids, must be 1..65536 (DT_WIRE_MAX_SPARSE_IDS)");
+    const struct {
+        rec3 r[2];
+        uint64_t ids, floats;
+        const char *says;
+    } bad[] = {
+        {{{7, 2, 3}, {8, 1, 1}}, 5, 7, "the 2 sections hold 4 ids and 7 floats, the header says 5 and 7"},
+        {{{7, 2, 3}, {8, 1, 1}}, 4, 8, "the 2 sections hold 4 ids and 7 floats, the header says 4 and 8"},
+        {{{7, 2, 3}, {8, 1, 1}}, 3, 7, "section 1 (table 8): the sections so far hold 4 ids and 7 floats, beyond"},
+        {{{7, 2, 3}, {7, 1, 1}}, 4, 7, "section 1: table 7 named twice"},
+        {{{7, 2, 3}, {1024, 1, 1}}, 4, 7, "section 1: table 1024, beyond the limit of 1024 tables"},
+        {{{7, 0, 3}, {8, 1, 1}}, 4, 7, "section 0 (table 7): dim 0, must be 1..1024 (DT_WIRE_MAX_SPARSE_DIM)"},
+        {{{7, 1025, 3}, {8, 1, 1}}, 4, 7, "section 0 (table 7): dim 1025"},
+        {{{7, 2, UINT32_MAX}, {8, 1, 1}}, 4, 7, "section 0 (table 7): 4294967295 ids, must be 1..65536"},
+        {{{7, 1024, 65536}, {8, 1, 1}}, 4, 7, "section 0 (table 7): the sections so far hold 65536 ids"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        e.msg[0] = 0;
+        CHECK_MSG(!sections_take(DT_MSG_SPARSE_PULL, bad[k].r, 2, bad[k].ids, bad[k].floats, o, &e), "case %zu", k);
+        CHECK_CONTAINS(e.msg, bad[k].says);
+    }
+    dt_wire_header h = dt_wire_header_make(DT_MSG_SPARSE_PULL, DT_ROLE_WORKER, 1, 1);
+    h.sections.count = 1, h.sections.ids = 1, h.sections.floats = 1;
+    uint8_t p[24] = {0};
+    dt_wire_section_encode(p, 1, 1, 1);
+    CHECK(dt_wire_sections_decode(o, &h, p, 24, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "payload of 24 bytes, expected 16 (1 sections, 1 ids, 1 floats)");
+    h.type = DT_MSG_SPARSE_ROWS;
+    CHECK(dt_wire_sections_decode(o, &h, p, 4, &e) == DT_EFORMAT);
+    CHECK_CONTAINS(e.msg, "SPARSE_ROWS carries no section records");
+}
+
 /* A table's rows with their slots (SPARSE_EXPORT, SPARSE_PAGE, SPARSE_IMPORT): the header's bounds,
  * each named, counting the slots in the floats; the payload's size; and a page's rows checked one by
  * one: ids below the table's rows, values finite, the slots an optimizer only grows within range. */
@@ -709,7 +783,8 @@ static void test_sparse_rows_headers(void) {
     h.payload_bytes += 4;
     CHECK(dt_wire_check_payload(&h, 1, &e) == DT_EFORMAT);
     CHECK_CONTAINS(e.msg, "expected 96");
-    CHECK(dt_wire_sparse_max_frame() >= 8 * (uint64_t)DT_WIRE_MAX_SPARSE_IDS + 4 * (uint64_t)DT_WIRE_MAX_SPARSE_FLOATS);
+    CHECK(dt_wire_sparse_max_frame() >= 8 * (uint64_t)DT_WIRE_MAX_SPARSE_IDS + 4 * (uint64_t)DT_WIRE_MAX_SPARSE_FLOATS +
+                                            8 * (uint64_t)DT_WIRE_MAX_SPARSE_SECTIONS);
     CHECK(dt_wire_rows_per_msg(16, 2) == DT_WIRE_MAX_SPARSE_FLOATS / 48 && dt_wire_rows_per_msg(1, 0) == 65536);
 }
 
@@ -908,6 +983,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-corpus")) return write_corpus(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--write-rows-corpus")) return write_rows_corpus(argv[2]);
     RUN(test_work_messages);
+    RUN(test_sections_decode);
     RUN(test_sparse_rows_headers);
     RUN(test_sparse_rows_payload);
     RUN(test_round_trip_every_type);

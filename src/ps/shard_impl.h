@@ -49,11 +49,11 @@ typedef struct {
     sparse_acc *acc;          /* sync: [staleness + 1], step t in acc[t % (staleness + 1)] */
 } shard_table;
 
-/* A SPARSE_PULL waiting for its table to reach the step it asks for. */
+/* A SPARSE_PULL waiting for every table it names to reach the step it asks for. */
 typedef struct {
     ps_origin from;           /* held through io.hold */
     dt_wire_header req;
-    ps_bytes ids;             /* its payload, a copy of its own */
+    ps_bytes ids;             /* its payload (section records, ids), a copy of its own */
     int64_t since_us;
 } sparse_pending;
 
@@ -142,6 +142,7 @@ struct ps_shard {
     int n_tables;
     dt_rowsum rsum;           /* scratch: a push's or a step's rows summed by id */
     float *rows;              /* [DT_WIRE_MAX_SPARSE_FLOATS] scratch: a message's rows as float32 */
+    dt_wire_section *sec;     /* [DT_WIRE_MAX_SPARSE_SECTIONS] scratch: a message's sections */
     sparse_pending *sp;       /* [SHARD_SPARSE_PENDING] */
     int n_sp;
     uint64_t *sparse_stale;   /* [total] sync: stale sparse pushes per worker */
@@ -200,9 +201,15 @@ int shard_needed(const ps_shard *s);
 void shard_on_sparse_init(const shard_req *r);
 void shard_on_sparse_pull(const shard_req *r);
 void shard_on_sparse_push(const shard_req *r);
+/* The table `what` names with its dim (shard_table_of: a SPARSE_EXPORT's or _IMPORT's), else r refused
+ * naming it (NULL). */
+shard_table *shard_table_named(const shard_req *r, uint64_t table, uint64_t dim, const char *what);
 shard_table *shard_table_of(const shard_req *r);
-/* Every id of r's payload (ids first) is this ps's (dt_row_ps), or r is refused naming the first that is not. */
-int shard_ids_owned(const shard_req *r);
+/* Every id of ids [n] of table is this ps's (dt_row_ps), or r is refused naming the first that is not. */
+int shard_ids_owned(const shard_req *r, uint64_t table, const uint8_t *ids, size_t n, const char *what);
+/* A SPARSE_PULL's or SPARSE_PUSH's sections into s->sec, each checked (bounds, table, dim, ids' home):
+ * their count, or -1 with r refused naming the section. */
+int shard_sections(const shard_req *r, const uint8_t *payload, size_t len);
 void shard_sparse_serve(ps_shard *s, int64_t now, const ps_io *io);
 void shard_sparse_fail(ps_shard *s, const ps_io *io, int32_t status, const char *text);
 void shard_sparse_expire(ps_shard *s, int64_t now, const ps_io *io);
@@ -218,7 +225,8 @@ void shard_on_sparse_export(const shard_req *r);
 void shard_on_sparse_import(const shard_req *r);
 
 /* shard_sparse_sync.c */
-void shard_sparse_sync_push(const shard_req *r, shard_table *st, const uint8_t *ids, const float *rows);
+/* A sync SPARSE_PUSH of n sections (s->sec), its ids (after the records) and its rows as float32. */
+void shard_sparse_sync_push(const shard_req *r, int n, const uint8_t *ids, const float *rows);
 int shard_sparse_apply_complete(ps_shard *s);
 void shard_table_free(shard_table *t, int staleness, int aggregate);
 int shard_table_accumulators(shard_table *t, int aggregate, int staleness);

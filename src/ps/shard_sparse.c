@@ -19,45 +19,77 @@ static uint64_t id_at(const uint8_t *p, size_t i) {
     return v;
 }
 
-/* The table a SPARSE_PULL or SPARSE_PUSH names, with the dim it says; else refused (NULL). */
-shard_table *shard_table_of(const shard_req *r) {
-    const dt_wire_header *h = r->h;
-    shard_table *st = r->s->tables && h->sparse.table < DT_WIRE_MAX_TABLES ? r->s->tables[h->sparse.table] : NULL;
+/* The table `what` names (a section of a SPARSE_PULL or SPARSE_PUSH, or a SPARSE_EXPORT or
+ * SPARSE_IMPORT), with the dim it says; else refused (NULL). */
+shard_table *shard_table_named(const shard_req *r, uint64_t table, uint64_t dim, const char *what) {
+    shard_table *st = r->s->tables && table < DT_WIRE_MAX_TABLES ? r->s->tables[table] : NULL;
     if (!st) {
         shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s for table %llu, which this ps does not hold (the chief's SPARSE_INIT "
-                     "declared %d table(s))", dt_wire_type_name(h->type), (unsigned long long)h->sparse.table,
-                     r->s->n_tables);
+                     "declared %d table(s))", what, (unsigned long long)table, r->s->n_tables);
         return NULL;
     }
-    const int dim = dt_table_config_of(st->t)->dim;
-    if (h->sparse.dim != (uint64_t)dim) {
-        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s for table %llu with rows of dim %llu, the table's dim is %d",
-                     dt_wire_type_name(h->type), (unsigned long long)h->sparse.table,
-                     (unsigned long long)h->sparse.dim, dim);
+    const int table_dim = dt_table_config_of(st->t)->dim;
+    if (dim != (uint64_t)table_dim) {
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s for table %llu with rows of dim %llu, the table's dim is %d", what,
+                     (unsigned long long)table, (unsigned long long)dim, table_dim);
         return NULL;
     }
     return st;
 }
 
-/* Every id of a SPARSE_PULL or SPARSE_PUSH is one whose home is this ps (docs/sparse.md,
- * "Placement"): a client that spreads rows otherwise (another ps count, another hash) would make
- * two ps tasks hold one row apart. 1 if so, else refused naming the first id that is not. */
-int shard_ids_owned(const shard_req *r) {
+shard_table *shard_table_of(const shard_req *r) {
+    return shard_table_named(r, r->h->sparse.table, r->h->sparse.dim, dt_wire_type_name(r->h->type));
+}
+
+/* Every id of ids [n] of table is one whose home is this ps (docs/sparse.md, "Placement"): a client
+ * that spreads rows otherwise (another ps count, another hash) would make two ps tasks hold one row
+ * apart. 1 if so, else refused naming the first id that is not. */
+int shard_ids_owned(const shard_req *r, uint64_t table, const uint8_t *ids, size_t n, const char *what) {
     const ps_shard *s = r->s;
-    const dt_wire_header *h = r->h;
     if (s->cfg.n_ps <= 1) return 1;
-    const uint8_t *ids = r->payload->data;
-    for (size_t i = 0; i < h->sparse.ids; i++) {
+    for (size_t i = 0; i < n; i++) {
         uint64_t id = id_at(ids, i);
-        int home = dt_row_ps((uint32_t)h->sparse.table, id, s->cfg.n_ps);
+        int home = dt_row_ps((uint32_t)table, id, s->cfg.n_ps);
         if (home == s->cfg.ps_index) continue;
-        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s: id %llu of table %llu (id %zu of %llu) belongs to ps %d of %d "
-                     "(dt_row_ps), not to this ps %d", dt_wire_type_name(h->type), (unsigned long long)id,
-                     (unsigned long long)h->sparse.table, i, (unsigned long long)h->sparse.ids, home, s->cfg.n_ps,
-                     s->cfg.ps_index);
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s: id %llu of table %llu (id %zu of %zu) belongs to ps %d of %d "
+                     "(dt_row_ps), not to this ps %d", what, (unsigned long long)id, (unsigned long long)table, i, n,
+                     home, s->cfg.n_ps, s->cfg.ps_index);
         return 0;
     }
     return 1;
+}
+
+/* The section records of a SPARSE_PULL or SPARSE_PUSH (payload: its own, or a deferred pull's
+ * copy) into s->sec: their count, or -1 (refused: a record out of its bounds, ERROR 101 naming the
+ * section, its table and the bound). */
+static int sections_decode(const shard_req *r, const uint8_t *payload, size_t len) {
+    ps_shard *s = r->s;
+    if (!s->sec && !(s->sec = dt_calloc(DT_WIRE_MAX_SPARSE_SECTIONS, sizeof *s->sec, "ps sections", NULL))) {
+        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a message's sections");
+        return -1;
+    }
+    dt_error e = {0};
+    if (dt_wire_sections_decode(s->sec, r->h, payload, len, &e)) {
+        shard_refuse(r, DT_WIRE_E_MALFORMED, "%s", e.msg);
+        return -1;
+    }
+    return (int)r->h->sections.count;
+}
+
+/* The sections (as sections_decode), each also a table this ps holds, with its dim, and ids this ps
+ * owns (else ERROR 107 naming the section and its table): their count, or -1. */
+int shard_sections(const shard_req *r, const uint8_t *payload, size_t len) {
+    const int n = sections_decode(r, payload, len);
+    const uint8_t *ids = payload + dt_wire_sections_ids_at(r->h);
+    for (int k = 0; k < n; k++) {
+        const dt_wire_section *c = &r->s->sec[k];
+        char what[64];
+        snprintf(what, sizeof what, "%s section %d", dt_wire_type_name(r->h->type), k);
+        if (!shard_table_named(r, c->table, c->dim, what) ||
+            !shard_ids_owned(r, c->table, ids + 8 * c->first, c->ids, what))
+            return -1;
+    }
+    return n;
 }
 
 /* ---- SPARSE_INIT ------------------------------------------------------------------------------ */
@@ -145,7 +177,7 @@ static void sparse_filter(ps_shard *s, const ps_io *io, int (*keep)(ps_shard *, 
 void shard_sparse_free(ps_shard *s, const ps_io *io) {
     if (s->n_sp) sparse_filter(s, io, keep_silently, NULL);
     tables_free(s->tables, s->staleness, s->aggregate);
-    free(s->sp), free(s->rows), free(s->sparse_stale);
+    free(s->sp), free(s->rows), free(s->sec), free(s->sparse_stale);
     dt_rowsum_free(&s->rsum);
 }
 
@@ -199,31 +231,55 @@ int ps_shard_table_stats(const ps_shard *s, int t, dt_table_stats *out) {
 
 /* ---- SPARSE_PULL ------------------------------------------------------------------------------ */
 
-/* Answers a SPARSE_PULL with its rows (stored, or initial for ids without one), packed in the
- * encoding it asks for. */
-static void send_rows(const shard_req *r, const dt_table *tb, const uint8_t *ids) {
+/* The least step of the tables of sections [n] (s->sec, checked), and which table has it. */
+static int64_t sections_step(const ps_shard *s, int n, uint32_t *table) {
+    int64_t least = INT64_MAX;
+    for (int k = 0; k < n; k++) {
+        const int64_t step = dt_table_step(s->tables[s->sec[k].table]->t);
+        if (step < least) least = step, *table = s->sec[k].table;
+    }
+    return least;
+}
+
+/* A section's rows (stored, or initial for ids without one) packed into out in the encoding asked
+ * for; else refused (a value beyond fp16's range). */
+static int pack_section(const shard_req *r, const dt_wire_section *c, const uint8_t *ids, uint8_t *out) {
+    ps_shard *s = r->s;
+    dt_table *t = s->tables[c->table]->t;
+    for (size_t i = 0; i < c->ids; i++) dt_table_read(t, id_at(ids, c->first + i), s->rows + c->at + i * c->dim);
+    if (!dt_pack(r->h->encoding, out + c->at * dt_enc_size(r->h->encoding), s->rows + c->at, (size_t)c->ids * c->dim))
+        return DT_OK;
+    shard_refuse(r, DT_WIRE_E_BAD_VALUE, "SPARSE_PULL section %zu: table %u holds a value beyond fp16's range "
+                 "(+-65504): pull in bf16 or float32", (size_t)(c - s->sec), c->table);
+    return DT_EINVAL;
+}
+
+/* Answers a SPARSE_PULL of n sections (s->sec, checked) with one SPARSE_ROWS: every section's rows in
+ * order, at the least step of its tables. */
+static void send_rows(const shard_req *r, int n, const uint8_t *payload) {
     ps_shard *s = r->s;
     const dt_wire_header *h = r->h;
-    const size_t n = h->sparse.ids, dim = h->sparse.dim, bytes = n * dim * dt_enc_size(h->encoding);
+    const size_t bytes = h->sections.floats * dt_enc_size(h->encoding);
+    const uint8_t *ids = payload + dt_wire_sections_ids_at(h);
     char why[224];
     if (shard_admit(r, bytes, why, sizeof why)) {
         shard_refuse(r, DT_WIRE_E_BUSY, "%s", why);
         return;
     }
-    void *out = malloc(bytes ? bytes : 1);
-    for (size_t i = 0; out && i < n; i++) dt_table_read((dt_table *)tb, id_at(ids, i), s->rows + i * dim);
-    if (!out || dt_pack(h->encoding, out, s->rows, n * dim)) {
+    uint8_t *out = malloc(bytes ? bytes : 1);
+    int rc = out ? DT_OK : DT_ENOMEM;
+    for (int k = 0; !rc && k < n; k++) rc = pack_section(r, &s->sec[k], ids, out);
+    if (rc) {
         r->io->unadmit(r->io->user, r->from, bytes);
-        if (out) shard_refuse(r, DT_WIRE_E_BAD_VALUE, "table %llu holds a value beyond fp16's range (+-65504): pull "
-                              "in bf16 or float32", (unsigned long long)h->sparse.table);
-        else shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a SPARSE_ROWS reply");
+        if (!out) shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a SPARSE_ROWS reply");
         free(out);
         return;
     }
     dt_wire_header a = shard_reply_to(s, DT_MSG_SPARSE_ROWS, h);
-    a.sparse.table = h->sparse.table, a.sparse.ids = n, a.sparse.dim = dim;
+    a.sections = h->sections;
     a.encoding = h->encoding;
-    a.global_step = dt_table_step(tb);
+    uint32_t table;
+    a.global_step = sections_step(s, n, &table);
     s->sparse_pulls++;
     ps_bytes b = {.data = out, .size = bytes, .release = release_free, .hint = out};
     r->io->send(r->io->user, r->from, &a, &b, bytes);
@@ -252,14 +308,17 @@ static int sparse_pending_room(const shard_req *r) {
     return 1;
 }
 
-/* Holds a SPARSE_PULL until its table reaches the step it asks for (a copy of its ids kept). */
-static void sparse_defer(const shard_req *r, const dt_table *tb) {
+/* Holds a SPARSE_PULL of n sections until every table it names reaches the step it asks for (a copy
+ * of its payload kept). */
+static void sparse_defer(const shard_req *r, int n) {
     ps_shard *s = r->s;
-    const int64_t horizon = dt_table_step(tb) + (s->aggregate ? s->staleness + 2 : SHARD_ASYNC_AHEAD);
+    uint32_t table = 0;
+    const int64_t step = sections_step(s, n, &table);
+    const int64_t horizon = step + (s->aggregate ? s->staleness + 2 : SHARD_ASYNC_AHEAD);
     if (r->h->global_step > horizon) {
-        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "SPARSE_PULL waits for step %lld, but table %llu is at step %lld and "
-                     "pulls wait for at most step %lld", (long long)r->h->global_step,
-                     (unsigned long long)r->h->sparse.table, (long long)dt_table_step(tb), (long long)horizon);
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "SPARSE_PULL waits for step %lld, but table %u is at step %lld and "
+                     "pulls wait for at most step %lld", (long long)r->h->global_step, table, (long long)step,
+                     (long long)horizon);
         return;
     }
     if (!sparse_pending_room(r)) return;
@@ -278,10 +337,11 @@ static void sparse_defer(const shard_req *r, const dt_table *tb) {
 }
 
 void shard_on_sparse_pull(const shard_req *r) {
-    shard_table *st = shard_table_of(r);
-    if (!st || !shard_ids_owned(r)) return;
-    if (r->h->global_step <= dt_table_step(st->t)) send_rows(r, st->t, r->payload->data);
-    else sparse_defer(r, st->t);
+    const int n = shard_sections(r, r->payload->data, r->payload->size);
+    if (n < 0) return;
+    uint32_t table;
+    if (r->h->global_step <= sections_step(r->s, n, &table)) send_rows(r, n, r->payload->data);
+    else sparse_defer(r, n);
 }
 
 /* ---- Deferred SPARSE_PULLs -------------------------------------------------------------------- */
@@ -303,12 +363,20 @@ static void sparse_filter(ps_shard *s, const ps_io *io, int (*keep)(ps_shard *, 
     s->n_sp = kept;
 }
 
+/* A deferred pull whose tables have all reached its step is answered. Its sections were checked when
+ * it came, and the tables stay until a SPARSE_INIT or INIT, which answer every deferred pull first:
+ * checked again all the same (a refusal answers it). */
 static int keep_unready(ps_shard *s, const ps_io *io, sparse_pending *q, void *now) {
-    shard_table *st = s->tables ? s->tables[q->req.sparse.table] : NULL;
-    if (st && q->req.global_step > dt_table_step(st->t)) return 1;
     shard_req r = {.s = s, .from = &q->from, .h = &q->req, .payload = &q->ids, .now = *(int64_t *)now, .io = io};
-    if (st) send_rows(&r, st->t, q->ids.data);
-    else shard_refuse(&r, DT_WIRE_E_RESYNC, "table %llu is gone", (unsigned long long)q->req.sparse.table);
+    int n = sections_decode(&r, q->ids.data, q->ids.size);
+    for (int k = 0; k < n; k++)
+        if (!s->tables || !s->tables[s->sec[k].table]) {
+            shard_refuse(&r, DT_WIRE_E_RESYNC, "table %u is gone", s->sec[k].table);
+            n = -1;
+        }
+    uint32_t table;
+    if (n >= 0 && q->req.global_step > sections_step(s, n, &table)) return 1;
+    if (n >= 0) send_rows(&r, n, q->ids.data);
     shard_saw_worker(s, &q->req, r.now);
     return 0;
 }
@@ -366,13 +434,36 @@ void shard_sparse_apply(ps_shard *s, dt_table *t, const dt_rowsum *sum, float di
     s->sparse_updates++;
 }
 
-/* A gradient of rows (the dispatch table checked readiness and the payload's size): summed by id
- * and applied at once (async), or held for its step (sync). */
+/* An asynchronous push's sections (s->sec [n], rows in s->rows): each section one update of its
+ * table, its rows of an id named twice summed. */
+static void async_push(const shard_req *r, int n, const uint8_t *ids) {
+    ps_shard *s = r->s;
+    for (int k = 0; k < n; k++) {
+        const dt_wire_section *c = &s->sec[k];
+        if (s->rsum.dim != (int)c->dim) dt_rowsum_free(&s->rsum), dt_rowsum_init(&s->rsum, (int)c->dim);
+        dt_rowsum_clear(&s->rsum);
+        if (dt_rowsum_reserve(&s->rsum, c->ids, NULL)) {
+            shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for the rows of SPARSE_PUSH section %d (table %u): the "
+                         "%d section(s) before it were applied", k, c->table, k);
+            return;
+        }
+        for (size_t i = 0; i < c->ids; i++)
+            dt_rowsum_add(&s->rsum, id_at(ids, c->first + i), s->rows + c->at + i * c->dim);
+        shard_sparse_apply(s, s->tables[c->table]->t, &s->rsum, 1.0f, 0);
+    }
+    s->sparse_pushes++;
+    dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, r->h);
+    shard_send(r, &a);
+    if (s->n_sp) shard_sparse_serve(s, r->now, r->io);
+}
+
+/* A gradient of rows in sections (the dispatch table checked readiness and the payload's size):
+ * summed by id and applied at once (async), or held for its step (sync). */
 void shard_on_sparse_push(const shard_req *r) {
     ps_shard *s = r->s;
     const dt_wire_header *h = r->h;
-    shard_table *st = shard_table_of(r);
-    if (!st || !shard_ids_owned(r)) return;
+    const int n = shard_sections(r, r->payload->data, r->payload->size);
+    if (n < 0) return;
     const int sync = (h->flags & DT_WIRE_F_SYNC) != 0;
     if (sync != (s->aggregate > 0)) {
         shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s SPARSE_PUSH, but the chief initialised this ps for %s (give every "
@@ -380,23 +471,8 @@ void shard_on_sparse_push(const shard_req *r) {
                      sync ? "asynchronous training" : "sync replicas");
         return;
     }
-    const size_t n = h->sparse.ids, dim = h->sparse.dim;
-    const uint8_t *ids = r->payload->data;
-    dt_unpack(h->encoding, s->rows, ids + 8 * n, n * dim);
-    if (sync) {
-        shard_sparse_sync_push(r, st, ids, s->rows);
-        return;
-    }
-    if (s->rsum.dim != (int)dim) dt_rowsum_free(&s->rsum), dt_rowsum_init(&s->rsum, (int)dim);
-    dt_rowsum_clear(&s->rsum);
-    if (dt_rowsum_reserve(&s->rsum, n, NULL)) {
-        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a push's rows");
-        return;
-    }
-    for (size_t i = 0; i < n; i++) dt_rowsum_add(&s->rsum, id_at(ids, i), s->rows + i * dim);
-    shard_sparse_apply(s, st->t, &s->rsum, 1.0f, 0);
-    s->sparse_pushes++;
-    dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, h);
-    shard_send(r, &a);
-    if (s->n_sp) shard_sparse_serve(s, r->now, r->io);
+    const uint8_t *p = r->payload->data;
+    dt_unpack(h->encoding, s->rows, p + dt_wire_sections_rows_at(h), h->sections.floats);
+    if (sync) shard_sparse_sync_push(r, n, p + dt_wire_sections_ids_at(h), s->rows);
+    else async_push(r, n, p + dt_wire_sections_ids_at(h));
 }

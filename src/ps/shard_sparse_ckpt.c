@@ -73,7 +73,7 @@ void shard_on_sparse_import(const shard_req *r) {
     ps_shard *s = r->s;
     const dt_wire_header *h = r->h;
     shard_table *st = table_with_slots(r);
-    if (!st || !shard_ids_owned(r)) return;
+    if (!st || !shard_ids_owned(r, h->sparse.table, r->payload->data, h->sparse.ids, "SPARSE_IMPORT")) return;
     dt_wire_rows rows;
     dt_error e = {0};
     if (dt_wire_rows_check(&rows, h, r->payload->data, r->payload->size, 0, &e)) {

@@ -99,9 +99,9 @@ static void push_ack(const shard_req *r, int32_t status, uint64_t stale) {
     shard_send(r, &a);
 }
 
-/* A stale push: its step has passed, or (full) the step already has replicas_to_aggregate pushes.
- * Counted once per push (on its part 0) and answered STALE with the worker's count. */
-static void sparse_stale(const shard_req *r, int full) {
+/* A stale push: a section's step has passed, or (full) the step already has replicas_to_aggregate
+ * pushes. Counted once per push (on its part 0) and answered STALE with the worker's count. */
+static void sparse_stale(const shard_req *r, uint32_t table, int full) {
     ps_shard *s = r->s;
     const dt_wire_header *h = r->h;
     uint64_t k = s->sparse_stale[h->task];
@@ -109,91 +109,129 @@ static void sparse_stale(const shard_req *r, int full) {
         k = ++s->sparse_stale[h->task];
         s->n_sparse_stale++;
         if (k <= SHARD_LOG_STALE)
-            shard_log(s, "stale SPARSE_PUSH from worker %u for step %lld of table %llu (%s): dropped%s", h->task,
-                      (long long)h->local_step, (unsigned long long)h->sparse.table,
+            shard_log(s, "stale SPARSE_PUSH from worker %u for step %lld (table %u: %s): dropped%s", h->task,
+                      (long long)h->local_step, table,
                       full ? "that step has its pushes already" : "the table is further",
                       k == SHARD_LOG_STALE ? "; further ones from it are counted" : "");
     }
     push_ack(r, DT_WIRE_STALE, k);
 }
 
+/* The worker's entry of a step, if it has one. */
+static sparse_entry *entry_find(sparse_acc *a, int64_t t, uint16_t worker) {
+    for (int k = 0; a->step == t && k < a->n; k++)
+        if (a->e[k].worker == worker) return &a->e[k];
+    return NULL;
+}
+
 /* The worker's entry of a step (a new one if it has none and there is room); NULL: the step is full. */
 static sparse_entry *entry_of(ps_shard *s, sparse_acc *a, const dt_wire_header *h) {
-    for (int k = 0; k < a->n; k++)
-        if (a->e[k].worker == h->task) {
-            sparse_entry *e = &a->e[k];
-            /* A part seen twice, or another cut: the worker restarted the step; the new push replaces it. */
-            if (e->chunks != h->chunks || (e->seen[h->chunk >> 3] & (1u << (h->chunk & 7)))) {
-                entry_clear(s, e);
-                e->chunks = h->chunks;
-            }
-            return e;
+    sparse_entry *e = entry_find(a, h->local_step, h->task);
+    if (e) {
+        /* A part seen twice, or another cut: the worker restarted the step; the new push replaces it. */
+        if (e->chunks != h->chunks || (e->seen[h->chunk >> 3] & (1u << (h->chunk & 7)))) {
+            entry_clear(s, e);
+            e->chunks = h->chunks;
         }
+        return e;
+    }
     if (a->n >= s->aggregate) return NULL;
-    sparse_entry *e = &a->e[a->n++];
+    e = &a->e[a->n++];
     entry_clear(s, e);
     e->worker = h->task;
     e->chunks = h->chunks;
     return e;
 }
 
-/* A sync SPARSE_PUSH part for step t = local_step: stale (t < the table's step, or the step full)
- * is dropped and counted; fresh is summed into the worker's entry; a complete step is applied. */
-void shard_sparse_sync_push(const shard_req *r, shard_table *st, const uint8_t *ids, const float *rows) {
+/* Refuses a sync push that would break a bound before any of its sections is taken: every table
+ * named (a worker's push of a step is whole once each table has its parts), no section beyond the
+ * staleness, the rows one worker's push of one step holds, the bytes all sync pushes hold. 1: refused. */
+static int sync_refused(const shard_req *r, int n, uint64_t *bytes) {
     ps_shard *s = r->s;
     const dt_wire_header *h = r->h;
-    const int64_t t = h->local_step, step = dt_table_step(st->t);
-    if (h->task >= s->total) {
-        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "SPARSE_PUSH from worker %u, but the chief declared %d replicas", h->task,
-                     s->total);
-        return;
+    const int64_t t = h->local_step;
+    if (h->task >= s->total)
+        return shard_refuse(r, DT_WIRE_E_BAD_VALUE, "SPARSE_PUSH from worker %u, but the chief declared %d replicas",
+                            h->task, s->total), 1;
+    if (n != s->n_tables)
+        return shard_refuse(r, DT_WIRE_E_BAD_VALUE, "sync SPARSE_PUSH names %d of the %d tables: each part of a sync "
+                            "push names every table (a section without ids where the worker has none)", n,
+                            s->n_tables), 1;
+    *bytes = 0;
+    for (int k = 0; k < n; k++) {
+        const dt_wire_section *c = &s->sec[k];
+        shard_table *st = s->tables[c->table];
+        const int64_t step = dt_table_step(st->t);
+        if (t < step) continue; /* stale */
+        if (t > step + s->staleness)
+            return shard_refuse(r, DT_WIRE_E_RESYNC, "SPARSE_PUSH section %d: step %lld, but table %u is at step %lld "
+                                "and staleness %d allows at most %lld", k, (long long)t, c->table, (long long)step,
+                                s->staleness, (long long)(step + s->staleness)), 1;
+        /* what the worker's entry holds of the step, unless this part starts it again (entry_of) */
+        const sparse_entry *e = entry_find(&st->acc[t % (s->staleness + 1)], t, h->task);
+        const int again = e && (e->chunks != h->chunks || (e->seen[h->chunk >> 3] & (1u << (h->chunk & 7))));
+        const size_t had = e && !again ? e->rows.n : 0;
+        if (had + c->ids > DT_WIRE_MAX_SPARSE_STEP_ROWS)
+            return shard_refuse(r, DT_WIRE_E_BAD_VALUE, "SPARSE_PUSH section %d: worker %u's push of step %lld to "
+                                "table %u would hold %zu rows, beyond the limit of %u rows per step "
+                                "(DT_WIRE_MAX_SPARSE_STEP_ROWS)", k, h->task, (long long)t, c->table, had + c->ids,
+                                DT_WIRE_MAX_SPARSE_STEP_ROWS), 1;
+        *bytes += c->ids * ((uint64_t)c->dim * sizeof(float) + sizeof(uint64_t) + sizeof(uint32_t)); /* at most */
     }
-    if (t < step) {
-        sparse_stale(r, 0);
-        return;
-    }
-    if (t > step + s->staleness) {
-        shard_refuse(r, DT_WIRE_E_RESYNC, "SPARSE_PUSH for step %lld, but table %llu is at step %lld and staleness %d "
-                     "allows at most %lld", (long long)t, (unsigned long long)h->sparse.table, (long long)step,
-                     s->staleness, (long long)(step + s->staleness));
-        return;
-    }
+    if (s->sparse_held + *bytes > SHARD_SPARSE_HELD_MAX)
+        return shard_refuse(r, DT_WIRE_E_BUSY, "sync pushes of sparse rows hold %llu bytes of this ps, at the limit of "
+                            "%llu: ask again shortly", (unsigned long long)s->sparse_held,
+                            (unsigned long long)SHARD_SPARSE_HELD_MAX), 1;
+    return 0;
+}
+
+/* Section c of a sync push part into its table's step t: summed into the worker's entry (0); stale: 1
+ * the table is past t, 2 its step t is full; -1: out of memory (refused). */
+static int sync_section(const shard_req *r, const dt_wire_section *c, const uint8_t *ids, const float *rows) {
+    ps_shard *s = r->s;
+    const dt_wire_header *h = r->h;
+    shard_table *st = s->tables[c->table];
+    const int64_t t = h->local_step;
+    if (t < dt_table_step(st->t)) return 1;
     sparse_acc *a = &st->acc[t % (s->staleness + 1)];
     DT_ASSERT(a->n == 0 || a->step == t);
-    const size_t n = h->sparse.ids, dim = h->sparse.dim;
     sparse_entry *e = entry_of(s, a, h);
-    if (!e) {
-        sparse_stale(r, 1);
-        return;
-    }
+    if (!e) return 2;
     a->step = t;
-    if (e->rows.n + n > DT_WIRE_MAX_SPARSE_STEP_ROWS) {
-        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "SPARSE_PUSH: worker %u's push of step %lld to table %llu would hold %zu "
-                     "rows, beyond the limit of %u rows per step (DT_WIRE_MAX_SPARSE_STEP_ROWS)", h->task, (long long)t,
-                     (unsigned long long)h->sparse.table, e->rows.n + n, DT_WIRE_MAX_SPARSE_STEP_ROWS);
-        return;
+    if (dt_rowsum_reserve(&e->rows, c->ids, NULL)) {
+        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for the rows of SPARSE_PUSH section %zu (table %u)",
+                     (size_t)(c - s->sec), c->table);
+        return -1;
     }
-    const uint64_t bytes = n * (dim * sizeof(float) + sizeof(uint64_t) + sizeof(uint32_t)); /* at most, as summed */
-    if (s->sparse_held + bytes > SHARD_SPARSE_HELD_MAX) {
-        shard_refuse(r, DT_WIRE_E_BUSY, "sync pushes of sparse rows hold %llu bytes of this ps, at the limit of %llu: "
-                     "ask again shortly", (unsigned long long)s->sparse_held, (unsigned long long)SHARD_SPARSE_HELD_MAX);
-        return;
-    }
-    if (dt_rowsum_reserve(&e->rows, n, NULL)) {
-        shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a push's rows");
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < c->ids; i++) {
         uint64_t id = 0;
-        for (int b = 7; b >= 0; b--) id = id << 8 | ids[8 * i + (size_t)b];
-        dt_rowsum_add(&e->rows, id, rows + i * dim);
+        for (int b = 7; b >= 0; b--) id = id << 8 | ids[8 * (c->first + i) + (size_t)b];
+        dt_rowsum_add(&e->rows, id, rows + c->at + i * c->dim);
     }
+    const uint64_t bytes = c->ids * ((uint64_t)c->dim * sizeof(float) + sizeof(uint64_t) + sizeof(uint32_t));
     s->sparse_held += bytes;
     e->held += bytes;
     e->seen[h->chunk >> 3] |= (uint8_t)(1u << (h->chunk & 7));
     e->got++;
-    s->sparse_pushes++;
+    return 0;
+}
+
+/* A sync SPARSE_PUSH part for step t = local_step, of n sections (s->sec, checked): each section
+ * stale for its table (t below the table's step, or the step full) is dropped, the push then counted
+ * stale once; the others are summed into the worker's entries; complete steps are applied. */
+void shard_sparse_sync_push(const shard_req *r, int n, const uint8_t *ids, const float *rows) {
+    ps_shard *s = r->s;
+    uint64_t bytes;
+    if (sync_refused(r, n, &bytes)) return;
+    int stale = -1, why = 0;
+    for (int k = 0; k < n; k++) {
+        const int rc = sync_section(r, &s->sec[k], ids, rows);
+        if (rc < 0) return;
+        if (rc && stale < 0) stale = k, why = rc;
+    }
+    s->sparse_pushes += stale < 0;
     int applied = shard_sparse_apply_complete(s);
-    push_ack(r, DT_WIRE_OK, s->sparse_stale[h->task]);
+    if (stale >= 0) sparse_stale(r, s->sec[stale].table, why == 2);
+    else push_ack(r, DT_WIRE_OK, s->sparse_stale[r->h->task]);
     if (applied) shard_sparse_serve(s, r->now, r->io);
 }

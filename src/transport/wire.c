@@ -278,12 +278,16 @@ int dt_wire_check_payload(const dt_wire_header *h, uint64_t shard_floats, dt_err
         int rc = dt_wire_check_sparse(h, err); /* decode checked it; a hand-made header must not overflow */
         if (rc) return rc;
         want = dt_wire_sparse_bytes(h);
-        if (h->payload_bytes != want)
-            return dt_errorf(err, DT_EFORMAT, "%s payload of %llu bytes, expected %llu (%llu ids, dim %llu%s%s)", tn,
-                             (unsigned long long)h->payload_bytes, (unsigned long long)want,
-                             (unsigned long long)h->sparse.ids, (unsigned long long)h->sparse.dim,
-                             h->encoding ? ", encoding " : "", h->encoding ? dt_enc_name(h->encoding) : "");
-        return DT_OK;
+        if (h->payload_bytes == want) return DT_OK;
+        const char *enc = h->encoding ? dt_enc_name(h->encoding) : "", *sep = h->encoding ? ", encoding " : "";
+        if (dt_wire_type_has_sections(h->type))
+            return dt_errorf(err, DT_EFORMAT, "%s payload of %llu bytes, expected %llu (%llu sections, %llu ids, %llu "
+                             "floats%s%s)", tn, (unsigned long long)h->payload_bytes, (unsigned long long)want,
+                             (unsigned long long)h->sections.count, (unsigned long long)h->sections.ids,
+                             (unsigned long long)h->sections.floats, sep, enc);
+        return dt_errorf(err, DT_EFORMAT, "%s payload of %llu bytes, expected %llu (%llu ids, dim %llu%s%s)", tn,
+                         (unsigned long long)h->payload_bytes, (unsigned long long)want,
+                         (unsigned long long)h->sparse.ids, (unsigned long long)h->sparse.dim, sep, enc);
     }
     case DT_MSG_WORK_STATE: /* a request to fetch has none; a state is checked whole by its loader */
         if (h->payload_bytes > DT_WIRE_MAX_WORK_STATE)

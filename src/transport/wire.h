@@ -23,7 +23,7 @@
 #include "transport/compress.h"
 
 #define DT_WIRE_MAGIC "DTRN"          /* bytes 0..3 of every header */
-#define DT_WIRE_VERSION 8u              /* 8: sparse tables and the work coordinator (docs/protocol.md) */
+#define DT_WIRE_VERSION 9u              /* 9: one sparse message per ps for all tables (docs/protocol.md) */
 #define DT_WIRE_HEADER_SIZE 104u
 #define DT_WIRE_MAX_ERROR_TEXT 1000u  /* ERROR payload bytes, at most */
 #define DT_WIRE_MAX_SLOTS 2u          /* optimizer state floats per parameter (Adam) */
@@ -76,13 +76,17 @@ typedef enum {
     DT_MSG_DONE = 15,      /* worker -> ps: this worker has finished training; ps replies ACK */
     DT_MSG_FETCH = 16,     /* client -> ps: the whole shard state, for a checkpoint */
     DT_MSG_STATE = 17,     /* ps -> client: payload params[n] ++ state[slots*n]; optimizer, global_step */
-    /* Sparse tables (docs/sparse.md): the header's sparse.* fields say which table, how many ids and
-     * the rows' dim; each bounded below. */
+    /* Sparse tables (docs/sparse.md): SPARSE_INIT's header says how many tables (sparse.ids); a
+     * SPARSE_PULL, _ROWS or _PUSH carries sections, one per table, and its header says how many, the
+     * ids and the floats of them all (sections.*), each bounded below. */
     DT_MSG_SPARSE_INIT = 18, /* chief -> ps: payload sparse.ids table records (dt_wire_table); ACK */
-    DT_MSG_SPARSE_PULL = 19, /* client -> ps: payload ids u64[n]; global_step = oldest table step wanted */
-    DT_MSG_SPARSE_ROWS = 20, /* ps -> client: payload rows[n][dim] in the encoding asked for */
-    DT_MSG_SPARSE_PUSH = 21, /* client -> ps: payload ids u64[n] ++ grads[n][dim]; local_step; part chunk of
-                              * chunks; ACK with status OK or STALE and push_ack.stale_count */
+    DT_MSG_SPARSE_PULL = 19, /* client -> ps: payload section records[sections] ++ ids u64[ids];
+                              * global_step = oldest step wanted of every table named */
+    DT_MSG_SPARSE_ROWS = 20, /* ps -> client: payload rows[floats] in the encoding asked for, every
+                              * section's in order; global_step = the least step of its tables */
+    DT_MSG_SPARSE_PUSH = 21, /* client -> ps: payload section records ++ ids u64[ids] ++ grads[floats];
+                              * local_step; part chunk of chunks; ACK with status OK or STALE (some
+                              * section stale) and push_ack.stale_count */
     /* Dynamic data sharding (docs/elastic.md): ps 0 coordinates; other ps answer UNSUPPORTED. */
     DT_MSG_WORK_ASK = 22,  /* worker -> ps 0: a unit, please (flag JOIN); its data plan in work_ask */
     DT_MSG_WORK_GRANT = 23, /* ps 0 -> worker: status OK (work_grant), WORK_WAIT or WORK_FINISHED */
@@ -198,11 +202,16 @@ typedef struct {
         struct { /* STATE */
             uint64_t step_max; /* the step of the chunk furthest ahead (global_step: the one behind) */
         } state;
-        struct { /* SPARSE_*: SPARSE_INIT uses ids only (the tables it declares) */
+        struct { /* SPARSE_INIT (ids only: the tables it declares), SPARSE_EXPORT, _PAGE, _IMPORT */
             uint64_t table;    /* 0..DT_WIRE_MAX_TABLES-1 */
             uint64_t ids;      /* ids (rows) in the payload; SPARSE_EXPORT: the most rows wanted */
             uint64_t dim;      /* floats per row, 1..DT_WIRE_MAX_SPARSE_DIM */
         } sparse;
+        struct { /* SPARSE_PULL, SPARSE_ROWS, SPARSE_PUSH: every section together (a reply: its request's) */
+            uint64_t count;    /* sections, 1..DT_WIRE_MAX_SPARSE_SECTIONS */
+            uint64_t ids;      /* ids of all sections */
+            uint64_t floats;   /* values of all their rows: the sum of each section's ids x dim */
+        } sections;
         struct { /* WORK_ASK: the worker's data plan, checked against ps 0's */
             uint64_t examples, batch_size, seed;
         } work_ask;
@@ -249,9 +258,11 @@ int dt_wire_opts_decode(dt_lr_schedule *s, float *weight_decay, const void *buf,
 /* ---- Sparse tables (wire_sparse.c; docs/protocol.md, "Sparse tables") ----------------------------
  * Bounds a peer cannot exceed, each named in the refusal: */
 #define DT_WIRE_MAX_TABLES 1024u          /* table ids 0..1023; tables per SPARSE_INIT */
-#define DT_WIRE_MAX_SPARSE_IDS 65536u     /* ids per SPARSE_PULL, SPARSE_ROWS or SPARSE_PUSH */
+#define DT_WIRE_MAX_SPARSE_IDS 65536u     /* ids per message (SPARSE_PULL, _ROWS, _PUSH: all sections') */
 #define DT_WIRE_MAX_SPARSE_DIM 1024u      /* floats per row */
 #define DT_WIRE_MAX_SPARSE_FLOATS (1u << 20) /* ids x dim per message (4 MiB of float32 rows) */
+#define DT_WIRE_MAX_SPARSE_SECTIONS 1024u /* sections (tables, each named once) per SPARSE_PULL, _ROWS, _PUSH */
+#define DT_WIRE_SECTION_BYTES 8u          /* one section record: u16 table, u16 dim, u32 ids */
 #define DT_WIRE_MAX_SPARSE_STEP_ROWS (1u << 20) /* sync: rows one worker's push of one step of one table
                                                  * may hold at a ps, over its parts */
 #define DT_WIRE_TABLE_BYTES 80u           /* one table record of SPARSE_INIT */
@@ -274,6 +285,26 @@ void dt_wire_table_encode(uint8_t *out, const dt_wire_table *t);
 /* len must be DT_WIRE_TABLE_BYTES; every field in range (the optimizer's by dt_lazy_config_check),
  * reserved bytes zero; DT_EFORMAT naming the field otherwise. */
 int dt_wire_table_decode(dt_wire_table *t, const void *buf, size_t len, dt_error *err);
+/* A section of a SPARSE_PULL or SPARSE_PUSH: its record, and where its ids and rows lie among the
+ * message's (the sections' ids follow the records, in the records' order; a push's rows follow the
+ * ids, in the same order). */
+typedef struct {
+    uint32_t table, dim, ids;
+    size_t first;             /* its first id's index among the message's ids */
+    size_t at;                /* its first value's index among the message's floats */
+} dt_wire_section;
+void dt_wire_section_encode(uint8_t *out, uint32_t table, uint32_t dim, uint32_t ids);
+/* The section records of a SPARSE_PULL's or SPARSE_PUSH's payload of len bytes (its header decoded)
+ * into out [h->sections.count]: the payload of the header's size, each table below
+ * DT_WIRE_MAX_TABLES and named once, dim 1..DT_WIRE_MAX_SPARSE_DIM, at least one id a section in a
+ * pull, the sections' ids adding up to sections.ids and their ids x dim to sections.floats. DT_EFORMAT
+ * naming the section, its table and the bound otherwise. */
+int dt_wire_sections_decode(dt_wire_section *out, const dt_wire_header *h, const void *payload, size_t len,
+                            dt_error *err);
+/* Where a SPARSE_PULL's or SPARSE_PUSH's ids start in its payload (after the section records), and a
+ * push's rows (after the ids). */
+size_t dt_wire_sections_ids_at(const dt_wire_header *h);
+size_t dt_wire_sections_rows_at(const dt_wire_header *h);
 /* The sparse fields of a SPARSE_* header within their bounds (called by dt_wire_decode). SPARSE_EXPORT,
  * _PAGE and _IMPORT: also the optimizer (a dt_lazy_kind and its slot count), and their rows' floats,
  * ids x dim x (1 + slots), within DT_WIRE_MAX_SPARSE_FLOATS. */
@@ -283,6 +314,7 @@ uint64_t dt_wire_sparse_bytes(const dt_wire_header *h);
 /* The largest SPARSE_* frame. */
 uint64_t dt_wire_sparse_max_frame(void);
 int dt_wire_type_is_sparse(uint8_t type); /* SPARSE_INIT..SPARSE_PUSH, SPARSE_EXPORT..SPARSE_IMPORT */
+int dt_wire_type_has_sections(uint8_t type); /* SPARSE_PULL, SPARSE_ROWS, SPARSE_PUSH */
 
 /* SPARSE_PAGE's and SPARSE_IMPORT's payload: ids u64[n], then rows[n][(1 + slots) dim] float32, each
  * row its values then slot 0 then slot 1 (dt_table_export's layout). */

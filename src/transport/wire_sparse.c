@@ -12,6 +12,8 @@ int dt_wire_type_is_sparse(uint8_t type) {
            (type >= DT_MSG_SPARSE_EXPORT && type <= DT_MSG_SPARSE_IMPORT);
 }
 
+int dt_wire_type_has_sections(uint8_t type) { return type >= DT_MSG_SPARSE_PULL && type <= DT_MSG_SPARSE_PUSH; }
+
 /* SPARSE_EXPORT, SPARSE_PAGE, SPARSE_IMPORT: rows with their optimizer slots. */
 static int rows_type(uint8_t type) { return type >= DT_MSG_SPARSE_EXPORT && type <= DT_MSG_SPARSE_IMPORT; }
 
@@ -23,9 +25,33 @@ static int check_row_optimizer(const dt_wire_header *h, const char *tn, dt_error
     return DT_OK;
 }
 
+/* A SPARSE_PULL's, _ROWS' or _PUSH's totals: 1..DT_WIRE_MAX_SPARSE_SECTIONS sections, the ids within
+ * DT_WIRE_MAX_SPARSE_IDS (none only in a push: a sync worker without ids still says so), at least
+ * one id a section in a pull, the floats 1..DT_WIRE_MAX_SPARSE_DIM a row and within
+ * DT_WIRE_MAX_SPARSE_FLOATS. The records are checked against them (dt_wire_sections_decode). */
+static int check_sections(const dt_wire_header *h, dt_error *err) {
+    const char *tn = dt_wire_type_name(h->type);
+    const unsigned long long n = h->sections.count, ids = h->sections.ids, floats = h->sections.floats;
+    if (n < 1 || n > DT_WIRE_MAX_SPARSE_SECTIONS)
+        return dt_errorf(err, DT_EFORMAT, "%s header: %llu sections, must be 1..%u, the limit of sections per message "
+                         "(DT_WIRE_MAX_SPARSE_SECTIONS)", tn, n, DT_WIRE_MAX_SPARSE_SECTIONS);
+    const unsigned long long least = h->type == DT_MSG_SPARSE_PUSH ? 0 : n;
+    if (ids > DT_WIRE_MAX_SPARSE_IDS || ids < least)
+        return dt_errorf(err, DT_EFORMAT, "%s header: %llu ids in %llu sections, must be %llu..%u, the limit of ids "
+                         "per message (DT_WIRE_MAX_SPARSE_IDS)", tn, ids, n, least, DT_WIRE_MAX_SPARSE_IDS);
+    if (floats > DT_WIRE_MAX_SPARSE_FLOATS)
+        return dt_errorf(err, DT_EFORMAT, "%s header: %llu floats, beyond the limit of %u per message "
+                         "(DT_WIRE_MAX_SPARSE_FLOATS)", tn, floats, DT_WIRE_MAX_SPARSE_FLOATS);
+    if (floats < ids || floats > ids * DT_WIRE_MAX_SPARSE_DIM)
+        return dt_errorf(err, DT_EFORMAT, "%s header: %llu floats for %llu ids, must be 1..%u a row "
+                         "(DT_WIRE_MAX_SPARSE_DIM)", tn, floats, ids, DT_WIRE_MAX_SPARSE_DIM);
+    return DT_OK;
+}
+
 int dt_wire_check_sparse(const dt_wire_header *h, dt_error *err) {
     const char *tn = dt_wire_type_name(h->type);
     const unsigned long long table = h->sparse.table, ids = h->sparse.ids, dim = h->sparse.dim;
+    if (dt_wire_type_has_sections(h->type)) return check_sections(h, err);
     if (h->type == DT_MSG_SPARSE_INIT) {
         if (ids < 1 || ids > DT_WIRE_MAX_TABLES || table || dim)
             return dt_errorf(err, DT_EFORMAT, "SPARSE_INIT header: %llu tables (must be 1..%u, the limit of tables "
@@ -39,9 +65,7 @@ int dt_wire_check_sparse(const dt_wire_header *h, dt_error *err) {
     if (dim < 1 || dim > DT_WIRE_MAX_SPARSE_DIM)
         return dt_errorf(err, DT_EFORMAT, "%s header: dim %llu, must be 1..%u (DT_WIRE_MAX_SPARSE_DIM)", tn, dim,
                          DT_WIRE_MAX_SPARSE_DIM);
-    /* none is allowed in a sync SPARSE_PUSH (a worker without ids there still says so) and in a
-     * SPARSE_PAGE (no row left) */
-    const int none_ok = h->type == DT_MSG_SPARSE_PUSH || h->type == DT_MSG_SPARSE_PAGE;
+    const int none_ok = h->type == DT_MSG_SPARSE_PAGE; /* no row left */
     if (ids > DT_WIRE_MAX_SPARSE_IDS || (ids == 0 && !none_ok))
         return dt_errorf(err, DT_EFORMAT, "%s header: %llu ids, must be %d..%u, the limit of ids per message "
                          "(DT_WIRE_MAX_SPARSE_IDS)", tn, ids, !none_ok, DT_WIRE_MAX_SPARSE_IDS);
@@ -58,13 +82,17 @@ int dt_wire_check_sparse(const dt_wire_header *h, dt_error *err) {
     return DT_OK;
 }
 
+size_t dt_wire_sections_ids_at(const dt_wire_header *h) { return DT_WIRE_SECTION_BYTES * h->sections.count; }
+
+size_t dt_wire_sections_rows_at(const dt_wire_header *h) { return dt_wire_sections_ids_at(h) + 8 * h->sections.ids; }
+
 uint64_t dt_wire_sparse_bytes(const dt_wire_header *h) {
-    const uint64_t ids = h->sparse.ids, rows = ids * h->sparse.dim * dt_enc_size(h->encoding);
+    const uint64_t ids = h->sparse.ids, rows = h->sections.floats * dt_enc_size(h->encoding);
     switch (h->type) {
     case DT_MSG_SPARSE_INIT: return ids * DT_WIRE_TABLE_BYTES;
-    case DT_MSG_SPARSE_PULL: return 8 * ids;
+    case DT_MSG_SPARSE_PULL: return dt_wire_sections_rows_at(h);
     case DT_MSG_SPARSE_ROWS: return rows;
-    case DT_MSG_SPARSE_PUSH: return 8 * ids + rows;
+    case DT_MSG_SPARSE_PUSH: return dt_wire_sections_rows_at(h) + rows;
     case DT_MSG_SPARSE_PAGE:
     case DT_MSG_SPARSE_IMPORT: return 8 * ids + 4 * ids * h->sparse.dim * (1 + (uint64_t)h->opt_slots);
     }
@@ -72,9 +100,73 @@ uint64_t dt_wire_sparse_bytes(const dt_wire_header *h) {
 }
 
 uint64_t dt_wire_sparse_max_frame(void) {
-    uint64_t push = 8 * (uint64_t)DT_WIRE_MAX_SPARSE_IDS + 4 * (uint64_t)DT_WIRE_MAX_SPARSE_FLOATS,
+    uint64_t push = (uint64_t)DT_WIRE_SECTION_BYTES * DT_WIRE_MAX_SPARSE_SECTIONS +
+                    8 * (uint64_t)DT_WIRE_MAX_SPARSE_IDS + 4 * (uint64_t)DT_WIRE_MAX_SPARSE_FLOATS,
              init = (uint64_t)DT_WIRE_MAX_TABLES * DT_WIRE_TABLE_BYTES;
     return push > init ? push : init;
+}
+
+/* ---- Sections: SPARSE_PULL and SPARSE_PUSH ------------------------------------------------------ */
+
+void dt_wire_section_encode(uint8_t *out, uint32_t table, uint32_t dim, uint32_t ids) {
+    dt_put_u16(out, (uint16_t)table);
+    dt_put_u16(out + 2, (uint16_t)dim);
+    dt_put_u32(out + 4, ids);
+}
+
+/* Record k: its table known and new (seen: a bit per table), its dim, its ids (a pull's at least 1). */
+static int section_read(dt_wire_section *o, const uint8_t *p, size_t k, int pull, uint8_t *seen, const char *tn,
+                        dt_error *err) {
+    o->table = dt_get_u16(p), o->dim = dt_get_u16(p + 2), o->ids = dt_get_u32(p + 4);
+    if (o->table >= DT_WIRE_MAX_TABLES)
+        return dt_errorf(err, DT_EFORMAT, "%s section %zu: table %u, beyond the limit of %u tables "
+                         "(DT_WIRE_MAX_TABLES)", tn, k, o->table, DT_WIRE_MAX_TABLES);
+    if (seen[o->table >> 3] & (1u << (o->table & 7)))
+        return dt_errorf(err, DT_EFORMAT, "%s section %zu: table %u named twice (a message names a table in one "
+                         "section)", tn, k, o->table);
+    seen[o->table >> 3] |= (uint8_t)(1u << (o->table & 7));
+    if (o->dim < 1 || o->dim > DT_WIRE_MAX_SPARSE_DIM)
+        return dt_errorf(err, DT_EFORMAT, "%s section %zu (table %u): dim %u, must be 1..%u (DT_WIRE_MAX_SPARSE_DIM)",
+                         tn, k, o->table, o->dim, DT_WIRE_MAX_SPARSE_DIM);
+    if (o->ids > DT_WIRE_MAX_SPARSE_IDS || (pull && o->ids == 0))
+        return dt_errorf(err, DT_EFORMAT, "%s section %zu (table %u): %u ids, must be %d..%u (DT_WIRE_MAX_SPARSE_IDS)",
+                         tn, k, o->table, o->ids, pull, DT_WIRE_MAX_SPARSE_IDS);
+    return DT_OK;
+}
+
+int dt_wire_sections_decode(dt_wire_section *out, const dt_wire_header *h, const void *payload, size_t len,
+                            dt_error *err) {
+    const char *tn = dt_wire_type_name(h->type);
+    if (h->type != DT_MSG_SPARSE_PULL && h->type != DT_MSG_SPARSE_PUSH)
+        return dt_errorf(err, DT_EFORMAT, "%s carries no section records", tn);
+    int rc = dt_wire_check_sparse(h, err); /* decode checked it; a hand-made header must not overflow */
+    if (rc) return rc;
+    if (len != dt_wire_sparse_bytes(h))
+        return dt_errorf(err, DT_EFORMAT, "%s payload of %zu bytes, expected %llu (%llu sections, %llu ids, %llu "
+                         "floats)", tn, len, (unsigned long long)dt_wire_sparse_bytes(h),
+                         (unsigned long long)h->sections.count, (unsigned long long)h->sections.ids,
+                         (unsigned long long)h->sections.floats);
+    uint8_t seen[DT_WIRE_MAX_TABLES / 8] = {0};
+    uint64_t ids = 0, floats = 0; /* at most 1024 x 2^32 x 1024: no overflow */
+    for (size_t k = 0; k < h->sections.count; k++) {
+        dt_wire_section *o = &out[k];
+        if ((rc = section_read(o, (const uint8_t *)payload + DT_WIRE_SECTION_BYTES * k, k,
+                               h->type == DT_MSG_SPARSE_PULL, seen, tn, err)))
+            return rc;
+        o->first = (size_t)ids, o->at = (size_t)floats;
+        ids += o->ids, floats += (uint64_t)o->ids * o->dim;
+        if (ids > h->sections.ids || floats > h->sections.floats)
+            return dt_errorf(err, DT_EFORMAT, "%s section %zu (table %u): the sections so far hold %llu ids and %llu "
+                             "floats, beyond the header's %llu and %llu", tn, k, o->table, (unsigned long long)ids,
+                             (unsigned long long)floats, (unsigned long long)h->sections.ids,
+                             (unsigned long long)h->sections.floats);
+    }
+    if (ids != h->sections.ids || floats != h->sections.floats)
+        return dt_errorf(err, DT_EFORMAT, "%s: the %llu sections hold %llu ids and %llu floats, the header says %llu "
+                         "and %llu", tn, (unsigned long long)h->sections.count, (unsigned long long)ids,
+                         (unsigned long long)floats, (unsigned long long)h->sections.ids,
+                         (unsigned long long)h->sections.floats);
+    return DT_OK;
 }
 
 /* Offsets in a table record (docs/protocol.md has the same table). */

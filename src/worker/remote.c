@@ -562,6 +562,23 @@ static int remote_settle(dt_updater *u, dt_net *net, int64_t *global_step, dt_er
     return rc ? exchange_failed(r, net, rc, global_step, err) : DT_OK;
 }
 
+/* The net's tables from the ps tasks (its fill callback, at the start of each forward): a pull that
+ * fails as an exchange can (a ps lost, restarting or rolled back) waits for the ps tasks as an
+ * exchange does (--ps_timeout), then is made again from what they hold; the step's gradient goes to
+ * the step they resumed at. A ps lost again at once is waited for again, FILL_TRIES times. */
+#define FILL_TRIES 3
+static int remote_fill(void *user, dt_net *net, int training, dt_error *err) {
+    remote *r = user;
+    int rc = dt_sparse_pull(r->sparse, training, err);
+    for (int k = 0; rc && k < FILL_TRIES; k++) {
+        int64_t step = r->gstep;
+        if ((rc = exchange_failed(r, net, rc, &step, err))) return rc;
+        r->gstep = step;
+        rc = dt_sparse_pull(r->sparse, training, err);
+    }
+    return rc;
+}
+
 /* Connects the net's hooks to the exchange, at the start (the net is known from then on). */
 static int attach(remote *r, dt_net *net, dt_error *err) {
     if (!r->sparse && dt_net_compact_tables(net) && dt_net_num_tables(net) > 0) {
@@ -569,6 +586,7 @@ static int attach(remote *r, dt_net *net, dt_error *err) {
                                .encoding = r->cfg.compression};
         int rc = dt_sparse_client_create(&r->sparse, &sc, net, err);
         if (rc) return rc;
+        dt_net_set_table_fill(net, remote_fill, r); /* the client's pull, with the exchange's waiting */
         r->net = net;
         /* the tables' pulls and pushes share the client between steps: no stream under compute
          * (docs/sparse.md, "On a worker") */
@@ -601,11 +619,12 @@ static void log_sparse(remote *r, const dt_ps_client_stats *st) {
     unsigned long long up = st->sparse_tx_bytes - r->sparse_tx0, down = st->sparse_rx_bytes - r->sparse_rx0;
     unsigned long long pulled = b->rows_pulled - a->rows_pulled, pushed = b->rows_pushed - a->rows_pushed;
     double n = (double)r->updates;
-    fprintf(r->cfg.log, "worker %d: sparse tables: %llu pulls, %llu pushes, %llu messages, %llu rows pulled, %llu "
-            "pushed, %llu bytes up, %llu down; per update %.1f rows pulled, %.0f bytes up, %.0f down (dense and "
-            "sparse: %.0f up, %.0f down); stale pushes %llu\n", r->cfg.cluster->task_index,
+    fprintf(r->cfg.log, "worker %d: sparse tables: %llu pulls, %llu pushes, %llu messages, %llu sections, %llu rows "
+            "pulled, %llu pushed, %llu bytes up, %llu down; per update %.1f rows pulled, %.0f bytes up, %.0f down "
+            "(dense and sparse: %.0f up, %.0f down); stale pushes %llu\n", r->cfg.cluster->task_index,
             (unsigned long long)(b->pulls - a->pulls), (unsigned long long)(b->pushes - a->pushes),
-            (unsigned long long)(b->messages - a->messages), pulled, pushed, up, down, (double)pulled / n,
+            (unsigned long long)(b->messages - a->messages), (unsigned long long)(b->sections - a->sections), pulled,
+            pushed, up, down, (double)pulled / n,
             (double)up / n, (double)down / n, (double)st->tx_bytes / n, (double)st->rx_bytes / n,
             (unsigned long long)(b->stale - a->stale));
     if (r->cfg.compression != DT_ENC_FP32)

@@ -14,12 +14,26 @@
 #include "transport/compress.h"
 #include "transport/wire.h"
 
-/* Where one message's ids came from: table t, its slots[count] in the block. */
+/* A section of a message: table t's share of ids for the message's ps, positions [lo, lo + n) of
+ * that table's order (its ids grouped by ps). */
 typedef struct {
     int t;
-    const size_t *slots;
-    size_t count;
-} msg_src;
+    size_t lo, n;
+} sec_plan;
+
+/* A message: its sections plan[first .. first + count), and their ids and floats. */
+typedef struct {
+    size_t first, count, ids, floats;
+} msg_plan;
+
+/* A table in the call under way: its rows' dim, its ids (a pull: the block's slots; a push: its
+ * gradient's rows), and where its positions start in the scratch (order, ps_of). */
+typedef struct {
+    int dim;
+    const uint64_t *ids;
+    const float *grad;        /* a push: [n, dim] */
+    size_t base;
+} tab_view;
 
 struct dt_sparse_client {
     dt_sparse_config cfg;
@@ -31,16 +45,19 @@ struct dt_sparse_client {
     int training;             /* the pull under way is a training batch's */
     int probing;              /* dt_sparse_wait_declared's pulls: their rows go nowhere */
     size_t cap;               /* ids the scratch below holds */
-    uint64_t *ids;            /* [cap] a table's ids (push: of its touched rows) */
+    uint64_t *ids;            /* [cap] the tables' ids (push: of their touched rows), table after table */
     int *ps_of;               /* [cap] */
-    size_t *order;            /* [cap] positions grouped by ps (dt_row_split) */
-    size_t *begin;            /* [n_ps + 1] */
-    uint8_t *buf;             /* payloads of one round */
+    size_t *order;            /* [cap] each table's positions grouped by ps (dt_row_split) */
+    size_t *begin;            /* [n_tables][n_ps + 1] where each ps's group starts in its table's order */
+    tab_view *tab;            /* [n_tables] */
+    sec_plan *plan;           /* [plan_cap] the call's sections, message after message */
+    size_t plan_n, plan_cap;
+    msg_plan *mp;             /* [n_ps * DT_WIRE_MAX_CHUNKS] the call's messages */
+    uint8_t *buf;             /* payloads of one call */
     size_t buf_cap;
-    int *n_msgs;              /* [n_ps] messages of the round to each ps */
+    int *n_msgs;              /* [n_ps] messages of the call to each ps */
     dt_sparse_msg *msgs;      /* [n_ps * DT_WIRE_MAX_CHUNKS] */
     dt_sparse_msg **msg_rows; /* [n_ps] rows of msgs */
-    msg_src *src;             /* [n_ps * DT_WIRE_MAX_CHUNKS] each message's ids */
     dt_sparse_stats stats;
 };
 
@@ -55,6 +72,9 @@ int dt_sparse_client_create(dt_sparse_client **out, const dt_sparse_config *cfg,
         return dt_errorf(err, DT_EINVAL, "sparse client: the net does not keep its tables elsewhere");
     if (!dt_enc_size(cfg->encoding))
         return dt_errorf(err, DT_EINVAL, "sparse client: unknown encoding %u", (unsigned)cfg->encoding);
+    if (dt_net_num_tables(net) > (int)DT_WIRE_MAX_SPARSE_SECTIONS)
+        return dt_errorf(err, DT_EINVAL, "sparse client: %d tables, more than a message's %u sections "
+                         "(DT_WIRE_MAX_SPARSE_SECTIONS)", dt_net_num_tables(net), DT_WIRE_MAX_SPARSE_SECTIONS);
     dt_sparse_client *s = dt_calloc(1, sizeof *s, "sparse client", err);
     if (!s) return DT_ENOMEM;
     s->cfg = *cfg;
@@ -62,13 +82,14 @@ int dt_sparse_client_create(dt_sparse_client **out, const dt_sparse_config *cfg,
     s->n_ps = dt_ps_client_n_ps(cfg->client);
     s->n_tables = dt_net_num_tables(net);
     s->reply_step = -1;
-    size_t slots = (size_t)s->n_ps * DT_WIRE_MAX_CHUNKS;
-    s->begin = dt_calloc((size_t)s->n_ps + 1, sizeof *s->begin, "sparse client", err);
+    size_t slots = (size_t)s->n_ps * DT_WIRE_MAX_CHUNKS, tables = s->n_tables > 0 ? (size_t)s->n_tables : 1;
+    s->begin = dt_calloc(tables * ((size_t)s->n_ps + 1), sizeof *s->begin, "sparse client", err);
+    s->tab = dt_calloc(tables, sizeof *s->tab, "sparse client", err);
     s->n_msgs = dt_calloc((size_t)s->n_ps, sizeof *s->n_msgs, "sparse client", err);
     s->msgs = dt_calloc(slots, sizeof *s->msgs, "sparse messages", err);
     s->msg_rows = dt_calloc((size_t)s->n_ps, sizeof *s->msg_rows, "sparse messages", err);
-    s->src = dt_calloc(slots, sizeof *s->src, "sparse messages", err);
-    if (!s->begin || !s->n_msgs || !s->msgs || !s->msg_rows || !s->src) {
+    s->mp = dt_calloc(slots, sizeof *s->mp, "sparse messages", err);
+    if (!s->begin || !s->tab || !s->n_msgs || !s->msgs || !s->msg_rows || !s->mp) {
         dt_sparse_client_free(s);
         return DT_ENOMEM;
     }
@@ -81,8 +102,8 @@ int dt_sparse_client_create(dt_sparse_client **out, const dt_sparse_config *cfg,
 void dt_sparse_client_free(dt_sparse_client *s) {
     if (!s) return;
     dt_net_set_table_fill(s->net, NULL, NULL);
-    free(s->ids), free(s->ps_of), free(s->order), free(s->begin), free(s->buf);
-    free(s->n_msgs), free(s->msgs), free(s->msg_rows), free(s->src);
+    free(s->ids), free(s->ps_of), free(s->order), free(s->begin), free(s->tab), free(s->plan), free(s->buf);
+    free(s->n_msgs), free(s->msgs), free(s->msg_rows), free(s->mp);
     free(s);
 }
 
@@ -90,116 +111,205 @@ void dt_sparse_reset(dt_sparse_client *s) { s->step = s->want = 0; }
 
 const dt_sparse_stats *dt_sparse_get_stats(const dt_sparse_client *s) { return &s->stats; }
 
-/* Room for n ids in the scratch arrays and `bytes` of payloads. */
-static int reserve(dt_sparse_client *s, size_t n, size_t bytes, dt_error *err) {
-    if (n > s->cap) {
-        free(s->ids), free(s->ps_of), free(s->order);
-        s->ids = dt_calloc(n, sizeof *s->ids, "sparse ids", err);
-        s->ps_of = dt_calloc(n, sizeof *s->ps_of, "sparse ids", err);
-        s->order = dt_calloc(n, sizeof *s->order, "sparse ids", err);
-        s->cap = 0;
-        if (!s->ids || !s->ps_of || !s->order) return DT_ENOMEM;
-        s->cap = n;
-    }
-    if (bytes > s->buf_cap) {
-        free(s->buf);
-        s->buf_cap = 0;
-        if (!(s->buf = dt_malloc(bytes, "sparse payloads", err))) return DT_ENOMEM;
-        s->buf_cap = bytes;
-    }
+/* Room for n ids in the scratch arrays. */
+static int reserve_ids(dt_sparse_client *s, size_t n, dt_error *err) {
+    if (n <= s->cap) return DT_OK;
+    free(s->ids), free(s->ps_of), free(s->order);
+    s->ids = dt_calloc(n, sizeof *s->ids, "sparse ids", err);
+    s->ps_of = dt_calloc(n, sizeof *s->ps_of, "sparse ids", err);
+    s->order = dt_calloc(n, sizeof *s->order, "sparse ids", err);
+    s->cap = 0;
+    if (!s->ids || !s->ps_of || !s->order) return DT_ENOMEM;
+    s->cap = n;
     return DT_OK;
 }
 
-/* Ids one message may carry for rows of dim floats (docs/protocol.md, "Bounds"). */
-static size_t ids_per_msg(int dim) {
-    size_t by_floats = DT_WIRE_MAX_SPARSE_FLOATS / (size_t)dim;
-    return by_floats < DT_WIRE_MAX_SPARSE_IDS ? by_floats : DT_WIRE_MAX_SPARSE_IDS;
+/* Room for `bytes` of payloads. */
+static int reserve_buf(dt_sparse_client *s, size_t bytes, dt_error *err) {
+    if (bytes <= s->buf_cap) return DT_OK;
+    free(s->buf);
+    s->buf_cap = 0;
+    if (!(s->buf = dt_malloc(bytes, "sparse payloads", err))) return DT_ENOMEM;
+    s->buf_cap = bytes;
+    return DT_OK;
 }
 
-/* ---- rounds: messages to every ps, at most DT_WIRE_MAX_CHUNKS to each per exchange ---- */
+/* Table t's ids [n] (from `base` on in the scratch) grouped by ps. */
+static void split_table(dt_sparse_client *s, int t, int dim, const uint64_t *ids, size_t n, size_t base,
+                        const float *grad) {
+    s->tab[t] = (tab_view){.dim = dim, .ids = ids, .grad = grad, .base = base};
+    dt_row_split((uint32_t)t, ids, n, s->n_ps, s->ps_of + base, s->begin + (size_t)t * ((size_t)s->n_ps + 1),
+                 s->order + base);
+}
+
+static const size_t *begin_of(const dt_sparse_client *s, int t) {
+    return s->begin + (size_t)t * ((size_t)s->n_ps + 1);
+}
+
+/* ---- a call: one message to each ps for every table (sections), more where a bound is reached ---- */
 
 typedef struct {
     int push;                 /* SPARSE_PUSH (else SPARSE_PULL) */
     int64_t step;             /* pull: the oldest step wanted; push: the step it is for */
-    size_t at;                /* bytes of s->buf used */
 } round_t;
 
-static int on_reply(void *user, int ps, int k, const dt_wire_header *h, const void *payload, size_t len,
-                    dt_error *err);
-
-static int flush(dt_sparse_client *s, round_t *r, dt_error *err) {
-    int rc = dt_ps_client_sparse(s->cfg.client, s->n_msgs, s->msg_rows, on_reply, s, err);
-    memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
-    r->at = 0;
-    return rc;
+static int add_sec(dt_sparse_client *s, int t, size_t lo, size_t n, dt_error *err) {
+    if (s->plan_n == s->plan_cap) {
+        size_t cap = s->plan_cap ? 2 * s->plan_cap : 256;
+        sec_plan *p = realloc(s->plan, cap * sizeof *p);
+        if (!p) return dt_errorf(err, DT_ENOMEM, "out of memory for a sparse call's sections");
+        s->plan = p, s->plan_cap = cap;
+    }
+    s->plan[s->plan_n++] = (sec_plan){t, lo, n};
+    return DT_OK;
 }
 
-/* Messages of a part of table t for ps p: each message's ids are ids[order[i]] (its slots, for a
- * push the positions of rows in grad [.., dim]); a sync push goes even with no id. */
-static void add_part(dt_sparse_client *s, round_t *r, int t, int dim, int p, const uint64_t *ids, const size_t *order,
-                     size_t count, const float *grad) {
-    const size_t per = ids_per_msg(dim);
-    int parts = count ? (int)((count + per - 1) / per) : 1;
-    for (int part = 0; part < parts; part++) {
-        size_t lo = (size_t)part * per, n = count - lo < per ? count - lo : per;
-        uint8_t *pay = s->buf + r->at;
-        for (size_t i = 0; i < n; i++) dt_put_u64(pay + 8 * i, ids[order[lo + i]]);
-        size_t bytes = 8 * n;
-        if (r->push) {
-            const size_t row = (size_t)dim * dt_enc_size(s->cfg.encoding);
-            for (size_t i = 0; i < n; i++)
-                s->stats.saturated += dt_pack(s->cfg.encoding, pay + bytes + i * row, grad + order[lo + i] * (size_t)dim,
-                                              (size_t)dim);
-            bytes += n * row;
-        }
-        r->at += bytes;
-        int k = s->n_msgs[p]++;
-        s->stats.messages++;
-        dt_sparse_msg *m = &s->msg_rows[p][k];
-        m->h = dt_wire_header_make(r->push ? DT_MSG_SPARSE_PUSH : DT_MSG_SPARSE_PULL, 0, 0, 0);
-        m->h.sparse.table = (uint64_t)t, m->h.sparse.ids = n, m->h.sparse.dim = (uint64_t)dim;
-        m->h.encoding = (uint8_t)s->cfg.encoding; /* of the rows pushed, or of the rows wanted */
-        if (r->push) {
-            m->h.local_step = r->step;
-            m->h.flags = s->cfg.sync ? DT_WIRE_F_SYNC : 0;
-            m->h.chunk = (uint8_t)part, m->h.chunks = (uint8_t)parts;
-        } else {
-            m->h.global_step = r->step;
-        }
-        m->payload = pay, m->bytes = bytes;
-        s->src[(size_t)p * DT_WIRE_MAX_CHUNKS + (size_t)k] = (msg_src){t, order + lo, n};
+/* A new message to ps p (at most DT_WIRE_MAX_CHUNKS in one call). */
+static msg_plan *open_msg(dt_sparse_client *s, int p, dt_error *err) {
+    if (s->n_msgs[p] == (int)DT_WIRE_MAX_CHUNKS) {
+        dt_errorf(err, DT_EINVAL, "sparse client: more than %u messages to ps %d in one step (each at most %u ids "
+                  "and %u floats)", DT_WIRE_MAX_CHUNKS, p, DT_WIRE_MAX_SPARSE_IDS, DT_WIRE_MAX_SPARSE_FLOATS);
+        return NULL;
     }
+    msg_plan *m = &s->mp[(size_t)p * DT_WIRE_MAX_CHUNKS + (size_t)s->n_msgs[p]++];
+    *m = (msg_plan){.first = s->plan_n};
+    return m;
 }
 
-/* Table t's ids [n] into the round, split by ps (its scratch from `base` on); flushes first when a
- * ps has no room for its messages. */
-static int add_table(dt_sparse_client *s, round_t *r, int t, int dim, const uint64_t *ids, size_t n, size_t base,
-                     const float *grad, dt_error *err) {
-    size_t *order = s->order + base;
-    dt_row_split((uint32_t)t, ids, n, s->n_ps, s->ps_of + base, s->begin, order);
-    const size_t per = ids_per_msg(dim);
-    int flushed = 0;
-    for (int p = 0; p < s->n_ps; p++) {
-        size_t count = s->begin[p + 1] - s->begin[p];
-        int parts = count ? (int)((count + per - 1) / per) : r->push && s->cfg.sync;
-        if (parts > (int)DT_WIRE_MAX_CHUNKS)
-            return dt_errorf(err, DT_EINVAL, "table %d: %zu rows for ps %d in one step, more than %u messages of %zu",
-                             t, count, p, DT_WIRE_MAX_CHUNKS, per);
-        if (!flushed && s->n_msgs[p] + parts > (int)DT_WIRE_MAX_CHUNKS) {
-            int rc = flush(s, r, err);
-            if (rc) return rc;
-            flushed = 1;
+/* Whether m has no room for a section of dim with ids (any: at least one). */
+static int msg_full(const msg_plan *m, int dim, int ids) {
+    return m->count == DT_WIRE_MAX_SPARSE_SECTIONS ||
+           (ids && (m->ids == DT_WIRE_MAX_SPARSE_IDS || DT_WIRE_MAX_SPARSE_FLOATS - m->floats < (size_t)dim));
+}
+
+/* A sync push names every table in each of its parts (the ps counts each table's parts): the
+ * tables a part of several lacks are added to it without ids; the parts are copied to the plan's end. */
+static int name_every_table(dt_sparse_client *s, int p, dt_error *err) {
+    msg_plan *m = &s->mp[(size_t)p * DT_WIRE_MAX_CHUNKS];
+    for (int k = 0; k < s->n_msgs[p]; k++) {
+        uint8_t has[DT_WIRE_MAX_TABLES / 8] = {0};
+        const size_t first = s->plan_n, from = m[k].first, count = m[k].count;
+        for (size_t i = 0; i < count; i++) {
+            sec_plan c = s->plan[from + i];
+            has[c.t >> 3] |= (uint8_t)(1u << (c.t & 7));
+            if (add_sec(s, c.t, c.lo, c.n, err)) return DT_ENOMEM;
         }
-    }
-    for (int p = 0; p < s->n_ps; p++) {
-        size_t count = s->begin[p + 1] - s->begin[p];
-        if (count || (r->push && s->cfg.sync)) add_part(s, r, t, dim, p, ids, order + s->begin[p], count, grad);
+        for (int t = 0; t < s->n_tables; t++)
+            if (!(has[t >> 3] & (1u << (t & 7))) && add_sec(s, t, begin_of(s, t)[p], 0, err)) return DT_ENOMEM;
+        m[k].first = first, m[k].count = s->plan_n - first;
     }
     return DT_OK;
 }
 
-/* A SPARSE_ROWS reply: the rows of its message's slots, as asked (table, ids, dim, step), finite;
- * an ACK: its push taken or, sync, stale. */
+/* ps p's messages: each table's share in sections (a pull or an async push: the tables with ids
+ * there; a sync push: every table), a table cut where a message reaches a bound. */
+static int plan_ps(dt_sparse_client *s, const round_t *r, int p, dt_error *err) {
+    const int every = r->push && s->cfg.sync;
+    msg_plan *m = NULL;
+    for (int t = 0; t < s->n_tables; t++) {
+        const size_t lo = begin_of(s, t)[p], count = begin_of(s, t)[p + 1] - lo;
+        const int dim = s->tab[t].dim;
+        if (!count && !every) continue;
+        size_t done = 0;
+        do {
+            if ((!m || msg_full(m, dim, count > done)) && !(m = open_msg(s, p, err))) return DT_EINVAL;
+            const size_t room = DT_WIRE_MAX_SPARSE_IDS - m->ids;
+            const size_t by_floats = (DT_WIRE_MAX_SPARSE_FLOATS - m->floats) / (size_t)dim;
+            size_t n = count - done;
+            if (n > room) n = room;
+            if (n > by_floats) n = by_floats;
+            if (add_sec(s, t, lo + done, n, err)) return DT_ENOMEM;
+            m->count++, m->ids += n, m->floats += n * (size_t)dim, done += n;
+        } while (done < count);
+    }
+    return every && s->n_msgs[p] > 1 ? name_every_table(s, p, err) : DT_OK;
+}
+
+/* Message k of ps p into the payload at pay: the section records, the ids, a push's rows. */
+static size_t build_msg(dt_sparse_client *s, const round_t *r, int p, int k, uint8_t *pay) {
+    const msg_plan *m = &s->mp[(size_t)p * DT_WIRE_MAX_CHUNKS + (size_t)k];
+    const size_t esize = dt_enc_size(s->cfg.encoding);
+    uint8_t *ids = pay + DT_WIRE_SECTION_BYTES * m->count, *rows = ids + 8 * m->ids;
+    for (size_t i = 0; i < m->count; i++) {
+        const sec_plan *c = &s->plan[m->first + i];
+        const tab_view *v = &s->tab[c->t];
+        const size_t *order = s->order + v->base + c->lo;
+        dt_wire_section_encode(pay + DT_WIRE_SECTION_BYTES * i, (uint32_t)c->t, (uint32_t)v->dim, (uint32_t)c->n);
+        for (size_t j = 0; j < c->n; j++, ids += 8) dt_put_u64(ids, v->ids[order[j]]);
+        for (size_t j = 0; r->push && j < c->n; j++, rows += (size_t)v->dim * esize)
+            s->stats.saturated += dt_pack(s->cfg.encoding, rows, v->grad + order[j] * (size_t)v->dim, (size_t)v->dim);
+    }
+    dt_sparse_msg *out = &s->msg_rows[p][k];
+    out->h = dt_wire_header_make(r->push ? DT_MSG_SPARSE_PUSH : DT_MSG_SPARSE_PULL, 0, 0, 0);
+    out->h.sections.count = m->count, out->h.sections.ids = m->ids, out->h.sections.floats = m->floats;
+    out->h.encoding = (uint8_t)s->cfg.encoding; /* of the rows pushed, or of the rows wanted */
+    if (r->push) {
+        out->h.local_step = r->step;
+        out->h.flags = s->cfg.sync ? DT_WIRE_F_SYNC : 0;
+        out->h.chunk = (uint8_t)k, out->h.chunks = (uint8_t)s->n_msgs[p];
+    } else {
+        out->h.global_step = r->step;
+    }
+    out->payload = pay;
+    out->bytes = DT_WIRE_SECTION_BYTES * m->count + 8 * m->ids + (r->push ? m->floats * esize : 0);
+    s->stats.messages++, s->stats.sections += m->count;
+    return out->bytes;
+}
+
+static int on_reply(void *user, int ps, int k, const dt_wire_header *h, const void *payload, size_t len,
+                    dt_error *err);
+
+/* The messages of n_msgs, each answered (ROWS to on_reply, or an ACK); n_msgs emptied. */
+static int exchange(dt_sparse_client *s, dt_error *err) {
+    int rc = dt_ps_client_sparse(s->cfg.client, s->n_msgs, s->msg_rows, on_reply, s, err);
+    memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
+    return rc;
+}
+
+/* The call of the tables split so far (s->tab, begin, order): planned, built and exchanged. */
+static int send_round(dt_sparse_client *s, const round_t *r, dt_error *err) {
+    s->plan_n = 0;
+    memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
+    int rc = DT_OK;
+    size_t bytes = 0;
+    const size_t esize = dt_enc_size(s->cfg.encoding);
+    for (int p = 0; p < s->n_ps && !rc; p++) {
+        rc = plan_ps(s, r, p, err);
+        for (int k = 0; !rc && k < s->n_msgs[p]; k++) {
+            const msg_plan *m = &s->mp[(size_t)p * DT_WIRE_MAX_CHUNKS + (size_t)k];
+            bytes += DT_WIRE_SECTION_BYTES * m->count + 8 * m->ids + (r->push ? m->floats * esize : 0);
+        }
+    }
+    if (!rc) rc = reserve_buf(s, bytes ? bytes : 1, err);
+    size_t at = 0;
+    for (int p = 0; p < s->n_ps && !rc; p++)
+        for (int k = 0; k < s->n_msgs[p]; k++) at += build_msg(s, r, p, k, s->buf + at);
+    if (!rc) return exchange(s, err);
+    memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
+    return rc;
+}
+
+/* A section's rows of a SPARSE_ROWS reply into their slots of the block, each finite. */
+static int take_rows(dt_sparse_client *s, int ps, const sec_plan *c, const uint8_t *src, int64_t step,
+                     dt_error *err) {
+    dt_table_block b;
+    if (dt_net_table_block(s->net, c->t, &b)) return dt_errorf(err, DT_EINVAL, "sparse client: no table %d", c->t);
+    const size_t dim = (size_t)b.dim, esize = dt_enc_size(s->cfg.encoding);
+    const size_t *slots = s->order + s->tab[c->t].base + c->lo;
+    for (size_t i = 0; i < c->n; i++) {
+        float *row = b.rows + slots[i] * dim;
+        dt_unpack(s->cfg.encoding, row, src + i * dim * esize, dim);
+        if (dt_first_nonfinite(row, dim) < dim)
+            return dt_errorf(err, DT_EFORMAT, "ps %d: served a non-finite value in row %llu of table %d (%s) at step "
+                             "%lld: training diverged (lower --learning_rate) or the ps is damaged", ps,
+                             (unsigned long long)b.ids[slots[i]], c->t, dt_net_view(s->net, b.view)->name,
+                             (long long)step);
+    }
+    return DT_OK;
+}
+
+/* A SPARSE_ROWS reply: the rows of its message's sections, as asked (sections, ids, floats, encoding),
+ * in order; an ACK: its push taken or, sync, stale. */
 static int on_reply(void *user, int ps, int k, const dt_wire_header *h, const void *payload, size_t len,
                     dt_error *err) {
     dt_sparse_client *s = user;
@@ -208,25 +318,20 @@ static int on_reply(void *user, int ps, int k, const dt_wire_header *h, const vo
         return DT_OK;
     }
     if (s->probing) return DT_OK;
-    const msg_src *m = &s->src[(size_t)ps * DT_WIRE_MAX_CHUNKS + (size_t)k];
-    dt_table_block b;
-    if (dt_net_table_block(s->net, m->t, &b)) return dt_errorf(err, DT_EINVAL, "sparse client: no table %d", m->t);
-    const size_t dim = (size_t)b.dim, esize = dt_enc_size(s->cfg.encoding);
-    if (h->sparse.table != (uint64_t)m->t || h->sparse.ids != m->count || h->sparse.dim != dim ||
-        h->encoding != s->cfg.encoding || len != m->count * dim * esize)
-        return dt_errorf(err, DT_EPROTO, "ps %d: SPARSE_ROWS of table %llu, %llu ids of dim %llu in %s, answering a "
-                         "pull of table %d, %zu ids of dim %zu in %s", ps, (unsigned long long)h->sparse.table,
-                         (unsigned long long)h->sparse.ids, (unsigned long long)h->sparse.dim,
-                         dt_enc_name(h->encoding), m->t, m->count, dim, dt_enc_name(s->cfg.encoding));
+    const msg_plan *m = &s->mp[(size_t)ps * DT_WIRE_MAX_CHUNKS + (size_t)k];
+    const size_t esize = dt_enc_size(s->cfg.encoding);
+    if (h->sections.count != m->count || h->sections.ids != m->ids || h->sections.floats != m->floats ||
+        h->encoding != s->cfg.encoding || len != m->floats * esize)
+        return dt_errorf(err, DT_EPROTO, "ps %d: SPARSE_ROWS of %llu sections, %llu ids, %llu floats in %s, answering "
+                         "a pull of %zu sections, %zu ids, %zu floats in %s", ps, (unsigned long long)h->sections.count,
+                         (unsigned long long)h->sections.ids, (unsigned long long)h->sections.floats,
+                         dt_enc_name(h->encoding), m->count, m->ids, m->floats, dt_enc_name(s->cfg.encoding));
     const uint8_t *src = payload;
     for (size_t i = 0; i < m->count; i++) {
-        float *row = b.rows + m->slots[i] * dim;
-        dt_unpack(s->cfg.encoding, row, src + i * dim * esize, dim);
-        if (dt_first_nonfinite(row, dim) < dim)
-            return dt_errorf(err, DT_EFORMAT, "ps %d: served a non-finite value in row %llu of table %d (%s) at step "
-                             "%lld: training diverged (lower --learning_rate) or the ps is damaged", ps,
-                             (unsigned long long)b.ids[m->slots[i]], m->t, dt_net_view(s->net, b.view)->name,
-                             (long long)h->global_step);
+        const sec_plan *c = &s->plan[m->first + i];
+        int rc = take_rows(s, ps, c, src, h->global_step, err);
+        if (rc) return rc;
+        src += c->n * (size_t)s->tab[c->t].dim * esize;
     }
     if (s->training && (s->reply_step < 0 || h->global_step < s->reply_step)) s->reply_step = h->global_step;
     return DT_OK;
@@ -239,20 +344,19 @@ int dt_sparse_pull(dt_sparse_client *s, int training, dt_error *err) {
         if (dt_net_table_block(s->net, t, &b)) return dt_errorf(err, DT_EINVAL, "sparse client: no table %d", t);
         total += b.n;
     }
-    int rc = reserve(s, total ? total : 1, 8 * (total ? total : 1), err);
+    int rc = reserve_ids(s, total ? total : 1, err);
     if (rc) return rc;
-    round_t r = {.push = 0, .step = s->cfg.sync ? s->want : 0};
-    s->training = training;
-    s->reply_step = -1;
     size_t base = 0;
-    for (int t = 0; t < s->n_tables && !rc; t++) {
+    for (int t = 0; t < s->n_tables; t++) {
         dt_net_table_block(s->net, t, &b);
-        rc = add_table(s, &r, t, b.dim, b.ids, b.n, base, NULL, err);
+        split_table(s, t, b.dim, b.ids, b.n, base, NULL);
         base += b.n;
         s->stats.rows_pulled += b.n;
     }
-    if (!rc) rc = flush(s, &r, err);
-    if (rc) return rc;
+    round_t r = {.push = 0, .step = s->cfg.sync ? s->want : 0};
+    s->training = training;
+    s->reply_step = -1;
+    if ((rc = send_round(s, &r, err))) return rc;
     s->stats.pulls++;
     /* the step the push of this batch is for: the rows' (sync mode: every table at one step) */
     if (training) s->step = s->reply_step >= 0 && s->reply_step > s->want ? s->reply_step : s->want;
@@ -260,29 +364,27 @@ int dt_sparse_pull(dt_sparse_client *s, int training, dt_error *err) {
 }
 
 int dt_sparse_push(dt_sparse_client *s, dt_error *err) {
-    size_t total = 0, bytes = 0;
+    size_t total = 0;
     dt_table_grad g;
     for (int t = 0; t < s->n_tables; t++) {
         if (dt_net_table_grad(s->net, t, &g)) return dt_errorf(err, DT_EINVAL, "sparse client: no table %d", t);
         total += g.n;
-        bytes += g.n * (8 + dt_enc_size(s->cfg.encoding) * (size_t)g.dim);
     }
-    int rc = reserve(s, total ? total : 1, bytes ? bytes : 1, err);
+    int rc = reserve_ids(s, total ? total : 1, err);
     if (rc) return rc;
-    round_t r = {.push = 1, .step = s->step};
     size_t base = 0;
-    for (int t = 0; t < s->n_tables && !rc; t++) {
+    for (int t = 0; t < s->n_tables; t++) {
         dt_table_block b;
         dt_net_table_grad(s->net, t, &g);
         dt_net_table_block(s->net, t, &b);
         /* the gradient's rows are slots of the block: their ids, in the gradient's order */
         for (size_t i = 0; i < g.n; i++) s->ids[base + i] = b.ids[g.rows[i]];
-        rc = add_table(s, &r, t, g.dim, s->ids + base, g.n, base, g.grad, err);
+        split_table(s, t, g.dim, s->ids + base, g.n, base, g.grad);
         base += g.n;
         s->stats.rows_pushed += g.n;
     }
-    if (!rc) rc = flush(s, &r, err);
-    if (rc) return rc;
+    round_t r = {.push = 1, .step = s->step};
+    if ((rc = send_round(s, &r, err))) return rc;
     s->stats.pushes++;
     s->want = s->step + 1;
     return DT_OK;
@@ -323,10 +425,11 @@ int dt_sparse_declare(dt_sparse_client *s, int64_t step, dt_error *err) {
     if (s->n_tables < 1 || s->n_tables > (int)DT_WIRE_MAX_TABLES)
         return dt_errorf(err, DT_EINVAL, "sparse client: %d tables (1..%u)", s->n_tables, DT_WIRE_MAX_TABLES);
     size_t bytes = (size_t)s->n_tables * DT_WIRE_TABLE_BYTES;
-    int rc = reserve(s, 1, bytes, err);
+    int rc = reserve_buf(s, bytes, err);
     for (int t = 0; t < s->n_tables && !rc; t++) {
         dt_wire_table w;
-        if (!(rc = dt_sparse_table_record(s, t, &w, err))) dt_wire_table_encode(s->buf + (size_t)t * DT_WIRE_TABLE_BYTES, &w);
+        if (!(rc = dt_sparse_table_record(s, t, &w, err)))
+            dt_wire_table_encode(s->buf + (size_t)t * DT_WIRE_TABLE_BYTES, &w);
     }
     if (rc) return rc;
     for (int p = 0; p < s->n_ps; p++) {
@@ -337,8 +440,7 @@ int dt_sparse_declare(dt_sparse_client *s, int64_t step, dt_error *err) {
         m->payload = s->buf, m->bytes = bytes;
         s->n_msgs[p] = 1;
     }
-    round_t r = {0};
-    if ((rc = flush(s, &r, err))) return rc;
+    if ((rc = exchange(s, err))) return rc;
     s->step = s->want = step;
     return DT_OK;
 }
@@ -349,21 +451,23 @@ static int probe(dt_sparse_client *s, dt_error *err) {
     const uint32_t last = (uint32_t)(s->n_tables - 1);
     dt_table_grad g;
     dt_net_table_grad(s->net, (int)last, &g);
-    int rc = reserve(s, 1, 8 * (size_t)s->n_ps, err);
+    const size_t bytes = DT_WIRE_SECTION_BYTES + 8;
+    int rc = reserve_buf(s, bytes * (size_t)s->n_ps, err);
     for (int p = 0; p < s->n_ps && !rc; p++) {
         uint64_t id = 0; /* an id of p's: expected n_ps tries (ids spread evenly) */
         while (dt_row_ps(last, id, s->n_ps) != p) id++;
-        dt_put_u64(s->buf + 8 * (size_t)p, id);
+        uint8_t *pay = s->buf + bytes * (size_t)p;
+        dt_wire_section_encode(pay, last, (uint32_t)g.dim, 1);
+        dt_put_u64(pay + DT_WIRE_SECTION_BYTES, id);
         dt_sparse_msg *m = &s->msg_rows[p][0];
         m->h = dt_wire_header_make(DT_MSG_SPARSE_PULL, 0, 0, 0);
-        m->h.sparse.table = last, m->h.sparse.ids = 1, m->h.sparse.dim = (uint64_t)g.dim;
-        m->payload = s->buf + 8 * (size_t)p, m->bytes = 8;
+        m->h.sections.count = 1, m->h.sections.ids = 1, m->h.sections.floats = (uint64_t)g.dim;
+        m->payload = pay, m->bytes = bytes;
         s->n_msgs[p] = 1;
     }
     if (rc) return rc;
     s->probing = 1;
-    round_t r = {0};
-    rc = flush(s, &r, err);
+    rc = exchange(s, err);
     s->probing = 0;
     return rc;
 }
@@ -511,7 +615,7 @@ int dt_sparse_import(dt_sparse_client *s, int t, const uint64_t *ids, const floa
     if (n > per * DT_WIRE_MAX_CHUNKS)
         return dt_errorf(err, DT_EINVAL, "sparse client: %zu rows of table %d in one import (at most %zu)", n, t,
                          per * DT_WIRE_MAX_CHUNKS);
-    if ((rc = reserve(s, n, n * (8 + 4 * k), err))) return rc;
+    if ((rc = reserve_ids(s, n, err)) || (rc = reserve_buf(s, n * (8 + 4 * k), err))) return rc;
     dt_row_split((uint32_t)t, ids, n, s->n_ps, s->ps_of, s->begin, s->order);
     size_t at = 0;
     for (int p = 0; p < s->n_ps; p++)

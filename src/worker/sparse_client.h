@@ -1,14 +1,15 @@
 /* A worker's side of the sparse tables on the ps tasks (docs/sparse.md, "On a worker"): a compact
  * net's embedding tables (model/net.h, dt_net_build_compact) live on the ps tasks, each row on the
  * ps dt_row_ps names. Per step the net lists each table's unique ids in the batch; this client
- * pulls exactly those rows (SPARSE_PULL, split by ps) into the net's blocks before the forward, and
- * after the backward pushes each touched row's summed gradient with its id (SPARSE_PUSH). The
- * chief declares the tables (SPARSE_INIT) after every INIT.
+ * pulls exactly those rows (SPARSE_PULL, split by ps: one message per ps for all tables, a section
+ * per table) into the net's blocks before the forward, and after the backward pushes each touched
+ * row's summed gradient with its id (SPARSE_PUSH, the same way). The chief declares the tables
+ * (SPARSE_INIT) after every INIT.
  *
  * Sync replicas: the rows are pulled at the tables' step t (the pull waits until the ps has applied
- * step t - 1), the push is for step t, sent to every ps for every table (with no ids where the
- * batch had none there: the ps counts a replica's push whole). Async: pulls take the rows as they
- * are, each push is one update.
+ * step t - 1), the push is for step t, sent to every ps naming every table in each of its parts (a
+ * section without ids where the batch had none there: the ps counts a replica's push whole).
+ * Async: pulls take the rows as they are, each section of a push is one update of its table.
  *
  * It shares the dense updater's ps client (one exchange at a time): its calls go between the dense
  * exchanges, never under one (--overlap is refused with sparse tables). Not thread-safe. */
@@ -39,8 +40,10 @@ typedef struct {
 typedef struct {
     uint64_t pulls, pushes;           /* calls (training and evaluation pulls) */
     uint64_t rows_pulled, rows_pushed;/* ids sent in SPARSE_PULLs, in SPARSE_PUSHes */
-    uint64_t messages;                /* SPARSE_PULLs and SPARSE_PUSHes sent (each answered once) */
-    uint64_t stale;                   /* SPARSE_PUSHes a sync ps answered STALE */
+    uint64_t messages;                /* SPARSE_PULLs and SPARSE_PUSHes sent (each answered once; one per
+                                       * ps and call for all tables, more only at a message's bounds) */
+    uint64_t sections;                /* their sections (8 bytes of record each, up) */
+    uint64_t stale;                   /* SPARSE_PUSHes a sync ps answered STALE (some section stale) */
     uint64_t saturated;               /* fp16: finite gradient values beyond +-65504 sent as +-65504 */
 } dt_sparse_stats;
 
