@@ -74,13 +74,21 @@ static void test_sync_epoch(void) {
     CHECK(dt_coord_claim(c, 1, 0, 2, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "batch 2 of epoch 0 is already counted (unit 0)");
     CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1);
-    /* A stale gradient: the claim for step t is voided when t is applied without it. */
+    /* A stale gradient: the claim for step t is voided when t is applied without it, and the unit
+     * taken back; alone, the worker is granted it again (nobody else would take it). */
     CHECK(dt_coord_claim(c, 1, 0, 4, step, 0, why, sizeof why) == DT_WIRE_OK);
     dt_coord_applied(c, step++, NULL, 0);
     dt_coord_get_stats(c, &st);
-    CHECK(st.voided == 1 && st.committed == 4);
-    /* A claim for a step applied already is STALE. */
+    CHECK(st.voided == 1 && st.committed == 4 && st.dropped == 1 && st.pool == 1 && st.held == 0);
+    CHECK(dt_coord_claim(c, 1, 0, 5, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(why, "does not hold unit 1 of epoch 0 (held by nobody: it is in the pool)");
+    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1 && g.mask == 0xf);
+    /* A claim for a step applied already is STALE: the unit goes back again. */
     CHECK(dt_coord_claim(c, 1, 0, 4, step - 1, 0, why, sizeof why) == DT_WIRE_STALE);
+    CHECK_CONTAINS(why, "the unit goes back");
+    dt_coord_get_stats(c, &st);
+    CHECK(st.dropped == 2 && st.pool == 1);
+    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1);
     for (int b = 4; b < 8; b++, step++) {
         CHECK(dt_coord_claim(c, 1, 0, (uint64_t)b, step, 0, why, sizeof why) == DT_WIRE_OK);
         uint16_t w = 1;
@@ -188,6 +196,111 @@ static void test_members(void) {
     CHECK(st.live == 1 && st.leaves == 1 && st.pool == 2);
     CHECK(dt_coord_claim(c, 2, 0, 6, 2, 170 * MS, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     dt_coord_free(c);
+}
+
+/* A claim refused as a confused or hostile peer's, naming why. */
+static void claim_refused(dt_coord *c, int w, uint64_t batch, int64_t step, const char *says) {
+    char why[256] = "";
+    CHECK_MSG(dt_coord_claim(c, w, 0, batch, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE, "%s", says);
+    CHECK_CONTAINS(why, says);
+}
+
+/* Backup workers (docs/elastic.md, "A dropped gradient"): a gradient left out of its step loses
+ * the worker its unit, which is granted to any other member first (a fresh unit to the dropper);
+ * with --staleness a unit taken with a later claim still unsettled waits for it. Every batch is
+ * counted once; hostile claims (done twice, by a worker that does not hold it) are refused. */
+static void test_dropped_gradient(void) {
+    dt_coord *c = coord_of(plan_of(64 * 16, 64, 4, 1)); /* 16 batches, 4 units */
+    char why[256] = "";
+    dt_coord_grant g;
+    for (int w = 0; w < 3; w++)
+        CHECK(dt_coord_ask(c, w, 1, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == (uint32_t)w);
+    uint16_t w01[2] = {0, 1}, w02[2] = {0, 2}, w0 = 0, w2 = 2;
+    CHECK(dt_coord_claim(c, 0, 0, 0, 0, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 1, 0, 4, 0, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 2, 0, 8, 0, 0, why, sizeof why) == DT_WIRE_OK);
+    dt_coord_applied(c, 0, w01, 2); /* k = 2 of 3: worker 2's gradient is the backup's, dropped */
+    dt_coord_stats st;
+    dt_coord_get_stats(c, &st);
+    CHECK(st.committed == 2 && st.voided == 1 && st.dropped == 1 && st.pool == 1 && st.held == 2);
+    claim_refused(c, 2, 9, 1, "worker 2 does not hold unit 2 of epoch 0 (held by nobody: it is in the pool)");
+    CHECK(dt_coord_ask(c, 2, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 3); /* not its own unit 2 */
+    /* Step 1: worker 1's gradient is dropped; unit 2 goes to worker 1 whole (batch 8 free again). */
+    CHECK(dt_coord_claim(c, 0, 0, 1, 1, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 1, 0, 5, 1, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 2, 0, 12, 1, 0, why, sizeof why) == DT_WIRE_OK);
+    dt_coord_applied(c, 1, w02, 2);
+    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 2 && g.mask == 0xf);
+    /* Only unit 1, its own, is left to grant: worker 1 waits, worker 2 takes it (batch 4 counted). */
+    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_WORK_WAIT);
+    CHECK(dt_coord_ask(c, 2, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1 && g.mask == 0xe);
+    /* Hostile claims: a batch counted already, a unit another worker holds, a non-member. */
+    claim_refused(c, 0, 0, 2, "batch 0 of epoch 0 is already counted");
+    claim_refused(c, 1, 13, 2, "worker 1 does not hold unit 3 of epoch 0 (held by worker 2)");
+    claim_refused(c, 3, 13, 2, "worker 3 is not a member");
+    /* Staleness: worker 2 claims batches 13 and 14 for steps 2 and 3; step 2 goes without it, so
+     * unit 3 is taken but waits for the claim of step 3, which counts when step 3 is applied. */
+    CHECK(dt_coord_claim(c, 2, 0, 13, 2, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 2, 0, 14, 3, 0, why, sizeof why) == DT_WIRE_OK);
+    dt_coord_applied(c, 2, &w0, 1);
+    dt_coord_get_stats(c, &st);
+    CHECK(st.dropped == 3 && st.orphaned == 1);
+    dt_coord_applied(c, 3, &w2, 1);
+    dt_coord_get_stats(c, &st);
+    CHECK(st.orphaned == 0 && st.pool == 1 && st.committed == 5);
+    CHECK(dt_coord_ask(c, 2, 0, 0, &g, why, sizeof why) == DT_WIRE_WORK_WAIT); /* unit 3 was taken from it */
+    CHECK(dt_coord_ask(c, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 3 && g.mask == 0xa);
+    dt_coord_free(c);
+}
+
+/* A fractional --epochs: 2.5 epochs of 10 batches train epochs 0 and 1 whole and the first 5
+ * batches of epoch 2, each once; the state saved in the short epoch loads with its size; a plan
+ * whose last epoch is not shorter is refused. */
+static void test_fractional_epochs(void) {
+    dt_coord_plan p = plan_of(64 * 10, 64, 4, 1); /* 10 batches: units of 4, 4 and 2 */
+    p.epochs = 3, p.last_batches = 5;
+    dt_coord *c = coord_of(p);
+    char why[256] = "";
+    dt_coord_grant g;
+    uint16_t w0 = 0;
+    int64_t step = 0;
+    uint32_t counted[3] = {0};
+    int32_t r;
+    while ((r = dt_coord_ask(c, 0, 0, 0, &g, why, sizeof why)) == DT_WIRE_OK) {
+        dt_coord_stats st;
+        dt_coord_get_stats(c, &st);
+        if (g.epoch == 2) CHECK(st.units == 2 && st.batches == 5 && (g.unit == 0 ? g.mask == 0xf : g.mask == 0x1));
+        for (uint64_t m = g.mask; m; m &= m - 1) {
+            uint64_t b = g.unit * 4u + (uint64_t)__builtin_ctzll(m);
+            CHECK(dt_coord_claim(c, 0, g.epoch, b, step, 0, why, sizeof why) == DT_WIRE_OK);
+            dt_coord_applied(c, step++, &w0, 1);
+            if (g.epoch < 3) counted[g.epoch]++;
+        }
+        if (g.epoch == 2 && g.unit == 0) { /* the short epoch's state, saved and loaded */
+            CHECK(dt_coord_claim(c, 0, 2, 5, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+            CHECK_CONTAINS(why, "batch 5 is out of range: epoch 2 has 5 batch(es) (0..4)");
+            size_t n = dt_coord_state_size(c);
+            uint8_t *a = malloc(n);
+            dt_coord_save(c, a);
+            CHECK(n == 72 + 1 && memcmp(a, "DTCOORD2", 8) == 0);
+            dt_coord *d = NULL;
+            dt_error err = {0};
+            CHECK_MSG(dt_coord_load(&d, a, n, NULL, &err) == DT_OK, "%s", err.msg);
+            dt_coord_get_stats(d, &st);
+            CHECK(st.epoch == 2 && st.units == 2 && st.batches == 5 && st.done == 1);
+            dt_coord_free(d);
+            free(a);
+        }
+    }
+    CHECK(r == DT_WIRE_WORK_FINISHED);
+    CHECK(counted[0] == 10 && counted[1] == 10 && counted[2] == 5);
+    dt_coord_free(c);
+    dt_error err = {0};
+    p.last_batches = 10;
+    CHECK(dt_coord_new(&c, &p, NULL, &err) == DT_EINVAL);
+    CHECK_CONTAINS(err.msg, "the last epoch's 10 batch(es) (must be 1..9");
+    p.last_batches = 3, p.epochs = 0;
+    CHECK(dt_coord_new(&c, &p, NULL, &err) == DT_EINVAL);
 }
 
 static void test_finished_and_wait(void) {
@@ -312,7 +425,10 @@ static void sim_sync_gather(sim *s) {
             *w = (sim_worker){0};
             continue;
         }
-        if (fate < 6) continue; /* a backup's gradient, too late: stale */
+        if (fate < 6) { /* a backup's gradient, too late: stale; the worker drops its unit */
+            sim_forget(s, i);
+            continue;
+        }
         s->in[s->n_in] = (uint16_t)i, s->ep[s->n_in] = e, s->ba[s->n_in] = b, s->n_in++;
         if (fate < 8) *w = (sim_worker){0}; /* killed at the barrier, its gradient held */
         else w->todo[0] &= ~(UINT64_C(1) << (b % s->unit_batches));
@@ -413,7 +529,8 @@ static void test_random_cluster(void) {
                       st.epoch);
             CHECK_MSG(sim_exactly_once(&s, SIM_EPOCHS), "sync %d seed %" PRIu64, sync, seed);
             CHECK(st.committed == (uint64_t)SIM_EPOCHS * s.batches);
-            CHECK_MSG(st.losses > 0 && st.leaves > 0 && st.joins > 3 && st.voided > 0 && st.returned > 0,
+            CHECK_MSG(st.losses > 0 && st.leaves > 0 && st.joins > 3 && st.voided > 0 && st.returned > 0 &&
+                      (!sync || st.dropped > 0),
                       "sync %d seed %" PRIu64 ": losses %" PRIu64 " leaves %" PRIu64 " joins %" PRIu64 " voided %" PRIu64,
                       sync, seed, st.losses, st.leaves, st.joins, st.voided);
             dt_coord_free(s.c);
@@ -551,6 +668,20 @@ static void test_state_refusals(void) {
     CHECK(dt_coord_load(&d, a, size - 1, NULL, &err) == DT_EFORMAT);
     CHECK(dt_coord_load(&d, a, 10, NULL, &err) == DT_EFORMAT);
     CHECK_CONTAINS(err.msg, "the header alone is 72");
+    /* Version 1 (epochs in 64 bits) loads, its epochs' high half 0; version 2's last epoch must be
+     * shorter than the others. */
+    memcpy(t, a, size);
+    memcpy(t, "DTCOORD1", 8);
+    dt_coord *v1 = NULL;
+    CHECK_MSG(dt_coord_load(&v1, t, size, NULL, &err) == DT_OK, "%s", err.msg);
+    dt_coord_free(v1);
+    t[36] = 1;
+    CHECK(dt_coord_load(&v1, t, size, NULL, &err) == DT_EFORMAT);
+    CHECK_CONTAINS(err.msg, "(version 1): 4294967299 epochs (byte 32; at most 4294967295)");
+    memcpy(t, a, size);
+    t[36] = 26;
+    CHECK(dt_coord_load(&v1, t, size, NULL, &err) == DT_EFORMAT);
+    CHECK_CONTAINS(err.msg, "the last epoch's 26 batch(es) (must be 1..25");
     dt_coord_free(c), free(a), free(t);
 }
 
@@ -560,6 +691,8 @@ int main(void) {
     RUN(test_refusals);
     RUN(test_claims_bound);
     RUN(test_members);
+    RUN(test_dropped_gradient);
+    RUN(test_fractional_epochs);
     RUN(test_finished_and_wait);
     RUN(test_random_cluster);
     RUN(test_restore_mid_epoch);

@@ -5,7 +5,9 @@
 # each epoch's batches, and the workers' --debug_work_log lines name every example: none twice, and
 # none missing but at most the one batch the killed worker may have pushed without logging it);
 # the survivors exit 0. A join at --max_workers is refused naming the bound. A sync step holding an
-# epoch's short last batch is weighted by examples. Every process ends in time.
+# epoch's short last batch is weighted by examples. Backup workers over 2.5 epochs: a slow worker's
+# dropped gradients cost it its units, and every example is still trained once per epoch, half of
+# the last one. Every process ends in time.
 . "$(dirname "$0")/lib.sh"
 fashion_subset "$tmp/data" 1000 100 || { bad "fashion subset"; summary; exit; }
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
@@ -98,4 +100,42 @@ st=$?
 check "sync: a step holding an epoch's short last batch is weighted by examples (status $st)" \
   grep -Eq "ps 0: step [0-9]+: the mean of 2 gradient\(s\) weighted by their examples \((4, 32|32, 4); 36 in all\)" \
   "$tmp/weighted.out"
+
+# Backup workers and a fractional --epochs (docs/elastic.md, "A dropped gradient", "Fractional
+# epochs"): 3 sync workers whose steps aggregate 2 gradients, worker 2 slow (80 ms a step, the
+# others 10) so that its gradients come too late and are dropped; 2.5 epochs of 100 examples in
+# batches of 4 (25 batches): epochs 0 and 1 whole and the first 13 batches (52 examples) of epoch
+# 2, each example once, ps 0's count and the workers' logs agreeing. About 1.5 s.
+d="$tmp/backup"; mkdir -p "$d"
+bp=($(free_port 4))
+bh=(--ps_hosts=127.0.0.1:${bp[0]} --worker_hosts=127.0.0.1:${bp[1]},127.0.0.1:${bp[2]},127.0.0.1:${bp[3]})
+bk=(--model "$tmp/tiny.model" --data "$tmp/small" --logdir= --summary_dir= --threads 1 --batch_size 4
+    --epochs 2.5 --sharding dynamic --unit_batches 2 --issync 1 --replicas_to_aggregate 2 --total_num_replicas 3
+    --heartbeat_timeout 4 --steps_to_validate 100000)
+timeout --foreground 60 "$bin" train "${bk[@]}" "${bh[@]}" --job_name=ps >"$d/ps" 2>&1 &
+bpids=($!)
+for t in 0 1 2; do
+  timeout --foreground 60 "$bin" train "${bk[@]}" "${bh[@]}" --job_name=worker --task_index=$t \
+    --debug_step_delay_ms $([ $t = 2 ] && echo 80 || echo 10) --debug_work_log "$d/work$t" >"$d/w$t" 2>&1 &
+  bpids+=($!)
+done
+pids+=("${bpids[@]}")
+failed=0
+for p in "${bpids[@]}"; do wait "$p" || failed=1; done
+[ $failed = 0 ] && ok "backup workers: every task exits 0" || bad "backup workers: every task exits 0 ($(tail -2 "$d/w2"))"
+check "backup workers: ps 0 counts the short last epoch (13 batches) and finishes" \
+  grep -q "ps 0: epoch 2 done: its 7 unit(s), 13 batch(es), each counted once; training finished" "$d/ps"
+check "backup workers: a dropped gradient's unit goes back to another worker" \
+  grep -q "ps 0: worker [0-9]'s gradient of batch [0-9]* for step [0-9]* was not applied (stale): unit [0-9]* goes back" "$d/ps"
+cat "$d"/work[0-2] | awk '
+  { for (i = 6; i <= NF; i++) if (c[$2 " " $i]++) dup++; else seen[$2]++ }
+  END { printf "duplicates %d, per epoch %d %d %d\n", dup, seen[0], seen[1], seen[2]
+        exit !(dup == 0 && seen[0] == 100 && seen[1] == 100 && seen[2] == 52 && !(3 in seen)) }' >"$d/count"
+[ $? -eq 0 ] && ok "backup workers: every example once per epoch, 52 in the half epoch ($(cat "$d/count"))" \
+  || bad "backup workers: every example once per epoch, 52 in the half epoch ($(cat "$d/count"))"
+# --staleness beyond what ps 0 takes of one worker's claims is refused before anything starts.
+timeout --foreground 30 "$bin" train "${bk[@]}" "${bh[@]}" --staleness 16 --job_name=worker --task_index=1 >"$d/s16" 2>&1
+st=$?
+check "sharding dynamic refuses --staleness 16, naming the bound (status $st)" \
+  eval '[ "$st" -ne 0 ] && grep -q "staleness=16, at most 15" "$d/s16"'
 summary

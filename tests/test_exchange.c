@@ -314,6 +314,18 @@ static void test_protocol_checks(void) {
     int stale = 0;
     dt_ex_result(b.x, NULL, &stale, NULL);
     CHECK(stale == 1);
+    CHECK(!dt_ex_stale_ref(b.x)); /* ps 0's chunk 0 took it: ps 0 counts its batch */
+    bed_close(&b, DT_EX_DONE);
+    /* ps 0's chunk 0 alone STALE (ps 1 took it): that is the verdict dynamic sharding follows. */
+    bed_start(&b, DT_MSG_PUSH, DT_MSG_PARAMS, 0, 0);
+    for (int i = 0; i < NP; i++)
+        for (int c = 0; c < CHUNKS[i]; c++) {
+            dt_wire_header h = reply(DT_MSG_PARAMS, i, c, b.id[i][c], 3);
+            if (i == 0 && c == 0) h.status = DT_WIRE_STALE;
+            CHECK(give(&b, i, &h) == DT_EX_TAKEN);
+        }
+    dt_ex_result(b.x, NULL, &stale, NULL);
+    CHECK(stale == 1 && dt_ex_stale_ref(b.x));
     bed_close(&b, DT_EX_DONE);
 }
 

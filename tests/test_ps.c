@@ -744,7 +744,7 @@ static void test_work_over_zeromq(void) {
     zmq_msg_init_size(&m, size);
     uint8_t *b = zmq_msg_data(&m);
     memset(b, 0, size);
-    memcpy(b, "DTCOORD1", 8);
+    memcpy(b, "DTCOORD2", 8);
     dt_put_u64(b + 8, 2 * units); /* examples: batches of 1 in units of 2 */
     dt_put_u32(b + 40, 1), dt_put_u32(b + 44, 2), dt_put_u32(b + 48, 4), dt_put_u32(b + 52, 2);
     dt_put_u32(b + 64, (uint32_t)units), dt_put_u32(b + 68, (uint32_t)units);

@@ -353,19 +353,27 @@ static void test_work_sync(void) {
     push(s, 2, 1, 0, 2, 0, 1.0f, 0, 1, 0); /* chunk 0 of step 0 applied: both claims count */
     dt_coord_stats st = work_stats(s);
     CHECK(st.committed == 2 && st.voided == 0 && st.live == 2 && st.held == 2);
+    /* A claim for an applied step is STALE, and the unit goes back (docs/elastic.md, "A dropped
+     * gradient"): granted to worker 1 before worker 0, which is told WAIT. */
     work_claim(s, 1, 0, 1, 0, 0);
     CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_STALE);
+    st = work_stats(s);
+    CHECK(st.dropped == 1 && st.pool == 1 && st.held == 1);
     work_claim(s, 1, 0, 0, 1, 0);
     CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(last()->text, "batch 0 of epoch 0 is already counted");
+    work_claim(s, 1, 0, 1, 1, 0);
+    CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "worker 0 does not hold unit 0 of epoch 0 (held by nobody: it is in the pool)");
+    work_ask(s, 1, 0, 0, 0);
+    CHECK(last()->h.type == DT_MSG_WORK_GRANT && last()->h.status == DT_WIRE_WORK_WAIT);
     /* A stale gradient: worker 1's claim for step 1 is voided when step 1 is applied without it. */
     work_claim(s, 2, 1, 5, 1, 0);
-    work_claim(s, 1, 0, 1, 1, 0);
-    push(s, 1, 0, 0, 2, 1, 1.0f, 1, 1, 0); /* worker 0 waits at the barrier */
+    push(s, 1, 0, 0, 2, 1, 1.0f, 1, 1, 0); /* worker 0 waits at the barrier (a gradient without a claim) */
     CHECK(ps_shard_cron(s, 2 * SEC, &io, NULL) == DT_OK); /* worker 1 is lost: the step goes without it */
     st = work_stats(s);
-    CHECK(st.committed == 3 && st.voided == 1 && st.losses == 1 && st.live == 1);
-    CHECK(st.pool == 1); /* its unit, batch 4 counted, is back */
+    CHECK(st.committed == 2 && st.voided == 1 && st.losses == 1 && st.live == 1);
+    CHECK(st.pool == 2); /* its unit, batch 4 counted, is back, beside unit 0 */
     /* The chief fetches the state: unit 0 partial (batches 0, 1), unit 1 partial (batch 4). */
     dt_wire_header h = hdr(DT_MSG_WORK_STATE, DT_ROLE_CHIEF, 0);
     ps_origin o = from(0);
@@ -445,6 +453,33 @@ static void test_elastic_init(void) {
     CHECK(step_of(s) == 1);
     push(s, 3, 2, 0, 1, 1, 1.0f, 0, 1, 0);
     CHECK(step_of(s) == 2);
+    shard_done(s);
+}
+
+/* Backup workers under INIT's ELASTIC flag: a step waits for the live workers but b = total -
+ * aggregate (here 3 - 2 = 1), k = max(1, live - b), as workers come and go; the gradient beyond
+ * k is stale. */
+static void test_elastic_backup(void) {
+    ps_shard *s = shard_new();
+    init(s, 1, 2, 3, 0, 1000, 2, 0);
+    push(s, 1, 0, 0, 1, 0, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 1); /* 1 live: k = max(1, 1 - 1) = 1 */
+    pull(s, 2, 1, 0, 1, 0, 0);
+    push(s, 1, 0, 0, 1, 1, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 2); /* 2 live: k = 1 still */
+    pull(s, 3, 2, 0, 1, 0, 0);
+    push(s, 2, 1, 0, 1, 2, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 2); /* 3 live: k = 2 */
+    push(s, 3, 2, 0, 1, 2, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 3);
+    push(s, 1, 0, 0, 1, 2, 1.0f, 0, 1, 0); /* the backup's gradient: too late */
+    CHECK(last()->h.status == DT_WIRE_STALE);
+    /* Worker 2 sits steps out: 2 live, k = 1 */
+    dt_wire_header h = hdr(DT_MSG_DONE, DT_ROLE_WORKER, 2);
+    ps_origin o = from(3);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    push(s, 1, 0, 0, 1, 3, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 4);
     shard_done(s);
 }
 
@@ -592,6 +627,7 @@ int main(void) {
     RUN(test_conditions);
     RUN(test_sit_out_and_back);
     RUN(test_elastic_init);
+    RUN(test_elastic_backup);
     RUN(test_async_chunks_out_of_order);
     RUN(test_sync_replica_twice_and_stale);
     RUN(test_sync_later_step_full);

@@ -111,7 +111,8 @@ static int train_flags(train_args *a, flag_def *out) {
                  "sync: workers pushing (the number of workers; more than --replicas_to_aggregate: backup "
                  "workers); 0: --replicas_to_aggregate", 0, MAX_TASKS, 0),
         FLAG_NUM("staleness", FLAG_INT, &o->staleness,
-                 "sync: steps a worker may run ahead of the slowest; 0: fully synchronous", 0, 64, 0),
+                 "sync: steps a worker may run ahead of the slowest; 0: fully synchronous (--sharding dynamic: "
+                 "at most 15)", 0, 64, 0),
         FLAG_TEXT("sharding", &o->sharding,
                   "cluster: fixed (the default: one shard per worker task, bit-exact runs) or dynamic (ps 0 hands "
                   "out units of batches: every example once per epoch while workers die and join; docs/elastic.md)"),

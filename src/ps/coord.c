@@ -12,6 +12,8 @@
 #include "ps/coord_impl.h"
 #include "transport/wire.h"
 
+#define COORD_LOG_DROPPED 3 /* units taken back for a dropped gradient: the first few logged */
+
 _Static_assert(DT_COORD_MAX_STATE_BYTES == DT_WIRE_MAX_WORK_STATE, "WORK_STATE's bound and the coordinator's disagree");
 
 static void coord_log(const dt_coord *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -62,6 +64,11 @@ int coord_check_plan(const dt_coord_plan *p, uint32_t *units, uint32_t *batches,
     if (nu > DT_COORD_MAX_UNITS)
         return dt_errorf(err, DT_EINVAL, "work plan: %" PRIu64 " units of %u batches of %u (at most %u units: larger "
                          "units or batches)", nu, p->unit_batches, p->batch_size, DT_COORD_MAX_UNITS);
+    if (p->epochs > DT_COORD_MAX_EPOCHS)
+        return dt_errorf(err, DT_EINVAL, "work plan: %" PRIu64 " epochs (at most %u)", p->epochs, DT_COORD_MAX_EPOCHS);
+    if (p->last_batches && (!p->epochs || p->last_batches >= nb))
+        return dt_errorf(err, DT_EINVAL, "work plan: the last epoch's %u batch(es) (must be 1..%" PRIu64 " of a plan "
+                         "with an end, or 0: the last epoch whole)", p->last_batches, nb - 1);
     *units = (uint32_t)nu, *batches = (uint32_t)nb;
     return DT_OK;
 }
@@ -80,13 +87,22 @@ uint64_t coord_full_mask(const dt_coord *c, uint32_t unit) {
     return n >= 64 ? UINT64_MAX : (UINT64_C(1) << n) - 1;
 }
 
-/* Every unit fresh: the start of an epoch. */
+void coord_epoch_size(const dt_coord_plan *p, uint64_t epoch, uint32_t *units, uint32_t *batches) {
+    uint64_t nb = (p->examples + p->batch_size - 1) / p->batch_size; /* checked: at most 2^24 */
+    if (p->last_batches && epoch + 1 == p->epochs) nb = p->last_batches;
+    *batches = (uint32_t)nb;
+    *units = (uint32_t)((nb + p->unit_batches - 1) / p->unit_batches);
+}
+
+/* Every unit fresh: the start of an epoch (of c->epoch's size). */
 static void units_reset(dt_coord *c) {
-    memset(c->done_mask, 0, c->units * sizeof *c->done_mask);
-    memset(c->claimed, 0, c->units * sizeof *c->claimed);
-    memset(c->state, UNIT_FRESH, c->units);
-    memset(c->claims, 0, c->units);
-    for (uint32_t u = 0; u < c->units; u++) c->holder[u] = COORD_NONE;
+    coord_epoch_size(&c->plan, c->epoch, &c->units, &c->batches);
+    memset(c->done_mask, 0, c->max_units * sizeof *c->done_mask);
+    memset(c->claimed, 0, c->max_units * sizeof *c->claimed);
+    memset(c->avoid, 0, c->max_units * sizeof *c->avoid);
+    memset(c->state, UNIT_FRESH, c->max_units);
+    memset(c->claims, 0, c->max_units);
+    for (uint32_t u = 0; u < c->max_units; u++) c->holder[u] = COORD_NONE;
     c->pool_head = c->pool_len = c->next_fresh = 0;
     c->n_done = c->n_held = c->n_orphan = 0;
 }
@@ -98,18 +114,19 @@ int dt_coord_new(dt_coord **out, const dt_coord_plan *plan, FILE *log, dt_error 
     if (rc) return rc;
     dt_coord *c = dt_calloc(1, sizeof *c, "work coordinator", err);
     if (!c) return DT_ENOMEM;
-    c->plan = *plan, c->log = log, c->units = units, c->batches = batches;
+    c->plan = *plan, c->log = log, c->max_units = units;
     c->done_mask = dt_calloc(units, sizeof *c->done_mask, "work units", err);
     c->claimed = dt_calloc(units, sizeof *c->claimed, "work units", err);
     c->holder = dt_calloc(units, sizeof *c->holder, "work units", err);
+    c->avoid = dt_calloc(units, sizeof *c->avoid, "work units", err);
     c->state = dt_calloc(units, 1, "work units", err);
     c->claims = dt_calloc(units, 1, "work units", err);
     c->pool = dt_calloc(units, sizeof *c->pool, "work pool", err);
     c->m = dt_calloc(plan->max_workers, sizeof *c->m, "work members", err);
     c->active = dt_calloc(plan->max_workers, sizeof *c->active, "work members", err);
     c->ended = dt_calloc((plan->max_workers + 7) / 8, 1, "work members", err);
-    if (!c->done_mask || !c->claimed || !c->holder || !c->state || !c->claims || !c->pool || !c->m || !c->active ||
-        !c->ended) {
+    if (!c->done_mask || !c->claimed || !c->holder || !c->avoid || !c->state || !c->claims || !c->pool || !c->m ||
+        !c->active || !c->ended) {
         dt_coord_free(c);
         return DT_ENOMEM;
     }
@@ -121,7 +138,8 @@ int dt_coord_new(dt_coord **out, const dt_coord_plan *plan, FILE *log, dt_error 
 void dt_coord_free(dt_coord *c) {
     if (!c) return;
     for (int i = 0; c->m && i < c->n_active; i++) free(c->m[c->active[i]]);
-    free(c->done_mask), free(c->claimed), free(c->holder), free(c->state), free(c->claims), free(c->pool);
+    free(c->done_mask), free(c->claimed), free(c->holder), free(c->avoid), free(c->state), free(c->claims);
+    free(c->pool);
     free(c->m), free(c->active), free(c->ended);
     free(c);
 }
@@ -157,16 +175,25 @@ void coord_pool_push(dt_coord *c, uint32_t unit) {
     c->state[unit] = UNIT_POOL;
 }
 
-/* The next unit to grant: a returned one first, else the next fresh one; COORD_NONE if none. */
-static uint32_t pool_take(dt_coord *c) {
-    if (c->pool_len) {
-        uint32_t u = c->pool[c->pool_head];
-        c->pool_head = (c->pool_head + 1) % c->units;
-        c->pool_len--;
-        return u;
-    }
+/* Takes the pool's unit at position i (from the head): the head moves into its place. */
+static uint32_t pool_remove(dt_coord *c, uint32_t i) {
+    uint32_t at = (c->pool_head + i) % c->units, u = c->pool[at];
+    c->pool[at] = c->pool[c->pool_head];
+    c->pool_head = (c->pool_head + 1) % c->units;
+    c->pool_len--;
+    return u;
+}
+
+/* The next unit to grant worker w: a returned one first, else the next fresh one; COORD_NONE if
+ * none. A unit taken from w for a dropped gradient goes to anyone else first: to w only when no
+ * other member is there to ask for it (the others ask until the epoch ends, or are lost). The
+ * scan is bounded by the pool, and passes only units w itself dropped. */
+static uint32_t pool_take(dt_coord *c, int w) {
+    for (uint32_t i = 0; i < c->pool_len; i++)
+        if (c->avoid[c->pool[(c->pool_head + i) % c->units]] != (uint32_t)w + 1) return pool_remove(c, i);
     while (c->next_fresh < c->units && c->state[c->next_fresh] != UNIT_FRESH) c->next_fresh++;
-    return c->next_fresh < c->units ? c->next_fresh++ : COORD_NONE;
+    if (c->next_fresh < c->units) return c->next_fresh++;
+    return c->pool_len && c->live <= 1 ? pool_remove(c, 0) : COORD_NONE;
 }
 
 static int finished(const dt_coord *c) { return c->plan.epochs && c->epoch >= c->plan.epochs; }
@@ -201,6 +228,23 @@ static void unit_release(dt_coord *c, uint32_t u) {
     } else {
         coord_pool_push(c, u);
     }
+}
+
+/* Sync: member w's gradient of a batch of unit u was dropped as stale (it came after its step was
+ * applied, or to a step already full with backup workers), and its claim voided. w loses the unit:
+ * it goes back with the batches not yet counted and is granted to another member first. A slow
+ * worker (the one backup workers leave out, by design) would otherwise train the same batch again
+ * and again, each time too late, and hold its unit, and the epoch's end, for as long. */
+static void unit_take(dt_coord *c, int w, uint64_t batch, int64_t step) {
+    uint32_t u = (uint32_t)(batch / c->plan.unit_batches);
+    if (c->state[u] != UNIT_HELD || c->holder[u] != (uint32_t)w) return;
+    held_remove(c->m[w], u);
+    unit_release(c, u);
+    c->avoid[u] = (uint32_t)w + 1;
+    if (++c->totals.dropped <= COORD_LOG_DROPPED)
+        coord_log(c, "worker %d's gradient of batch %" PRIu64 " for step %" PRId64 " was not applied (stale): unit %u "
+                  "goes back, to another worker first%s", w, batch, step, u,
+                  c->totals.dropped == COORD_LOG_DROPPED ? "; further ones are counted" : "");
 }
 
 static void member_free(dt_coord *c, int w) {
@@ -315,7 +359,7 @@ int32_t dt_coord_ask(dt_coord *c, int w, int join, int64_t now, dt_coord_grant *
     if ((uint32_t)m->n_held >= c->plan.max_held)
         return refuse(c, DT_WIRE_E_BUSY, why, len, "worker %d already holds %d unit(s), the most one worker may hold "
                       "(max_held %u): finish one first", w, m->n_held, c->plan.max_held);
-    uint32_t u = pool_take(c);
+    uint32_t u = pool_take(c, w);
     if (u == COORD_NONE) return DT_WIRE_WORK_WAIT;
     c->state[u] = UNIT_HELD;
     c->holder[u] = (uint32_t)w;
@@ -365,8 +409,9 @@ int32_t dt_coord_claim(dt_coord *c, int w, uint64_t epoch, uint64_t b, int64_t s
     int32_t rc = claim_check(c, w, epoch, b, why, len);
     if (rc != DT_WIRE_OK) return rc;
     if (c->plan.sync && step < c->next_step) {
-        snprintf(why, len, "claim for step %" PRId64 ", ps 0 has applied it already (now at step %" PRId64 ")", step,
-                 c->next_step);
+        snprintf(why, len, "claim for step %" PRId64 ", ps 0 has applied it already (now at step %" PRId64 "): the "
+                 "unit goes back", step, c->next_step);
+        unit_take(c, w, b, step);
         return DT_WIRE_STALE;
     }
     for (int i = 0; i < m->n_claims; i++)
@@ -417,38 +462,42 @@ static void settle(dt_coord *c, int w, int k, int commit) {
     }
 }
 
-/* Settles member w's claims: those of `step` by commit, those before it void. */
-static void settle_member(dt_coord *c, int w, int64_t step, int commit) {
+/* Settles member w's claims: those of `step` by commit, those before it void; take: a voided
+ * claim's unit is taken from w (unit_take). */
+static void settle_member(dt_coord *c, int w, int64_t step, int commit, int take) {
     for (int k = 0; c->m[w] && k < c->m[w]->n_claims;) {
         const claim_t *cl = &c->m[w]->claims[k];
         if (cl->step > step) {
             k++;
             continue;
         }
-        settle(c, w, k, commit && cl->step == step);
+        const claim_t was = *cl;
+        const int counts = commit && was.step == step;
+        settle(c, w, k, counts);
+        if (!counts && take) unit_take(c, w, was.batch, was.step);
     }
     if (c->m[w] && !c->m[w]->joined && !c->m[w]->n_claims) member_free(c, w);
 }
 
 void dt_coord_applied(dt_coord *c, int64_t step, const uint16_t *workers, int n) {
     for (int i = 0; i < n; i++)
-        if (workers[i] < c->plan.max_workers && c->m[workers[i]]) settle_member(c, workers[i], step, 1);
+        if (workers[i] < c->plan.max_workers && c->m[workers[i]]) settle_member(c, workers[i], step, 1, 1);
     for (int i = 0; i < c->n_active;) {
         uint32_t w = c->active[i];
-        settle_member(c, (int)w, step, 0);
+        settle_member(c, (int)w, step, 0, 1);
         if (i < c->n_active && c->active[i] == w) i++; /* else freed: another index moved into slot i */
     }
     if (step + 1 > c->next_step) c->next_step = step + 1;
 }
 
 void dt_coord_pushed(dt_coord *c, int w, int64_t step) {
-    if (w >= 0 && (uint32_t)w < c->plan.max_workers && c->m[w]) settle_member(c, w, step, 1);
+    if (w >= 0 && (uint32_t)w < c->plan.max_workers && c->m[w]) settle_member(c, w, step, 1, 0);
 }
 
 void dt_coord_reset_step(dt_coord *c, int64_t next) {
     for (int i = 0; i < c->n_active;) {
         uint32_t w = c->active[i];
-        settle_member(c, (int)w, INT64_MAX, 0);
+        settle_member(c, (int)w, INT64_MAX, 0, 0);
         if (i < c->n_active && c->active[i] == w) i++;
     }
     c->next_step = next;

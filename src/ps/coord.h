@@ -33,6 +33,7 @@
 #define DT_COORD_MAX_HELD 16u              /* units one worker may hold at once */
 #define DT_COORD_MAX_CLAIMS 16             /* claims one worker may have unsettled */
 #define DT_COORD_MAX_LIVENESS_MS 86400000u /* a day */
+#define DT_COORD_MAX_EPOCHS UINT32_MAX   /* the state keeps them in 32 bits (version 2) */
 #define DT_COORD_HEADER_BYTES 72u
 /* The largest state dt_coord_save writes: the header, a bit per unit, 12 bytes per partial unit. */
 #define DT_COORD_MAX_STATE_BYTES (DT_COORD_HEADER_BYTES + DT_COORD_MAX_UNITS / 8 + 12 * DT_COORD_MAX_UNITS)
@@ -40,13 +41,16 @@
 typedef struct {
     uint64_t examples;        /* N, 1..DT_COORD_MAX_EXAMPLES */
     uint64_t seed;            /* the permutation's (the worker checks its own against it) */
-    uint64_t epochs;          /* 0: no end; else FINISHED once this many epochs are done */
+    uint64_t epochs;          /* 0: no end; else FINISHED once this many epochs are done (at most
+                               * DT_COORD_MAX_EPOCHS) */
     uint32_t batch_size;      /* B, 1..DT_COORD_MAX_BATCH_SIZE */
     uint32_t unit_batches;    /* U, 1..DT_COORD_MAX_UNIT_BATCHES */
     uint32_t max_workers;     /* task indices 0..max_workers-1 may join */
     uint32_t max_held;        /* 1..DT_COORD_MAX_HELD */
     uint32_t liveness_ms;     /* a member silent this long is lost; 0: never */
     int sync;                 /* claims name the step they are for and settle by dt_coord_applied */
+    uint32_t last_batches;    /* a fractional --epochs: the last epoch trains only its first
+                               * last_batches batches (1..batches per epoch - 1); 0: it is whole */
 } dt_coord_plan;
 
 /* A unit granted: the batches of `mask` (bit i: batch unit * U + i) are the worker's to train. */
@@ -58,11 +62,13 @@ typedef struct {
 
 typedef struct {
     uint64_t epoch;           /* the current one (== plan.epochs when finished) */
-    uint32_t units, batches;  /* per epoch */
+    uint32_t units, batches;  /* of the current epoch (the last one is shorter with last_batches) */
     int live;                 /* members */
     uint32_t done, held, pool, orphaned; /* units this epoch: done, held by members, returned and
                                           * waiting in the pool, waiting for a departed holder's claims */
     uint64_t joins, leaves, losses, returned, grants, committed, voided, epochs_done, refused;
+    uint64_t dropped;         /* units taken back from a sync worker whose gradient was dropped as
+                               * stale (also counted in returned) */
 } dt_coord_stats;
 
 typedef struct dt_coord dt_coord;
@@ -91,12 +97,15 @@ int32_t dt_coord_check_plan(dt_coord *c, int worker, uint64_t examples, uint64_t
 int32_t dt_coord_ask(dt_coord *c, int worker, int join, int64_t now, dt_coord_grant *g, char *why, size_t len);
 
 /* A worker claims batch `batch` of `epoch` for its gradient of `step`. OK (recorded), STALE (sync:
- * that step is applied already), or a refusal. */
+ * that step is applied already: the unit is taken back, as below), or a refusal. */
 int32_t dt_coord_claim(dt_coord *c, int worker, uint64_t epoch, uint64_t batch, int64_t step, int64_t now,
                        char *why, size_t len);
 
 /* Sync: step `step` was applied with the gradients of workers[0..n): their claims for it are
- * committed, every claim for it or an earlier step voided; claims are taken from step + 1 on. */
+ * committed, every claim for it or an earlier step voided; claims are taken from step + 1 on.
+ * A member whose claim is voided here (its gradient came too late: a backup worker's, or with
+ * --staleness) loses the claim's unit: it goes back to the pool with its other batches and is
+ * granted to any other member before this one (docs/elastic.md, "A dropped gradient"). */
 void dt_coord_applied(dt_coord *c, int64_t step, const uint16_t *workers, int n);
 /* Async: a gradient of `worker` tagged `step` was applied: its claim for that step is committed,
  * its claims for earlier steps voided. */

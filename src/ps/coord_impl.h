@@ -30,13 +30,15 @@ typedef struct {
 struct dt_coord {
     dt_coord_plan plan;
     FILE *log;
-    uint32_t units, batches;  /* per epoch */
+    uint32_t units, batches;  /* of the current epoch (coord_epoch_size) */
+    uint32_t max_units;       /* of a whole epoch: the arrays' size */
     uint64_t epoch;
     int64_t next_step;        /* sync: claims for earlier steps are stale */
     /* Per unit of the epoch. */
     uint64_t *done_mask;      /* batches committed */
     uint64_t *claimed;        /* batches committed or claimed */
     uint32_t *holder;
+    uint32_t *avoid;          /* 1 + the worker it was last taken from (a dropped gradient); 0: none */
     uint8_t *state;           /* UNIT_* */
     uint8_t *claims;          /* unsettled claims on it (<= DT_COORD_MAX_CLAIMS: one holder's) */
     uint32_t *pool;           /* ring of returned units, granted before fresh ones */
@@ -54,6 +56,9 @@ struct dt_coord {
 /* coord.c, for the loader: the plan's check (its units and batches per epoch), a unit's batches
  * as a mask, and the pool. */
 int coord_check_plan(const dt_coord_plan *p, uint32_t *units, uint32_t *batches, dt_error *err);
+/* The units and batches of epoch `epoch` of a checked plan (the last one is shorter with
+ * plan.last_batches). */
+void coord_epoch_size(const dt_coord_plan *p, uint64_t epoch, uint32_t *units, uint32_t *batches);
 uint64_t coord_full_mask(const dt_coord *c, uint32_t unit);
 void coord_pool_push(dt_coord *c, uint32_t unit);
 

@@ -10,11 +10,13 @@
 #include "ps/coord.h"
 #include "ps/coord_impl.h"
 
-#define MAGIC "DTCOORD1"
+#define MAGIC "DTCOORD2"    /* version 2: epochs in 32 bits, then the last epoch's batches */
+#define MAGIC_V1 "DTCOORD1" /* version 1: epochs in 64 bits (read: a checkpoint from before) */
 
 /* Byte offsets of the header (docs/elastic.md has the same table). */
 enum {
-    OFF_MAGIC = 0, OFF_EXAMPLES = 8, OFF_SEED = 16, OFF_EPOCH = 24, OFF_EPOCHS = 32, OFF_BATCH = 40, OFF_UNIT = 44,
+    OFF_MAGIC = 0, OFF_EXAMPLES = 8, OFF_SEED = 16, OFF_EPOCH = 24, OFF_EPOCHS = 32, OFF_LAST = 36, OFF_BATCH = 40,
+    OFF_UNIT = 44,
     OFF_WORKERS = 48, OFF_HELD = 52, OFF_LIVENESS = 56, OFF_FLAGS = 60, OFF_UNITS = 64, OFF_PARTIAL = 68,
 };
 _Static_assert(OFF_PARTIAL + 4 == DT_COORD_HEADER_BYTES, "coordinator state header layout and size disagree");
@@ -39,7 +41,8 @@ void dt_coord_save(const dt_coord *c, uint8_t *out) {
     dt_put_u64(out + OFF_EXAMPLES, p->examples);
     dt_put_u64(out + OFF_SEED, p->seed);
     dt_put_u64(out + OFF_EPOCH, c->epoch);
-    dt_put_u64(out + OFF_EPOCHS, p->epochs);
+    dt_put_u32(out + OFF_EPOCHS, (uint32_t)p->epochs); /* at most DT_COORD_MAX_EPOCHS */
+    dt_put_u32(out + OFF_LAST, p->last_batches);
     dt_put_u32(out + OFF_BATCH, p->batch_size);
     dt_put_u32(out + OFF_UNIT, p->unit_batches);
     dt_put_u32(out + OFF_WORKERS, p->max_workers);
@@ -64,13 +67,20 @@ static int load_header(const uint8_t *p, size_t len, dt_coord_plan *plan, uint64
     if (len < DT_COORD_HEADER_BYTES)
         return dt_errorf(err, DT_EFORMAT, "coordinator state: %zu bytes, the header alone is %u", len,
                          DT_COORD_HEADER_BYTES);
-    if (memcmp(p + OFF_MAGIC, MAGIC, 8) != 0)
-        return dt_errorf(err, DT_EFORMAT, "coordinator state: bad magic (bytes 0..7 must be \"%s\")", MAGIC);
+    int v1 = memcmp(p + OFF_MAGIC, MAGIC_V1, 8) == 0;
+    if (!v1 && memcmp(p + OFF_MAGIC, MAGIC, 8) != 0)
+        return dt_errorf(err, DT_EFORMAT, "coordinator state: bad magic (bytes 0..7 must be \"%s\", or \"%s\")",
+                         MAGIC, MAGIC_V1);
+    /* Version 1's epochs were a u64: its high half, where version 2 has last_batches, must be 0. */
+    if (v1 && dt_get_u32(p + OFF_LAST))
+        return dt_errorf(err, DT_EFORMAT, "coordinator state (version 1): %" PRIu64 " epochs (byte %d; at most %u)",
+                         dt_get_u64(p + OFF_EPOCHS), OFF_EPOCHS, DT_COORD_MAX_EPOCHS);
     uint32_t flags = dt_get_u32(p + OFF_FLAGS);
     if (flags & ~FLAG_SYNC)
         return dt_errorf(err, DT_EFORMAT, "coordinator state: unknown flags 0x%x (byte %d)", flags, OFF_FLAGS);
     *plan = (dt_coord_plan){.examples = dt_get_u64(p + OFF_EXAMPLES), .seed = dt_get_u64(p + OFF_SEED),
-                            .epochs = dt_get_u64(p + OFF_EPOCHS), .batch_size = dt_get_u32(p + OFF_BATCH),
+                            .epochs = dt_get_u32(p + OFF_EPOCHS), .last_batches = dt_get_u32(p + OFF_LAST),
+                            .batch_size = dt_get_u32(p + OFF_BATCH),
                             .unit_batches = dt_get_u32(p + OFF_UNIT), .max_workers = dt_get_u32(p + OFF_WORKERS),
                             .max_held = dt_get_u32(p + OFF_HELD), .liveness_ms = dt_get_u32(p + OFF_LIVENESS),
                             .sync = (flags & FLAG_SYNC) != 0};
@@ -83,10 +93,12 @@ static int load_header(const uint8_t *p, size_t len, dt_coord_plan *plan, uint64
 
 /* The size the counts imply, against the bytes there: before anything is allocated or read past
  * the header. */
-static int load_sizes(const dt_coord_plan *plan, const uint8_t *p, size_t len, uint32_t *partial, dt_error *err) {
+static int load_sizes(const dt_coord_plan *plan, uint64_t epoch, const uint8_t *p, size_t len, uint32_t *partial,
+                      dt_error *err) {
     uint32_t units, batches;
     int rc = coord_check_plan(plan, &units, &batches, err);
     if (rc) return dt_error_wrap(err, DT_EFORMAT, "coordinator state: ");
+    coord_epoch_size(plan, epoch, &units, &batches); /* the last epoch may be shorter */
     uint32_t claimed = dt_get_u32(p + OFF_UNITS);
     *partial = dt_get_u32(p + OFF_PARTIAL);
     if (claimed != units)
@@ -144,10 +156,14 @@ int dt_coord_load(dt_coord **out, const void *buf, size_t len, FILE *log, dt_err
     uint64_t epoch = 0;
     uint32_t partial = 0;
     int rc = load_header(p, len, &plan, &epoch, err);
-    if (!rc) rc = load_sizes(&plan, p, len, &partial, err);
+    if (!rc) rc = load_sizes(&plan, epoch, p, len, &partial, err);
     dt_coord *c = NULL;
     if (!rc) rc = dt_coord_new(&c, &plan, log, err);
-    if (!rc) c->epoch = epoch, rc = load_done(c, p + DT_COORD_HEADER_BYTES, err);
+    if (!rc) {
+        c->epoch = epoch;
+        coord_epoch_size(&c->plan, epoch, &c->units, &c->batches);
+        rc = load_done(c, p + DT_COORD_HEADER_BYTES, err);
+    }
     if (!rc) rc = load_partial(c, p + DT_COORD_HEADER_BYTES + (c->units + 7) / 8, partial, err);
     if (rc) {
         dt_coord_free(c);

@@ -465,7 +465,10 @@ static int init_check_values(const ps_shard *s, const dt_wire_header *h, const f
 
 static void log_init(const ps_shard *s, const dt_wire_header *h) {
     char mode[256] = "asynchronous", sched[160];
-    if (s->aggregate)
+    if (s->aggregate && (h->flags & DT_WIRE_F_ELASTIC))
+        snprintf(mode, sizeof mode, "sync replicas, elastic: mean of the live workers' gradients but %d backup(s) per "
+                 "step, of %d declared workers, staleness %d", s->total - s->aggregate, s->total, s->staleness);
+    else if (s->aggregate)
         snprintf(mode, sizeof mode, "sync replicas: mean of %d of %d workers' gradients per step, staleness %d",
                  s->aggregate, s->total, s->staleness);
     if (s->aggregate && h->liveness_ms)
@@ -528,7 +531,8 @@ void shard_on_init(const shard_req *r) {
     s->strict = (h->flags & DT_WIRE_F_STRICT) != 0;
     /* Elastic: workers join and leave; none counts toward steps before the ps hears from it (a
      * declared worker that never starts is not waited for the liveness timeout). */
-    if ((h->flags & DT_WIRE_F_ELASTIC) && s->aggregate) {
+    s->elastic = (h->flags & DT_WIRE_F_ELASTIC) && s->aggregate;
+    if (s->elastic) {
         memset(s->lost, 1, (size_t)s->total);
         s->n_lost = s->total;
     }

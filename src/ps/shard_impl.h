@@ -135,6 +135,10 @@ struct ps_shard {
     /* sync: declared workers that sent DONE and have not pushed or pulled since (a worker without
      * work sits steps out: dynamic sharding's epoch end, docs/elastic.md): steps do not wait for them */
     int n_sitting;
+    /* INIT's ELASTIC flag (dynamic sharding): total - aggregate backup workers stay a count as
+     * workers join and leave, so a step waits for all the live workers but that many
+     * (shard_needed). Without it, a step waits for min(aggregate, live). */
+    int elastic;
     char failed[320];         /* strict mode after a loss: why every request is now refused */
     int64_t failed_at_us;
     /* Sparse tables: declared by SPARSE_INIT after INIT (an INIT drops them). */

@@ -246,10 +246,13 @@ void ps_shard_request(ps_shard *s, const ps_origin *from, const dt_wire_header *
 /* ---- Worker liveness and deadlines ------------------------------------------------------------ */
 
 /* Gradients a step needs: replicas_to_aggregate, or the live workers if fewer are left (those
- * sitting steps out after DONE are not live). */
+ * sitting steps out after DONE are not live). Elastic: the live workers but the backup workers'
+ * count, total - aggregate (docs/elastic.md: k = max(1, live - b)); at most aggregate, as live is
+ * at most total. */
 int shard_needed(const ps_shard *s) {
     int live = s->total - s->n_lost - s->n_sitting;
-    return live < s->aggregate ? (live > 0 ? live : 1) : s->aggregate;
+    int k = s->elastic ? live - (s->total - s->aggregate) : live < s->aggregate ? live : s->aggregate;
+    return k > 0 ? k : 1;
 }
 
 /* Worker w is lost: each step now waits for the live workers only, or, strict, the job stops

@@ -566,26 +566,44 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     return plan_steps(r, o, err);
 }
 
+/* Sync replicas from the flags: k = replicas_to_aggregate (default: every worker) of
+ * n = total_num_replicas (default: k), which must be the cluster's workers; n - k are backups. */
+static int sync_replicas(const dt_train_options *o, int n_workers, int *k, int *n, dt_error *err) {
+    *k = o->replicas_to_aggregate ? o->replicas_to_aggregate : n_workers;
+    *n = o->total_num_replicas ? o->total_num_replicas : *k;
+    if (*n != n_workers)
+        return dt_errorf(err, DT_EINVAL, "total_num_replicas=%d (default: replicas_to_aggregate) but the cluster has "
+                         "%d workers: with backup workers set total_num_replicas=%d", *n, n_workers, n_workers);
+    return DT_OK;
+}
+
 /* Dynamic sharding (docs/elastic.md): every task index below max_workers is declared; a sync step
- * aggregates the live workers' gradients (the ps counts the silent and the sitting-out ones out).
- * The run ends when ps 0 says the last epoch is done; total only paces the progress line. */
+ * aggregates the live workers' gradients but the b backup workers' (b = n - k of the starting
+ * cluster; the ps counts the silent and the sitting-out ones out): INIT declares max_workers
+ * replicas of which max_workers - b aggregate. The run ends when ps 0 says the last epoch is done;
+ * total only paces the progress line. */
 static int plan_dynamic(run_state *r, const dt_train_options *o, dt_error *err) {
     run_plan *p = &r->plan;
     p->max_workers = o->max_workers ? o->max_workers : p->n_workers;
     if (p->max_workers < p->n_workers)
         return dt_errorf(err, DT_EINVAL, "max_workers=%d is fewer than the cluster's %d workers", p->max_workers,
                          p->n_workers);
-    if (o->train_steps <= 0 && o->epochs != floor(o->epochs))
-        return dt_errorf(err, DT_EINVAL, "sharding dynamic trains whole epochs: epochs=%g is not a whole number",
-                         o->epochs);
-    if (p->sync && (o->replicas_to_aggregate || o->total_num_replicas || o->staleness))
-        return dt_errorf(err, DT_EINVAL, "sharding dynamic: sync steps aggregate the live workers' gradients; "
-                         "replicas_to_aggregate, total_num_replicas and staleness are not supported with it yet");
-    p->aggregate = p->replicas = p->sync ? p->max_workers : 0;
+    /* A sync worker has staleness + 1 claims unsettled on ps 0 at most (its gradients of the steps
+     * not yet applied), and ps 0 takes DT_COORD_MAX_CLAIMS. */
+    if (o->staleness > DT_COORD_MAX_CLAIMS - 1)
+        return dt_errorf(err, DT_EINVAL, "sharding dynamic: staleness=%d, at most %d (a worker's claims not yet "
+                         "settled on ps 0 are staleness + 1, at most %d)", o->staleness, DT_COORD_MAX_CLAIMS - 1,
+                         DT_COORD_MAX_CLAIMS);
+    int k = 0, n = 0, rc = p->sync ? sync_replicas(o, p->n_workers, &k, &n, err) : DT_OK;
+    if (rc) return rc;
+    p->replicas = p->sync ? p->max_workers : 0;
+    p->aggregate = p->sync ? p->max_workers - (n - k) : 0;
+    /* Gradients a sync step applies while nobody joins or leaves: k = max(1, live - b). */
     int64_t busy = p->n_workers < p->per_epoch ? p->n_workers : p->per_epoch;
-    p->global_per_epoch = p->sync ? (p->per_epoch + busy - 1) / busy : p->per_epoch;
+    int64_t per_step = busy - (n - k) > 1 ? busy - (n - k) : 1;
+    p->global_per_epoch = p->sync ? (p->per_epoch + per_step - 1) / per_step : p->per_epoch;
     p->total = o->train_steps > 0 ? o->train_steps : (int64_t)ceil(o->epochs * (double)p->global_per_epoch);
-    p->examples_per_step = p->sync ? (double)o->batch_size * (double)busy : o->batch_size;
+    p->examples_per_step = p->sync ? (double)o->batch_size * (double)per_step : o->batch_size;
     return DT_OK;
 }
 
@@ -598,12 +616,8 @@ static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err) {
     p->sync = c->distributed && o->issync, p->aggregate = 0, p->replicas = 0;
     if (p->dynamic) return plan_dynamic(r, o, err);
     if (p->sync) {
-        p->aggregate = o->replicas_to_aggregate ? o->replicas_to_aggregate : p->n_workers;
-        p->replicas = o->total_num_replicas ? o->total_num_replicas : p->aggregate;
-        if (p->replicas != p->n_workers)
-            return dt_errorf(err, DT_EINVAL, "total_num_replicas=%d (default: replicas_to_aggregate) but the "
-                             "cluster has %d workers: with backup workers set total_num_replicas=%d", p->replicas,
-                             p->n_workers, p->n_workers);
+        int rc = sync_replicas(o, p->n_workers, &p->aggregate, &p->replicas, err);
+        if (rc) return rc;
     }
     /* Global steps per epoch: asynchronous workers each advance the global step once per batch;
      * a sync step takes one batch from every worker (n*B examples). */
@@ -670,6 +684,14 @@ static int restored_coord(void *user, const uint8_t **state, size_t *len) {
     return dt_supervisor_restored_coord(r->supervisor, state, len);
 }
 
+/* A fractional --epochs under dynamic sharding: the last epoch trains the first ceil(f * nb) of
+ * its nb batches, f the fraction (0: whole). The tolerance keeps a product like 0.3 * 10, which
+ * is 3.0000000000000004 in doubles, at 3. */
+static uint32_t last_epoch_batches(double epochs, int64_t nb) {
+    double f = epochs - floor(epochs), last = ceil(f * (double)nb - 1e-9);
+    return f > 0 && last < (double)nb ? (uint32_t)(last > 1 ? last : 1) : 0;
+}
+
 /* Dynamic sharding: the chief installs the work plan on ps 0; which batches come next is ps 0's. */
 static int open_work(run_state *r, const dt_train_options *o, int64_t *local_step, dt_error *err) {
     const dt_cluster *c = &r->cluster;
@@ -679,7 +701,9 @@ static int open_work(run_state *r, const dt_train_options *o, int64_t *local_ste
         return dt_errorf(err, DT_EIO, "--debug_work_log: cannot open %s", r->dbg->work_log);
     dt_work_config wc = {.updater = r->updater, .loader = r->loader, .task = c->task_index, .chief = c->is_chief,
                          .sync = p->sync, .examples = dt_dataset_size(r->data.train), .seed = o->seed,
-                         .epochs = o->train_steps > 0 ? 0 : (uint64_t)o->epochs, .batch_size = (uint32_t)o->batch_size,
+                         .epochs = o->train_steps > 0 ? 0 : (uint64_t)ceil(o->epochs),
+                         .last_batches = o->train_steps > 0 ? 0 : last_epoch_batches(o->epochs, p->per_epoch),
+                         .batch_size = (uint32_t)o->batch_size,
                          .unit_batches = (uint32_t)(o->unit_batches ? o->unit_batches : 4),
                          .max_workers = (uint32_t)p->max_workers,
                          .liveness_ms = (uint32_t)((o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : 60000) / 2),
@@ -833,12 +857,14 @@ static int forward_batch(run_state *r, uint64_t seed, dt_batch *b, float *loss, 
     return dt_net_status(r->net, err); /* a device's failure, named */
 }
 
-/* Gradients this worker pushed that a ps dropped as stale (dynamic sharding: that batch did not count). */
+/* Gradients this worker pushed that ps 0's chunk 0 dropped as stale (dynamic sharding: ps 0 did not
+ * count that batch; another ps may have taken the gradient, as a backup worker's can be among the
+ * first k at one ps and not at another). */
 static int64_t stale_pushes(const run_state *r) {
     if (!r->work) return 0;
     dt_remote_timing t;
     dt_remote_get_timing(r->updater, &t);
-    return t.stale;
+    return t.stale_ref;
 }
 
 /* The steps: batch, forward, loss, backward, clipping, the update (here or on the ps tasks), the

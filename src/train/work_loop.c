@@ -68,7 +68,7 @@ static int install_fresh(dt_work_loop *w, dt_error *err) {
     const dt_work_config *c = &w->cfg;
     dt_coord_plan p = {.examples = c->examples, .seed = c->seed, .epochs = c->epochs, .batch_size = c->batch_size,
                        .unit_batches = c->unit_batches, .max_workers = c->max_workers, .max_held = MAX_HELD,
-                       .liveness_ms = c->liveness_ms, .sync = c->sync};
+                       .liveness_ms = c->liveness_ms, .sync = c->sync, .last_batches = c->last_batches};
     dt_coord *coord;
     int rc = dt_coord_new(&coord, &p, NULL, err);
     if (rc) return dt_error_wrap(err, rc, "work plan: ");
@@ -81,7 +81,11 @@ static int install_fresh(dt_work_loop *w, dt_error *err) {
     if (!state) return DT_ENOMEM;
     rc = dt_work_state_put(w->client, state, n, err);
     free(state);
-    if (!rc)
+    if (!rc && c->last_batches)
+        fprintf(c->log, "chief: work plan on ps 0: %" PRIu64 " epoch(s) of %u unit(s) of %u batch(es) of %u, the "
+                "last one its first %u batch(es) of %" PRIu64 ", max_workers %u\n", c->epochs, st.units,
+                c->unit_batches, c->batch_size, c->last_batches, w->nb, c->max_workers);
+    else if (!rc)
         fprintf(c->log, "chief: work plan on ps 0: %" PRIu64 " epoch(s) of %u unit(s) of %u batch(es) of %u, "
                 "max_workers %u\n", c->epochs, st.units, c->unit_batches, c->batch_size, c->max_workers);
     return rc;
@@ -280,8 +284,11 @@ int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *
         if (err) *err = e;
         return ps_lost(w, net, global_step, rc, err);
     }
-    /* Sync: its step went by (this worker was slow, or just back). */
-    return stale ? dt_remote_resync(w->cfg.updater, net, global_step, err) : DT_OK;
+    if (!stale) return DT_OK;
+    /* Sync: its step went by (this worker was slow, or just back): ps 0 took the unit back, to
+     * grant it to another worker first; this one pulls the parameters and asks anew. */
+    w->held = 0;
+    return dt_remote_resync(w->cfg.updater, net, global_step, err);
 }
 
 void dt_work_loop_abandon(dt_work_loop *w) {
@@ -292,7 +299,10 @@ void dt_work_loop_abandon(dt_work_loop *w) {
 }
 
 int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted) {
-    if (!counted) return 0; /* stale: the claim was voided, the batch stays in the mask */
+    if (!counted) { /* stale: the claim was voided and the unit is ps 0's again (sync) */
+        if (w->cfg.sync) w->held = 0;
+        return 0;
+    }
     w->mask &= ~(1ull << (w->batch - w->unit * w->cfg.unit_batches));
     if (!w->mask) w->held = 0;
     if (w->cfg.trained) {

@@ -2,8 +2,9 @@
  * The chief installs the work plan on ps 0 (unless ps 0 already has one: a restarted chief goes on
  * with it); every worker asks ps 0 for units, trains each granted batch through the loader's
  * whole-epoch order, claims it before its gradient's push (the claim's round trip under compute)
- * and keeps it in its mask until it is counted (a stale sync push, or a claim whose step is applied
- * already, trains it again). Without work at an epoch's end a sync worker sits steps out (DONE on
+ * and keeps it in its mask until it is counted. A sync gradient ps 0 drops as stale (or a claim
+ * whose step is applied already) costs the worker its unit: ps 0 grants it to another worker
+ * first, and this one asks anew (docs/elastic.md, "A dropped gradient"). Without work at an epoch's end a sync worker sits steps out (DONE on
  * every ps) until it is granted a unit again; the run ends when ps 0 says every epoch is done. */
 #ifndef DT_TRAIN_WORK_LOOP_H
 #define DT_TRAIN_WORK_LOOP_H
@@ -20,6 +21,7 @@ typedef struct {
     dt_loader *loader;            /* whole_epoch order */
     int task, chief, sync;
     uint64_t examples, seed, epochs; /* the plan: epochs 0: no end */
+    uint32_t last_batches;        /* a fractional --epochs: the last epoch's first batches; 0: whole */
     uint32_t batch_size, unit_batches, max_workers, liveness_ms;
     int wait_ms;                  /* how long to wait for the chief's plan */
     /* Chief: the coordinator state of the checkpoint the model was restored from (at the start, or
@@ -46,8 +48,8 @@ int dt_work_loop_next(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_bat
  * ran under the forward: the gradient's step is known only now), claims the batch for the
  * gradient of that step and waits for the answer, so ps 0 holds the claim before any of the
  * gradient is pushed. *push 0: its step is applied already (the parameters were pulled again,
- * *global_step, and the batch is trained again) or the unit is not this worker's any more: skip
- * this batch. */
+ * *global_step, and ps 0 took the unit back) or the unit is not this worker's any more: skip this
+ * batch. */
 int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err);
 /* Chief, for a checkpoint: fetches ps 0's coordinator state (kept until the next fetch) and ps 0's
  * step then; saved_state gives it (NULL before the first fetch). */
@@ -57,8 +59,9 @@ void dt_work_loop_saved_state(const dt_work_loop *w, const uint8_t **state, size
 /* Training stopped with a claim's answer still due (a signal, a failed step): it is taken, so the
  * client is free for DONE, which gives the units back to ps 0. */
 void dt_work_loop_abandon(dt_work_loop *w);
-/* After the push: counted 1 if the gradient was applied (not stale). Returns 1 when this batch began
- * a new epoch for this worker (for the loop's log line). */
+/* After the push: counted 1 if ps 0 applied the gradient (not stale); 0 in sync mode: the unit is
+ * ps 0's again, and the next batch comes from a new grant. Returns 1 when this batch began a new
+ * epoch for this worker (for the loop's log line). */
 int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted);
 
 #endif

@@ -30,6 +30,7 @@ struct dt_exchange {
     int64_t deadline_us;
     int64_t exact_step;       /* the target of a repull */
     uint8_t *stale;           /* [n_ps] a pushed chunk came back STALE */
+    int stale_ref;            /* ps 0's chunk 0 came back STALE (dynamic sharding's verdict) */
     int64_t wait_us;          /* the longest a ps held a PULL */
     int refusal;
 };
@@ -83,6 +84,7 @@ int dt_ex_begin(dt_exchange *x, const dt_ex_kind *kind, const int *chunks, int64
     }
     x->deadline_us = now_us + kind->timeout_us;
     x->exact_step = -1;
+    x->stale_ref = 0;
     x->wait_us = 0;
     x->refusal = 0;
     x->state = DT_EX_OPEN;
@@ -155,7 +157,7 @@ static int check_reply(dt_exchange *x, int ps, int k, const dt_wire_header *h, c
 /* What a chunk reply says: the push's outcome (OK or STALE), the chunk's step (PARAMS: at least
  * the step asked for; a repull's exactly its target), how long the ps held it. */
 static int chunk_reply(dt_exchange *x, int ps, slot_t *s, int k, const dt_wire_header *h, dt_error *err) {
-    if (h->status == DT_WIRE_STALE) x->stale[ps] = 1;
+    if (h->status == DT_WIRE_STALE) x->stale[ps] = 1, x->stale_ref |= ps == 0 && k == 0;
     else if (h->status != DT_WIRE_OK)
         return fail(x, ps, err, dt_wire_type_name(s->req), dt_wire_status_name(h->status));
     s->step = h->global_step;
@@ -284,6 +286,8 @@ void dt_ex_result(const dt_exchange *x, int64_t *steps, int *n_stale, int64_t *w
     if (n_stale) *n_stale = stale;
     if (wait_us) *wait_us = x->wait_us;
 }
+
+int dt_ex_stale_ref(const dt_exchange *x) { return x->stale_ref; }
 
 void dt_ex_end(dt_exchange *x) {
     if (!DT_ASSERT(x->state != DT_EX_IDLE)) return;

@@ -123,6 +123,9 @@ int dt_ex_repull(dt_exchange *x, int oldest, int64_t *target);
 /* DONE: each shard's step (its oldest chunk's) into steps[n_ps] (may be NULL), the shards that
  * dropped a pushed chunk as stale, the longest time a ps held a PULL (microseconds). */
 void dt_ex_result(const dt_exchange *x, int64_t *steps, int *n_stale, int64_t *wait_us);
+/* Whether ps 0's chunk 0, where ps 0 counts whole gradients (and dynamic sharding's coordinator
+ * settles claims), dropped the pushed gradient as stale. */
+int dt_ex_stale_ref(const dt_exchange *x);
 
 /* Ends the exchange, in any state but IDLE: IDLE. */
 void dt_ex_end(dt_exchange *x);

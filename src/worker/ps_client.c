@@ -485,6 +485,7 @@ static void call_done(dt_ps_client *c, int64_t *steps, dt_push_result *res) {
     int64_t s[c->n_ps];
     dt_push_result r = {.repulled = c->call.repulled};
     dt_ex_result(c->ex, s, &r.n_stale, &r.wait_us);
+    r.stale_ref = dt_ex_stale_ref(c->ex);
     for (int i = 0; i < c->n_ps; i++) {
         c->ps[i].st.global_step = s[i];
         if (steps) steps[i] = s[i];

@@ -87,6 +87,8 @@ typedef struct {
 typedef struct {
     int64_t global_step;          /* ps 0's step after this push: the cluster's global step */
     int n_stale;                  /* shards that dropped the gradient as stale (sync mode) */
+    int stale_ref;                /* ps 0's chunk 0 did: ps 0 does not count its batch (dynamic
+                                   * sharding), whatever the other chunks did */
     int repulled;                 /* shards pulled again to get one step (sync mode, several ps) */
     int64_t wait_us;              /* longest time a ps held this call's PULL (the barrier) */
 } dt_push_result;

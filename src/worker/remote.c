@@ -29,7 +29,7 @@ typedef struct {
     /* Where the time goes: compute (between updates, including the debug delay), exchange (push
      * and pull), and within it waiting at the barrier (reported by the ps tasks). */
     double t_last, compute_s, exchange_s, wait_s;
-    int64_t updates, stale, recoveries;
+    int64_t updates, stale, stale_ref, recoveries;
     /* Batch-norm state (docs/batchnorm.md): views the forward pass updates. Their "gradient" is
      * the change since the values came from the ps tasks, which add it (sync: the mean). */
     int n_state;
@@ -420,6 +420,7 @@ static int exchange_failed(remote *r, dt_net *net, int rc, int64_t *global_step,
 static void exchange_done(remote *r, int64_t tag, const dt_push_result *res, int64_t *global_step) {
     *global_step = r->gstep = r->steps[0];
     r->wait_s += (double)res->wait_us * 1e-6;
+    r->stale_ref += res->stale_ref != 0;
     if (res->n_stale) {
         r->stale++;
         if (r->cfg.log && r->stale <= 3)
@@ -660,8 +661,8 @@ static void log_summary(remote *r) {
 
 void dt_remote_get_timing(const dt_updater *u, dt_remote_timing *out) {
     const remote *r = (const remote *)u;
-    *out = (dt_remote_timing){.updates = r->updates, .stale = r->stale, .compute_s = r->compute_s,
-                              .exchange_s = r->exchange_s, .wait_s = r->wait_s,
+    *out = (dt_remote_timing){.updates = r->updates, .stale = r->stale, .stale_ref = r->stale_ref,
+                              .compute_s = r->compute_s, .exchange_s = r->exchange_s, .wait_s = r->wait_s,
                               .repulls = dt_ps_client_get_stats(r->client)->repulls};
 }
 

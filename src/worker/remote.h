@@ -70,6 +70,8 @@ int dt_remote_updater_create(dt_updater **out, const dt_remote_config *cfg, dt_e
 typedef struct {
     int64_t updates;              /* gradients pushed */
     int64_t stale;                /* of which at least one ps dropped as stale */
+    int64_t stale_ref;            /* of which ps 0's chunk 0 dropped as stale: under dynamic
+                                   * sharding, those whose batch did not count */
     double compute_s;             /* between updates: batches, forward, backward (and any delay) */
     double exchange_s;            /* pushing and pulling, placement copies included */
     double wait_s;                /* of exchange_s: PULLs held at the ps (the barrier) */
