@@ -51,20 +51,9 @@ check "the cluster trains to its end (status $st)" [ "$st" -eq 0 ]
 [ "$st" -eq 0 ] || tail -20 small.log
 
 # (2) checkpoints: held rows, restored onto another ps count
-cat >fm.model <<'EOM'
-model ufm
-input dense=13 fields=26
-embedding name=weights dim=1 capacity=100000 combiner=sum weight_init=constant(0)
-reduce_sum name=ids
-embedding name=factors dim=4 capacity=100000 table=shared combiner=sum weight_init=truncated_normal(0.01)
-fm name=pairs input=factors
-dense name=linear input=input units=1 weight_init=constant(0)
-concat name=deep_in input=input,factors
-dense units=8 weight_init=he_uniform
-relu
-dense name=deep units=1
-add input=ids,pairs,linear,deep
-EOM
+# the small FM of the bounded checkpoint test, with unbounded ids (the factors in one shared table)
+sed -e 's/buckets=[0-9]*/capacity=100000/' -e 's/name=factors /name=factors table=shared /' \
+  "$src/tests/fixtures/sparse_fm.model" >fm.model
 common=(--data clicks.tsv --model fm.model --optimizer adam --learning_rate 0.01 --table_optimizer adam
         --batch_size 64 --summary_dir "" --threads 1 --issync 1 --workers 1)
 timeout --foreground 120 "$bin" launch --ps 2 "${common[@]}" --train_steps 30 --logdir A >a.out 2>&1
