@@ -70,6 +70,7 @@ struct dt_peers {
     uint64_t held;          /* at the latest check: unfinished messages, replies, others */
     uint64_t unfinished_cost, other;
     int64_t heap_base;      /* the least heap in use seen beyond what is counted (-1: not yet) */
+    uint64_t owned;         /* the ps's own bounded holdings (sparse tables), out of the heap's figure */
     int64_t heap_next_us;   /* when the heap is asked next (a cut pushes it past HEAP_GRACE_US) */
     int64_t heap_calm_next_us; /* ... if nothing suspect (check_heap) */
     reply_total *total;
@@ -130,6 +131,7 @@ uint64_t dt_peers_held(const dt_peers *p) {
 int dt_peers_over_budget(const dt_peers *p, uint64_t more) { return dt_peers_held(p) + more > p->budget; }
 
 void dt_peers_set_other(dt_peers *p, uint64_t bytes) { p->other = bytes; }
+void dt_peers_set_owned(dt_peers *p, uint64_t bytes) { p->owned = bytes; }
 
 int dt_peers_open(dt_peers **out, void *ctx, void *router, const dt_peers_config *cfg, dt_error *err) {
     *out = NULL;
@@ -443,7 +445,7 @@ static void check_heap(dt_peers *p, int drained, int64_t now, char *why, size_t 
      * 8-worker sync cluster on 2 cores stepped 10-40% slower: BENCHMARKS.md). */
     if (drained && !locals && !(big && big->partial > PARTIAL_SLACK) && now < p->heap_calm_next_us) goto done;
     p->heap_calm_next_us = now + HEAP_CALM_US;
-    int64_t beyond = heap_in_use() - (int64_t)p->held;
+    int64_t beyond = heap_in_use() - (int64_t)p->held - (int64_t)p->owned;
     if (p->heap_base < 0 || beyond < p->heap_base) p->heap_base = beyond;
     if (beyond - p->heap_base <= (int64_t)p->budget) goto done;
     dt_peer *q = locals ? pick(p, local_quieter, now) : NULL;

@@ -74,6 +74,10 @@ int64_t dt_peers_check_interval_us(const dt_peers *p);
 void dt_peers_set_budget(dt_peers *p, uint64_t bytes);
 /* What the ps itself holds for peers beyond replies (deferred PULLs), counted in the budget. */
 void dt_peers_set_other(dt_peers *p, uint64_t bytes);
+/* What the ps holds of its own and bounds otherwise (its sparse tables' rows: their capacities), not
+ * counted in the budget but taken out of the heap before it is compared with it: tables filling up
+ * are not memory peers hold. */
+void dt_peers_set_owned(dt_peers *p, uint64_t bytes);
 /* Everything counted now, and whether `more` bytes would take it past the budget. */
 uint64_t dt_peers_held(const dt_peers *p);
 int dt_peers_over_budget(const dt_peers *p, uint64_t more);

@@ -88,6 +88,7 @@ typedef struct {
         int tables;
         uint64_t rows, admitted, expired, evicted, hits, misses, not_admitted;
         uint64_t pulls, pushes, updates, stale; /* SPARSE_ROWS sent, SPARSE_PUSHes taken, updates, stale pushes */
+        uint64_t bytes;       /* the tables' own memory (dt_table_bytes: bounded by their capacities) */
     } sparse;
 } ps_shard_stats;
 

@@ -185,6 +185,7 @@ void shard_sparse_stats(const ps_shard *s, ps_shard_stats *o) {
         o->sparse.rows += t.rows, o->sparse.admitted += t.admitted, o->sparse.expired += t.expired;
         o->sparse.evicted += t.evicted, o->sparse.hits += t.hits, o->sparse.misses += t.misses;
         o->sparse.not_admitted += t.not_admitted;
+        o->sparse.bytes += dt_table_bytes(s->tables[i]->t);
     }
 }
 
