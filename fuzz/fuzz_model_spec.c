@@ -3,7 +3,8 @@
  * small is also built into a network (max_batch 1) and run forward and backward once, so the
  * shape walk and the buffers sized from it are exercised too: graphs (name=, input=, add,
  * concat) and every layer kind, with the backward plan that hands gradient buffers around; a
- * click-log model (input dense=N fields=M) runs on a one-example batch with an id in every field. */
+ * click-log model (input dense=N fields=M) runs on a one-example batch with an id in every field (with
+ * unbounded ids, capacity=, as a cluster's compact net: one process must refuse it). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,8 +41,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (params <= FUZZ_MAX_PARAMS && act <= FUZZ_MAX_ACT) {
         dt_net *net = NULL;
-        if (dt_net_build(&net, &spec, 1, &err) == 0) {
-            if (dt_net_param_count(net) != params) __builtin_trap();
+        int compact = 0; /* unbounded ids: only a cluster's compact net holds them, one process refuses them */
+        for (int i = 0; i < spec.n_layers; i++) compact |= spec.layers[i].kind == DT_LAYER_EMBEDDING && !spec.layers[i].buckets;
+        if (compact && dt_net_build(&net, &spec, 1, &err) == 0) __builtin_trap();
+        if ((compact ? dt_net_build_compact : dt_net_build)(&net, &spec, 1, &err) == 0) {
+            if (!compact && dt_net_param_count(net) != params) __builtin_trap();
             dt_net_init_params(net, 1);
             size_t n = dt_net_input_size(net);
             float *x = dt_alloc_floats(n ? n : 1, "fuzz input", NULL);

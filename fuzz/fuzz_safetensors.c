@@ -2,14 +2,56 @@
  * without crashing, leaking or reading past the input; an accepted file must be self-consistent:
  * tensors tile the data section exactly, lookups find every tensor, and reads (whole or in parts)
  * return the bytes of the input and stay in bounds; its
- * checkpoint metadata (info, class names) is parsed within its bounds or refused. */
+ * checkpoint metadata (info, class names) is parsed within its bounds or refused; checked against a
+ * cluster's model with tables of unbounded ids (their held rows: "<table>/ids" U64 [n], the rows and
+ * slots [n, dim]), it is refused naming the tensor or, accepted, its ids and rows read within n. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/safetensors.h"
+#include "model/net.h"
 #include "supervisor/checkpoint.h"
+
+/* Two per-field tables of unbounded ids, dim 2, Adagrad (one slot): the run a cluster's chief checks
+ * a checkpoint against (compact net). Built once. */
+static const dt_ckpt_run *unbounded_run(void) {
+    static dt_net *net;
+    static dt_opt_config opt = {.kind = DT_OPT_SGD, .learning_rate = 0.1f};
+    static dt_lazy_config tables;
+    static dt_ckpt_run run;
+    if (net) return &run;
+    static const char text[] = "model f\ninput dense=0 fields=2\n"
+                               "embedding name=e dim=2 capacity=8 combiner=sum weight_init=constant(0)\nreduce_sum\n";
+    dt_model_spec spec;
+    if (dt_model_spec_parse(&spec, text, sizeof text - 1, "fuzz.model", NULL) ||
+        dt_net_build_compact(&net, &spec, 1, NULL) || dt_lazy_config_init(&tables, "adagrad", 0.1f, NULL))
+        __builtin_trap();
+    dt_model_spec_free(&spec);
+    run = (dt_ckpt_run){.net = net, .opt = &opt, .tables = &tables};
+    return &run;
+}
+
+/* A file that fits the run: every table's held rows readable, ids and rows, and nothing past them. */
+static void check_unbounded(const dt_st_file *f) {
+    const dt_ckpt_run *run = unbounded_run();
+    dt_error err = {0};
+    if (dt_ckpt_check_fits(f, "fuzz", run, &err) != 0) {
+        if (err.msg[0] == '\0') __builtin_trap();
+        return;
+    }
+    for (int t = 0; t < dt_net_num_tables(run->net); t++) {
+        uint64_t held, ids[4];
+        float rows[4 * 2 * 2];
+        if (dt_ckpt_held_rows(f, run, t, &held) != 0) __builtin_trap();
+        const size_t n = held < 4 ? (size_t)held : 4;
+        if (n && (dt_ckpt_read_ids(f, "fuzz", run, t, held - n, n, ids, &err) != 0 ||
+            dt_ckpt_read_rows(f, "fuzz", run, t, held - n, n, rows, &err) != 0))
+            __builtin_trap();
+        if (dt_ckpt_read_ids(f, "fuzz", run, t, held, 1, ids, &err) == 0) __builtin_trap();
+    }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dt_st_file *f = NULL;
@@ -57,6 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         free(names);
     }
+    check_unbounded(f);
     dt_st_close(f);
     return 0;
 }

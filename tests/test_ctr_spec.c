@@ -42,6 +42,61 @@ static void test_accepted(void) {
     if (!rc) dt_model_spec_free(&s);
 }
 
+/* Unbounded ids: capacity= instead of buckets=, with admission and eviction; one process refuses the
+ * model naming the option and the way out, a compact net (a cluster's) builds it with blocks. */
+static void test_unbounded(void) {
+    dt_model_spec s;
+    dt_error err;
+    int rc = parse(CTR "embedding dim=4 capacity=1000 min_count=3 evict_after=50 table=shared\nreduce_sum\n", &err, &s);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) return;
+    const dt_layer_spec *e = &s.layers[0];
+    CHECK(e->buckets == 0 && e->capacity == 1000 && e->min_count == 3 && e->evict_after == 50 && e->shared);
+    dt_net *net = NULL;
+    rc = dt_net_build(&net, &s, 8, &err);
+    CHECK(rc != 0 && strstr(err.msg, "unbounded ids (capacity=") && strstr(err.msg, "on a cluster"));
+    rc = dt_net_build_compact(&net, &s, 8, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        dt_table_block b;
+        CHECK(dt_net_num_tables(net) == 1 && dt_net_table_rows(net, 0) == 0);
+        CHECK(dt_net_table_block(net, 0, &b) == 0 && b.buckets == 0 && b.cap == 8 * 26);
+        dt_net_free(net);
+    }
+    dt_model_spec_free(&s);
+    /* defaults: admitted at once, never expired */
+    rc = parse(CTR "embedding dim=1 capacity=2147483648\nreduce_sum\n", &err, &s);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        CHECK(s.layers[0].capacity == 2147483648LL && s.layers[0].min_count == 0 && s.layers[0].evict_after == 0);
+        dt_model_spec_free(&s);
+    }
+    /* the keys: the raw id per field, the field's hash of it in a shared table (docs/ctr-data.md) */
+    CHECK(dt_ctr_key(3, 0x68fd1e64, 0, 0) == 0x68fd1e64 && dt_ctr_key(3, 0x68fd1e64, 0, 1) == 0x8a9468f9f194b3cdULL &&
+          dt_ctr_key(3, 0x68fd1e64, 10, 0) == dt_ctr_bucket(3, 0x68fd1e64, 10));
+    /* the shipped example: a cluster's compact net builds it, one process refuses it */
+    net = NULL;
+    rc = dt_net_load_opts(&net, "models/lr_unbounded.model", 4, 1, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        CHECK(dt_net_num_tables(net) == 26 && dt_net_table_rows(net, 25) == 0 &&
+              dt_net_spec(net)->layers[0].min_count == 2);
+        dt_net_free(net);
+    }
+    net = NULL;
+    CHECK(dt_net_load(&net, "models/lr_unbounded.model", 4, &err) != 0 && strstr(err.msg, "capacity="));
+    expect_error(3, CTR "embedding dim=2\n" OUT, "embedding needs buckets=N", "or capacity=N (unbounded");
+    expect_error(3, CTR "embedding dim=2 buckets=9 capacity=9\n" OUT, "buckets=N (hashed ids) or capacity=N", "not both");
+    expect_error(3, CTR "embedding dim=2 buckets=9 min_count=2\n" OUT, "min_count is for unbounded ids", NULL);
+    expect_error(3, CTR "embedding dim=2 buckets=9 evict_after=2\n" OUT, "evict_after is for unbounded ids", NULL);
+    expect_error(3, CTR "embedding dim=2 capacity=0\n" OUT, "bad value '0' for capacity", "1 to 2147483648");
+    expect_error(3, CTR "embedding dim=2 capacity=2147483649\n" OUT, "bad value '2147483649' for capacity", NULL);
+    expect_error(3, CTR "embedding dim=2 capacity=9 min_count=256\n" OUT, "bad value '256' for min_count", "0 to 255");
+    expect_error(3, CTR "embedding dim=2 capacity=9 min_count=-1\n" OUT, "bad value '-1' for min_count", NULL);
+    expect_error(3, CTR "embedding dim=2 capacity=9 evict_after=x\n" OUT, "bad value 'x' for evict_after", "0 to");
+    expect_error(3, CTR "embedding dim=2 capacity=9 capacity=9\n" OUT, "duplicate option 'capacity'", NULL);
+}
+
 /* The shipped models: their parameters, tables and names. */
 static void test_shipped(void) {
     static const struct {
@@ -73,7 +128,6 @@ static void test_errors(void) {
     /* embedding options out of range */
     expect_error(3, CTR "embedding dim=0 buckets=9\n" OUT, "bad value '0' for dim", NULL);
     expect_error(3, CTR "embedding buckets=9\n" OUT, "embedding needs dim=", NULL);
-    expect_error(3, CTR "embedding dim=2\n" OUT, "embedding needs buckets=N", "unbounded ids");
     expect_error(3, CTR "embedding dim=2 buckets=0\n" OUT, "bad value '0' for buckets", "1 to 2147483647");
     expect_error(3, CTR "embedding dim=2 buckets=4294967296\n" OUT, "bad value '4294967296' for buckets", NULL);
     expect_error(3, CTR "embedding dim=2 buckets=9 fields=26\n" OUT, "field 26", "the input has 26 fields (0 to 25)");
@@ -106,6 +160,7 @@ static void test_errors(void) {
 int main(void) {
     RUN(test_accepted);
     RUN(test_shipped);
+    RUN(test_unbounded);
     RUN(test_errors);
     return test_summary();
 }

@@ -12,20 +12,7 @@ cd "${DTRAIN_SRC:-$(dirname "$0")/..}"
 "$bin" gen-clicks --out "$tmp/clicks.tsv" --lines 6000 --vocab 500 --model fm --seed 5 >"$tmp/gen.out" 2>&1
 # 26 tables of dim 1 (zeros) and 26 of dim 4 (truncated normal: rows never trained are the ps's
 # initial draws), and enough dense variables for 3 ps tasks.
-cat >"$tmp/fm.model" <<'EOF'
-model smallfm
-input dense=13 fields=26
-embedding name=weights dim=1 buckets=2048 combiner=sum weight_init=constant(0)
-reduce_sum name=ids
-embedding name=factors dim=4 buckets=1024 combiner=sum weight_init=truncated_normal(0.01)
-fm name=pairs input=factors
-dense name=linear input=input units=1 weight_init=constant(0)
-concat name=deep_in input=input,factors
-dense units=8 weight_init=he_uniform
-relu
-dense name=deep units=1
-add input=ids,pairs,linear,deep
-EOF
+cp tests/fixtures/sparse_fm.model "$tmp/fm.model"
 common=(--data "$tmp/clicks.tsv" --model "$tmp/fm.model" --optimizer adam --learning_rate 0.01
         --table_optimizer adam --batch_size 64 --summary_dir "" --threads 1)
 

@@ -81,12 +81,21 @@ static void list_tables(const dt_st_file *f, const char *path, dt_error *err) {
         dt_table_grad g;
         dt_net_table_grad(net, t, &g);
         const char *name = dt_net_view(net, g.view)->name;
-        const int64_t rows = dt_net_table_rows(net, t);
+        int64_t rows = dt_net_table_rows(net, t);
         const int slots = known ? dt_lazy_slots(opt.kind) : 0;
         const dt_st_info *slot[DT_LAZY_MAX_SLOTS];
         float init[DT_LAZY_MAX_SLOTS * 1];
         dt_lazy_init_slots(&opt, init, 1);
-        printf("  %-30s %lld rows x dim %d", name, (long long)rows, g.dim);
+        if (rows == 0) { /* unbounded ids: the rows the ps tasks held, with their ids */
+            char in[96];
+            snprintf(in, sizeof in, "%s/ids", name);
+            const dt_st_info *ids = dt_st_find(f, in);
+            rows = ids && ids->dtype == DT_ST_U64 && ids->ndim == 1 ? (int64_t)ids->count : -1;
+            printf("  %-30s unbounded ids, %lld rows held", name, (long long)rows);
+        } else {
+            printf("  %-30s %lld rows", name, (long long)rows);
+        }
+        printf(" x dim %d", g.dim);
         const dt_st_info *values = dt_st_find(f, name);
         int have = values && values->count == (uint64_t)rows * (uint64_t)g.dim;
         for (int k = 0; k < slots; k++) {

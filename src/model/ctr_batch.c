@@ -14,3 +14,8 @@ uint64_t dt_ctr_hash(uint32_t field, uint64_t id) {
 uint64_t dt_ctr_bucket(uint32_t field, uint64_t id, uint64_t buckets) {
     return buckets ? dt_ctr_hash(field, id) % buckets : 0;
 }
+
+uint64_t dt_ctr_key(uint32_t field, uint64_t id, uint64_t buckets, int shared) {
+    if (buckets) return dt_ctr_hash(field, id) % buckets;
+    return shared ? dt_ctr_hash(field, id) : id;
+}

@@ -49,5 +49,9 @@ uint64_t dt_ctr_mix64(uint64_t z);
  * id's own field, so equal raw ids of different fields land apart). */
 uint64_t dt_ctr_hash(uint32_t field, uint64_t id);
 uint64_t dt_ctr_bucket(uint32_t field, uint64_t id, uint64_t buckets);
+/* The key of an id's row in its table: its bucket (buckets > 0), or, unbounded (buckets 0), the raw id
+ * itself in a per-field table and dt_ctr_hash(field, id) in a shared one, so equal raw ids of two
+ * fields sharing a table stay apart (docs/sparse.md, "Unbounded ids"). */
+uint64_t dt_ctr_key(uint32_t field, uint64_t id, uint64_t buckets, int shared);
 
 #endif

@@ -53,6 +53,13 @@ static int embedding_views(dt_net *net, layer *L, size_t *offset, dt_error *err)
     if (!e->field || !e->base || !e->table_begin) return DT_ENOMEM;
     e->buckets = ls->buckets;
     e->table_view = net->n_views;
+    /* Unbounded ids have no table here: only a cluster's ps tasks hold them (docs/sparse.md). */
+    if (!net->compact && !ls->buckets)
+        return dt_errorf(err, DT_EINVAL, "%s:%d: embedding %s has unbounded ids (capacity=, no buckets=), which live in "
+                         "the parameter servers' hash tables: train it on a cluster (dtrain launch --ps 1 --workers 1 "
+                         "..., or the ps flags); one process (dtrain train without a cluster, eval, predict, export) holds "
+                         "hashed tables only (buckets=N)", net->spec.source[0] ? net->spec.source : net->spec.name,
+                         ls->line, ls->name);
     /* compact: a block of the batch's rows, at most one per id a batch can hold (one per field) */
     e->table_rows = net->compact ? (int64_t)net->max_batch * (ls->shared ? ls->n_fields : 1) : ls->buckets;
     if (net->compact && !(e->uniq_ids = dt_calloc((size_t)e->n_tables, sizeof *e->uniq_ids, "table ids", err)))
@@ -122,8 +129,10 @@ static int plan_layer(dt_net *net, int i, build_sizes *z, dt_error *err) {
     size_t mb = (size_t)net->max_batch;
     L->in_size = (size_t)s->in_h * (size_t)s->in_w * (size_t)s->in_c;
     L->out_size = (size_t)s->out_h * (size_t)s->out_w * (size_t)s->out_c;
-    if (layer_views(net, L, &z->offset, err)) return DT_ENOMEM;
-    L->wants_grad = s->n_weights || s->n_bias || s->n_bn;
+    int rc = layer_views(net, L, &z->offset, err);
+    if (rc) return rc;
+    /* an unbounded embedding's rows are a compact block the spec does not count (n_weights 0) */
+    L->wants_grad = s->n_weights || s->n_bias || s->n_bn || ls->kind == DT_LAYER_EMBEDDING;
     for (int k = 0; k < L->n_in; k++)
         if (L->in_idx[k] >= 0 && net->layers[L->in_idx[k]].wants_grad) L->wants_grad = 1;
     if (L->wants_grad && L->out_size > z->max_grad) z->max_grad = L->out_size;
@@ -686,7 +695,7 @@ static int emb_prepare(dt_net *net, layer *L, const dt_ctr_batch *b, dt_error *e
         for (int i = 0; i < b->n; i++) {
             const int64_t *o = b->offsets + (int64_t)i * b->num_fields + e->field[s];
             for (int64_t j = o[0]; j < o[1]; j++) {
-                uint64_t id = dt_ctr_bucket((uint32_t)e->field[s], b->ids[j], (uint64_t)e->buckets);
+                uint64_t id = dt_ctr_key((uint32_t)e->field[s], b->ids[j], (uint64_t)e->buckets, L->spec->shared);
                 size_t slot = dt_rowsum_add(&e->uniq_ids[t], id, NULL);
                 if (slot == (size_t)-1 || slot >= (size_t)e->table_rows) /* the rowsum may hold more */
                     return dt_errorf(err, DT_ESHAPE, "%s: a batch names more than %lld distinct rows of table %d "

@@ -141,7 +141,8 @@ typedef struct {
 int dt_net_num_tables(const dt_net *net);
 int dt_net_table_grad(const dt_net *net, int t, dt_table_grad *out);
 /* The model's rows of table t (its buckets: [rows, dim] in one process, whatever a compact net's block
- * holds); -1 without table t. */
+ * holds); 0 for unbounded ids (capacity=: a row per raw id, held by a cluster's ps tasks only); -1
+ * without table t. */
 int64_t dt_net_table_rows(const dt_net *net, int t);
 /* The table (0..dt_net_num_tables-1) a view is, or -1. */
 int dt_net_view_table(const dt_net *net, int view);
@@ -167,7 +168,8 @@ int dt_net_load_opts(dt_net **out, const char *model_path, int max_batch, int co
 int dt_net_compact_tables(const dt_net *net);
 typedef struct {
     int view, dim;            /* dt_net_view(net, view): the block [cap, dim] */
-    uint64_t buckets;         /* the model's rows of the table (ids are 0..buckets-1) */
+    uint64_t buckets;         /* the model's rows of the table (ids are 0..buckets-1); 0: unbounded ids
+                               * (any 64-bit key: model/ctr_batch.h, dt_ctr_key) */
     size_t n, cap;            /* slots used by the last batch; the block's rows */
     const uint64_t *ids;      /* [n]: slot k holds row ids[k] of the table */
     float *rows;              /* [cap, dim]: the block, in the net's flat parameters */

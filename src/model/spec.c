@@ -48,7 +48,8 @@ static const char *const dropout_opts[] = {"rate", NULL};
 static const char *const dense_opts[] = {"units", "use_bias", "weight_init", "bias_init", NULL};
 static const char *const bn_opts[] = {"momentum", "epsilon", NULL};
 static const char *const leaky_opts[] = {"alpha", NULL};
-static const char *const emb_opts[] = {"dim", "buckets", "fields", "table", "combiner", "weight_init", NULL};
+static const char *const emb_opts[] = {"dim",         "buckets",   "fields",      "table", "combiner",
+                                       "weight_init", "capacity", "min_count", "evict_after", NULL};
 static const char *const no_opts[] = {NULL};
 static const char *const *const kind_opts[] = {
     [DT_LAYER_CONV2D] = conv_opts, [DT_LAYER_MAXPOOL] = pool_opts, [DT_LAYER_RELU] = no_opts,
@@ -354,6 +355,22 @@ static int parse_embedding_opt(const ctx *c, const char *key, const char *v, dt_
         L->buckets = n;
         return 0;
     }
+    if (!strcmp(key, "capacity") || !strcmp(key, "evict_after")) {
+        const int cap = key[0] == 'c';
+        const long lo = cap ? 1 : 0, hi = (long)(cap ? DT_MODEL_MAX_CAPACITY : DT_MODEL_MAX_EVICT_AFTER);
+        if (parse_int(v, lo, hi, &n) != 0)
+            return FAIL(c, DT_EFORMAT, "bad value '%.*s' for %s: expected an integer from %ld to %ld (%s)", Q(v), key, lo,
+                        hi, cap ? "rows of each table a ps task holds" : "table steps a row may go untouched; 0: never");
+        *(cap ? &L->capacity : &L->evict_after) = n;
+        return 0;
+    }
+    if (!strcmp(key, "min_count")) {
+        if (parse_int(v, 0, DT_MODEL_MAX_MIN_COUNT, &n) != 0)
+            return FAIL(c, DT_EFORMAT, "bad value '%.*s' for min_count: expected an integer from 0 to %d (updates of an "
+                        "id before it gets a row)", Q(v), DT_MODEL_MAX_MIN_COUNT);
+        L->min_count = (int)n;
+        return 0;
+    }
     if (!strcmp(key, "table")) {
         rc = parse_choice(c, key, v, table_names, &choice);
         L->shared = choice == 1;
@@ -413,6 +430,23 @@ static void layer_defaults(dt_layer_spec *L, dt_layer_kind kind, int line) {
     L->use_bias = 0;
 }
 
+/* An embedding's rows: hashed (buckets=) or unbounded (capacity=, with its admission and eviction). */
+static int finish_embedding(const ctx *c, const dt_layer_spec *L, unsigned seen) {
+    const char *const *opts = kind_opts[DT_LAYER_EMBEDDING];
+    const int buckets = (seen >> find_word("buckets", opts)) & 1, capacity = (seen >> find_word("capacity", opts)) & 1;
+    if (!buckets && !capacity)
+        return FAIL(c, DT_EFORMAT, "embedding needs buckets=N (ids hashed into N rows per table) or capacity=N (unbounded "
+                    "ids: a row per raw id, at most N rows of each table per ps task)");
+    if (buckets && capacity)
+        return FAIL(c, DT_EFORMAT, "embedding takes buckets=N (hashed ids) or capacity=N (unbounded ids), not both");
+    const char *only[2] = {"min_count", "evict_after"};
+    for (int k = 0; k < 2 && buckets; k++)
+        if ((seen >> find_word(only[k], opts)) & 1)
+            return FAIL(c, DT_EFORMAT, "%s is for unbounded ids (capacity=N, no buckets=): a hashed table has a row for "
+                        "every bucket", only[k]);
+    return 0;
+}
+
 /* What the options given leave to check: the required ones, pooling's stride, the bias. */
 static int finish_layer(const ctx *c, dt_layer_spec *L, unsigned seen, int stride_given) {
     const char *const *opts = kind_opts[L->kind];
@@ -422,13 +456,13 @@ static int finish_layer(const ctx *c, dt_layer_spec *L, unsigned seen, int strid
                        !strcmp(opts[o], "dim");
         if (required && !(seen & (1u << o)))
             return FAIL(c, DT_EFORMAT, "%s needs %s=", kind_names[L->kind], opts[o]);
-        if (!strcmp(opts[o], "buckets") && !(seen & (1u << o)))
-            return FAIL(c, DT_EFORMAT, "embedding needs buckets=N: ids are hashed into N rows per table (unbounded "
-                        "ids, a table keyed by the raw id, need the parameter servers' sparse tables: not supported "
-                        "yet)");
         /* TensorFlow's embedding_column: truncated normal of stddev 1/sqrt(dim) */
         if (!strcmp(opts[o], "weight_init") && L->kind == DT_LAYER_EMBEDDING && !(seen & (1u << o)))
             L->weight_init = (dt_init){DT_INIT_TRUNC_NORMAL, (float)(1.0 / sqrt((double)L->dim))};
+    }
+    if (L->kind == DT_LAYER_EMBEDDING) {
+        int rc = finish_embedding(c, L, seen);
+        if (rc) return rc;
     }
     if ((L->kind == DT_LAYER_MAXPOOL || L->kind == DT_LAYER_AVGPOOL) && !stride_given)
         L->stride_h = L->k_h, L->stride_w = L->k_w;
@@ -903,8 +937,12 @@ static int tabular_shape(shape_walk *sw, int i, dt_layer_shape *s, out_shape *o)
         if (!spec->ctr)
             return FAIL(c, DT_ESHAPE, "embedding reads a click log's categorical fields: the model needs an 'input "
                         "dense=N fields=M' line, not an image input");
-        if (!in_range(L->dim) || L->buckets < 1 || L->buckets > DT_MODEL_MAX_BUCKETS || L->n_fields < 1)
-            return FAIL(c, DT_EINVAL, "embedding: dim, buckets or fields out of range");
+        const int unbounded = L->buckets == 0;
+        if (!in_range(L->dim) || L->buckets < 0 || L->buckets > DT_MODEL_MAX_BUCKETS || L->n_fields < 1 ||
+            (unbounded && (L->capacity < 1 || L->capacity > DT_MODEL_MAX_CAPACITY || L->min_count < 0 ||
+                           L->min_count > DT_MODEL_MAX_MIN_COUNT || L->evict_after < 0 ||
+                           L->evict_after > DT_MODEL_MAX_EVICT_AFTER)))
+            return FAIL(c, DT_EINVAL, "embedding: dim, buckets, capacity, min_count, evict_after or fields out of range");
         int n = 0;
         for (int f = 0; f < DT_MODEL_MAX_FIELDS; f++)
             if (dt_layer_has_field(L, f)) {
@@ -918,6 +956,7 @@ static int tabular_shape(shape_walk *sw, int i, dt_layer_shape *s, out_shape *o)
         if (out > DT_MODEL_MAX_ACT)
             return FAIL(c, DT_ESHAPE, "embedding output (%d fields x dim %d) has more than %zu values per example", n,
                         L->dim, DT_MODEL_MAX_ACT);
+        /* unbounded: no rows in the model's own buffer (the ps tasks hold them; a net holds a block) */
         s->n_weights = mul_sat(mul_sat(L->shared ? 1 : (size_t)n, (size_t)L->buckets), (size_t)L->dim);
         o->h = o->w = 1, o->c = (int)out, o->flat = 1, o->flat_line = L->line;
         return 0;

@@ -35,6 +35,11 @@ typedef enum {
 #define DT_MODEL_MAX_FIELDS 1024
 /* Rows of one embedding table (buckets=). */
 #define DT_MODEL_MAX_BUCKETS (((int64_t)1 << 31) - 1)
+/* Unbounded ids (capacity= instead of buckets=): rows of a table each ps task holds at most (the ps
+ * table's bound, ps/table.h), admission counts and steps before eviction (the wire's bounds). */
+#define DT_MODEL_MAX_CAPACITY ((int64_t)1 << 31)
+#define DT_MODEL_MAX_MIN_COUNT 255
+#define DT_MODEL_MAX_EVICT_AFTER ((int64_t)1 << 50)
 
 /* Inputs one add or concat layer may take. */
 #define DT_LAYER_MAX_INPUTS 16
@@ -74,7 +79,13 @@ typedef struct {
      * or their mean (weighted by the ids' values). Its output is [n_fields * dim], field after field
      * in field order. Its input is always the model input (-1): it reads the batch's ids. */
     int dim;
-    int64_t buckets;
+    int64_t buckets;            /* 0: unbounded ids (capacity=): a row per raw id, keyed by dt_ctr_key */
+    /* Unbounded ids (docs/sparse.md, "Unbounded ids"): the rows of each table a ps task holds at most,
+     * the updates an id needs before it gets a row (0, 1: at once) and the table steps a row may go
+     * untouched before it is evicted (0: never). */
+    int64_t capacity;
+    int min_count;
+    int64_t evict_after;
     int shared, mean;
     int n_fields;
     uint64_t fields[DT_MODEL_MAX_FIELDS / 64]; /* bit f: field f (0-based, as dt_ctr_hash) is embedded */

@@ -131,7 +131,6 @@ uint64_t dt_peers_held(const dt_peers *p) {
 int dt_peers_over_budget(const dt_peers *p, uint64_t more) { return dt_peers_held(p) + more > p->budget; }
 
 void dt_peers_set_other(dt_peers *p, uint64_t bytes) { p->other = bytes; }
-
 void dt_peers_set_own(dt_peers *p, uint64_t bytes) { p->own = bytes; }
 
 int dt_peers_open(dt_peers **out, void *ctx, void *router, const dt_peers_config *cfg, dt_error *err) {

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/finite.h"
 #include "supervisor/ckpt_index.h"
+#include "io/bytes.h"
 #include "io/fsutil.h"
 
 #define MAX_SLOTS 2
@@ -57,13 +58,31 @@ static int remote_table(const dt_ckpt_run *run, const dt_param_view *pv) {
     return pv->table && dt_net_compact_tables(run->net);
 }
 
-/* The shape view v has in a checkpoint (its own; a remote table's [rows, dim]) into shape [4], and
- * its elements. */
-static uint64_t saved_shape(const dt_ckpt_run *run, int v, int64_t *shape) {
+/* A remote table of unbounded ids (model/net.h: dt_net_table_rows 0): saved as the rows the ps tasks
+ * hold, [held, dim] and its slots, with their ids "<table>/ids" U64 [held]. */
+static int unbounded_table(const dt_ckpt_run *run, int v) {
+    return remote_table(run, dt_net_view(run->net, v)) && dt_net_table_rows(run->net, dt_net_view_table(run->net, v)) == 0;
+}
+
+/* The ids tensor of an unbounded table in file f: a U64 vector; NULL if there is none such. */
+static const dt_st_info *held_ids(const dt_st_file *f, const dt_param_view *pv) {
+    char name[NAME_CAP];
+    snprintf(name, sizeof name, "%s/ids", pv->name);
+    const dt_st_info *ti = f ? dt_st_find(f, name) : NULL;
+    return ti && ti->dtype == DT_ST_U64 && ti->ndim == 1 ? ti : NULL;
+}
+
+/* The shape view v has in a checkpoint (its own; a remote table's [rows, dim]; an unbounded table's
+ * [held, dim], held from the save's counts or from file f's ids) into shape [4], and its elements. */
+static uint64_t saved_shape(const dt_ckpt_run *run, int v, int64_t *shape, const dt_st_file *f, const uint64_t *held) {
     const dt_param_view *pv = dt_net_view(run->net, v);
     uint64_t count = 1;
     for (int d = 0; d < pv->ndim; d++) shape[d] = pv->shape[d];
     if (remote_table(run, pv)) shape[0] = dt_net_table_rows(run->net, dt_net_view_table(run->net, v));
+    if (unbounded_table(run, v)) {
+        const dt_st_info *ids = held_ids(f, pv);
+        shape[0] = held ? (int64_t)held[dt_net_view_table(run->net, v)] : ids ? (int64_t)ids->count : 0;
+    }
     for (int d = 0; d < pv->ndim; d++) count *= (uint64_t)shape[d];
     return count;
 }
@@ -168,7 +187,9 @@ struct dt_ckpt_sink {
     dt_st_writer *w;
     const dt_ckpt_run *run;
     int n_tables;
-    const int *tensor;        /* [n_tables] the index of table t's values tensor; its slots follow it */
+    const int *tensor;        /* [n_tables] the index of table t's values tensor; its slots follow it, then
+                               * an unbounded table's ids */
+    const uint64_t *held;     /* [n_tables] an unbounded table's rows in this file (run->table_prepare's) */
     float *scratch;           /* [cap] one slot's floats of a range of rows */
     size_t cap;
 };
@@ -177,7 +198,7 @@ struct dt_ckpt_sink {
  * TensorFlow lists a variable's slots beside it (a remote table's without data: the sink writes them,
  * tensor_of_table[t] says where), then global_step and the coordinator's state. Returns how many. */
 static int list_tensors(const dt_ckpt_run *run, const float *params, const float *state, const int64_t *global_step,
-                        dt_st_tensor *t, char *names, int *tensor_of_table) {
+                        dt_st_tensor *t, char *names, int *tensor_of_table, const uint64_t *held) {
     const size_t n = dt_net_param_count(run->net);
     int nt = 0;
     for (int v = 0; v < dt_net_num_views(run->net); v++) {
@@ -193,8 +214,14 @@ static int list_tensors(const dt_ckpt_run *run, const float *params, const float
             x->name = name;
             x->dtype = DT_ST_F32;
             x->ndim = pv->ndim;
-            saved_shape(run, v, x->shape);
+            saved_shape(run, v, x->shape, NULL, held);
             x->data = remote ? NULL : s < 0 ? params + pv->offset : state + (size_t)s * n + pv->offset;
+        }
+        if (unbounded_table(run, v)) { /* its rows' ids, after the values and slots */
+            char *name = names + (size_t)nt * NAME_CAP;
+            snprintf(name, NAME_CAP, "%s/ids", pv->name);
+            t[nt++] = (dt_st_tensor){.name = name, .dtype = DT_ST_U64, .ndim = 1,
+                                     .shape = {(int64_t)held[dt_net_view_table(run->net, v)]}};
         }
     }
     t[nt++] = (dt_st_tensor){.name = DT_CKPT_STEP_TENSOR, .dtype = DT_ST_I64, .ndim = 0, .data = global_step};
@@ -206,13 +233,13 @@ static int list_tensors(const dt_ckpt_run *run, const float *params, const float
 
 /* The file: at once, or, with a compact net's tables, in parts, their rows from run->table_rows. */
 static int write_file(const char *path, const dt_ckpt_run *run, const dt_st_tensor *t, int nt, const dt_st_meta *meta,
-                      int nm, const int *tensor_of_table, int64_t global_step, dt_error *err) {
+                      int nm, const int *tensor_of_table, const uint64_t *held, int64_t global_step, dt_error *err) {
     const int n_tables = dt_net_compact_tables(run->net) ? dt_net_num_tables(run->net) : 0;
     if (!n_tables) return dt_st_write(path, t, nt, meta, nm, err);
     if (!run->table_rows || !run->tables)
         return dt_errorf(err, DT_EINVAL, "checkpoint: the net's %d tables live elsewhere, and the run says neither how "
                          "to read them nor their optimizer", n_tables);
-    dt_ckpt_sink sink = {.run = run, .n_tables = n_tables, .tensor = tensor_of_table};
+    dt_ckpt_sink sink = {.run = run, .n_tables = n_tables, .tensor = tensor_of_table, .held = held};
     int rc = dt_st_writer_begin(&sink.w, path, t, nt, meta, nm, err);
     if (!rc) rc = run->table_rows(run->table_user, &sink, global_step, err);
     free(sink.scratch);
@@ -221,6 +248,20 @@ static int write_file(const char *path, const dt_ckpt_run *run, const dt_st_tens
         return rc;
     }
     return dt_st_writer_commit(sink.w, err);
+}
+
+/* The rows each unbounded table of a compact net will have in the file (run->table_prepare) into
+ * *held [tables] (allocated; zeros for the other tables). */
+static int prepare_held(const dt_ckpt_run *run, const char *logdir, uint64_t **held, dt_error *err) {
+    const int n_tables = dt_net_num_tables(run->net);
+    if (!(*held = dt_calloc((size_t)n_tables + 1, sizeof **held, "checkpoint tables", err))) return DT_ENOMEM;
+    int unbounded = 0;
+    for (int t = 0; t < n_tables; t++) unbounded |= dt_net_table_rows(run->net, t) == 0;
+    if (!unbounded || !dt_net_compact_tables(run->net)) return DT_OK;
+    if (!run->table_prepare)
+        return dt_errorf(err, DT_EINVAL, "checkpoint: the net has tables of unbounded ids, and the run says not how to "
+                         "count their rows");
+    return run->table_prepare(run->table_user, logdir, *held, err);
 }
 
 int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params, const float *state,
@@ -238,7 +279,8 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
 
     if (run->coord && (!run->coord_len || run->coord_len > DT_CKPT_MAX_COORD_BYTES))
         return dt_errorf(err, DT_EINVAL, "checkpoint: a coordinator state of %zu bytes", run->coord_len);
-    int cap = n_views * (1 + slots) + 2;
+    int cap = n_views * (2 + slots) + 2; /* each variable, its slots, an unbounded table's ids */
+    uint64_t *held = NULL;               /* [tables] an unbounded table's rows (prepare_held) */
     dt_st_tensor *t = dt_calloc((size_t)cap, sizeof *t, "checkpoint tensor list", err);
     char *names = dt_calloc((size_t)cap, NAME_CAP, "checkpoint tensor names", err);
     int *tensor_of_table = dt_calloc((size_t)dt_net_num_tables(run->net) + 1, sizeof(int), "checkpoint tables", err);
@@ -250,7 +292,8 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
                                            : DT_ENOMEM;
         goto out;
     }
-    int nt = list_tensors(run, params, state, &global_step, t, names, tensor_of_table);
+    if ((rc = prepare_held(run, logdir, &held, err))) goto out;
+    int nt = list_tensors(run, params, state, &global_step, t, names, tensor_of_table, held);
 
     const dt_model_spec *spec = dt_net_spec(run->net);
     dt_st_meta meta[6];
@@ -265,7 +308,7 @@ int dt_ckpt_save(const char *logdir, const dt_ckpt_run *run, const float *params
     char name[64], path[DT_PATH_MAX];
     dt_ckpt_file_name(name, sizeof name, global_step);
     if ((rc = dt_path_join(path, sizeof path, logdir, name, err))) goto out;
-    if ((rc = write_file(path, run, t, nt, meta, nm, tensor_of_table, global_step, err))) goto out;
+    if ((rc = write_file(path, run, t, nt, meta, nm, tensor_of_table, held, global_step, err))) goto out;
 
     /* Only now, with the file complete, does the index name it. */
     rc = update_index(logdir, name, max_to_keep, log, 0, err);
@@ -274,6 +317,7 @@ out:
     free(t);
     free(names);
     free(tensor_of_table);
+    free(held);
     free(meta_opt);
     free(meta_data);
     free(meta_rng);
@@ -289,7 +333,26 @@ static int sink_table(const dt_ckpt_sink *s, int t, int *dim, int *slots, uint64
     *dim = g.dim;
     *slots = view_slots(s->run, dt_net_view(s->run->net, g.view));
     *rows = (uint64_t)dt_net_table_rows(s->run->net, t);
+    if (*rows == 0) *rows = s->held ? s->held[t] : 0; /* unbounded ids: the rows held */
     return DT_OK;
+}
+
+int dt_ckpt_put_ids(dt_ckpt_sink *s, int t, uint64_t first, size_t n, const uint64_t *ids, dt_error *err) {
+    int dim, slots;
+    uint64_t total;
+    int rc = sink_table(s, t, &dim, &slots, &total, err);
+    if (rc) return rc;
+    if (dt_net_table_rows(s->run->net, t) != 0 || first > total || n > total - first)
+        return dt_errorf(err, DT_EINVAL, "checkpoint: ids %" PRIu64 "..%" PRIu64 " of table %d, which holds %" PRIu64
+                         " rows of unbounded ids", first, first + n, t, dt_net_table_rows(s->run->net, t) ? 0 : total);
+    uint8_t buf[8 * 512];
+    for (size_t done = 0; done < n && !rc;) { /* little-endian, as safetensors stores integers */
+        size_t m = n - done < 512 ? n - done : 512;
+        for (size_t i = 0; i < m; i++) dt_put_u64(buf + 8 * i, ids[done + i]);
+        rc = dt_st_writer_put(s->w, s->tensor[t] + 1 + slots, (first + done) * 8, buf, m * 8, err);
+        done += m;
+    }
+    return rc;
 }
 
 int dt_ckpt_put_range(dt_ckpt_sink *s, int t, uint64_t first, size_t n, const float *rows, dt_error *err) {
@@ -777,8 +840,10 @@ static void first_model_difference(char *out, size_t cap, const char *a, const c
     }
 }
 
+#define IDS_SLOT (-2) /* find_variable: an unbounded table's ids */
+
 /* Is name a variable of the run, or one of its slots? Returns the view index or -1; *slot = -1
- * for the parameter itself. */
+ * for the parameter itself, IDS_SLOT for an unbounded table's ids. */
 static int find_variable(const dt_ckpt_run *run, const char *name, int *slot) {
     int nv = dt_net_num_views(run->net);
     for (int v = 0; v < nv; v++) {
@@ -790,6 +855,10 @@ static int find_variable(const dt_ckpt_run *run, const char *name, int *slot) {
             return v;
         }
         if (name[l] != '/') continue;
+        if (strcmp(name + l + 1, "ids") == 0 && unbounded_table(run, v)) {
+            *slot = IDS_SLOT;
+            return v;
+        }
         for (int k = 0; k < MAX_SLOTS; k++) {
             const char *sn = name + l + 1;
             if (strcmp(sn, dt_ckpt_slot_name(DT_OPT_MOMENTUM, k)) == 0 || strcmp(sn, dt_ckpt_slot_name(DT_OPT_ADAM, k)) == 0 ||
@@ -829,7 +898,7 @@ static void diff_variables(const dt_st_file *f, const dt_ckpt_run *run, diff_lis
         const dt_st_info *ti = dt_st_find(f, pv->name);
         char want[96], have[96] = "";
         int64_t sh[4];
-        saved_shape(run, v, sh);
+        saved_shape(run, v, sh, f, NULL);
         shape_str(want, sizeof want, sh, pv->ndim);
         if (ti) shape_str(have, sizeof have, ti->shape, ti->ndim);
         if (ti && ti->dtype == DT_ST_F32 && strcmp(want, have) == 0) continue;
@@ -848,8 +917,9 @@ static void diff_tensors(const dt_st_file *f, const dt_ckpt_run *run, const char
         if (strcmp(ti->name, DT_CKPT_STEP_TENSOR) == 0 || strcmp(ti->name, DT_CKPT_COORD_TENSOR) == 0)
             continue; /* checked where they are read */
         int v = find_variable(run, ti->name, &slot);
+        if (v >= 0 && slot == IDS_SLOT) continue; /* an unbounded table's ids: check_held */
         int64_t sh[4];
-        const uint64_t count = v >= 0 ? saved_shape(run, v, sh) : 0;
+        const uint64_t count = v >= 0 ? saved_shape(run, v, sh, f, NULL) : 0;
         if (v >= 0 && (slot < 0 || (ti->dtype == DT_ST_F32 && ti->count == count))) continue;
         if (v >= 0)
             diff_add(d, "the checkpoint's %s is %s with %" PRIu64 " elements, %" PRIu64 " here", ti->name,
@@ -884,7 +954,7 @@ static int check_slots(const dt_st_file *f, const char *label, const dt_ckpt_run
         if (pv->count == 0) continue;
         int *is_first = &first[pv->table && run->tables];
         int64_t sh[4];
-        const uint64_t count = saved_shape(run, v, sh);
+        const uint64_t count = saved_shape(run, v, sh, f, NULL);
         for (int k = 0; k < view_slots(run, pv); k++) {
             char name[NAME_CAP];
             slot_tensor_name(name, run, pv, k);
@@ -899,9 +969,29 @@ static int check_slots(const dt_st_file *f, const char *label, const dt_ckpt_run
     return DT_OK;
 }
 
+/* Each unbounded table's ids: a U64 vector (its rows, and so its values' and slots' shapes, are its
+ * length), at most DT_CKPT_MAX_HELD_ROWS. */
+static int check_held(const dt_st_file *f, const char *label, const dt_ckpt_run *run, dt_error *err) {
+    for (int v = 0; v < dt_net_num_views(run->net); v++) {
+        if (!unbounded_table(run, v)) continue;
+        const dt_param_view *pv = dt_net_view(run->net, v);
+        char name[NAME_CAP];
+        snprintf(name, sizeof name, "%s/ids", pv->name);
+        const dt_st_info *ti = dt_st_find(f, name);
+        if (!held_ids(f, pv) || ti->count > DT_CKPT_MAX_HELD_ROWS)
+            return dt_errorf(err, DT_EFORMAT, "%s: %s must be a U64 vector of at most %llu ids (the rows of a table of "
+                             "unbounded ids), not %s%s with %" PRIu64 " element(s)", label, name,
+                             (unsigned long long)DT_CKPT_MAX_HELD_ROWS, ti ? dt_st_dtype_name(ti->dtype) : "missing",
+                             ti && ti->ndim != 1 ? " of rank != 1" : "", ti ? ti->count : 0);
+    }
+    return DT_OK;
+}
+
 int dt_ckpt_check_fits(const dt_st_file *f, const char *label, const dt_ckpt_run *run, dt_error *err) {
     const dt_model_spec *spec = dt_net_spec(run->net);
     const char *here = spec->source[0] ? spec->source : spec->name;
+    int rc = check_held(f, label, run, err);
+    if (rc) return rc;
     /* Variables first: another model is the likeliest mistake, and the most useful to explain. */
     diff_list d = {.len = 0};
     diff_variables(f, run, &d);
@@ -1005,4 +1095,27 @@ size_t dt_ckpt_clear_untrained_slots(const dt_ckpt_run *run, float *state) {
         }
     }
     return cleared;
+}
+
+int dt_ckpt_held_rows(const dt_st_file *f, const dt_ckpt_run *run, int t, uint64_t *rows) {
+    dt_table_grad g;
+    *rows = 0;
+    if (dt_net_table_grad(run->net, t, &g) || !unbounded_table(run, g.view)) return DT_EINVAL;
+    const dt_st_info *ti = held_ids(f, dt_net_view(run->net, g.view));
+    if (!ti) return DT_EINVAL;
+    *rows = ti->count;
+    return DT_OK;
+}
+
+int dt_ckpt_read_ids(const dt_st_file *f, const char *label, const dt_ckpt_run *run, int t, uint64_t first, size_t n,
+                     uint64_t *ids, dt_error *err) {
+    uint64_t held;
+    dt_table_grad g;
+    if (dt_ckpt_held_rows(f, run, t, &held) || first > held || n > held - first || dt_net_table_grad(run->net, t, &g))
+        return dt_errorf(err, DT_EFORMAT, "%s: table %d has no ids %" PRIu64 "..%" PRIu64 " (it holds %" PRIu64 ")", label,
+                         t, first, first + n, held);
+    const dt_st_info *ti = held_ids(f, dt_net_view(run->net, g.view));
+    int rc = n ? dt_st_read_part(f, ti, first * 8, ids, n * 8, err) : DT_OK;
+    for (size_t i = 0; i < n && !rc; i++) ids[i] = dt_get_u64((const uint8_t *)&ids[i]); /* little-endian on disk */
+    return rc;
 }

@@ -56,6 +56,11 @@ typedef struct {
      * written by table_rows through the sink (dt_ckpt_put_range, dt_ckpt_put_row; a row it does not
      * write holds zeros); restored by the caller (dt_ckpt_read_rows), dt_ckpt_load leaves the blocks. */
     int (*table_rows)(void *user, struct dt_ckpt_sink *sink, int64_t global_step, dt_error *err);
+    /* Tables of unbounded ids (dt_net_table_rows 0) are saved as the rows the ps tasks hold: their ids
+     * "<table>/ids" U64 [held], the rows [held, dim] and slots. table_prepare, called before the file
+     * is begun, sets held[t] for each (the rows table_rows will then write: dt_ckpt_put_ids and
+     * dt_ckpt_put_range over [0, held)); it may keep a spool in logdir meanwhile. */
+    int (*table_prepare)(void *user, const char *logdir, uint64_t *held, dt_error *err);
     void *table_user;
 } dt_ckpt_run;
 
@@ -64,6 +69,15 @@ typedef struct {
 typedef struct dt_ckpt_sink dt_ckpt_sink;
 int dt_ckpt_put_range(dt_ckpt_sink *s, int t, uint64_t first, size_t n, const float *rows, dt_error *err);
 int dt_ckpt_put_row(dt_ckpt_sink *s, int t, uint64_t id, const float *row, dt_error *err);
+/* An unbounded table's ids [first, first + n) (those of its rows at the same places). */
+int dt_ckpt_put_ids(dt_ckpt_sink *s, int t, uint64_t first, size_t n, const uint64_t *ids, dt_error *err);
+/* The rows a checkpoint that fits run holds of unbounded table t (its ids' length); DT_EINVAL for a
+ * bounded table. dt_ckpt_read_ids: its ids [first, first + n) into ids [n]; its rows and slots are
+ * read by dt_ckpt_read_rows, at the same places. */
+#define DT_CKPT_MAX_HELD_ROWS (UINT64_C(1) << 40)
+int dt_ckpt_held_rows(const dt_st_file *f, const dt_ckpt_run *run, int t, uint64_t *rows);
+int dt_ckpt_read_ids(const dt_st_file *f, const char *label, const dt_ckpt_run *run, int t, uint64_t first, size_t n,
+                     uint64_t *ids, dt_error *err);
 /* Rows [first, first + n) of table t of a checkpoint that fits run (dt_ckpt_check_fits), into rows
  * [n][(1 + slots) dim] (values, then run->tables' slots), read from the file piece by piece. */
 int dt_ckpt_read_rows(const dt_st_file *f, const char *label, const dt_ckpt_run *run, int t, uint64_t first, size_t n,

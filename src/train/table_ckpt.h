@@ -21,11 +21,23 @@ typedef struct {
     int64_t step_lo, step_hi; /* saving: the tables' steps their pages came at (-1: no page) */
 } dt_table_ckpt_stats;
 
-/* Every table of net (a compact net, whose tables s declared) into the checkpoint being written. */
-int dt_table_ckpt_save(dt_sparse_client *s, const dt_net *net, dt_ckpt_sink *sink, dt_table_ckpt_stats *st,
-                       dt_error *err);
+/* Tables of unbounded ids (dt_net_table_rows 0) are saved as the rows the ps tasks hold (ids, rows,
+ * slots), a number the checkpoint's header needs first: dt_table_ckpt_prepare exports them into a
+ * spool file in logdir (unlinked at once: it goes when freed, or with the process) and sets held[t],
+ * before the file is begun (dt_ckpt_run.table_prepare); dt_table_ckpt_save then copies them from it.
+ * The spool holds each row once per walk of its ps (a walk the ps starts again sends rows again: the
+ * later copy, the newer, wins at a restore, which imports rows in file order). */
+typedef struct dt_table_spool dt_table_spool;
+int dt_table_ckpt_prepare(dt_sparse_client *s, const dt_net *net, const char *logdir, uint64_t *held,
+                          dt_table_spool **out, dt_error *err);
+void dt_table_spool_free(dt_table_spool *sp);
+/* Every table of net (a compact net, whose tables s declared) into the checkpoint being written;
+ * spool: dt_table_ckpt_prepare's (NULL without tables of unbounded ids). */
+int dt_table_ckpt_save(dt_sparse_client *s, const dt_net *net, dt_ckpt_sink *sink, dt_table_spool *spool,
+                       dt_table_ckpt_stats *st, dt_error *err);
 /* Every table of an open checkpoint that fits run (run->net: the compact net; run->tables: its
- * optimizer) into the ps tasks, after s declared the tables. */
+ * optimizer) into the ps tasks, after s declared the tables: a bounded table's rows that differ from
+ * their initial values, an unbounded table's every row, each to its home under s's ps count. */
 int dt_table_ckpt_restore(dt_sparse_client *s, const dt_st_file *f, const char *label, const dt_ckpt_run *run,
                           dt_table_ckpt_stats *st, dt_error *err);
 

@@ -207,6 +207,7 @@ typedef struct {
     dt_opt_config opt;
     dt_lazy_config table_opt;     /* the embedding tables' (table_optim.h) */
     dt_supervisor *supervisor;    /* the chief's checkpoints and summaries; NULL elsewhere */
+    dt_table_spool *spool;        /* a checkpoint's unbounded tables, between prepare_tables and save_tables */
     dt_auth auth;                 /* --auth=curve: this task's keys */
     dt_progress prog;             /* the live progress line (a terminal) */
     FILE *log, *log_out;          /* training's log: log_out, through the progress line's stream */
@@ -228,6 +229,7 @@ static void run_free(run_state *r) {
     dt_peer_poll_stop(r->peers);
     dt_http_stop(r->http); /* nothing reads the figures any more */
     dt_supervisor_close(r->supervisor);
+    dt_table_spool_free(r->spool);
     dt_work_loop_free(r->work);
     if (r->work_log) fclose(r->work_log);
     if (r->updater) r->updater->free(r->updater);
@@ -453,12 +455,22 @@ static int snapshot(void *user, float *params, float *state, int64_t *global_ste
 static int save_tables(void *user, dt_ckpt_sink *sink, int64_t global_step, dt_error *err) {
     run_state *r = user;
     dt_table_ckpt_stats st;
-    int rc = dt_table_ckpt_save(dt_remote_sparse(r->updater), r->net, sink, &st, err);
+    int rc = dt_table_ckpt_save(dt_remote_sparse(r->updater), r->net, sink, r->spool, &st, err);
+    dt_table_spool_free(r->spool);
+    r->spool = NULL;
     if (!rc && r->plan.sync && st.step_lo >= 0 && (st.step_lo != global_step || st.step_hi != global_step))
         fprintf(r->log, "chief: warning: the sparse tables were read at steps %lld..%lld, the dense variables at step "
                 "%lld: the checkpoint holds the updates that landed meanwhile\n", (long long)st.step_lo,
                 (long long)st.step_hi, (long long)global_step);
     return rc;
+}
+
+/* Before the checkpoint's header: the tables of unbounded ids spooled, their row counts into held. */
+static int prepare_tables(void *user, const char *logdir, uint64_t *held, dt_error *err) {
+    run_state *r = user;
+    dt_table_spool_free(r->spool); /* a save that failed before its rows were written */
+    r->spool = NULL;
+    return dt_table_ckpt_prepare(dt_remote_sparse(r->updater), r->net, logdir, held, &r->spool, err);
 }
 
 /* The chief, its ps tasks initialised from a checkpoint (or rolled back to one) and the tables
@@ -473,7 +485,7 @@ static int restore_tables(void *user, dt_sparse_client *sparse, dt_error *err) {
     int rc = dt_table_ckpt_restore(sparse, f, path, &run, &st, err);
     if (!rc)
         fprintf(r->log, "chief: restored the %d sparse table(s) of %s onto %d ps task(s): %llu row(s) that differ from "
-                "their initial values\n", dt_net_num_tables(r->net), path, r->cluster.n_ps,
+                "their initial values, or are held (unbounded ids)\n", dt_net_num_tables(r->net), path, r->cluster.n_ps,
                 (unsigned long long)st.rows);
     return rc;
 }
@@ -727,6 +739,7 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
                                    /* a cluster's tables: their rows from the ps tasks (table_ckpt.h) */
                                    .run = {.net = r->net, .opt = &r->opt, .tables = &r->table_opt,
                                            .table_rows = dt_net_compact_tables(r->net) ? save_tables : NULL,
+                                           .table_prepare = dt_net_compact_tables(r->net) ? prepare_tables : NULL,
                                            .table_user = r,
                                            .seed = o->seed, .batch_size = o->batch_size,
                                            .n_workers = p->n_workers, .sync = p->sync, .batches_per_epoch = p->per_epoch,

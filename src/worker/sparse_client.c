@@ -392,7 +392,8 @@ int dt_sparse_push(dt_sparse_client *s, dt_error *err) {
 
 /* ---- SPARSE_INIT ---- */
 
-/* Table t's record: its layer's dim, rows (the capacity: every bucket can have one) and initialiser. */
+/* Table t's record: its layer's dim, rows (the capacity: every bucket can have one; unbounded ids: the
+ * layer's capacity=, min_count= and evict_after=) and initialiser. */
 int dt_sparse_table_record(const dt_sparse_client *s, int t, dt_wire_table *w, dt_error *err) {
     const dt_model_spec *spec = dt_net_spec(s->net);
     for (int i = 0, seen = 0; i < spec->n_layers; i++) {
@@ -405,6 +406,11 @@ int dt_sparse_table_record(const dt_sparse_client *s, int t, dt_wire_table *w, d
         }
         *w = (dt_wire_table){.table = (uint32_t)t, .dim = (uint32_t)L->dim, .opt = s->cfg.opt, .seed = s->cfg.seed};
         w->capacity = (uint64_t)L->buckets < (UINT64_C(1) << 31) ? (uint64_t)L->buckets : UINT64_C(1) << 31;
+        if (!L->buckets) {
+            w->capacity = (uint64_t)L->capacity;
+            w->min_count = (uint8_t)L->min_count;
+            w->expire_steps = (uint64_t)L->evict_after;
+        }
         /* TensorFlow's embedding initialisers the ps draws per row: zeros and truncated normal */
         if (L->weight_init.kind == DT_INIT_CONSTANT && L->weight_init.value == 0.0f) {
             w->init_kind = 0; /* zeros (docs/protocol.md, "Table records") */
@@ -567,7 +573,8 @@ int dt_sparse_export(dt_sparse_client *s, int t, dt_sparse_page_fn put, void *us
     const size_t slots = (size_t)dt_lazy_slots(x.w.opt.kind), k = x.w.dim * (1 + slots);
     size_t per = dt_wire_rows_per_msg(x.w.dim, slots);
     if (per > PAGE_FLOATS / k) per = PAGE_FLOATS / k ? PAGE_FLOATS / k : 1;
-    x.max_pages = (MAX_RESTARTS + 1) * (x.buckets / per + 2);
+    /* a ps holds at most the table's rows (buckets), or its capacity (unbounded ids) */
+    x.max_pages = (MAX_RESTARTS + 1) * ((x.buckets ? x.buckets : x.w.capacity) / per + 2);
     x.per = per;
     const size_t n = (size_t)s->n_ps;
     x.cursor = dt_calloc(n, sizeof *x.cursor, "sparse export", err);
