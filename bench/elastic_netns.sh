@@ -8,6 +8,7 @@
 # requests ps 0's coordinator answered (one WORK_ASK per unit, one claim per batch, one DONE per
 # worker) and their rate over the run. Needs root (network namespaces).
 # Usage: bench/elastic_netns.sh [WORKERS] [ROUNDS] [N] [RATE]   (repository root, release build)
+# Environment: SYNC (1; 0: asynchronous), EXTRA (more flags for every task), KEEP (keep the logs).
 set -u
 W=${1:-8} R=${2:-3} N=${3:-16000} RATE=${4:-1gbit}
 bin=$(realpath "${DTRAIN_BIN:-build/dtrain}")
@@ -26,7 +27,7 @@ for r in $(seq 1 "$R"); do
     scripts/netcluster cluster --ps 1 --workers "$W" --rate "$RATE" --timeout 600 --out "$d" --tail 0 \
       --bin "$out/dtrain" -- --model models/fashion.model --data "$out/data" --epochs 1 --issync="${SYNC:-1}" \
       --threads 1 --sharding "$mode" --steps_to_validate 1000000 --logdir= --summary_dir= \
-      --progress=never >"$d.report" 2>&1 || { echo "$mode: failed"; tail -5 "$d.report"; continue; }
+      --progress=never ${EXTRA:-} >"$d.report" 2>&1 || { echo "$mode: failed"; tail -5 "$d.report"; continue; }
     t1=$(date +%s.%N)
     cpu=$(awk '/^cpu_seconds/ {print $2 + $3}' "$d/ps0.log")
     req=$(awk -v w="$W" '/epoch .* done: its/ {for (i = 1; i < NF; i++) { if ($(i + 1) == "unit(s),") u = $i; if ($(i + 1) == "batch(es),") b = $i } }
