@@ -41,10 +41,11 @@ check "32 units granted in all ($granted), most of them ahead" test "$granted" -
 # worker 2 of 3 is stopped (SIGSTOP) past the liveness timeout (1 s) and continued. ps 0 loses it
 # and returns its units; back, its claim is refused, or names a step the cluster went past, and
 # it drops its units and joins again (JOIN). Every example is still trained once per epoch (the
-# workers' --debug_work_log and ps 0's count) and every process exits 0. About 4 s.
+# workers' --debug_work_log and ps 0's count) and every process exits 0 (the job outlasts the stop:
+# a worker continued after the job's end waits --ps_timeout for the ps tasks). About 5 s.
 ports=($(free_port 4))
 h=(--ps_hosts=127.0.0.1:${ports[0]} --worker_hosts=127.0.0.1:${ports[1]},127.0.0.1:${ports[2]},127.0.0.1:${ports[3]})
-m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threads 1 --batch_size 32 --epochs 4
+m=(--model "$tmp/tiny.model" --data "$tmp/data" --logdir= --summary_dir= --threads 1 --batch_size 32 --epochs 6
    --issync 1 --sharding dynamic --unit_batches 2 --heartbeat_timeout 2 --steps_to_validate 100000
    --debug_step_delay_ms 40)
 timeout --foreground 60 "$bin" train "${m[@]}" "${h[@]}" --job_name=ps >"$tmp/ps2" 2>&1 &
@@ -63,10 +64,10 @@ for t in 0 1 2; do wait "${pids[$t]}" || { failed=1; echo "worker $t: $(tail -2 
 wait $ps || failed=1
 check "stopped and continued: every process exits 0" test $failed -eq 0
 check "stopped and continued: ps 0 lost worker 2 and counts every epoch" \
-  eval 'grep -q "ps 0: worker 2 lost" "$tmp/ps2" && grep -q "ps 0: epoch 3 done: .* each counted once; training finished" "$tmp/ps2"'
+  eval 'grep -q "ps 0: worker 2 lost" "$tmp/ps2" && grep -q "ps 0: epoch 5 done: .* each counted once; training finished" "$tmp/ps2"'
 cat "$tmp"/work[0-2] | awk '
   { for (i = 6; i <= NF; i++) if (c[$2 " " $i]++) dup++; else seen[$2]++ }
-  END { printf "duplicates %d, per epoch %d %d %d %d\n", dup, seen[0], seen[1], seen[2], seen[3]
-        exit !(dup == 0 && seen[0] == 1000 && seen[1] == 1000 && seen[2] == 1000 && seen[3] == 1000) }' >"$tmp/count"
+  END { for (e = 0; e < 6; e++) { if (seen[e] != 1000) bad++; s = s " " seen[e] }
+        printf "duplicates %d, per epoch%s\n", dup, s; exit !(dup == 0 && !bad) }' >"$tmp/count"
 check "stopped and continued: every example once per epoch ($(cat "$tmp/count"))" test $? -eq 0
 summary
