@@ -912,8 +912,8 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                                (double)loss, (long long)*global_step + 1);
                 break;
             }
-            /* Claimed before backward: with --overlap each layer's gradient is pushed as backward
-             * makes it, and ps 0 must hold the claim before the gradient arrives. */
+            /* The claim's answer before backward: with --overlap each layer's gradient is pushed
+             * as backward makes it, and ps 0 must hold the claim before the gradient arrives. */
             if (r->work && (rc = dt_work_loop_claim(r->work, r->net, global_step, &push, err))) break;
             if (!push) continue; /* its step went by, or the unit is not ours any more: the batch is dropped */
             if ((rc = dt_net_backward(r->net, err)) || (rc = dt_net_status(r->net, err))) break;
@@ -1064,7 +1064,7 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
     dt_metric_set(r->m.step, (double)global_step);
     double t_start = dt_seconds();
     rc = run_steps(r, o, emulate, &global_step, &local_step, res, err);
-    dt_work_loop_abandon(r->work); /* a claim left unanswered by a stop */
+    dt_work_loop_end(r->work); /* an answer left due by a stop; the units granted ahead */
     /* An overlapping updater's last parameters are still on their way. */
     if (!rc && r->updater->settle && (rc = r->updater->settle(r->updater, r->net, &global_step, err)) == DT_OK)
         res->steps = global_step;

@@ -13,7 +13,15 @@
 #include "worker/work_client.h"
 
 #define ASK_AGAIN_MS 20  /* WAIT: every unit of the epoch is granted; ask again this much later */
-#define MAX_HELD 2       /* units one worker may hold (the plan's bound; this loop holds one) */
+#define MAX_HELD 2       /* units one worker may hold: the one it trains and the next, asked for ahead */
+
+/* The request on the work client whose answer is still due (one at a time). */
+enum { PENDING_NONE, PENDING_CLAIM, PENDING_ASK };
+
+typedef struct {
+    int held;
+    uint64_t epoch, unit, mask; /* mask: its batches still to train */
+} held_unit;
 
 struct dt_work_loop {
     dt_work_config cfg;
@@ -21,9 +29,13 @@ struct dt_work_loop {
     dt_work_data data;
     uint64_t nb;              /* batches per epoch */
     int joined;               /* asked once already (the first ask says JOIN) */
+    int rejoin;               /* the next ask says JOIN: ps 0 may think this worker holds units it dropped */
     int sitting;              /* sync: DONE sent, steps go on without this worker */
-    int held;                 /* a unit is held: epoch, unit, the mask of its batches still to train */
-    uint64_t epoch, unit, mask;
+    held_unit cur, next;      /* the unit in training; the next one, granted ahead */
+    int asked_ahead;          /* for cur: asked ahead once already (not again: WAIT near an epoch's end) */
+    int pending;              /* PENDING_*: the work client's request whose answer is due */
+    int64_t claim_tag;        /* the step the claim in flight names */
+    uint64_t units, ahead;    /* units granted; of them, granted ahead (no round trip at the boundary) */
     uint64_t batch;           /* the batch of the claim in flight */
     int64_t next_index;       /* the loader's next batch (a seek only when another one is wanted) */
     int64_t last_epoch;       /* of the latest counted batch; -1: none yet */
@@ -142,10 +154,13 @@ void dt_work_loop_free(dt_work_loop *w) {
     free(w);
 }
 
+static int drain(dt_work_loop *w, dt_error *err);
+
 int dt_work_loop_fetch_state(dt_work_loop *w, int64_t *step, dt_error *err) {
     const void *st;
     size_t len;
-    int rc = dt_work_state_get(w->client, &st, &len, step, err);
+    int rc = drain(w, err); /* an ask ahead's answer first: the client takes one request at a time */
+    if (!rc) rc = dt_work_state_get(w->client, &st, &len, step, err);
     if (rc) return rc;
     if (len > w->saved_cap) { /* len: bounded by the frame limit of ps 0's socket */
         uint8_t *b = realloc(w->saved, len);
@@ -181,6 +196,17 @@ static int sit_out(dt_work_loop *w, dt_error *err) {
     return DT_OK;
 }
 
+/* A grant into *u, checked against this worker's epoch (units counts the grants). */
+static int take_grant(dt_work_loop *w, const dt_work_grant *g, held_unit *u, dt_error *err) {
+    uint64_t first = g->unit * w->cfg.unit_batches; /* no overflow once unit < nb (nb <= 2^24) */
+    if (g->unit >= w->nb || first >= w->nb || (w->nb - first < 64 && (g->mask >> (w->nb - first)) != 0))
+        return dt_errorf(err, DT_EPROTO, "ps 0 granted unit %" PRIu64 " (mask %#" PRIx64 ") beyond the epoch's %" PRIu64
+                         " batches (the same --batch_size and --unit_batches everywhere?)", g->unit, g->mask, w->nb);
+    *u = (held_unit){.held = 1, .epoch = g->epoch, .unit = g->unit, .mask = g->mask};
+    w->units++;
+    return DT_OK;
+}
+
 /* One ask: a unit (held), WAIT (nothing now), FINISHED, or, before the chief's plan, nothing yet.
  * ps 0 without a plan after the chief installed one restarted (a rollback re-initialised the
  * model): the chief installs the plan again, from the checkpoint the model came back from. */
@@ -188,7 +214,7 @@ static int ask(dt_work_loop *w, dt_net *net, int64_t *global_step, int64_t deadl
                dt_error *err) {
     dt_work_grant g;
     dt_error e = {0};
-    int rc = dt_work_ask(w->client, &w->data, !w->joined, &g, &e);
+    int rc = dt_work_ask(w->client, &w->data, !w->joined || w->rejoin, &g, &e);
     if (rc && w->cfg.chief && w->joined && dt_ps_client_last_refusal(w->client) == DT_WIRE_E_NOT_READY) {
         fprintf(w->cfg.log, "chief: ps 0 has lost the work plan (it restarted): installing it again\n");
         /* The model first: a restarted ps 0 lost its shard too (with --overlap no push may have
@@ -202,64 +228,133 @@ static int ask(dt_work_loop *w, dt_net *net, int64_t *global_step, int64_t deadl
         if (err) *err = e;
         return dt_error_wrap(err, rc, "worker %d: asking ps 0 for work: ", w->cfg.task);
     }
-    w->joined = 1;
+    w->joined = 1, w->rejoin = 0;
     if (g.answer == DT_WORK_FINISHED) *finished = 1;
     if (g.answer == DT_WORK_WAIT) return sit_out(w, err);
-    if (g.answer != DT_WORK_GRANTED) return DT_OK;
-    uint64_t first = g.unit * w->cfg.unit_batches;
-    if (g.epoch != w->epoch || !w->held) w->epoch = g.epoch;
-    if (first >= w->nb || (w->nb - first < 64 && (g.mask >> (w->nb - first)) != 0))
-        return dt_errorf(err, DT_EPROTO, "ps 0 granted unit %" PRIu64 " (mask %#" PRIx64 ") beyond the epoch's %" PRIu64
-                         " batches (the same --batch_size and --unit_batches everywhere?)", g.unit, g.mask, w->nb);
-    w->held = 1, w->unit = g.unit, w->mask = g.mask;
+    return g.answer == DT_WORK_GRANTED ? take_grant(w, &g, &w->cur, err) : DT_OK;
+}
+
+/* Asking ahead: under the last batch of its unit (its claim answered) a worker asks for the next
+ * one, once per unit, and takes the answer before its next batch (ahead_take), so a unit's
+ * boundary costs no round trip and, in sync mode, no settled exchange. As late as that so that
+ * an epoch's last units are not hoarded by workers that would train them a unit later. */
+static void ahead_send(dt_work_loop *w) {
+    if (w->pending != PENDING_NONE || w->asked_ahead || w->next.held || !w->cur.held || w->rejoin ||
+        __builtin_popcountll(w->cur.mask) != 1)
+        return;
+    w->asked_ahead = 1;
+    dt_error e = {0};
+    if (!dt_work_ask_send(w->client, &w->data, 0, &e)) w->pending = PENDING_ASK;
+    /* not sent: the unit's end asks, and meets what failed */
+}
+
+/* The ask ahead's answer: a grant is the next unit. WAIT (every unit of the epoch is granted),
+ * FINISHED or a refusal leave none: the unit's end asks again, and handles them (a refusal of
+ * max_held: with --staleness ps 0 may still count a unit whose last claims have not settled). No
+ * answer (ps 0 lost, or slow): what ps 0 may have granted is returned by the next ask's JOIN. */
+static int ahead_take(dt_work_loop *w, dt_error *err) {
+    if (w->pending != PENDING_ASK) return DT_OK;
+    w->pending = PENDING_NONE;
+    dt_work_grant g;
+    dt_error e = {0};
+    int rc = dt_work_ask_answer(w->client, &g, &e);
+    if (rc == DT_ETIMEOUT || rc == DT_ENET) w->rejoin = 1;
+    if (rc || g.answer != DT_WORK_GRANTED) return DT_OK;
+    if ((rc = take_grant(w, &g, &w->next, err))) return rc;
+    w->ahead++;
     return DT_OK;
+}
+
+/* Takes the answer still due on the work client, so it is free for another request. */
+static int drain(dt_work_loop *w, dt_error *err) {
+    if (w->pending == PENDING_ASK) return ahead_take(w, err);
+    if (w->pending != PENDING_CLAIM) return DT_OK;
+    w->pending = PENDING_NONE;
+    int stale;
+    dt_error e = {0};
+    dt_work_claim_answer(w->client, &stale, &e); /* its gradient is never pushed: the claim is voided */
+    return DT_OK;
+}
+
+/* Every unit dropped here goes back on ps 0 too: its next ask says JOIN. */
+static void drop_all(dt_work_loop *w) {
+    w->cur.held = w->next.held = 0;
+    w->rejoin = 1;
 }
 
 /* ps 0 did not answer (rc: a timeout, a dropped connection): it may be restarting. The updater
  * waits for the ps tasks as for a failed push (--ps_timeout; the chief rolls the model back to the
- * newest checkpoint) and the parameters come back; the unit is asked for anew. */
+ * newest checkpoint) and the parameters come back; the units are asked for anew (JOIN: if ps 0
+ * lives on, what it granted this worker goes back). */
 static int ps_lost(dt_work_loop *w, dt_net *net, int64_t *global_step, int rc, dt_error *err) {
     if (rc != DT_ETIMEOUT && rc != DT_ENET) return rc;
-    w->held = 0;
+    drop_all(w);
     fprintf(w->cfg.log, "worker %d: ps 0 did not answer a work request: %s\n", w->cfg.task, err ? err->msg : "");
     return dt_remote_resync(w->cfg.updater, net, global_step, err);
 }
 
-/* Until a unit is held or every epoch is done; a sync worker back from sitting out pulls first. */
+/* Until a unit is held or every epoch is done: the one granted ahead, else an ask; a sync worker
+ * back from sitting out pulls first. */
 static int get_unit(dt_work_loop *w, dt_net *net, int64_t *global_step, int *finished, dt_error *err) {
     int64_t waited = 0;
-    /* Sync, with --overlap: the unit's last step is applied first (its exchange ends), so that an
-     * epoch's last unit is counted before this worker asks, and it is not told WAIT and sent to
-     * sit steps out while its own last gradient is still on the way. */
-    int rc = !w->held && w->cfg.sync ? settle(w, net, global_step, err) : DT_OK;
+    int rc = ahead_take(w, err);
     if (rc) return rc;
-    while (!w->held && !*finished) {
+    if (!w->cur.held && w->next.held) w->cur = w->next, w->next.held = 0, w->asked_ahead = 0;
+    /* Sync, with --overlap, and no unit granted ahead (an epoch's end): the unit's last step is
+     * applied first (its exchange ends), so that an epoch's last unit is counted before this worker
+     * asks, and it is not told WAIT and sent to sit steps out while its own last gradient is still
+     * on the way. Before a JOIN too: it voids an async worker's claims, so its last push lands
+     * (and counts) first. */
+    rc = !w->cur.held && (w->cfg.sync || w->rejoin) ? settle(w, net, global_step, err) : DT_OK;
+    if (rc) return rc;
+    while (!w->cur.held && !*finished) {
         if (stopped(w)) return dt_errorf(err, DT_EINTR, "worker %d: stopped by a signal", w->cfg.task);
         rc = ask(w, net, global_step, w->cfg.wait_ms - waited, finished, err);
         if (rc && (rc = ps_lost(w, net, global_step, rc, err))) return rc;
-        if (!w->held && !*finished) {
+        w->asked_ahead = 0;
+        if (!w->cur.held && !*finished) {
             sleep_ms(ASK_AGAIN_MS);
             waited += ASK_AGAIN_MS;
         }
     }
-    if (!w->held || !w->sitting) return DT_OK;
+    if (!w->cur.held || !w->sitting) return DT_OK;
     w->sitting = 0;
     fprintf(w->cfg.log, "worker %d: granted unit %" PRIu64 " of epoch %" PRIu64 ": training again\n", w->cfg.task,
-            w->unit, w->epoch);
+            w->cur.unit, w->cur.epoch);
     return dt_remote_resync(w->cfg.updater, net, global_step, err);
+}
+
+/* The claim goes out before the forward when the step its gradient will be for is known already
+ * (sync: the step the exchange in flight ends at), so its round trip hides under the forward;
+ * dt_work_loop_claim checks the step once that exchange has ended. Else (async with --overlap),
+ * or if it cannot be sent, it goes after the forward. */
+static void claim_early(dt_work_loop *w, int64_t global_step) {
+    int64_t tag = dt_remote_expected_tag(w->cfg.updater, global_step);
+    dt_error e = {0};
+    if (tag < 0 || dt_work_claim_send(w->client, w->cur.epoch, w->batch, tag, &e)) return;
+    w->pending = PENDING_CLAIM, w->claim_tag = tag;
 }
 
 int dt_work_loop_next(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_batch *b, int *finished, dt_error *err) {
     *finished = 0;
     int rc = get_unit(w, net, global_step, finished, err);
     if (rc || *finished) return rc;
-    int bit = __builtin_ctzll(w->mask);
-    w->batch = w->unit * w->cfg.unit_batches + (uint64_t)bit;
-    int64_t index = (int64_t)(w->epoch * w->nb + w->batch);
+    int bit = __builtin_ctzll(w->cur.mask);
+    w->batch = w->cur.unit * w->cfg.unit_batches + (uint64_t)bit;
+    int64_t index = (int64_t)(w->cur.epoch * w->nb + w->batch);
     if (index != w->next_index && (rc = dt_loader_seek(w->cfg.loader, index, err))) return rc;
     if ((rc = dt_loader_next(w->cfg.loader, b, err))) return rc;
     w->next_index = index + 1;
+    claim_early(w, *global_step);
     return DT_OK;
+}
+
+/* The claim's answer, sending it first if it did not go before the forward. */
+static int claim_answer(dt_work_loop *w, int64_t tag, int *stale, dt_error *e) {
+    int rc = DT_OK;
+    if (w->pending == PENDING_CLAIM) w->pending = PENDING_NONE;
+    else if (!(rc = dt_work_claim_send(w->client, w->cur.epoch, w->batch, tag, e))) w->claim_tag = tag;
+    return rc ? rc : dt_work_claim_answer(w->client, stale, e);
 }
 
 int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err) {
@@ -268,50 +363,64 @@ int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *
     *push = 0;
     int rc = settle(w, net, global_step, err);
     if (rc) return rc;
-    rc = dt_work_claim_send(w->client, w->epoch, w->batch, dt_remote_next_tag(w->cfg.updater, *global_step), &e);
-    if (!rc) rc = dt_work_claim_answer(w->client, &stale, &e);
-    *push = !rc && !stale;
+    int64_t tag = dt_remote_next_tag(w->cfg.updater, *global_step);
+    rc = claim_answer(w, tag, &stale, &e);
     int why = rc == DT_EPROTO ? dt_ps_client_last_refusal(w->client) : 0;
     if (why == DT_WIRE_E_BAD_VALUE || why == DT_WIRE_E_NOT_READY) {
-        /* Not this worker's any more (it was lost meanwhile, its unit handed on), or ps 0 lost the
+        /* Not this worker's any more (it was lost meanwhile, its units handed on), or ps 0 lost the
          * plan (it restarted; the chief installs it again): ask anew. */
         fprintf(w->cfg.log, "worker %d: claim refused: %s: dropping the gradient and unit %" PRIu64 "\n", w->cfg.task,
-                e.msg, w->unit);
-        w->held = 0;
+                e.msg, w->cur.unit);
+        drop_all(w);
         return DT_OK;
     }
     if (rc) {
         if (err) *err = e;
         return ps_lost(w, net, global_step, rc, err);
     }
-    if (!stale) return DT_OK;
+    if (!stale && w->claim_tag != tag) {
+        /* Claimed before the forward for a step the exchange did not end at (the cluster moved on
+         * without this worker, or a ps outage rolled it back): the gradient is dropped, and ps 0
+         * takes the claim's unit back as a restarted worker's (JOIN), waiting for the claim. */
+        fprintf(w->cfg.log, "worker %d: batch %" PRIu64 " was claimed for step %" PRId64 ", its gradient is for step %"
+                PRId64 ": dropping it and asking anew\n", w->cfg.task, w->batch, w->claim_tag, tag);
+        drop_all(w);
+        return DT_OK;
+    }
+    if (!stale) {
+        *push = 1;
+        ahead_send(w);
+        return DT_OK;
+    }
     /* Sync: its step went by (this worker was slow, or just back): ps 0 took the unit back, to
-     * grant it to another worker first; this one pulls the parameters and asks anew. */
-    w->held = 0;
+     * grant it to another worker first; this one pulls the parameters and goes on with the next
+     * unit (one granted ahead, or asked for). */
+    w->cur.held = 0;
     return dt_remote_resync(w->cfg.updater, net, global_step, err);
 }
 
-void dt_work_loop_abandon(dt_work_loop *w) {
-    if (!w || !dt_ps_client_asking_one(w->client)) return;
-    int stale;
-    dt_error e = {0};
-    dt_work_claim_answer(w->client, &stale, &e); /* its gradient is never pushed: the claim is voided */
+void dt_work_loop_end(dt_work_loop *w) {
+    if (!w) return;
+    drain(w, NULL);
+    if (w->units)
+        fprintf(w->cfg.log, "worker %d: %" PRIu64 " unit(s) granted, %" PRIu64 " of them asked for ahead (no round "
+                "trip at the unit's start)\n", w->cfg.task, w->units, w->ahead);
 }
 
 int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted) {
     if (!counted) { /* stale: the claim was voided and the unit is ps 0's again (sync) */
-        if (w->cfg.sync) w->held = 0;
+        if (w->cfg.sync) w->cur.held = 0;
         return 0;
     }
-    w->mask &= ~(1ull << (w->batch - w->unit * w->cfg.unit_batches));
-    if (!w->mask) w->held = 0;
+    w->cur.mask &= ~(1ull << (w->batch - w->cur.unit * w->cfg.unit_batches));
+    if (!w->cur.mask) w->cur.held = 0;
     if (w->cfg.trained) {
-        fprintf(w->cfg.trained, "epoch %" PRIu64 " batch %" PRIu64 " ids", w->epoch, w->batch);
+        fprintf(w->cfg.trained, "epoch %" PRIu64 " batch %" PRIu64 " ids", w->cur.epoch, w->batch);
         for (int i = 0; i < b->n; i++) fprintf(w->cfg.trained, " %zu", b->ids[i]);
         fputc('\n', w->cfg.trained);
         fflush(w->cfg.trained);
     }
-    int began = w->last_epoch >= 0 && (int64_t)w->epoch > w->last_epoch;
-    w->last_epoch = (int64_t)w->epoch;
+    int began = w->last_epoch >= 0 && (int64_t)w->cur.epoch > w->last_epoch;
+    w->last_epoch = (int64_t)w->cur.epoch;
     return began;
 }

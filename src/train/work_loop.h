@@ -1,8 +1,9 @@
 /* Dynamic data sharding, a worker's loop (docs/elastic.md): which batch this worker trains next.
  * The chief installs the work plan on ps 0 (unless ps 0 already has one: a restarted chief goes on
  * with it); every worker asks ps 0 for units, trains each granted batch through the loader's
- * whole-epoch order, claims it before its gradient's push (the claim's round trip under compute)
- * and keeps it in its mask until it is counted. A sync gradient ps 0 drops as stale (or a claim
+ * whole-epoch order, claims it before its gradient's push (the claim's round trip under the
+ * forward) and keeps it in its mask until it is counted; it asks for its next unit under the last
+ * batch of the current one (it holds two at most). A sync gradient ps 0 drops as stale (or a claim
  * whose step is applied already) costs the worker its unit: ps 0 grants it to another worker
  * first, and this one asks anew (docs/elastic.md, "A dropped gradient"). Without work at an epoch's end a sync worker sits steps out (DONE on
  * every ps) until it is granted a unit again; the run ends when ps 0 says every epoch is done. */
@@ -40,15 +41,18 @@ typedef struct dt_work_loop dt_work_loop;
 int dt_work_loop_open(dt_work_loop **out, const dt_work_config *cfg, dt_error *err);
 void dt_work_loop_free(dt_work_loop *w);
 
-/* The next batch: asks ps 0 for work as needed (waiting out WAIT) and loads the batch into *b.
- * *finished: every epoch is done (b unset). net and *global_step: a sync worker back from sitting
- * steps out pulls the parameters again. */
+/* The next batch: the unit granted ahead, or asks ps 0 for work (waiting out WAIT), loads the
+ * batch into *b and, when the step its gradient will be for is known (sync), sends its claim, so
+ * the claim's round trip runs under the forward. *finished: every epoch is done (b unset). net and
+ * *global_step: a sync worker back from sitting steps out pulls the parameters again. */
 int dt_work_loop_next(dt_work_loop *w, dt_net *net, int64_t *global_step, dt_batch *b, int *finished, dt_error *err);
 /* After the forward, before backward: settles the updater's exchange in flight (with --overlap it
  * ran under the forward: the gradient's step is known only now), claims the batch for the
- * gradient of that step and waits for the answer, so ps 0 holds the claim before any of the
- * gradient is pushed. *push 0: its step is applied already (the parameters were pulled again,
- * *global_step, and ps 0 took the unit back) or the unit is not this worker's any more: skip this
+ * gradient of that step (or checks that the claim sent before the forward named it) and takes the
+ * answer, so ps 0 holds the claim before any of the gradient is pushed. Under the unit's last
+ * batch it asks for the next unit, the answer taken by the next dt_work_loop_next. *push 0: its
+ * step is applied already (the parameters were pulled again, *global_step, and ps 0 took the unit
+ * back), the claim named another step, or the unit is not this worker's any more: skip this
  * batch. */
 int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *push, dt_error *err);
 /* Chief, for a checkpoint: fetches ps 0's coordinator state (kept until the next fetch) and ps 0's
@@ -56,9 +60,10 @@ int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *
 int dt_work_loop_fetch_state(dt_work_loop *w, int64_t *step, dt_error *err);
 void dt_work_loop_saved_state(const dt_work_loop *w, const uint8_t **state, size_t *len);
 
-/* Training stopped with a claim's answer still due (a signal, a failed step): it is taken, so the
- * client is free for DONE, which gives the units back to ps 0. */
-void dt_work_loop_abandon(dt_work_loop *w);
+/* Training ended (finished, stopped by a signal, or failed): an answer still due (a claim's, an
+ * ask ahead's) is taken, so the client is free for DONE, which gives the units held back to ps 0;
+ * logs how many units were granted ahead. */
+void dt_work_loop_end(dt_work_loop *w);
 /* After the push: counted 1 if ps 0 applied the gradient (not stale); 0 in sync mode: the unit is
  * ps 0's again, and the next batch comes from a new grant. Returns 1 when this batch began a new
  * epoch for this worker (for the loop's log line). */

@@ -682,6 +682,14 @@ int64_t dt_remote_next_tag(const dt_updater *u, int64_t tag) {
     return r->sync ? r->iter : r->ov ? r->gstep : tag;
 }
 
+int64_t dt_remote_expected_tag(const dt_updater *u, int64_t tag) {
+    const remote *r = (const remote *)u;
+    if (!r->ov || r->ov_phase == OV_NONE) return dt_remote_next_tag(u, tag); /* nothing in flight: known */
+    /* sync, the exchange of ov_tag in flight: it ends at step ov_tag + 1 unless the cluster moved on
+     * without this worker (exchange_done); async takes the step its reply brings */
+    return r->sync && r->ov_phase == OV_FLYING ? r->ov_tag + 1 : -1;
+}
+
 int dt_remote_resync(dt_updater *u, dt_net *net, int64_t *global_step, dt_error *err) {
     remote *r = (remote *)u;
     int rc = ov_settle(r, global_step, err);

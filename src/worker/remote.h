@@ -88,6 +88,10 @@ struct dt_sparse_client *dt_remote_sparse(dt_updater *remote_updater);
 /* The step the next gradient is for (its PUSH carries it): sync, the step this worker is at; async,
  * with --overlap the step of the exchange last settled, else tag (the loop's). */
 int64_t dt_remote_next_tag(const dt_updater *remote_updater, int64_t tag);
+/* The same before the exchange in flight has ended (with --overlap it runs under the next forward):
+ * sync, the step it will end at if the cluster waits for this worker (dt_remote_next_tag says, once
+ * it has ended); -1 when not known before then (async with --overlap: the step its reply brings). */
+int64_t dt_remote_expected_tag(const dt_updater *remote_updater, int64_t tag);
 /* Pulls the parameters again into net and takes the cluster's step: a claim found its step applied
  * already, or the worker sat steps out (sync) and trains again. */
 int dt_remote_resync(dt_updater *remote_updater, dt_net *net, int64_t *global_step, dt_error *err);

@@ -11,11 +11,16 @@ static int ask_ps0(dt_ps_client *c, dt_wire_header *h, const void *payload, size
     return rc ? rc : dt_ps_client_ask_one_end(c, reply, rp, rlen, err);
 }
 
-int dt_work_ask(dt_ps_client *c, const dt_work_data *d, int join, dt_work_grant *g, dt_error *err) {
-    dt_wire_header h = dt_wire_header_make(DT_MSG_WORK_ASK, 0, 0, 0), a;
+int dt_work_ask_send(dt_ps_client *c, const dt_work_data *d, int join, dt_error *err) {
+    dt_wire_header h = dt_wire_header_make(DT_MSG_WORK_ASK, 0, 0, 0);
     h.work_ask.examples = d->examples, h.work_ask.batch_size = d->batch_size, h.work_ask.seed = d->seed;
     if (join) h.flags = DT_WIRE_F_JOIN;
-    int rc = ask_ps0(c, &h, NULL, 0, DT_MSG_WORK_GRANT, "WORK_ASK", &a, NULL, NULL, err);
+    return dt_ps_client_ask_one(c, 0, &h, NULL, 0, DT_MSG_WORK_GRANT, "WORK_ASK", err);
+}
+
+int dt_work_ask_answer(dt_ps_client *c, dt_work_grant *g, dt_error *err) {
+    dt_wire_header a;
+    int rc = dt_ps_client_ask_one_end(c, &a, NULL, NULL, err);
     if (rc) return rc;
     *g = (dt_work_grant){.global_step = a.global_step};
     switch (a.status) {
@@ -30,6 +35,11 @@ int dt_work_ask(dt_ps_client *c, const dt_work_data *d, int join, dt_work_grant 
     case DT_WIRE_WORK_FINISHED: g->answer = DT_WORK_FINISHED; return DT_OK;
     default: return dt_errorf(err, DT_EPROTO, "ps 0: WORK_GRANT with status %d", a.status);
     }
+}
+
+int dt_work_ask(dt_ps_client *c, const dt_work_data *d, int join, dt_work_grant *g, dt_error *err) {
+    int rc = dt_work_ask_send(c, d, join, err);
+    return rc ? rc : dt_work_ask_answer(c, g, err);
 }
 
 int dt_work_claim_send(dt_ps_client *c, uint64_t epoch, uint64_t batch, int64_t step, dt_error *err) {

@@ -1,9 +1,11 @@
 /* A worker's side of the work coordinator on ps 0 (dynamic data sharding, docs/elastic.md): the
  * WORK messages as calls of the ps client (worker/ps_client.h), each a request to ps 0 alone.
  *
- * A claim is split in two: dt_work_claim sends it before the batch is computed, dt_work_claim_answer
- * takes its answer after, so ps 0 has it before the gradient's PUSH on the same connection and the
- * round trip hides under compute; no other call of the client may run in between. */
+ * A claim is split in two: dt_work_claim_send sends it before the batch's forward,
+ * dt_work_claim_answer takes its answer after, before any of the gradient is pushed, so ps 0 has it
+ * first and the round trip hides under the forward. An ask is split the same way, so a worker asks
+ * for its next unit while it trains the last batch of its current one. No other call of the client
+ * may run between the two halves. */
 #ifndef DT_WORKER_WORK_CLIENT_H
 #define DT_WORKER_WORK_CLIENT_H
 
@@ -30,6 +32,9 @@ typedef struct {
  * --max_workers, data that differ from the plan, no plan yet) fails with DT_EPROTO and ps 0's text
  * (dt_ps_client_last_refusal has its status). */
 int dt_work_ask(dt_ps_client *c, const dt_work_data *d, int join, dt_work_grant *g, dt_error *err);
+/* dt_work_ask in two halves: the request, and its answer (the same outcomes). */
+int dt_work_ask_send(dt_ps_client *c, const dt_work_data *d, int join, dt_error *err);
+int dt_work_ask_answer(dt_ps_client *c, dt_work_grant *g, dt_error *err);
 
 /* Claims batch `batch` of `epoch` for the gradient of `step` (sent; the answer is dt_work_claim_answer's). */
 int dt_work_claim_send(dt_ps_client *c, uint64_t epoch, uint64_t batch, int64_t step, dt_error *err);
