@@ -393,7 +393,8 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
     if (!cfg->endpoint || !*cfg->endpoint)
         return dt_errorf(err, DT_EINVAL, "ps %d: no endpoint to bind", cfg->ps_index);
     ps_shard_config sc = {.ps_index = cfg->ps_index, .n_ps = cfg->n_ps, .shard_floats = cfg->shard_floats,
-                          .state_ranges = cfg->state_ranges, .n_state_ranges = cfg->n_state_ranges, .log = cfg->log};
+                          .state_ranges = cfg->state_ranges, .n_state_ranges = cfg->n_state_ranges, .log = cfg->log,
+                          .table_memory = cfg->table_memory ? cfg->table_memory : dt_ps_table_memory_default()};
     int rc = ps_shard_new(&ps->shard, &sc, err);
     if (!rc) rc = open_router(ps, err);
     if (!rc) rc = open_peers(ps, err);
@@ -459,6 +460,11 @@ static void deliver(ps_t *ps, dt_wire_in *in, int r, const dt_error *e) {
                         &ps->io);
     }
     dt_peer_unref(peer);
+}
+
+uint64_t dt_ps_table_memory_default(void) {
+    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages / 4 * 3 * (uint64_t)size : UINT64_C(4) << 30;
 }
 
 /* Reads the router until it is empty, for at most DRAIN_US (a flood faster than that waits for
