@@ -135,6 +135,10 @@ static int train_flags(train_args *a, flag_def *out) {
         FLAG_NUM("debug_emulate_compute_ms", FLAG_INT, &dbg->emulate_compute_ms,
                  "benchmarks: each step sleeps this long instead of computing, then pushes a full-size constant "
                  "gradient (a click-log model: its real step, padded to this long; docs/testbed.md); -1: off", -1, 600000, 0),
+        FLAG_NUM("debug_ps_stop_at_sparse_pull", FLAG_INT64, &dbg->ps_stop_at_sparse_pull,
+                 "testing: a ps stops at the N-th SPARSE_PULL a worker sends it, unanswered, as if killed there (exit "
+                 "status 130); 0: off",
+                 0, MAX_STEPS, 0),
         FLAG_TEXT("placement", &o->placement, "variables over ps tasks: greedy or round_robin"),
         FLAG_TEXT("bind", &o->bind,
                   "ps: address to bind instead of its own in --ps_hosts (0.0.0.0: every IPv4 interface, [::]: every "

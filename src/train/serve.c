@@ -40,7 +40,8 @@ int dt_serve_task_opts(const dt_cluster *c, const dt_placement *pl, const dt_ser
                         .state_ranges = state,
                         .n_state_ranges = n_state,
                         .metrics = so->metrics,
-                        .table_memory = so->table_memory};
+                        .table_memory = so->table_memory,
+                        .debug_stop_at_sparse_pull = so->debug_stop_at_sparse_pull};
     rc = dt_ps_serve(&cfg, err);
     free(state);
     if (has_ipc) unlink(ipc + strlen("ipc://")); /* libzmq leaves the socket file behind */

@@ -28,6 +28,9 @@ typedef struct {
     /* The most bytes the sparse tables may grow to on this ps together (--ps_table_memory); 0: three
      * quarters of the machine's memory (dt_ps_table_memory_default). */
     uint64_t table_memory;
+    /* Tests only (--debug_ps_stop_at_sparse_pull): > 0, the ps stops, unanswered, at the n-th
+     * SPARSE_PULL it receives from a worker (dt_ps_config's debug_stop_at_sparse_pull). */
+    int64_t debug_stop_at_sparse_pull;
 } dt_serve_options;
 /* The same with every option. */
 int dt_serve_task_opts(const dt_cluster *c, const dt_placement *pl, const dt_serve_options *so, FILE *log,

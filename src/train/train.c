@@ -407,7 +407,8 @@ int dt_train_hooked(const dt_train_options *o, const dt_train_debug *dbg, FILE *
     if (r.cluster.job == DT_JOB_PS) {
         const dt_serve_options so = {.auth = r.auth.curve ? &r.auth : NULL, .bind = o->bind,
                                      .idle_timeout_ms = o->idle_timeout_ms, .stop = o->stop, .metrics = r.metrics,
-                                     .table_memory = (uint64_t)(o->ps_table_memory_gib * 1073741824.0)};
+                                     .table_memory = (uint64_t)(o->ps_table_memory_gib * 1073741824.0),
+                                     .debug_stop_at_sparse_pull = dbg->ps_stop_at_sparse_pull};
         rc = dt_serve_task_opts(&r.cluster, &r.placement, &so, log, err);
         goto out;
     }
