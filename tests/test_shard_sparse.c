@@ -773,7 +773,7 @@ static int write_sections_seed(const char *dir, const char *name, uint8_t sel, d
 }
 
 /* The fuzz target's shard has tables 0 (dim 2) and 1 (dim 4); the selector: bit 0 sync, bit 1
- * admission and a capacity of 4, bit 2 the message twice. */
+ * admission and a capacity of 4, bit 2 the message twice, bit 3 table 0 of 1000 buckets. */
 static int write_corpus(const char *dir) {
     uint8_t rec[2 * DT_WIRE_TABLE_BYTES];
     const uint64_t ids[4] = {1, 1, 5, UINT64_MAX};
@@ -808,6 +808,17 @@ static int write_corpus(const char *dir) {
     }
     h.sparse.ids = 2;
     bad |= write_seed(dir, "init", 0, &h, rec, sizeof rec);
+    for (int t = 0; t < 2; t++) { /* past the fuzz shard's table memory: refused before any is built */
+        dt_wire_table w = {.table = (uint32_t)t, .dim = 64, .flags = t ? DT_WIRE_TABLE_F_BUCKETS : 0,
+                           .capacity = DT_TABLE_MAX_ROWS, .min_count = 2};
+        dt_lazy_config_init(&w.opt, "adam", 0.01f, NULL);
+        dt_wire_table_encode(rec + t * DT_WIRE_TABLE_BYTES, &w);
+    }
+    bad |= write_seed(dir, "init_past_memory", 0, &h, rec, sizeof rec);
+    h = dt_wire_header_make(DT_MSG_SPARSE_PULL, DT_ROLE_WORKER, 1, 9);
+    const uint64_t beyond[2] = {999, 1000}; /* the second beyond table 0's buckets: refused */
+    sec_in buckets = {0, 2, 2, beyond, NULL};
+    bad |= write_sections_seed(dir, "pull_beyond_buckets", 8, h, &buckets, 1);
     h = dt_wire_header_make(DT_MSG_SPARSE_ROWS, DT_ROLE_PS, 0, 9);
     h.sections.count = 1, h.sections.ids = 2, h.sections.floats = 4;
     bad |= write_seed(dir, "rows", 0, &h, (const uint8_t *)g, 16);
