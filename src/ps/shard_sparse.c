@@ -173,7 +173,8 @@ static int tables_fit(const shard_req *r, uint64_t *bytes_out, char *msg, size_t
     const double mib = 1024.0 * 1024.0;
     snprintf(msg, len, "the %llu table(s) would hold up to %.1f MiB on this ps (ps %d of %d) at their "
              "capacities, over its table memory of %.1f MiB (--ps_table_memory); the largest, table %u: %llu rows of "
-             "dim %u, %.1f MiB: use more ps tasks, smaller capacities or more memory", (unsigned long long)r->h->sparse.ids, (double)total / mib, s->cfg.ps_index,
+             "dim %u, %.1f MiB: use more ps tasks, smaller capacities or more memory",
+             (unsigned long long)r->h->sparse.ids, (double)total / mib, s->cfg.ps_index,
              s->cfg.n_ps > 1 ? s->cfg.n_ps : 1, (double)s->cfg.table_memory / mib, big.table,
              (unsigned long long)most_rows, big.dim, (double)most / mib);
     return 1;
