@@ -5,7 +5,9 @@
  * check alone).
  * Input: [1 byte: selector][header frame, 104 bytes][payload...]. The selector's bit 0 makes the
  * shard sync (2 replicas, staleness 1) rather than async, bit 1 declares a table with admission
- * and a capacity of 4 rows (evictions), bit 2 repeats the message (a second part, a duplicate).
+ * and a capacity of 4 rows (evictions), bit 2 repeats the message (a second part, a duplicate), bit 3
+ * makes table 0 a table of 1000 buckets (ids beyond refused). The shard's table memory is 256 MiB
+ * (a SPARSE_INIT of larger tables is refused before any is built).
  * Every decoded header is re-encoded to the same bytes; a payload passing the bound is within the
  * largest sparse frame; a table record that decodes is re-encoded to the same bytes; section records
  * that decode name each table once, below the bound, and lie end to end within the header's ids and
@@ -47,7 +49,7 @@ static void request(ps_shard *s, const dt_wire_header *h, const void *payload, s
 /* A shard of 4 floats, INIT as the selector says, tables 0 (dim 2, adagrad) and 1 (dim 4, ftrl). */
 static ps_shard *shard_for(uint8_t sel) {
     ps_shard *s = NULL;
-    ps_shard_config cfg = {.ps_index = 0, .shard_floats = 4};
+    ps_shard_config cfg = {.ps_index = 0, .shard_floats = 4, .table_memory = UINT64_C(256) << 20};
     if (ps_shard_new(&s, &cfg, NULL)) __builtin_trap();
     uint8_t init[4 * 4 + DT_WIRE_OPTS_BYTES + 1] = {0};
     dt_lr_schedule sched = {0};
@@ -60,7 +62,8 @@ static ps_shard *shard_for(uint8_t sel) {
     uint8_t rec[2 * DT_WIRE_TABLE_BYTES];
     for (int t = 0; t < 2; t++) {
         dt_wire_table w = {.table = (uint32_t)t, .dim = t ? 4 : 2, .init_kind = 2, .init_scale = 0.1f,
-                           .capacity = (sel & 2) ? 4 : 1000, .min_count = (sel & 2) ? 2 : 0, .seed = 3};
+                           .capacity = (sel & 2) ? 4 : 1000, .min_count = (sel & 2) ? 2 : 0, .seed = 3,
+                           .flags = (sel & 8) && !t ? DT_WIRE_TABLE_F_BUCKETS : 0};
         dt_lazy_config_init(&w.opt, t ? "ftrl" : "adagrad", 0.1f, NULL);
         dt_wire_table_encode(rec + t * DT_WIRE_TABLE_BYTES, &w);
     }

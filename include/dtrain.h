@@ -236,6 +236,11 @@ typedef struct dt_train_options {
      * "cuda" or "cuda:N" in a build with CUDA. Parameters stay on the host for the updater, the ps
      * tasks and checkpoints; a ps task computes nothing and ignores it. */
     const char *device;
+    /* A ps task (docs/sparse.md, "Memory"): the most GiB the sparse tables the chief declares may grow
+     * to on it together, at their capacities (a table of buckets counts its share of the rows); a
+     * declaration past it is refused, naming the figures. 0 (the default): three quarters of the
+     * machine's physical memory. */
+    double ps_table_memory_gib;
 } dt_train_options;
 
 typedef struct dt_train_result {

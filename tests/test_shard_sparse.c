@@ -297,6 +297,103 @@ static void test_ownership(void) {
     shard_done(s);
 }
 
+/* SPARSE_INIT of TABLE as a table of `buckets` buckets (ids below it, spread over the ps tasks) and
+ * TABLE + 1, unbounded ids (capacity rows on every ps), dim 2, adagrad with admission at 2. */
+static void sparse_init_sized(ps_shard *s, uint64_t buckets, uint64_t capacity) {
+    dt_table_config c = table_config();
+    dt_wire_table w[2] = {{.table = TABLE, .dim = DIM, .flags = DT_WIRE_TABLE_F_BUCKETS, .opt = c.opt,
+                           .capacity = buckets, .seed = 7},
+                          {.table = TABLE + 1, .dim = 2, .min_count = 2, .capacity = capacity, .seed = 7}};
+    dt_lazy_config_init(&w[1].opt, "adagrad", 0.1f, NULL);
+    uint8_t recs[2 * DT_WIRE_TABLE_BYTES];
+    for (int t = 0; t < 2; t++) dt_wire_table_encode(recs + t * DT_WIRE_TABLE_BYTES, &w[t]);
+    sparse_init_raw(s, DT_ROLE_CHIEF, recs, 2);
+}
+
+/* What those two tables may grow to on ps 0 of 4, computed here: the buckets' share is buckets / 4
+ * plus 4 binomial standard deviations (and one); the unbounded table its whole capacity. */
+static uint64_t sized_bytes(uint64_t buckets, uint64_t capacity, uint64_t *unbounded) {
+    dt_table_config c = table_config(), u = {.table = TABLE + 1, .dim = 2, .min_count = 2, .capacity = capacity};
+    c.capacity = buckets;
+    dt_lazy_config_init(&u.opt, "adagrad", 0.1f, NULL);
+    const double share = buckets / 4.0 + 4.0 * sqrt(buckets / 4.0) + 1.0;
+    *unbounded = dt_table_bytes_at(&u, capacity);
+    return dt_table_bytes_at(&c, (uint64_t)share) + *unbounded;
+}
+
+/* The tables a SPARSE_INIT declares must fit the ps's table memory at their capacities, together: at
+ * the bound they are declared; a byte less, refused naming the figures, the old tables kept; a peer
+ * declaring 1024 tables of 2^31 rows is refused before any is built. A table of buckets refuses ids
+ * beyond them (its share of rows is what the ps counted). */
+static void test_table_memory(void) {
+    memset(&rec, 0, sizeof rec);
+    enum { BUCKETS = 100000, CAPACITY = 50000 };
+    uint64_t unbounded;
+    const uint64_t need = sized_bytes(BUCKETS, CAPACITY, &unbounded);
+    for (int less = 0; less < 2; less++) {
+        ps_shard *s = NULL;
+        ps_shard_config cfg = {.ps_index = 0, .n_ps = 4, .shard_floats = N, .table_memory = need - (uint64_t)less};
+        CHECK(ps_shard_new(&s, &cfg, NULL) == DT_OK);
+        if (!s) return;
+        shard_init_n(s, N, 1, 0, 2, 0, 0, 0, 0);
+        if (less) sparse_init(s, 0); /* a small table first: kept through the refusal */
+        sparse_init_sized(s, BUCKETS, CAPACITY);
+        if (!less) {
+            CHECK_MSG(last()->h.type == DT_MSG_ACK, "at the bound: %s", last()->text);
+        } else {
+            CHECK(last()->h.type == DT_MSG_ERROR && last()->h.status == DT_WIRE_E_BAD_VALUE);
+            char want[160];
+            snprintf(want, sizeof want, "up to %.1f MiB on this ps (ps 0 of 4) at their capacities, over its table "
+                     "memory of %.1f MiB (--ps_table_memory)", need / 1048576.0, (need - 1) / 1048576.0);
+            CHECK_CONTAINS(last()->text, want);
+            snprintf(want, sizeof want, "the largest, table %d: %d rows of dim 2, %.1f MiB", TABLE + 1, CAPACITY,
+                     unbounded / 1048576.0);
+            CHECK_CONTAINS(last()->text, want);
+        }
+        uint64_t mine = 0, beyond = BUCKETS;
+        while (dt_row_ps(TABLE, mine, 4) != 0) mine++;
+        while (dt_row_ps(TABLE, beyond, 4) != 0) beyond++;
+        float row[DIM];
+        initial(mine, row);
+        if (less) {
+            spull(s, 1, 1, &mine, 1, 0, DT_ENC_FP32, 0); /* the old table, as it was */
+            CHECK(rows_are(row, 1, 0));
+        } else {
+            uint64_t ids[2] = {mine, beyond};
+            spull(s, 1, 1, ids, 2, 0, DT_ENC_FP32, 0);
+            CHECK(last()->h.type == DT_MSG_ERROR && last()->h.status == DT_WIRE_E_BAD_VALUE);
+            char want[96];
+            snprintf(want, sizeof want, "id %llu of table %d (id 1 of 2) is beyond the table's %d buckets",
+                     (unsigned long long)beyond, TABLE, BUCKETS);
+            CHECK_CONTAINS(last()->text, want);
+            float g[2 * DIM] = {1, 1, 1, 1, 1, 1};
+            spush(s, 1, 1, ids, 2, g, 0, 0, 0, 1);
+            CHECK(last()->h.type == DT_MSG_ERROR);
+            CHECK_CONTAINS(last()->text, "buckets");
+        }
+        shard_done(s);
+    }
+    /* 1024 tables of 2^31 rows of dim 1024 with Adam: some 2^55 bytes, refused up front */
+    ps_shard *s = NULL;
+    ps_shard_config cfg = {.ps_index = 0, .n_ps = 1, .shard_floats = N, .table_memory = UINT64_C(64) << 30};
+    CHECK(ps_shard_new(&s, &cfg, NULL) == DT_OK);
+    if (!s) return;
+    shard_init_n(s, N, 1, 0, 2, 0, 0, 0, 0);
+    static uint8_t recs[DT_WIRE_MAX_TABLES * DT_WIRE_TABLE_BYTES];
+    for (uint32_t t = 0; t < DT_WIRE_MAX_TABLES; t++) {
+        dt_wire_table w = {.table = t, .dim = DT_WIRE_MAX_SPARSE_DIM, .min_count = 2, .capacity = DT_TABLE_MAX_ROWS};
+        dt_lazy_config_init(&w.opt, "adam", 0.1f, NULL);
+        dt_wire_table_encode(recs + t * DT_WIRE_TABLE_BYTES, &w);
+    }
+    sparse_init_raw(s, DT_ROLE_CHIEF, recs, DT_WIRE_MAX_TABLES);
+    CHECK(last()->h.type == DT_MSG_ERROR && last()->h.status == DT_WIRE_E_BAD_VALUE);
+    CHECK_CONTAINS(last()->text, "the 1024 table(s) would hold up to");
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK(st.sparse.tables == 0);
+    shard_done(s);
+}
+
 /* Tables TABLE (dim DIM) and TABLE + 1 (dim 2), both as table_config() says. */
 static void sparse_init_two(ps_shard *s) {
     dt_table_config c = table_config();
@@ -676,7 +773,7 @@ static int write_sections_seed(const char *dir, const char *name, uint8_t sel, d
 }
 
 /* The fuzz target's shard has tables 0 (dim 2) and 1 (dim 4); the selector: bit 0 sync, bit 1
- * admission and a capacity of 4, bit 2 the message twice. */
+ * admission and a capacity of 4, bit 2 the message twice, bit 3 table 0 of 1000 buckets. */
 static int write_corpus(const char *dir) {
     uint8_t rec[2 * DT_WIRE_TABLE_BYTES];
     const uint64_t ids[4] = {1, 1, 5, UINT64_MAX};
@@ -711,6 +808,17 @@ static int write_corpus(const char *dir) {
     }
     h.sparse.ids = 2;
     bad |= write_seed(dir, "init", 0, &h, rec, sizeof rec);
+    for (int t = 0; t < 2; t++) { /* past the fuzz shard's table memory: refused before any is built */
+        dt_wire_table w = {.table = (uint32_t)t, .dim = 64, .flags = t ? DT_WIRE_TABLE_F_BUCKETS : 0,
+                           .capacity = DT_TABLE_MAX_ROWS, .min_count = 2};
+        dt_lazy_config_init(&w.opt, "adam", 0.01f, NULL);
+        dt_wire_table_encode(rec + t * DT_WIRE_TABLE_BYTES, &w);
+    }
+    bad |= write_seed(dir, "init_past_memory", 0, &h, rec, sizeof rec);
+    h = dt_wire_header_make(DT_MSG_SPARSE_PULL, DT_ROLE_WORKER, 1, 9);
+    const uint64_t beyond[2] = {999, 1000}; /* the second beyond table 0's buckets: refused */
+    sec_in buckets = {0, 2, 2, beyond, NULL};
+    bad |= write_sections_seed(dir, "pull_beyond_buckets", 8, h, &buckets, 1);
     h = dt_wire_header_make(DT_MSG_SPARSE_ROWS, DT_ROLE_PS, 0, 9);
     h.sections.count = 1, h.sections.ids = 2, h.sections.floats = 4;
     bad |= write_seed(dir, "rows", 0, &h, (const uint8_t *)g, 16);
@@ -727,6 +835,7 @@ int main(int argc, char **argv) {
     RUN(test_hostile);
     RUN(test_sections);
     RUN(test_ownership);
+    RUN(test_table_memory);
     RUN(test_export_pages);
     RUN(test_import);
     return test_summary();

@@ -189,6 +189,29 @@ static void test_memory_bounded(void) {
     free(stream);
 }
 
+/* dt_table_bytes_at(c, n) is what dt_table_bytes says once n rows are held, at every count (the
+ * blocks, the index's doublings, the sketch): a ps bounds its declared tables by it. */
+static void test_bytes_at(void) {
+    const uint64_t caps[] = {1000, 20000};
+    for (int k = 0; k < 2; k++) {
+        dt_table_config c = config(caps[k], 2, 0, "adagrad");
+        dt_table *t = table_new(&c);
+        float row[DIM * 2];
+        for (int j = 0; j < DIM * 2; j++) row[j] = 0.5f;
+        for (uint64_t n = 0; n <= caps[k]; n++) {
+            if (n % 97 == 0 || n == caps[k])
+                CHECK_MSG((uint64_t)dt_table_bytes(t) == dt_table_bytes_at(&c, n),
+                          "capacity %llu, %llu rows: %zu bytes held, %llu said", (unsigned long long)caps[k],
+                          (unsigned long long)n, dt_table_bytes(t), (unsigned long long)dt_table_bytes_at(&c, n));
+            if (n < caps[k]) CHECK(dt_table_import(t, dt_hash64(11, n), row) == DT_OK);
+        }
+        /* beyond the capacity nothing more: a full table evicts */
+        CHECK(dt_table_bytes_at(&c, 10 * caps[k]) == dt_table_bytes_at(&c, caps[k]));
+        CHECK(dt_table_bytes_at(&c, caps[k]) <= caps[k] * dt_table_row_bytes(&c) + dt_table_fixed_bytes(&c));
+        dt_table_free(t);
+    }
+}
+
 static void test_config_refused(void) {
     dt_error e = {0};
     dt_table *t = NULL;
@@ -284,6 +307,7 @@ int main(void) {
     RUN(test_admission);
     RUN(test_expiry_and_lru);
     RUN(test_memory_bounded);
+    RUN(test_bytes_at);
     RUN(test_config_refused);
     RUN(test_export_rehash);
     RUN(test_layout);

@@ -6,6 +6,7 @@
 # held rows' ids, rows and slots (`dtrain inspect` says how many); restored onto 3 ps tasks (the rows
 # re-homed by the hash of (table, id)) and trained on, it ends where 2 ps tasks that never stopped
 # end, every held row and slot bit for bit. (3) One process refuses the model naming the option.
+# (4) Tables past a ps's --ps_table_memory are refused at the chief's start, naming the figures.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/metrics_lib.sh"
 case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
@@ -80,4 +81,17 @@ expect_error "one process refuses unbounded ids" 1 "capacity=.*on a cluster" "$b
   --model fm.model --train_steps 1 --logdir= --summary_dir=
 expect_error "eval of such a checkpoint (one process) too" 1 "capacity=.*on a cluster" "$bin" eval --logdir A \
   --data clicks.tsv
+
+# (4) tables that cannot fit a ps's table memory: the chief's SPARSE_INIT is refused at start, the
+# chief says why (the figures and the flag) and the cluster stops, rather than waiting
+start=$(date +%s)
+timeout --foreground 60 "$bin" launch --ps 1 "${common[@]}" --train_steps 5 --logdir= \
+  --ps_table_memory 0.01 >mem.out 2>&1
+st=$?
+took=$(( $(date +%s) - start ))
+check "tables past --ps_table_memory: the launch fails at start (status $st, ${took} s)" \
+  [ "$st" -ne 0 ] && [ "$st" -ne 124 ] && [ "$took" -lt 30 ]
+check "... the chief names the bound and the figures" grep -qE "^\[worker0\] dtrain train: ps 0 at .*: SPARSE_INIT \
+refused: the 27 table\(s\) would hold up to [0-9.]+ MiB on this ps \(ps 0 of 1\) at their capacities, over its table \
+memory of 10\.2 MiB \(--ps_table_memory\)" mem.out
 summary

@@ -135,6 +135,10 @@ static int train_flags(train_args *a, flag_def *out) {
         FLAG_NUM("debug_emulate_compute_ms", FLAG_INT, &dbg->emulate_compute_ms,
                  "benchmarks: each step sleeps this long instead of computing, then pushes a full-size constant "
                  "gradient (a click-log model: its real step, padded to this long; docs/testbed.md); -1: off", -1, 600000, 0),
+        FLAG_NUM("debug_ps_stop_at_sparse_pull", FLAG_INT64, &dbg->ps_stop_at_sparse_pull,
+                 "testing: a ps stops at the N-th SPARSE_PULL a worker sends it, unanswered, as if killed there (exit "
+                 "status 130); 0: off",
+                 0, MAX_STEPS, 0),
         FLAG_TEXT("placement", &o->placement, "variables over ps tasks: greedy or round_robin"),
         FLAG_TEXT("bind", &o->bind,
                   "ps: address to bind instead of its own in --ps_hosts (0.0.0.0: every IPv4 interface, [::]: every "
@@ -160,6 +164,10 @@ static int train_flags(train_args *a, flag_def *out) {
                  "newest checkpoint); 0: give up at once", 0, DAY, 0),
         FLAG_SWITCH("strict", &o->strict,
                     "sync: a lost worker stops the job (default: each step waits for the live workers only)"),
+        FLAG_NUM("ps_table_memory", FLAG_DOUBLE, &o->ps_table_memory_gib,
+                 "ps: GiB the sparse tables may grow to on it together at their capacities (a table of buckets: its "
+                 "share); past it the chief's declaration is refused; 0: three quarters of the physical memory",
+                 0, 1048576, 0),
         FLAG_NUM("idle_timeout", FLAG_DOUBLE, &a->idle_timeout,
                  "ps: seconds without any message after which it exits with an error (its chief is gone); 0: never",
                  0, DAY, 0),

@@ -53,6 +53,7 @@ typedef struct {
     uint64_t budget;          /* everything peers may make this ps hold (the shard's, as INIT declared) */
     int64_t peers_checked_us;
     int64_t last_message_us;  /* any client's latest message (the idle deadline) */
+    int64_t sparse_pulls_in;  /* SPARSE_PULLs workers sent (cfg->debug_stop_at_sparse_pull) */
     /* Metrics (NULL series when off): the shard's counts, published once per loop. */
     struct {
         dt_metric *step, *pushes, *updates, *pulls, *refused, *live, *rx, *tx, *wait;
@@ -393,7 +394,8 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
     if (!cfg->endpoint || !*cfg->endpoint)
         return dt_errorf(err, DT_EINVAL, "ps %d: no endpoint to bind", cfg->ps_index);
     ps_shard_config sc = {.ps_index = cfg->ps_index, .n_ps = cfg->n_ps, .shard_floats = cfg->shard_floats,
-                          .state_ranges = cfg->state_ranges, .n_state_ranges = cfg->n_state_ranges, .log = cfg->log};
+                          .state_ranges = cfg->state_ranges, .n_state_ranges = cfg->n_state_ranges, .log = cfg->log,
+                          .table_memory = cfg->table_memory ? cfg->table_memory : dt_ps_table_memory_default()};
     int rc = ps_shard_new(&ps->shard, &sc, err);
     if (!rc) rc = open_router(ps, err);
     if (!rc) rc = open_peers(ps, err);
@@ -461,6 +463,20 @@ static void deliver(ps_t *ps, dt_wire_in *in, int r, const dt_error *e) {
     dt_peer_unref(peer);
 }
 
+uint64_t dt_ps_table_memory_default(void) {
+    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages / 4 * 3 * (uint64_t)size : UINT64_C(4) << 30;
+}
+
+/* The test hook: whether this message is the SPARSE_PULL the ps stops at, unanswered (as if the
+ * ps were killed while the pull was on its way). */
+static int debug_stop_here(ps_t *ps, const dt_wire_in *in, int r) {
+    if (ps->cfg->debug_stop_at_sparse_pull <= 0 || r != DT_OK || in->hdr.type != DT_MSG_SPARSE_PULL ||
+        in->hdr.role == DT_ROLE_PS)
+        return 0;
+    return ++ps->sparse_pulls_in == ps->cfg->debug_stop_at_sparse_pull;
+}
+
 /* Reads the router until it is empty, for at most DRAIN_US (a flood faster than that waits for
  * the next round, so the deadlines are still kept): whether it was drained. */
 static int drain(ps_t *ps, int *rc, dt_error *err) {
@@ -479,6 +495,14 @@ static int drain(ps_t *ps, int *rc, dt_error *err) {
             return 0;
         }
         ps->last_message_us = dt_clock_us();
+        if (debug_stop_here(ps, &in, r)) {
+            dt_wire_in_close(&in);
+            ps_log(ps, "debug: stopping at SPARSE_PULL %lld, unanswered (--debug_ps_stop_at_sparse_pull)",
+                   (long long)ps->sparse_pulls_in);
+            *rc = dt_errorf(err, DT_EINTR, "ps %d: stopped at SPARSE_PULL %lld (--debug_ps_stop_at_sparse_pull)",
+                            ps->cfg->ps_index, (long long)ps->sparse_pulls_in);
+            return 0;
+        }
         dt_metric_add(ps->m.rx, (double)(DT_WIRE_HEADER_SIZE + zmq_msg_size(&in.payload)));
         deliver(ps, &in, r, &e);
         dt_wire_in_close(&in);

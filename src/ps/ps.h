@@ -77,7 +77,17 @@ typedef struct {
     const size_t *state_ranges; /* [2 * n_state_ranges] */
     int n_state_ranges;
     struct dt_metrics *metrics; /* Prometheus series of this ps (docs/metrics.md); NULL: none */
+    /* The most bytes the sparse tables may grow to here together at their capacities (a SPARSE_INIT
+     * past it is refused: docs/sparse.md, "Memory"); 0: dt_ps_table_memory_default(). */
+    uint64_t table_memory;
+    /* Tests only: > 0, dt_ps_serve returns DT_EINTR, unanswered, at the n-th SPARSE_PULL a worker sends
+     * (the ps lost in the middle of a sparse pull, on purpose: tests/test_sparse_ps_lost.sh). */
+    int64_t debug_stop_at_sparse_pull;
 } dt_ps_config;
+
+/* Three quarters of the machine's physical memory (sysconf), or 4 GiB if it cannot be read: what the
+ * sparse tables of one ps may grow to by default. */
+uint64_t dt_ps_table_memory_default(void);
 
 /* Serves until SHUTDOWN from the chief (returns 0), *stop (DT_EINTR), the idle deadline or, strict,
  * a lost worker (DT_ETIMEOUT, message says which), or a fatal socket error.

@@ -68,6 +68,9 @@ typedef struct {
     int ps_index;             /* sent in every reply */
     int n_ps;                 /* ps tasks in the cluster: a sparse table's rows here are those whose
                                * dt_row_ps is ps_index (cluster/row_placement.h); 0: not checked */
+    /* The most bytes the sparse tables SPARSE_INIT declares may grow to here, together, at their
+     * capacities (docs/sparse.md, "Memory"); a SPARSE_INIT past it is refused. 0: not checked. */
+    uint64_t table_memory;
     size_t shard_floats;      /* > 0 */
     const size_t *state_ranges; /* dt_ps_config's: floats that are state, not trained */
     int n_state_ranges;

@@ -46,6 +46,7 @@ typedef struct {
 typedef struct {
     dt_table *t;
     int row_mean;             /* DT_WIRE_TABLE_F_ROW_MEAN */
+    int buckets;              /* DT_WIRE_TABLE_F_BUCKETS: ids below the capacity, others refused */
     sparse_acc *acc;          /* sync: [staleness + 1], step t in acc[t % (staleness + 1)] */
 } shard_table;
 
@@ -144,6 +145,7 @@ struct ps_shard {
     /* Sparse tables: declared by SPARSE_INIT after INIT (an INIT drops them). */
     shard_table **tables;     /* [DT_WIRE_MAX_TABLES] by table id, NULL: none */
     int n_tables;
+    uint64_t tables_most;     /* the bytes the declared tables may grow to here (tables_fit) */
     dt_rowsum rsum;           /* scratch: a push's or a step's rows summed by id */
     float *rows;              /* [DT_WIRE_MAX_SPARSE_FLOATS] scratch: a message's rows as float32 */
     dt_wire_section *sec;     /* [DT_WIRE_MAX_SPARSE_SECTIONS] scratch: a message's sections */

@@ -2,6 +2,7 @@
  * (held until the table reaches the step asked for, as a PULL at the sync barrier), SPARSE_PUSH
  * updates them: applied at once when asynchronous, summed over the step's replicas in sync mode
  * (shard_sparse_sync.c). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,13 +44,21 @@ shard_table *shard_table_of(const shard_req *r) {
 
 /* Every id of ids [n] of table is one whose home is this ps (docs/sparse.md, "Placement"): a client
  * that spreads rows otherwise (another ps count, another hash) would make two ps tasks hold one row
- * apart. 1 if so, else refused naming the first id that is not. */
+ * apart; and, in a table of buckets, below its capacity (the share of rows this ps bounded at
+ * SPARSE_INIT). 1 if so, else refused naming the first id that is not. */
 int shard_ids_owned(const shard_req *r, uint64_t table, const uint8_t *ids, size_t n, const char *what) {
     const ps_shard *s = r->s;
-    if (s->cfg.n_ps <= 1) return 1;
+    const uint64_t buckets = s->tables[table]->buckets ? dt_table_config_of(s->tables[table]->t)->capacity : 0;
+    if (s->cfg.n_ps <= 1 && !buckets) return 1;
     for (size_t i = 0; i < n; i++) {
         uint64_t id = id_at(ids, i);
-        int home = dt_row_ps((uint32_t)table, id, s->cfg.n_ps);
+        if (buckets && id >= buckets) {
+            shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s: id %llu of table %llu (id %zu of %zu) is beyond the table's "
+                         "%llu buckets", what, (unsigned long long)id, (unsigned long long)table, i, n,
+                         (unsigned long long)buckets);
+            return 0;
+        }
+        int home = s->cfg.n_ps > 1 ? dt_row_ps((uint32_t)table, id, s->cfg.n_ps) : s->cfg.ps_index;
         if (home == s->cfg.ps_index) continue;
         shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s: id %llu of table %llu (id %zu of %zu) belongs to ps %d of %d "
                      "(dt_row_ps), not to this ps %d", what, (unsigned long long)id, (unsigned long long)table, i, n,
@@ -127,8 +136,48 @@ static int table_from_record(const ps_shard *s, const uint8_t *rec, shard_table 
         return 1;
     }
     t->row_mean = (w.flags & DT_WIRE_TABLE_F_ROW_MEAN) != 0;
+    t->buckets = (w.flags & DT_WIRE_TABLE_F_BUCKETS) != 0;
     *out = t;
     return 0;
+}
+
+/* The rows a table may come to hold here: its capacity; a table of buckets, this ps's share of them
+ * (ids spread evenly by dt_row_ps: capacity / ps tasks, plus 4 binomial standard deviations, which
+ * tests/test_row_placement.c measured none to pass). */
+static uint64_t rows_here(const ps_shard *s, const dt_wire_table *w) {
+    if (!(w->flags & DT_WIRE_TABLE_F_BUCKETS) || s->cfg.n_ps <= 1) return w->capacity;
+    const double mean = (double)w->capacity / s->cfg.n_ps, most = mean + 4.0 * sqrt(mean) + 1.0;
+    return most < (double)w->capacity ? (uint64_t)most : w->capacity;
+}
+
+/* Whether the tables of SPARSE_INIT's payload fit in the ps's table memory at their capacities, before
+ * any is built: 0, or the refusal's text naming the bound and the figures (a record out of range is
+ * table_from_record's to refuse). */
+static int tables_fit(const shard_req *r, uint64_t *bytes_out, char *msg, size_t len) {
+    const ps_shard *s = r->s;
+    uint64_t total = 0, most = 0, most_rows = 0;
+    dt_wire_table big = {0};
+    for (uint64_t k = 0; k < r->h->sparse.ids; k++) {
+        dt_wire_table w;
+        dt_table_config c;
+        if (dt_wire_table_decode(&w, (const uint8_t *)r->payload->data + k * DT_WIRE_TABLE_BYTES, DT_WIRE_TABLE_BYTES,
+                                 NULL))
+            return 0;
+        dt_table_config_from_wire(&c, &w);
+        const uint64_t rows = rows_here(s, &w), bytes = dt_table_bytes_at(&c, rows);
+        total += bytes;
+        if (bytes > most) most = bytes, most_rows = rows, big = w;
+    }
+    *bytes_out = total;
+    if (!s->cfg.table_memory || total <= s->cfg.table_memory) return 0;
+    const double mib = 1024.0 * 1024.0;
+    snprintf(msg, len, "the %llu table(s) would hold up to %.1f MiB on this ps (ps %d of %d) at their "
+             "capacities, over its table memory of %.1f MiB (--ps_table_memory); the largest, table %u: %llu rows of "
+             "dim %u, %.1f MiB: use more ps tasks, smaller capacities or more memory",
+             (unsigned long long)r->h->sparse.ids, (double)total / mib, s->cfg.ps_index,
+             s->cfg.n_ps > 1 ? s->cfg.n_ps : 1, (double)s->cfg.table_memory / mib, big.table,
+             (unsigned long long)most_rows, big.dim, (double)most / mib);
+    return 1;
 }
 
 /* Every table of SPARSE_INIT's payload, built whole before anything changes: 0, or the refusal's
@@ -136,6 +185,8 @@ static int table_from_record(const ps_shard *s, const uint8_t *rec, shard_table 
 static int tables_build(const shard_req *r, shard_table ***tables, char *msg, size_t len) {
     ps_shard *s = r->s;
     const uint8_t *p = r->payload->data;
+    uint64_t most = 0;
+    if (tables_fit(r, &most, msg, len)) return *tables = NULL, 1;
     shard_table **t = dt_calloc(DT_WIRE_MAX_TABLES, sizeof *t, "ps tables", NULL);
     int rc = t ? 0 : (snprintf(msg, len, "out of memory for the tables"), 1);
     for (uint64_t k = 0; !rc && k < r->h->sparse.ids; k++) {
@@ -156,6 +207,7 @@ static int tables_build(const shard_req *r, shard_table ***tables, char *msg, si
         !(s->sparse_stale = dt_calloc((size_t)s->total, sizeof *s->sparse_stale, "ps stale counts", NULL)))
         rc = (snprintf(msg, len, "out of memory for the stale counts"), 1);
     if (rc) tables_free(t, s->staleness, s->aggregate), t = NULL;
+    else s->tables_most = most;
     *tables = t;
     return rc;
 }
@@ -184,7 +236,7 @@ void shard_sparse_free(ps_shard *s, const ps_io *io) {
 /* The chief's tables (the dispatch table checked its role, INIT and the payload's size). */
 void shard_on_sparse_init(const shard_req *r) {
     ps_shard *s = r->s;
-    char msg[300];
+    char msg[400];
     shard_table **tables;
     if (tables_build(r, &tables, msg, sizeof msg)) {
         shard_refuse(r, strstr(msg, "out of memory") ? DT_WIRE_E_NOMEM : DT_WIRE_E_BAD_VALUE, "%s", msg);
@@ -199,9 +251,10 @@ void shard_on_sparse_init(const shard_req *r) {
             dt_table_set_step(tables[i]->t, r->h->global_step);
             if (!opt) opt = &dt_table_config_of(tables[i]->t)->opt;
         }
-    shard_log(s, "%d sparse table(s) declared by the chief (worker %u) at step %lld (%s, learning rate %g)",
-              s->n_tables, r->h->task, (long long)r->h->global_step, opt ? dt_lazy_name(opt->kind) : "-",
-              opt ? (double)opt->learning_rate : 0.0);
+    shard_log(s, "%d sparse table(s) declared by the chief (worker %u) at step %lld (%s, learning rate %g); up to "
+              "%.1f MiB here at their capacities, of %.1f MiB (--ps_table_memory)", s->n_tables, r->h->task,
+              (long long)r->h->global_step, opt ? dt_lazy_name(opt->kind) : "-", opt ? (double)opt->learning_rate : 0.0,
+              (double)s->tables_most / 1048576.0, (double)s->cfg.table_memory / 1048576.0);
     dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, r->h);
     shard_send(r, &a);
 }

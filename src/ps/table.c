@@ -97,6 +97,18 @@ size_t dt_table_fixed_bytes(const dt_table_config *c) {
            (size_t)c->dim * (1 + DT_LAZY_MAX_SLOTS) * sizeof(float) + 8;
 }
 
+uint64_t dt_table_bytes_at(const dt_table_config *c, uint64_t rows) {
+    const uint64_t block = block_rows_of(c), most = index_slots(c->capacity);
+    const uint64_t row_floats = (uint64_t)c->dim * (1 + (uint64_t)dt_lazy_slots(c->opt.kind));
+    if (rows > c->capacity) rows = c->capacity;
+    uint64_t n_index = index_slots(c->capacity < INDEX_FIRST ? c->capacity : INDEX_FIRST);
+    while (rows * 5 > n_index * 4 && n_index < most) n_index = 2 * n_index < most ? 2 * n_index : most; /* row_create */
+    const uint64_t blocks = (rows + block - 1) / block, max_blocks = (c->capacity + block - 1) / block;
+    return sizeof(dt_table) + n_index * sizeof(uint32_t) + (c->min_count > 1 ? SKETCH_DEPTH * sketch_width_of(c) : 0) +
+           max_blocks * 2 * sizeof(void *) + blocks * block * (row_floats * sizeof(float) + sizeof(row_meta)) +
+           row_floats * sizeof(float);
+}
+
 size_t dt_table_bytes(const dt_table *t) {
     return sizeof *t + t->n_index * sizeof *t->index + (t->sketch ? SKETCH_DEPTH * t->width : 0) +
            t->max_blocks * 2 * sizeof(void *) + t->n_blocks * t->block_rows * (t->row_floats * sizeof(float) +

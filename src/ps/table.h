@@ -90,6 +90,11 @@ size_t dt_table_bytes(const dt_table *t);
 size_t dt_table_row_bytes(const dt_table_config *c);
 /* What does not grow with the rows: the table itself, the sketch, the block list, one block's slack. */
 size_t dt_table_fixed_bytes(const dt_table_config *c);
+/* What dt_table_bytes says once the table holds `rows` rows (at most its capacity), none evicted:
+ * the blocks they fill, the index as it has grown for them, the sketch, the block list, itself. The
+ * most a table of this configuration holds with that many rows (a ps's bound on its tables' total,
+ * docs/sparse.md "Memory"). */
+uint64_t dt_table_bytes_at(const dt_table_config *c, uint64_t rows);
 
 /* ---- Checkpoints: a table's rows out and in (docs/sparse.md, "Checkpoints") ----
  * A row's floats: its values then its slots, dt_table_row_floats of them. */

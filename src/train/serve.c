@@ -8,13 +8,12 @@
 #include "train/serve.h"
 #include "update/decay_mask.h"
 
-int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, const char *bind,
-                       int idle_timeout_ms, const volatile int *stop, struct dt_metrics *metrics, FILE *log,
+int dt_serve_task_opts(const dt_cluster *c, const dt_placement *pl, const dt_serve_options *so, FILE *log,
                        dt_error *err) {
     char endpoint[DT_ENDPOINT_MAX], field[48], warn[640];
     snprintf(field, sizeof field, "%s[%d]", c->source && !strcmp(c->source, "TF_CONFIG") ? "TF_CONFIG cluster.ps"
                                                                                           : "--ps_hosts", c->task_index);
-    int rc = dt_addr_bind_resolve(&c->ps[c->task_index], field, bind, endpoint, sizeof endpoint, warn, sizeof warn,
+    int rc = dt_addr_bind_resolve(&c->ps[c->task_index], field, so->bind, endpoint, sizeof endpoint, warn, sizeof warn,
                                   err);
     if (rc) return dt_error_wrap(err, rc, "ps %d: ", c->task_index);
     if (warn[0]) {
@@ -33,14 +32,16 @@ int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct
                         .ps_index = c->task_index,
                         .n_ps = c->n_ps,
                         .shard_floats = pl->shard_count[c->task_index],
-                        .stop = (volatile sig_atomic_t *)stop,
-                        .idle_timeout_ms = idle_timeout_ms,
+                        .stop = (volatile sig_atomic_t *)so->stop,
+                        .idle_timeout_ms = so->idle_timeout_ms,
                         .log = log,
                         .stats = &stats,
-                        .auth = auth,
+                        .auth = so->auth,
                         .state_ranges = state,
                         .n_state_ranges = n_state,
-                        .metrics = metrics};
+                        .metrics = so->metrics,
+                        .table_memory = so->table_memory,
+                        .debug_stop_at_sparse_pull = so->debug_stop_at_sparse_pull};
     rc = dt_ps_serve(&cfg, err);
     free(state);
     if (has_ipc) unlink(ipc + strlen("ipc://")); /* libzmq leaves the socket file behind */
@@ -53,5 +54,6 @@ int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct
 
 int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, int idle_timeout_ms,
                   const volatile int *stop, FILE *log, dt_error *err) {
-    return dt_serve_task_bind(c, pl, auth, NULL, idle_timeout_ms, stop, NULL, log, err);
+    const dt_serve_options so = {.auth = auth, .idle_timeout_ms = idle_timeout_ms, .stop = stop};
+    return dt_serve_task_opts(c, pl, &so, log, err);
 }

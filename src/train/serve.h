@@ -2,6 +2,7 @@
 #ifndef DT_TRAIN_SERVE_H
 #define DT_TRAIN_SERVE_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "cluster/cluster.h"
@@ -15,11 +16,24 @@ struct dt_auth_s; /* transport/auth.h */
  * to log. */
 int dt_serve_task(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, int idle_timeout_ms,
                   const volatile int *stop, FILE *log, dt_error *err);
-/* The same on bind instead of the ps's own address when bind is non-empty (--bind; cluster.h:
- * dt_addr_bind_resolve), updating the series of metrics (NULL: none). */
 struct dt_metrics;
-int dt_serve_task_bind(const dt_cluster *c, const dt_placement *pl, const struct dt_auth_s *auth, const char *bind,
-                       int idle_timeout_ms, const volatile int *stop, struct dt_metrics *metrics, FILE *log,
+/* What a ps task is told beyond its cluster and placement (`dtrain train`'s ps flags). */
+typedef struct {
+    const struct dt_auth_s *auth; /* CURVE keys; NULL: none */
+    const char *bind;        /* non-empty: bind there instead of the ps's own address (--bind; cluster.h:
+                              * dt_addr_bind_resolve) */
+    int idle_timeout_ms;     /* <= 0: no limit */
+    const volatile int *stop;
+    struct dt_metrics *metrics; /* series to update; NULL: none */
+    /* The most bytes the sparse tables may grow to on this ps together (--ps_table_memory); 0: three
+     * quarters of the machine's memory (dt_ps_table_memory_default). */
+    uint64_t table_memory;
+    /* Tests only (--debug_ps_stop_at_sparse_pull): > 0, the ps stops, unanswered, at the n-th
+     * SPARSE_PULL it receives from a worker (dt_ps_config's debug_stop_at_sparse_pull). */
+    int64_t debug_stop_at_sparse_pull;
+} dt_serve_options;
+/* The same with every option. */
+int dt_serve_task_opts(const dt_cluster *c, const dt_placement *pl, const dt_serve_options *so, FILE *log,
                        dt_error *err);
 
 #endif

@@ -113,6 +113,9 @@ static int check_options(const dt_train_options *o, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "connect_timeout must be positive");
     if (o->ps_timeout_ms < 0 || o->idle_timeout_ms < 0)
         return dt_errorf(err, DT_EINVAL, "ps_timeout and idle_timeout must not be negative");
+    if (!(o->ps_table_memory_gib >= 0 && o->ps_table_memory_gib <= 1048576))
+        return dt_errorf(err, DT_EINVAL, "ps_table_memory must be 0 (three quarters of the memory) to 1048576 GiB, "
+                         "got %g", o->ps_table_memory_gib);
     if (dt_bind_check(o->bind, err)) return DT_EINVAL;
     if (o->sharding && strcmp(o->sharding, "fixed") && strcmp(o->sharding, "dynamic"))
         return dt_errorf(err, DT_EINVAL, "sharding: expected fixed or dynamic, got '%s'", o->sharding);
@@ -402,8 +405,11 @@ int dt_train_hooked(const dt_train_options *o, const dt_train_debug *dbg, FILE *
         goto out;
     }
     if (r.cluster.job == DT_JOB_PS) {
-        rc = dt_serve_task_bind(&r.cluster, &r.placement, r.auth.curve ? &r.auth : NULL, o->bind,
-                                o->idle_timeout_ms, o->stop, r.metrics, log, err);
+        const dt_serve_options so = {.auth = r.auth.curve ? &r.auth : NULL, .bind = o->bind,
+                                     .idle_timeout_ms = o->idle_timeout_ms, .stop = o->stop, .metrics = r.metrics,
+                                     .table_memory = (uint64_t)(o->ps_table_memory_gib * 1073741824.0),
+                                     .debug_stop_at_sparse_pull = dbg->ps_stop_at_sparse_pull};
+        rc = dt_serve_task_opts(&r.cluster, &r.placement, &so, log, err);
         goto out;
     }
     if (o->device && *o->device && strcmp(o->device, "cpu")) {

@@ -22,6 +22,9 @@ typedef struct dt_train_debug {
     /* If set (--sharding dynamic), this worker appends one line per batch of its that counted
      * ("epoch E batch B ids I..."): tests check every example once per epoch. */
     const char *work_log;
+    /* A ps task stops, without answering it, at the n-th SPARSE_PULL a worker sends it (> 0; 0: off):
+     * a test restarts it there, so the ps is lost in the middle of a sparse pull (docs/faults.md). */
+    int64_t ps_stop_at_sparse_pull;
 } dt_train_debug;
 
 /* Every hook off. */

@@ -268,6 +268,9 @@ int dt_wire_opts_decode(dt_lr_schedule *s, float *weight_decay, const void *buf,
 #define DT_WIRE_TABLE_BYTES 80u           /* one table record of SPARSE_INIT */
 #define DT_WIRE_TABLE_F_ROW_MEAN 0x01u    /* record flags: sync steps divide each row's sum by the replicas
                                            * that sent it (TF's SparseConditionalAccumulator), not by all */
+#define DT_WIRE_TABLE_F_BUCKETS 0x02u     /* a table of buckets: its ids are below its capacity, spread over
+                                           * the ps tasks (a ps refuses other ids and bounds its share) */
+#define DT_WIRE_TABLE_FLAGS (DT_WIRE_TABLE_F_ROW_MEAN | DT_WIRE_TABLE_F_BUCKETS)
 
 /* One table as SPARSE_INIT declares it (the ps's dt_table_config, and the sync rule). */
 typedef struct {

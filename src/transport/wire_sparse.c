@@ -226,7 +226,7 @@ int dt_wire_table_decode(dt_wire_table *t, const void *buf, size_t len, dt_error
     if (v.dim < 1 || v.dim > DT_WIRE_MAX_SPARSE_DIM)
         return dt_errorf(err, DT_EFORMAT, "table %u: dim %u, must be 1..%u (DT_WIRE_MAX_SPARSE_DIM)", id, v.dim,
                          DT_WIRE_MAX_SPARSE_DIM);
-    if ((unsigned)v.opt.kind >= DT_LAZY_KINDS || v.init_kind > 2 || (v.flags & ~DT_WIRE_TABLE_F_ROW_MEAN))
+    if ((unsigned)v.opt.kind >= DT_LAZY_KINDS || v.init_kind > 2 || (v.flags & ~DT_WIRE_TABLE_FLAGS))
         return dt_errorf(err, DT_EFORMAT, "table %u: optimizer %u, initialiser %u or flags 0x%02x unknown (bytes %d-%d)",
                          id, (unsigned)v.opt.kind, v.init_kind, v.flags, T_OPT, T_FLAGS);
     if (v.sketch_width > DT_WIRE_MAX_SKETCH_WIDTH || dt_get_u32(p + T_RESERVED))

@@ -406,6 +406,8 @@ int dt_sparse_table_record(const dt_sparse_client *s, int t, dt_wire_table *w, d
         }
         *w = (dt_wire_table){.table = (uint32_t)t, .dim = (uint32_t)L->dim, .opt = s->cfg.opt, .seed = s->cfg.seed};
         w->capacity = (uint64_t)L->buckets < (UINT64_C(1) << 31) ? (uint64_t)L->buckets : UINT64_C(1) << 31;
+        /* ids below the capacity, spread over the ps tasks: each ps bounds its share (docs/sparse.md) */
+        if (L->buckets && (uint64_t)L->buckets <= w->capacity) w->flags = DT_WIRE_TABLE_F_BUCKETS;
         if (!L->buckets) {
             w->capacity = (uint64_t)L->capacity;
             w->min_count = (uint8_t)L->min_count;
