@@ -49,6 +49,9 @@ typedef struct {
      * (worker/sparse_client.h), updated with this optimizer; the chief declares them after each
      * INIT. Ignored for a net without compact tables. */
     dt_lazy_config table_opt;
+    /* The next batch's rows pulled under the current step's compute, on a second connection
+     * (worker/sparse_prefetch.h; the training loop announces the batch: dt_net_set_lookahead). */
+    int sparse_prefetch;
     uint64_t seed;
     const volatile int *stop;     /* may be NULL; set (a signal): waits for the ps tasks end */
     /* The newest checkpoint in the flat layout (params [n], state [slots * n]): 1 if there is one,
