@@ -3,7 +3,8 @@
 # weak scaling >= 85% at 1 Gbit): models/fm.model, each task on its own emulated host
 # (scripts/netcluster, links capped at RATE), sync replicas, the same batch B per worker, for
 # 1 worker + 1 ps, 2 + 1, 4 + 2 and 8 + 4, ROUNDS rounds in rotating order. Compute is emulated
-# (--debug_emulate_compute_ms C: each step's real batch, forward and backward, padded to C ms) so
+# (--debug_emulate_compute_ms C: each step's real batch, forward and backward, padded to C ms, the
+# forward's wait for its sparse rows beside the C ms and counted as exchange) so
 # that 12 processes on 2 cores measure the network and the ps tasks, not the cores; the rows each
 # batch names travel for real. Weak scaling = step time of 1 worker / step time of W workers (the
 # workers' mean compute + exchange per step, from their end lines), medians over the rounds.

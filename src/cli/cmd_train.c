@@ -134,7 +134,7 @@ static int train_flags(train_args *a, flag_def *out) {
                   "ids)"),
         FLAG_NUM("debug_emulate_compute_ms", FLAG_INT, &dbg->emulate_compute_ms,
                  "benchmarks: each step sleeps this long instead of computing, then pushes a full-size constant "
-                 "gradient (a click-log model: its real step, padded to this long; docs/testbed.md); -1: off", -1, 600000, 0),
+                 "gradient (a click-log model: its real step, padded to this long beside the wait for its rows; docs/testbed.md); -1: off", -1, 600000, 0),
         FLAG_TEXT("placement", &o->placement, "variables over ps tasks: greedy or round_robin"),
         FLAG_TEXT("bind", &o->bind,
                   "ps: address to bind instead of its own in --ps_hosts (0.0.0.0: every IPv4 interface, [::]: every "

@@ -891,6 +891,15 @@ static int64_t stale_pushes(const run_state *r) {
     return t.stale_ref;
 }
 
+/* A cluster worker's time waiting for its sparse rows so far (the remote updater counts it as
+ * exchange): an emulated step's compute leaves it out, as a real step's compute does not hold it. */
+static double rows_wait(const run_state *r) {
+    if (!r->cluster.distributed || !r->ctr || !dt_net_compact_tables(r->net)) return 0;
+    dt_remote_timing t;
+    dt_remote_get_timing(r->updater, &t);
+    return t.rows_wait_s;
+}
+
 /* The steps: batch, forward, loss, backward, clipping, the update (here or on the ps tasks), the
  * figures, the supervisor, the log, until the plan's total or a stop. */
 static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64_t *global_step, int64_t *local_step,
@@ -910,7 +919,7 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
         dt_batch b = {.n = o->batch_size};
         int correct = 0;
         float loss = 0;
-        double t_compute = dt_seconds();
+        double t_compute = dt_seconds(), waited = emulate ? rows_wait(r) : 0;
         if (emulate && !r->ctr) {
             dt_emulate_step(r->net, r->dbg->emulate_compute_ms);
         } else {
@@ -934,7 +943,8 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                 break;
             /* The whole gradient, before it is applied here or cut into shards and pushed. */
             if (o->clip_gradient_norm > 0) dt_net_clip_gradients(r->net, (float)o->clip_gradient_norm);
-            if (emulate) dt_emulate_until(t_compute, r->dbg->emulate_compute_ms); /* a click-log model's */
+            if (emulate) /* a click-log model's: compute padded, the wait for its rows beside it */
+                dt_emulate_until(t_compute + rows_wait(r) - waited, r->dbg->emulate_compute_ms);
         }
         int64_t stale = stale_pushes(r);
         if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? *global_step : *local_step, global_step,

@@ -49,6 +49,7 @@ typedef struct {
     dt_error ov_err;
     int64_t gstep;                /* the global step the last apply returned (async: the next tag) */
     double blocked_s;             /* since the last apply: hooks waiting for the exchange */
+    double rows_wait_s;           /* training forwards waiting for their sparse rows, in all */
     dt_sparse_client *sparse;     /* a compact net's tables on the ps tasks; NULL: none */
     dt_sparse_stats sparse0;      /* its counts, and the client's sparse bytes, when training began */
     uint64_t sparse_tx0, sparse_rx0;
@@ -599,11 +600,15 @@ static int remote_fill(void *user, dt_net *net, int training, dt_error *err) {
     remote *r = user;
     int taken = 0, rc = DT_OK;
     int64_t step;
+    const double t0 = dt_seconds();
     if (training && r->prefetch) {
         dt_error e = {0};
         if (!dt_sparse_prefetch_take(r->prefetch, &taken, &step, &e) && taken) dt_sparse_prefetched(r->sparse, step);
     }
     if (!taken && (rc = fill_pull(r, net, training, err))) return rc;
+    /* a training forward waiting for its rows waits for the exchange, not compute (with the
+     * prefetch, only for what did not arrive under the step before) */
+    if (training) r->blocked_s += dt_seconds() - t0, r->rows_wait_s += dt_seconds() - t0;
     const dt_ctr_batch *next = training && r->prefetch ? dt_net_lookahead(net) : NULL;
     if (next && next->n > 0) {
         dt_error e = {0};
@@ -724,7 +729,7 @@ void dt_remote_get_timing(const dt_updater *u, dt_remote_timing *out) {
     const remote *r = (const remote *)u;
     *out = (dt_remote_timing){.updates = r->updates, .stale = r->stale, .stale_ref = r->stale_ref,
                               .compute_s = r->compute_s, .exchange_s = r->exchange_s, .wait_s = r->wait_s,
-                              .repulls = dt_ps_client_get_stats(r->client)->repulls};
+                              .repulls = dt_ps_client_get_stats(r->client)->repulls, .rows_wait_s = r->rows_wait_s};
 }
 
 int dt_remote_open_client(dt_updater *u, struct dt_ps_client **out, dt_error *err) {

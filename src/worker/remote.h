@@ -79,6 +79,8 @@ typedef struct {
     double exchange_s;            /* pushing and pulling, placement copies included */
     double wait_s;                /* of exchange_s: PULLs held at the ps (the barrier) */
     uint64_t repulls;             /* shards pulled again to get one step */
+    double rows_wait_s;           /* of exchange_s: training forwards waiting for their sparse rows (a
+                                   * pull, or the prefetched one's replies) */
 } dt_remote_timing;
 void dt_remote_get_timing(const dt_updater *remote_updater, dt_remote_timing *out);
 
