@@ -46,10 +46,10 @@ static int hold(held *h, const dt_ctr_batch *src, dt_error *err) {
         h->cap = total;
     }
     const void *from[6] = {src->labels, src->dense, src->offsets, src->ids, src->values, src->lines};
-    void *to[6];
+    void *to[6] = {0};
     char *at = h->mem;
     for (int i = 0; i < 6; i++) {
-        to[i] = at;
+        to[i] = from[i] ? at : NULL; /* an array the reader does not give stays absent */
         if (sz[i] && from[i]) memcpy(at, from[i], sz[i]);
         at += (sz[i] + 7) & ~(size_t)7;
     }
