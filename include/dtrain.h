@@ -193,6 +193,11 @@ typedef struct dt_train_options {
      * between steps. Results are the same either way (sync mode: bit for bit). Sync mode with
      * backup workers or staleness exchanges between steps (docs/protocol.md, "Overlap"). */
     const char *overlap;
+    /* Cluster, a click-log model's sparse tables: 1 (the default) pulls the next batch's rows under
+     * the current step's compute, on a connection of its own; 0: each batch's rows when its forward
+     * starts. Sync mode: the same rows either way; async: rows one step staler (docs/sparse.md,
+     * "Prefetch"). */
+    int sparse_prefetch;
     /* Cluster: "fixed" (NULL, the default) cuts every epoch into one shard per worker task;
      * "dynamic" hands each epoch out from ps 0 in units of unit_batches batches (default 4, at
      * most 64), so every example is trained once per epoch while workers die and join, and any

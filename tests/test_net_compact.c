@@ -152,8 +152,45 @@ out:
     dt_net_free(compact);
 }
 
+/* The prefetch's listing (dt_net_table_keys) of a batch is the one its forward makes into the
+ * blocks, the same ids in the same order, and it leaves the blocks of the batch before alone. */
+static void test_keys_ahead(void) {
+    dt_net *full, *compact;
+    nets(&full, &compact);
+    if (!full || !compact) goto out;
+    batch x, y;
+    dt_error err = {0};
+    make_batch(&x, 1, 21);
+    make_batch(&y, 1, 22);
+    const int n = dt_net_num_tables(compact);
+    dt_rowsum keys[8];
+    CHECK(n == 4 && n <= 8);
+    for (int t = 0; t < n; t++) dt_rowsum_init(&keys[t], 0);
+    CHECK(dt_net_forward_ctr(compact, &x.b, 1, 0, &err) != NULL);
+    dt_table_block b;
+    CHECK(dt_net_table_block(compact, 0, &b) == 0);
+    const size_t before = b.n;
+    const uint64_t first = b.ids[0];
+    CHECK_MSG(dt_net_table_keys(compact, &y.b, keys, &err) == 0, "%s", err.msg);
+    CHECK(dt_net_table_block(compact, 0, &b) == 0 && b.n == before && b.ids[0] == first); /* x's, still */
+    CHECK(dt_net_forward_ctr(compact, &y.b, 1, 0, &err) != NULL);
+    int differ = 0;
+    for (int t = 0; t < n; t++) {
+        CHECK(dt_net_table_block(compact, t, &b) == 0);
+        CHECK_MSG(b.n == keys[t].n && b.n > 0, "table %d: %zu ids listed ahead, %zu by the forward", t, keys[t].n, b.n);
+        for (size_t k = 0; k < b.n && b.n == keys[t].n; k++) differ += b.ids[k] != keys[t].ids[k];
+    }
+    CHECK(differ == 0);
+    CHECK(dt_net_table_keys(full, &y.b, keys, &err) != 0); /* a net holding its tables has no keys to fetch */
+    for (int t = 0; t < n; t++) dt_rowsum_free(&keys[t]);
+out:
+    dt_net_free(full);
+    dt_net_free(compact);
+}
+
 int main(void) {
     RUN(test_same_as_whole_tables);
+    RUN(test_keys_ahead);
     RUN(test_block_too_small);
     return test_summary();
 }

@@ -121,7 +121,96 @@ static void test_sparse_through_the_loop(void) {
     CHECK(ps_stop(&ps) == DT_EINTR);
 }
 
+/* Where the split call's replies go: the step and the first value of the row. */
+typedef struct {
+    int rows;
+    int64_t step;
+    float v;
+} got_rows;
+
+static int on_rows(void *user, int ps, int k, const dt_wire_header *h, const void *payload, size_t len, dt_error *err) {
+    (void)ps, (void)k, (void)err;
+    got_rows *g = user;
+    if (h->type == DT_MSG_SPARSE_ROWS && len >= 4) g->rows++, g->step = h->global_step, memcpy(&g->v, payload, 4);
+    return DT_OK;
+}
+
+/* One sparse message: table 0 of dim 1, id 5; a push carries a gradient of 1 for step `step`. */
+static dt_sparse_msg sparse_msg(uint8_t *buf, int push, int64_t step) {
+    dt_wire_section_encode(buf, 0, 1, 1);
+    for (int b = 0; b < 8; b++) buf[8 + b] = b ? 0 : 5;
+    const float one = 1.0f;
+    memcpy(buf + 16, &one, 4);
+    dt_sparse_msg m = {.h = dt_wire_header_make(push ? DT_MSG_SPARSE_PUSH : DT_MSG_SPARSE_PULL, 0, 0, 0),
+                       .payload = buf, .bytes = push ? 20 : 16};
+    m.h.sections.count = 1, m.h.sections.ids = 1, m.h.sections.floats = 1;
+    if (push) m.h.local_step = step, m.h.flags = DT_WIRE_F_SYNC, m.h.chunks = 1;
+    else m.h.global_step = step;
+    return m;
+}
+
+/* The sparse call in two halves (the prefetch's, worker/sparse_prefetch.h), on a second connection
+ * of a sync worker: a pull of step 1 sent before the push of step 0 is held by the ps until that
+ * step is applied, and comes back with the updated row; the client refuses another call meanwhile;
+ * a pull ended unanswered (abandoned) leaves the client usable, its late reply ignored. */
+static void test_split_call_sync(void) {
+    ps_thread ps;
+    ps_start(&ps, 0, N, NULL, 0);
+    const size_t sizes[1] = {N};
+    dt_ps_client *chief = client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 1, 1, 0);
+    dt_ps_client *ahead = client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 1, 1, 0);
+    float p[N] = {0};
+    const float *src[1] = {p};
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.1f, NULL);
+    dt_error e = {0};
+    CHECK(chief && ahead && dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
+    if (!chief || !ahead) goto out;
+    dt_wire_table w = {.table = 0, .dim = 1, .init_kind = DT_ROW_INIT_ZEROS, .capacity = 100, .seed = 1};
+    dt_lazy_config_init(&w.opt, "sgd", 0.5f, NULL);
+    uint8_t rec[DT_WIRE_TABLE_BYTES], pull[20], push[20];
+    dt_wire_table_encode(rec, &w);
+    dt_sparse_msg init = {.h = dt_wire_header_make(DT_MSG_SPARSE_INIT, 0, 0, 0), .payload = rec, .bytes = sizeof rec};
+    init.h.sparse.ids = 1;
+    const int one[1] = {1};
+    dt_sparse_msg *row[1] = {&init};
+    got_rows g = {0};
+    CHECK_MSG(dt_ps_client_sparse(chief, one, row, on_rows, &g, &e) == DT_OK, "%s", e.msg);
+    dt_sparse_msg pm = sparse_msg(pull, 0, 1), um = sparse_msg(push, 1, 0);
+    int sent = 0;
+    row[0] = &pm;
+    CHECK_MSG(dt_ps_client_sparse_send(ahead, one, row, on_rows, &g, &sent, &e) == DT_OK && sent, "%s", e.msg);
+    got_rows other = {0};
+    CHECK(dt_ps_client_sparse(ahead, one, row, on_rows, &other, &e) == DT_EINVAL); /* one call at a time */
+    sleep_ms(50);
+    row[0] = &um;
+    CHECK_MSG(dt_ps_client_sparse(chief, one, row, on_rows, &other, &e) == DT_OK, "%s", e.msg); /* step 0 applied */
+    CHECK(g.rows == 0); /* nothing read before the end */
+    CHECK_MSG(dt_ps_client_sparse_end(ahead, DT_OK, &e) == DT_OK, "%s", e.msg);
+    CHECK(g.rows == 1 && g.step == 1 && g.v == -0.5f); /* sgd at 0.5, a gradient of 1 from 0 */
+    /* Abandoned: a pull of step 2 ended at once, unanswered; step 1 is then applied, which answers it
+     * late; the next pull of step 2 takes its own reply only (-1: two gradients of 1). */
+    pm = sparse_msg(pull, 0, 2);
+    row[0] = &pm;
+    g = (got_rows){0};
+    CHECK(dt_ps_client_sparse_send(ahead, one, row, on_rows, &g, &sent, &e) == DT_OK && sent);
+    CHECK(dt_ps_client_sparse_end(ahead, DT_EINTR, &e) == DT_EINTR && g.rows == 0);
+    um = sparse_msg(push, 1, 1);
+    row[0] = &um;
+    CHECK_MSG(dt_ps_client_sparse(chief, one, row, on_rows, &other, &e) == DT_OK, "%s", e.msg);
+    sleep_ms(50);
+    row[0] = &pm;
+    CHECK_MSG(dt_ps_client_sparse(ahead, one, row, on_rows, &g, &e) == DT_OK, "%s", e.msg);
+    CHECK_MSG(g.rows == 1 && g.step == 2 && g.v == -1.0f, "%d replies taken, step %lld, value %g", g.rows,
+              (long long)g.step, (double)g.v);
+out:
+    dt_ps_client_close(ahead);
+    dt_ps_client_close(chief);
+    CHECK(ps_stop(&ps) == DT_EINTR);
+}
+
 int main(void) {
+    RUN(test_split_call_sync);
     RUN(test_sparse_through_the_loop);
     return test_summary();
 }

@@ -264,6 +264,30 @@ static void test_deferred_pulls(void) {
     shard_done(s);
 }
 
+/* Liveness (sync): a held pull of step t + 1 counts its worker as waiting at the barrier only once
+ * the worker's push of step t is in. A prefetched pull (docs/sparse.md, "Prefetch") is sent before
+ * that push: a worker silent past the liveness timeout with only such a pull held is lost, the step
+ * goes on without it, and its pull is answered by that step. */
+static void test_prefetched_pull_is_no_barrier_wait(void) {
+    ps_shard *s = shard_new_n(N);
+    shard_init_n(s, N, 1, 2, 2, 0, 1000, 0, 0); /* 2 replicas, a worker silent 1 s is lost */
+    sparse_init(s, 0);
+    uint64_t id = 1;
+    const float g[DIM] = {2, 2, 2};
+    spull(s, 3, 1, &id, 1, 1, 0, 0); /* worker 1's prefetch of step 1, before its push of step 0 */
+    CHECK(rec.held == 1);
+    spull(s, 0, 0, &id, 1, 0, 0, 1500 * 1000); /* worker 0 heard from at 1.5 s */
+    dt_error e = {0};
+    CHECK(ps_shard_cron(s, 2 * SEC, &io, &e) == DT_OK); /* worker 1: silent for 2 s, computing */
+    spush(s, 0, 0, &id, 1, g, 0, 1, 0, 1); /* worker 0's push completes step 0 alone */
+    CHECK(rec.held == 0);
+    float w[DIM];
+    initial(id, w);
+    for (int j = 0; j < DIM; j++) w[j] -= 0.5f * g[j]; /* one live replica: the mean is its gradient */
+    CHECK(rows_are(w, 1, 1));
+    shard_done(s);
+}
+
 /* A ps of a cluster (here ps 0 of 3) holds the rows dt_row_ps gives it: a pull or push naming another ps's id is
  * refused naming the id, its home and the ps, and changes nothing; its own ids are served. */
 static void test_ownership(void) {
@@ -832,6 +856,7 @@ int main(int argc, char **argv) {
     RUN(test_sync_two_replicas);
     RUN(test_sync_row_mean);
     RUN(test_deferred_pulls);
+    RUN(test_prefetched_pull_is_no_barrier_wait);
     RUN(test_hostile);
     RUN(test_sections);
     RUN(test_ownership);

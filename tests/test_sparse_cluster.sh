@@ -29,6 +29,23 @@ check "sync cluster's test AUC and logloss within 0.001 of one process's" \
   awk -v a="${a1:-0}" -v b="${a2:-9}" -v c="${l1:-0}" -v d="${l2:-9}" \
   'BEGIN {x = a - b; y = c - d; exit !(a > 0.6 && x * x <= 1e-6 && y * y <= 1e-6)}'
 
+# The prefetch (default): each forward but the first took rows pulled under the step before, and a
+# sync run ends exactly where a run pulling at each forward ends (the ps holds a prefetched pull of
+# step t + 1 until step t is applied: the same rows).
+prefetch_check() {
+  local line; line=$(grep "\[worker1\] worker 1: sparse tables: prefetch:" "$1")
+  echo "$line"
+  echo "$line" | awk '{ sent = $7; taken = $11; missed = $17; failed = $19
+    exit !(sent > 10 && taken == sent - 1 && missed == 0 && failed == 0) }'
+}
+check "sync: worker 1's forwards took prefetched rows" prefetch_check "$tmp/sync.out"
+timeout --foreground 120 "$bin" launch --ps 1 --workers 2 --issync 1 "${common[@]}" --batch_size 128 \
+  --sparse_prefetch 0 >"$tmp/noprefetch.out" 2>&1
+check "without prefetch: no rows pulled ahead" eval '! grep -q "prefetch:" "$tmp/noprefetch.out"'
+read -r a5 l5 < <(awk '/\] test auc/ {print $4, $7}' "$tmp/noprefetch.out")
+check "sync with and without prefetch end alike (auc $a2 and $a5, logloss $l2 and $l5)" \
+  eval '[ -n "$a5" ] && [ "$a2" = "$a5" ] && [ "$l2" = "$l5" ]'
+
 # Async, rows spread over 2 ps tasks: it learns (a looser bound: async updates are not one process's).
 timeout --foreground 120 "$bin" launch --ps 2 --workers 2 --issync 0 "${common[@]}" --batch_size 128 \
   >"$tmp/async.out" 2>&1
@@ -38,6 +55,7 @@ a3=$(awk '/\] test auc/ {print $4}' "$tmp/async.out")
 echo "2 ps + 2 async workers: test auc $a3"
 check "async test AUC near one process's (got $a3, one process $a1)" \
   awk -v a="${a1:-0}" -v b="${a3:-0}" 'BEGIN {exit !(b > 0.6 && b > a - 0.02)}'
+check "async: worker 1's forwards took prefetched rows (one step staler)" prefetch_check "$tmp/async.out"
 
 # 16-bit rows (--compression bf16: the dense part's encoding, rows pulled and gradient rows pushed
 # in 2 bytes a value, ids in 8): the same sync run ends near float32's.

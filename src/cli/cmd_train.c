@@ -134,7 +134,7 @@ static int train_flags(train_args *a, flag_def *out) {
                   "ids)"),
         FLAG_NUM("debug_emulate_compute_ms", FLAG_INT, &dbg->emulate_compute_ms,
                  "benchmarks: each step sleeps this long instead of computing, then pushes a full-size constant "
-                 "gradient (a click-log model: its real step, padded to this long; docs/testbed.md); -1: off", -1, 600000, 0),
+                 "gradient (a click-log model: its real step, padded to this long beside the wait for its rows; docs/testbed.md); -1: off", -1, 600000, 0),
         FLAG_NUM("debug_ps_stop_at_sparse_pull", FLAG_INT64, &dbg->ps_stop_at_sparse_pull,
                  "testing: a ps stops at the N-th SPARSE_PULL a worker sends it, unanswered, as if killed there (exit "
                  "status 130); 0: off",
@@ -153,7 +153,10 @@ static int train_flags(train_args *a, flag_def *out) {
         FLAG_TEXT("overlap", &o->overlap,
                   "cluster: priority, fifo or none: each layer's gradient goes as soon as backward made it and the "
                   "next forward waits per layer for its parameters (priority: what it needs first goes first); not with a "
-                  "click-log model's sparse tables"),
+                  "click-log model's sparse tables (they have --sparse_prefetch)"),
+        FLAG_NUM("sparse_prefetch", FLAG_INT, &o->sparse_prefetch,
+                 "cluster, a click-log model's sparse tables: 1 pulls the next batch's rows while the current "
+                 "batch computes (sync: the same rows; async: one step staler), 0 when its forward starts", 0, 1, 0),
         FLAG_NUM("connect_timeout", FLAG_DOUBLE, &a->connect_timeout, "seconds a worker retries its ps tasks", 0, DAY,
                  FLAG_LO_OPEN),
         FLAG_NUM("heartbeat_timeout", FLAG_DOUBLE, &a->heartbeat_timeout,

@@ -682,13 +682,15 @@ static int emb_reserve(dt_net *net, size_t nnz, dt_error *err) {
     return DT_OK;
 }
 
-/* Compact tables: each table's unique ids in batch b (buckets, first-seen order) and each id's
- * row as its slot in the table's block. */
-static int emb_prepare(dt_net *net, layer *L, const dt_ctr_batch *b, dt_error *err) {
-    emb_state *e = L->emb;
+/* Compact tables: each table's unique ids in batch b (row keys, first-seen order) into uniq[table]
+ * and, rows != NULL, each id's row as its slot in the table's block (rows[j] for id j of the batch).
+ * One function for the forward and for a lookahead's keys, so both list the same ids in one order. */
+static int emb_keys(const dt_net *net, const layer *L, const dt_ctr_batch *b, dt_rowsum *uniq, int64_t *rows,
+                    dt_error *err) {
+    const emb_state *e = L->emb;
     for (int t = 0; t < e->n_tables; t++) {
-        dt_rowsum_clear(&e->uniq_ids[t]);
-        if (dt_rowsum_reserve(&e->uniq_ids[t], (size_t)e->table_rows, err)) return DT_ENOMEM;
+        dt_rowsum_clear(&uniq[t]);
+        if (dt_rowsum_reserve(&uniq[t], (size_t)e->table_rows, err)) return DT_ENOMEM;
     }
     for (int s = 0; s < L->spec->n_fields; s++) {
         int t = L->spec->shared ? 0 : s;
@@ -696,18 +698,43 @@ static int emb_prepare(dt_net *net, layer *L, const dt_ctr_batch *b, dt_error *e
             const int64_t *o = b->offsets + (int64_t)i * b->num_fields + e->field[s];
             for (int64_t j = o[0]; j < o[1]; j++) {
                 uint64_t id = dt_ctr_key((uint32_t)e->field[s], b->ids[j], (uint64_t)e->buckets, L->spec->shared);
-                size_t slot = dt_rowsum_add(&e->uniq_ids[t], id, NULL);
+                size_t slot = dt_rowsum_add(&uniq[t], id, NULL);
                 if (slot == (size_t)-1 || slot >= (size_t)e->table_rows) /* the rowsum may hold more */
                     return dt_errorf(err, DT_ESHAPE, "%s: a batch names more than %lld distinct rows of table %d "
                                      "(its block holds one per example and field; fields with several ids are not "
                                      "held on the ps tasks yet)", net->views[e->table_view + t].name,
                                      (long long)e->table_rows, t);
-                e->rows[j] = e->base[s] + (int64_t)slot;
+                if (rows) rows[j] = e->base[s] + (int64_t)slot;
             }
         }
     }
     return DT_OK;
 }
+
+static int emb_prepare(dt_net *net, layer *L, const dt_ctr_batch *b, dt_error *err) {
+    return emb_keys(net, L, b, L->emb->uniq_ids, L->emb->rows, err);
+}
+
+int dt_net_table_keys(const dt_net *net, const dt_ctr_batch *b, dt_rowsum *uniq, dt_error *err) {
+    if (!net->compact) return dt_errorf(err, DT_EINVAL, "table keys: the net holds its tables itself");
+    if (b->num_dense != net->spec.num_dense || b->num_fields != net->spec.num_fields || b->n < 1 ||
+        b->n > net->max_batch)
+        return dt_errorf(err, DT_ESHAPE, "table keys: a batch of %d examples, %d dense and %d fields, for a net of "
+                         "batches up to %d, %d dense and %d fields", b->n, b->num_dense, b->num_fields, net->max_batch,
+                         net->spec.num_dense, net->spec.num_fields);
+    for (int i = 0, t = 0; i < net->n_layers; i++) {
+        const layer *L = &net->layers[i];
+        if (!L->emb) continue;
+        int rc = emb_keys(net, L, b, uniq + t, NULL, err);
+        if (rc) return rc;
+        t += L->emb->n_tables;
+    }
+    return DT_OK;
+}
+
+void dt_net_set_lookahead(dt_net *net, const dt_ctr_batch *next) { net->ahead = next; }
+
+const dt_ctr_batch *dt_net_lookahead(const dt_net *net) { return net->ahead; }
 
 /* Compact tables: the blocks' ids for batch b, then their rows from the fill callback. */
 static int tables_prepare(dt_net *net, const dt_ctr_batch *b, int training, dt_error *err) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "compute/backend.h"
+#include "compute/rowsum.h"
 #include "model/ctr_batch.h"
 #include "model/spec.h"
 
@@ -181,6 +182,15 @@ int dt_net_table_block(dt_net *net, int t, dt_table_block *out);
  * forward with its message. NULL: the blocks keep what they hold. */
 typedef int (*dt_net_fill_fn)(void *user, dt_net *net, int training, dt_error *err);
 void dt_net_set_table_fill(dt_net *net, dt_net_fill_fn fn, void *user);
+/* Each table's unique ids (row keys) in batch b, in the order dt_net_forward_ctr would list them
+ * into its block, into uniq[t] (dt_net_num_tables rowsums of dim 0, initialised by the caller), without
+ * touching the net: the rows a later forward of b will need (worker/sparse_prefetch.h). */
+int dt_net_table_keys(const dt_net *net, const dt_ctr_batch *b, dt_rowsum *uniq, dt_error *err);
+/* The training loop tells a compact net its next training batch before the current one's forward
+ * (NULL: not known), so that the fill callback may fetch its rows under the current step's compute.
+ * b must stay valid until the next call. */
+void dt_net_set_lookahead(dt_net *net, const dt_ctr_batch *next);
+const dt_ctr_batch *dt_net_lookahead(const dt_net *net);
 
 /* Initialises every parameter from its layer's initialiser, drawing from a stream seeded by
  * (seed, view index), so the result does not depend on thread count or build order. */

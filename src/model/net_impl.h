@@ -132,6 +132,7 @@ struct dt_net {
     int compact;                /* tables as per-batch blocks, their rows held elsewhere (dt_net_build_compact) */
     dt_net_fill_fn fill;        /* compact: fills the blocks before each forward */
     void *fill_user;
+    const dt_ctr_batch *ahead;  /* compact: the next training batch, for the fill to prefetch (NULL: unknown) */
 };
 
 /* ---- plan.c ---- */

@@ -222,6 +222,9 @@ void shard_sparse_expire(ps_shard *s, int64_t now, const ps_io *io);
 void shard_sparse_forget(ps_shard *s, const void *conn, const ps_io *io);
 int shard_sparse_has_pending(const ps_shard *s, int worker);
 void shard_sparse_drop(ps_shard *s, const ps_io *io); /* every table, held push and deferred pull */
+/* Sync: whether worker w's push of step t is whole at every table that has not passed t (a held pull
+ * of step t + 1 then waits for the other workers: the barrier). */
+int shard_sparse_pushed(const ps_shard *s, int w, int64_t t);
 void shard_sparse_free(ps_shard *s, const ps_io *io);  /* the same, deferred pulls unanswered; the scratch */
 void shard_sparse_stats(const ps_shard *s, ps_shard_stats *o);
 void shard_sparse_apply(ps_shard *s, dt_table *t, const dt_rowsum *sum, float divisor, int row_mean);

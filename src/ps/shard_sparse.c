@@ -468,8 +468,13 @@ void shard_sparse_forget(ps_shard *s, const void *conn, const ps_io *io) {
 }
 
 int shard_sparse_has_pending(const ps_shard *s, int w) {
-    for (int i = 0; i < s->n_sp; i++)
-        if (s->sp[i].req.task == w && s->sp[i].req.role != DT_ROLE_PS) return 1;
+    for (int i = 0; i < s->n_sp; i++) {
+        const dt_wire_header *q = &s->sp[i].req;
+        /* a pull of step t + 1 sent before the worker's push of step t (its prefetch) is no wait at
+         * the barrier: the worker is computing, and silence then is silence */
+        if (q->task == w && q->role != DT_ROLE_PS && (!s->aggregate || shard_sparse_pushed(s, w, q->global_step - 1)))
+            return 1;
+    }
     return 0;
 }
 

@@ -124,6 +124,16 @@ static sparse_entry *entry_find(sparse_acc *a, int64_t t, uint16_t worker) {
     return NULL;
 }
 
+int shard_sparse_pushed(const ps_shard *s, int w, int64_t t) {
+    for (int i = 0; s->tables && i < (int)DT_WIRE_MAX_TABLES; i++) {
+        shard_table *st = s->tables[i];
+        if (!st || !st->acc || dt_table_step(st->t) > t) continue;
+        const sparse_entry *e = entry_find(&st->acc[t % (s->staleness + 1)], t, (uint16_t)w);
+        if (!e || !entry_complete(e)) return 0;
+    }
+    return 1;
+}
+
 /* The worker's entry of a step (a new one if it has none and there is room); NULL: the step is full. */
 static sparse_entry *entry_of(ps_shard *s, sparse_acc *a, const dt_wire_header *h) {
     sparse_entry *e = entry_find(a, h->local_step, h->task);

@@ -27,6 +27,7 @@
 #include "ps/coord.h"
 #include "supervisor/supervisor.h"
 #include "train/serve.h"
+#include "train/ctr_ahead.h"
 #include "train/emulate.h"
 #include "train/evaluate.h"
 #include "train/evaluate_ctr.h"
@@ -53,6 +54,7 @@ void dt_train_options_init(dt_train_options *o) {
     o->placement = "greedy";
     o->compression = "none";
     o->overlap = "priority";
+    o->sparse_prefetch = 1;
     o->chunk_kb = (int)(DT_WIRE_CHUNK_BYTES_DEFAULT >> 10);
     o->base_port = DT_BASE_PORT_DEFAULT;
     o->connect_timeout_ms = 60000;
@@ -205,6 +207,7 @@ typedef struct {
     dt_data_splits data;
     dt_loader *loader;
     dt_ctr_reader *ctr;           /* a click-log model's training lines (the loader's place) */
+    dt_ctr_ahead *ahead;          /* ... read a batch ahead for the sparse prefetch (NULL: off) */
     uint64_t ctr_lines;           /* ... and how many there are (every shard's) */
     dt_updater *updater;
     dt_opt_config opt;
@@ -239,6 +242,7 @@ static void run_free(run_state *r) {
     dt_status_free(r->status); /* nothing updates them any more */
     dt_metrics_free(r->metrics);
     dt_loader_free(r->loader);
+    dt_ctr_ahead_free(r->ahead);
     dt_ctr_close(r->ctr);
     dt_data_splits_free(&r->data);
     dt_net_free(r->net);
@@ -535,6 +539,9 @@ static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err)
     double t = dt_seconds();
     int rc = dt_ctr_open(&r->ctr, o->data_path, &co, err);
     if (!rc) rc = dt_ctr_count(r->ctr, &r->ctr_lines, err);
+    /* a worker whose tables live on the ps tasks pulls the next batch's rows under this one's compute */
+    if (!rc && o->sparse_prefetch && r->cluster.distributed && dt_net_compact_tables(r->net))
+        rc = dt_ctr_ahead_create(&r->ahead, err);
     if (rc) return rc;
     fprintf(r->log, "%s: %llu training lines (counted in %.1f s)\n", o->data_path, (unsigned long long)r->ctr_lines,
             dt_seconds() - t);
@@ -684,6 +691,7 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
                                .chunk_bytes = (int64_t)o->chunk_kb << 10,
                                .compression = compression,
                                .overlap = overlap,
+                               .sparse_prefetch = o->sparse_prefetch,
                                .strict = o->strict,
                                .seed = o->seed,
                                .stop = o->stop,
@@ -864,7 +872,10 @@ static int forward_batch(run_state *r, uint64_t seed, dt_batch *b, float *loss, 
     int rc;
     if (r->ctr) {
         dt_ctr_batch cb;
-        if ((rc = dt_ctr_next(r->ctr, &cb, err))) return rc;
+        const dt_ctr_batch *next = NULL;
+        if ((rc = r->ahead ? dt_ctr_ahead_next(r->ahead, r->ctr, &cb, &next, err) : dt_ctr_next(r->ctr, &cb, err)))
+            return rc;
+        if (r->ahead) dt_net_set_lookahead(r->net, next);
         b->n = cb.n;
         if (!dt_net_forward_ctr(r->net, &cb, 1, seed, err)) return DT_EINVAL; /* err says why */
         *loss = dt_net_loss_binary(r->net, cb.labels, correct);
@@ -886,6 +897,15 @@ static int64_t stale_pushes(const run_state *r) {
     return t.stale_ref;
 }
 
+/* A cluster worker's time waiting for its sparse rows so far (the remote updater counts it as
+ * exchange): an emulated step's compute leaves it out, as a real step's compute does not hold it. */
+static double rows_wait(const run_state *r) {
+    if (!r->cluster.distributed || !r->ctr || !dt_net_compact_tables(r->net)) return 0;
+    dt_remote_timing t;
+    dt_remote_get_timing(r->updater, &t);
+    return t.rows_wait_s;
+}
+
 /* The steps: batch, forward, loss, backward, clipping, the update (here or on the ps tasks), the
  * figures, the supervisor, the log, until the plan's total or a stop. */
 static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64_t *global_step, int64_t *local_step,
@@ -905,7 +925,7 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
         dt_batch b = {.n = o->batch_size};
         int correct = 0;
         float loss = 0;
-        double t_compute = dt_seconds();
+        double t_compute = dt_seconds(), waited = emulate ? rows_wait(r) : 0;
         if (emulate && !r->ctr) {
             dt_emulate_step(r->net, r->dbg->emulate_compute_ms);
         } else {
@@ -929,7 +949,8 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                 break;
             /* The whole gradient, before it is applied here or cut into shards and pushed. */
             if (o->clip_gradient_norm > 0) dt_net_clip_gradients(r->net, (float)o->clip_gradient_norm);
-            if (emulate) dt_emulate_until(t_compute, r->dbg->emulate_compute_ms); /* a click-log model's */
+            if (emulate) /* a click-log model's: compute padded, the wait for its rows beside it */
+                dt_emulate_until(t_compute + rows_wait(r) - waited, r->dbg->emulate_compute_ms);
         }
         int64_t stale = stale_pushes(r);
         if ((rc = r->updater->apply(r->updater, r->net, c->distributed ? *global_step : *local_step, global_step,

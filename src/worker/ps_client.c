@@ -82,6 +82,8 @@ typedef struct {
     double t0;                /* when it began (dt_seconds), for the latency metrics; 0: metrics off */
     const int *slots;         /* sparse tables: requests to each ps [n_ps] (the exchange's multi kind) */
     int reply_slot;           /* the slot the reply handed to fn answers */
+    dt_sparse_reply_fn sparse_fn; /* sparse tables: the caller's handler of each reply */
+    void *sparse_user;
 } call_t;
 
 struct dt_ps_client {
@@ -1095,20 +1097,16 @@ int dt_ps_client_stream_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_res
 
 /* ---- sparse tables: messages built by the caller (worker/sparse_client.h) ---- */
 
-typedef struct {
-    dt_sparse_reply_fn fn;
-    void *user;
-} sparse_ctx;
-
 static int on_sparse(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
-    sparse_ctx *x = user;
-    return x->fn(x->user, i, c->call.reply_slot, &in->hdr, zmq_msg_data(&in->payload), zmq_msg_size(&in->payload),
-                 err);
+    (void)user;
+    return c->call.sparse_fn(c->call.sparse_user, i, c->call.reply_slot, &in->hdr, zmq_msg_data(&in->payload),
+                             zmq_msg_size(&in->payload), err);
 }
 
-int dt_ps_client_sparse(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const *msgs, dt_sparse_reply_fn fn,
-                        void *user, dt_error *err) {
+int dt_ps_client_sparse_send(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const *msgs, dt_sparse_reply_fn fn,
+                             void *user, int *sent, dt_error *err) {
     uint8_t type = 0;
+    *sent = 0;
     for (int i = 0; i < c->n_ps; i++) {
         if (n_msgs[i] < 0 || n_msgs[i] > (int)DT_WIRE_MAX_CHUNKS)
             return dt_errorf(err, DT_EINVAL, "ps client: %d sparse messages to ps %d (at most %u per call)", n_msgs[i],
@@ -1122,13 +1120,14 @@ int dt_ps_client_sparse(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const
         }
     }
     if (!type) return DT_OK; /* nothing to send */
-    sparse_ctx x = {fn, user};
-    call_t call = {.what = dt_wire_type_name(type), .fn = on_sparse, .user = &x, .repull = -1, .slots = n_msgs};
+    call_t call = {.what = dt_wire_type_name(type), .fn = on_sparse, .repull = -1, .slots = n_msgs,
+                   .sparse_fn = fn, .sparse_user = user};
     const uint8_t want = type == DT_MSG_SPARSE_PULL     ? DT_MSG_SPARSE_ROWS
                          : type == DT_MSG_SPARSE_EXPORT ? DT_MSG_SPARSE_PAGE
                                                         : DT_MSG_ACK;
     int rc = call_begin(c, &call, want, err);
     if (rc) return rc;
+    *sent = 1;
     for (int i = 0; i < c->n_ps && !rc; i++)
         for (int k = 0; k < n_msgs[i] && !rc; k++) {
             const dt_sparse_msg *m = &msgs[i][k];
@@ -1141,8 +1140,19 @@ int dt_ps_client_sparse(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const
             dt_wire_header h = m->h;
             rc = send_req(c, i, k, &h, &z, request_deadline(c), err);
         }
+    /* the call stays under way: dt_ps_client_sparse_end takes its replies, or ends its failure */
+    return rc;
+}
+
+int dt_ps_client_sparse_end(dt_ps_client *c, int rc, dt_error *err) {
     if (!rc) rc = gather(c, err);
     return call_end(c, rc, NULL, NULL, err);
+}
+
+int dt_ps_client_sparse(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const *msgs, dt_sparse_reply_fn fn,
+                        void *user, dt_error *err) {
+    int sent, rc = dt_ps_client_sparse_send(c, n_msgs, msgs, fn, user, &sent, err);
+    return sent ? dt_ps_client_sparse_end(c, rc, err) : rc;
 }
 
 /* ---- checkpoints and the end of training ---- */

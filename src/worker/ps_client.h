@@ -218,6 +218,15 @@ typedef int (*dt_sparse_reply_fn)(void *user, int ps, int k, const dt_wire_heade
                                   dt_error *err);
 int dt_ps_client_sparse(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const *msgs, dt_sparse_reply_fn fn,
                         void *user, dt_error *err);
+/* The same call in two halves, so that its replies travel while the caller computes (the sparse
+ * prefetch: worker/sparse_prefetch.h): send sends every message (*sent 1 when a call began: it then
+ * stays under way, whatever send returns, and no other call may begin) and returns; end waits for
+ * the replies (each to fn, as above) and ends the call. end with rc != 0 ends it at once, failed
+ * (replies still on their way are ignored by later calls, as an earlier exchange's), and returns rc.
+ * fn and user must stay valid until end. */
+int dt_ps_client_sparse_send(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const *msgs, dt_sparse_reply_fn fn,
+                             void *user, int *sent, dt_error *err);
+int dt_ps_client_sparse_end(dt_ps_client *c, int rc, dt_error *err);
 
 /* The status of the latest ERROR reply a ps sent this client (DT_WIRE_E_*), 0 if none since the
  * last call that succeeded: tells a refusal worth waiting out (a ps restarting: NOT_READY,

@@ -12,6 +12,7 @@
 #include "worker/overlap.h"
 #include "worker/ps_client.h"
 #include "worker/sparse_client.h"
+#include "worker/sparse_prefetch.h"
 
 typedef struct {
     dt_updater base;              /* first, so a dt_updater * is a remote * */
@@ -48,9 +49,14 @@ typedef struct {
     dt_error ov_err;
     int64_t gstep;                /* the global step the last apply returned (async: the next tag) */
     double blocked_s;             /* since the last apply: hooks waiting for the exchange */
+    double rows_wait_s;           /* training forwards waiting for their sparse rows, in all */
     dt_sparse_client *sparse;     /* a compact net's tables on the ps tasks; NULL: none */
     dt_sparse_stats sparse0;      /* its counts, and the client's sparse bytes, when training began */
     uint64_t sparse_tx0, sparse_rx0;
+    dt_sparse_prefetch *prefetch; /* the next batch's rows under this step's compute; NULL: off */
+    dt_sparse_stats prefetch0;    /* its pulls' counts, its connection's bytes, its own, at that time */
+    uint64_t prefetch_tx0, prefetch_rx0;
+    dt_prefetch_stats prefetched0;
     int64_t created_us;           /* the chief's end waits for named workers from here (wait_workers) */
 } remote;
 
@@ -115,12 +121,19 @@ static int resume_from_ps(remote *r, dt_net *net, int64_t *global_step, dt_error
     if (rc) return rc;
     if (r->sparse) { /* the tables start again at the chief's SPARSE_INIT, which follows its INIT */
         dt_sparse_reset(r->sparse);
+        dt_sparse_prefetch_cancel(r->prefetch); /* rows of the tables before it */
         if (!r->cfg.cluster->is_chief && (rc = dt_sparse_wait_declared(r->sparse, r->cfg.connect_timeout_ms, err)))
             return rc;
         /* the log's counts are training's: from here on (the declaration and its wait left out) */
         r->sparse0 = *dt_sparse_get_stats(r->sparse);
         r->sparse_tx0 = dt_ps_client_get_stats(r->client)->sparse_tx_bytes;
         r->sparse_rx0 = dt_ps_client_get_stats(r->client)->sparse_rx_bytes;
+        if (r->prefetch) {
+            r->prefetch0 = *dt_sparse_prefetch_pull_stats(r->prefetch);
+            r->prefetch_tx0 = dt_sparse_prefetch_client_stats(r->prefetch)->sparse_tx_bytes;
+            r->prefetch_rx0 = dt_sparse_prefetch_client_stats(r->prefetch)->sparse_rx_bytes;
+            r->prefetched0 = *dt_sparse_prefetch_stats(r->prefetch);
+        }
     }
     views_into_net(r, net, global_step);
     r->iter = *global_step;
@@ -568,8 +581,7 @@ static int remote_settle(dt_updater *u, dt_net *net, int64_t *global_step, dt_er
  * exchange does (--ps_timeout), then is made again from what they hold; the step's gradient goes to
  * the step they resumed at. A ps lost again at once is waited for again, FILL_TRIES times. */
 #define FILL_TRIES 3
-static int remote_fill(void *user, dt_net *net, int training, dt_error *err) {
-    remote *r = user;
+static int fill_pull(remote *r, dt_net *net, int training, dt_error *err) {
     int rc = dt_sparse_pull(r->sparse, training, err);
     for (int k = 0; rc && k < FILL_TRIES; k++) {
         int64_t step = r->gstep;
@@ -578,6 +590,38 @@ static int remote_fill(void *user, dt_net *net, int training, dt_error *err) {
         rc = dt_sparse_pull(r->sparse, training, err);
     }
     return rc;
+}
+
+/* A training forward takes the rows prefetched for it, if they are its blocks' (else, or if the
+ * prefetch failed, pulls them as without one: a ps lost is met and waited for there), then sends
+ * the pull of the next batch the loop announced (dt_net_lookahead), at the step after these rows'.
+ * A prefetch that cannot be sent is counted, not fatal: the next forward pulls as before. */
+static int remote_fill(void *user, dt_net *net, int training, dt_error *err) {
+    remote *r = user;
+    int taken = 0, rc = DT_OK;
+    int64_t step;
+    const double t0 = dt_seconds();
+    if (training && r->prefetch) {
+        dt_error e = {0};
+        if (!dt_sparse_prefetch_take(r->prefetch, &taken, &step, &e) && taken) dt_sparse_prefetched(r->sparse, step);
+    }
+    if (!taken && (rc = fill_pull(r, net, training, err))) return rc;
+    /* a training forward waiting for its rows waits for the exchange, not compute (with the
+     * prefetch, only for what did not arrive under the step before) */
+    if (training) r->blocked_s += dt_seconds() - t0, r->rows_wait_s += dt_seconds() - t0;
+    const dt_ctr_batch *next = training && r->prefetch ? dt_net_lookahead(net) : NULL;
+    if (next && next->n > 0) {
+        dt_error e = {0};
+        dt_sparse_prefetch_send(r->prefetch, next, dt_sparse_next_want(r->sparse), &e);
+    }
+    return DT_OK;
+}
+
+/* The next batch's rows pulled under this step's compute, on a connection of its own. */
+static int open_prefetch(remote *r, const dt_sparse_config *sc, dt_net *net, dt_error *err) {
+    dt_sparse_config pc = *sc;
+    int rc = dt_remote_open_client(&r->base, &pc.client, err);
+    return rc ? rc : dt_sparse_prefetch_create(&r->prefetch, &pc, net, err);
 }
 
 /* Connects the net's hooks to the exchange, at the start (the net is known from then on). */
@@ -592,6 +636,7 @@ static int attach(remote *r, dt_net *net, dt_error *err) {
         /* the tables' pulls and pushes share the client between steps: no stream under compute
          * (docs/sparse.md, "On a worker") */
         r->cfg.overlap = DT_OVERLAP_NONE;
+        if (r->cfg.sparse_prefetch && (rc = open_prefetch(r, &sc, net, err))) return rc;
     }
     if (r->cfg.overlap == DT_OVERLAP_NONE || r->ov) return DT_OK;
     /* Every chunk of one step comes back at one step only when each sync step waits for every
@@ -614,20 +659,41 @@ static int attach(remote *r, dt_net *net, dt_error *err) {
     return DT_OK;
 }
 
-/* The sparse tables' line: what travelled since training began, counted (docs/sparse.md). */
+/* The prefetch's part of the sparse tables' line: its pulls' counts into *tot, its connection's
+ * sparse bytes into up and down, all its bytes into all[2]; and its own line. */
+static void log_prefetch(remote *r, dt_sparse_stats *tot, unsigned long long *up, unsigned long long *down,
+                         double *all) {
+    if (!r->prefetch) return;
+    const dt_sparse_stats *a = &r->prefetch0, *b = dt_sparse_prefetch_pull_stats(r->prefetch);
+    const dt_ps_client_stats *st = dt_sparse_prefetch_client_stats(r->prefetch);
+    tot->pulls += b->pulls - a->pulls, tot->rows_pulled += b->rows_pulled - a->rows_pulled;
+    tot->messages += b->messages - a->messages, tot->sections += b->sections - a->sections;
+    *up += st->sparse_tx_bytes - r->prefetch_tx0, *down += st->sparse_rx_bytes - r->prefetch_rx0;
+    all[0] += (double)st->tx_bytes, all[1] += (double)st->rx_bytes;
+    const dt_prefetch_stats *p0 = &r->prefetched0, *p1 = dt_sparse_prefetch_stats(r->prefetch);
+    fprintf(r->cfg.log, "worker %d: sparse tables: prefetch: %llu pulls sent ahead, %llu taken by the next forward, "
+            "%llu missed, %llu failed\n", r->cfg.cluster->task_index, (unsigned long long)(p1->sent - p0->sent),
+            (unsigned long long)(p1->taken - p0->taken), (unsigned long long)(p1->missed - p0->missed),
+            (unsigned long long)(p1->failed - p0->failed));
+}
+
+/* The sparse tables' line: what travelled since training began, counted (docs/sparse.md); a pull
+ * sent ahead counts as a pull, its bytes as the tables' (on the prefetch's connection). */
 static void log_sparse(remote *r, const dt_ps_client_stats *st) {
     const dt_sparse_stats *a = &r->sparse0, *b = dt_sparse_get_stats(r->sparse);
+    dt_sparse_stats d = {.pulls = b->pulls - a->pulls, .pushes = b->pushes - a->pushes,
+                         .messages = b->messages - a->messages, .sections = b->sections - a->sections,
+                         .rows_pulled = b->rows_pulled - a->rows_pulled, .rows_pushed = b->rows_pushed - a->rows_pushed};
     unsigned long long up = st->sparse_tx_bytes - r->sparse_tx0, down = st->sparse_rx_bytes - r->sparse_rx0;
-    unsigned long long pulled = b->rows_pulled - a->rows_pulled, pushed = b->rows_pushed - a->rows_pushed;
+    double all[2] = {(double)st->tx_bytes, (double)st->rx_bytes};
+    log_prefetch(r, &d, &up, &down, all);
     double n = (double)r->updates;
     fprintf(r->cfg.log, "worker %d: sparse tables: %llu pulls, %llu pushes, %llu messages, %llu sections, %llu rows "
             "pulled, %llu pushed, %llu bytes up, %llu down; per update %.1f rows pulled, %.0f bytes up, %.0f down "
             "(dense and sparse: %.0f up, %.0f down); stale pushes %llu\n", r->cfg.cluster->task_index,
-            (unsigned long long)(b->pulls - a->pulls), (unsigned long long)(b->pushes - a->pushes),
-            (unsigned long long)(b->messages - a->messages), (unsigned long long)(b->sections - a->sections), pulled,
-            pushed, up, down, (double)pulled / n,
-            (double)up / n, (double)down / n, (double)st->tx_bytes / n, (double)st->rx_bytes / n,
-            (unsigned long long)(b->stale - a->stale));
+            (unsigned long long)d.pulls, (unsigned long long)d.pushes, (unsigned long long)d.messages,
+            (unsigned long long)d.sections, (unsigned long long)d.rows_pulled, (unsigned long long)d.rows_pushed, up,
+            down, (double)d.rows_pulled / n, (double)up / n, (double)down / n, all[0] / n, all[1] / n, (unsigned long long)(b->stale - a->stale));
     if (r->cfg.compression != DT_ENC_FP32)
         fprintf(r->cfg.log, "worker %d: sparse tables: rows pulled and pushed in %s, %llu gradient values "
                 "saturated\n", r->cfg.cluster->task_index, dt_enc_name(r->cfg.compression),
@@ -663,7 +729,7 @@ void dt_remote_get_timing(const dt_updater *u, dt_remote_timing *out) {
     const remote *r = (const remote *)u;
     *out = (dt_remote_timing){.updates = r->updates, .stale = r->stale, .stale_ref = r->stale_ref,
                               .compute_s = r->compute_s, .exchange_s = r->exchange_s, .wait_s = r->wait_s,
-                              .repulls = dt_ps_client_get_stats(r->client)->repulls};
+                              .repulls = dt_ps_client_get_stats(r->client)->repulls, .rows_wait_s = r->rows_wait_s};
 }
 
 int dt_remote_open_client(dt_updater *u, struct dt_ps_client **out, dt_error *err) {
@@ -717,6 +783,7 @@ static void remote_free(dt_updater *u) {
     remote *r = (remote *)u;
     if (!r) return;
     dt_overlap_free(r->ov); /* first: its thread may hold the client */
+    dt_sparse_prefetch_free(r->prefetch);
     dt_sparse_client_free(r->sparse);
     if (r->net) dt_net_set_hooks(r->net, NULL);
     dt_ps_client_close(r->client);

@@ -49,6 +49,9 @@ typedef struct {
      * (worker/sparse_client.h), updated with this optimizer; the chief declares them after each
      * INIT. Ignored for a net without compact tables. */
     dt_lazy_config table_opt;
+    /* The next batch's rows pulled under the current step's compute, on a second connection
+     * (worker/sparse_prefetch.h; the training loop announces the batch: dt_net_set_lookahead). */
+    int sparse_prefetch;
     uint64_t seed;
     const volatile int *stop;     /* may be NULL; set (a signal): waits for the ps tasks end */
     /* The newest checkpoint in the flat layout (params [n], state [slots * n]): 1 if there is one,
@@ -76,6 +79,8 @@ typedef struct {
     double exchange_s;            /* pushing and pulling, placement copies included */
     double wait_s;                /* of exchange_s: PULLs held at the ps (the barrier) */
     uint64_t repulls;             /* shards pulled again to get one step */
+    double rows_wait_s;           /* of exchange_s: training forwards waiting for their sparse rows (a
+                                   * pull, or the prefetched one's replies) */
 } dt_remote_timing;
 void dt_remote_get_timing(const dt_updater *remote_updater, dt_remote_timing *out);
 

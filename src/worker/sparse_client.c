@@ -32,6 +32,7 @@ typedef struct {
     int dim;
     const uint64_t *ids;
     const float *grad;        /* a push: [n, dim] */
+    float *dst;               /* a pull: where the rows go, [n, dim] (the net's block, or a prefetch's) */
     size_t base;
 } tab_view;
 
@@ -44,6 +45,7 @@ struct dt_sparse_client {
     int64_t reply_step;       /* the oldest step of a training pull's replies (-1: none yet) */
     int training;             /* the pull under way is a training batch's */
     int probing;              /* dt_sparse_wait_declared's pulls: their rows go nowhere */
+    int open;                 /* dt_sparse_pull_send's call is under way on the client */
     size_t cap;               /* ids the scratch below holds */
     uint64_t *ids;            /* [cap] the tables' ids (push: of their touched rows), table after table */
     int *ps_of;               /* [cap] */
@@ -94,14 +96,15 @@ int dt_sparse_client_create(dt_sparse_client **out, const dt_sparse_config *cfg,
         return DT_ENOMEM;
     }
     for (int p = 0; p < s->n_ps; p++) s->msg_rows[p] = s->msgs + (size_t)p * DT_WIRE_MAX_CHUNKS;
-    dt_net_set_table_fill(net, fill_cb, s);
+    if (!cfg->detached) dt_net_set_table_fill(net, fill_cb, s);
     *out = s;
     return DT_OK;
 }
 
 void dt_sparse_client_free(dt_sparse_client *s) {
     if (!s) return;
-    dt_net_set_table_fill(s->net, NULL, NULL);
+    if (s->open) dt_ps_client_sparse_end(s->cfg.client, DT_EINTR, NULL);
+    if (!s->cfg.detached) dt_net_set_table_fill(s->net, NULL, NULL);
     free(s->ids), free(s->ps_of), free(s->order), free(s->begin), free(s->tab), free(s->plan), free(s->buf);
     free(s->n_msgs), free(s->msgs), free(s->msg_rows), free(s->mp);
     free(s);
@@ -136,8 +139,8 @@ static int reserve_buf(dt_sparse_client *s, size_t bytes, dt_error *err) {
 
 /* Table t's ids [n] (from `base` on in the scratch) grouped by ps. */
 static void split_table(dt_sparse_client *s, int t, int dim, const uint64_t *ids, size_t n, size_t base,
-                        const float *grad) {
-    s->tab[t] = (tab_view){.dim = dim, .ids = ids, .grad = grad, .base = base};
+                        const float *grad, float *dst) {
+    s->tab[t] = (tab_view){.dim = dim, .ids = ids, .grad = grad, .dst = dst, .base = base};
     dt_row_split((uint32_t)t, ids, n, s->n_ps, s->ps_of + base, s->begin + (size_t)t * ((size_t)s->n_ps + 1),
                  s->order + base);
 }
@@ -266,8 +269,8 @@ static int exchange(dt_sparse_client *s, dt_error *err) {
     return rc;
 }
 
-/* The call of the tables split so far (s->tab, begin, order): planned, built and exchanged. */
-static int send_round(dt_sparse_client *s, const round_t *r, dt_error *err) {
+/* The call of the tables split so far (s->tab, begin, order): planned and built (n_msgs, msg_rows). */
+static int build_round(dt_sparse_client *s, const round_t *r, dt_error *err) {
     s->plan_n = 0;
     memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
     int rc = DT_OK;
@@ -284,26 +287,33 @@ static int send_round(dt_sparse_client *s, const round_t *r, dt_error *err) {
     size_t at = 0;
     for (int p = 0; p < s->n_ps && !rc; p++)
         for (int k = 0; k < s->n_msgs[p]; k++) at += build_msg(s, r, p, k, s->buf + at);
-    if (!rc) return exchange(s, err);
-    memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
+    if (rc) memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
     return rc;
+}
+
+/* ... and exchanged. */
+static int send_round(dt_sparse_client *s, const round_t *r, dt_error *err) {
+    int rc = build_round(s, r, err);
+    return rc ? rc : exchange(s, err);
 }
 
 /* A section's rows of a SPARSE_ROWS reply into their slots of the block, each finite. */
 static int take_rows(dt_sparse_client *s, int ps, const sec_plan *c, const uint8_t *src, int64_t step,
                      dt_error *err) {
-    dt_table_block b;
-    if (dt_net_table_block(s->net, c->t, &b)) return dt_errorf(err, DT_EINVAL, "sparse client: no table %d", c->t);
-    const size_t dim = (size_t)b.dim, esize = dt_enc_size(s->cfg.encoding);
-    const size_t *slots = s->order + s->tab[c->t].base + c->lo;
+    const tab_view *v = &s->tab[c->t];
+    const size_t dim = (size_t)v->dim, esize = dt_enc_size(s->cfg.encoding);
+    const size_t *slots = s->order + v->base + c->lo;
     for (size_t i = 0; i < c->n; i++) {
-        float *row = b.rows + slots[i] * dim;
+        float *row = v->dst + slots[i] * dim;
         dt_unpack(s->cfg.encoding, row, src + i * dim * esize, dim);
-        if (dt_first_nonfinite(row, dim) < dim)
+        if (dt_first_nonfinite(row, dim) < dim) {
+            dt_table_grad g;
+            dt_net_table_grad(s->net, c->t, &g);
             return dt_errorf(err, DT_EFORMAT, "ps %d: served a non-finite value in row %llu of table %d (%s) at step "
                              "%lld: training diverged (lower --learning_rate) or the ps is damaged", ps,
-                             (unsigned long long)b.ids[slots[i]], c->t, dt_net_view(s->net, b.view)->name,
+                             (unsigned long long)v->ids[slots[i]], c->t, dt_net_view(s->net, g.view)->name,
                              (long long)step);
+        }
     }
     return DT_OK;
 }
@@ -349,7 +359,7 @@ int dt_sparse_pull(dt_sparse_client *s, int training, dt_error *err) {
     size_t base = 0;
     for (int t = 0; t < s->n_tables; t++) {
         dt_net_table_block(s->net, t, &b);
-        split_table(s, t, b.dim, b.ids, b.n, base, NULL);
+        split_table(s, t, b.dim, b.ids, b.n, base, NULL, b.rows);
         base += b.n;
         s->stats.rows_pulled += b.n;
     }
@@ -362,6 +372,46 @@ int dt_sparse_pull(dt_sparse_client *s, int training, dt_error *err) {
     if (training) s->step = s->reply_step >= 0 && s->reply_step > s->want ? s->reply_step : s->want;
     return DT_OK;
 }
+
+int dt_sparse_pull_send(dt_sparse_client *s, const dt_sparse_rows *tabs, int64_t step, dt_error *err) {
+    if (s->open) return dt_errorf(err, DT_EINVAL, "sparse client: a pull is under way already");
+    size_t total = 0, base = 0;
+    for (int t = 0; t < s->n_tables; t++) total += tabs[t].n;
+    int rc = reserve_ids(s, total ? total : 1, err);
+    if (rc) return rc;
+    for (int t = 0; t < s->n_tables; t++) {
+        dt_table_grad g;
+        dt_net_table_grad(s->net, t, &g); /* its dim */
+        split_table(s, t, g.dim, tabs[t].ids, tabs[t].n, base, NULL, tabs[t].rows);
+        base += tabs[t].n;
+        s->stats.rows_pulled += tabs[t].n;
+    }
+    round_t r = {.push = 0, .step = step};
+    s->training = 1;
+    s->reply_step = -1;
+    int sent = 0;
+    if (!(rc = build_round(s, &r, err)))
+        rc = dt_ps_client_sparse_send(s->cfg.client, s->n_msgs, s->msg_rows, on_reply, s, &sent, err);
+    memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
+    if (rc && sent) dt_ps_client_sparse_end(s->cfg.client, rc, err);
+    s->open = sent && !rc;
+    if (!rc) s->stats.pulls++;
+    return rc;
+}
+
+int dt_sparse_pull_end(dt_sparse_client *s, int abandon, int64_t *reply_step, dt_error *err) {
+    int rc = DT_OK;
+    if (s->open) rc = dt_ps_client_sparse_end(s->cfg.client, abandon ? DT_EINTR : DT_OK, err);
+    s->open = 0;
+    *reply_step = s->reply_step;
+    return rc;
+}
+
+void dt_sparse_prefetched(dt_sparse_client *s, int64_t reply_step) {
+    s->step = reply_step >= 0 && reply_step > s->want ? reply_step : s->want;
+}
+
+int64_t dt_sparse_next_want(const dt_sparse_client *s) { return s->cfg.sync ? s->step + 1 : 0; }
 
 int dt_sparse_push(dt_sparse_client *s, dt_error *err) {
     size_t total = 0;
@@ -379,7 +429,7 @@ int dt_sparse_push(dt_sparse_client *s, dt_error *err) {
         dt_net_table_block(s->net, t, &b);
         /* the gradient's rows are slots of the block: their ids, in the gradient's order */
         for (size_t i = 0; i < g.n; i++) s->ids[base + i] = b.ids[g.rows[i]];
-        split_table(s, t, g.dim, s->ids + base, g.n, base, g.grad);
+        split_table(s, t, g.dim, s->ids + base, g.n, base, g.grad, NULL);
         base += g.n;
         s->stats.rows_pushed += g.n;
     }

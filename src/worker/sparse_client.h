@@ -12,7 +12,9 @@
  * Async: pulls take the rows as they are, each section of a push is one update of its table.
  *
  * It shares the dense updater's ps client (one exchange at a time): its calls go between the dense
- * exchanges, never under one (--overlap is refused with sparse tables). Not thread-safe. */
+ * exchanges, never under one (--overlap is refused with sparse tables). The next batch's rows are
+ * pulled ahead by a second, detached client on a connection of its own (worker/sparse_prefetch.h).
+ * Not thread-safe. */
 #ifndef DT_WORKER_SPARSE_CLIENT_H
 #define DT_WORKER_SPARSE_CLIENT_H
 
@@ -34,6 +36,9 @@ typedef struct {
      * The gradient rows carry no error feedback: its residual would be one row per id ever pushed,
      * memory that follows the table, which a worker never holds (docs/sparse.md). */
     dt_encoding encoding;
+    /* A client of prefetched pulls (worker/sparse_prefetch.h): it leaves the net's fill callback
+     * alone and pulls only with dt_sparse_pull_send into the caller's buffers. */
+    int detached;
 } dt_sparse_config;
 
 /* Totals over the client's life. */
@@ -61,6 +66,25 @@ int dt_sparse_wait_declared(dt_sparse_client *s, int timeout_ms, dt_error *err);
 /* The net's blocks, as its last dt_net_forward_ctr listed them, from the ps tasks (the fill
  * callback; training 0: an evaluation batch, which does not set the step a push is for). */
 int dt_sparse_pull(dt_sparse_client *s, int training, dt_error *err);
+/* A pull in two halves, its rows travelling while the caller computes (worker/sparse_prefetch.h):
+ * tabs[t] (every table) names ids and the rows [n, dim] they go to; step: the oldest step wanted
+ * (sync: the rows' step, the ps holding the pull until every table it names is there; async 0).
+ * send returns once the messages are out (its client then has the call under way: no other call
+ * on that client until end); end waits for the rows (abandon: does not, and drops them) and gives
+ * the oldest step a reply reported (-1: none). One pull under way at a time. */
+typedef struct {
+    const uint64_t *ids;
+    size_t n;
+    float *rows;
+} dt_sparse_rows;
+int dt_sparse_pull_send(dt_sparse_client *s, const dt_sparse_rows *tabs, int64_t step, dt_error *err);
+int dt_sparse_pull_end(dt_sparse_client *s, int abandon, int64_t *reply_step, dt_error *err);
+/* The net's blocks were filled with rows another client prefetched, whose replies reported
+ * reply_step at the oldest: the step the next push is for, as dt_sparse_pull would set it. */
+void dt_sparse_prefetched(dt_sparse_client *s, int64_t reply_step);
+/* The step a pull of the next training batch must ask for (sync: one past the rows just pulled,
+ * which this worker's next push is for; async 0). */
+int64_t dt_sparse_next_want(const dt_sparse_client *s);
 /* The last backward's table gradients (dt_net_table_grad) to the ps tasks. */
 int dt_sparse_push(dt_sparse_client *s, dt_error *err);
 /* Checkpoints (docs/sparse.md, "Checkpoints"). Table t's record as dt_sparse_declare sends it (dim,
