@@ -608,7 +608,10 @@ static int remote_fill(void *user, dt_net *net, int training, dt_error *err) {
     if (!taken && (rc = fill_pull(r, net, training, err))) return rc;
     /* a training forward waiting for its rows waits for the exchange, not compute (with the
      * prefetch, only for what did not arrive under the step before) */
-    if (training) r->blocked_s += dt_seconds() - t0, r->rows_wait_s += dt_seconds() - t0;
+    if (training) {
+        const double waited = dt_seconds() - t0;
+        r->blocked_s += waited, r->rows_wait_s += waited;
+    }
     const dt_ctr_batch *next = training && r->prefetch ? dt_net_lookahead(net) : NULL;
     if (next && next->n > 0) {
         dt_error e = {0};
@@ -693,7 +696,8 @@ static void log_sparse(remote *r, const dt_ps_client_stats *st) {
             "(dense and sparse: %.0f up, %.0f down); stale pushes %llu\n", r->cfg.cluster->task_index,
             (unsigned long long)d.pulls, (unsigned long long)d.pushes, (unsigned long long)d.messages,
             (unsigned long long)d.sections, (unsigned long long)d.rows_pulled, (unsigned long long)d.rows_pushed, up,
-            down, (double)d.rows_pulled / n, (double)up / n, (double)down / n, all[0] / n, all[1] / n, (unsigned long long)(b->stale - a->stale));
+            down, (double)d.rows_pulled / n, (double)up / n, (double)down / n, all[0] / n, all[1] / n,
+            (unsigned long long)(b->stale - a->stale));
     if (r->cfg.compression != DT_ENC_FP32)
         fprintf(r->cfg.log, "worker %d: sparse tables: rows pulled and pushed in %s, %llu gradient values "
                 "saturated\n", r->cfg.cluster->task_index, dt_enc_name(r->cfg.compression),
