@@ -302,8 +302,46 @@ static void test_layout(void) {
     dt_table_free(t), dt_table_free(u);
 }
 
+/* A bounded table (ids below its capacity: a table of buckets) keeps no recency: the same updates
+ * give it the same rows as an unbounded one, it holds every id of its capacity without evicting,
+ * and with expire_steps it still expires. dt_table_read_n reads what dt_table_read does, rows
+ * present or not, over more ids than it fetches ahead. */
+static void test_bounded(void) {
+    enum { CAP = 3000 };
+    dt_table_config c = config(CAP, 0, 0, "adagrad"), b = c;
+    b.bounded = 1;
+    dt_table *u = table_new(&c), *t = table_new(&b);
+    uint64_t ids[64];
+    float g[64 * DIM];
+    for (int step = 0; step < 200; step++) {
+        for (int i = 0; i < 64; i++) ids[i] = (uint64_t)(step * 64 + i) % CAP; /* distinct within a step */
+        for (int i = 0; i < 64 * DIM; i++) g[i] = 0.01f * (float)((i + step) % 5 - 2);
+        dt_table_apply(u, ids, g, 64), dt_table_apply(t, ids, g, 64);
+    }
+    dt_table_stats st;
+    dt_table_get_stats(t, &st);
+    CHECK_MSG(st.rows == CAP && st.evicted == 0 && st.admitted == CAP, "rows %llu evicted %llu",
+              (unsigned long long)st.rows, (unsigned long long)st.evicted);
+    for (uint64_t id = 0; id < CAP; id++) CHECK(!memcmp(dt_table_find(t, id), dt_table_find(u, id), 2 * DIM * sizeof(float)));
+    static uint64_t many[5000];
+    static float one[5000 * DIM], all[5000 * DIM];
+    for (int i = 0; i < 5000; i++) many[i] = dt_hash64(5, (uint64_t)i) % (2 * CAP); /* half absent */
+    for (int i = 0; i < 5000; i++) dt_table_read(u, many[i], one + i * DIM);
+    dt_table_read_n(t, many, 5000, all);
+    CHECK(!memcmp(one, all, sizeof one));
+    dt_table_free(t), dt_table_free(u);
+    b = config(100, 0, 2, "sgd");
+    b.bounded = 1;
+    t = table_new(&b);
+    update(t, 1, 1.0f);
+    for (int s = 0; s < 3; s++) update(t, 2, 1.0f);
+    CHECK(dt_table_find(t, 1) == NULL && row_is(t, 2, 3));
+    dt_table_free(t);
+}
+
 int main(void) {
     RUN(test_init_deterministic);
+    RUN(test_bounded);
     RUN(test_admission);
     RUN(test_expiry_and_lru);
     RUN(test_memory_bounded);

@@ -299,7 +299,12 @@ static int64_t sections_step(const ps_shard *s, int n, uint32_t *table) {
 static int pack_section(const shard_req *r, const dt_wire_section *c, const uint8_t *ids, uint8_t *out) {
     ps_shard *s = r->s;
     dt_table *t = s->tables[c->table]->t;
-    for (size_t i = 0; i < c->ids; i++) dt_table_read(t, id_at(ids, c->first + i), s->rows + c->at + i * c->dim);
+    uint64_t batch[256]; /* the section's ids decoded, a batch at a time, for dt_table_read_n */
+    for (size_t i = 0; i < c->ids; i += 256) {
+        const size_t n = c->ids - i < 256 ? c->ids - i : 256;
+        for (size_t j = 0; j < n; j++) batch[j] = id_at(ids, c->first + i + j);
+        dt_table_read_n(t, batch, n, s->rows + c->at + i * c->dim);
+    }
     if (!dt_pack(r->h->encoding, out + c->at * dt_enc_size(r->h->encoding), s->rows + c->at, (size_t)c->ids * c->dim))
         return DT_OK;
     shard_refuse(r, DT_WIRE_E_BAD_VALUE, "SPARSE_PULL section %zu: table %u holds a value beyond fp16's range "

@@ -34,6 +34,7 @@ struct dt_table {
     uint64_t used;            /* rows ever handed out (fresh ones come from here) */
     uint32_t free_head;       /* freed rows */
     uint32_t head, tail;      /* most and least recently touched */
+    int lru;                  /* keeps the recency list and the steps touched: a row may be evicted */
     uint32_t *index;          /* [n_index] row number + 1, 0 empty */
     uint64_t n_index;         /* grows with the rows (load <= 80%) up to the capacity's slots */
     uint8_t *sketch;          /* [SKETCH_DEPTH * width] or NULL (min_count <= 1) */
@@ -132,6 +133,7 @@ int dt_table_new(dt_table **out, const dt_table_config *c, dt_error *err) {
     t->slots = dt_lazy_slots(c->opt.kind);
     t->row_floats = (size_t)c->dim * (1 + (size_t)t->slots);
     t->block_rows = block_rows_of(c);
+    t->lru = !c->bounded || c->expire_steps > 0;
     t->max_blocks = (c->capacity + t->block_rows - 1) / t->block_rows;
     t->n_index = index_slots(c->capacity < INDEX_FIRST ? c->capacity : INDEX_FIRST);
     t->free_head = t->head = t->tail = NONE;
@@ -159,7 +161,8 @@ void dt_table_config_from_wire(dt_table_config *c, const dt_wire_table *w) {
     *c = (dt_table_config){.table = w->table, .dim = (int)w->dim, .opt = w->opt, .capacity = w->capacity,
                            .min_count = w->min_count, .sketch_width = w->sketch_width,
                            .expire_steps = (int64_t)w->expire_steps, .init = (dt_row_init)w->init_kind,
-                           .init_scale = w->init_scale, .seed = w->seed};
+                           .init_scale = w->init_scale, .seed = w->seed,
+                           .bounded = (w->flags & DT_WIRE_TABLE_F_BUCKETS) != 0};
 }
 int64_t dt_table_step(const dt_table *t) { return t->step; }
 void dt_table_set_step(dt_table *t, int64_t step) { t->step = step; }
@@ -251,6 +254,7 @@ static void list_push_front(dt_table *t, uint32_t r) {
 }
 
 static void touch(dt_table *t, uint32_t r) {
+    if (!t->lru) return;
     row_at(t, r)->last = t->step;
     if (t->head == r) return;
     list_unlink(t, r);
@@ -270,6 +274,7 @@ static void evict(dt_table *t, uint32_t r) {
  * least recently used row evicted. NONE without memory for a block. */
 static uint32_t row_claim(dt_table *t) {
     if (t->st.rows >= t->c.capacity) {
+        if (!t->lru) return NONE; /* a bounded table's ids are below its capacity: never met */
         t->st.evicted++;
         evict(t, t->tail);
     }
@@ -326,7 +331,7 @@ static uint32_t row_create(dt_table *t, uint64_t id) {
     row_meta *m = row_at(t, r);
     m->id = id;
     m->last = t->step;
-    list_push_front(t, r);
+    if (t->lru) list_push_front(t, r);
     float *v = row_vals(t, r);
     dt_table_init_row(&t->c, id, v);
     dt_lazy_init_slots(&t->c.opt, v + t->c.dim, t->c.dim);
@@ -359,6 +364,19 @@ const float *dt_table_find(const dt_table *t, uint64_t id) {
     return t->index[k] ? row_vals(t, t->index[k] - 1) : NULL;
 }
 
+/* Random rows of tables far larger than the caches: each id's index slot is asked for FAR ids ahead,
+ * its row (meta and values) NEAR ids ahead, once the slot is in the cache. */
+#define PREFETCH_FAR 16
+#define PREFETCH_NEAR 8
+
+static void prefetch_ahead(const dt_table *t, const uint64_t *ids, size_t n, size_t i) {
+    if (i + PREFETCH_FAR < n) __builtin_prefetch(&t->index[home_of(t, ids[i + PREFETCH_FAR])]);
+    if (i + PREFETCH_NEAR < n) {
+        uint32_t e = t->index[home_of(t, ids[i + PREFETCH_NEAR])];
+        if (e) __builtin_prefetch(row_at(t, e - 1)), __builtin_prefetch(row_vals(t, e - 1), 1);
+    }
+}
+
 void dt_table_read(dt_table *t, uint64_t id, float *out) {
     uint64_t k = index_find(t, id);
     if (!t->index[k]) {
@@ -369,6 +387,13 @@ void dt_table_read(dt_table *t, uint64_t id, float *out) {
     t->st.hits++;
     touch(t, t->index[k] - 1);
     memcpy(out, row_vals(t, t->index[k] - 1), (size_t)t->c.dim * sizeof *out);
+}
+
+void dt_table_read_n(dt_table *t, const uint64_t *ids, size_t n, float *out) {
+    for (size_t i = 0; i < n; i++) {
+        prefetch_ahead(t, ids, n, i);
+        dt_table_read(t, ids[i], out + i * (size_t)t->c.dim);
+    }
 }
 
 /* Rows not touched for more than expire_steps steps: the list's tail, oldest first. */
@@ -384,6 +409,7 @@ void dt_table_apply(dt_table *t, const uint64_t *ids, const float *grads, size_t
     const dt_lazy_rates rates = dt_lazy_rates_at(&t->c.opt, t->step);
     const int d = t->c.dim;
     for (size_t i = 0; i < n; i++) {
+        prefetch_ahead(t, ids, n, i);
         uint32_t r = row_for_update(t, ids[i]);
         if (r == NONE) continue;
         touch(t, r);

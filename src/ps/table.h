@@ -9,6 +9,8 @@
  * capacity's size; ids not yet admitted are counted in a count-min sketch of fixed size. So a table's memory is bounded by its capacity,
  * whatever the id stream: dt_table_bytes <= capacity * dt_table_row_bytes + dt_table_fixed_bytes.
  *
+ * The recency list is kept only where a row may be evicted (not a bounded table without expiry).
+ *
  * A row absent from the table reads as its initial value, a function of (seed, table, id) alone
  * (dt_table_init_row): a row evicted and admitted again, or restored on another ps, starts the same
  * way. No sockets, no clock: the table's step is the count of updates applied. */
@@ -43,6 +45,9 @@ typedef struct {
     dt_row_init init;
     float init_scale;         /* uniform: values in [-scale, scale); normal: stddev, truncated at 2 stddev */
     uint64_t seed;
+    /* Its ids are below the capacity (a table of buckets, DT_WIRE_TABLE_F_BUCKETS): it never fills up
+     * for a new id, so without expire_steps no row is ever evicted and no recency is kept. */
+    int bounded;
 } dt_table_config;
 
 typedef struct {
@@ -72,6 +77,8 @@ void dt_table_init_row(const dt_table_config *c, uint64_t id, float *value);
 /* id's values into out [dim]: its row's (touching it: most recently used, last touched now) or,
  * without a row, its initial values. Reading admits nothing. */
 void dt_table_read(dt_table *t, uint64_t id, float *out);
+/* dt_table_read of ids [n] into out [n * dim], the rows fetched from memory a few ids ahead. */
+void dt_table_read_n(dt_table *t, const uint64_t *ids, size_t n, float *out);
 
 /* One update: ids [n] distinct (their rows summed already, dt_rowsum), grads [n * dim]. Ids with a
  * row, or admitted now, are updated by the lazy optimizer at the table's step; then the step
