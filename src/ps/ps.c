@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "metrics/metrics.h"
 #include "metrics/names.h"
+#include "ps/mem_limit.h"
 #include "ps/peers.h"
 #include "ps/shard.h"
 #include "transport/auth.h"
@@ -465,7 +466,8 @@ static void deliver(ps_t *ps, dt_wire_in *in, int r, const dt_error *e) {
 
 uint64_t dt_ps_table_memory_default(void) {
     const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-    return pages > 0 && size > 0 ? (uint64_t)pages / 4 * 3 * (uint64_t)size : UINT64_C(4) << 30;
+    const uint64_t m = dt_mem_limit("", pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : UINT64_MAX);
+    return m == UINT64_MAX ? UINT64_C(4) << 30 : m / 4 * 3;
 }
 
 /* The test hook: whether this message is the SPARSE_PULL the ps stops at, unanswered (as if the

@@ -85,8 +85,9 @@ typedef struct {
     int64_t debug_stop_at_sparse_pull;
 } dt_ps_config;
 
-/* Three quarters of the machine's physical memory (sysconf), or 4 GiB if it cannot be read: what the
- * sparse tables of one ps may grow to by default. */
+/* Three quarters of the memory this process may use (the machine's physical memory, or its cgroup's
+ * limit if lower: a container's; dt_mem_limit), or 4 GiB if neither can be read: what the sparse
+ * tables of one ps may grow to by default. */
 uint64_t dt_ps_table_memory_default(void);
 
 /* Serves until SHUTDOWN from the chief (returns 0), *stop (DT_EINTR), the idle deadline or, strict,
