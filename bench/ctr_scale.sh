@@ -10,10 +10,14 @@
 # workers' mean compute + exchange per step, from their end lines), medians over the rounds.
 # Usage: bench/ctr_scale.sh [C_MS] [ROUNDS] [B] [RATE] [STEPS]   (repository root, root for namespaces)
 # EXTRA: more flags for every task (EXTRA="--sparse_prefetch 0": the rows pulled when each forward
-# starts); CASES: the "workers ps" cases to run (default "1 1;2 1;4 2;8 4").
+# starts); CASES: the "workers ps" cases to run (default "1 1;2 1;4 2;8 4"); AB=PATH: another
+# build's dtrain ("a"), run beside this one ("b") in every case of every round, alternating which
+# goes first; the end prints each build's weak scaling.
 set -u
 C=${1:-50} R=${2:-3} B=${3:-512} RATE=${4:-1gbit} STEPS=${5:-100}
-bin=$(realpath "${DTRAIN_BIN:-build/dtrain}")
+bins=("b $(realpath "${DTRAIN_BIN:-build/dtrain}")")
+[ -n "${AB:-}" ] && bins=("a $(realpath "$AB")" "${bins[@]}")
+bin=${bins[-1]#b }
 out=$(mktemp -d /tmp/ctr_scale.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 # Enough lines for 8 workers x STEPS batches of B (each worker reads its own share), plus the splits.
@@ -24,20 +28,28 @@ echo "uptime: $(uptime)"
 for r in $(seq 1 "$R"); do
   for k in $(seq 0 $((nc - 1))); do
     set -- ${cases[$(((k + r) % nc))]}
-    w=$1 p=$2 d="$out/w$1-p$2-r$r"
-    scripts/netcluster cluster --ps "$p" --workers "$w" --rate "$RATE" --timeout 600 --out "$d" --tail 0 \
-      --bin "$bin" -- --model models/fm.model --data "$out/clicks.tsv" --issync=1 --threads 1 --batch_size "$B" \
-      --train_steps "$STEPS" --steps_to_validate 1000000 --logdir= --summary_dir= --progress=never \
-      --debug_emulate_compute_ms "$C" ${EXTRA:-} >"$d.report" 2>&1 || { echo "w$w p$p: failed"; tail -5 "$d.report"; continue; }
-    cat "$d"/worker*.log | awk -v r="$r" -v w="$w" -v p="$p" '/updates \(sync replicas\): per step compute/ {
-        for (i = 1; i < NF; i++) { if ($i == "compute") c += $(i + 1); if ($i == "exchange") x += $(i + 1) } n++ }
-      END { printf "round %s workers %d ps %d step %7.2f ms (compute %.2f, exchange %.2f)\n", r, w, p, (c + x) / n, c / n, x / n }'
+    w=$1 p=$2
+    nb=${#bins[@]}
+    for j in $(seq 0 $((nb - 1))); do
+      read -r tag exe <<<"${bins[$(((j + r + k) % nb))]}"
+      d="$out/$tag-w$w-p$p-r$r"
+      scripts/netcluster cluster --ps "$p" --workers "$w" --rate "$RATE" --timeout 600 --out "$d" --tail 0 \
+        --bin "$exe" -- --model models/fm.model --data "$out/clicks.tsv" --issync=1 --threads 1 --batch_size "$B" \
+        --train_steps "$STEPS" --steps_to_validate 1000000 --logdir= --summary_dir= --progress=never \
+        --debug_emulate_compute_ms "$C" ${EXTRA:-} >"$d.report" 2>&1 || { echo "w$w p$p: failed"; tail -5 "$d.report"; continue; }
+      cat "$d"/worker*.log | awk -v r="$r" -v w="$w" -v p="$p" -v t="$tag" '/updates \(sync replicas\): per step compute/ {
+          for (i = 1; i < NF; i++) { if ($i == "compute") c += $(i + 1); if ($i == "exchange") x += $(i + 1) } n++ }
+        END { printf "round %s workers %d ps %d step %7.2f ms (compute %.2f, exchange %.2f) build %s\n", r, w, p, (c + x) / n, c / n, x / n, t }'
+    done
   done
 done | tee "$out/rows"
-med() { grep " workers $1 " "$out/rows" | awk '{print $8}' | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-one=$(med 1)
-for w in 2 4 8; do
-  grep -q " workers $w " "$out/rows" || continue
-  awk -v w="$w" -v a="$one" -v b="$(med "$w")" 'BEGIN { printf "%d workers: median step %s ms against %s ms for 1: weak scaling %.1f%%\n", w, b, a, 100 * a / b }'
+med() { grep " workers $1 .* build $2\$" "$out/rows" | awk '{print $8}' | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+for entry in "${bins[@]}"; do
+  tag=${entry%% *}
+  one=$(med 1 "$tag")
+  for w in 2 4 8; do
+    grep -q " workers $w .* build $tag\$" "$out/rows" || continue
+    awk -v w="$w" -v a="$one" -v b="$(med "$w" "$tag")" -v t="$tag" 'BEGIN { printf "build %s: %d workers: median step %s ms against %s ms for 1: weak scaling %.1f%%\n", t, w, b, a, 100 * a / b }'
+  done
 done
 echo "uptime: $(uptime)"
