@@ -5,9 +5,10 @@
  * to them (what a step's SPARSE_PUSHes cost once summed). The first steps create rows; later ones
  * mostly find them, as a long run does. Prints one JSON line: nanoseconds per row read and applied,
  * over the steps after WARM.
- * usage: bench_table [STEPS [IDS_PER_FIELD [WARM [BUCKETS_FLAG]]]] (defaults 300, 150, 100, 1):
- * BUCKETS_FLAG 1 declares the tables as tables of buckets (ids below the capacity), as the ps does
- * for models with buckets=. */
+ * usage: bench_table [STEPS [IDS_PER_FIELD [WARM [BUCKETS_FLAG [MIN_COUNT]]]]] (defaults 300, 150,
+ * 100, 1, 0): BUCKETS_FLAG 1 declares the tables as tables of buckets (ids below the capacity), as
+ * the ps does for models with buckets=; 0 as unbounded ids (capacity=), MIN_COUNT their admission
+ * (min_count=: 2 counts every new id in the admission sketch). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,14 +48,15 @@ static int unique_ids(dt_rng *r, uint64_t n, uint64_t field, int want, uint64_t 
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 300, per = argc > 2 ? atoi(argv[2]) : 150;
     int warm = argc > 3 ? atoi(argv[3]) : 100, flag = argc > 4 ? atoi(argv[4]) : 1;
-    if (steps < 1 || per < 1 || per > 100000 || warm < 0 || warm >= steps)
-        return fprintf(stderr, "usage: bench_table [STEPS [IDS_PER_FIELD [WARM [BUCKETS_FLAG]]]]\n"), 2;
+    int min_count = argc > 5 ? atoi(argv[5]) : 0;
+    if (steps < 1 || per < 1 || per > 100000 || warm < 0 || warm >= steps || min_count < 0 || min_count > 255)
+        return fprintf(stderr, "usage: bench_table [STEPS [IDS_PER_FIELD [WARM [BUCKETS_FLAG [MIN_COUNT]]]]]\n"), 2;
     dt_table *t[2 * FIELDS];
     for (int k = 0; k < 2 * FIELDS; k++) {
         int factors = k >= FIELDS;
         dt_wire_table w = {.table = (uint32_t)k, .dim = factors ? 8 : 1, .capacity = factors ? 1u << 18 : 1u << 20,
                            .init_kind = factors ? DT_ROW_INIT_NORMAL : DT_ROW_INIT_ZEROS, .init_scale = 0.01f,
-                           .seed = 1, .flags = flag ? DT_WIRE_TABLE_F_BUCKETS : 0};
+                           .seed = 1, .flags = flag ? DT_WIRE_TABLE_F_BUCKETS : 0, .min_count = (uint32_t)min_count};
         dt_error e;
         if (dt_lazy_config_init(&w.opt, "adagrad", 0.05f, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
         dt_table_config c;
