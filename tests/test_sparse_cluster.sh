@@ -22,6 +22,16 @@ timeout --foreground 120 "$bin" launch --ps 1 --workers 2 --issync 1 "${common[@
 st=$?
 check "1 ps + 2 sync workers train (status $st)" [ "$st" -eq 0 ]
 check "the ps holds the tables as sparse tables" grep -q "ps 0: 26 sparse table(s) declared" "$tmp/sync.out"
+# The ps's end line of where its time went: every SPARSE_PUSH the workers sent handled, wall >= CPU.
+spent_check() {
+  awk '/worker [0-9]+: sparse tables: [0-9]+ pulls, [0-9]+ pushes/ {
+         for (i = 1; i < NF; i++) if ($(i + 1) == "pushes,") sent += $i }
+       /ps 0: time in requests \(wall, of it CPU\):/ {
+         for (i = 1; i < NF; i++) if ($i == "SPARSE_PUSH") { n = $(i + 1) + 0; wall = $(i + 2) + 0; cpu = substr($(i + 4), 2) + 0 } }
+       END { print "SPARSE_PUSH handled " n " of " sent " sent, " wall " s wall, " cpu " s CPU"
+             exit !(sent > 0 && n == sent && wall >= cpu && cpu > 0) }' "$1"
+}
+check "the ps logs the time its requests took: every SPARSE_PUSH, wall >= CPU" spent_check "$tmp/sync.out"
 read -r a1 l1 < <(awk '/^test auc/ {print $3, $6}' "$tmp/one.out")
 read -r a2 l2 < <(awk '/\] test auc/ {print $4, $7}' "$tmp/sync.out")
 echo "one process: test auc $a1 logloss $l1; 1 ps + 2 sync workers: test auc $a2 logloss $l2"

@@ -55,6 +55,13 @@ typedef struct {
     int64_t peers_checked_us;
     int64_t last_message_us;  /* any client's latest message (the idle deadline) */
     int64_t sparse_pulls_in;  /* SPARSE_PULLs workers sent (cfg->debug_stop_at_sparse_pull) */
+    /* Time in the shard per request type: its wall time and the CPU it used, logged at the end (where
+     * a ps's time goes; a request also answers what it completes: a sync step's last push applies
+     * the step and serves the pulls held for it). */
+    struct {
+        uint64_t n;
+        int64_t wall_us, cpu_us;
+    } spent[DT_MSG_TYPE_MAX + 1];
     /* Metrics (NULL series when off): the shard's counts, published once per loop. */
     struct {
         dt_metric *step, *pushes, *updates, *pulls, *refused, *live, *rx, *tx, *wait;
@@ -456,7 +463,13 @@ static void deliver(ps_t *ps, dt_wire_in *in, int r, const dt_error *e) {
     ps_origin from = {.conn = peer, .serial = dt_peer_serial(peer), .route = &in->identity, .addr = in->peer};
     if (!dt_peer_gone(peer) && r == DT_OK) {
         ps_bytes payload;
-        ps_shard_request(ps->shard, &from, &in->hdr, take_payload(in, &payload), dt_clock_us(), &ps->io);
+        const int64_t t0 = dt_clock_us(), c0 = dt_thread_cpu_us();
+        ps_shard_request(ps->shard, &from, &in->hdr, take_payload(in, &payload), t0, &ps->io);
+        if (in->hdr.type <= DT_MSG_TYPE_MAX) { /* a valid header's: always */
+            ps->spent[in->hdr.type].n++;
+            ps->spent[in->hdr.type].wall_us += dt_clock_us() - t0;
+            ps->spent[in->hdr.type].cpu_us += dt_thread_cpu_us() - c0;
+        }
     } else if (!dt_peer_gone(peer) && in->has_identity) {
         ps_shard_refuse(ps->shard, &from, &in->hdr, r == DT_EPROTO ? DT_WIRE_E_VERSION : DT_WIRE_E_MALFORMED, e->msg,
                         &ps->io);
@@ -558,6 +571,25 @@ static void fill_stats(const ps_t *ps, dt_ps_stats *out) {
                          .initialised = st.initialised};
 }
 
+/* One line: the request types that took the most time here, with their counts, their wall time and
+ * the CPU they used (wall well above CPU: the ps waited for a core, or for memory it was given). */
+static void log_spent(ps_t *ps) {
+    char line[512];
+    int len = snprintf(line, sizeof line, "time in requests (wall, of it CPU):"), shown = 0;
+    int done[DT_MSG_TYPE_MAX + 1] = {0};
+    for (int k = 0; k < 6; k++) {
+        int best = -1;
+        for (int t = 0; t <= DT_MSG_TYPE_MAX; t++)
+            if (ps->spent[t].n && !done[t] && (best < 0 || ps->spent[t].wall_us > ps->spent[best].wall_us)) best = t;
+        if (best < 0 || len >= (int)sizeof line - 80) break;
+        len += snprintf(line + len, sizeof line - (size_t)len, "%s %s %llu: %.3f s (%.3f s)", shown++ ? "," : "",
+                        dt_wire_type_name((uint8_t)best), (unsigned long long)ps->spent[best].n,
+                        (double)ps->spent[best].wall_us * 1e-6, (double)ps->spent[best].cpu_us * 1e-6);
+        done[best] = 1;
+    }
+    if (shown) ps_log(ps, "%s", line);
+}
+
 int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
     ps_t ps;
     memset(&ps, 0, sizeof ps);
@@ -584,6 +616,7 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
         after_round(&ps, drained);
     }
     if (cfg->stats) fill_stats(&ps, cfg->stats);
+    if (rc == DT_OK) log_spent(&ps);
     ps_close(&ps);
     return rc;
 }
