@@ -128,6 +128,8 @@ static void test_errors(void) {
     /* embedding options out of range */
     expect_error(3, CTR "embedding dim=0 buckets=9\n" OUT, "bad value '0' for dim", NULL);
     expect_error(3, CTR "embedding buckets=9\n" OUT, "embedding needs dim=", NULL);
+    expect_error(3, CTR "embedding dim=2 buckets=9 max_ids=0\n" OUT, "bad value '0' for max_ids", "1 to 4096");
+    expect_error(3, CTR "embedding dim=2 buckets=9 max_ids=4097\n" OUT, "bad value '4097' for max_ids", NULL);
     expect_error(3, CTR "embedding dim=2 buckets=0\n" OUT, "bad value '0' for buckets", "1 to 2147483647");
     expect_error(3, CTR "embedding dim=2 buckets=4294967296\n" OUT, "bad value '4294967296' for buckets", NULL);
     expect_error(3, CTR "embedding dim=2 buckets=9 fields=26\n" OUT, "field 26", "the input has 26 fields (0 to 25)");

@@ -60,8 +60,13 @@ static int embedding_views(dt_net *net, layer *L, size_t *offset, dt_error *err)
                          "..., or the ps flags); one process (dtrain train without a cluster, eval, predict, export) holds "
                          "hashed tables only (buckets=N)", net->spec.source[0] ? net->spec.source : net->spec.name,
                          ls->line, ls->name);
-    /* compact: a block of the batch's rows, at most one per id a batch can hold (one per field) */
-    e->table_rows = net->compact ? (int64_t)net->max_batch * (ls->shared ? ls->n_fields : 1) : ls->buckets;
+    /* compact: a block of the batch's rows, one per id a batch can hold (max_ids per example and field) */
+    e->table_rows = net->compact ? (int64_t)net->max_batch * ls->max_ids * (ls->shared ? ls->n_fields : 1) : ls->buckets;
+    if (net->compact && e->table_rows * ls->dim > INT32_MAX)
+        return dt_errorf(err, DT_EINVAL, "%s:%d: embedding %s: a batch of %d examples with max_ids=%d ids a field needs a "
+                         "block of %lld rows of %d, over 2^31 values: lower max_ids= or the batch size",
+                         net->spec.source[0] ? net->spec.source : net->spec.name, ls->line, ls->name, net->max_batch,
+                         ls->max_ids, (long long)e->table_rows, ls->dim);
     if (net->compact && !(e->uniq_ids = dt_calloc((size_t)e->n_tables, sizeof *e->uniq_ids, "table ids", err)))
         return DT_ENOMEM;
     for (int t = 0; e->uniq_ids && t < e->n_tables; t++) dt_rowsum_init(&e->uniq_ids[t], 0);
@@ -701,9 +706,10 @@ static int emb_keys(const dt_net *net, const layer *L, const dt_ctr_batch *b, dt
                 size_t slot = dt_rowsum_add(&uniq[t], id, NULL);
                 if (slot == (size_t)-1 || slot >= (size_t)e->table_rows) /* the rowsum may hold more */
                     return dt_errorf(err, DT_ESHAPE, "%s: a batch names more than %lld distinct rows of table %d "
-                                     "(its block holds one per example and field; fields with several ids are not "
-                                     "held on the ps tasks yet)", net->views[e->table_view + t].name,
-                                     (long long)e->table_rows, t);
+                                     "(its block holds max_ids=%d per example and field): raise max_ids= on the "
+                                     "embedding's line to the most ids an example has in a field",
+                                     net->views[e->table_view + t].name, (long long)e->table_rows, t,
+                                     L->spec->max_ids);
                 if (rows) rows[j] = e->base[s] + (int64_t)slot;
             }
         }

@@ -49,7 +49,7 @@ static const char *const dense_opts[] = {"units", "use_bias", "weight_init", "bi
 static const char *const bn_opts[] = {"momentum", "epsilon", NULL};
 static const char *const leaky_opts[] = {"alpha", NULL};
 static const char *const emb_opts[] = {"dim",         "buckets",   "fields",      "table", "combiner",
-                                       "weight_init", "capacity", "min_count", "evict_after", NULL};
+                                       "weight_init", "capacity", "min_count", "evict_after", "max_ids", NULL};
 static const char *const no_opts[] = {NULL};
 static const char *const *const kind_opts[] = {
     [DT_LAYER_CONV2D] = conv_opts, [DT_LAYER_MAXPOOL] = pool_opts, [DT_LAYER_RELU] = no_opts,
@@ -364,6 +364,13 @@ static int parse_embedding_opt(const ctx *c, const char *key, const char *v, dt_
         *(cap ? &L->capacity : &L->evict_after) = n;
         return 0;
     }
+    if (!strcmp(key, "max_ids")) {
+        if (parse_int(v, 1, DT_MODEL_MAX_IDS, &n) != 0)
+            return FAIL(c, DT_EFORMAT, "bad value '%.*s' for max_ids: expected an integer from 1 to %d (distinct ids one "
+                        "example may name in one field)", Q(v), DT_MODEL_MAX_IDS);
+        L->max_ids = (int)n;
+        return 0;
+    }
     if (!strcmp(key, "min_count")) {
         if (parse_int(v, 0, DT_MODEL_MAX_MIN_COUNT, &n) != 0)
             return FAIL(c, DT_EFORMAT, "bad value '%.*s' for min_count: expected an integer from 0 to %d (updates of an "
@@ -427,6 +434,7 @@ static void layer_defaults(dt_layer_spec *L, dt_layer_kind kind, int line) {
     if (kind != DT_LAYER_EMBEDDING) return;
     L->n_fields = -1;     /* all of the input's */
     L->mean = 1;          /* TensorFlow's embedding_column and embedding_lookup_sparse */
+    L->max_ids = 1;
     L->use_bias = 0;
 }
 
@@ -941,8 +949,10 @@ static int tabular_shape(shape_walk *sw, int i, dt_layer_shape *s, out_shape *o)
         if (!in_range(L->dim) || L->buckets < 0 || L->buckets > DT_MODEL_MAX_BUCKETS || L->n_fields < 1 ||
             (unbounded && (L->capacity < 1 || L->capacity > DT_MODEL_MAX_CAPACITY || L->min_count < 0 ||
                            L->min_count > DT_MODEL_MAX_MIN_COUNT || L->evict_after < 0 ||
-                           L->evict_after > DT_MODEL_MAX_EVICT_AFTER)))
-            return FAIL(c, DT_EINVAL, "embedding: dim, buckets, capacity, min_count, evict_after or fields out of range");
+                           L->evict_after > DT_MODEL_MAX_EVICT_AFTER)) ||
+            L->max_ids < 1 || L->max_ids > DT_MODEL_MAX_IDS)
+            return FAIL(c, DT_EINVAL, "embedding: dim, buckets, capacity, min_count, evict_after, max_ids or fields out of "
+                        "range");
         int n = 0;
         for (int f = 0; f < DT_MODEL_MAX_FIELDS; f++)
             if (dt_layer_has_field(L, f)) {

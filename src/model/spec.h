@@ -40,6 +40,9 @@ typedef enum {
 #define DT_MODEL_MAX_CAPACITY ((int64_t)1 << 31)
 #define DT_MODEL_MAX_MIN_COUNT 255
 #define DT_MODEL_MAX_EVICT_AFTER ((int64_t)1 << 50)
+/* Ids one example may name in one field of an embedding (max_ids=): the block of rows a cluster's
+ * worker holds for a batch (dt_net_build_compact) has max_batch x max_ids rows per field. */
+#define DT_MODEL_MAX_IDS 4096
 
 /* Inputs one add or concat layer may take. */
 #define DT_LAYER_MAX_INPUTS 16
@@ -86,6 +89,10 @@ typedef struct {
     int64_t capacity;
     int min_count;
     int64_t evict_after;
+    /* The most distinct ids one example may name in one field (libffm's several ids a field): with
+     * compact tables (a cluster's workers) each table's block has max_batch x max_ids rows per field
+     * (1 by default: one id per field, as Criteo's). */
+    int max_ids;
     int shared, mean;
     int n_fields;
     uint64_t fields[DT_MODEL_MAX_FIELDS / 64]; /* bit f: field f (0-based, as dt_ctr_hash) is embedded */

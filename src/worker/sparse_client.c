@@ -77,6 +77,14 @@ int dt_sparse_client_create(dt_sparse_client **out, const dt_sparse_config *cfg,
     if (dt_net_num_tables(net) > (int)DT_WIRE_MAX_SPARSE_SECTIONS)
         return dt_errorf(err, DT_EINVAL, "sparse client: %d tables, more than a message's %u sections "
                          "(DT_WIRE_MAX_SPARSE_SECTIONS)", dt_net_num_tables(net), DT_WIRE_MAX_SPARSE_SECTIONS);
+    for (int t = 0; t < dt_net_num_tables(net); t++) { /* a sync push of a step names a block's rows at most */
+        dt_table_block b;
+        if (!dt_net_table_block(net, t, &b) && b.cap > DT_WIRE_MAX_SPARSE_STEP_ROWS)
+            return dt_errorf(err, DT_EINVAL, "%s: a batch may name %zu rows of it (the batch size x the embedding's "
+                             "max_ids= x its fields), more than a ps takes of one table in a step (%u, "
+                             "DT_WIRE_MAX_SPARSE_STEP_ROWS): lower max_ids= or the batch size",
+                             dt_net_view(net, b.view)->name, b.cap, DT_WIRE_MAX_SPARSE_STEP_ROWS);
+    }
     dt_sparse_client *s = dt_calloc(1, sizeof *s, "sparse client", err);
     if (!s) return DT_ENOMEM;
     s->cfg = *cfg;
