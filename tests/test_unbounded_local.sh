@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Unbounded ids in one process (docs/sparse.md, "Unbounded ids"): `dtrain train` without a cluster
+# holds each table of capacity= in the ps's hash table (train/local_tables.h) and trains as a sync
+# cluster of one ps and one worker does. (a) On a model whose tables evict (capacity 40 rows, admission
+# at the second update) one process and such a cluster end with the same held rows, ids and slots bit
+# for bit, and the same test figures; the cluster runs without the sparse prefetch, whose pull of the
+# next batch reads (touches) its rows before the validation's reads, a different recency order and so
+# sometimes another row evicted. (b) The end line's table figures: capacity kept, rows = admitted -
+# evicted. (c) A checkpoint restored in one process trains on to where an uninterrupted run ends, bit
+# for bit, and (f) restored onto 2 ps tasks too. (d) eval and predict read the restored tables. (e)
+# ONNX export refuses a hash table, naming the layer and buckets=.
+. "$(dirname "$0")/lib.sh"
+case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
+src=$(cd "${DTRAIN_SRC:-$(dirname "$0")/..}" && pwd)
+cmp_tables() { /usr/bin/python3 "$src/tests/unbounded_tables.py" "$1" "$2" >"$3" 2>&1; }
+cd "$tmp"
+
+"$bin" gen-clicks --out clicks.tsv --lines 6000 --vocab 500 --seed 5 >gen.out 2>&1
+
+# (a), (b): eviction and admission, one process against a 1 ps + 1 worker sync cluster
+cat >small.model <<'EOM'
+model small
+input dense=13 fields=26
+embedding name=weights dim=1 capacity=40 min_count=2 evict_after=20 combiner=sum weight_init=constant(0)
+reduce_sum name=ids
+dense name=linear input=input units=1 weight_init=constant(0)
+add input=ids,linear
+EOM
+small=(--data clicks.tsv --model small.model --optimizer sgd --learning_rate 0.05 --batch_size 32 --train_steps 150
+       --steps_to_validate 50 --threads 1 --summary_dir "")
+timeout --foreground 60 "$bin" train "${small[@]}" --logdir L >l.out 2>&1
+check "one process trains a model of unbounded ids (status $?)" [ -f L/model.ckpt-150.safetensors ]
+timeout --foreground 120 "$bin" launch --ps 1 --workers 1 --issync 1 --sparse_prefetch 0 "${small[@]}" --logdir C \
+  >c.out 2>&1
+check "the 1 ps + 1 worker sync cluster (status $?)" [ -f C/model.ckpt-150.safetensors ]
+cmp_tables L/model.ckpt-150.safetensors C/model.ckpt-150.safetensors cmp_a.out
+check "... the same held rows, ids and slots, bit for bit, and every other tensor" [ $? -eq 0 ]
+one=$(grep -E '^test auc' l.out) two=$(grep -E '^\[worker0\] test auc' c.out | sed 's/^\[worker0\] //')
+echo "     one process: $one"
+check "... the same test figures" [ -n "$one" ] && [ "$one" = "$two" ]
+line=$(grep -E '^tables: 26, rows held' l.out)
+echo "     $line"
+read -r rows adm ev na < <(sed -E 's/.*rows held ([0-9]+), admitted ([0-9]+), evicted ([0-9]+) .*not admitted ([0-9]+),.*/\1 \2 \3 \4/' <<<"$line")
+check "the end line: at most 26 x 40 rows held ($rows), rows = admitted - evicted, evictions and refusals" \
+  [ "${rows:-0}" -le 1040 ] && [ "$rows" -eq $((adm - ev)) ] && [ "$ev" -gt 0 ] && [ "$na" -gt 0 ]
+
+# (c) save, restore, train on in one process: the uninterrupted run's step 40 bit for bit
+sed -e 's/buckets=[0-9]*/capacity=100000/' -e 's/name=factors /name=factors table=shared /' \
+  "$src/tests/fixtures/sparse_fm.model" >fm.model
+fm=(--data clicks.tsv --model fm.model --optimizer adam --learning_rate 0.01 --table_optimizer adam --batch_size 64
+    --summary_dir "" --threads 1)
+timeout --foreground 60 "$bin" train "${fm[@]}" --train_steps 30 --logdir A >a.out 2>&1
+timeout --foreground 60 "$bin" train "${fm[@]}" --train_steps 40 --logdir R >r.out 2>&1
+check "one process: 30 and 40 steps" [ -f A/model.ckpt-30.safetensors ] && [ -f R/model.ckpt-40.safetensors ]
+mkdir -p B F && cp A/model.ckpt-30.safetensors B/ && cp A/model.ckpt-30.safetensors F/
+timeout --foreground 60 "$bin" train "${fm[@]}" --train_steps 40 --logdir B >b.out 2>&1
+check "restored at step 30 and trained on" grep -q "resuming the data stream at batch 30" b.out && \
+  grep -qE "^restored the 27 sparse table\(s\) of B/.* onto this process's tables: [1-9][0-9]* row\(s\)" b.out
+cmp_tables R/model.ckpt-40.safetensors B/model.ckpt-40.safetensors cmp_c.out
+check "... step 40 holds the uninterrupted run's rows, ids, slots and step bit for bit" [ $? -eq 0 ]
+# (f) the same checkpoint onto a cluster of 2 ps tasks
+timeout --foreground 120 "$bin" launch --ps 2 --workers 1 --issync 1 "${fm[@]}" --train_steps 40 --logdir F >f.out 2>&1
+cmp_tables R/model.ckpt-40.safetensors F/model.ckpt-40.safetensors cmp_f.out
+check "... and onto 2 ps tasks: the same step 40 bit for bit" [ $? -eq 0 ]
+
+# (d) eval and predict from the checkpoint: the training run's test figures, one probability a line
+"$bin" eval --logdir B --data clicks.tsv >eval.out 2>&1
+check "eval: the training run's test figures" grep -qxF "$(grep -E '^test auc' r.out)" eval.out
+"$bin" predict --logdir B clicks.tsv >pred.csv 2>pred.err
+check "predict: a probability for each of the 6000 lines ($(wc -l <pred.csv) lines)" \
+  [ "$(awk -F, 'NR > 1 && $3 > 0 && $3 < 1' pred.csv | wc -l)" -eq 6000 ]
+# (e) ONNX has no hash table
+expect_error "export refuses the hash table, naming the layer and the way out" 1 \
+  "embedding weights has unbounded ids \(capacity=\).*ONNX cannot express: give the layer buckets=N" \
+  "$bin" export B out.onnx
+summary
