@@ -17,14 +17,7 @@ cd "$tmp"
 "$bin" gen-clicks --out clicks.tsv --lines 6000 --vocab 500 --seed 5 >gen.out 2>&1
 
 # (1) admission and eviction on the ps's metrics
-cat >small.model <<'EOM'
-model small
-input dense=13 fields=26
-embedding name=weights dim=1 capacity=40 min_count=2 evict_after=20 combiner=sum weight_init=constant(0)
-reduce_sum name=ids
-dense name=linear input=input units=1 weight_init=constant(0)
-add input=ids,linear
-EOM
+cp "$src/tests/fixtures/unbounded_small.model" small.model
 base=$(free_ports 2) || { bad "two free ports"; summary; exit; }
 timeout --foreground 120 "$bin" launch --ps 1 --workers 1 --data clicks.tsv --model small.model --optimizer sgd \
   --learning_rate 0.05 --batch_size 32 --train_steps 150 --steps_to_validate 1000 --threads 1 --logdir= --summary_dir= \

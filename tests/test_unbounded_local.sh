@@ -18,14 +18,7 @@ cd "$tmp"
 "$bin" gen-clicks --out clicks.tsv --lines 6000 --vocab 500 --seed 5 >gen.out 2>&1
 
 # (a), (b): eviction and admission, one process against a 1 ps + 1 worker sync cluster
-cat >small.model <<'EOM'
-model small
-input dense=13 fields=26
-embedding name=weights dim=1 capacity=40 min_count=2 evict_after=20 combiner=sum weight_init=constant(0)
-reduce_sum name=ids
-dense name=linear input=input units=1 weight_init=constant(0)
-add input=ids,linear
-EOM
+cp "$src/tests/fixtures/unbounded_small.model" small.model
 small=(--data clicks.tsv --model small.model --optimizer sgd --learning_rate 0.05 --batch_size 32 --train_steps 150
        --steps_to_validate 50 --threads 1 --summary_dir "")
 timeout --foreground 60 "$bin" train "${small[@]}" --logdir L >l.out 2>&1
