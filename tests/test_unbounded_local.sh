@@ -7,8 +7,8 @@
 # next batch reads (touches) its rows before the validation's reads, a different recency order and so
 # sometimes another row evicted. (b) The end line's table figures: capacity kept, rows = admitted -
 # evicted. (c) A checkpoint restored in one process trains on to where an uninterrupted run ends, bit
-# for bit, and (f) restored onto 2 ps tasks too. (d) eval and predict read the restored tables. (e)
-# ONNX export refuses a hash table, naming the layer and buckets=.
+# for bit, and (f) restored onto 2 ps tasks too. (d) eval and predict read the restored tables, inspect
+# lists them. (e) ONNX export refuses a hash table, naming the layer and buckets=.
 . "$(dirname "$0")/lib.sh"
 case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 src=$(cd "${DTRAIN_SRC:-$(dirname "$0")/..}" && pwd)
@@ -62,6 +62,9 @@ check "eval: the training run's test figures" grep -qxF "$(grep -E '^test auc' r
 "$bin" predict --logdir B clicks.tsv >pred.csv 2>pred.err
 check "predict: a probability for each of the 6000 lines ($(wc -l <pred.csv) lines)" \
   [ "$(awk -F, 'NR > 1 && $3 > 0 && $3 < 1' pred.csv | wc -l)" -eq 6000 ]
+"$bin" inspect B/model.ckpt-40.safetensors >inspect.out 2>&1
+check "inspect: one process's held rows" \
+  grep -qE '^  factors/embeddings +unbounded ids, [1-9][0-9]* rows held x dim 4, slots adam_m, adam_v' inspect.out
 # (e) ONNX has no hash table
 expect_error "export refuses the hash table, naming the layer and the way out" 1 \
   "embedding weights has unbounded ids \(capacity=\).*ONNX cannot express: give the layer buckets=N" \
