@@ -8,7 +8,7 @@
 # sometimes another row evicted. (b) The end line's table figures: capacity kept, rows = admitted -
 # evicted. (c) A checkpoint restored in one process trains on to where an uninterrupted run ends, bit
 # for bit, and (f) restored onto 2 ps tasks too. (d) eval and predict read the restored tables, inspect
-# lists them. (e) ONNX export refuses a hash table, naming the layer and buckets=.
+# lists them, and a damaged row is refused. (e) ONNX export refuses a hash table, naming the layer and buckets=.
 . "$(dirname "$0")/lib.sh"
 case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 src=$(cd "${DTRAIN_SRC:-$(dirname "$0")/..}" && pwd)
@@ -65,6 +65,27 @@ check "predict: a probability for each of the 6000 lines ($(wc -l <pred.csv) lin
 "$bin" inspect B/model.ckpt-40.safetensors >inspect.out 2>&1
 check "inspect: one process's held rows" \
   grep -qE '^  factors/embeddings +unbounded ids, [1-9][0-9]* rows held x dim 4, slots adam_m, adam_v' inspect.out
+# a damaged row (a negative Adam v, which the next update would take the root of; the checksum
+# dropped): refused as a ps refuses it in a SPARSE_IMPORT, naming the row
+mkdir -p H
+/usr/bin/python3 - B/model.ckpt-40.safetensors H/model.ckpt-40.safetensors <<'PY' || bad "forge the damaged row"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+del h["__metadata__"]["crc32c"]
+data = bytearray(b[8 + n:])
+at = h["factors/embeddings/adam_v"]["data_offsets"][0]
+data[at:at + 4] = struct.pack("<f", -1.0)
+j = json.dumps(h).encode()
+j += b" " * (-len(j) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + bytes(data))
+PY
+"$bin" eval --logdir H --data clicks.tsv >h.out 2>h.err
+st=$?
+check "eval: a checkpoint row out of its optimizer's range is refused (status $st)" [ "$st" -eq 1 ] && \
+  grep -qE "^dtrain eval: .*checkpoint rows of table 26: SPARSE_IMPORT: row 0 \(id [0-9]+ of table 26\): optimizer \
+slot 1, value 0, -1 must be >= 0$" h.err
 # (e) ONNX has no hash table
 expect_error "export refuses the hash table, naming the layer and the way out" 1 \
   "embedding weights has unbounded ids \(capacity=\).*ONNX cannot express: give the layer buckets=N" \

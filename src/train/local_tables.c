@@ -19,6 +19,8 @@ struct dt_local_tables {
     dt_table **t;             /* [n] */
     uint64_t *ids;            /* [cap] a table's touched rows' ids, one update's */
     size_t cap;
+    uint8_t *buf;             /* [buf_cap] a restore's rows as a SPARSE_IMPORT's payload, to check */
+    size_t buf_cap;
 };
 
 /* The fill callback: each block's ids' rows from their table (an id without a row: its initial values,
@@ -63,7 +65,7 @@ void dt_local_tables_free(dt_local_tables *lt) {
     if (!lt) return;
     dt_net_set_table_fill(lt->net, NULL, NULL);
     for (int t = 0; lt->t && t < lt->n; t++) dt_table_free(lt->t[t]);
-    free(lt->t), free(lt->ids), free(lt);
+    free(lt->t), free(lt->ids), free(lt->buf), free(lt);
 }
 
 int dt_local_tables_apply(dt_local_tables *lt, dt_error *err) {
@@ -141,10 +143,28 @@ static int io_export(void *user, int t, dt_sparse_page_fn put, void *put_user, d
     return rc;
 }
 
+/* Rows of a checkpoint: checked as a ps checks a SPARSE_IMPORT's (dt_wire_rows_check: ids below a
+ * hashed table's rows, values finite, slots in their optimizer's range), then set whole. */
 static int io_import(void *user, int t, const uint64_t *ids, const float *rows, size_t n, dt_error *err) {
     dt_local_tables *lt = user;
     if (t < 0 || t >= lt->n) return dt_errorf(err, DT_EINVAL, "local tables: no table %d", t);
-    const size_t k = dt_table_row_floats(dt_table_config_of(lt->t[t]));
+    const dt_table_config *c = dt_table_config_of(lt->t[t]);
+    const size_t k = dt_table_row_floats(c), bytes = n * (8 + 4 * k);
+    if (bytes > lt->buf_cap) {
+        free(lt->buf);
+        lt->buf_cap = 0;
+        if (!(lt->buf = dt_malloc(bytes, "checkpoint rows", err))) return DT_ENOMEM;
+        lt->buf_cap = bytes;
+    }
+    for (size_t i = 0; i < n; i++) dt_put_u64(lt->buf + 8 * i, ids[i]);
+    if (n) memcpy(lt->buf + 8 * n, rows, 4 * k * n); /* host order: little-endian, as on the wire */
+    dt_wire_header h = dt_wire_header_make(DT_MSG_SPARSE_IMPORT, 0, 0, 0);
+    h.sparse.table = (uint64_t)t, h.sparse.ids = n, h.sparse.dim = (uint64_t)c->dim;
+    h.opt_kind = (uint8_t)c->opt.kind, h.opt_slots = (uint8_t)dt_lazy_slots(c->opt.kind);
+    dt_wire_rows checked;
+    const int64_t buckets = dt_net_table_rows(lt->net, t); /* 0: unbounded ids, any id */
+    int rc = dt_wire_rows_check(&checked, &h, lt->buf, bytes, buckets > 0 ? (uint64_t)buckets : 0, err);
+    if (rc) return dt_error_wrap(err, rc, "checkpoint rows of table %d: ", t);
     for (size_t i = 0; i < n; i++)
         if (dt_table_import(lt->t[t], ids[i], rows + i * k))
             return dt_errorf(err, DT_ENOMEM, "out of memory for the rows of table %d: %zu of %zu imported", t, i, n);
