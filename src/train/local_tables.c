@@ -91,12 +91,6 @@ void dt_local_tables_set_step(dt_local_tables *lt, int64_t step) {
     for (int t = 0; t < lt->n; t++) dt_table_set_step(lt->t[t], step);
 }
 
-int dt_local_tables_stats(const dt_local_tables *lt, int t, dt_table_stats *out) {
-    if (t < 0 || t >= lt->n) return -1;
-    dt_table_get_stats(lt->t[t], out);
-    return 0;
-}
-
 void dt_local_tables_report(const dt_local_tables *lt, FILE *log) {
     dt_table_stats sum = {0};
     size_t bytes = 0;

@@ -30,8 +30,6 @@ int dt_local_tables_apply(dt_local_tables *lt, dt_error *err);
 void dt_local_tables_set_step(dt_local_tables *lt, int64_t step);
 /* The tables as a checkpoint's rows' place (train/table_ckpt.h). */
 dt_table_io dt_local_tables_io(dt_local_tables *lt);
-/* Table t's counters (rows, admitted, evicted, ...); -1 without table t. */
-int dt_local_tables_stats(const dt_local_tables *lt, int t, dt_table_stats *out);
 /* One line of the tables' totals (rows held, admitted, expired + evicted, not admitted, bytes) to log. */
 void dt_local_tables_report(const dt_local_tables *lt, FILE *log);
 
