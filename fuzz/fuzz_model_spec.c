@@ -4,7 +4,7 @@
  * shape walk and the buffers sized from it are exercised too: graphs (name=, input=, add,
  * concat) and every layer kind, with the backward plan that hands gradient buffers around; a
  * click-log model (input dense=N fields=M) runs on a one-example batch with an id in every field (with
- * unbounded ids, capacity=, as a cluster's compact net: one process must refuse it). */
+ * unbounded ids, capacity=, as a compact net: a net of whole tables must refuse it). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,8 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (params <= FUZZ_MAX_PARAMS && act <= FUZZ_MAX_ACT) {
         dt_net *net = NULL;
-        int compact = 0; /* unbounded ids: only a cluster's compact net holds them, one process refuses them */
-        for (int i = 0; i < spec.n_layers; i++) compact |= spec.layers[i].kind == DT_LAYER_EMBEDDING && !spec.layers[i].buckets;
+        /* unbounded ids: only a compact net holds them, a net of whole tables refuses them */
+        const int compact = dt_model_spec_unbounded(&spec);
         if (compact && dt_net_build(&net, &spec, 1, &err) == 0) __builtin_trap();
         if ((compact ? dt_net_build_compact : dt_net_build)(&net, &spec, 1, &err) == 0) {
             if (!compact && dt_net_param_count(net) != params) __builtin_trap();

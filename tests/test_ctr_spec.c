@@ -42,8 +42,9 @@ static void test_accepted(void) {
     if (!rc) dt_model_spec_free(&s);
 }
 
-/* Unbounded ids: capacity= instead of buckets=, with admission and eviction; one process refuses the
- * model naming the option and the way out, a compact net (a cluster's) builds it with blocks. */
+/* Unbounded ids: capacity= instead of buckets=, with admission and eviction; a net of whole tables
+ * refuses the model naming the option and the way out (buckets=), a compact net (a cluster's, or one
+ * process's: DT_NET_TABLES_AUTO) builds it with blocks. */
 static void test_unbounded(void) {
     dt_model_spec s;
     dt_error err;
@@ -54,7 +55,8 @@ static void test_unbounded(void) {
     CHECK(e->buckets == 0 && e->capacity == 1000 && e->min_count == 3 && e->evict_after == 50 && e->shared);
     dt_net *net = NULL;
     rc = dt_net_build(&net, &s, 8, &err);
-    CHECK(rc != 0 && strstr(err.msg, "unbounded ids (capacity=") && strstr(err.msg, "on a cluster"));
+    CHECK(rc != 0 && strstr(err.msg, "unbounded ids (capacity=") && strstr(err.msg, "buckets=N"));
+    CHECK(dt_model_spec_unbounded(&s) == 1);
     rc = dt_net_build_compact(&net, &s, 8, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
@@ -74,9 +76,14 @@ static void test_unbounded(void) {
     /* the keys: the raw id per field, the field's hash of it in a shared table (docs/ctr-data.md) */
     CHECK(dt_ctr_key(3, 0x68fd1e64, 0, 0) == 0x68fd1e64 && dt_ctr_key(3, 0x68fd1e64, 0, 1) == 0x8a9468f9f194b3cdULL &&
           dt_ctr_key(3, 0x68fd1e64, 10, 0) == dt_ctr_bucket(3, 0x68fd1e64, 10));
-    /* the shipped example: a cluster's compact net builds it, one process refuses it */
+    /* the shipped example: DT_NET_TABLES_AUTO builds it compact (lr.model: flat) */
     net = NULL;
-    rc = dt_net_load_opts(&net, "models/lr_unbounded.model", 4, 1, &err);
+    rc = dt_net_load_opts(&net, "models/lr.model", 4, DT_NET_TABLES_AUTO, &err);
+    CHECK_MSG(rc == 0 && !dt_net_compact_tables(net), "%s", err.msg);
+    dt_net_free(net);
+    net = NULL;
+    rc = dt_net_load_opts(&net, "models/lr_unbounded.model", 4, DT_NET_TABLES_AUTO, &err);
+    CHECK(rc != 0 || dt_net_compact_tables(net));
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         CHECK(dt_net_num_tables(net) == 26 && dt_net_table_rows(net, 25) == 0 &&

@@ -5,7 +5,8 @@
 # evictions on the ps's metrics, and no table holds more than its capacity. (2) A checkpoint holds the
 # held rows' ids, rows and slots (`dtrain inspect` says how many); restored onto 3 ps tasks (the rows
 # re-homed by the hash of (table, id)) and trained on, it ends where 2 ps tasks that never stopped
-# end, every held row and slot bit for bit. (3) One process refuses the model naming the option.
+# end, every held row and slot bit for bit. (3) So does one process restoring it (the other way:
+# tests/test_unbounded_local.sh).
 # (4) Tables past a ps's --ps_table_memory are refused at the chief's start, naming the figures.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/metrics_lib.sh"
@@ -16,14 +17,7 @@ cd "$tmp"
 "$bin" gen-clicks --out clicks.tsv --lines 6000 --vocab 500 --seed 5 >gen.out 2>&1
 
 # (1) admission and eviction on the ps's metrics
-cat >small.model <<'EOM'
-model small
-input dense=13 fields=26
-embedding name=weights dim=1 capacity=40 min_count=2 evict_after=20 combiner=sum weight_init=constant(0)
-reduce_sum name=ids
-dense name=linear input=input units=1 weight_init=constant(0)
-add input=ids,linear
-EOM
+cp "$src/tests/fixtures/unbounded_small.model" small.model
 base=$(free_ports 2) || { bad "two free ports"; summary; exit; }
 timeout --foreground 120 "$bin" launch --ps 1 --workers 1 --data clicks.tsv --model small.model --optimizer sgd \
   --learning_rate 0.05 --batch_size 32 --train_steps 150 --steps_to_validate 1000 --threads 1 --logdir= --summary_dir= \
@@ -55,8 +49,9 @@ check "the cluster trains to its end (status $st)" [ "$st" -eq 0 ]
 # the small FM of the bounded checkpoint test, with unbounded ids (the factors in one shared table)
 sed -e 's/buckets=[0-9]*/capacity=100000/' -e 's/name=factors /name=factors table=shared /' \
   "$src/tests/fixtures/sparse_fm.model" >fm.model
-common=(--data clicks.tsv --model fm.model --optimizer adam --learning_rate 0.01 --table_optimizer adam
-        --batch_size 64 --summary_dir "" --threads 1 --issync 1 --workers 1)
+one=(--data clicks.tsv --model fm.model --optimizer adam --learning_rate 0.01 --table_optimizer adam
+     --batch_size 64 --summary_dir "" --threads 1)
+common=("${one[@]}" --issync 1 --workers 1)
 timeout --foreground 120 "$bin" launch --ps 2 "${common[@]}" --train_steps 30 --logdir A >a.out 2>&1
 check "2 ps tasks train 30 steps and checkpoint (status $?)" [ -f A/model.ckpt-30.safetensors ]
 "$bin" inspect A/model.ckpt-30.safetensors >inspect.out 2>&1
@@ -76,11 +71,15 @@ st=$?
 head -3 cmp.out
 check "... step 40 holds the uninterrupted run's rows, ids and slots bit for bit, and its other tensors" [ "$st" -eq 0 ]
 
-# (3) one process: refused, naming the option and the way out
-expect_error "one process refuses unbounded ids" 1 "capacity=.*on a cluster" "$bin" train --data clicks.tsv \
-  --model fm.model --train_steps 1 --logdir= --summary_dir=
-expect_error "eval of such a checkpoint (one process) too" 1 "capacity=.*on a cluster" "$bin" eval --logdir A \
-  --data clicks.tsv
+# (3) one process (docs/sparse.md, "Unbounded ids"): the cluster's checkpoint restored into this
+# process's tables and trained on ends where the 2 ps tasks that never stopped end, bit for bit
+mkdir -p D && cp A/model.ckpt-30.safetensors D/
+timeout --foreground 60 "$bin" train "${one[@]}" --train_steps 40 --logdir D >d.out 2>&1
+st=$?
+check "one process restores the cluster's step 30 and trains on (status $st)" [ "$st" -eq 0 ] && \
+  grep -qE "^restored the 27 sparse table\(s\) of D/.* onto this process's tables: [1-9][0-9]* row\(s\)" d.out
+/usr/bin/python3 "$src/tests/unbounded_tables.py" R/model.ckpt-40.safetensors D/model.ckpt-40.safetensors >cmp1.out 2>&1
+check "... step 40 holds the cluster's rows, ids and slots bit for bit" [ $? -eq 0 ]
 
 # (4) tables that cannot fit a ps's table memory: the chief's SPARSE_INIT is refused at start, the
 # chief says why (the figures and the flag) and the cluster stops, rather than waiting

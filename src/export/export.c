@@ -79,6 +79,16 @@ static int same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/* ONNX has no hash table: a layer of unbounded ids cannot be exported. */
+static int unbounded_refusal(const dt_restored *r, dt_error *err) {
+    const dt_model_spec *spec = dt_net_spec(r->net);
+    int i = 0;
+    while (i < spec->n_layers - 1 && !(spec->layers[i].kind == DT_LAYER_EMBEDDING && !spec->layers[i].buckets)) i++;
+    return dt_errorf(err, DT_EINVAL, "%s: embedding %s has unbounded ids (capacity=), whose rows live in a hash table, "
+                     "which ONNX cannot express: give the layer buckets=N (ids hashed into N rows) and train that to "
+                     "export it", r->path, spec->layers[i].name);
+}
+
 int dt_export_onnx(const char *source, const char *model_path, const char *path, int opset, dt_export_result *res,
                    FILE *log, dt_error *err) {
     struct stat st;
@@ -87,7 +97,9 @@ int dt_export_onnx(const char *source, const char *model_path, const char *path,
     /* batch 1: the net is only read for its parameters, its activations are never used */
     int rc = dt_restore_net(&r, is_dir ? source : NULL, is_dir ? NULL : source, model_path, 1, log, err);
     if (rc) return rc;
-    if (same_file(r.path, path)) {
+    if (r.tables) {
+        rc = unbounded_refusal(&r, err);
+    } else if (same_file(r.path, path)) {
         rc = dt_errorf(err, DT_EINVAL, "%s: the output is the checkpoint being exported", path);
     } else {
         dt_onnx_meta meta = {.global_step = r.step, .class_names = r.class_names,

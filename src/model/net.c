@@ -53,13 +53,13 @@ static int embedding_views(dt_net *net, layer *L, size_t *offset, dt_error *err)
     if (!e->field || !e->base || !e->table_begin) return DT_ENOMEM;
     e->buckets = ls->buckets;
     e->table_view = net->n_views;
-    /* Unbounded ids have no table here: only a cluster's ps tasks hold them (docs/sparse.md). */
+    /* Unbounded ids have no table of rows here: a compact net's block takes their rows from a hash table
+     * (a cluster's ps tasks, or one process's: train/local_tables.h); a flat net cannot hold them. */
     if (!net->compact && !ls->buckets)
-        return dt_errorf(err, DT_EINVAL, "%s:%d: embedding %s has unbounded ids (capacity=, no buckets=), which live in "
-                         "the parameter servers' hash tables: train it on a cluster (dtrain launch --ps 1 --workers 1 "
-                         "..., or the ps flags); one process (dtrain train without a cluster, eval, predict, export) holds "
-                         "hashed tables only (buckets=N)", net->spec.source[0] ? net->spec.source : net->spec.name,
-                         ls->line, ls->name);
+        return dt_errorf(err, DT_EINVAL, "%s:%d: embedding %s has unbounded ids (capacity=, no buckets=): its rows live "
+                         "in a hash table, which a net of whole tables (ONNX export, the C API's dt_net_load) cannot "
+                         "hold; give the layer buckets=N to hash its ids into N rows",
+                         net->spec.source[0] ? net->spec.source : net->spec.name, ls->line, ls->name);
     /* compact: a block of the batch's rows, one per id a batch can hold (max_ids per example and field) */
     e->table_rows = net->compact ? (int64_t)net->max_batch * ls->max_ids * (ls->shared ? ls->n_fields : 1) : ls->buckets;
     if (net->compact && e->table_rows * ls->dim > INT32_MAX)
@@ -261,6 +261,12 @@ int dt_net_build(dt_net **out, const dt_model_spec *spec, int max_batch, dt_erro
     return net_build(out, spec, max_batch, 0, err);
 }
 
+int dt_model_spec_unbounded(const dt_model_spec *spec) {
+    for (int i = 0; i < spec->n_layers; i++)
+        if (spec->layers[i].kind == DT_LAYER_EMBEDDING && !spec->layers[i].buckets) return 1;
+    return 0;
+}
+
 int dt_net_build_compact(dt_net **out, const dt_model_spec *spec, int max_batch, dt_error *err) {
     return net_build(out, spec, max_batch, 1, err);
 }
@@ -274,6 +280,7 @@ int dt_net_load_opts(dt_net **out, const char *model_path, int max_batch, int co
     *out = NULL;
     int rc = dt_model_spec_load(&spec, model_path, err);
     if (rc) return rc;
+    if (compact_tables == DT_NET_TABLES_AUTO) compact_tables = dt_model_spec_unbounded(&spec);
     rc = net_build(out, &spec, max_batch, compact_tables, err);
     dt_model_spec_free(&spec);
     return rc;

@@ -164,8 +164,12 @@ double dt_net_clip_gradients(dt_net *net, float max_norm);
  * A batch with more distinct ids of a table than its block (libffm fields holding several ids)
  * fails naming the table. Views, placement and checkpoints see the blocks as the tables. */
 int dt_net_build_compact(dt_net **out, const dt_model_spec *spec, int max_batch, dt_error *err);
-/* dt_net_load, compact (compact_tables != 0) or not. */
+/* dt_net_load, compact (compact_tables 1) or not (0), or DT_NET_TABLES_AUTO: compact when the model
+ * has a table of unbounded ids (one process then holds its tables: train/local_tables.h). */
+#define DT_NET_TABLES_AUTO (-1)
 int dt_net_load_opts(dt_net **out, const char *model_path, int max_batch, int compact_tables, dt_error *err);
+/* 1 when an embedding of spec has unbounded ids (capacity=, no buckets=): only a compact net holds it. */
+int dt_model_spec_unbounded(const dt_model_spec *spec);
 int dt_net_compact_tables(const dt_net *net);
 typedef struct {
     int view, dim;            /* dt_net_view(net, view): the block [cap, dim] */

@@ -7,9 +7,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "compute/lazy_optim.h"
 #include "model/net.h"
 #include "supervisor/checkpoint.h"
 #include "io/fsutil.h"
+#include "train/local_tables.h"
 
 typedef struct {
     dt_net *net;
@@ -18,6 +20,10 @@ typedef struct {
     int64_t step;             /* its global step */
     char **class_names;       /* [n_class_names] as the checkpoint records them; NULL, 0: none */
     int n_class_names;
+    /* A model with tables of unbounded ids: the net is compact (model/net.h) and its tables, restored
+     * from the checkpoint, are held here (an id without a row reads as its initial values); NULL else. */
+    dt_local_tables *tables;
+    dt_lazy_config table_opt;  /* the checkpoint's table optimizer (its rows' slots) */
 } dt_restored;
 
 /* file: a checkpoint file, or NULL for the newest good one of logdir (damaged ones skipped with a

@@ -19,8 +19,8 @@ typedef struct {
     size_t k, per;
 } table_plan;
 
-static int plan_table(table_plan *p, dt_sparse_client *s, const dt_net *net, int t, dt_error *err) {
-    int rc = dt_sparse_table_record(s, t, &p->w, err);
+static int plan_table(table_plan *p, const dt_table_io *s, const dt_net *net, int t, dt_error *err) {
+    int rc = s->record(s->user, t, &p->w, err);
     if (rc) return rc;
     dt_table_config_from_wire(&p->c, &p->w);
     const int64_t rows = dt_net_table_rows(net, t); /* 0: unbounded ids */
@@ -35,6 +35,24 @@ static int plan_table(table_plan *p, dt_sparse_client *s, const dt_net *net, int
 static void initial_row(const table_plan *p, uint64_t id, float *row) {
     dt_table_init_row(&p->c, id, row);
     dt_lazy_init_slots(&p->c.opt, row + p->w.dim, (int)p->w.dim);
+}
+
+/* ---- A cluster's ps tasks as the rows' place ---------------------------------------------------- */
+
+static int remote_record(void *user, int t, dt_wire_table *w, dt_error *err) {
+    return dt_sparse_table_record(user, t, w, err);
+}
+
+static int remote_export(void *user, int t, dt_sparse_page_fn put, void *put_user, dt_error *err) {
+    return dt_sparse_export(user, t, put, put_user, err);
+}
+
+static int remote_import(void *user, int t, const uint64_t *ids, const float *rows, size_t n, dt_error *err) {
+    return dt_sparse_import(user, t, ids, rows, n, err);
+}
+
+dt_table_io dt_table_io_remote(dt_sparse_client *s) {
+    return (dt_table_io){remote_record, remote_export, remote_import, s};
 }
 
 /* ---- Saving ------------------------------------------------------------------------------------- */
@@ -93,7 +111,7 @@ static FILE *spool_open(const char *logdir, dt_error *err) {
     return f;
 }
 
-int dt_table_ckpt_prepare(dt_sparse_client *s, const dt_net *net, const char *logdir, uint64_t *held,
+int dt_table_ckpt_prepare(const dt_table_io *s, const dt_net *net, const char *logdir, uint64_t *held,
                           dt_table_spool **out, dt_error *err) {
     const int n = dt_net_num_tables(net);
     dt_table_spool *sp = *out = dt_calloc(1, sizeof *sp, "table spool", err);
@@ -112,7 +130,7 @@ int dt_table_ckpt_prepare(dt_sparse_client *s, const dt_net *net, const char *lo
         const uint64_t before = sp->st.rows;
         const off_t at = ftello(sp->f);
         sp->first[t] = at > 0 ? (uint64_t)at : 0;
-        rc = dt_sparse_export(s, t, put_page, &x, err);
+        rc = s->export_rows(s->user, t, put_page, &x, err);
         held[t] = sp->rows[t] = sp->st.rows - before;
     }
     free(row);
@@ -138,7 +156,7 @@ static int unspool_table(dt_table_spool *sp, const table_plan *p, int t, dt_ckpt
 
 /* Table t: every row at its initial values, range by range, then the ps tasks' rows over them; an
  * unbounded table: its spooled rows. */
-static int save_table(dt_sparse_client *s, const dt_net *net, int t, save_ctx *x, dt_table_spool *spool, float *buf,
+static int save_table(const dt_table_io *s, const dt_net *net, int t, save_ctx *x, dt_table_spool *spool, float *buf,
                       uint64_t *ids, dt_error *err) {
     table_plan p;
     int rc = plan_table(&p, s, net, t, err);
@@ -150,10 +168,10 @@ static int save_table(dt_sparse_client *s, const dt_net *net, int t, save_ctx *x
         for (size_t i = 0; i < n; i++) initial_row(&p, first + i, buf + i * p.k);
         rc = dt_ckpt_put_range(x->sink, t, first, n, buf, err);
     }
-    return rc ? rc : dt_sparse_export(s, t, put_page, x, err);
+    return rc ? rc : s->export_rows(s->user, t, put_page, x, err);
 }
 
-int dt_table_ckpt_save(dt_sparse_client *s, const dt_net *net, dt_ckpt_sink *sink, dt_table_spool *spool,
+int dt_table_ckpt_save(const dt_table_io *s, const dt_net *net, dt_ckpt_sink *sink, dt_table_spool *spool,
                        dt_table_ckpt_stats *st, dt_error *err) {
     *st = spool ? spool->st : (dt_table_ckpt_stats){.step_lo = -1, .step_hi = -1};
     /* a range of RANGE_FLOATS, or one row when a row is larger */
@@ -176,7 +194,7 @@ typedef struct {
 } restore_bufs;
 
 /* Unbounded table t: range by range, every row the file holds, to its ps task. */
-static int restore_held(dt_sparse_client *s, const dt_st_file *f, const char *label, const dt_ckpt_run *run, int t,
+static int restore_held(const dt_table_io *s, const dt_st_file *f, const char *label, const dt_ckpt_run *run, int t,
                         const table_plan *p, restore_bufs *b, dt_table_ckpt_stats *st, dt_error *err) {
     uint64_t held;
     int rc = dt_ckpt_held_rows(f, run, t, &held) ? dt_errorf(err, DT_EFORMAT, "%s: no ids of table %d", label, t) : DT_OK;
@@ -184,14 +202,14 @@ static int restore_held(dt_sparse_client *s, const dt_st_file *f, const char *la
         const size_t n = held - first < p->per ? (size_t)(held - first) : p->per;
         if (!(rc = dt_ckpt_read_ids(f, label, run, t, first, n, b->ids, err)) &&
             !(rc = dt_ckpt_read_rows(f, label, run, t, first, n, b->rows, err)))
-            rc = dt_sparse_import(s, t, b->ids, b->rows, n, err);
+            rc = s->import_rows(s->user, t, b->ids, b->rows, n, err);
         st->rows += n;
     }
     return rc;
 }
 
 /* Table t: range by range, the rows that are not their initial values, to their ps tasks. */
-static int restore_table(dt_sparse_client *s, const dt_st_file *f, const char *label, const dt_ckpt_run *run, int t,
+static int restore_table(const dt_table_io *s, const dt_st_file *f, const char *label, const dt_ckpt_run *run, int t,
                          restore_bufs *b, dt_table_ckpt_stats *st, dt_error *err) {
     table_plan p;
     int rc = plan_table(&p, s, run->net, t, err);
@@ -210,13 +228,13 @@ static int restore_table(dt_sparse_client *s, const dt_st_file *f, const char *l
             memcpy(b->sent + m * p.k, b->rows + i * p.k, p.k * sizeof(float));
             m++;
         }
-        rc = dt_sparse_import(s, t, b->ids, b->sent, m, err);
+        rc = s->import_rows(s->user, t, b->ids, b->sent, m, err);
         st->rows += m;
     }
     return rc;
 }
 
-int dt_table_ckpt_restore(dt_sparse_client *s, const dt_st_file *f, const char *label, const dt_ckpt_run *run,
+int dt_table_ckpt_restore(const dt_table_io *s, const dt_st_file *f, const char *label, const dt_ckpt_run *run,
                           dt_table_ckpt_stats *st, dt_error *err) {
     *st = (dt_table_ckpt_stats){.step_lo = -1, .step_hi = -1};
     const size_t most = RANGE_FLOATS + DT_WIRE_MAX_SPARSE_DIM * (1 + DT_LAZY_MAX_SLOTS);

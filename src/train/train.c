@@ -32,6 +32,7 @@
 #include "train/evaluate.h"
 #include "train/evaluate_ctr.h"
 #include "train/progress.h"
+#include "train/local_tables.h"
 #include "train/table_ckpt.h"
 #include "train/table_optim.h"
 #include "train/train_debug.h"
@@ -214,6 +215,7 @@ typedef struct {
     dt_lazy_config table_opt;     /* the embedding tables' (table_optim.h) */
     dt_supervisor *supervisor;    /* the chief's checkpoints and summaries; NULL elsewhere */
     dt_table_spool *spool;        /* a checkpoint's unbounded tables, between prepare_tables and save_tables */
+    dt_local_tables *tables;      /* one process's tables of a compact net (unbounded ids); NULL elsewhere */
     dt_auth auth;                 /* --auth=curve: this task's keys */
     dt_progress prog;             /* the live progress line (a terminal) */
     FILE *log, *log_out;          /* training's log: log_out, through the progress line's stream */
@@ -239,6 +241,7 @@ static void run_free(run_state *r) {
     dt_work_loop_free(r->work);
     if (r->work_log) fclose(r->work_log);
     if (r->updater) r->updater->free(r->updater);
+    dt_local_tables_free(r->tables);
     dt_status_free(r->status); /* nothing updates them any more */
     dt_metrics_free(r->metrics);
     dt_loader_free(r->loader);
@@ -393,7 +396,9 @@ int dt_train_hooked(const dt_train_options *o, const dt_train_debug *dbg, FILE *
     if ((rc = load_auth(&r.auth, o, &r.cluster, err))) goto out;
     /* On a cluster a click-log model's tables live on the ps tasks as sparse tables: every task
      * builds the net with per-batch blocks in their place, left out of the dense placement. */
-    if ((rc = dt_net_load_opts(&r.net, o->model_path, o->batch_size, r.cluster.distributed, err))) goto out;
+    if ((rc = dt_net_load_opts(&r.net, o->model_path, o->batch_size, r.cluster.distributed ? 1 : DT_NET_TABLES_AUTO,
+                               err)))
+        goto out;
     dt_net_set_threads(r.net, o->threads);
     if (r.cluster.distributed) {
         if ((rc = dt_placement_compute_dense(&r.placement, r.net, r.cluster.n_ps, strategy, err))) goto out;
@@ -459,13 +464,19 @@ static int snapshot(void *user, float *params, float *state, int64_t *global_ste
     }
 }
 
-/* A cluster's sparse tables into the checkpoint being written (train/table_ckpt.h), after the
+/* Where a compact net's table rows are: this process's tables, or the cluster's ps tasks. */
+static dt_table_io tables_io(run_state *r) {
+    return r->tables ? dt_local_tables_io(r->tables) : dt_table_io_remote(dt_remote_sparse(r->updater));
+}
+
+/* A compact net's sparse tables into the checkpoint being written (train/table_ckpt.h), after the
  * snapshot of the dense variables at global_step. Sync: the tables are at that step too unless
  * updates landed meanwhile (backup workers; a lost worker), which the log says. */
 static int save_tables(void *user, dt_ckpt_sink *sink, int64_t global_step, dt_error *err) {
     run_state *r = user;
     dt_table_ckpt_stats st;
-    int rc = dt_table_ckpt_save(dt_remote_sparse(r->updater), r->net, sink, r->spool, &st, err);
+    const dt_table_io io = tables_io(r);
+    int rc = dt_table_ckpt_save(&io, r->net, sink, r->spool, &st, err);
     dt_table_spool_free(r->spool);
     r->spool = NULL;
     if (!rc && r->plan.sync && st.step_lo >= 0 && (st.step_lo != global_step || st.step_hi != global_step))
@@ -480,24 +491,33 @@ static int prepare_tables(void *user, const char *logdir, uint64_t *held, dt_err
     run_state *r = user;
     dt_table_spool_free(r->spool); /* a save that failed before its rows were written */
     r->spool = NULL;
-    return dt_table_ckpt_prepare(dt_remote_sparse(r->updater), r->net, logdir, held, &r->spool, err);
+    const dt_table_io io = tables_io(r);
+    return dt_table_ckpt_prepare(&io, r->net, logdir, held, &r->spool, err);
+}
+
+/* The checkpoint restored, if any, into the tables of io: their rows (the restored step's). */
+static int tables_from_checkpoint(run_state *r, const dt_table_io *io, const char *where, dt_error *err) {
+    const dt_st_file *f;
+    const char *path;
+    if (!dt_supervisor_restored_file(r->supervisor, &f, &path)) return DT_OK;
+    dt_ckpt_run run = {.net = r->net, .opt = &r->opt, .tables = &r->table_opt};
+    dt_table_ckpt_stats st;
+    int rc = dt_table_ckpt_restore(io, f, path, &run, &st, err);
+    if (!rc)
+        fprintf(r->log, "%srestored the %d sparse table(s) of %s onto %s: %llu row(s) that differ from their initial "
+                "values, or are held (unbounded ids)\n", r->tables ? "" : "chief: ", dt_net_num_tables(r->net), path,
+                where, (unsigned long long)st.rows);
+    return rc;
 }
 
 /* The chief, its ps tasks initialised from a checkpoint (or rolled back to one) and the tables
  * declared: the checkpoint's table rows to their ps tasks. */
 static int restore_tables(void *user, dt_sparse_client *sparse, dt_error *err) {
     run_state *r = user;
-    const dt_st_file *f;
-    const char *path;
-    if (!dt_supervisor_restored_file(r->supervisor, &f, &path)) return DT_OK;
-    dt_ckpt_run run = {.net = r->net, .opt = &r->opt, .tables = &r->table_opt};
-    dt_table_ckpt_stats st;
-    int rc = dt_table_ckpt_restore(sparse, f, path, &run, &st, err);
-    if (!rc)
-        fprintf(r->log, "chief: restored the %d sparse table(s) of %s onto %d ps task(s): %llu row(s) that differ from "
-                "their initial values, or are held (unbounded ids)\n", dt_net_num_tables(r->net), path, r->cluster.n_ps,
-                (unsigned long long)st.rows);
-    return rc;
+    char where[32];
+    snprintf(where, sizeof where, "%d ps task(s)", r->cluster.n_ps);
+    const dt_table_io io = dt_table_io_remote(sparse);
+    return tables_from_checkpoint(r, &io, where, err);
 }
 
 /* The coordinator state the latest snapshot fetched (dynamic sharding). */
@@ -652,6 +672,8 @@ static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err) {
     return DT_OK;
 }
 
+static int apply_tables(void *user, dt_error *err) { return dt_local_tables_apply(user, err); }
+
 /* Where updates happen: on the ps tasks (the remote updater) or here (the local one). */
 static int create_updater(run_state *r, const dt_train_options *o, dt_error *err) {
     const dt_cluster *c = &r->cluster;
@@ -659,7 +681,14 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
     int rc = opt_from_options(o, p->total, &r->opt, err);
     if (rc) return rc;
     if ((rc = dt_table_optim_config(o, &r->table_opt, err))) return rc;
-    if (!c->distributed) return dt_local_updater_create(&r->updater, &r->opt, &r->table_opt, r->net, err);
+    if (!c->distributed) {
+        if ((rc = dt_local_updater_create(&r->updater, &r->opt, &r->table_opt, r->net, err))) return rc;
+        /* unbounded ids in one process: the tables a ps would hold, here (train/local_tables.h) */
+        if (dt_net_compact_tables(r->net) &&
+            !(rc = dt_local_tables_create(&r->tables, r->net, &r->table_opt, o->seed, 0, err)))
+            dt_local_updater_set_tables(r->updater, apply_tables, r->tables);
+        return rc;
+    }
     dt_encoding compression; /* checked by check_options */
     if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
     dt_overlap_mode overlap; /* checked by check_options */
@@ -770,6 +799,11 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
         r->updater->restore) {
         memcpy(dt_net_params(r->net), restored_params, dt_net_param_count(r->net) * sizeof(float));
         rc = r->updater->restore(r->updater, r->net, restored_state, restored_step, global_step, err);
+        if (!rc && r->tables) { /* this process's tables: at the checkpoint's step, its rows */
+            dt_local_tables_set_step(r->tables, restored_step);
+            const dt_table_io io = dt_local_tables_io(r->tables);
+            rc = tables_from_checkpoint(r, &io, "this process's tables", err);
+        }
     } else {
         rc = r->updater->start(r->updater, r->net, o->seed, global_step, err);
     }
@@ -1106,5 +1140,6 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
         if (dt_supervisor_final(r->supervisor, NULL, NULL, &serr)) fprintf(r->log, "warning: %s\n", serr.msg);
     }
     if (rc) return rc;
+    if (r->tables) dt_local_tables_report(r->tables, r->log);
     return report(r, o, r->cluster.is_chief && !emulate, global_step, local_step - first_local_step, res, err);
 }

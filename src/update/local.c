@@ -25,6 +25,8 @@ typedef struct {
     int64_t step;     /* updates applied: the global step */
     int tables;       /* embedding tables: skipped by the dense pass (their ranges are in skip), then
                        * updated row by row */
+    dt_tables_apply_fn tables_apply; /* a compact net's: its tables are elsewhere (NULL: here, flat) */
+    void *tables_user;
 } local_updater;
 
 /* The tables' slots at their start (the accumulators at initial_accumulator, the rest 0); the dense
@@ -74,6 +76,12 @@ static int local_apply(dt_updater *u, dt_net *net, int64_t local_step, int64_t *
     float *params = dt_net_params(net);
     size_t n = dt_net_param_count(net);
     dt_opt_apply_to(&l->opt, params, params, dt_net_grads(net), l->state, l->decay, n, local_step, &skip);
+    if (l->tables_apply) {
+        int rc = l->tables_apply(l->tables_user, err);
+        if (rc) return rc;
+        *global_step = l->step = local_step + 1;
+        return DT_OK;
+    }
     /* The tables: each touched row once, with its gradient summed over the batch's ids, at the
      * rates of the tables' update number local_step (every step updates every table). */
     const dt_lazy_rates rates = dt_lazy_rates_at(&l->table_opt, local_step);
@@ -125,6 +133,11 @@ static int add_table_ranges(local_updater *l, const dt_net *net, dt_error *err) 
     free(l->skip);
     l->skip = r, l->n_skip = n;
     return DT_OK;
+}
+
+void dt_local_updater_set_tables(dt_updater *u, dt_tables_apply_fn fn, void *user) {
+    local_updater *l = (local_updater *)u;
+    l->tables_apply = fn, l->tables_user = user;
 }
 
 int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt_lazy_config *tables,

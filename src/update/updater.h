@@ -48,5 +48,10 @@ struct dt_updater {
  * with the most slots of the two optimizers (a table's own slots first, the rest unused). */
 int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt_lazy_config *tables,
                             const dt_net *net, dt_error *err);
+/* A compact net's tables (model/net.h) live elsewhere (one process's: train/local_tables.h): after the
+ * dense variables, each apply calls fn, which updates them from the net's table gradients, instead of
+ * updating the blocks here. */
+typedef int (*dt_tables_apply_fn)(void *user, dt_error *err);
+void dt_local_updater_set_tables(dt_updater *local, dt_tables_apply_fn fn, void *user);
 
 #endif

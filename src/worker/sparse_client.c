@@ -453,7 +453,11 @@ int dt_sparse_push(dt_sparse_client *s, dt_error *err) {
 /* Table t's record: its layer's dim, rows (the capacity: every bucket can have one; unbounded ids: the
  * layer's capacity=, min_count= and evict_after=) and initialiser. */
 int dt_sparse_table_record(const dt_sparse_client *s, int t, dt_wire_table *w, dt_error *err) {
-    const dt_model_spec *spec = dt_net_spec(s->net);
+    return dt_table_record_of(dt_net_spec(s->net), t, &s->cfg.opt, s->cfg.seed, w, err);
+}
+
+int dt_table_record_of(const dt_model_spec *spec, int t, const dt_lazy_config *opt, uint64_t seed, dt_wire_table *w,
+                       dt_error *err) {
     for (int i = 0, seen = 0; i < spec->n_layers; i++) {
         const dt_layer_spec *L = &spec->layers[i];
         if (L->kind != DT_LAYER_EMBEDDING) continue;
@@ -462,7 +466,7 @@ int dt_sparse_table_record(const dt_sparse_client *s, int t, dt_wire_table *w, d
             seen += n;
             continue;
         }
-        *w = (dt_wire_table){.table = (uint32_t)t, .dim = (uint32_t)L->dim, .opt = s->cfg.opt, .seed = s->cfg.seed};
+        *w = (dt_wire_table){.table = (uint32_t)t, .dim = (uint32_t)L->dim, .opt = *opt, .seed = seed};
         w->capacity = (uint64_t)L->buckets < (UINT64_C(1) << 31) ? (uint64_t)L->buckets : UINT64_C(1) << 31;
         /* ids below the capacity, spread over the ps tasks: each ps bounds its share (docs/sparse.md) */
         if (L->buckets && (uint64_t)L->buckets <= w->capacity) w->flags = DT_WIRE_TABLE_F_BUCKETS;
@@ -484,7 +488,7 @@ int dt_sparse_table_record(const dt_sparse_client *s, int t, dt_wire_table *w, d
         }
         return DT_OK;
     }
-    return dt_errorf(err, DT_EINVAL, "sparse client: no table %d in the model", t);
+    return dt_errorf(err, DT_EINVAL, "no table %d in the model", t);
 }
 
 int dt_sparse_declare(dt_sparse_client *s, int64_t step, dt_error *err) {

@@ -90,6 +90,10 @@ int dt_sparse_push(dt_sparse_client *s, dt_error *err);
 /* Checkpoints (docs/sparse.md, "Checkpoints"). Table t's record as dt_sparse_declare sends it (dim,
  * optimizer, initialiser, capacity: the table's rows, seed). */
 int dt_sparse_table_record(const dt_sparse_client *s, int t, dt_wire_table *w, dt_error *err);
+/* The same record from the model alone: table t of spec, with every table's optimizer opt and the
+ * rows' seed (one process's tables are made from it too: train/local_tables.h). */
+int dt_table_record_of(const dt_model_spec *spec, int t, const dt_lazy_config *opt, uint64_t seed, dt_wire_table *w,
+                       dt_error *err);
 /* A page of table t's rows from one ps (ids below the table's rows, values finite, slots in range:
  * dt_wire_rows_check), at the table's step on that ps. */
 typedef int (*dt_sparse_page_fn)(void *user, int t, const dt_wire_rows *page, int64_t step, dt_error *err);
