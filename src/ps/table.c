@@ -409,7 +409,6 @@ void dt_table_apply(dt_table *t, const uint64_t *ids, const float *grads, size_t
     const dt_lazy_rates rates = dt_lazy_rates_at(&t->c.opt, t->step);
     const int d = t->c.dim;
     for (size_t i = 0; i < n; i++) {
-        prefetch_ahead(t, ids, n, i);
         uint32_t r = row_for_update(t, ids[i]);
         if (r == NONE) continue;
         touch(t, r);

@@ -26,7 +26,7 @@ typedef struct {
     const volatile int *stop;
     struct dt_metrics *metrics; /* series to update; NULL: none */
     /* The most bytes the sparse tables may grow to on this ps together (--ps_table_memory); 0: three
-     * quarters of the machine's memory (dt_ps_table_memory_default). */
+     * quarters of the memory this process may use, a container's limit included (dt_ps_table_memory_default). */
     uint64_t table_memory;
     /* Tests only (--debug_ps_stop_at_sparse_pull): > 0, the ps stops, unanswered, at the n-th
      * SPARSE_PULL it receives from a worker (dt_ps_config's debug_stop_at_sparse_pull). */
