@@ -85,7 +85,8 @@ int main(int argc, char **argv) {
         }
     }
     printf("{\"steps\": %d, \"rows_per_step\": %.0f, \"read_ns_per_row\": %.1f, \"apply_ns_per_row\": %.1f}\n",
-           steps - warm, (double)n_rows / (steps - warm), 1e9 * read_s / (double)n_rows, 1e9 * apply_s / (double)n_rows);
+           steps - warm, (double)n_rows / (steps - warm), 1e9 * read_s / (double)n_rows,
+           1e9 * apply_s / (double)n_rows);
     uint64_t rows_held = 0, admitted = 0;
     for (int k = 0; k < 2 * FIELDS; k++) {
         dt_table_stats st;

@@ -169,7 +169,8 @@ static int train_flags(train_args *a, flag_def *out) {
                     "sync: a lost worker stops the job (default: each step waits for the live workers only)"),
         FLAG_NUM("ps_table_memory", FLAG_DOUBLE, &o->ps_table_memory_gib,
                  "ps: GiB the sparse tables may grow to on it together at their capacities (a table of buckets: its "
-                 "share); past it the chief's declaration is refused; 0: three quarters of the physical memory, or of a container's (cgroup) limit if lower",
+                 "share); past it the chief's declaration is refused; 0: three quarters of the physical memory, "
+                 "or of a container's (cgroup) limit if lower",
                  0, 1048576, 0),
         FLAG_NUM("idle_timeout", FLAG_DOUBLE, &a->idle_timeout,
                  "ps: seconds without any message after which it exits with an error (its chief is gone); 0: never",

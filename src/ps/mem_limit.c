@@ -57,7 +57,8 @@ uint64_t dt_mem_limit(const char *root, uint64_t physical) {
         if (!strcmp(line, "0") && !*controllers) {
             most = least(most, v2_limit(root, strcmp(rel, "/") ? rel : ""));
         } else if (strstr(controllers, "memory")) {
-            snprintf(path, sizeof path, "%s/sys/fs/cgroup/memory%s/memory.limit_in_bytes", root, strcmp(rel, "/") ? rel : "");
+            snprintf(path, sizeof path, "%s/sys/fs/cgroup/memory%s/memory.limit_in_bytes", root,
+                     strcmp(rel, "/") ? rel : "");
             most = least(most, read_limit(path));
         }
     }
