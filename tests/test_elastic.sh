@@ -88,17 +88,20 @@ run sync --issync=1
 grep -q "worker 3 trains again\|sits steps out" "$tmp/sync/ps" && ok "sync: the ps logs each change of the live workers" \
   || bad "sync: the ps logs each change of the live workers"
 
-# Sync steps weighted by examples: 100 examples in batches of 32, so each epoch's last batch holds
-# 4; in units of 2 batches the two workers train units 0 and 1 side by side, pairing batch 1 (32)
-# with batch 3 (4), and the ps weighs them (the workers say their batches' examples in every PUSH).
-# Worker 1 may start late, so the first epochs may not pair them: at least one of 8 must.
-fashion_subset "$tmp/small" 100 20 || bad "fashion subset of 100"
+# Sync steps weighted by examples: 200 examples in batches of 32, so each epoch's last batch holds
+# 8, alone in the epoch's fourth unit of 2 batches; the two workers train units side by side, so
+# that short batch shares a step with a full one of the other worker, and the ps weighs them (the
+# workers say their batches' examples in every PUSH). Worker 1 may start late, so the first epochs
+# may not pair them: at least one of 8 must. (With 100 examples an epoch was 2 units, and a worker
+# holding 2 units, asking ahead, could take a whole epoch while the other sat it out: no pair in
+# about 1 run of 6.)
+fashion_subset "$tmp/small200" 200 20 || bad "fashion subset of 200"
 timeout --foreground 60 "$bin" launch --ps 1 --workers 2 --issync 1 --sharding dynamic --unit_batches 2 \
-  --model "$tmp/tiny.model" --data "$tmp/small" --logdir= --summary_dir= --threads 1 --batch_size 32 --epochs 8 \
+  --model "$tmp/tiny.model" --data "$tmp/small200" --logdir= --summary_dir= --threads 1 --batch_size 32 --epochs 8 \
   --steps_to_validate 100000 --debug_step_delay_ms 20 >"$tmp/weighted.out" 2>&1
 st=$?
 check "sync: a step holding an epoch's short last batch is weighted by examples (status $st)" \
-  grep -Eq "ps 0: step [0-9]+: the mean of 2 gradient\(s\) weighted by their examples \((4, 32|32, 4); 36 in all\)" \
+  grep -Eq "ps 0: step [0-9]+: the mean of 2 gradient\(s\) weighted by their examples \((8, 32|32, 8); 40 in all\)" \
   "$tmp/weighted.out"
 
 # Backup workers and a fractional --epochs (docs/elastic.md, "A dropped gradient", "Fractional
@@ -107,6 +110,7 @@ check "sync: a step holding an epoch's short last batch is weighted by examples 
 # batches of 4 (25 batches): epochs 0 and 1 whole and the first 13 batches (52 examples) of epoch
 # 2, each example once, ps 0's count and the workers' logs agreeing. About 1.5 s.
 d="$tmp/backup"; mkdir -p "$d"
+fashion_subset "$tmp/small" 100 20 || bad "fashion subset of 100"
 bp=($(free_port 4))
 bh=(--ps_hosts=127.0.0.1:${bp[0]} --worker_hosts=127.0.0.1:${bp[1]},127.0.0.1:${bp[2]},127.0.0.1:${bp[3]})
 bk=(--model "$tmp/tiny.model" --data "$tmp/small" --logdir= --summary_dir= --threads 1 --batch_size 4
