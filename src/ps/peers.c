@@ -27,9 +27,11 @@ enum { CUT_SILENT, CUT_PARTIAL, CUT_SLOW, CUT_BUDGET, CUT_LIMIT, CUT_QUIET, CUT_
 #define STRIKES 2                   /* checks in a row past the size bound before a cut */
 #define REPLY_STALL_US (2 * INT64_C(1000000)) /* replies unread this long, with nothing read meanwhile: a stuck reader */
 #define LOCAL_SENDING_US INT64_C(1000000)     /* ipc: bytes waiting in the socket and no whole message for this long */
+#define LOCAL_BUSY_CHECKS 10                  /* ipc: ... or bytes seen waiting at this many checks since the latest one */
 #define HEAP_EVERY_US INT64_C(20000)          /* the heap is asked at most this often (mallinfo2 walks every arena: ~0.1 ms) */
 #define HEAP_GRACE_US INT64_C(100000)         /* after a cut for the heap: libzmq's I/O threads free what it held */
 #define HEAP_CALM_US INT64_C(1000000)         /* ... and at most this often when no connection could be cut for it */
+#define TRIM_EVERY_US INT64_C(200000)         /* freed pages are given back at most this often */
 
 /* The bytes of large replies libzmq holds for all connections, shared by the table and each peer
  * (a reply may outlive both: it is freed by libzmq's I/O thread). */
@@ -57,6 +59,7 @@ struct dt_peer {
     uint64_t base;          /* kernel-received bytes, less unread, when the latest message arrived */
     uint64_t partial;       /* at the latest check: bytes of an unfinished message */
     uint64_t delivered;     /* whole messages since the latest check */
+    int local_busy;         /* same-host: checks that saw bytes waiting in its socket since its latest message */
 };
 
 struct dt_peers {
@@ -75,6 +78,7 @@ struct dt_peers {
     int64_t heap_calm_next_us; /* ... if nothing suspect (check_heap) */
     reply_total *total;
     int warned_limit;
+    int64_t trim_next_us;   /* freed pages are given back at most this often (check_heap) */
 };
 
 static void peers_log(dt_peers *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -126,6 +130,12 @@ uint64_t dt_peer_serial(const dt_peer *peer) { return peer ? peer->serial : 0; }
 
 uint64_t dt_peers_held(const dt_peers *p) {
     return p->unfinished_cost + (uint64_t)atomic_load(&p->total->bytes) + p->other;
+}
+
+void dt_peers_held_phrase(const dt_peers *p, char *buf, size_t n) {
+    snprintf(buf, n, "%llu bytes in unfinished messages, %llu in replies, %llu in deferred requests",
+             (unsigned long long)p->unfinished_cost, (unsigned long long)atomic_load(&p->total->bytes),
+             (unsigned long long)p->other);
 }
 
 int dt_peers_over_budget(const dt_peers *p, uint64_t more) { return dt_peers_held(p) + more > p->budget; }
@@ -318,6 +328,7 @@ void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid) {
     if (peer->tcp && tcp_info_of(peer, &ti) == 0 && libzmq_read(peer, &ti, 0, &got) == 0) peer->base = got;
     peer->big_since_us = 0;
     peer->strikes = 0;
+    peer->local_busy = 0;
 }
 
 /* Cuts a connection: shutdown(2) makes libzmq see it end and free what it holds. The descriptor
@@ -379,16 +390,20 @@ static int local_sending(const dt_peer *a) {
     return !a->tcp && ioctl(a->fd, SIOCINQ, &unread) == 0 && unread > 0;
 }
 
-/* For the budget, same-host connections (no byte counters): one still sending a message it began
- * over LOCAL_SENDING_US ago (a real one takes milliseconds over a Unix socket; a worker waiting at
- * the barrier sends nothing), the longest first. */
+/* For the budget, same-host connections (no byte counters): one still sending a message that it
+ * began over LOCAL_SENDING_US ago, or that kept bytes waiting at LOCAL_BUSY_CHECKS checks (a real
+ * message takes milliseconds over a Unix socket, a check or two; a worker waiting at the barrier
+ * sends nothing, so the time alone, since its latest message, says little: at 750 MB/s, a second
+ * let an endless message hold 750 MiB). The busiest first, then the longest. */
 static int local_stuck(const dt_peer *a, int64_t now) {
-    return !a->tcp && now - a->useful_us > LOCAL_SENDING_US && local_sending(a);
+    return !a->tcp && (now - a->useful_us > LOCAL_SENDING_US || a->local_busy >= LOCAL_BUSY_CHECKS) &&
+           local_sending(a);
 }
 
 static int local_quieter(const dt_peer *a, const dt_peer *b, int64_t now) {
     int sa = local_stuck(a, now), sb = local_stuck(b, now);
     if (sa != sb) return sa;
+    if (a->local_busy != b->local_busy) return a->local_busy > b->local_busy;
     return a->useful_us < b->useful_us;
 }
 
@@ -404,13 +419,34 @@ static int local_quieter(const dt_peer *a, const dt_peer *b, int64_t now) {
 #endif
 #ifdef DT_ASAN
 #include <sanitizer/allocator_interface.h>
-static int64_t heap_in_use(void) { return (int64_t)__sanitizer_get_current_allocated_bytes(); }
+static int64_t heap_in_use(int64_t *kept) {
+    *kept = 0; /* the sanitizer's allocator returns and quarantines on its own */
+    return (int64_t)__sanitizer_get_current_allocated_bytes();
+}
 #else
-static int64_t heap_in_use(void) {
+/* ... and *kept: bytes freed but still held by the allocator (resident, most of them). */
+static int64_t heap_in_use(int64_t *kept) {
     struct mallinfo2 mi = mallinfo2();
+    *kept = (int64_t)mi.fordblks;
     return (int64_t)(mi.uordblks + mi.hblkhd);
 }
 #endif
+
+/* Freed pages back to the kernel once the allocator keeps more than the budget of them. libzmq's
+ * I/O threads free a cut connection's frames into their own malloc arenas, whose pages glibc keeps
+ * for later blocks of the same thread, while the next flood lands on another thread and takes
+ * fresh pages: a same-host endless message cut at 150 MiB held left the ps's resident size 574 MiB
+ * up, and after all the attacks of tests/test_hostile_round2_slow.sh it stayed at 539 MiB (65 MiB
+ * with this; it began at 54).
+ * Not more often than TRIM_EVERY_US (malloc_trim walks every arena; pages given back are faulted
+ * in again when reused). */
+static void give_back(dt_peers *p, int64_t kept, int64_t now) {
+    if (kept <= (int64_t)p->budget || now < p->trim_next_us) return;
+    p->trim_next_us = now + TRIM_EVERY_US;
+#ifdef __GLIBC__
+    (void)malloc_trim(0);
+#endif
+}
 
 /* For the budget, what no counter shows: the connection that sent the most whole messages since
  * the latest check (requests queued in libzmq faster than the ps answers them). */
@@ -445,7 +481,9 @@ static void check_heap(dt_peers *p, int drained, int64_t now, char *why, size_t 
      * 8-worker sync cluster on 2 cores stepped 10-40% slower: BENCHMARKS.md). */
     if (drained && !locals && !(big && big->partial > PARTIAL_SLACK) && now < p->heap_calm_next_us) goto done;
     p->heap_calm_next_us = now + HEAP_CALM_US;
-    int64_t beyond = heap_in_use() - (int64_t)p->held - (int64_t)p->own;
+    int64_t kept;
+    int64_t beyond = heap_in_use(&kept) - (int64_t)p->held - (int64_t)p->own;
+    give_back(p, kept, now);
     if (p->heap_base < 0 || beyond < p->heap_base) p->heap_base = beyond;
     if (beyond - p->heap_base <= (int64_t)p->budget) goto done;
     dt_peer *q = locals ? pick(p, local_quieter, now) : NULL;
@@ -472,9 +510,9 @@ static void check_heap(dt_peers *p, int drained, int64_t now, char *why, size_t 
         goto done;
     }
     snprintf(why, n, "the ps holds %lld MiB more than it can account for, over its budget of %llu MiB, and this "
-             "same-host connection (whose unfinished messages cannot be counted) has been sending a message for %.1f s",
-             (long long)((beyond - p->heap_base) >> 20), (unsigned long long)(p->budget >> 20),
-             (double)(now - q->useful_us) / 1e6);
+             "same-host connection (whose unfinished messages cannot be counted) has been sending a message for %.1f s "
+             "(bytes waiting at %d checks)", (long long)((beyond - p->heap_base) >> 20),
+             (unsigned long long)(p->budget >> 20), (double)(now - q->useful_us) / 1e6, q->local_busy);
     cut(p, q, CUT_LOCAL, why);
     /* Its memory is freed by libzmq's I/O thread, later: no other cut for the heap until then. */
     p->heap_next_us = now + HEAP_GRACE_US;
@@ -493,6 +531,7 @@ static int check_one(dt_peers *p, dt_peer *peer, int drained, int64_t now, uint6
         cut(p, peer, CUT_SILENT, why);
         return 0;
     }
+    if (!peer->tcp && local_sending(peer)) peer->local_busy++;
     struct tcp_info ti;
     int have_ti = peer->tcp && tcp_info_of(peer, &ti) == 0;
     /* Silence: not a byte (not even a ZMTP heartbeat: clients send one every few seconds) for

@@ -80,6 +80,9 @@ void dt_peers_set_other(dt_peers *p, uint64_t bytes);
 void dt_peers_set_own(dt_peers *p, uint64_t bytes);
 /* Everything counted now, and whether `more` bytes would take it past the budget. */
 uint64_t dt_peers_held(const dt_peers *p);
+/* The same as a phrase for an error, by kind ("12 bytes in unfinished messages, 0 in replies, 4 in
+ * deferred requests"), into buf. */
+void dt_peers_held_phrase(const dt_peers *p, char *buf, size_t n);
 int dt_peers_over_budget(const dt_peers *p, uint64_t more);
 /* The connection closed or was cut: its requests still queued are not worth an answer. */
 int dt_peer_gone(const dt_peer *peer);

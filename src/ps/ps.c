@@ -151,10 +151,13 @@ static int io_admit(void *user, const ps_origin *to, size_t bytes, char *why, si
     ps_t *ps = user;
     int r = dt_peer_reply_begin(ps->peers, (dt_peer *)to->conn, bytes, peer_reply_budget(ps));
     if (r > 0) return 0;
-    if (r < 0)
-        snprintf(why, len, "ps %d: its peers hold %llu bytes of its memory, at its budget of %llu: ask again shortly",
-                 ps->cfg->ps_index, (unsigned long long)dt_peers_held(ps->peers), (unsigned long long)ps->budget);
-    else
+    if (r < 0) {
+        char parts[160];
+        dt_peers_held_phrase(ps->peers, parts, sizeof parts);
+        snprintf(why, len, "ps %d: its peers hold %llu bytes of its memory (%s), at its budget of %llu: ask again "
+                 "shortly", ps->cfg->ps_index, (unsigned long long)dt_peers_held(ps->peers), parts,
+                 (unsigned long long)ps->budget);
+    } else
         snprintf(why, len, "ps %d: earlier replies to this connection (%llu bytes at most) are still unread: read "
                  "them first", ps->cfg->ps_index, (unsigned long long)peer_reply_budget(ps));
     return 1;
