@@ -199,11 +199,11 @@ static void part_trim(const ps_shard *s, part_t *p) {
 
 /* The snapshot of a chunk's current step: the current values themselves after an update, else a
  * copy made now; NULL if every buffer is in flight. */
-dt_snap *shard_snap_current(const ps_shard *s, part_t *p) {
+dt_snap *shard_snap_current(const ps_shard *s, part_t *p, int must_keep) {
     dt_snap *b = dt_snap_find(&p->snaps, p->step);
     if (b) return b;
     part_trim(s, p);
-    if ((b = dt_snap_claim(&p->snaps, p->step))) memcpy(b->data, p->params, p->n * sizeof(float));
+    if ((b = dt_snap_claim(&p->snaps, p->step, must_keep))) memcpy(b->data, p->params, p->n * sizeof(float));
     return b;
 }
 
@@ -213,7 +213,7 @@ dt_snap *shard_snap_current(const ps_shard *s, part_t *p) {
  * chunk's own copy takes the update. */
 static void advance(ps_shard *s, part_t *p, const float *grads) {
     part_trim(s, p);
-    dt_snap *b = dt_snap_claim(&p->snaps, p->step + 1);
+    dt_snap *b = dt_snap_claim(&p->snaps, p->step + 1, 0);
     float *out = b ? b->data : p->own;
     /* The optimizer skips the state floats (their slots stay 0); they take their change as it is. */
     dt_opt_skip skip = {s->cfg.state_ranges, s->cfg.n_state_ranges, p->off};
@@ -272,7 +272,7 @@ void shard_put_optimizer(const ps_shard *s, dt_wire_header *r) {
 static void release_free(void *p) { free(p); }
 
 void *shard_reply_buffer(const shard_req *r, size_t bytes) {
-    char why[224];
+    char why[320];
     if (shard_admit(r, bytes, why, sizeof why)) { /* before the copy: a refused reply costs nothing */
         shard_refuse(r, DT_WIRE_E_BUSY, "%s", why);
         return NULL;
@@ -635,7 +635,7 @@ static void apply_sync_step(ps_shard *s, part_t *p) {
         }
         if (weighted && p == &s->parts[0]) log_weighted(s, a, div);
     }
-    shard_snap_current(s, p); /* kept for EXACT pulls of this step from workers that see another chunk ahead */
+    shard_snap_current(s, p, 1); /* kept for EXACT pulls of this step from workers that see another chunk ahead */
     const int64_t t = p->step;
     advance(s, p, mean);
     /* Chunk 0 counts whole gradients: the coordinator's claims for step t settle here. */

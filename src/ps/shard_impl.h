@@ -177,7 +177,7 @@ void shard_refuse(const shard_req *r, int32_t status, const char *fmt, ...) __at
 void shard_send(const shard_req *r, dt_wire_header *h);
 /* Asks io.admit for a large reply: DT_OK, or 1 with the refusal's text in why. */
 int shard_admit(const shard_req *r, size_t bytes, char *why, size_t why_len);
-dt_snap *shard_snap_current(const ps_shard *s, part_t *p);
+dt_snap *shard_snap_current(const ps_shard *s, part_t *p, int must_keep);
 /* A large reply: its buffer of `bytes`, admitted first (NULL: refused, the refusal sent), and the
  * reply sent with it (handed over: freed when sent; the admission given back then). */
 void *shard_reply_buffer(const shard_req *r, size_t bytes);

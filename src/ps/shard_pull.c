@@ -42,7 +42,7 @@ static int params_payload(const shard_req *r, part_t *p, int64_t step, uint8_t e
         dt_snap *k = dt_snap_find(&p->snaps, step);
         return k ? params_packed(r, p, k->data, enc, out, why, why_len) : PARAMS_GONE;
     }
-    dt_snap *b = step == p->step ? shard_snap_current(r->s, p) : dt_snap_find(&p->snaps, step);
+    dt_snap *b = step == p->step ? shard_snap_current(r->s, p, 0) : dt_snap_find(&p->snaps, step);
     if (!b && step != p->step) return PARAMS_GONE;
     if (shard_admit(r, bytes, why, why_len)) return PARAMS_BUSY;
     if (b) {
@@ -88,7 +88,7 @@ static void send_params(const shard_req *r, int64_t waited_us, int32_t status, u
     part_t *p = &s->parts[req->chunk];
     int64_t step = (req->flags & DT_WIRE_F_EXACT) ? req->global_step : p->step;
     ps_bytes b = {0};
-    char why[224];
+    char why[320];
     int rc = params_payload(r, p, step, req->encoding, &b, why, sizeof why);
     if (rc != PARAMS_OK) {
         params_refused(r, p, step, rc, why);

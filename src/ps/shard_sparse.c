@@ -319,7 +319,7 @@ static void send_rows(const shard_req *r, int n, const uint8_t *payload) {
     const dt_wire_header *h = r->h;
     const size_t bytes = h->sections.floats * dt_enc_size(h->encoding);
     const uint8_t *ids = payload + dt_wire_sections_ids_at(h);
-    char why[224];
+    char why[320];
     if (shard_admit(r, bytes, why, sizeof why)) {
         shard_refuse(r, DT_WIRE_E_BUSY, "%s", why);
         return;

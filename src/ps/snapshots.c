@@ -25,9 +25,28 @@ static void unkeep(dt_snap *b) {
     unref(b);
 }
 
+/* Hands b to its last message (or frees it now): the pool no longer has it. */
+static void give_up(dt_snap *b) {
+    /* A reference of our own while the flag goes up, so that exactly one side sees the count
+     * reach zero with the flag set: a message released meanwhile, or this drop. */
+    atomic_fetch_add(&b->refs, 1);
+    atomic_store(&b->orphan, 1);
+    if (b->kept) {
+        b->kept = 0;
+        atomic_fetch_sub(&b->refs, 1);
+    }
+    unref(b);
+}
+
 void dt_snap_trim(dt_snap_pool *p, int64_t oldest) {
-    for (int i = 0; i < p->count; i++)
-        if (p->bufs[i]->step < oldest) unkeep(p->bufs[i]);
+    for (int i = 0; i < p->count; i++) {
+        dt_snap *b = p->bufs[i];
+        if (b->step < oldest) unkeep(b);
+        if (b->extra && !b->kept) {
+            give_up(b);
+            p->bufs[i--] = p->bufs[--p->count];
+        }
+    }
 }
 
 dt_snap *dt_snap_find(dt_snap_pool *p, int64_t step) {
@@ -36,17 +55,21 @@ dt_snap *dt_snap_find(dt_snap_pool *p, int64_t step) {
     return NULL;
 }
 
-dt_snap *dt_snap_claim(dt_snap_pool *p, int64_t step) {
+dt_snap *dt_snap_claim(dt_snap_pool *p, int64_t step, int must_keep) {
     dt_snap *b = NULL;
     for (int i = 0; i < p->count && !b; i++)
         if (atomic_load(&p->bufs[i]->refs) == 0) b = p->bufs[i];
-    if (!b && p->count < DT_SNAP_POOL && (b = calloc(1, sizeof *b))) {
+    int pooled = 0;
+    for (int i = 0; i < p->count; i++) pooled += !p->bufs[i]->extra;
+    const int extra = pooled >= DT_SNAP_POOL;
+    if (!b && (!extra || (must_keep && p->count < DT_SNAP_POOL + DT_SNAP_EXTRA)) && (b = calloc(1, sizeof *b))) {
         if (!(b->data = dt_alloc_floats(p->n, "ps snapshot", NULL))) {
             free(b);
             return NULL;
         }
         atomic_init(&b->refs, 0);
         atomic_init(&b->orphan, 0);
+        b->extra = extra;
         p->bufs[p->count++] = b;
     }
     if (!b) return NULL;
@@ -61,17 +84,6 @@ void dt_snap_hold(dt_snap *b) { atomic_fetch_add(&b->refs, 1); }
 void dt_snap_release(dt_snap *b) { unref(b); }
 
 void dt_snap_pool_retire(dt_snap_pool *p) {
-    for (int i = 0; i < p->count; i++) {
-        dt_snap *b = p->bufs[i];
-        /* A reference of our own while the flag goes up, so that exactly one side sees the count
-         * reach zero with the flag set: a message released meanwhile, or this drop. */
-        atomic_fetch_add(&b->refs, 1);
-        atomic_store(&b->orphan, 1);
-        if (b->kept) {
-            b->kept = 0;
-            atomic_fetch_sub(&b->refs, 1);
-        }
-        unref(b);
-    }
+    for (int i = 0; i < p->count; i++) give_up(p->bufs[i]);
     p->count = 0;
 }

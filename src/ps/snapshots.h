@@ -16,18 +16,20 @@
 #include <stdint.h>
 
 #define DT_SNAP_POOL 8        /* buffers per pool; more in flight at once fall back to a copy */
+#define DT_SNAP_EXTRA 8       /* ... beyond them, buffers for snapshots that must be kept (dt_snap_claim) */
 
 typedef struct {
     atomic_int refs;
     atomic_int orphan;        /* the pool gave it up: the last release frees it */
     int kept;                 /* the ps holds a reference (only the ps thread reads this) */
+    int extra;                /* beyond the pool: given up as soon as it is no longer kept */
     int64_t step;
     float *data;              /* [n] */
 } dt_snap;
 
 typedef struct {
     size_t n;                 /* floats per buffer */
-    dt_snap *bufs[DT_SNAP_POOL];
+    dt_snap *bufs[DT_SNAP_POOL + DT_SNAP_EXTRA];
     int count;
 } dt_snap_pool;
 
@@ -40,8 +42,12 @@ void dt_snap_trim(dt_snap_pool *p, int64_t oldest);
 dt_snap *dt_snap_find(dt_snap_pool *p, int64_t step);
 
 /* A buffer neither kept nor held by a message, now the snapshot of `step` (kept; the caller fills
- * it); NULL if every buffer is in flight (or none can be allocated). */
-dt_snap *dt_snap_claim(dt_snap_pool *p, int64_t step);
+ * it); NULL if every buffer is in flight (or none can be allocated). must_keep: with the pool's
+ * buffers all in flight, one of DT_SNAP_EXTRA more, given up once trimmed. A sync step's values
+ * must be kept for EXACT pulls (a resuming worker's): peers that never read their replies held
+ * every pool buffer, the step's values were not kept, and both workers, resuming, were refused
+ * that step until --ps_timeout (tests/test_hostile_round2_slow.sh, about 1 run in 10). */
+dt_snap *dt_snap_claim(dt_snap_pool *p, int64_t step, int must_keep);
 
 /* A message's reference: taken by the ps thread, dropped by libzmq's I/O thread. */
 void dt_snap_hold(dt_snap *b);
