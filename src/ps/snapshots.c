@@ -57,10 +57,11 @@ dt_snap *dt_snap_find(dt_snap_pool *p, int64_t step) {
 
 dt_snap *dt_snap_claim(dt_snap_pool *p, int64_t step, int must_keep) {
     dt_snap *b = NULL;
-    for (int i = 0; i < p->count && !b; i++)
-        if (atomic_load(&p->bufs[i]->refs) == 0) b = p->bufs[i];
     int pooled = 0;
-    for (int i = 0; i < p->count; i++) pooled += !p->bufs[i]->extra;
+    for (int i = 0; i < p->count; i++) {
+        if (!b && atomic_load(&p->bufs[i]->refs) == 0) b = p->bufs[i];
+        pooled += !p->bufs[i]->extra;
+    }
     const int extra = pooled >= DT_SNAP_POOL;
     if (!b && (!extra || (must_keep && p->count < DT_SNAP_POOL + DT_SNAP_EXTRA)) && (b = calloc(1, sizeof *b))) {
         if (!(b->data = dt_alloc_floats(p->n, "ps snapshot", NULL))) {
