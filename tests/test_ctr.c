@@ -516,12 +516,35 @@ static void test_libffm_file_and_detection(void) {
     dt_ctr_close(r);
 }
 
+/* The hash's test vectors that scripts/ctr_features.py (the Python reference of docs/export.md)
+ * writes, tests/fixtures/ctr_hash_vectors.txt, give the same values here: the C and the Python agree
+ * (tests/test_export_ctr.sh checks that the Python still writes that file). */
+static void test_hash_vectors_match_python(void) {
+    FILE *f = fopen("tests/fixtures/ctr_hash_vectors.txt", "r");
+    CHECK(f != NULL);
+    if (!f) return;
+    char line[256];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        unsigned field;
+        unsigned long long id, buckets, hash, bucket;
+        CHECK_MSG(sscanf(line, "%u %llx %llu %llx %llu", &field, &id, &buckets, &hash, &bucket) == 5, "%s", line);
+        CHECK_MSG(dt_ctr_hash(field, id) == hash, "%s", line);
+        CHECK_MSG(dt_ctr_bucket(field, id, buckets) == bucket, "%s", line);
+        n++;
+    }
+    fclose(f);
+    CHECK(n == 70);
+}
+
 int main(void) {
     tmp_make("ctr");
     RUN(test_criteo_line);
     RUN(test_criteo_bad_lines);
     RUN(test_libffm_line);
     RUN(test_documented_formulas);
+    RUN(test_hash_vectors_match_python);
     RUN(test_plain_and_gzip_read_alike);
     RUN(test_broken_gzip);
     RUN(test_bad_line_policies);

@@ -8,25 +8,10 @@
 # names. Other opsets, the file's size against the parameters', and bad input (one line each, no
 # file left behind).
 . "$(dirname "$0")/lib.sh"
-py=/usr/bin/python3
 helper=tests/onnx/check_export.py
 ort=tests/onnx/run_ort.js
-
-# onnxruntime must be there: a missing runtime fails the test, it never skips it.
-if ! node -e "require('./tests/onnx/node_modules/onnxruntime-node')" >"$tmp/ort_err" 2>&1; then
-  bad "onnxruntime-node is not installed in tests/onnx/node_modules: run scripts/deps test (npm ci --ignore-scripts --prefix tests/onnx): $(head -c 300 "$tmp/ort_err")"
-  summary
-  exit 1
-fi
-
-# step NAME CMD...: CMD's last output line goes into the ok/FAIL line; all its output is left in $tmp/step.
-step() {
-  local name=$1; shift
-  local out; out=$("$@" 2>&1); local st=$?
-  printf '%s\n' "$out" >"$tmp/step"
-  if [ $st -eq 0 ]; then ok "$name: $(tail -n1 <<<"$out")"; else bad "$name: $(tail -n3 <<<"$out" | tr '\n' ' ')"; fi
-  return $st
-}
+. tests/onnx/export_lib.sh
+need_ort
 
 # roundtrip NAME LOGDIR H W C IMAGES [EXPORT FLAGS...]: export, dtrain predict --logits on IMAGES, the
 # checker, then both runtimes on the same input floats.

@@ -4,6 +4,7 @@
  * Running the files in real runtimes is tests/test_export.sh's. */
 #include <dirent.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,16 +17,18 @@
 static char dir[] = "/tmp/dt_export_onnx_XXXXXX";
 static char out_a[64], out_b[64]; /* files in dir */
 
-static dt_net *every_layer_net(void) {
+static dt_net *load_net(const char *path) {
     dt_model_spec spec;
     dt_error e = {0};
     dt_net *net = NULL;
-    CHECK(dt_model_spec_load(&spec, "tests/onnx/every_layer.model", &e) == 0);
+    CHECK(dt_model_spec_load(&spec, path, &e) == 0);
     CHECK(dt_net_build(&net, &spec, 1, &e) == 0);
     dt_model_spec_free(&spec);
     if (net) dt_net_init_params(net, 7);
     return net;
 }
+
+static dt_net *every_layer_net(void) { return load_net("tests/onnx/every_layer.model"); }
 
 static int entries(const char *path) {
     DIR *d = opendir(path);
@@ -69,6 +72,23 @@ static void test_opset_range(void) {
     dt_net_free(net);
 }
 
+/* Each checked allocation of an export to path fails in turn, each leaving an error and no file in dir,
+ * until an export goes through: the allocations failed, or -1 if none went through. */
+static int fail_each_allocation(dt_net *net, const dt_onnx_meta *meta, const char *path) {
+    int failed = 0;
+    for (long n = 1; n < 10000; n++) {
+        dt_error e = {0};
+        dt_alloc_fail_after(n);
+        int rc = dt_onnx_export_net(net, 13, meta, path, NULL, &e);
+        dt_alloc_fail_after(0);
+        if (rc == 0) return failed;
+        failed++;
+        CHECK_MSG(rc == DT_ENOMEM && strstr(e.msg, "out of memory"), "allocation %ld: rc %d, %s", n, rc, e.msg);
+        CHECK_MSG(entries(dir) == 0, "allocation %ld left a file", n);
+    }
+    return -1;
+}
+
 /* Each checked allocation of an export fails in turn, until an export goes through. */
 static void test_every_allocation_fails_cleanly(void) {
     dt_net *net = every_layer_net();
@@ -76,20 +96,47 @@ static void test_every_allocation_fails_cleanly(void) {
     const char *a = out_a;
     char *names[2] = {"cat", "dog"};
     dt_onnx_meta meta = {.global_step = 1, .class_names = names, .n_class_names = 2};
-    int failed = 0, rc = -1;
-    for (long n = 1; n < 10000 && rc != 0; n++) {
-        dt_error e = {0};
-        dt_alloc_fail_after(n);
-        rc = dt_onnx_export_net(net, 13, &meta, a, NULL, &e);
-        dt_alloc_fail_after(0);
-        if (rc == 0) break;
-        failed++;
-        CHECK_MSG(rc == DT_ENOMEM && strstr(e.msg, "out of memory"), "allocation %ld: rc %d, %s", n, rc, e.msg);
-        CHECK_MSG(entries(dir) == 0, "allocation %ld left a file", n);
-    }
-    CHECK(rc == 0 && failed > 50); /* the every-layer graph makes a few hundred */
+    int failed = fail_each_allocation(net, &meta, a);
+    CHECK(failed > 50); /* the every-layer graph makes a few hundred */
     fprintf(stderr, "  %d allocations failed in turn, each cleanly\n", failed);
     unlink(a);
+    dt_net_free(net);
+}
+
+/* A click-log model (every embedding form, fm, a tower) with its larger initializers in external data
+ * (forced: external_above 1): every allocation failing in turn leaves neither file; the export that
+ * goes through writes both, the model naming its own data file, and the same data twice. */
+static void test_ctr_external_data(void) {
+    dt_net *net = load_net("tests/onnx/ctr_layers.model");
+    if (!net) return;
+    const char *a = out_a;
+    char data[80];
+    snprintf(data, sizeof data, "%s.data", a);
+    dt_onnx_meta meta = {.global_step = 3, .external_above = 1};
+    CHECK(fail_each_allocation(net, &meta, a) > 50);
+    dt_onnx_stats st;
+    dt_error e = {0};
+    CHECK(dt_onnx_export_net(net, 13, &meta, out_b, &st, &e) == 0);
+    /* the shared table v (101 x 4 floats) is the one initializer of 1 KiB or more */
+    CHECK_MSG(st.external_bytes == 101 * 4 * sizeof(float), "%zu bytes of external data", st.external_bytes);
+    uint8_t *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    CHECK(dt_read_file(&x, &nx, a, 1 << 24, &e) == 0 && dt_read_file(&y, &ny, out_b, 1 << 24, &e) == 0);
+    CHECK(nx == st.bytes && nx == ny && x && y);
+    CHECK(x && memmem(x, nx, "a.onnx.data", 11) && !memmem(x, nx, "b.onnx.data", 11)); /* its own data file */
+    free(x);
+    free(y);
+    char data_b[80];
+    snprintf(data_b, sizeof data_b, "%s.data", out_b);
+    x = y = NULL;
+    CHECK(dt_read_file(&x, &nx, data, 1 << 24, &e) == 0 && dt_read_file(&y, &ny, data_b, 1 << 24, &e) == 0);
+    CHECK(nx == st.external_bytes && nx == ny && x && y && !memcmp(x, y, nx));
+    free(x);
+    free(y);
+    unlink(a);
+    unlink(data);
+    unlink(out_b);
+    unlink(data_b);
     dt_net_free(net);
 }
 
@@ -100,6 +147,7 @@ int main(void) {
     RUN(test_same_bytes_twice);
     RUN(test_opset_range);
     RUN(test_every_allocation_fails_cleanly);
+    RUN(test_ctr_external_data);
     rmdir(dir);
     return test_summary();
 }

@@ -32,6 +32,7 @@ typedef struct {
     const dt_model_spec *spec;
     dt_layer_shape *shapes;
     value *vals;        /* [n_layers + 1]: vals[0] the model input, vals[i + 1] layer i's output */
+    const char *axes[4]; /* int64 initializers [k], the axes operand of Unsqueeze and ReduceSum, once made */
 } ctx;
 
 /* The value a layer reads as input k, passthroughs resolved. */
@@ -255,6 +256,141 @@ static void emit_join(ctx *c, int i) {
     set_output(c, i, n ? n->output[0] : NULL, lay);
 }
 
+/* ---- click-log layers (docs/export.md, "Click-log models") ---------------------------------------- */
+
+/* The int64 initializer [axis] (":axis<k>"), made once: ReduceSum's and Unsqueeze's axes are inputs
+ * since opset 13. */
+static const char *axis_const(ctx *c, int k) {
+    if (!c->axes[k]) {
+        int64_t v[1] = {k};
+        c->axes[k] = ox_strf(c->g, ":axis%d", k);
+        if (c->axes[k]) ox_initializer_i64(c->g, c->axes[k], 1, v);
+    }
+    return c->axes[k];
+}
+
+/* A float scalar initializer. */
+static const char *scalar_const(ctx *c, const char *name, float v) {
+    float *d = ox_initializer(c->g, name, 0, NULL);
+    if (d) *d = v;
+    return name;
+}
+
+static Onnx__NodeProto *reduce_sum(ctx *c, const char *out, const char *in, int axis, int keepdims) {
+    const char *ins[2] = {in, axis_const(c, axis)};
+    Onnx__NodeProto *n = in ? ox_node(c->g, "ReduceSum", out, 2, ins) : NULL;
+    ox_attr_int(c->g, n, "keepdims", keepdims);
+    return n;
+}
+
+static const char *binary(ctx *c, const char *op, const char *out, const char *a, const char *b) {
+    const char *ins[2] = {a, b};
+    Onnx__NodeProto *n = a && b && out ? ox_node(c->g, op, out, 2, ins) : NULL;
+    return n ? n->output[0] : NULL;
+}
+
+/* embedding: the graph inputs "<layer>:rows" (int64 [batch, fields, ids], each id's row after hashing:
+ * dt_ctr_bucket) and "<layer>:values" (float [batch, fields, ids], each id's value, 0 where a field
+ * has fewer ids than the tensor's ids dimension: padding). Each field's rows are gathered from its
+ * table (the checkpoint's own array, not a copy), weighted by the values and summed over the ids;
+ * a mean divides by the values' sum, 0 where that is 0 (dtrain's and TensorFlow's empty bag). The
+ * output is [batch, fields * dim], field after field, as dtrain's. */
+static void emit_embedding(ctx *c, int i) {
+    const dt_layer_spec *L = &c->spec->layers[i];
+    const char *nm = L->name;
+    const char *rows = ox_strf(c->g, "%s" DT_ONNX_ROWS, nm), *vals = ox_strf(c->g, "%s" DT_ONNX_VALUES, nm);
+    int F = L->n_fields, s = 0;
+    int64_t dims[2] = {L->buckets, L->dim};
+    const char *gathered = ox_strf(c->g, "%s:gathered", nm);
+    if (L->shared) {
+        const char *table = ox_strf(c->g, "%s/embeddings", nm), *in[2] = {table, rows};
+        if (table) ox_initializer_ref(c->g, table, 2, dims, param(c, i, "embeddings"));
+        if (gathered && rows) ox_node(c->g, "Gather", gathered, 2, in);
+    } else {
+        /* one table per field: the rows split per field ([batch, 1, ids] each), a Gather from each
+         * field's table ([batch, 1, ids, dim]), concatenated along the fields */
+        const char **parts = ox_alloc(c->g, (size_t)F * sizeof *parts);
+        const char **got = ox_alloc(c->g, (size_t)F * sizeof *got);
+        const char **tables = ox_alloc(c->g, (size_t)F * sizeof *tables);
+        int64_t *ones = ox_alloc(c->g, (size_t)F * sizeof *ones);
+        if (!parts || !got || !tables || !ones) return;
+        for (int f = 0; f < DT_MODEL_MAX_FIELDS && s < F; f++) {
+            if (!dt_layer_has_field(L, f)) continue;
+            const char *what = ox_strf(c->g, "embeddings_%d", f);
+            tables[s] = ox_strf(c->g, "%s/%s", nm, what);
+            if (tables[s]) ox_initializer_ref(c->g, tables[s], 2, dims, what ? param(c, i, what) : NULL);
+            parts[s] = F == 1 ? rows : ox_strf(c->g, "%s:rows_%d", nm, f);
+            got[s] = F == 1 ? gathered : ox_strf(c->g, "%s:gathered_%d", nm, f);
+            ones[s++] = 1;
+        }
+        if (F > 1) {
+            const char *split = ox_strf(c->g, "%s:split", nm), *in[2] = {rows, split};
+            if (split) ox_initializer_i64(c->g, split, F, ones);
+            Onnx__NodeProto *n = rows && split ? ox_node_n(c->g, "Split", F, parts, 2, in) : NULL;
+            ox_attr_int(c->g, n, "axis", 1);
+        }
+        for (s = 0; s < F && !ox_status(c->g); s++) {
+            const char *gin[2] = {tables[s], parts[s]};
+            ox_node(c->g, "Gather", got[s], 2, gin);
+        }
+        if (F > 1) {
+            Onnx__NodeProto *n = ox_node(c->g, "Concat", gathered, F, got);
+            ox_attr_int(c->g, n, "axis", 1);
+        }
+    }
+    /* [batch, fields, ids, dim] x [batch, fields, ids, 1], summed over the ids */
+    const char *uin[2] = {vals, axis_const(c, 3)}, *wcol = ox_strf(c->g, "%s:values_col", nm);
+    if (vals && wcol) ox_node(c->g, "Unsqueeze", wcol, 2, uin);
+    const char *weighted = binary(c, "Mul", ox_strf(c->g, "%s:weighted", nm), gathered, wcol);
+    const char *bag = ox_strf(c->g, "%s:bags", nm);
+    Onnx__NodeProto *n = bag ? reduce_sum(c, bag, weighted, 2, 0) : NULL;
+    if (L->mean && n) {
+        const char *total = ox_strf(c->g, "%s:value_sums", nm);  /* [batch, fields, 1] */
+        reduce_sum(c, total, vals, 2, 1);
+        const char *q = binary(c, "Div", ox_strf(c->g, "%s:means", nm), bag, total);
+        const char *zero = scalar_const(c, ox_strf(c->g, "%s:zero", nm), 0.0f);
+        const char *empty = binary(c, "Equal", ox_strf(c->g, "%s:empty", nm), total, zero);
+        const char *win[3] = {empty, zero, q};
+        bag = ox_strf(c->g, "%s:bags_mean", nm);
+        n = empty && q && bag ? ox_node(c->g, "Where", bag, 3, win) : NULL;
+    }
+    n = n ? ox_node(c->g, "Flatten", output_name(c, i), 1, &bag) : NULL;
+    ox_attr_int(c->g, n, "axis", 1);
+    set_output(c, i, n ? n->output[0] : NULL, LAYOUT_FLAT);
+}
+
+/* fm: sum_{f<g} <v_f, v_g> = 0.5 sum_k ((sum_f v_fk)^2 - sum_f v_fk^2) over its embedding's
+ * [batch, fields * dim], reshaped to [batch, fields, dim]; [batch, 1]. dtrain sums in double, the
+ * graph in float32 (docs/export.md gives the differences measured). */
+static void emit_fm(ctx *c, int i) {
+    const dt_layer_spec *L = &c->spec->layers[i];
+    const dt_layer_spec *E = &c->spec->layers[dt_layer_input(L, i, 0)];
+    const char *nm = L->name, *in = input_value(c, i, 0)->name;
+    int64_t shape[3] = {-1, E->n_fields, E->dim};
+    const char *sh = ox_strf(c->g, "%s:shape", nm), *v = ox_strf(c->g, "%s:vectors", nm);
+    if (sh) ox_initializer_i64(c->g, sh, 3, shape);
+    const char *rin[2] = {in, sh};
+    if (in && sh && v) ox_node(c->g, "Reshape", v, 2, rin);
+    const char *sum = ox_strf(c->g, "%s:sum", nm), *sq = ox_strf(c->g, "%s:squares", nm);
+    const char *sumsq = ox_strf(c->g, "%s:sum_squares", nm);
+    if (sum) reduce_sum(c, sum, v, 1, 0);                                 /* [batch, dim] */
+    const char *sq_of_sum = binary(c, "Mul", ox_strf(c->g, "%s:square_of_sum", nm), sum, sum);
+    binary(c, "Mul", sq, v, v);
+    if (sumsq) reduce_sum(c, sumsq, sq, 1, 0);                            /* [batch, dim] */
+    const char *diff = binary(c, "Sub", ox_strf(c->g, "%s:diff", nm), sq_of_sum, sumsq);
+    const char *total = ox_strf(c->g, "%s:total", nm);
+    if (total) reduce_sum(c, total, diff, 1, 1);                          /* [batch, 1] */
+    const char *half = scalar_const(c, ox_strf(c->g, "%s:half", nm), 0.5f);
+    const char *out = binary(c, "Mul", output_name(c, i), total, half);
+    set_output(c, i, out, LAYOUT_FLAT);
+}
+
+/* reduce_sum: [batch, n] -> [batch, 1]. */
+static void emit_reduce_sum(ctx *c, int i) {
+    Onnx__NodeProto *n = reduce_sum(c, output_name(c, i), input_value(c, i, 0)->name, 1, 1);
+    set_output(c, i, n ? n->output[0] : NULL, LAYOUT_FLAT);
+}
+
 static int emit_layer(ctx *c, int i) {
     const dt_layer_spec *L = &c->spec->layers[i];
     switch (L->kind) {
@@ -272,6 +408,9 @@ static int emit_layer(ctx *c, int i) {
     case DT_LAYER_BATCHNORM: emit_batchnorm(c, i); break;
     case DT_LAYER_ADD:
     case DT_LAYER_CONCAT: emit_join(c, i); break;
+    case DT_LAYER_EMBEDDING: emit_embedding(c, i); break;
+    case DT_LAYER_FM: emit_fm(c, i); break;
+    case DT_LAYER_REDUCE_SUM: emit_reduce_sum(c, i); break;
     default:
         /* a layer kind added to model files without an ONNX form here is refused, by name */
         return dt_errorf(c->g->err, DT_EINVAL, "%s:%d: layer '%s' (%s) has no ONNX form in dtrain export yet",
@@ -290,12 +429,14 @@ int dt_onnx_graph(ox_graph *g, dt_net *net) {
     c.shapes = dt_calloc((size_t)spec->n_layers, sizeof *c.shapes, "layer shapes", g->err);
     c.vals = dt_calloc((size_t)spec->n_layers + 1, sizeof *c.vals, "ONNX values", g->err);
     int rc = c.shapes && c.vals ? dt_model_spec_shapes(spec, c.shapes, NULL, g->err) : DT_ENOMEM;
-    if (!rc) c.vals[0] = (value){.name = DT_ONNX_INPUT, .lay = LAYOUT_NHWC};
+    /* a click-log model's input is its dense features, flat */
+    if (!rc) c.vals[0] = (value){.name = DT_ONNX_INPUT, .lay = spec->ctr ? LAYOUT_FLAT : LAYOUT_NHWC};
     for (int i = 0; !rc && i < spec->n_layers; i++) rc = emit_layer(&c, i);
     if (!rc) {
+        /* one logit (click-log models): its sigmoid, as dtrain predict gives; classes: the softmax */
         const char *logits = DT_ONNX_LOGITS;
-        Onnx__NodeProto *n = ox_node(g, "Softmax", DT_ONNX_PROBS, 1, &logits);
-        ox_attr_int(g, n, "axis", 1);
+        Onnx__NodeProto *n = ox_node(g, dt_net_is_binary(net) ? "Sigmoid" : "Softmax", DT_ONNX_PROBS, 1, &logits);
+        if (!dt_net_is_binary(net)) ox_attr_int(g, n, "axis", 1);
         rc = ox_status(g);
     }
     free(c.shapes);

@@ -10,8 +10,6 @@
 
 /* Attributes one node may carry: Conv has the most (kernel_shape, strides, pads, dilations, group). */
 #define OX_MAX_ATTRS 8
-/* protobuf's limit on one message, so on an ONNX file without external data. */
-#define OX_MAX_FILE ((size_t)INT32_MAX)
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ONNX's raw_data is little-endian; initializers are written as the host's floats"
@@ -91,17 +89,22 @@ char *ox_strf(ox_graph *g, const char *fmt, ...) {
 }
 
 Onnx__NodeProto *ox_node(ox_graph *g, const char *op, const char *out, int n_in, const char *const *in) {
+    return ox_node_n(g, op, 1, &out, n_in, in);
+}
+
+Onnx__NodeProto *ox_node_n(ox_graph *g, const char *op, int n_out, const char *const *out, int n_in,
+                           const char *const *in) {
     Onnx__NodeProto *node = ox_alloc(g, sizeof *node);
-    char **ins = ox_alloc(g, (size_t)n_in * sizeof *ins), **outs = ox_alloc(g, sizeof *outs);
+    char **ins = ox_alloc(g, (size_t)n_in * sizeof *ins), **outs = ox_alloc(g, (size_t)n_out * sizeof *outs);
     Onnx__AttributeProto **attrs = ox_alloc(g, OX_MAX_ATTRS * sizeof *attrs);
     if (!node || !ins || !outs || !attrs) return NULL;
     onnx__node_proto__init(node);
     for (int k = 0; k < n_in; k++) ins[k] = ox_strdup(g, in[k]);
-    outs[0] = ox_strdup(g, out);
+    for (int k = 0; k < n_out; k++) outs[k] = ox_strdup(g, out[k]);
     node->name = outs[0];
     node->op_type = ox_strdup(g, op);
     node->n_input = (size_t)n_in, node->input = ins;
-    node->n_output = 1, node->output = outs;
+    node->n_output = (size_t)n_out, node->output = outs;
     node->attribute = attrs;
     if (g->rc || list_push(g, &g->nodes, node)) return NULL;
     return node;
@@ -142,25 +145,52 @@ void ox_attr_ints(ox_graph *g, Onnx__NodeProto *node, const char *name, int n, c
     a->n_ints = (size_t)n, a->ints = d;
 }
 
-float *ox_initializer(ox_graph *g, const char *name, int ndim, const int64_t *dims) {
-    size_t count = 1;
-    for (int k = 0; k < ndim; k++) count *= (size_t)dims[k];
+/* An initializer tensor named name of the given type and dims, its raw data data (n bytes), listed. */
+static Onnx__TensorProto *tensor(ox_graph *g, const char *name, int type, int ndim, const int64_t *dims,
+                                 const void *data, size_t n) {
     Onnx__TensorProto *t = ox_alloc(g, sizeof *t);
     int64_t *d = ox_alloc(g, (size_t)ndim * sizeof *d);
-    float *data = ox_alloc(g, count * sizeof *data);
     if (!t || !d || !data) return NULL;
     onnx__tensor_proto__init(t);
-    memcpy(d, dims, (size_t)ndim * sizeof *d);
+    if (ndim) memcpy(d, dims, (size_t)ndim * sizeof *d);
     t->n_dims = (size_t)ndim, t->dims = d;
-    t->has_data_type = 1, t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    t->has_data_type = 1, t->data_type = type;
     t->name = ox_strdup(g, name);
-    t->has_raw_data = 1, t->raw_data.len = count * sizeof *data, t->raw_data.data = (uint8_t *)data;
-    g->init_bytes += count * sizeof *data;
+    t->has_raw_data = 1, t->raw_data.len = n, t->raw_data.data = (uint8_t *)data;
+    g->init_bytes += n;
     if (g->rc || list_push(g, &g->inits, t)) return NULL;
-    return data;
+    return t;
 }
 
-static Onnx__TypeProto *tensor_type(ox_graph *g, int ndim, const int64_t *dims, const char *sym) {
+static size_t count_of(int ndim, const int64_t *dims) {
+    size_t count = 1;
+    for (int k = 0; k < ndim; k++) count *= (size_t)dims[k];
+    return count;
+}
+
+float *ox_initializer(ox_graph *g, const char *name, int ndim, const int64_t *dims) {
+    size_t count = count_of(ndim, dims);
+    float *data = ox_alloc(g, count * sizeof *data);
+    return tensor(g, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, ndim, dims, data, count * sizeof *data) ? data
+                                                                                                         : NULL;
+}
+
+int ox_initializer_ref(ox_graph *g, const char *name, int ndim, const int64_t *dims, const float *data) {
+    if (!data && !g->rc) g->rc = dt_errorf(g->err, DT_EINVAL, "internal error: initializer %s has no data", name);
+    tensor(g, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, ndim, dims, data, count_of(ndim, dims) * sizeof *data);
+    return g->rc;
+}
+
+int ox_initializer_i64(ox_graph *g, const char *name, int n, const int64_t *values) {
+    int64_t dims[1] = {n};
+    int64_t *data = ox_alloc(g, (size_t)n * sizeof *data);
+    if (data) memcpy(data, values, (size_t)n * sizeof *data);
+    tensor(g, name, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, dims, data, (size_t)n * sizeof *data);
+    return g->rc;
+}
+
+static Onnx__TypeProto *tensor_type(ox_graph *g, int elem_type, int ndim, const int64_t *dims,
+                                    const char *const *syms) {
     Onnx__TypeProto *type = ox_alloc(g, sizeof *type);
     Onnx__TypeProto__Tensor *tt = ox_alloc(g, sizeof *tt);
     Onnx__TensorShapeProto *shape = ox_alloc(g, sizeof *shape);
@@ -174,14 +204,14 @@ static Onnx__TypeProto *tensor_type(ox_graph *g, int ndim, const int64_t *dims, 
         onnx__tensor_shape_proto__dimension__init(dim[k]);
         if (dims[k] < 0) {
             dim[k]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
-            dim[k]->dim_param = ox_strdup(g, sym);
+            dim[k]->dim_param = ox_strdup(g, syms[-1 - dims[k]]);
         } else {
             dim[k]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
             dim[k]->dim_value = dims[k];
         }
     }
     shape->n_dim = (size_t)ndim, shape->dim = dim;
-    tt->has_elem_type = 1, tt->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    tt->has_elem_type = 1, tt->elem_type = elem_type;
     tt->shape = shape;
     type->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
     type->tensor_type = tt;
@@ -190,11 +220,18 @@ static Onnx__TypeProto *tensor_type(ox_graph *g, int ndim, const int64_t *dims, 
 
 void ox_io(ox_graph *g, int output, const char *name, int ndim, const int64_t *dims, const char *sym,
            const char *doc) {
+    int64_t d[8];
+    for (int k = 0; k < ndim && k < 8; k++) d[k] = dims[k] < 0 ? -1 : dims[k];
+    ox_io_typed(g, output, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, ndim < 8 ? ndim : 8, d, &sym, doc);
+}
+
+void ox_io_typed(ox_graph *g, int output, const char *name, int elem_type, int ndim, const int64_t *dims,
+                 const char *const *syms, const char *doc) {
     Onnx__ValueInfoProto *v = ox_alloc(g, sizeof *v);
     if (!v) return;
     onnx__value_info_proto__init(v);
     v->name = ox_strdup(g, name);
-    v->type = tensor_type(g, ndim, dims, sym);
+    v->type = tensor_type(g, elem_type, ndim, dims, syms);
     v->doc_string = doc ? ox_strdup(g, doc) : NULL;
     if (!g->rc) list_push(g, output ? &g->outputs : &g->inputs, v);
 }
@@ -260,20 +297,63 @@ static void fill_model(ox_graph *g, const ox_model_info *info, Onnx__ModelProto 
     m->n_metadata_props = g->meta.n, m->metadata_props = (Onnx__StringStringEntryProto **)g->meta.v;
 }
 
-int ox_write(ox_graph *g, const ox_model_info *info, const char *path, size_t *bytes) {
+/* Moves the values of every initializer of at least OX_EXTERNAL_MIN bytes to the external data file f
+ * (opened), each at a multiple of OX_EXTERNAL_ALIGN, and names them in the tensor (ONNX's
+ * external_data: location, offset, length; data_location EXTERNAL). *size gets the data file's size. */
+static int write_external(ox_graph *g, dt_atomic_file *f, const char *location, size_t *size) {
+    uint64_t at = 0;
+    for (size_t i = 0; i < g->inits.n; i++) {
+        Onnx__TensorProto *t = g->inits.v[i];
+        size_t n = t->raw_data.len;
+        if (n < OX_EXTERNAL_MIN) continue;
+        at = (at + OX_EXTERNAL_ALIGN - 1) / OX_EXTERNAL_ALIGN * OX_EXTERNAL_ALIGN;
+        int rc = n ? dt_atomic_pwrite(f, t->raw_data.data, n, at, g->err) : 0;
+        if (rc) return g->rc = rc;
+        Onnx__StringStringEntryProto *e = ox_alloc(g, 3 * sizeof *e), **ep = ox_alloc(g, 3 * sizeof *ep);
+        if (!e || !ep) return g->rc;
+        const char *keys[3] = {"location", "offset", "length"};
+        const char *vals[3] = {location, ox_strf(g, "%llu", (unsigned long long)at), ox_strf(g, "%zu", n)};
+        for (int k = 0; k < 3; k++) {
+            onnx__string_string_entry_proto__init(&e[k]);
+            e[k].key = (char *)keys[k], e[k].value = (char *)vals[k];
+            ep[k] = &e[k];
+        }
+        if (!vals[1] || !vals[2]) return g->rc;
+        t->n_external_data = 3, t->external_data = ep;
+        t->has_data_location = 1, t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+        t->has_raw_data = 0, t->raw_data.len = 0, t->raw_data.data = NULL;
+        at += n;
+    }
+    *size = at;
+    return 0;
+}
+
+int ox_write(ox_graph *g, const ox_model_info *info, const char *path, ox_written *out) {
     if (g->rc) return g->rc;
     Onnx__ModelProto m;
     Onnx__GraphProto gr;
     Onnx__OperatorSetIdProto opset, *opsets[1];
     fill_model(g, info, &m, &gr, &opset, opsets);
     size_t size = protobuf_c_message_get_packed_size(&m.base);
-    if (size > OX_MAX_FILE)
-        return g->rc = dt_errorf(g->err, DT_EINVAL,
-                                 "%s: the model would take %zu bytes, over the 2 GiB protobuf allows in one ONNX "
-                                 "file (dtrain does not write ONNX's external data)", path, size);
-    file_sink *s = dt_calloc(1, sizeof *s, "the ONNX file's buffer", g->err);
+    size_t above = info->external_above && info->external_above < OX_MAX_FILE ? info->external_above : OX_MAX_FILE;
+    dt_atomic_file data = {.fd = -1};
+    size_t data_bytes = 0;
+    int rc = 0;
+    if (size > above && g->inits.n) {
+        /* the values go beside the model, named relative to its folder (ONNX's rule for location) */
+        char *data_path = ox_strf(g, "%s.data", path);
+        const char *base = data_path ? strrchr(data_path, '/') : NULL;
+        rc = data_path ? dt_atomic_open(&data, data_path, g->err) : g->rc;
+        if (!rc) rc = write_external(g, &data, base ? base + 1 : data_path, &data_bytes);
+        if (!rc) size = protobuf_c_message_get_packed_size(&m.base);
+    }
+    if (!rc && size > OX_MAX_FILE)
+        rc = dt_errorf(g->err, DT_EINVAL,
+                       "%s: the graph would take %zu bytes without its initializers, over the 2 GiB protobuf allows "
+                       "in one ONNX file", path, size);
+    file_sink *s = rc ? NULL : dt_calloc(1, sizeof *s, "the ONNX file's buffer", g->err);
     dt_atomic_file f = {.fd = -1};
-    int rc = s ? dt_atomic_open(&f, path, g->err) : DT_ENOMEM;
+    if (!rc) rc = s ? dt_atomic_open(&f, path, g->err) : DT_ENOMEM;
     if (!rc) {
         s->base.append = sink_append;
         s->f = &f, s->err = g->err;
@@ -282,10 +362,13 @@ int ox_write(ox_graph *g, const ox_model_info *info, const char *path, size_t *b
         rc = s->rc;
         if (!rc && packed != size)
             rc = dt_errorf(g->err, DT_EIO, "%s: internal error: packed %zu bytes of %zu", path, packed, size);
+        /* the data first: a model file never names values that are not there */
+        if (!rc && data_bytes) rc = dt_atomic_commit(&data, g->err);
         if (!rc) rc = dt_atomic_commit(&f, g->err);
     }
     dt_atomic_abort(&f);
+    dt_atomic_abort(&data);
     free(s);
-    if (!rc && bytes) *bytes = size;
+    if (!rc && out) *out = (ox_written){.bytes = size, .external_bytes = data_bytes};
     return g->rc = rc;
 }

@@ -6,18 +6,7 @@
 //   node run_ort.js MODEL.onnx INPUT.f32 --bench SECONDS [--batch B] [--threads T]
 'use strict';
 const fs = require('fs');
-const path = require('path');
-
-function loadOrt() {
-  const where = path.join(__dirname, 'node_modules', 'onnxruntime-node');
-  try {
-    return require(where);
-  } catch (e) {
-    console.error(`onnxruntime-node is not installed in ${path.dirname(where)} (scripts/deps test installs it: ` +
-                  `npm ci --ignore-scripts --prefix tests/onnx): ${e.message.split('\n')[0]}`);
-    process.exit(3);
-  }
-}
+const loadOrt = require('./ort.js');
 
 function option(args, name, dflt) {
   const i = args.indexOf(name);
