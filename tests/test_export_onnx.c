@@ -140,6 +140,23 @@ static void test_ctr_external_data(void) {
     dt_net_free(net);
 }
 
+/* A compact net (a cluster worker's: its tables are blocks of one batch's rows) is refused, not written
+ * with blocks read as whole tables. */
+static void test_compact_net_refused(void) {
+    dt_model_spec spec;
+    dt_error e = {0};
+    dt_net *net = NULL;
+    CHECK(dt_model_spec_load(&spec, "tests/onnx/ctr_layers.model", &e) == 0);
+    CHECK(dt_net_build_compact(&net, &spec, 4, &e) == 0);
+    dt_model_spec_free(&spec);
+    if (!net) return;
+    dt_onnx_meta meta = {.global_step = -1};
+    CHECK(dt_onnx_export_net(net, 13, &meta, out_a, NULL, &e) == DT_EINVAL);
+    CHECK_CONTAINS(e.msg, "ctr_layers.model:7: embedding lin: the net holds blocks of a batch's rows");
+    CHECK(entries(dir) == 0);
+    dt_net_free(net);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) return 1;
     snprintf(out_a, sizeof out_a, "%s/a.onnx", dir);
@@ -148,6 +165,7 @@ int main(void) {
     RUN(test_opset_range);
     RUN(test_every_allocation_fails_cleanly);
     RUN(test_ctr_external_data);
+    RUN(test_compact_net_refused);
     rmdir(dir);
     return test_summary();
 }

@@ -301,6 +301,14 @@ static void emit_embedding(ctx *c, int i) {
     const char *rows = ox_strf(c->g, "%s" DT_ONNX_ROWS, nm), *vals = ox_strf(c->g, "%s" DT_ONNX_VALUES, nm);
     int F = L->n_fields, s = 0;
     int64_t dims[2] = {L->buckets, L->dim};
+    /* a table of unbounded ids, or a compact net's block of one batch's rows, is not the table */
+    if (!L->buckets || dt_net_compact_tables(c->net)) {
+        if (!c->g->rc)
+            c->g->rc = dt_errorf(c->g->err, DT_EINVAL, "%s:%d: embedding %s: %s", c->spec->source, L->line, nm,
+                                 L->buckets ? "the net holds blocks of a batch's rows (a compact net), not its tables"
+                                            : "unbounded ids (capacity=) have no table of rows to export");
+        return;
+    }
     const char *gathered = ox_strf(c->g, "%s:gathered", nm);
     if (L->shared) {
         const char *table = ox_strf(c->g, "%s/embeddings", nm), *in[2] = {table, rows};
