@@ -609,9 +609,9 @@ static void log_weighted(ps_shard *s, const accum *a, float div) {
 /* Applies the mean of a chunk's gradients of its current step, summed in worker-index order (so
  * the result does not depend on arrival order), each weighted by its examples when they differ
  * (step_weighted: the mean over the examples the step trained), and moves it to the next step. */
-static void apply_sync_step(ps_shard *s, part_t *p) {
+static int apply_sync_step(ps_shard *s, part_t *p) {
     accum *a = &p->acc[p->step % (s->staleness + 1)];
-    DT_ASSERT(a->count > 0 && a->step == p->step);
+    if (!DT_ASSERT(a->count > 0 && a->step == p->step)) return 0;
     accum_sort(a);
     /* mean = ((w0 g0 + w1 g1) + w2 g2 ...) / div in count - 1 passes: the first reads g0 and g1
      * where they arrived, the division rides on the last; a single gradient is its own mean (no
@@ -642,6 +642,7 @@ static void apply_sync_step(ps_shard *s, part_t *p) {
     if (p == &s->parts[0] && s->coord) dt_coord_applied(s->coord, t, a->worker, a->count);
     accum_clear(a);
     if (p == &s->parts[0]) s->updates++;
+    return 1;
 }
 
 /* Applies every complete step of a chunk (with staleness, later steps may be complete already);
@@ -651,7 +652,7 @@ int shard_apply_complete_steps(ps_shard *s, part_t *p) {
     for (;;) {
         accum *a = &p->acc[p->step % (s->staleness + 1)];
         if (a->count == 0 || a->step != p->step || a->count < shard_needed(s)) return any;
-        apply_sync_step(s, p);
+        if (!apply_sync_step(s, p)) return any;
         any = 1;
     }
 }
@@ -726,7 +727,10 @@ static void on_sync_push(const shard_req *r) {
         return;
     }
     accum *a = &p->acc[t % (s->staleness + 1)];
-    DT_ASSERT(a->count == 0 || a->step == t);
+    if (!DT_ASSERT(a->count == 0 || a->step == t)) {
+        shard_refuse(r, DT_WIRE_E_RESYNC, "gradient for step %lld refused: %s", (long long)t, dt_assert_why());
+        return;
+    }
     int k = 0;
     while (k < a->count && a->worker[k] != h->task) k++;
     /* Only a later step can be full (the current one is applied once full): with backup workers

@@ -125,12 +125,6 @@ struct dt_ps_client {
     size_t one_cap, one_len;
 };
 
-/* What a broken invariant left (DT_ASSERT, in a release build), for the message of the refused call. */
-static const char *broken(void) {
-    const char *s = dt_assert_sticky();
-    return s ? s : "broken invariant";
-}
-
 static int fail_ps(dt_ps_client *c, int ps, dt_error *err, int code, const char *what, const char *msg) {
     return dt_errorf(err, code, "ps %d at %s: %s%s%s", ps, c->ps[ps].endpoint, what, *what ? ": " : "", msg);
 }
@@ -179,7 +173,7 @@ static int send_req(dt_ps_client *c, int i, int chunk, dt_wire_header *h, zmq_ms
     int64_t now = dt_clock_us();
     heard(p, now, now);
     rc = dt_ex_sent(c->ex, i, chunk, h->type, h->request_id, now);
-    return rc ? dt_errorf(err, rc, "ps client: %s", broken()) : DT_OK;
+    return rc ? dt_errorf(err, rc, "ps client: %s", dt_assert_why()) : DT_OK;
 }
 
 /* A request due a request timeout from now. */
@@ -336,11 +330,12 @@ static int gather(dt_ps_client *c, dt_error *err) {
         int due = 0;
         for (int i = 0; i < c->n_ps; i++) due += dt_ex_awaiting(c->ex, i);
         if (!DT_ASSERT(due > 0)) /* open with nothing due: a request was never sent */
-            return fail_call(c, dt_errorf(err, DT_EINVAL, "ps client: %s: %s", c->call.what, broken()));
+            return fail_call(c, dt_errorf(err, DT_EINVAL, "ps client: %s: %s", c->call.what, dt_assert_why()));
         int rc = wait_round(c, 1000, -1, err);
         if (rc) return rc;
     }
-    if (!DT_ASSERT(dt_ex_get_state(c->ex) == DT_EX_DONE)) return dt_errorf(err, DT_EINVAL, "ps client: %s", broken());
+    if (!DT_ASSERT(dt_ex_get_state(c->ex) == DT_EX_DONE))
+        return dt_errorf(err, DT_EINVAL, "ps client: %s", dt_assert_why());
     return DT_OK;
 }
 
@@ -351,7 +346,7 @@ static void release_inflight(void *data, void *hint) {
     (void)data;
     ps_conn *p = hint;
     int before = atomic_fetch_sub(&p->inflight, 1);
-    DT_ASSERT(before > 0);
+    if (!DT_ASSERT(before > 0)) atomic_fetch_add(&p->inflight, 1); /* never below 0 */
     int fd = atomic_load(&p->wake_fd);
     if (fd >= 0) {
         uint64_t one = 1;
@@ -448,7 +443,7 @@ static int call_begin(dt_ps_client *c, const call_t *call, uint8_t want, dt_erro
     /* HELLO: hello_all's own deadline (the connect timeout) passes first. */
     if (want == DT_MSG_WELCOME) kind.timeout_us = (c->connect_timeout_ms + 1000) * 1000LL;
     if (dt_ex_begin(c->ex, &kind, chunks, dt_clock_us()))
-        return dt_errorf(err, DT_EINVAL, "ps client: %s: %s", call->what, broken());
+        return dt_errorf(err, DT_EINVAL, "ps client: %s: %s", call->what, dt_assert_why());
     c->call = *call;
     c->call.t0 = c->m_push || c->m_pull ? dt_seconds() : 0;
     return DT_OK;
