@@ -33,6 +33,7 @@ static void put_ids(uint8_t *p, const uint64_t *ids, size_t n) {
 static void sparse_init_raw(ps_shard *s, dt_wire_role role, const uint8_t *records, size_t n) {
     dt_wire_header h = hdr(DT_MSG_SPARSE_INIT, role, 0);
     h.sparse.ids = n;
+    h.global_step = init_step;
     h.payload_bytes = n * DT_WIRE_TABLE_BYTES;
     ps_origin o = from(0);
     ps_bytes b = {.data = records, .size = h.payload_bytes};
@@ -849,6 +850,39 @@ static int write_corpus(const char *dir) {
     return bad | write_ckpt_seeds(dir);
 }
 
+/* Tables declared just below the most a header carries (DT_WIRE_MAX_STEP, 2^62): a push applied
+ * there (async, and sync with 1 of 1), the table one step on, a pull held up to step + staleness + 2
+ * and refused beyond; the sanitizer build checks that none of it overflows (it did at 2^63 - 1, which
+ * the decoder now refuses: test_wire.c). */
+static void test_steps_at_the_bound(void) {
+    const int64_t b = DT_WIRE_MAX_STEP - 8;
+    uint64_t id = 10;
+    const float g[DIM] = {1, 2, 3};
+    float want[DIM];
+    init_step = b;
+    for (int sync = 0; sync < 2; sync++) {
+        ps_shard *s = shard_new_n(N);
+        shard_init_n(s, N, 1, sync, sync ? 1 : 2, sync, 0, 0, 0);
+        sparse_init(s, 0);
+        CHECK_MSG(last()->h.type == DT_MSG_ACK, "%s", last()->text);
+        spush(s, 1, 0, &id, 1, g, b, sync, 0, 1);
+        CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_OK);
+        initial(id, want);
+        for (int j = 0; j < DIM; j++) want[j] -= 0.5f * g[j];
+        spull(s, 1, 0, &id, 1, b + 1, DT_ENC_FP32, 0);
+        CHECK(rows_are(want, 1, b + 1));
+        if (sync) {
+            const int replies = rec.n;
+            spull(s, 2, 0, &id, 1, b + 4, DT_ENC_FP32, 0); /* step + staleness + 2: held */
+            CHECK(rec.n == replies);
+            spull(s, 3, 0, &id, 1, b + 5, DT_ENC_FP32, 0);
+            CHECK(last()->h.type == DT_MSG_ERROR && last()->h.status == DT_WIRE_E_BAD_VALUE);
+        }
+        shard_done(s);
+    }
+    init_step = 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-corpus")) return write_corpus(argv[2]);
     RUN(test_init_conditions);
@@ -863,5 +897,6 @@ int main(int argc, char **argv) {
     RUN(test_table_memory);
     RUN(test_export_pages);
     RUN(test_import);
+    RUN(test_steps_at_the_bound);
     return test_summary();
 }

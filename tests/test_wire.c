@@ -246,6 +246,23 @@ static void test_refusals(void) {
     memcpy(b, good, sizeof good);
     b[23] = 0x80; /* global step negative */
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "negative step"));
+    /* Steps near 2^63 would overflow a ps's arithmetic (step + staleness + 2, a step applied):
+     * 2^62 is the most a header carries, global or local. */
+    for (int field = 16; field <= 24; field += 8) {
+        const int64_t steps[3] = {DT_WIRE_MAX_STEP, DT_WIRE_MAX_STEP + 1, INT64_MAX};
+        for (int k = 0; k < 3; k++) {
+            memcpy(b, good, sizeof good);
+            for (int i = 0; i < 8; i++) b[field + i] = (uint8_t)((uint64_t)steps[k] >> (8 * i));
+            if (k == 0) {
+                dt_wire_header d;
+                CHECK(dt_wire_decode(&d, b, sizeof good, NULL) == DT_OK &&
+                      (field == 16 ? d.global_step : d.local_step) == DT_WIRE_MAX_STEP);
+            } else {
+                CHECK(decode_fails(b, sizeof good, DT_EFORMAT,
+                                   "PULL header: step beyond the limit 4611686018427387904"));
+            }
+        }
+    }
     memcpy(b, good, sizeof good);
     b[32] = 4; /* a PULL with a payload */
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "has none"));

@@ -33,6 +33,10 @@
  * bound (a ps holds at most (staleness + 1) * replicas_to_aggregate gradients). */
 #define DT_WIRE_MAX_REPLICAS 65536u
 #define DT_WIRE_MAX_STALENESS 64u
+/* The largest global_step or local_step a header may carry: 2^62, far enough below 2^63 that a ps's
+ * step arithmetic (step + staleness + 2, step + 1024, a step applied) cannot overflow: 2^62 more
+ * steps, at a billion a second, take 146 years. */
+#define DT_WIRE_MAX_STEP (INT64_C(1) << 62)
 /* PUSH: the most examples one gradient may say it averages (push.examples): the net's largest
  * batch (model/net.c) and the work plan's (DT_COORD_MAX_BATCH_SIZE). */
 #define DT_WIRE_MAX_EXAMPLES (UINT64_C(1) << 20)
