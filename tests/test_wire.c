@@ -302,6 +302,24 @@ static void test_refusals(void) {
     bad.init.staleness = DT_WIRE_MAX_STALENESS + 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "staleness"));
+    /* (staleness + 1) x aggregate gradients held per chunk: 65,536 at most (65,536 replicas at
+     * staleness 64 were 477 MiB of accumulators per chunk, before one gradient came) */
+    bad = sample(DT_MSG_INIT);
+    bad.init.replicas_to_aggregate = bad.init.total_num_replicas = DT_WIRE_MAX_REPLICAS;
+    bad.init.staleness = DT_WIRE_MAX_STALENESS;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "(staleness 64 + 1) x replicas_to_aggregate 65536 gradients held "
+                                                  "per chunk, beyond the limit 65536"));
+    bad.init.staleness = 0;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_OK, NULL));
+    bad.init.replicas_to_aggregate = DT_WIRE_MAX_HELD_GRADIENTS / (DT_WIRE_MAX_STALENESS + 1);
+    bad.init.staleness = DT_WIRE_MAX_STALENESS;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_OK, NULL));
+    bad.init.replicas_to_aggregate++;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "beyond the limit 65536"));
     bad = sample(DT_MSG_INIT);
     bad.init.replicas_to_aggregate = 0; /* asynchronous, yet a staleness */
     bad.init.staleness = 1;

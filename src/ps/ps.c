@@ -557,7 +557,7 @@ static void after_round(ps_t *ps, int drained) {
     ps_shard_get_stats(ps->shard, &st);
     ps_publish(ps, &st);
     dt_peers_set_other(ps->peers, st.pending_bytes + (uint64_t)st.pending * HELD_ORIGIN_BYTES);
-    dt_peers_set_own(ps->peers, st.sparse.bytes);
+    dt_peers_set_own(ps->peers, st.sparse.bytes + st.sync_bytes);
     int64_t since = dt_clock_us() - ps->peers_checked_us, every = dt_peers_check_interval_us(ps->peers);
     if ((drained && since >= every) || since >= 4 * every) {
         dt_peers_check(ps->peers, drained);

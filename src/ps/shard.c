@@ -163,7 +163,7 @@ void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *o) {
                           .pending = s->n_pending,
                           .pending_bytes = (uint64_t)s->n_pending * sizeof(pending_pull),
                           .initialised = s->initialised, .shutdown = s->shutdown, .live = live > 0 ? live : 0,
-                          .workers = s->workers};
+                          .workers = s->workers, .sync_bytes = s->sync_bytes};
     shard_sparse_stats(s, o);
 }
 
@@ -366,6 +366,14 @@ static int part_prepare(part_t *p, size_t n, const float *data, int slots, int d
     return DT_OK;
 }
 
+uint64_t shard_sync_bytes(uint64_t chunks, uint64_t aggregate, uint64_t total, uint64_t staleness) {
+    if (!aggregate) return 0;
+    const uint64_t each = sizeof(uint16_t) + sizeof(ps_bytes) + sizeof(uint8_t) + sizeof(uint32_t); /* accum's arrays */
+    const uint64_t worker = sizeof(uint64_t) + sizeof(int64_t) + sizeof(uint8_t) + sizeof(push_count) +
+                            sizeof(uint64_t); /* stale, last_seen, lost, counts; the sparse stale counts */
+    return chunks * (staleness + 1) * (sizeof(accum) + aggregate * each) + total * worker;
+}
+
 static int part_accumulators(part_t *p, int aggregate, int staleness) {
     if (!(p->acc = dt_calloc((size_t)staleness + 1, sizeof *p->acc, "ps accumulators", NULL))) return DT_ENOMEM;
     for (int i = 0; i <= staleness; i++) {
@@ -500,6 +508,18 @@ void shard_on_init(const shard_req *r) {
         return;
     }
     int slots = dt_opt_slots(&opt);
+    /* Counted before anything is allocated: a peer's INIT cannot make the ps hold more than its
+     * table memory in accumulators (65,536 replicas at staleness 64 were 477 MiB per chunk). */
+    const uint64_t sync = shard_sync_bytes(h->chunks, h->init.replicas_to_aggregate, h->init.total_num_replicas,
+                                           h->init.staleness);
+    if (s->cfg.table_memory && sync > s->cfg.table_memory) {
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "INIT's sync configuration (%llu of %llu workers, staleness %llu, %u "
+                     "chunks) would hold %.1f MiB of accumulators and worker counts on this ps, over its table memory "
+                     "of %.1f MiB (--ps_table_memory)", (unsigned long long)h->init.replicas_to_aggregate,
+                     (unsigned long long)h->init.total_num_replicas, (unsigned long long)h->init.staleness, h->chunks,
+                     (double)sync / 1048576.0, (double)s->cfg.table_memory / 1048576.0);
+        return;
+    }
     init_state t;
     if (init_prepare(s, h, data, slots, opt.weight_decay != 0, r->now, &t)) {
         shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for the shard's chunks, optimizer state or accumulators");
@@ -515,6 +535,7 @@ void shard_on_init(const shard_req *r) {
     free(s->sparse_stale);
     s->sparse_stale = NULL;
     init_commit(s, &t);
+    s->sync_bytes = sync;
     if (s->coord) dt_coord_reset_step(s->coord, h->global_step); /* held gradients are gone: their claims too */
     /* The deferred PULL table is sized by the workers (a quota each): made anew for the new count. */
     free(s->pending);

@@ -68,8 +68,10 @@ typedef struct {
     int ps_index;             /* sent in every reply */
     int n_ps;                 /* ps tasks in the cluster: a sparse table's rows here are those whose
                                * dt_row_ps is ps_index (cluster/row_placement.h); 0: not checked */
-    /* The most bytes the sparse tables SPARSE_INIT declares may grow to here, together, at their
-     * capacities (docs/sparse.md, "Memory"); a SPARSE_INIT past it is refused. 0: not checked. */
+    /* The most bytes what the chief declares may make the shard hold beyond its own values: the
+     * sparse tables SPARSE_INIT declares, together, at their capacities (docs/sparse.md, "Memory"),
+     * with their sync accumulators, and INIT's sync accumulators and per-worker counts; an INIT or
+     * SPARSE_INIT past it is refused before anything is allocated. 0: not checked. */
     uint64_t table_memory;
     size_t shard_floats;      /* > 0 */
     const size_t *state_ranges; /* dt_ps_config's: floats that are state, not trained */
@@ -87,11 +89,12 @@ typedef struct {
     int initialised, shutdown;
     int live;                 /* workers counted alive (sync: not lost; async: declared, not done) */
     int workers;              /* declared by INIT (0: not yet) */
+    uint64_t sync_bytes;      /* INIT's sync accumulators and per-worker counts (shard_sync_bytes) */
     struct {                  /* sparse tables, all of this ps's together (docs/sparse.md) */
         int tables;
         uint64_t rows, admitted, expired, evicted, hits, misses, not_admitted;
         uint64_t pulls, pushes, updates, stale; /* SPARSE_ROWS sent, SPARSE_PUSHes taken, updates, stale pushes */
-        uint64_t bytes;       /* the tables' memory (rows, index, sketch) and their sync row sums */
+        uint64_t bytes;       /* the tables' memory (rows, index, sketch) and their sync accumulators and row sums */
     } sparse;
 } ps_shard_stats;
 

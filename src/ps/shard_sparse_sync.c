@@ -25,6 +25,11 @@ int shard_table_accumulators(shard_table *t, int aggregate, int staleness) {
     return DT_OK;
 }
 
+uint64_t shard_table_acc_bytes(int aggregate, int staleness) {
+    if (!aggregate) return 0;
+    return (uint64_t)(staleness + 1) * (sizeof(sparse_acc) + (uint64_t)aggregate * sizeof(sparse_entry));
+}
+
 uint64_t shard_table_sums_bytes(const shard_table *t, int staleness, int aggregate) {
     uint64_t n = 0;
     for (int i = 0; t->acc && i <= staleness; i++)

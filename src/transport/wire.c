@@ -99,6 +99,10 @@ static int check_sync_config(const dt_wire_header *h, dt_error *err) {
     if (h->init.staleness > DT_WIRE_MAX_STALENESS)
         return dt_errorf(err, DT_EFORMAT, "INIT header: staleness %llu beyond the limit %u",
                          (unsigned long long)h->init.staleness, DT_WIRE_MAX_STALENESS);
+    if ((h->init.staleness + 1) * h->init.replicas_to_aggregate > DT_WIRE_MAX_HELD_GRADIENTS)
+        return dt_errorf(err, DT_EFORMAT, "INIT header: (staleness %llu + 1) x replicas_to_aggregate %llu gradients "
+                         "held per chunk, beyond the limit %u", (unsigned long long)h->init.staleness,
+                         (unsigned long long)h->init.replicas_to_aggregate, DT_WIRE_MAX_HELD_GRADIENTS);
     return DT_OK;
 }
 

@@ -697,10 +697,12 @@ static int check_config(const dt_ps_client_config *cfg, dt_error *err) {
     if (cfg->replicas_to_aggregate < 0 || cfg->total_num_replicas < 0 || cfg->staleness < 0 ||
         (cfg->replicas_to_aggregate > 0 &&
          (cfg->total_num_replicas < cfg->replicas_to_aggregate || cfg->total_num_replicas > (int)DT_WIRE_MAX_REPLICAS ||
-          cfg->staleness > (int)DT_WIRE_MAX_STALENESS)))
+          cfg->staleness > (int)DT_WIRE_MAX_STALENESS ||
+          (uint64_t)(cfg->staleness + 1) * (uint64_t)cfg->replicas_to_aggregate > DT_WIRE_MAX_HELD_GRADIENTS)))
         return dt_errorf(err, DT_EINVAL, "ps client: sync configuration aggregate %d, total %d, staleness %d "
-                         "(need 1 <= aggregate <= total <= %u, staleness <= %u)", cfg->replicas_to_aggregate,
-                         cfg->total_num_replicas, cfg->staleness, DT_WIRE_MAX_REPLICAS, DT_WIRE_MAX_STALENESS);
+                         "(need 1 <= aggregate <= total <= %u, staleness <= %u, (staleness + 1) x aggregate <= %u)",
+                         cfg->replicas_to_aggregate, cfg->total_num_replicas, cfg->staleness, DT_WIRE_MAX_REPLICAS,
+                         DT_WIRE_MAX_STALENESS, DT_WIRE_MAX_HELD_GRADIENTS);
     if ((unsigned)cfg->compression >= DT_ENC_COUNT)
         return dt_errorf(err, DT_EINVAL, "ps client: compression %d is not an encoding", (int)cfg->compression);
     for (int i = 0; i < cfg->n_ps; i++) {
