@@ -5,6 +5,7 @@
  * is needed (a message that never ends). Every wait is bounded. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
@@ -236,6 +237,117 @@ static void test_unread_replies_bounded(void) {
     free(stop_and_log(&ps, &lc));
 }
 
+/* Issue 40, item 9: strangers that ask for large replies and never read them hold the ps at its
+ * budget (40 connections, then 2 more every 250 ms, each asking 2 FETCHes of a 4 MiB shard: B is
+ * 96 MiB). A sync run goes on: the
+ * worker that pushes gets its PARAMS, a quarter of the budget being kept from strangers for the
+ * workers (before, steps were refused ERROR 106); and a worker that has pushed nothing yet (a
+ * restart) asks again while the ps says it is busy, within its timeout, until strangers' unread
+ * replies are cut (before, its PULL failed at once: the worker exited). */
+enum { STRANGERS = 40, STRANGERS_MOST = 96 };
+
+/* A stranger: a connection that asks for 2 FETCHes and never reads. */
+static void *stranger(void *ctx, const char *ep) {
+    void *s = dt_zsock_open(ctx, ZMQ_DEALER, 64 << 20, 0, 2000, NULL);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &(int){1}, sizeof(int)); /* its libzmq stops reading too */
+    zmq_setsockopt(s, ZMQ_RCVBUF, &(int){65536}, sizeof(int));
+    zmq_connect(s, ep);
+    for (uint32_t i = 1; i <= 2; i++) {
+        dt_wire_header h = req(DT_MSG_FETCH, 1, i);
+        dt_wire_send(s, NULL, &h, NULL, 0, NULL);
+    }
+    return s;
+}
+
+/* The strangers, in a process of their own (forked before the ps starts: in this one, what their
+ * libzmq reads would count in the ps's heap): once the endpoint arrives on fd, STRANGERS of them,
+ * then 2 more every 250 ms (the ps cuts those whose replies wait unread), the oldest closed beyond
+ * STRANGERS_MOST, until fd closes. */
+static void strangers_main(int fd) {
+    char ep[128] = {0};
+    if (read(fd, ep, sizeof ep - 1) <= 0) _exit(1);
+    void *ctx = zmq_ctx_new();
+    void *s[STRANGERS_MOST] = {0};
+    int next = 0;
+    for (; next < STRANGERS; next++) s[next] = stranger(ctx, ep);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    char c;
+    while (read(fd, &c, 1) != 0) {
+        sleep_ms(250);
+        for (int k = 0; k < 2; k++, next = (next + 1) % STRANGERS_MOST) {
+            if (s[next]) zmq_close(s[next]);
+            s[next] = stranger(ctx, ep);
+        }
+    }
+    for (int k = 0; k < STRANGERS_MOST; k++)
+        if (s[k]) zmq_close(s[k]);
+    zmq_ctx_term(ctx);
+    _exit(0);
+}
+
+static void test_workers_before_strangers_at_the_budget(void) {
+    enum { N = 1 << 20, STEPS = 10 };
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return;
+    pid_t kid = fork();
+    if (kid == 0) {
+        close(pipefd[1]);
+        alarm(60);
+        strangers_main(pipefd[0]);
+    }
+    close(pipefd[0]);
+    ps_thread ps;
+    log_capture lc;
+    start_logged(&ps, N, &lc, 0, 0);
+    size_t sizes[1] = {N};
+    const int request_ms_was = request_ms;
+    request_ms = 10000;
+    dt_ps_client *chief = client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 1, 2, 0);
+    CHECK(chief != NULL);
+    float *p = calloc(N, sizeof *p), *g = calloc(N, sizeof *g);
+    const float *src[1] = {p}, *gs[1] = {g}, *views[1];
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
+    dt_error e = {0};
+    CHECK(chief && dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
+    CHECK(chief && dt_ps_client_push_pull(chief, gs, 0, 1, views, NULL, NULL, &e) == DT_OK); /* declared */
+    CHECK(write(pipefd[1], ps.endpoint, strlen(ps.endpoint)) == (ssize_t)strlen(ps.endpoint));
+    sleep_ms(500);
+    dt_ps_client *late = client_sync(1, &ps, sizes, DT_ROLE_WORKER, 1, 1, 2, 0);
+    CHECK(late != NULL);
+    int64_t pulled[1] = {0};
+    if (late) {
+        int rc = dt_ps_client_pull_resume(late, views, pulled, &e);
+        CHECK_MSG(rc == DT_OK && pulled[0] == 1, "late worker's pull: rc %d: %s", rc, e.msg);
+        /* how often depends on when the ps cuts strangers (0 when the pull came between cuts) */
+        fprintf(stderr, "  the late worker asked %llu time(s) again\n",
+                (unsigned long long)dt_ps_client_get_stats(late)->busy_retries);
+    }
+    request_ms = request_ms_was;
+    int steps = 0;
+    for (int t = 1; chief && t <= STEPS; t++) {
+        int64_t t0 = dt_clock_us();
+        int rc = dt_ps_client_push_pull(chief, gs, t, t + 1, views, NULL, NULL, &e);
+        CHECK_MSG(rc == DT_OK, "step %d: %s", t, e.msg);
+        if (getenv("DT_TEST_VERBOSE")) fprintf(stderr, "  step %d: %.2f s\n", t, (dt_clock_us() - t0) / 1e6);
+        if (rc) break;
+        steps++;
+    }
+    CHECK_MSG(steps == STEPS, "%d of %d sync steps while strangers hold the budget", steps, STEPS);
+    char *log = NULL;
+    close(pipefd[1]);
+    int status = 0;
+    waitpid(kid, &status, 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "strangers: status %d", status);
+    if (chief) CHECK(dt_ps_client_shutdown(chief, &e) == DT_OK);
+    dt_ps_client_close(late);
+    dt_ps_client_close(chief);
+    free(p), free(g);
+    log = stop_and_log(&ps, &lc);
+    CHECK_CONTAINS(log, "for a connection that pushes as no worker (the rest is kept for the workers')");
+    free(log);
+}
+
 /* Item 9: deferred PULLs: a step that cannot come soon is refused, one connection holds at most
  * a step's chunks and a few more, and a connection's PULLs go when it does. */
 static void test_deferred_pulls_bounded(void) {
@@ -401,6 +513,7 @@ int main(void) {
     RUN(test_unknown_task_refused);
     RUN(test_deferred_pulls_bounded);
     RUN(test_unread_replies_bounded);
+    RUN(test_workers_before_strangers_at_the_budget);
     RUN(test_silent_connections_closed);
     RUN(test_connection_limit);
     RUN(test_endless_message_cut);

@@ -111,9 +111,16 @@ void ps_shard_refuse(ps_shard *s, const ps_origin *to, const dt_wire_header *h, 
 
 void shard_send(const shard_req *r, dt_wire_header *h) { r->io->send(r->io->user, r->from, h, NULL, 0); }
 
+int shard_owns_task(const ps_shard *s, const ps_origin *from, const dt_wire_header *h) {
+    return s->owner && from->serial && (h->role == DT_ROLE_WORKER || h->role == DT_ROLE_CHIEF) &&
+           h->task < s->workers && s->owner[h->task] == from->serial;
+}
+
 int shard_admit(const shard_req *r, size_t bytes, char *why, size_t why_len) {
     why[0] = '\0';
-    return r->io->admit(r->io->user, r->from, bytes, why, why_len) ? 1 : DT_OK;
+    ps_origin to = *r->from;
+    to.declared = shard_owns_task(r->s, r->from, r->h); /* a worker's replies before strangers' */
+    return r->io->admit(r->io->user, &to, bytes, why, why_len) ? 1 : DT_OK;
 }
 
 /* ---- Lifecycle and counts --------------------------------------------------------------------- */

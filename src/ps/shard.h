@@ -33,6 +33,8 @@ typedef struct {
     uint64_t serial;          /* its serial number: which connection pushes as which worker task */
     void *route;              /* the caller's: how to reach it (a routing identity) */
     const char *addr;         /* its address for logs (borrowed; "?" or NULL when unknown) */
+    int declared;             /* set by the shard for io.admit: the connection that latest pushed a
+                               * gradient as one of the declared worker tasks (not a stranger) */
 } ps_origin;
 
 /* Bytes handed over with their release (NULL: borrowed for the call only; a receiver that keeps
@@ -55,8 +57,8 @@ typedef struct {
      * it is released. h is the callee's to change (payload size). */
     void (*send)(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes *payload, size_t admitted);
     /* Counts a large reply of `bytes` to `to` before it is built: 0 admitted, else refused (that
-     * connection has too much unread, or the ps is at its memory budget) with why's text, which
-     * the shard sends as ERROR 106. */
+     * connection has too much unread, or the ps is at its memory budget: a stranger's reply, not
+     * to->declared, at a smaller share of it) with why's text, which the shard sends as ERROR 106. */
     int (*admit)(void *user, const ps_origin *to, size_t bytes, char *why, size_t why_len);
     void (*unadmit)(void *user, const ps_origin *to, size_t bytes); /* gives back an admission unused */
     /* A copy of an origin kept for a later reply (a deferred PULL), and its release. */

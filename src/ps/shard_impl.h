@@ -176,7 +176,10 @@ void shard_send_error(const ps_shard *s, const ps_io *io, const ps_origin *to, c
                       int32_t status, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 void shard_refuse(const shard_req *r, int32_t status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void shard_send(const shard_req *r, dt_wire_header *h);
-/* Asks io.admit for a large reply: DT_OK, or 1 with the refusal's text in why. */
+/* Whether a request comes from the connection that latest pushed a gradient as its worker task. */
+int shard_owns_task(const ps_shard *s, const ps_origin *from, const dt_wire_header *h);
+/* Asks io.admit for a large reply (saying whether it is for a declared worker's connection): DT_OK,
+ * or 1 with the refusal's text in why. */
 int shard_admit(const shard_req *r, size_t bytes, char *why, size_t why_len);
 dt_snap *shard_snap_current(const ps_shard *s, part_t *p, int must_keep);
 /* A large reply: its buffer of `bytes`, admitted first (NULL: refused, the refusal sent), and the
