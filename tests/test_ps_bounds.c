@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/clock.h"
+#include "compute/lazy_optim.h"
 #include "core/error.h"
 #include "ps_harness.h"
 #include "raw_zmtp.h"
@@ -244,6 +245,63 @@ static void test_unread_replies_bounded(void) {
  * workers (before, steps were refused ERROR 106); and a worker that has pushed nothing yet (a
  * restart) asks again while the ps says it is busy, within its timeout, until strangers' unread
  * replies are cut (before, its PULL failed at once: the worker exited). */
+/* Issue 40, item 4: a forged chief's INIT of 1,008 replicas at staleness 64, then a SPARSE_INIT of
+ * 64 tables of one row, to a ps whose table memory is 64 MiB: the tables' sync accumulators (65 x
+ * 1,008 entries each, 7.3 MB a table, 467 MB in all) count against it before any is built, so the
+ * SPARSE_INIT is refused (ERROR 107 naming them) and the ps's resident size stays put. Before, the
+ * ps took it, logging "up to 0.0 MiB" of table memory, and grew by the 467 MB. */
+static void test_sparse_accumulators_counted(void) {
+    enum { N = 64, TABLES = 64 };
+    ps_thread ps;
+    memset(&ps, 0, sizeof ps);
+    snprintf(ps.bind_ep, sizeof ps.bind_ep, "tcp://127.0.0.1:*");
+    ps.cfg = (dt_ps_config){.endpoint = ps.bind_ep, .ps_index = 0, .shard_floats = N, .poll_ms = 20,
+                            .stop = &ps.stop, .on_bound = on_bound, .user = &ps, .stats = &ps.stats,
+                            .table_memory = UINT64_C(64) << 20};
+    log_capture lc;
+    capture(&ps, &lc);
+    atomic_init(&ps.bound, 0);
+    atomic_init(&ps.returned, 0);
+    pthread_create(&ps.th, NULL, ps_main, &ps);
+    for (int i = 0; i < 500 && !atomic_load(&ps.bound); i++) sleep_ms(10);
+    size_t sizes[1] = {N};
+    dt_ps_client *chief = client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 1008, 1008, 64);
+    CHECK(chief != NULL);
+    static float p[N];
+    const float *src[1] = {p};
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
+    dt_error e = {0};
+    CHECK(chief && dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
+    static uint8_t recs[TABLES * DT_WIRE_TABLE_BYTES];
+    for (uint32_t t = 0; t < TABLES; t++) {
+        dt_wire_table w = {.table = t, .dim = 1, .capacity = 1, .seed = 7};
+        dt_lazy_config_init(&w.opt, "sgd", 0.1f, NULL);
+        dt_wire_table_encode(recs + t * DT_WIRE_TABLE_BYTES, &w);
+    }
+    void *ctx = zmq_ctx_new();
+    void *s = raw_open(ctx, ps.endpoint);
+    dt_wire_header h = dt_wire_header_make(DT_MSG_SPARSE_INIT, DT_ROLE_CHIEF, 0, 1);
+    h.sparse.ids = TABLES, h.payload_bytes = sizeof recs;
+    zmq_msg_t m;
+    zmq_msg_init_size(&m, sizeof recs);
+    memcpy(zmq_msg_data(&m), recs, sizeof recs);
+    const long before = rss_kb();
+    dt_wire_send(s, NULL, &h, &m, 0, NULL);
+    dt_wire_in in;
+    CHECK(raw_reply(s, &in) == DT_OK &&
+          raw_error_says(&in, DT_WIRE_E_BAD_VALUE, "of it sync accumulators (1008 replicas to aggregate, staleness 64"));
+    dt_wire_in_close(&in);
+    const long grew = rss_kb() - before;
+    CHECK_MSG(grew < 32 * 1024, "the ps grew by %ld KiB", grew);
+    fprintf(stderr, "  resident size %+ld KiB after the SPARSE_INIT\n", grew);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    if (chief) CHECK(dt_ps_client_shutdown(chief, &e) == DT_OK);
+    dt_ps_client_close(chief);
+    free(stop_and_log(&ps, &lc));
+}
+
 enum { STRANGERS = 40, STRANGERS_MOST = 96 };
 
 /* A stranger: a connection that asks for 2 FETCHes and never reads. */
@@ -514,6 +572,7 @@ int main(void) {
     RUN(test_deferred_pulls_bounded);
     RUN(test_unread_replies_bounded);
     RUN(test_workers_before_strangers_at_the_budget);
+    RUN(test_sparse_accumulators_counted);
     RUN(test_silent_connections_closed);
     RUN(test_connection_limit);
     RUN(test_endless_message_cut);
