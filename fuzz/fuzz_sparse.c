@@ -6,8 +6,10 @@
  * Input: [1 byte: selector][header frame, 104 bytes][payload...]. The selector's bit 0 makes the
  * shard sync (2 replicas, staleness 1) rather than async, bit 1 declares a table with admission
  * and a capacity of 4 rows (evictions), bit 2 repeats the message (a second part, a duplicate), bit 3
- * makes table 0 a table of 1000 buckets (ids beyond refused). The shard's table memory is 256 MiB
- * (a SPARSE_INIT of larger tables is refused before any is built).
+ * makes table 0 a table of 1000 buckets (ids beyond refused), bit 4 makes the shard sync with 64
+ * replicas and staleness 64 (each table's accumulators 65 x 64 entries). The shard's table memory is
+ * 256 MiB (a SPARSE_INIT of larger tables, their accumulators counted, is refused before any is
+ * built): what a SPARSE_INIT declares stays within it.
  * Every decoded header is re-encoded to the same bytes; a payload passing the bound is within the
  * largest sparse frame; a table record that decodes is re-encoded to the same bytes; section records
  * that decode name each table once, below the bound, and lie end to end within the header's ids and
@@ -58,6 +60,7 @@ static ps_shard *shard_for(uint8_t sel) {
     h.shard_floats = 4, h.generation = 1, h.learning_rate = 0.1f, h.payload_bytes = sizeof init;
     h.init.total_num_replicas = 2;
     if (sel & 1) h.init.replicas_to_aggregate = 2, h.init.staleness = 1;
+    if (sel & 16) h.init.replicas_to_aggregate = h.init.total_num_replicas = 64, h.init.staleness = 64;
     request(s, &h, init, sizeof init);
     uint8_t rec[2 * DT_WIRE_TABLE_BYTES];
     for (int t = 0; t < 2; t++) {
@@ -130,6 +133,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     h.shard = 0;
     request(s, &h, copy, bytes);
     if (sel & 4) request(s, &h, copy, bytes);
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st); /* the tables are new: their rows and sums at their least */
+    if (h.type == DT_MSG_SPARSE_INIT && st.sparse.bytes + st.sync_bytes > (UINT64_C(256) << 20)) __builtin_trap();
     ps_shard_free(s, &io);
     if (held != 0) __builtin_trap();
     free(copy);

@@ -96,6 +96,10 @@ static dt_wire_header hdr(dt_msg_type type, dt_wire_role role, uint16_t task) {
     return h;
 }
 
+/* The global step shard_init_n's INIT starts at (and test_shard_sparse.c's SPARSE_INIT): 0 unless a
+ * test sets it. */
+static int64_t init_step;
+
 /* INIT of n floats all 1, sgd lr 1, cut into `chunks`; sync with aggregate of total replicas
  * (aggregate 0: async). */
 static void shard_init_n(ps_shard *s, size_t n, int chunks, int aggregate, int total, int staleness,
@@ -118,6 +122,7 @@ static void shard_init_n(ps_shard *s, size_t n, int chunks, int aggregate, int t
     h.init.total_num_replicas = (uint32_t)total;
     h.init.staleness = (uint64_t)staleness;
     h.liveness_ms = liveness_ms;
+    h.global_step = init_step;
     if (strict & 1) h.flags |= DT_WIRE_F_STRICT;
     if (strict & 2) h.flags |= DT_WIRE_F_ELASTIC; /* strict 2: INIT's ELASTIC flag (dynamic sharding) */
     h.payload_bytes = size;

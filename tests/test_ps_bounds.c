@@ -5,11 +5,13 @@
  * is needed (a message that never ends). Every wait is bounded. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
 
 #include "core/clock.h"
+#include "compute/lazy_optim.h"
 #include "core/error.h"
 #include "ps_harness.h"
 #include "raw_zmtp.h"
@@ -236,6 +238,174 @@ static void test_unread_replies_bounded(void) {
     free(stop_and_log(&ps, &lc));
 }
 
+/* Issue 40, item 9: strangers that ask for large replies and never read them hold the ps at its
+ * budget (40 connections, then 2 more every 250 ms, each asking 2 FETCHes of a 4 MiB shard: B is
+ * 96 MiB). A sync run goes on: the
+ * worker that pushes gets its PARAMS, a quarter of the budget being kept from strangers for the
+ * workers (before, steps were refused ERROR 106); and a worker that has pushed nothing yet (a
+ * restart) asks again while the ps says it is busy, within its timeout, until strangers' unread
+ * replies are cut (before, its PULL failed at once: the worker exited). */
+/* Issue 40, item 4: a forged chief's INIT of 1,008 replicas at staleness 64, then a SPARSE_INIT of
+ * 64 tables of one row, to a ps whose table memory is 64 MiB: the tables' sync accumulators (65 x
+ * 1,008 entries each, 7.3 MB a table, 467 MB in all) count against it before any is built, so the
+ * SPARSE_INIT is refused (ERROR 107 naming them) and the ps's resident size stays put. Before, the
+ * ps took it, logging "up to 0.0 MiB" of table memory, and grew by the 467 MB. */
+static void test_sparse_accumulators_counted(void) {
+    enum { N = 64, TABLES = 64 };
+    ps_thread ps;
+    memset(&ps, 0, sizeof ps);
+    snprintf(ps.bind_ep, sizeof ps.bind_ep, "tcp://127.0.0.1:*");
+    ps.cfg = (dt_ps_config){.endpoint = ps.bind_ep, .ps_index = 0, .shard_floats = N, .poll_ms = 20,
+                            .stop = &ps.stop, .on_bound = on_bound, .user = &ps, .stats = &ps.stats,
+                            .table_memory = UINT64_C(64) << 20};
+    log_capture lc;
+    capture(&ps, &lc);
+    atomic_init(&ps.bound, 0);
+    atomic_init(&ps.returned, 0);
+    pthread_create(&ps.th, NULL, ps_main, &ps);
+    for (int i = 0; i < 500 && !atomic_load(&ps.bound); i++) sleep_ms(10);
+    size_t sizes[1] = {N};
+    dt_ps_client *chief = client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 1008, 1008, 64);
+    CHECK(chief != NULL);
+    static float p[N];
+    const float *src[1] = {p};
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
+    dt_error e = {0};
+    CHECK(chief && dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
+    static uint8_t recs[TABLES * DT_WIRE_TABLE_BYTES];
+    for (uint32_t t = 0; t < TABLES; t++) {
+        dt_wire_table w = {.table = t, .dim = 1, .capacity = 1, .seed = 7};
+        dt_lazy_config_init(&w.opt, "sgd", 0.1f, NULL);
+        dt_wire_table_encode(recs + t * DT_WIRE_TABLE_BYTES, &w);
+    }
+    void *ctx = zmq_ctx_new();
+    void *s = raw_open(ctx, ps.endpoint);
+    dt_wire_header h = dt_wire_header_make(DT_MSG_SPARSE_INIT, DT_ROLE_CHIEF, 0, 1);
+    h.sparse.ids = TABLES, h.payload_bytes = sizeof recs;
+    zmq_msg_t m;
+    zmq_msg_init_size(&m, sizeof recs);
+    memcpy(zmq_msg_data(&m), recs, sizeof recs);
+    const long before = rss_kb();
+    dt_wire_send(s, NULL, &h, &m, 0, NULL);
+    dt_wire_in in;
+    CHECK(raw_reply(s, &in) == DT_OK &&
+          raw_error_says(&in, DT_WIRE_E_BAD_VALUE, "of it sync accumulators (1008 replicas to aggregate, staleness 64"));
+    dt_wire_in_close(&in);
+    const long grew = rss_kb() - before;
+    CHECK_MSG(grew < 32 * 1024, "the ps grew by %ld KiB", grew);
+    fprintf(stderr, "  resident size %+ld KiB after the SPARSE_INIT\n", grew);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    if (chief) CHECK(dt_ps_client_shutdown(chief, &e) == DT_OK);
+    dt_ps_client_close(chief);
+    free(stop_and_log(&ps, &lc));
+}
+
+enum { STRANGERS = 40, STRANGERS_MOST = 96 };
+
+/* A stranger: a connection that asks for 2 FETCHes and never reads. */
+static void *stranger(void *ctx, const char *ep) {
+    void *s = dt_zsock_open(ctx, ZMQ_DEALER, 64 << 20, 0, 2000, NULL);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &(int){1}, sizeof(int)); /* its libzmq stops reading too */
+    zmq_setsockopt(s, ZMQ_RCVBUF, &(int){65536}, sizeof(int));
+    zmq_connect(s, ep);
+    for (uint32_t i = 1; i <= 2; i++) {
+        dt_wire_header h = req(DT_MSG_FETCH, 1, i);
+        dt_wire_send(s, NULL, &h, NULL, 0, NULL);
+    }
+    return s;
+}
+
+/* The strangers, in a process of their own (forked before the ps starts: in this one, what their
+ * libzmq reads would count in the ps's heap): once the endpoint arrives on fd, STRANGERS of them,
+ * then 2 more every 250 ms (the ps cuts those whose replies wait unread), the oldest closed beyond
+ * STRANGERS_MOST, until fd closes. */
+static void strangers_main(int fd) {
+    char ep[128] = {0};
+    if (read(fd, ep, sizeof ep - 1) <= 0) _exit(1);
+    void *ctx = zmq_ctx_new();
+    void *s[STRANGERS_MOST] = {0};
+    int next = 0;
+    for (; next < STRANGERS; next++) s[next] = stranger(ctx, ep);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    char c;
+    while (read(fd, &c, 1) != 0) {
+        sleep_ms(250);
+        for (int k = 0; k < 2; k++, next = (next + 1) % STRANGERS_MOST) {
+            if (s[next]) zmq_close(s[next]);
+            s[next] = stranger(ctx, ep);
+        }
+    }
+    for (int k = 0; k < STRANGERS_MOST; k++)
+        if (s[k]) zmq_close(s[k]);
+    zmq_ctx_term(ctx);
+    _exit(0);
+}
+
+static void test_workers_before_strangers_at_the_budget(void) {
+    enum { N = 1 << 20, STEPS = 10 };
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return;
+    pid_t kid = fork();
+    if (kid == 0) {
+        close(pipefd[1]);
+        alarm(60);
+        strangers_main(pipefd[0]);
+    }
+    close(pipefd[0]);
+    ps_thread ps;
+    log_capture lc;
+    start_logged(&ps, N, &lc, 0, 0);
+    size_t sizes[1] = {N};
+    const int request_ms_was = request_ms;
+    request_ms = 10000;
+    dt_ps_client *chief = client_sync(1, &ps, sizes, DT_ROLE_CHIEF, 0, 1, 2, 0);
+    CHECK(chief != NULL);
+    float *p = calloc(N, sizeof *p), *g = calloc(N, sizeof *g);
+    const float *src[1] = {p}, *gs[1] = {g}, *views[1];
+    dt_opt_config opt;
+    dt_opt_config_init(&opt, "sgd", 0.5f, NULL);
+    dt_error e = {0};
+    CHECK(chief && dt_ps_client_init(chief, &opt, src, NULL, NULL, 0, &e) == DT_OK);
+    CHECK(chief && dt_ps_client_push_pull(chief, gs, 0, 1, views, NULL, NULL, &e) == DT_OK); /* declared */
+    CHECK(write(pipefd[1], ps.endpoint, strlen(ps.endpoint)) == (ssize_t)strlen(ps.endpoint));
+    sleep_ms(500);
+    dt_ps_client *late = client_sync(1, &ps, sizes, DT_ROLE_WORKER, 1, 1, 2, 0);
+    CHECK(late != NULL);
+    int64_t pulled[1] = {0};
+    if (late) {
+        int rc = dt_ps_client_pull_resume(late, views, pulled, &e);
+        CHECK_MSG(rc == DT_OK && pulled[0] == 1, "late worker's pull: rc %d: %s", rc, e.msg);
+        /* how often depends on when the ps cuts strangers (0 when the pull came between cuts) */
+        fprintf(stderr, "  the late worker asked %llu time(s) again\n",
+                (unsigned long long)dt_ps_client_get_stats(late)->busy_retries);
+    }
+    request_ms = request_ms_was;
+    int steps = 0;
+    for (int t = 1; chief && t <= STEPS; t++) {
+        int64_t t0 = dt_clock_us();
+        int rc = dt_ps_client_push_pull(chief, gs, t, t + 1, views, NULL, NULL, &e);
+        CHECK_MSG(rc == DT_OK, "step %d: %s", t, e.msg);
+        if (getenv("DT_TEST_VERBOSE")) fprintf(stderr, "  step %d: %.2f s\n", t, (dt_clock_us() - t0) / 1e6);
+        if (rc) break;
+        steps++;
+    }
+    CHECK_MSG(steps == STEPS, "%d of %d sync steps while strangers hold the budget", steps, STEPS);
+    char *log = NULL;
+    close(pipefd[1]);
+    int status = 0;
+    waitpid(kid, &status, 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "strangers: status %d", status);
+    if (chief) CHECK(dt_ps_client_shutdown(chief, &e) == DT_OK);
+    dt_ps_client_close(late);
+    dt_ps_client_close(chief);
+    free(p), free(g);
+    log = stop_and_log(&ps, &lc);
+    CHECK_CONTAINS(log, "for a connection that pushes as no worker (the rest is kept for the workers')");
+    free(log);
+}
+
 /* Item 9: deferred PULLs: a step that cannot come soon is refused, one connection holds at most
  * a step's chunks and a few more, and a connection's PULLs go when it does. */
 static void test_deferred_pulls_bounded(void) {
@@ -401,6 +571,8 @@ int main(void) {
     RUN(test_unknown_task_refused);
     RUN(test_deferred_pulls_bounded);
     RUN(test_unread_replies_bounded);
+    RUN(test_workers_before_strangers_at_the_budget);
+    RUN(test_sparse_accumulators_counted);
     RUN(test_silent_connections_closed);
     RUN(test_connection_limit);
     RUN(test_endless_message_cut);

@@ -623,6 +623,35 @@ static void test_sync_examples_per_chunk(void) {
     shard_done(s);
 }
 
+/* Steps just below the most a header carries (DT_WIRE_MAX_STEP, 2^62): gradients applied there,
+ * their replies one step on, a pull held up to step + staleness + 2 and refused beyond, asynchronous
+ * pulls up to step + 1024; the sanitizer build checks that none of it overflows (it did at 2^63 - 1,
+ * which the decoder now refuses: test_wire.c). */
+static void test_steps_at_the_bound(void) {
+    const int64_t b = DT_WIRE_MAX_STEP - 8;
+    init_step = b;
+    ps_shard *s = shard_new();
+    init(s, 1, 1, 1, 1, 0, 0, 0); /* sync, 1 of 1, staleness 1 */
+    push(s, 1, 0, 0, 1, b, 1.0f, 1, 1, 0);
+    CHECK(last()->h.type == DT_MSG_PARAMS && last()->h.global_step == b + 1);
+    CHECK(step_of(s) == b + 1);
+    int replies = rec.n;
+    pull(s, 1, 0, 0, 1, b + 4, 0); /* step + staleness + 2: held */
+    CHECK(rec.n == replies && rec.held == 1);
+    pull(s, 2, 0, 0, 1, b + 5, 0);
+    CHECK(last()->h.type == DT_MSG_ERROR && last()->h.status == DT_WIRE_E_BAD_VALUE);
+    shard_done(s);
+    s = shard_new();
+    init(s, 1, 0, 1, 0, 0, 0, 0); /* async */
+    push(s, 1, 0, 0, 1, b, 1.0f, 0, 0, 0);
+    CHECK(last()->h.type == DT_MSG_PUSH_ACK && last()->h.global_step == b + 1);
+    replies = rec.n;
+    pull(s, 1, 0, 0, 1, DT_WIRE_MAX_STEP, 0); /* within step + 1024: held */
+    CHECK(rec.n == replies && rec.held == 1);
+    shard_done(s);
+    init_step = 0;
+}
+
 int main(void) {
     RUN(test_conditions);
     RUN(test_sit_out_and_back);
@@ -642,5 +671,6 @@ int main(void) {
     RUN(test_end_of_job);
     RUN(test_sync_weighted_by_examples);
     RUN(test_sync_examples_per_chunk);
+    RUN(test_steps_at_the_bound);
     return test_summary();
 }

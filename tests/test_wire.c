@@ -246,6 +246,23 @@ static void test_refusals(void) {
     memcpy(b, good, sizeof good);
     b[23] = 0x80; /* global step negative */
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "negative step"));
+    /* Steps near 2^63 would overflow a ps's arithmetic (step + staleness + 2, a step applied):
+     * 2^62 is the most a header carries, global or local. */
+    for (int field = 16; field <= 24; field += 8) {
+        const int64_t steps[3] = {DT_WIRE_MAX_STEP, DT_WIRE_MAX_STEP + 1, INT64_MAX};
+        for (int k = 0; k < 3; k++) {
+            memcpy(b, good, sizeof good);
+            for (int i = 0; i < 8; i++) b[field + i] = (uint8_t)((uint64_t)steps[k] >> (8 * i));
+            if (k == 0) {
+                dt_wire_header d;
+                CHECK(dt_wire_decode(&d, b, sizeof good, NULL) == DT_OK &&
+                      (field == 16 ? d.global_step : d.local_step) == DT_WIRE_MAX_STEP);
+            } else {
+                CHECK(decode_fails(b, sizeof good, DT_EFORMAT,
+                                   "PULL header: step beyond the limit 4611686018427387904"));
+            }
+        }
+    }
     memcpy(b, good, sizeof good);
     b[32] = 4; /* a PULL with a payload */
     CHECK(decode_fails(b, sizeof good, DT_EFORMAT, "has none"));
@@ -285,6 +302,24 @@ static void test_refusals(void) {
     bad.init.staleness = DT_WIRE_MAX_STALENESS + 1;
     dt_wire_encode(ib, &bad);
     CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "staleness"));
+    /* (staleness + 1) x aggregate gradients held per chunk: 65,536 at most (65,536 replicas at
+     * staleness 64 were 477 MiB of accumulators per chunk, before one gradient came) */
+    bad = sample(DT_MSG_INIT);
+    bad.init.replicas_to_aggregate = bad.init.total_num_replicas = DT_WIRE_MAX_REPLICAS;
+    bad.init.staleness = DT_WIRE_MAX_STALENESS;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "(staleness 64 + 1) x replicas_to_aggregate 65536 gradients held "
+                                                  "per chunk, beyond the limit 65536"));
+    bad.init.staleness = 0;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_OK, NULL));
+    bad.init.replicas_to_aggregate = DT_WIRE_MAX_HELD_GRADIENTS / (DT_WIRE_MAX_STALENESS + 1);
+    bad.init.staleness = DT_WIRE_MAX_STALENESS;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_OK, NULL));
+    bad.init.replicas_to_aggregate++;
+    dt_wire_encode(ib, &bad);
+    CHECK(decode_fails(ib, sizeof ib, DT_EFORMAT, "beyond the limit 65536"));
     bad = sample(DT_MSG_INIT);
     bad.init.replicas_to_aggregate = 0; /* asynchronous, yet a staleness */
     bad.init.staleness = 1;

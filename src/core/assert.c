@@ -36,3 +36,8 @@ int dt_assert_fail(const char *expr, const char *file, int line) {
 const char *dt_assert_sticky(void) {
     return atomic_load(&sticky_set) == 2 ? sticky : NULL;
 }
+
+const char *dt_assert_why(void) {
+    const char *s = dt_assert_sticky();
+    return s ? s : "broken invariant";
+}

@@ -10,13 +10,20 @@
 #ifndef DT_CORE_ASSERT_H
 #define DT_CORE_ASSERT_H
 
-#define DT_ASSERT(cond) ((cond) ? 1 : dt_assert_fail(#cond, __FILE__, __LINE__))
+/* Every use must act on the result (refuse what the invariant guards): its value is marked
+ * warn_unused_result, and the build makes that warning an error (-Werror=unused-result), so a bare
+ * `DT_ASSERT(x);` statement does not compile. */
+#define DT_ASSERT(cond) dt_assert_result((cond) ? 1 : dt_assert_fail(#cond, __FILE__, __LINE__))
+
+__attribute__((warn_unused_result)) static inline int dt_assert_result(int holds) { return holds; }
 
 /* Aborts, or records the failure and returns 0 (see above). */
 int dt_assert_fail(const char *expr, const char *file, int line);
 
 /* The first recorded failure as "file:line: invariant failed: expr", or NULL if none. */
 const char *dt_assert_sticky(void);
+/* The same for a refusal's message: never NULL ("broken invariant" when none is readable yet). */
+const char *dt_assert_why(void);
 
 /* Whether a failed assertion aborts in this process (for tests of the release behaviour). */
 int dt_assert_aborts(void);

@@ -547,6 +547,7 @@ static const step_kind *choose(const dt_net *net, int i, int training, int *fuse
 void plan_build(dt_net *net, int which) {
     net_plan *p = &net->plans[which];
     char covered[DT_MODEL_MAX_LAYERS] = {0};
+    int broken = 0;
     p->n = 0;
     for (int i = 0; i < net->n_layers; i++) {
         if (covered[i]) continue;
@@ -555,8 +556,13 @@ void plan_build(dt_net *net, int which) {
         s->kind = choose(net, i, which == PLAN_TRAIN, &s->fused);
         if (s->fused >= 0) covered[s->fused] = 1;
         /* a ReLU fused into a norm or sum gets its gradient buffer (backward reads the norm's) */
-        DT_ASSERT(s->fused < 0 || s->kind == &K_CONV_BN || net->layers[s->fused].gbuf == net->layers[i].gbuf ||
-                  !net->layers[i].wants_grad);
+        if (!DT_ASSERT(s->fused < 0 || s->kind == &K_CONV_BN || net->layers[s->fused].gbuf == net->layers[i].gbuf ||
+                       !net->layers[i].wants_grad))
+            broken = 1;
+    }
+    if (broken && net->fuse) { /* the fusion is refused: every layer its own step */
+        net->fuse = 0;
+        plan_build(net, which);
     }
 }
 

@@ -170,7 +170,7 @@ int32_t dt_coord_check_plan(dt_coord *c, int worker, uint64_t examples, uint64_t
 /* ---- The pool and the epoch ------------------------------------------------------------------- */
 
 void coord_pool_push(dt_coord *c, uint32_t unit) {
-    DT_ASSERT(c->pool_len < c->units);
+    if (!DT_ASSERT(c->pool_len < c->units)) return; /* a full pool: never written past its end */
     c->pool[(c->pool_head + c->pool_len++) % c->units] = unit;
     c->state[unit] = UNIT_POOL;
 }
@@ -199,7 +199,7 @@ static uint32_t pool_take(dt_coord *c, int w) {
 static int finished(const dt_coord *c) { return c->plan.epochs && c->epoch >= c->plan.epochs; }
 
 static void epoch_end(dt_coord *c) {
-    DT_ASSERT(c->n_held == 0 && c->n_orphan == 0 && c->pool_len == 0);
+    if (!DT_ASSERT(c->n_held == 0 && c->n_orphan == 0 && c->pool_len == 0)) return; /* units still out: no end */
     c->totals.epochs_done++;
     c->epoch++;
     coord_log(c, "epoch %" PRIu64 " done: its %u unit(s), %u batch(es), each counted once%s", c->epoch - 1, c->units,

@@ -418,7 +418,9 @@ static int local_quieter(const dt_peer *a, const dt_peer *b, int64_t now) {
 #define DT_ASAN 1
 #endif
 #ifdef DT_ASAN
-#include <sanitizer/allocator_interface.h>
+/* Declared here rather than from <sanitizer/allocator_interface.h>, which clang ships and gcc 12
+ * does not; both compilers' ASan runtimes export it. */
+size_t __sanitizer_get_current_allocated_bytes(void);
 static int64_t heap_in_use(int64_t *kept) {
     *kept = 0; /* the sanitizer's allocator returns and quarantines on its own */
     return (int64_t)__sanitizer_get_current_allocated_bytes();

@@ -147,16 +147,24 @@ static void io_send(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes
  * messages (a step's chunks of PARAMS fit many times). */
 static uint64_t peer_reply_budget(const ps_t *ps) { return 2 * ps_max_frame(ps->cfg->ps_index, ps->n); }
 
+/* The part of the budget a stranger's large reply may not take: kept for the declared workers'
+ * (docs/security.md), so strangers holding the ps at its budget refuse no worker its PARAMS. */
+static uint64_t workers_reserve(const ps_t *ps) { return ps->budget / 4; }
+
 static int io_admit(void *user, const ps_origin *to, size_t bytes, char *why, size_t len) {
     ps_t *ps = user;
-    int r = dt_peer_reply_begin(ps->peers, (dt_peer *)to->conn, bytes, peer_reply_budget(ps));
+    const uint64_t strangers = ps->budget - workers_reserve(ps);
+    int r = !to->declared && dt_peers_held(ps->peers) + bytes > strangers
+                ? -1
+                : dt_peer_reply_begin(ps->peers, (dt_peer *)to->conn, bytes, peer_reply_budget(ps));
     if (r > 0) return 0;
     if (r < 0) {
         char parts[160];
         dt_peers_held_phrase(ps->peers, parts, sizeof parts);
-        snprintf(why, len, "ps %d: its peers hold %llu bytes of its memory (%s), at its budget of %llu: ask again "
+        snprintf(why, len, "ps %d: its peers hold %llu bytes of its memory (%s), at its budget of %llu%s: ask again "
                  "shortly", ps->cfg->ps_index, (unsigned long long)dt_peers_held(ps->peers), parts,
-                 (unsigned long long)ps->budget);
+                 (unsigned long long)(to->declared ? ps->budget : strangers),
+                 to->declared ? "" : " for a connection that pushes as no worker (the rest is kept for the workers')");
     } else
         snprintf(why, len, "ps %d: earlier replies to this connection (%llu bytes at most) are still unread: read "
                  "them first", ps->cfg->ps_index, (unsigned long long)peer_reply_budget(ps));
@@ -557,7 +565,7 @@ static void after_round(ps_t *ps, int drained) {
     ps_shard_get_stats(ps->shard, &st);
     ps_publish(ps, &st);
     dt_peers_set_other(ps->peers, st.pending_bytes + (uint64_t)st.pending * HELD_ORIGIN_BYTES);
-    dt_peers_set_own(ps->peers, st.sparse.bytes);
+    dt_peers_set_own(ps->peers, st.sparse.bytes + st.sync_bytes);
     int64_t since = dt_clock_us() - ps->peers_checked_us, every = dt_peers_check_interval_us(ps->peers);
     if ((drained && since >= every) || since >= 4 * every) {
         dt_peers_check(ps->peers, drained);

@@ -111,9 +111,16 @@ void ps_shard_refuse(ps_shard *s, const ps_origin *to, const dt_wire_header *h, 
 
 void shard_send(const shard_req *r, dt_wire_header *h) { r->io->send(r->io->user, r->from, h, NULL, 0); }
 
+int shard_owns_task(const ps_shard *s, const ps_origin *from, const dt_wire_header *h) {
+    return s->owner && from->serial && (h->role == DT_ROLE_WORKER || h->role == DT_ROLE_CHIEF) &&
+           h->task < s->workers && s->owner[h->task] == from->serial;
+}
+
 int shard_admit(const shard_req *r, size_t bytes, char *why, size_t why_len) {
     why[0] = '\0';
-    return r->io->admit(r->io->user, r->from, bytes, why, why_len) ? 1 : DT_OK;
+    ps_origin to = *r->from;
+    to.declared = shard_owns_task(r->s, r->from, r->h); /* a worker's replies before strangers' */
+    return r->io->admit(r->io->user, &to, bytes, why, why_len) ? 1 : DT_OK;
 }
 
 /* ---- Lifecycle and counts --------------------------------------------------------------------- */
@@ -163,7 +170,7 @@ void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *o) {
                           .pending = s->n_pending,
                           .pending_bytes = (uint64_t)s->n_pending * sizeof(pending_pull),
                           .initialised = s->initialised, .shutdown = s->shutdown, .live = live > 0 ? live : 0,
-                          .workers = s->workers};
+                          .workers = s->workers, .sync_bytes = s->sync_bytes};
     shard_sparse_stats(s, o);
 }
 
@@ -366,6 +373,14 @@ static int part_prepare(part_t *p, size_t n, const float *data, int slots, int d
     return DT_OK;
 }
 
+uint64_t shard_sync_bytes(uint64_t chunks, uint64_t aggregate, uint64_t total, uint64_t staleness) {
+    if (!aggregate) return 0;
+    const uint64_t each = sizeof(uint16_t) + sizeof(ps_bytes) + sizeof(uint8_t) + sizeof(uint32_t); /* accum's arrays */
+    const uint64_t worker = sizeof(uint64_t) + sizeof(int64_t) + sizeof(uint8_t) + sizeof(push_count) +
+                            sizeof(uint64_t); /* stale, last_seen, lost, counts; the sparse stale counts */
+    return chunks * (staleness + 1) * (sizeof(accum) + aggregate * each) + total * worker;
+}
+
 static int part_accumulators(part_t *p, int aggregate, int staleness) {
     if (!(p->acc = dt_calloc((size_t)staleness + 1, sizeof *p->acc, "ps accumulators", NULL))) return DT_ENOMEM;
     for (int i = 0; i <= staleness; i++) {
@@ -500,6 +515,18 @@ void shard_on_init(const shard_req *r) {
         return;
     }
     int slots = dt_opt_slots(&opt);
+    /* Counted before anything is allocated: a peer's INIT cannot make the ps hold more than its
+     * table memory in accumulators (65,536 replicas at staleness 64 were 477 MiB per chunk). */
+    const uint64_t sync = shard_sync_bytes(h->chunks, h->init.replicas_to_aggregate, h->init.total_num_replicas,
+                                           h->init.staleness);
+    if (s->cfg.table_memory && sync > s->cfg.table_memory) {
+        shard_refuse(r, DT_WIRE_E_BAD_VALUE, "INIT's sync configuration (%llu of %llu workers, staleness %llu, %u "
+                     "chunks) would hold %.1f MiB of accumulators and worker counts on this ps, over its table memory "
+                     "of %.1f MiB (--ps_table_memory)", (unsigned long long)h->init.replicas_to_aggregate,
+                     (unsigned long long)h->init.total_num_replicas, (unsigned long long)h->init.staleness, h->chunks,
+                     (double)sync / 1048576.0, (double)s->cfg.table_memory / 1048576.0);
+        return;
+    }
     init_state t;
     if (init_prepare(s, h, data, slots, opt.weight_decay != 0, r->now, &t)) {
         shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for the shard's chunks, optimizer state or accumulators");
@@ -515,6 +542,7 @@ void shard_on_init(const shard_req *r) {
     free(s->sparse_stale);
     s->sparse_stale = NULL;
     init_commit(s, &t);
+    s->sync_bytes = sync;
     if (s->coord) dt_coord_reset_step(s->coord, h->global_step); /* held gradients are gone: their claims too */
     /* The deferred PULL table is sized by the workers (a quota each): made anew for the new count. */
     free(s->pending);
@@ -609,9 +637,9 @@ static void log_weighted(ps_shard *s, const accum *a, float div) {
 /* Applies the mean of a chunk's gradients of its current step, summed in worker-index order (so
  * the result does not depend on arrival order), each weighted by its examples when they differ
  * (step_weighted: the mean over the examples the step trained), and moves it to the next step. */
-static void apply_sync_step(ps_shard *s, part_t *p) {
+static int apply_sync_step(ps_shard *s, part_t *p) {
     accum *a = &p->acc[p->step % (s->staleness + 1)];
-    DT_ASSERT(a->count > 0 && a->step == p->step);
+    if (!DT_ASSERT(a->count > 0 && a->step == p->step)) return 0;
     accum_sort(a);
     /* mean = ((w0 g0 + w1 g1) + w2 g2 ...) / div in count - 1 passes: the first reads g0 and g1
      * where they arrived, the division rides on the last; a single gradient is its own mean (no
@@ -642,6 +670,7 @@ static void apply_sync_step(ps_shard *s, part_t *p) {
     if (p == &s->parts[0] && s->coord) dt_coord_applied(s->coord, t, a->worker, a->count);
     accum_clear(a);
     if (p == &s->parts[0]) s->updates++;
+    return 1;
 }
 
 /* Applies every complete step of a chunk (with staleness, later steps may be complete already);
@@ -651,7 +680,7 @@ int shard_apply_complete_steps(ps_shard *s, part_t *p) {
     for (;;) {
         accum *a = &p->acc[p->step % (s->staleness + 1)];
         if (a->count == 0 || a->step != p->step || a->count < shard_needed(s)) return any;
-        apply_sync_step(s, p);
+        if (!apply_sync_step(s, p)) return any;
         any = 1;
     }
 }
@@ -726,7 +755,10 @@ static void on_sync_push(const shard_req *r) {
         return;
     }
     accum *a = &p->acc[t % (s->staleness + 1)];
-    DT_ASSERT(a->count == 0 || a->step == t);
+    if (!DT_ASSERT(a->count == 0 || a->step == t)) {
+        shard_refuse(r, DT_WIRE_E_RESYNC, "gradient for step %lld refused: %s", (long long)t, dt_assert_why());
+        return;
+    }
     int k = 0;
     while (k < a->count && a->worker[k] != h->task) k++;
     /* Only a later step can be full (the current one is applied once full): with backup workers

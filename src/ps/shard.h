@@ -33,6 +33,8 @@ typedef struct {
     uint64_t serial;          /* its serial number: which connection pushes as which worker task */
     void *route;              /* the caller's: how to reach it (a routing identity) */
     const char *addr;         /* its address for logs (borrowed; "?" or NULL when unknown) */
+    int declared;             /* set by the shard for io.admit: the connection that latest pushed a
+                               * gradient as one of the declared worker tasks (not a stranger) */
 } ps_origin;
 
 /* Bytes handed over with their release (NULL: borrowed for the call only; a receiver that keeps
@@ -55,8 +57,8 @@ typedef struct {
      * it is released. h is the callee's to change (payload size). */
     void (*send)(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes *payload, size_t admitted);
     /* Counts a large reply of `bytes` to `to` before it is built: 0 admitted, else refused (that
-     * connection has too much unread, or the ps is at its memory budget) with why's text, which
-     * the shard sends as ERROR 106. */
+     * connection has too much unread, or the ps is at its memory budget: a stranger's reply, not
+     * to->declared, at a smaller share of it) with why's text, which the shard sends as ERROR 106. */
     int (*admit)(void *user, const ps_origin *to, size_t bytes, char *why, size_t why_len);
     void (*unadmit)(void *user, const ps_origin *to, size_t bytes); /* gives back an admission unused */
     /* A copy of an origin kept for a later reply (a deferred PULL), and its release. */
@@ -68,8 +70,10 @@ typedef struct {
     int ps_index;             /* sent in every reply */
     int n_ps;                 /* ps tasks in the cluster: a sparse table's rows here are those whose
                                * dt_row_ps is ps_index (cluster/row_placement.h); 0: not checked */
-    /* The most bytes the sparse tables SPARSE_INIT declares may grow to here, together, at their
-     * capacities (docs/sparse.md, "Memory"); a SPARSE_INIT past it is refused. 0: not checked. */
+    /* The most bytes what the chief declares may make the shard hold beyond its own values: the
+     * sparse tables SPARSE_INIT declares, together, at their capacities (docs/sparse.md, "Memory"),
+     * with their sync accumulators, and INIT's sync accumulators and per-worker counts; an INIT or
+     * SPARSE_INIT past it is refused before anything is allocated. 0: not checked. */
     uint64_t table_memory;
     size_t shard_floats;      /* > 0 */
     const size_t *state_ranges; /* dt_ps_config's: floats that are state, not trained */
@@ -87,11 +91,12 @@ typedef struct {
     int initialised, shutdown;
     int live;                 /* workers counted alive (sync: not lost; async: declared, not done) */
     int workers;              /* declared by INIT (0: not yet) */
+    uint64_t sync_bytes;      /* INIT's sync accumulators and per-worker counts (shard_sync_bytes) */
     struct {                  /* sparse tables, all of this ps's together (docs/sparse.md) */
         int tables;
         uint64_t rows, admitted, expired, evicted, hits, misses, not_admitted;
         uint64_t pulls, pushes, updates, stale; /* SPARSE_ROWS sent, SPARSE_PUSHes taken, updates, stale pushes */
-        uint64_t bytes;       /* the tables' memory (rows, index, sketch) and their sync row sums */
+        uint64_t bytes;       /* the tables' memory (rows, index, sketch) and their sync accumulators and row sums */
     } sparse;
 } ps_shard_stats;
 

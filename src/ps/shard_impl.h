@@ -146,6 +146,7 @@ struct ps_shard {
     shard_table **tables;     /* [DT_WIRE_MAX_TABLES] by table id, NULL: none */
     int n_tables;
     uint64_t tables_most;     /* the bytes the declared tables may grow to here (tables_fit) */
+    uint64_t sync_bytes;      /* what INIT's sync configuration allocated (shard_sync_bytes) */
     dt_rowsum rsum;           /* scratch: a push's or a step's rows summed by id */
     float *rows;              /* [DT_WIRE_MAX_SPARSE_FLOATS] scratch: a message's rows as float32 */
     dt_wire_section *sec;     /* [DT_WIRE_MAX_SPARSE_SECTIONS] scratch: a message's sections */
@@ -175,7 +176,10 @@ void shard_send_error(const ps_shard *s, const ps_io *io, const ps_origin *to, c
                       int32_t status, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 void shard_refuse(const shard_req *r, int32_t status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void shard_send(const shard_req *r, dt_wire_header *h);
-/* Asks io.admit for a large reply: DT_OK, or 1 with the refusal's text in why. */
+/* Whether a request comes from the connection that latest pushed a gradient as its worker task. */
+int shard_owns_task(const ps_shard *s, const ps_origin *from, const dt_wire_header *h);
+/* Asks io.admit for a large reply (saying whether it is for a declared worker's connection): DT_OK,
+ * or 1 with the refusal's text in why. */
 int shard_admit(const shard_req *r, size_t bytes, char *why, size_t why_len);
 dt_snap *shard_snap_current(const ps_shard *s, part_t *p, int must_keep);
 /* A large reply: its buffer of `bytes`, admitted first (NULL: refused, the refusal sent), and the
@@ -190,6 +194,9 @@ void shard_on_fetch(const shard_req *r);
 void shard_put_optimizer(const ps_shard *s, dt_wire_header *h);
 int shard_apply_complete_steps(ps_shard *s, part_t *p);
 void shard_parts_free(part_t *parts, int n, int staleness);
+/* What an INIT of this sync configuration allocates beyond the shard's values: the chunks'
+ * accumulators and the per-worker counts (0 when asynchronous). */
+uint64_t shard_sync_bytes(uint64_t chunks, uint64_t aggregate, uint64_t total, uint64_t staleness);
 
 /* shard_pull.c */
 void shard_on_pull(const shard_req *r);
@@ -239,6 +246,8 @@ void shard_sparse_sync_push(const shard_req *r, int n, const uint8_t *ids, const
 int shard_sparse_apply_complete(ps_shard *s);
 void shard_table_free(shard_table *t, int staleness, int aggregate);
 int shard_table_accumulators(shard_table *t, int aggregate, int staleness);
+/* What shard_table_accumulators allocates for one table (0 when asynchronous). */
+uint64_t shard_table_acc_bytes(int aggregate, int staleness);
 /* Bytes the sync row sums of table t hold (the ps's own memory: their bound is the held pushes'). */
 uint64_t shard_table_sums_bytes(const shard_table *t, int staleness, int aggregate);
 /* shard_work.c: the coordinator's requests, and the hooks that feed it */

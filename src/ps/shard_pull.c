@@ -211,12 +211,6 @@ static int64_t pull_horizon(const ps_shard *s, const part_t *p) {
     return p->step + (s->aggregate ? s->staleness + 2 : SHARD_ASYNC_AHEAD);
 }
 
-/* Whether a request comes from the connection that latest pushed a gradient as its worker task. */
-static int owns_task(const ps_shard *s, const ps_origin *from, const dt_wire_header *h) {
-    return s->owner && from->serial && (h->role == DT_ROLE_WORKER || h->role == DT_ROLE_CHIEF) &&
-           h->task < s->workers && s->owner[h->task] == from->serial;
-}
-
 /* Keeps a deferred PULL unless it is an earlier connection's under the quota of the task of the
  * PULL that now takes its place (answered ERROR 106, which its client retries). */
 static int keep_not_superseded(ps_shard *s, const ps_io *io, pending_pull *p, void *user) {
@@ -281,7 +275,7 @@ void shard_answer_pull(const shard_req *r, int32_t status, uint64_t stale) {
     }
     /* A worker's own PULLs (from the connection that pushes as that task) have a quota of their
      * own: strangers filling the table cannot hold up the barrier. */
-    const int owned = owns_task(s, r->from, h);
+    const int owned = shard_owns_task(s, r->from, h);
     if (!pending_room(r, owned)) return;
     pending_pull *q = &s->pending[s->n_pending];
     if (r->io->hold(r->io->user, r->from, &q->from)) {

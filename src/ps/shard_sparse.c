@@ -106,7 +106,8 @@ int shard_sections(const shard_req *r, const uint8_t *payload, size_t len) {
 void shard_table_free(shard_table *t, int staleness, int aggregate) {
     if (!t) return;
     for (int i = 0; t->acc && i <= staleness; i++) {
-        for (int k = 0; k < aggregate; k++) dt_rowsum_free(&t->acc[i].e[k].rows);
+        /* NULL: its allocation failed (shard_table_accumulators stops there; the rest are NULL too) */
+        for (int k = 0; t->acc[i].e && k < aggregate; k++) dt_rowsum_free(&t->acc[i].e[k].rows);
         free(t->acc[i].e);
     }
     free(t->acc);
@@ -150,12 +151,14 @@ static uint64_t rows_here(const ps_shard *s, const dt_wire_table *w) {
     return most < (double)w->capacity ? (uint64_t)most : w->capacity;
 }
 
-/* Whether the tables of SPARSE_INIT's payload fit in the ps's table memory at their capacities, before
- * any is built: 0, or the refusal's text naming the bound and the figures (a record out of range is
- * table_from_record's to refuse). */
+/* Whether the tables of SPARSE_INIT's payload fit in the ps's table memory at their capacities, with
+ * their sync accumulators and beside INIT's (s->sync_bytes), before any is built: 0, or the
+ * refusal's text naming the bound and the figures (a record out of range is table_from_record's to
+ * refuse). */
 static int tables_fit(const shard_req *r, uint64_t *bytes_out, char *msg, size_t len) {
     const ps_shard *s = r->s;
-    uint64_t total = 0, most = 0, most_rows = 0;
+    const uint64_t acc = shard_table_acc_bytes(s->aggregate, s->staleness) * r->h->sparse.ids;
+    uint64_t total = acc, most = 0, most_rows = 0;
     dt_wire_table big = {0};
     for (uint64_t k = 0; k < r->h->sparse.ids; k++) {
         dt_wire_table w;
@@ -169,14 +172,21 @@ static int tables_fit(const shard_req *r, uint64_t *bytes_out, char *msg, size_t
         if (bytes > most) most = bytes, most_rows = rows, big = w;
     }
     *bytes_out = total;
-    if (!s->cfg.table_memory || total <= s->cfg.table_memory) return 0;
+    if (!s->cfg.table_memory || total + s->sync_bytes <= s->cfg.table_memory) return 0;
     const double mib = 1024.0 * 1024.0;
-    snprintf(msg, len, "the %llu table(s) would hold up to %.1f MiB on this ps (ps %d of %d) at their "
-             "capacities, over its table memory of %.1f MiB (--ps_table_memory); the largest, table %u: %llu rows of "
-             "dim %u, %.1f MiB: use more ps tasks, smaller capacities or more memory",
-             (unsigned long long)r->h->sparse.ids, (double)total / mib, s->cfg.ps_index,
-             s->cfg.n_ps > 1 ? s->cfg.n_ps : 1, (double)s->cfg.table_memory / mib, big.table,
-             (unsigned long long)most_rows, big.dim, (double)most / mib);
+    int at = snprintf(msg, len, "the %llu table(s) would hold up to %.1f MiB on this ps (ps %d of %d) at their "
+                      "capacities, over its table memory of %.1f MiB (--ps_table_memory)",
+                      (unsigned long long)r->h->sparse.ids, (double)(total + s->sync_bytes) / mib, s->cfg.ps_index,
+                      s->cfg.n_ps > 1 ? s->cfg.n_ps : 1, (double)s->cfg.table_memory / mib);
+    if (s->aggregate && at > 0 && (size_t)at < len)
+        at += snprintf(msg + at, len - (size_t)at, ", %.1f MiB of it sync accumulators (%d replicas to aggregate, "
+                       "staleness %d: %.1f MiB for each table, %.1f MiB for INIT's chunks and workers)",
+                       (double)(acc + s->sync_bytes) / mib, s->aggregate, s->staleness,
+                       (double)shard_table_acc_bytes(s->aggregate, s->staleness) / mib, (double)s->sync_bytes / mib);
+    if (at > 0 && (size_t)at < len)
+        snprintf(msg + at, len - (size_t)at, "; the largest, table %u: %llu rows of dim %u, %.1f MiB: use more ps "
+                 "tasks, smaller capacities or more memory", big.table, (unsigned long long)most_rows, big.dim,
+                 (double)most / mib);
     return 1;
 }
 
@@ -236,7 +246,7 @@ void shard_sparse_free(ps_shard *s, const ps_io *io) {
 /* The chief's tables (the dispatch table checked its role, INIT and the payload's size). */
 void shard_on_sparse_init(const shard_req *r) {
     ps_shard *s = r->s;
-    char msg[400];
+    char msg[640];
     shard_table **tables;
     if (tables_build(r, &tables, msg, sizeof msg)) {
         shard_refuse(r, strstr(msg, "out of memory") ? DT_WIRE_E_NOMEM : DT_WIRE_E_BAD_VALUE, "%s", msg);
@@ -270,8 +280,8 @@ void shard_sparse_stats(const ps_shard *s, ps_shard_stats *o) {
         o->sparse.rows += t.rows, o->sparse.admitted += t.admitted, o->sparse.expired += t.expired;
         o->sparse.evicted += t.evicted, o->sparse.hits += t.hits, o->sparse.misses += t.misses;
         o->sparse.not_admitted += t.not_admitted;
-        o->sparse.bytes += dt_table_bytes(s->tables[i]->t) + shard_table_sums_bytes(s->tables[i], s->staleness,
-                                                                                     s->aggregate);
+        o->sparse.bytes += dt_table_bytes(s->tables[i]->t) + shard_table_acc_bytes(s->aggregate, s->staleness) +
+                           shard_table_sums_bytes(s->tables[i], s->staleness, s->aggregate);
     }
 }
 

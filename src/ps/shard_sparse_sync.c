@@ -25,6 +25,11 @@ int shard_table_accumulators(shard_table *t, int aggregate, int staleness) {
     return DT_OK;
 }
 
+uint64_t shard_table_acc_bytes(int aggregate, int staleness) {
+    if (!aggregate) return 0;
+    return (uint64_t)(staleness + 1) * (sizeof(sparse_acc) + (uint64_t)aggregate * sizeof(sparse_entry));
+}
+
 uint64_t shard_table_sums_bytes(const shard_table *t, int staleness, int aggregate) {
     uint64_t n = 0;
     for (int i = 0; t->acc && i <= staleness; i++)
@@ -33,8 +38,7 @@ uint64_t shard_table_sums_bytes(const shard_table *t, int staleness, int aggrega
 }
 
 static void entry_clear(ps_shard *s, sparse_entry *e) {
-    DT_ASSERT(e->held <= s->sparse_held);
-    s->sparse_held -= e->held;
+    s->sparse_held -= DT_ASSERT(e->held <= s->sparse_held) ? e->held : s->sparse_held; /* never below 0 */
     e->held = 0;
     if (dt_rowsum_bytes(&e->rows) > ENTRY_KEEP_BYTES) dt_rowsum_free(&e->rows);
     dt_rowsum_clear(&e->rows);
@@ -204,7 +208,10 @@ static int sync_section(const shard_req *r, const dt_wire_section *c, const uint
     const int64_t t = h->local_step;
     if (t < dt_table_step(st->t)) return 1;
     sparse_acc *a = &st->acc[t % (s->staleness + 1)];
-    DT_ASSERT(a->n == 0 || a->step == t);
+    if (!DT_ASSERT(a->n == 0 || a->step == t)) {
+        shard_refuse(r, DT_WIRE_E_RESYNC, "SPARSE_PUSH for step %lld refused: %s", (long long)t, dt_assert_why());
+        return -1;
+    }
     sparse_entry *e = entry_of(s, a, h);
     if (!e) return 2;
     a->step = t;

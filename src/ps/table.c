@@ -285,7 +285,7 @@ static uint32_t row_claim(dt_table *t) {
     }
     uint64_t b = t->used / t->block_rows;
     if (b == t->n_blocks) {
-        DT_ASSERT(b < t->max_blocks);
+        if (!DT_ASSERT(b < t->max_blocks)) return NONE;
         t->vals[b] = dt_alloc_floats((size_t)t->block_rows * t->row_floats, "table block", NULL);
         t->meta[b] = malloc((size_t)t->block_rows * sizeof(row_meta));
         if (!t->vals[b] || !t->meta[b]) {

@@ -99,6 +99,10 @@ static int check_sync_config(const dt_wire_header *h, dt_error *err) {
     if (h->init.staleness > DT_WIRE_MAX_STALENESS)
         return dt_errorf(err, DT_EFORMAT, "INIT header: staleness %llu beyond the limit %u",
                          (unsigned long long)h->init.staleness, DT_WIRE_MAX_STALENESS);
+    if ((h->init.staleness + 1) * h->init.replicas_to_aggregate > DT_WIRE_MAX_HELD_GRADIENTS)
+        return dt_errorf(err, DT_EFORMAT, "INIT header: (staleness %llu + 1) x replicas_to_aggregate %llu gradients "
+                         "held per chunk, beyond the limit %u", (unsigned long long)h->init.staleness,
+                         (unsigned long long)h->init.replicas_to_aggregate, DT_WIRE_MAX_HELD_GRADIENTS);
     return DT_OK;
 }
 
@@ -188,6 +192,10 @@ static int check_values(const dt_wire_header *h, dt_error *err) {
     if (h->global_step < 0 || h->local_step < 0)
         return dt_errorf(err, DT_EFORMAT, "%s header: negative step (global %lld, local %lld)", tn,
                          (long long)h->global_step, (long long)h->local_step);
+    if (h->global_step > DT_WIRE_MAX_STEP || h->local_step > DT_WIRE_MAX_STEP)
+        return dt_errorf(err, DT_EFORMAT, "%s header: step beyond the limit %lld (global %lld, local %lld, bytes %d "
+                         "and %d)", tn, (long long)DT_WIRE_MAX_STEP, (long long)h->global_step,
+                         (long long)h->local_step, OFF_GSTEP, OFF_LSTEP);
     if (!dt_wire_type_has_payload(h->type) && h->payload_bytes != 0)
         return dt_errorf(err, DT_EFORMAT, "%s header: claims a payload of %llu bytes, this type has none", tn,
                          (unsigned long long)h->payload_bytes);

@@ -30,9 +30,15 @@
 /* Largest shard a header may describe: 2^32 floats (16 GiB). Bounds every payload size product. */
 #define DT_WIRE_MAX_SHARD_FLOATS (UINT64_C(1) << 32)
 /* Sync mode (INIT): at most this many replicas (worker task indices are u16) and this staleness
- * bound (a ps holds at most (staleness + 1) * replicas_to_aggregate gradients). */
+ * bound; a ps holds at most (staleness + 1) * replicas_to_aggregate gradients of each chunk, at most
+ * DT_WIRE_MAX_HELD_GRADIENTS (65,536 workers with staleness 0, 1,008 with staleness 64). */
 #define DT_WIRE_MAX_REPLICAS 65536u
 #define DT_WIRE_MAX_STALENESS 64u
+#define DT_WIRE_MAX_HELD_GRADIENTS 65536u
+/* The largest global_step or local_step a header may carry: 2^62, far enough below 2^63 that a ps's
+ * step arithmetic (step + staleness + 2, step + 1024, a step applied) cannot overflow: 2^62 more
+ * steps, at a billion a second, take 146 years. */
+#define DT_WIRE_MAX_STEP (INT64_C(1) << 62)
 /* PUSH: the most examples one gradient may say it averages (push.examples): the net's largest
  * batch (model/net.c) and the work plan's (DT_COORD_MAX_BATCH_SIZE). */
 #define DT_WIRE_MAX_EXAMPLES (UINT64_C(1) << 20)

@@ -204,7 +204,10 @@ int dt_overlap_finish(dt_overlap *o, int abandon, int64_t *steps, dt_push_result
     wake(o);
     pthread_mutex_lock(&o->mu);
     while (o->phase == RUNNING) pthread_cond_wait(&o->cv, &o->mu);
-    DT_ASSERT(o->phase == DONE);
+    if (!DT_ASSERT(o->phase == DONE)) {
+        pthread_mutex_unlock(&o->mu);
+        return dt_errorf(err, DT_EINVAL, "overlap: the exchange ended in no known way: %s", dt_assert_why());
+    }
     o->phase = IDLE;
     o->open = 0;
     int rc = o->rc;
@@ -251,7 +254,8 @@ static void end_exchange(dt_overlap *o, int rc, dt_error *e) {
     dt_push_result res = {0};
     rc = dt_ps_client_stream_end(o->cfg.client, rc, o->steps, &res, e);
     pthread_mutex_lock(&o->mu);
-    DT_ASSERT(o->phase == RUNNING && (rc || o->n_arrived == o->n_chunks));
+    if (!DT_ASSERT(o->phase == RUNNING && (rc || o->n_arrived == o->n_chunks)) && !rc)
+        rc = dt_errorf(e, DT_EINVAL, "overlap: the exchange ended with chunks missing: %s", dt_assert_why());
     o->rc = rc;
     o->err = *e;
     o->res = res;

@@ -34,6 +34,8 @@
 #define STOP_GRACE_MS 2000      /* what a request may still wait once this process is stopped (stop_deadline) */
 #define RELEASE_MS 2000         /* how long libzmq may take to drop the frames of a closed socket */
 #define LATE_WAKE_MS 250        /* a poll that returns this much later than asked: the process was stopped */
+#define BUSY_PAUSE_MS 50        /* after ERROR 106 (ask again shortly): the first pause, doubling ... */
+#define BUSY_PAUSE_MAX_MS 1000  /* ... up to this */
 #define SCAN_BLOCK 8192         /* floats unpacked then checked for NaN/infinity while in cache (32 KiB) */
 
 typedef struct {
@@ -125,12 +127,6 @@ struct dt_ps_client {
     size_t one_cap, one_len;
 };
 
-/* What a broken invariant left (DT_ASSERT, in a release build), for the message of the refused call. */
-static const char *broken(void) {
-    const char *s = dt_assert_sticky();
-    return s ? s : "broken invariant";
-}
-
 static int fail_ps(dt_ps_client *c, int ps, dt_error *err, int code, const char *what, const char *msg) {
     return dt_errorf(err, code, "ps %d at %s: %s%s%s", ps, c->ps[ps].endpoint, what, *what ? ": " : "", msg);
 }
@@ -179,7 +175,7 @@ static int send_req(dt_ps_client *c, int i, int chunk, dt_wire_header *h, zmq_ms
     int64_t now = dt_clock_us();
     heard(p, now, now);
     rc = dt_ex_sent(c->ex, i, chunk, h->type, h->request_id, now);
-    return rc ? dt_errorf(err, rc, "ps client: %s", broken()) : DT_OK;
+    return rc ? dt_errorf(err, rc, "ps client: %s", dt_assert_why()) : DT_OK;
 }
 
 /* A request due a request timeout from now. */
@@ -336,11 +332,12 @@ static int gather(dt_ps_client *c, dt_error *err) {
         int due = 0;
         for (int i = 0; i < c->n_ps; i++) due += dt_ex_awaiting(c->ex, i);
         if (!DT_ASSERT(due > 0)) /* open with nothing due: a request was never sent */
-            return fail_call(c, dt_errorf(err, DT_EINVAL, "ps client: %s: %s", c->call.what, broken()));
+            return fail_call(c, dt_errorf(err, DT_EINVAL, "ps client: %s: %s", c->call.what, dt_assert_why()));
         int rc = wait_round(c, 1000, -1, err);
         if (rc) return rc;
     }
-    if (!DT_ASSERT(dt_ex_get_state(c->ex) == DT_EX_DONE)) return dt_errorf(err, DT_EINVAL, "ps client: %s", broken());
+    if (!DT_ASSERT(dt_ex_get_state(c->ex) == DT_EX_DONE))
+        return dt_errorf(err, DT_EINVAL, "ps client: %s", dt_assert_why());
     return DT_OK;
 }
 
@@ -351,7 +348,7 @@ static void release_inflight(void *data, void *hint) {
     (void)data;
     ps_conn *p = hint;
     int before = atomic_fetch_sub(&p->inflight, 1);
-    DT_ASSERT(before > 0);
+    if (!DT_ASSERT(before > 0)) atomic_fetch_add(&p->inflight, 1); /* never below 0 */
     int fd = atomic_load(&p->wake_fd);
     if (fd >= 0) {
         uint64_t one = 1;
@@ -434,6 +431,27 @@ static int release_gradients(dt_ps_client *c, int rc, int64_t deadline_us, dt_er
 
 /* ---- calls: each one exchange (begin, send, wait, end) ---- */
 
+/* ERROR 106 says a ps is at its memory budget, or its table of deferred requests is full, and to ask
+ * again shortly (docs/protocol.md). A call that changes nothing on the ps (a pull, FETCH, STATUS) is
+ * asked again after a pause, 50 ms doubling to 1 s, until its own timeout (--heartbeat_timeout) has
+ * passed since it was first asked: 1 to ask again (the pause taken), 0 to end with rc. A push is not:
+ * its gradient may have been applied before the refusal of the reply (the caller's recovery,
+ * worker/remote.c, pulls again). */
+static int ask_again(dt_ps_client *c, int rc, int64_t first_us, int *pause_ms) {
+    if (rc != DT_EPROTO || c->last_refusal != DT_WIRE_E_BUSY || stopping(c)) return 0;
+    const int64_t left_ms = (first_us + c->request_timeout_ms * 1000LL - dt_clock_us()) / 1000;
+    if (left_ms <= *pause_ms) return 0;
+    if (++c->stats.busy_retries <= 3 && c->log) {
+        fprintf(c->log, "worker %u: a ps is busy (ERROR 106: ask again shortly): asking again for up to %.1f s%s\n",
+                c->task, left_ms / 1000.0, c->stats.busy_retries == 3 ? "; further ones are counted" : "");
+        fflush(c->log);
+    }
+    struct timespec ts = {*pause_ms / 1000, (long)(*pause_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    *pause_ms = *pause_ms * 2 < BUSY_PAUSE_MAX_MS ? *pause_ms * 2 : BUSY_PAUSE_MAX_MS;
+    return 1;
+}
+
 /* Begins the exchange of a call that awaits `want` replies (per chunk of every ps for PARAMS
  * and PUSH_ACK, else one per ps). */
 static int call_begin(dt_ps_client *c, const call_t *call, uint8_t want, dt_error *err) {
@@ -448,7 +466,7 @@ static int call_begin(dt_ps_client *c, const call_t *call, uint8_t want, dt_erro
     /* HELLO: hello_all's own deadline (the connect timeout) passes first. */
     if (want == DT_MSG_WELCOME) kind.timeout_us = (c->connect_timeout_ms + 1000) * 1000LL;
     if (dt_ex_begin(c->ex, &kind, chunks, dt_clock_us()))
-        return dt_errorf(err, DT_EINVAL, "ps client: %s: %s", call->what, broken());
+        return dt_errorf(err, DT_EINVAL, "ps client: %s: %s", call->what, dt_assert_why());
     c->call = *call;
     c->call.t0 = c->m_push || c->m_pull ? dt_seconds() : 0;
     return DT_OK;
@@ -537,8 +555,8 @@ static int call_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_result *res
 }
 
 /* The same payload-less request to every ps, then every reply (each passed to fn, if any). */
-static int ask_every_ps_flagged(dt_ps_client *c, dt_msg_type type, uint8_t flags, dt_msg_type reply,
-                                const char *what, reply_fn fn, void *user, dt_error *err) {
+static int ask_every_ps_once(dt_ps_client *c, dt_msg_type type, uint8_t flags, dt_msg_type reply, const char *what,
+                             reply_fn fn, void *user, dt_error *err) {
     int rc = call_begin(c, &(call_t){.what = what, .fn = fn, .user = user, .repull = -1}, reply, err);
     if (rc) return rc;
     for (int i = 0; i < c->n_ps && !rc; i++) {
@@ -548,6 +566,17 @@ static int ask_every_ps_flagged(dt_ps_client *c, dt_msg_type type, uint8_t flags
     }
     if (!rc) rc = gather(c, err);
     return call_end(c, rc, NULL, NULL, err);
+}
+
+/* ... asked again while a ps says it is busy, for the requests that change nothing (ask_again). */
+static int ask_every_ps_flagged(dt_ps_client *c, dt_msg_type type, uint8_t flags, dt_msg_type reply,
+                                const char *what, reply_fn fn, void *user, dt_error *err) {
+    const int64_t first = dt_clock_us();
+    int pause = BUSY_PAUSE_MS, rc;
+    while ((rc = ask_every_ps_once(c, type, flags, reply, what, fn, user, err)) &&
+           (type == DT_MSG_FETCH || type == DT_MSG_STATUS) && ask_again(c, rc, first, &pause)) {
+    }
+    return rc;
 }
 
 static int ask_every_ps(dt_ps_client *c, dt_msg_type type, dt_msg_type reply, const char *what, reply_fn fn,
@@ -702,10 +731,12 @@ static int check_config(const dt_ps_client_config *cfg, dt_error *err) {
     if (cfg->replicas_to_aggregate < 0 || cfg->total_num_replicas < 0 || cfg->staleness < 0 ||
         (cfg->replicas_to_aggregate > 0 &&
          (cfg->total_num_replicas < cfg->replicas_to_aggregate || cfg->total_num_replicas > (int)DT_WIRE_MAX_REPLICAS ||
-          cfg->staleness > (int)DT_WIRE_MAX_STALENESS)))
+          cfg->staleness > (int)DT_WIRE_MAX_STALENESS ||
+          (uint64_t)(cfg->staleness + 1) * (uint64_t)cfg->replicas_to_aggregate > DT_WIRE_MAX_HELD_GRADIENTS)))
         return dt_errorf(err, DT_EINVAL, "ps client: sync configuration aggregate %d, total %d, staleness %d "
-                         "(need 1 <= aggregate <= total <= %u, staleness <= %u)", cfg->replicas_to_aggregate,
-                         cfg->total_num_replicas, cfg->staleness, DT_WIRE_MAX_REPLICAS, DT_WIRE_MAX_STALENESS);
+                         "(need 1 <= aggregate <= total <= %u, staleness <= %u, (staleness + 1) x aggregate <= %u)",
+                         cfg->replicas_to_aggregate, cfg->total_num_replicas, cfg->staleness, DT_WIRE_MAX_REPLICAS,
+                         DT_WIRE_MAX_STALENESS, DT_WIRE_MAX_HELD_GRADIENTS);
     if ((unsigned)cfg->compression >= DT_ENC_COUNT)
         return dt_errorf(err, DT_EINVAL, "ps client: compression %d is not an encoding", (int)cfg->compression);
     for (int i = 0; i < cfg->n_ps; i++) {
@@ -984,8 +1015,8 @@ static int xfer_begin(dt_ps_client *c, call_t *call, dt_error *err) {
  * the ps tasks (chunk 0 of every ps first), so every link is busy from the start and each ps can
  * apply and answer its first chunks while the later ones are still on the wire (docs/protocol.md,
  * "Chunks"); wait for every reply; end. */
-static int xfer(dt_ps_client *c, call_t *call, const float *const *grads, int64_t *steps, dt_push_result *res,
-                dt_error *err) {
+static int xfer_once(dt_ps_client *c, call_t *call, const float *const *grads, int64_t *steps, dt_push_result *res,
+                     dt_error *err) {
     int rc = xfer_begin(c, call, err);
     if (rc) return rc;
     int most = 0;
@@ -997,6 +1028,16 @@ static int xfer(dt_ps_client *c, call_t *call, const float *const *grads, int64_
     if (!rc) rc = gather(c, err);
     /* Whatever happened, the caller gets its gradient buffers back. */
     return call_end(c, rc, steps, res, err);
+}
+
+/* ... a pull asked again while a ps says it is busy (ask_again). */
+static int xfer(dt_ps_client *c, call_t *call, const float *const *grads, int64_t *steps, dt_push_result *res,
+                dt_error *err) {
+    const int64_t first = dt_clock_us();
+    int pause = BUSY_PAUSE_MS, rc;
+    while ((rc = xfer_once(c, call, grads, steps, res, err)) && !call->push && ask_again(c, rc, first, &pause)) {
+    }
+    return rc;
 }
 
 /* A pull into the receive buffers, handed out as views (valid until the next call). */

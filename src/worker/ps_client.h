@@ -100,6 +100,7 @@ typedef struct {
     int64_t wait_us;              /* sum over pulls of the longest time a ps held the PULL */
     uint64_t tx_bytes, rx_bytes;  /* every message sent and received, headers included */
     uint64_t sparse_tx_bytes, sparse_rx_bytes; /* of which sparse tables' (dt_ps_client_sparse) */
+    uint64_t busy_retries;        /* requests asked again after ERROR 106 (the ps said: ask again shortly) */
 } dt_ps_client_stats;
 
 /* Connects to every ps and checks it with HELLO (protocol version, shard size). A ps that is not

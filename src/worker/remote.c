@@ -455,10 +455,7 @@ static int64_t min_step_for(const remote *r, int64_t tag) {
 /* ---- --overlap: the net's hooks drive the exchange (worker/overlap.h) ---- */
 
 /* A broken invariant of the phases below (DT_ASSERT in a release build): the step is refused. */
-static int ov_broken(dt_error *err) {
-    const char *s = dt_assert_sticky();
-    return dt_errorf(err, DT_EINVAL, "overlap: %s", s ? s : "broken invariant");
-}
+static int ov_broken(dt_error *err) { return dt_errorf(err, DT_EINVAL, "overlap: %s", dt_assert_why()); }
 
 /* Ends the exchange in flight and takes in its outcome (*global_step is then the cluster's step).
  * One whose gradient is incomplete (training stopped mid-step) is abandoned. */
