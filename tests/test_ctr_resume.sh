@@ -4,6 +4,11 @@
 # the tables' one slot, and the updater's state had adam's two, so the save wrote past the
 # checkpoint's buffer (heap overflow under ASan, a crash or a wrong model in release). It saves,
 # and one process resumed at step 40 ends bit for bit where an uninterrupted run ends at 60.
+# A sync cluster resumed from a checkpoint: a worker other than the chief pulled the tables' rows
+# before the chief's SPARSE_IMPORT had landed, so its first step ran on the initial rows. Each ps
+# now holds every SPARSE_PULL until the chief's import ends (docs/sparse.md, "Checkpoints"); with
+# the chief slowed between declaring the tables and importing them, 2 ps + 2 sync workers resumed
+# at step 10 end at 20 bit for bit where the cluster that never stopped ends, as one process does.
 . "$(dirname "$0")/lib.sh"
 cd "${DTRAIN_SRC:-$(dirname "$0")/..}"
 
@@ -34,4 +39,36 @@ check "... from step 40" grep -q "restored $tmp/R/model.ckpt-40.safetensors: glo
 want=$(data_md5 "$tmp/U/model.ckpt-60.safetensors" 2>/dev/null)
 got=$(data_md5 "$tmp/R/model.ckpt-60.safetensors" 2>/dev/null)
 check "... step 60 is bit for bit the uninterrupted run's (tables and slots included)" [ -n "$want" -a "$got" = "$want" ]
+
+# A small FM with dense variables (tests/fixtures/sparse_fm.model), on 2 ps tasks and 2 sync workers.
+"$bin" gen-clicks --out "$tmp/fm.tsv" --lines 6000 --vocab 500 --model fm --seed 5 >"$tmp/genfm.out" 2>&1
+fm=(--data "$tmp/fm.tsv" --model tests/fixtures/sparse_fm.model --optimizer adam --learning_rate 0.01
+    --table_optimizer adagrad --batch_size 64 --summary_dir "" --threads 1 --steps_to_validate 1)
+cluster=(launch --ps 2 --workers 2 --issync 1 "${fm[@]}")
+timeout --foreground 120 "$bin" "${cluster[@]}" --train_steps 20 --logdir "$tmp/CU" >"$tmp/cu.out" 2>&1
+check "the uninterrupted cluster (status $?)" [ -f "$tmp/CU/model.ckpt-20.safetensors" ]
+timeout --foreground 120 "$bin" "${cluster[@]}" --train_steps 10 --logdir "$tmp/CR" >"$tmp/cr10.out" 2>&1 &&
+  timeout --foreground 120 "$bin" "${cluster[@]}" --train_steps 20 --logdir "$tmp/CR" --debug_import_delay_ms 1000 \
+    >"$tmp/cr20.out" 2>&1
+st=$?
+check "a cluster of 10 steps, then resumed to 20, the chief's import 1 s late (status $st)" [ "$st" -eq 0 ]
+check "... the chief restored the tables onto both ps tasks" \
+  grep -qE "chief: restored the 52 sparse table\(s\) of .*model.ckpt-10.safetensors onto 2 ps task\(s\)" "$tmp/cr20.out"
+# worker 1's first resumed step: its loss under the restored rows (the uninterrupted run's step 11)
+l1=$(sed -n 's/^\[worker1\] step 11 .* loss \([0-9.]*\) .*/\1/p' "$tmp/cu.out")
+l2=$(sed -n 's/^\[worker1\] step 11 .* loss \([0-9.]*\) .*/\1/p' "$tmp/cr20.out")
+check "... worker 1's first step is the uninterrupted run's (loss $l2, uninterrupted $l1)" [ -n "$l1" -a "$l1" = "$l2" ]
+want=$(data_md5 "$tmp/CU/model.ckpt-20.safetensors" 2>/dev/null)
+got=$(data_md5 "$tmp/CR/model.ckpt-20.safetensors" 2>/dev/null)
+check "... step 20 is bit for bit the uninterrupted cluster's (tables and slots included)" [ -n "$want" -a "$got" = "$want" ]
+
+# One process the same way: resumed at step 10, it ends at 20 as its uninterrupted run.
+timeout --foreground 120 "$bin" train "${fm[@]}" --train_steps 20 --logdir "$tmp/OU" >"$tmp/ou.out" 2>&1
+timeout --foreground 120 "$bin" train "${fm[@]}" --train_steps 10 --logdir "$tmp/OR" >"$tmp/or10.out" 2>&1 &&
+  timeout --foreground 120 "$bin" train "${fm[@]}" --train_steps 20 --logdir "$tmp/OR" >"$tmp/or20.out" 2>&1
+check "one process: 10 steps, then resumed to 20 (status $?)" \
+  grep -q "restored $tmp/OR/model.ckpt-10.safetensors: global step 10" "$tmp/or20.out"
+want=$(data_md5 "$tmp/OU/model.ckpt-20.safetensors" 2>/dev/null)
+got=$(data_md5 "$tmp/OR/model.ckpt-20.safetensors" 2>/dev/null)
+check "one process resumed at step 10 ends at 20 bit for bit as its uninterrupted run" [ -n "$want" -a "$got" = "$want" ]
 summary

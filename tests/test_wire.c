@@ -766,6 +766,16 @@ static void test_sparse_rows_headers(void) {
     dt_error e = {0};
     dt_wire_encode(b, &h);
     CHECK(dt_wire_decode(&d, b, sizeof b, &e) == DT_OK && d.sparse.ids == 0);
+    /* the chief's LAST SPARSE_IMPORT to a ps may carry no row (the import is over); another may not */
+    h = rows_header(DT_MSG_SPARSE_IMPORT, 0, 4, DT_LAZY_ADAGRAD);
+    CHECK(rows_decode_fails(&h, "SPARSE_IMPORT header: 0 ids, must be 1.."));
+    h.flags = DT_WIRE_F_LAST;
+    dt_wire_encode(b, &h);
+    CHECK(dt_wire_decode(&d, b, sizeof b, &e) == DT_OK && d.sparse.ids == 0 && d.flags == DT_WIRE_F_LAST);
+    CHECK(dt_wire_check_payload(&d, 1, &e) == DT_OK);
+    h = rows_header(DT_MSG_SPARSE_EXPORT, 100, 4, DT_LAZY_ADAGRAD); /* LAST is SPARSE_IMPORT's alone */
+    h.flags = DT_WIRE_F_LAST;
+    CHECK(rows_decode_fails(&h, "SPARSE_EXPORT header: unknown flags 0x01"));
     h = rows_header(DT_MSG_SPARSE_IMPORT, 3, 2, DT_LAZY_FTRL);
     CHECK(h.payload_bytes == 3 * 8 + 3 * 2 * 3 * 4);
     /* 2^20 floats with the slots: 65536 ids of dim 16 alone would fit, not with FTRL's two slots */

@@ -75,6 +75,8 @@ void dt_train_debug_init(dt_train_debug *d) {
 
 static int check_debug(const dt_train_debug *d, dt_error *err) {
     if (d->step_delay_ms < 0) return dt_errorf(err, DT_EINVAL, "step_delay_ms must not be negative");
+    if (d->import_delay_ms < 0 || d->import_delay_ms > 600000)
+        return dt_errorf(err, DT_EINVAL, "import_delay_ms must be in 0..600000, got %d", d->import_delay_ms);
     if (d->emulate_compute_ms > 600000)
         return dt_errorf(err, DT_EINVAL, "emulate_compute_ms must be at most 600000, got %d",
                          d->emulate_compute_ms);
@@ -516,6 +518,10 @@ static int restore_tables(void *user, dt_sparse_client *sparse, dt_error *err) {
     run_state *r = user;
     char where[32];
     snprintf(where, sizeof where, "%d ps task(s)", r->cluster.n_ps);
+    if (r->dbg->import_delay_ms > 0) {
+        struct timespec ts = {r->dbg->import_delay_ms / 1000, (long)(r->dbg->import_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     const dt_table_io io = dt_table_io_remote(sparse);
     return tables_from_checkpoint(r, &io, where, err);
 }
