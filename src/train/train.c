@@ -1028,6 +1028,9 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
     return rc;
 }
 
+/* The advice after a count of skipped bad lines or images: the CLI's flag, and the library's field. */
+#define STOP_ON_BAD "to stop on them instead: --bad_images fail, or fail_on_bad_images in dt_train_options"
+
 /* report's end for a click-log model: bad lines, the chief's test AUC and logloss, the last line. */
 static int report_ctr(run_state *r, const dt_train_options *o, int evaluates, int64_t global_step, int64_t steps_here,
                       dt_train_result *res, dt_error *err) {
@@ -1035,7 +1038,7 @@ static int report_ctr(run_state *r, const dt_train_options *o, int evaluates, in
     int rc;
     res->bad_images = (int64_t)dt_ctr_bad_count(r->ctr);
     if (res->bad_images)
-        fprintf(log, "skipped %lld bad lines (first: %s; use bad_images=fail to stop on them)\n",
+        fprintf(log, "skipped %lld bad lines (first: %s; " STOP_ON_BAD ")\n",
                 (long long)res->bad_images, dt_ctr_first_bad(r->ctr));
     if (evaluates) {
         dt_ctr_options co;
@@ -1070,7 +1073,7 @@ static int report(run_state *r, const dt_train_options *o, int evaluates, int64_
     res->bad_images = (int64_t)dt_dataset_bad_count(r->data.train);
     if (r->data.validation != r->data.train) res->bad_images += (int64_t)dt_dataset_bad_count(r->data.validation);
     if (res->bad_images)
-        fprintf(log, "skipped %lld undecodable images (use bad_images=fail to stop on them)\n",
+        fprintf(log, "skipped %lld undecodable images (" STOP_ON_BAD ")\n",
                 (long long)res->bad_images);
     if (evaluates) {
         dt_eval_result test;
