@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "data/dataset.h"
 #include "flags.h"
 #include "io/fsutil.h"
@@ -60,12 +61,13 @@ static int put(text_out *s, dt_error *err, const char *fmt, ...) {
     }
 }
 
-/* A CSV field: quoted (quotes doubled) when it holds a comma, quote or line break (RFC 4180). */
+/* A CSV field (dt_csv_field: quoted where RFC 4180 needs it). */
 static int put_field(text_out *s, const char *v, dt_error *err) {
-    if (!v[strcspn(v, ",\"\r\n")]) return put(s, err, "%s", v);
-    int rc = put(s, err, "\"");
-    for (const char *p = v; !rc && *p; p++) rc = *p == '"' ? put(s, err, "\"\"") : put(s, err, "%c", *p);
-    return rc ? rc : put(s, err, "\"");
+    if (!v[strcspn(v, ",\"\r\n")]) return put(s, err, "%s", v); /* most fields: no copy */
+    char *q = dt_csv_field(v);
+    int rc = q ? put(s, err, "%s", q) : dt_errorf(err, DT_ENOMEM, "out of memory for the output");
+    free(q);
+    return rc;
 }
 
 static int flush_out(text_out *s, dt_error *err) {

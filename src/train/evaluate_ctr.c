@@ -6,6 +6,7 @@
 
 #include "compute/kernels.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "stats/binary.h"
 
 void dt_ctr_eval_options(dt_ctr_options *o, const dt_net *net, dt_ctr_split split, int fail_on_bad) {
@@ -72,32 +73,11 @@ int dt_evaluate_ctr(dt_net *net, const char *path, const dt_ctr_options *o, dt_c
     return run(net, path, o, NULL, NULL, out, err);
 }
 
-/* path as a CSV field (RFC 4180: quoted, quotes doubled, when it holds a comma, quote or line
- * break); malloc'd. */
-static char *csv_field(const char *path, dt_error *err) {
-    const int quote = path[strcspn(path, ",\"\r\n")] != 0;
-    size_t n = strlen(path), extra = 0;
-    for (const char *c = path; *c; c++) extra += *c == '"';
-    char *f = malloc(n + extra + 3), *at = f;
-    if (!f) {
-        dt_errorf(err, DT_ENOMEM, "out of memory for the file column");
-        return NULL;
-    }
-    if (quote) *at++ = '"';
-    for (const char *c = path; *c; c++) {
-        if (*c == '"' && quote) *at++ = '"';
-        *at++ = *c;
-    }
-    if (quote) *at++ = '"';
-    *at = 0;
-    return f;
-}
-
 int dt_predict_ctr(dt_net *net, const char *path, const dt_ctr_options *o, FILE *out, int64_t *count,
                    dt_ctr_eval_result *res, dt_error *err) {
     *count = 0;
-    char *file = csv_field(path, err);
-    if (!file) return DT_ENOMEM;
+    char *file = dt_csv_field(path);
+    if (!file) return dt_errorf(err, DT_ENOMEM, "out of memory for the file column");
     int rc = run(net, path, o, out, file, res, err);
     free(file);
     *count = res->examples;
