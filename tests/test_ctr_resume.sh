@@ -8,7 +8,8 @@
 # before the chief's SPARSE_IMPORT had landed, so its first step ran on the initial rows. Each ps
 # now holds every SPARSE_PULL until the chief's import ends (docs/sparse.md, "Checkpoints"); with
 # the chief slowed between declaring the tables and importing them, 2 ps + 2 sync workers resumed
-# at step 10 end at 20 bit for bit where the cluster that never stopped ends, as one process does.
+# at step 10 end at 20 bit for bit where the cluster that never stopped ends, as one process does,
+# and so does a cluster whose chief died during the import and was started again.
 . "$(dirname "$0")/lib.sh"
 cd "${DTRAIN_SRC:-$(dirname "$0")/..}"
 
@@ -61,6 +62,38 @@ check "... worker 1's first step is the uninterrupted run's (loss $l2, uninterru
 want=$(data_md5 "$tmp/CU/model.ckpt-20.safetensors" 2>/dev/null)
 got=$(data_md5 "$tmp/CR/model.ckpt-20.safetensors" 2>/dev/null)
 check "... step 20 is bit for bit the uninterrupted cluster's (tables and slots included)" [ -n "$want" -a "$got" = "$want" ]
+
+# The chief dies during its import (killed in the 3 s between declaring the tables and sending
+# their rows): the ps still holds the pulls, and says so (WELCOME, STATUS_REPLY), so the chief started
+# again initialises it from the checkpoint instead of taking its half-imported tables as the model;
+# worker 1 waits meanwhile, and step 20 is again the uninterrupted run's.
+ports=($(free_port 3))
+mkdir -p "$tmp/CK" && cp "$tmp/CR/model.ckpt-10.safetensors" "$tmp/CK/"
+by_hand=(train "${fm[@]}" --ps_hosts "127.0.0.1:${ports[0]}" --worker_hosts "127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
+         --issync 1 --train_steps 20 --logdir "$tmp/CK" --heartbeat_timeout 20)
+"$bin" "${by_hand[@]}" --job_name ps >"$tmp/ck_ps.out" 2>&1 &
+ps_pid=$!
+"$bin" "${by_hand[@]}" --job_name worker --task_index 1 >"$tmp/ck_w1.out" 2>&1 &
+w1_pid=$!
+"$bin" "${by_hand[@]}" --job_name worker --task_index 0 --debug_import_delay_ms 3000 >"$tmp/ck_c1.out" 2>&1 &
+chief_pid=$!
+for _ in $(seq 200); do grep -q "their rows follow from a checkpoint" "$tmp/ck_ps.out" && break; sleep 0.05; done
+kill -KILL "$chief_pid"
+wait "$chief_pid" 2>/dev/null
+timeout --foreground 60 "$bin" "${by_hand[@]}" --job_name worker --task_index 0 >"$tmp/ck_c2.out" 2>&1
+st=$?
+timeout --foreground 30 tail --pid="$w1_pid" -f /dev/null
+wait "$w1_pid"
+st1=$?
+kill "$ps_pid" 2>/dev/null
+wait "$ps_pid" 2>/dev/null
+check "the chief killed during its import; started again, it and worker 1 finish (status $st, $st1)" \
+  [ "$st" -eq 0 -a "$st1" -eq 0 ]
+check "... it restored the tables again, not taking the ps tasks' half-imported ones" \
+  eval 'grep -q "chief: restored the 52 sparse table(s)" "$tmp/ck_c2.out" && ! grep -q "already hold the model" "$tmp/ck_c2.out"'
+want=$(data_md5 "$tmp/CU/model.ckpt-20.safetensors" 2>/dev/null)
+got=$(data_md5 "$tmp/CK/model.ckpt-20.safetensors" 2>/dev/null)
+check "... step 20 is bit for bit the uninterrupted cluster's" [ -n "$want" -a "$got" = "$want" ]
 
 # One process the same way: resumed at step 10, it ends at 20 as its uninterrupted run.
 timeout --foreground 120 "$bin" train "${fm[@]}" --train_steps 20 --logdir "$tmp/OU" >"$tmp/ou.out" 2>&1

@@ -214,6 +214,12 @@ static void test_refusals(void) {
     uint8_t sb[DT_WIRE_HEADER_SIZE];
     dt_wire_encode(sb, &stat);
     CHECK(decode_fails(sb, sizeof sb, DT_EFORMAT, "STATUS header: unknown flags 0x01"));
+    /* its reply (and WELCOME) may say the ps waits for the chief's import of the tables */
+    dt_wire_header reply = sample(DT_MSG_STATUS_REPLY), got;
+    reply.flags = DT_WIRE_F_IMPORTING;
+    uint8_t rb[DT_WIRE_HEADER_SIZE];
+    dt_wire_encode(rb, &reply);
+    CHECK(dt_wire_decode(&got, rb, sizeof rb, NULL) == DT_OK && got.flags == DT_WIRE_F_IMPORTING);
     /* The encoding (flags bits 4-5): 0..2 on PUSH, PULL and PARAMS only. */
     memcpy(b, good, sizeof good);
     b[7] = DT_WIRE_F_EXACT | 3 << 4;

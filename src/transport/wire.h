@@ -51,6 +51,8 @@
                                 * follow (SPARSE_IMPORT); the ps holds every SPARSE_PULL until LAST */
 #define DT_WIRE_F_LAST 0x01u   /* SPARSE_IMPORT: the chief's last to this ps (its rows may be none): the
                                 * tables are whole, the held SPARSE_PULLs are answered */
+#define DT_WIRE_F_IMPORTING 0x01u /* WELCOME, STATUS_REPLY: the ps waits for the chief's LAST (its tables are
+                                   * not whole): a chief starting now initialises it again */
 #define DT_WIRE_F_WAITING 0x40u /* DONE: the worker sits steps out until ps 0 has work for it (sync,
                                  * dynamic sharding): it has not ended, and stays a member */
 /* Bits 4-5 of the flags byte: the encoding (dt_encoding: 0 float32, 1 bf16, 2 fp16; 3 is refused)

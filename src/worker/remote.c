@@ -213,9 +213,12 @@ static int init_shards(remote *r, dt_net *net, const float *state, int64_t step,
     return rc;
 }
 
+/* Every ps initialised, none of them waiting for a chief's import of the tables to end (a chief that
+ * died during it: the one starting now initialises them again). */
 static int all_initialised(remote *r) {
     int ready = 1;
-    for (int p = 0; p < r->n_ps; p++) ready &= dt_ps_client_shard(r->client, p)->initialised;
+    for (int p = 0; p < r->n_ps; p++)
+        ready &= dt_ps_client_shard(r->client, p)->initialised && !dt_ps_client_shard(r->client, p)->importing;
     return ready;
 }
 
