@@ -74,6 +74,11 @@ expect_error "non-image in image folder (fail policy) names the file" 1 "readme.
 if "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --logdir= --summary_dir= --batch_size 1 --epochs 1 >"$tmp/out" 2>"$tmp/err" \
    && grep -q "skipped 1 undecodable" "$tmp/out"; then ok "non-image skipped and reported"
 else bad "non-image skipped and reported: $(cat "$tmp/out" "$tmp/err" | tail -3)"; fi
+# ... with advice that works as written: the flag it names stops the run on that file.
+check "the skip message names the flag that stops on bad images" \
+  grep -qF "skipped 1 undecodable images (to stop on them instead: --bad_images fail, or fail_on_bad_images in dt_train_options)" "$tmp/out"
+expect_error "... and --bad_images fail, as the message spells it, stops there" 1 "readme.jpg" \
+  "$bin" train --model "$tmp/tiny.model" --data "$tmp/imgs" --logdir= --summary_dir= --bad_images fail --batch_size 1 --epochs 1
 
 # A warning printed while training starts a line of its own: summaries that fail mid-run (event
 # files capped at 1 KiB by ulimit; SIGXFSZ ignored so writes fail with EFBIG) are turned off with a

@@ -40,6 +40,22 @@ check "dtrain predict writes a probability per line" [ "$(wc -l <"$tmp/p.csv")" 
 check "probabilities in (0, 1) and labels as the file gives them" \
   awk -F, 'NR > 1 && !($3 > 0 && $3 < 1 && ($2 == 0 || $2 == 1)) {bad = 1} END {exit bad}' "$tmp/p.csv"
 check "line numbers in order" awk -F, 'NR > 1 && $1 != NR - 1 {bad = 1} END {exit bad}' "$tmp/p.csv"
+check "each row names its file" awk -F, -v f="$tmp/clicks.tsv" 'NR > 1 && $4 != f {bad = 1} END {exit bad}' "$tmp/p.csv"
+# Several files (a plain one and a gzip one whose name needs quoting): one header, and a file column
+# that tells their rows apart, each file's lines numbered from 1.
+head -n 300 "$tmp/clicks.tsv" >"$tmp/a.tsv"
+head -n 200 "$tmp/clicks.tsv" | gzip >"$tmp/b,c.tsv.gz"
+"$bin" predict --logdir "$tmp/ck" --out "$tmp/two.csv" "$tmp/a.tsv" "$tmp/b,c.tsv.gz" 2>"$tmp/two.err"
+check "predict of two files: one header, line,label,probability,file" \
+  eval '[ "$(grep -c "^line," "$tmp/two.csv")" = 1 ] && [ "$(head -n 1 "$tmp/two.csv")" = "line,label,probability,file" ]'
+check "... 300 rows of the first file, numbered 1..300, then 200 of the second, quoted, numbered 1..200" \
+  awk -F, -v a="$tmp/a.tsv" -v b="\"$tmp/b" 'NR == 1 {next}
+    NR <= 301 {if ($1 != NR - 1 || $4 != a) bad = 1; next}
+    {if ($1 != NR - 301 || $4 != b || $5 != "c.tsv.gz\"") bad = 1}
+    END {exit bad || NR != 501}' "$tmp/two.csv"
+check "... the same probabilities as a file alone" \
+  eval 'diff <(sed -n "2,201p" "$tmp/two.csv" | cut -d, -f1-3) <(sed -n "2,201p" "$tmp/p.csv" | cut -d, -f1-3) >/dev/null &&
+        diff <(sed -n "302,501p" "$tmp/two.csv" | cut -d, -f1-3) <(sed -n "2,201p" "$tmp/p.csv" | cut -d, -f1-3) >/dev/null'
 
 # Model and data that do not go together.
 mkdir -p "$tmp/images"

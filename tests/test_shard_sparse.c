@@ -3,7 +3,8 @@
  * pushed (their initial values), an asynchronous push applied lazily (duplicates summed, other rows
  * untouched), sync mode summing two replicas' pushes (in parts) once per step, the per-row mean,
  * deferred pulls answered at the step and dropped with their connection, stale and far-ahead
- * pushes, 16-bit rows, and hostile messages refused with the bound they break named. */
+ * pushes, 16-bit rows, and hostile messages refused with the bound they break named; a restore's
+ * pulls held until the chief's import ends. */
 #include <stdint.h>
 
 #include "cluster/row_placement.h"
@@ -744,6 +745,59 @@ static void test_import(void) {
     shard_done(s);
 }
 
+/* A chief restoring a checkpoint (SPARSE_INIT with IMPORT): every SPARSE_PULL is held, whatever its
+ * step, until the chief's SPARSE_IMPORT with LAST, and then answered with the imported rows, not
+ * the initial ones (issue 36: a worker's first step after a resume ran on the initial rows). A LAST
+ * may carry no row; a SPARSE_IMPORT of no row without LAST is malformed. */
+static void test_import_holds_pulls(void) {
+    memset(&rec, 0, sizeof rec);
+    ps_shard *s = shard_new_n(N);
+    shard_init_n(s, N, 1, 2, 2, 0, 1000, 0, 0); /* sync, 2 workers, a worker silent 1 s is lost */
+    dt_table_config c = table_config();
+    dt_wire_table w = {.table = TABLE, .dim = DIM, .init_kind = DT_ROW_INIT_NORMAL, .init_scale = c.init_scale,
+                       .capacity = 1000, .seed = c.seed};
+    dt_lazy_config_init(&w.opt, "adagrad", 0.5f, NULL);
+    uint8_t record[DT_WIRE_TABLE_BYTES];
+    dt_wire_table_encode(record, &w);
+    dt_wire_header h = hdr(DT_MSG_SPARSE_INIT, DT_ROLE_CHIEF, 0);
+    h.flags = DT_WIRE_F_IMPORT;
+    h.sparse.ids = 1;
+    h.payload_bytes = DT_WIRE_TABLE_BYTES;
+    ps_origin o = from(0);
+    ps_bytes b = {.data = record, .size = h.payload_bytes};
+    ps_shard_request(s, &o, &h, &b, 0, &io);
+    CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_OK);
+    const uint64_t ids[3] = {4, 9, 700};
+    const int before = rec.n;
+    spull(s, 1, 1, ids, 3, 0, DT_ENC_FP32, 0); /* step 0: the table's own, answered at once before */
+    CHECK(rec.held == 1 && rec.n == before);
+    static float rows[3][ROW];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < DIM; j++) rows[i][j] = (float)(10 * i + j), rows[i][DIM + j] = 0.5f;
+    simport(s, DT_ROLE_CHIEF, ids, rows[0], 3, DT_LAZY_ADAGRAD);
+    CHECK(last()->h.type == DT_MSG_ACK && rec.held == 1);
+    /* a held pull waits for the chief: its worker is not lost meanwhile (the chief, silent, is) */
+    dt_error err = {0};
+    CHECK(ps_shard_cron(s, 2 * SEC, &io, &err) == DT_OK);
+    ps_shard_stats st;
+    ps_shard_get_stats(s, &st);
+    CHECK_MSG(st.live == 1, "%d workers live", st.live);
+    simport(s, DT_ROLE_CHIEF, ids, rows[0], 0, DT_LAZY_ADAGRAD); /* no row, no LAST */
+    CHECK(last()->h.status == DT_WIRE_E_MALFORMED && rec.held == 1);
+    dt_wire_header e = hdr(DT_MSG_SPARSE_IMPORT, DT_ROLE_CHIEF, 0);
+    e.flags = DT_WIRE_F_LAST;
+    e.sparse.table = TABLE, e.sparse.ids = 0, e.sparse.dim = DIM;
+    e.opt_kind = DT_LAZY_ADAGRAD, e.opt_slots = 1;
+    ps_shard_request(s, &o, &e, NULL, 0, &io);
+    CHECK(rec.held == 0);
+    const float want[3 * DIM] = {0, 1, 2, 10, 11, 12, 20, 21, 22};
+    CHECK(rows_are(want, 3, 0)); /* the held pull, after the LAST's ACK */
+    CHECK(rec.r[rec.n - 2].h.type == DT_MSG_ACK);
+    spull(s, 1, 1, ids, 3, 0, DT_ENC_FP32, 0); /* and the next at once */
+    CHECK(rec.held == 0 && rows_are(want, 3, 0));
+    shard_done(s);
+}
+
 /* ---- Seeds for fuzz/fuzz_sparse.c (--write-corpus DIR) ---------------------------------------- */
 
 static int write_seed(const char *dir, const char *name, uint8_t sel, dt_wire_header *h, const uint8_t *payload,
@@ -1014,5 +1068,6 @@ int main(int argc, char **argv) {
     RUN(test_steps_at_the_bound);
     RUN(test_accumulators_counted);
     RUN(test_sparse_init_allocation_failures);
+    RUN(test_import_holds_pulls);
     return test_summary();
 }

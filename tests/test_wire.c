@@ -214,6 +214,12 @@ static void test_refusals(void) {
     uint8_t sb[DT_WIRE_HEADER_SIZE];
     dt_wire_encode(sb, &stat);
     CHECK(decode_fails(sb, sizeof sb, DT_EFORMAT, "STATUS header: unknown flags 0x01"));
+    /* its reply (and WELCOME) may say the ps waits for the chief's import of the tables */
+    dt_wire_header reply = sample(DT_MSG_STATUS_REPLY), got;
+    reply.flags = DT_WIRE_F_IMPORTING;
+    uint8_t rb[DT_WIRE_HEADER_SIZE];
+    dt_wire_encode(rb, &reply);
+    CHECK(dt_wire_decode(&got, rb, sizeof rb, NULL) == DT_OK && got.flags == DT_WIRE_F_IMPORTING);
     /* The encoding (flags bits 4-5): 0..2 on PUSH, PULL and PARAMS only. */
     memcpy(b, good, sizeof good);
     b[7] = DT_WIRE_F_EXACT | 3 << 4;
@@ -801,6 +807,16 @@ static void test_sparse_rows_headers(void) {
     dt_error e = {0};
     dt_wire_encode(b, &h);
     CHECK(dt_wire_decode(&d, b, sizeof b, &e) == DT_OK && d.sparse.ids == 0);
+    /* the chief's LAST SPARSE_IMPORT to a ps may carry no row (the import is over); another may not */
+    h = rows_header(DT_MSG_SPARSE_IMPORT, 0, 4, DT_LAZY_ADAGRAD);
+    CHECK(rows_decode_fails(&h, "SPARSE_IMPORT header: 0 ids, must be 1.."));
+    h.flags = DT_WIRE_F_LAST;
+    dt_wire_encode(b, &h);
+    CHECK(dt_wire_decode(&d, b, sizeof b, &e) == DT_OK && d.sparse.ids == 0 && d.flags == DT_WIRE_F_LAST);
+    CHECK(dt_wire_check_payload(&d, 1, &e) == DT_OK);
+    h = rows_header(DT_MSG_SPARSE_EXPORT, 100, 4, DT_LAZY_ADAGRAD); /* LAST is SPARSE_IMPORT's alone */
+    h.flags = DT_WIRE_F_LAST;
+    CHECK(rows_decode_fails(&h, "SPARSE_EXPORT header: unknown flags 0x01"));
     h = rows_header(DT_MSG_SPARSE_IMPORT, 3, 2, DT_LAZY_FTRL);
     CHECK(h.payload_bytes == 3 * 8 + 3 * 2 * 3 * 4);
     /* 2^20 floats with the slots: 65536 ids of dim 16 alone would fit, not with FTRL's two slots */

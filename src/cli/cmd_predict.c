@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "data/dataset.h"
 #include "flags.h"
 #include "io/fsutil.h"
@@ -60,12 +61,13 @@ static int put(text_out *s, dt_error *err, const char *fmt, ...) {
     }
 }
 
-/* A CSV field: quoted (quotes doubled) when it holds a comma, quote or line break (RFC 4180). */
+/* A CSV field (dt_csv_field: quoted where RFC 4180 needs it). */
 static int put_field(text_out *s, const char *v, dt_error *err) {
-    if (!v[strcspn(v, ",\"\r\n")]) return put(s, err, "%s", v);
-    int rc = put(s, err, "\"");
-    for (const char *p = v; !rc && *p; p++) rc = *p == '"' ? put(s, err, "\"\"") : put(s, err, "%c", *p);
-    return rc ? rc : put(s, err, "\"");
+    if (!v[strcspn(v, ",\"\r\n")]) return put(s, err, "%s", v); /* most fields: no copy */
+    char *q = dt_csv_field(v);
+    int rc = q ? put(s, err, "%s", q) : dt_errorf(err, DT_ENOMEM, "out of memory for the output");
+    free(q);
+    return rc;
 }
 
 static int flush_out(text_out *s, dt_error *err) {
@@ -220,8 +222,9 @@ static int fail(const char *msg) {
 }
 
 /* A click-log model: every line of each click log (its split ignored: these are new lines), as
- * "line,label,probability" (the label as the file gives it), to --out (written aside, renamed at the
- * end) or standard output. */
+ * "line,label,probability,file" (the label as the file gives it; the file as given, so rows of
+ * several files say which they are from), one header for all, to --out (written aside, renamed at
+ * the end) or standard output. */
 static int predict_ctr(dt_restored *r, char **inputs, int n_inputs, const char *out, const char *bad, dt_error *err) {
     char tmp[4096];
     if (n_inputs < 1) return dt_errorf(err, DT_EINVAL, "no click log given (dtrain predict [flags] CLICKS.tsv[.gz])");
@@ -231,7 +234,7 @@ static int predict_ctr(dt_restored *r, char **inputs, int n_inputs, const char *
     if (!f) return dt_errorf(err, DT_EIO, "--out: cannot create %s", tmp);
     dt_ctr_options co;
     dt_ctr_eval_options(&co, r->net, DT_CTR_ALL, !strcmp(bad, "fail"));
-    int rc = DT_OK;
+    int rc = fputs(DT_PREDICT_CTR_HEADER, f) < 0 ? dt_errorf(err, DT_EIO, "cannot write the predictions") : DT_OK;
     int64_t total = 0;
     double t0 = dt_seconds();
     for (int i = 0; !rc && i < n_inputs; i++) {
@@ -260,8 +263,9 @@ static void print_help(const flag_def *defs, int n) {
            "IMAGES are folders (their images, then their sub-folders'), JPEG/PNG files, or one IDX\n"
            "images file; each is decoded and resized exactly as in training (docs/data.md).\n"
            "A click-log model (docs/ctr-data.md) reads click logs instead (Criteo TSV or libffm, plain\n"
-           "or gzip) and writes line,label,probability for every line of each: dtrain predict\n"
-           "--logdir DIR clicks.tsv.\n\n"
+           "or gzip) and writes line,label,probability,file for every line of each, under one header:\n"
+           "line is the line's number in its file (from 1), file the click log as given: dtrain predict\n"
+           "--logdir DIR day1.tsv day2.tsv.gz.\n\n"
            "flags:\n");
     flags_print_help(stdout, defs, n);
 }

@@ -139,6 +139,10 @@ static int train_flags(train_args *a, flag_def *out) {
                  "testing: a ps stops at the N-th SPARSE_PULL a worker sends it, unanswered, as if killed there (exit "
                  "status 130); 0: off",
                  0, MAX_STEPS, 0),
+        FLAG_NUM("debug_import_delay_ms", FLAG_INT, &dbg->import_delay_ms,
+                 "testing: the chief restoring a checkpoint sleeps this long between declaring the sparse tables and "
+                 "sending their rows to the ps tasks",
+                 0, 600000, 0),
         FLAG_TEXT("placement", &o->placement, "variables over ps tasks: greedy or round_robin"),
         FLAG_TEXT("bind", &o->bind,
                   "ps: address to bind instead of its own in --ps_hosts (0.0.0.0: every IPv4 interface, [::]: every "

@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 int dt_edit_distance(const char *a, const char *b) {
@@ -19,4 +20,20 @@ int dt_edit_distance(const char *a, const char *b) {
         memcpy(prev, cur, sizeof(int) * (lb + 1));
     }
     return prev[lb];
+}
+
+char *dt_csv_field(const char *v) {
+    const int quote = v[strcspn(v, ",\"\r\n")] != 0;
+    size_t n = strlen(v), quotes = 0;
+    for (const char *c = v; *c; c++) quotes += *c == '"';
+    char *f = malloc(n + quotes + 3), *at = f;
+    if (!f) return NULL;
+    if (quote) *at++ = '"';
+    for (const char *c = v; *c; c++) {
+        if (*c == '"') *at++ = '"'; /* only in a quoted field: a quote makes it one */
+        *at++ = *c;
+    }
+    if (quote) *at++ = '"';
+    *at = 0;
+    return f;
 }

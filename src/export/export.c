@@ -131,8 +131,8 @@ static int unbounded_refusal(const dt_restored *r, dt_error *err) {
     int i = 0;
     while (i < spec->n_layers - 1 && !(spec->layers[i].kind == DT_LAYER_EMBEDDING && !spec->layers[i].buckets)) i++;
     return dt_errorf(err, DT_EINVAL, "%s: embedding %s has unbounded ids (capacity=), whose rows live in a hash table, "
-                     "which ONNX cannot express: give the layer buckets=N (ids hashed into N rows) and train that to "
-                     "export it", r->path, spec->layers[i].name);
+                     "which ONNX cannot express: the model cannot be exported (docs/export.md lists the layers that "
+                     "can)", r->path, spec->layers[i].name);
 }
 
 int dt_export_onnx(const char *source, const char *model_path, const char *path, int opset, size_t external_above,

@@ -145,6 +145,9 @@ struct ps_shard {
     /* Sparse tables: declared by SPARSE_INIT after INIT (an INIT drops them). */
     shard_table **tables;     /* [DT_WIRE_MAX_TABLES] by table id, NULL: none */
     int n_tables;
+    /* SPARSE_INIT with IMPORT: the chief's checkpoint rows are on their way, so every SPARSE_PULL is
+     * held until its SPARSE_IMPORT with LAST (a pull now would read the tables' initial rows). */
+    int importing;
     uint64_t tables_most;     /* the bytes the declared tables may grow to here (tables_fit) */
     uint64_t sync_bytes;      /* what INIT's sync configuration allocated (shard_sync_bytes) */
     dt_rowsum rsum;           /* scratch: a push's or a step's rows summed by id */

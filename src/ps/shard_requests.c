@@ -33,12 +33,14 @@ static void on_hello(const shard_req *r) {
         return;
     }
     dt_wire_header a = shard_reply_to(s, DT_MSG_WELCOME, r->h);
+    a.flags = s->importing ? DT_WIRE_F_IMPORTING : 0;
     shard_put_optimizer(s, &a);
     shard_send(r, &a);
 }
 
 static void on_status(const shard_req *r) {
     dt_wire_header a = shard_reply_to(r->s, DT_MSG_STATUS_REPLY, r->h);
+    a.flags = r->s->importing ? DT_WIRE_F_IMPORTING : 0;
     a.status_reply.updates = r->s->updates;
     a.status_reply.params_replies = r->s->pulls;
     /* ps 0 with a work plan: for the chief's end of a job (docs/elastic.md, "The end of a job") */

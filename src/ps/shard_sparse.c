@@ -230,6 +230,7 @@ void shard_sparse_drop(ps_shard *s, const ps_io *io) {
     s->tables = NULL;
     s->n_tables = 0;
     s->sparse_held = 0;
+    s->importing = 0;
 }
 
 static int keep_silently(ps_shard *s, const ps_io *io, sparse_pending *q, void *user) { return 0; }
@@ -255,6 +256,7 @@ void shard_on_sparse_init(const shard_req *r) {
     shard_sparse_drop(s, r->io);
     s->tables = tables;
     s->n_tables = (int)r->h->sparse.ids;
+    s->importing = (r->h->flags & DT_WIRE_F_IMPORT) != 0;
     const dt_lazy_config *opt = NULL; /* the first table's, for the log: a run gives all the same */
     for (int i = 0; i < (int)DT_WIRE_MAX_TABLES; i++)
         if (tables[i]) {
@@ -262,9 +264,10 @@ void shard_on_sparse_init(const shard_req *r) {
             if (!opt) opt = &dt_table_config_of(tables[i]->t)->opt;
         }
     shard_log(s, "%d sparse table(s) declared by the chief (worker %u) at step %lld (%s, learning rate %g); up to "
-              "%.1f MiB here at their capacities, of %.1f MiB (--ps_table_memory)", s->n_tables, r->h->task,
+              "%.1f MiB here at their capacities, of %.1f MiB (--ps_table_memory)%s", s->n_tables, r->h->task,
               (long long)r->h->global_step, opt ? dt_lazy_name(opt->kind) : "-", opt ? (double)opt->learning_rate : 0.0,
-              (double)s->tables_most / 1048576.0, (double)s->cfg.table_memory / 1048576.0);
+              (double)s->tables_most / 1048576.0, (double)s->cfg.table_memory / 1048576.0,
+              s->importing ? "; their rows follow from a checkpoint: pulls wait for them" : "");
     dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, r->h);
     shard_send(r, &a);
 }
@@ -408,7 +411,7 @@ void shard_on_sparse_pull(const shard_req *r) {
     const int n = shard_sections(r, r->payload->data, r->payload->size);
     if (n < 0) return;
     uint32_t table;
-    if (r->h->global_step <= sections_step(r->s, n, &table)) send_rows(r, n, r->payload->data);
+    if (!r->s->importing && r->h->global_step <= sections_step(r->s, n, &table)) send_rows(r, n, r->payload->data);
     else sparse_defer(r, n);
 }
 
@@ -431,7 +434,7 @@ static void sparse_filter(ps_shard *s, const ps_io *io, int (*keep)(ps_shard *, 
     s->n_sp = kept;
 }
 
-/* A deferred pull whose tables have all reached its step is answered. Its sections were checked when
+/* A deferred pull whose tables have all reached its step, and are whole (no import under way), is answered. Its sections were checked when
  * it came, and the tables stay until a SPARSE_INIT or INIT, which answer every deferred pull first:
  * checked again all the same (a refusal answers it). */
 static int keep_unready(ps_shard *s, const ps_io *io, sparse_pending *q, void *now) {
@@ -443,7 +446,7 @@ static int keep_unready(ps_shard *s, const ps_io *io, sparse_pending *q, void *n
             n = -1;
         }
     uint32_t table;
-    if (n >= 0 && q->req.global_step > sections_step(s, n, &table)) return 1;
+    if (n >= 0 && (s->importing || q->req.global_step > sections_step(s, n, &table))) return 1;
     if (n >= 0) send_rows(&r, n, q->ids.data);
     shard_saw_worker(s, &q->req, r.now);
     return 0;
@@ -486,8 +489,10 @@ int shard_sparse_has_pending(const ps_shard *s, int w) {
     for (int i = 0; i < s->n_sp; i++) {
         const dt_wire_header *q = &s->sp[i].req;
         /* a pull of step t + 1 sent before the worker's push of step t (its prefetch) is no wait at
-         * the barrier: the worker is computing, and silence then is silence */
-        if (q->task == w && q->role != DT_ROLE_PS && (!s->aggregate || shard_sparse_pushed(s, w, q->global_step - 1)))
+         * the barrier: the worker is computing, and silence then is silence; but while the chief
+         * imports the tables every pull waits for it */
+        if (q->task == w && q->role != DT_ROLE_PS &&
+            (!s->aggregate || s->importing || shard_sparse_pushed(s, w, q->global_step - 1)))
             return 1;
     }
     return 0;

@@ -68,15 +68,17 @@ void shard_on_sparse_export(const shard_req *r) {
 }
 
 /* Rows of a checkpoint: each this ps's (as a SPARSE_PUSH's), finite, its slots in range, then set
- * whole (values and slots, created if absent). Checked before anything changes. */
+ * whole (values and slots, created if absent). Checked before anything changes. The chief's LAST
+ * ends the import: the SPARSE_PULLs held since its SPARSE_INIT with IMPORT are answered. */
 void shard_on_sparse_import(const shard_req *r) {
     ps_shard *s = r->s;
     const dt_wire_header *h = r->h;
     shard_table *st = table_with_slots(r);
     if (!st || !shard_ids_owned(r, h->sparse.table, r->payload->data, h->sparse.ids, "SPARSE_IMPORT")) return;
-    dt_wire_rows rows;
+    dt_wire_rows rows = {0};
     dt_error e = {0};
-    if (dt_wire_rows_check(&rows, h, r->payload->data, r->payload->size, 0, &e)) {
+    /* the LAST one may carry no row */
+    if (h->sparse.ids && dt_wire_rows_check(&rows, h, r->payload->data, r->payload->size, 0, &e)) {
         shard_refuse(r, DT_WIRE_E_BAD_VALUE, "%s", e.msg);
         return;
     }
@@ -90,4 +92,8 @@ void shard_on_sparse_import(const shard_req *r) {
     }
     dt_wire_header a = shard_reply_to(s, DT_MSG_ACK, h);
     shard_send(r, &a);
+    if (h->flags & DT_WIRE_F_LAST) { /* the tables are whole: the pulls held meanwhile are answered */
+        s->importing = 0;
+        shard_sparse_serve(s, r->now, r->io);
+    }
 }

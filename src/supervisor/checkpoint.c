@@ -15,6 +15,7 @@
 #include "supervisor/ckpt_index.h"
 #include "io/bytes.h"
 #include "io/fsutil.h"
+#include "update/updater.h"
 
 #define MAX_SLOTS 2
 #define NAME_CAP 80 /* a view name (< 48) + "/" + a slot name */
@@ -38,11 +39,10 @@ const char *dt_ckpt_table_slot_name(dt_lazy_kind kind, int slot) {
     return "?";
 }
 
-/* The slots of a variable and their names: the tables' optimizer's for a table (when the run has
- * one), run->opt's otherwise; none without run->opt. */
+/* The slots of a variable (update/updater.h, the updaters' count) and their names: the tables'
+ * optimizer's for a table (when the run has one), run->opt's otherwise; none without run->opt. */
 static int view_slots(const dt_ckpt_run *run, const dt_param_view *pv) {
-    if (!run->opt) return 0;
-    return pv->table && run->tables ? dt_lazy_slots(run->tables->kind) : dt_opt_slots(run->opt);
+    return dt_view_state_slots(pv, run->opt, run->tables);
 }
 
 static void slot_tensor_name(char *out, const dt_ckpt_run *run, const dt_param_view *pv, int k) {
@@ -87,14 +87,7 @@ static uint64_t saved_shape(const dt_ckpt_run *run, int v, int64_t *shape, const
     return count;
 }
 
-int dt_ckpt_state_slots(const dt_ckpt_run *run) {
-    int most = 0;
-    for (int v = 0; v < dt_net_num_views(run->net); v++) {
-        int k = view_slots(run, dt_net_view(run->net, v));
-        if (k > most) most = k;
-    }
-    return most;
-}
+int dt_ckpt_state_slots(const dt_ckpt_run *run) { return dt_state_slots(run->net, run->opt, run->tables); }
 
 /* ---- Metadata ------------------------------------------------------------------------------- */
 

@@ -6,6 +6,7 @@
 
 #include "compute/kernels.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "stats/binary.h"
 
 void dt_ctr_eval_options(dt_ctr_options *o, const dt_net *net, dt_ctr_split split, int fail_on_bad) {
@@ -17,9 +18,10 @@ void dt_ctr_eval_options(dt_ctr_options *o, const dt_net *net, dt_ctr_split spli
     o->bad_lines = fail_on_bad ? DT_BAD_IMAGES_FAIL : DT_BAD_IMAGES_SKIP;
 }
 
-/* One pass; each batch's probabilities to e (and to out, when given). */
-static int pass(dt_net *net, dt_ctr_reader *rd, dt_binary_eval *e, FILE *out, dt_ctr_eval_result *res,
-                dt_error *err) {
+/* One pass; each batch's probabilities to e (and to out, when given, each row ending in the CSV
+ * field file). */
+static int pass(dt_net *net, dt_ctr_reader *rd, dt_binary_eval *e, FILE *out, const char *file,
+                dt_ctr_eval_result *res, dt_error *err) {
     float *p = dt_alloc_floats((size_t)dt_net_max_batch(net), "probabilities", err);
     if (!p) return DT_ENOMEM;
     double loss = 0;
@@ -39,22 +41,22 @@ static int pass(dt_net *net, dt_ctr_reader *rd, dt_binary_eval *e, FILE *out, dt
         res->accuracy += correct;
         res->examples += b.n;
         for (int i = 0; out && i < b.n; i++)
-            fprintf(out, "%lld,%d,%.9g\n", (long long)b.lines[i], b.labels[i] > 0.5f, (double)p[i]);
+            fprintf(out, "%lld,%d,%.9g,%s\n", (long long)b.lines[i], b.labels[i] > 0.5f, (double)p[i], file);
     }
     free(p);
     if (!rc && res->examples) res->loss = loss / (double)res->examples, res->accuracy /= (double)res->examples;
     return rc;
 }
 
-static int run(dt_net *net, const char *path, const dt_ctr_options *o, FILE *out, dt_ctr_eval_result *res,
-               dt_error *err) {
+static int run(dt_net *net, const char *path, const dt_ctr_options *o, FILE *out, const char *file,
+               dt_ctr_eval_result *res, dt_error *err) {
     memset(res, 0, sizeof *res);
     res->auc = res->logloss = NAN;
     dt_ctr_reader *rd = NULL;
     dt_binary_eval *e = NULL;
     int rc = dt_ctr_open(&rd, path, o, err);
     if (!rc) rc = dt_binary_eval_create(&e, 0, err);
-    if (!rc) rc = pass(net, rd, e, out, res, err);
+    if (!rc) rc = pass(net, rd, e, out, file, res, err);
     dt_binary_result br;
     if (!rc && res->examples && !(rc = dt_binary_eval_result(e, &br, err))) {
         res->auc = br.auc, res->auc_error_bound = br.auc_error_bound;
@@ -68,13 +70,16 @@ static int run(dt_net *net, const char *path, const dt_ctr_options *o, FILE *out
 }
 
 int dt_evaluate_ctr(dt_net *net, const char *path, const dt_ctr_options *o, dt_ctr_eval_result *out, dt_error *err) {
-    return run(net, path, o, NULL, out, err);
+    return run(net, path, o, NULL, NULL, out, err);
 }
 
 int dt_predict_ctr(dt_net *net, const char *path, const dt_ctr_options *o, FILE *out, int64_t *count,
                    dt_ctr_eval_result *res, dt_error *err) {
-    fprintf(out, "line,label,probability\n");
-    int rc = run(net, path, o, out, res, err);
+    *count = 0;
+    char *file = dt_csv_field(path);
+    if (!file) return dt_errorf(err, DT_ENOMEM, "out of memory for the file column");
+    int rc = run(net, path, o, out, file, res, err);
+    free(file);
     *count = res->examples;
     return rc;
 }

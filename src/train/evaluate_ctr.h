@@ -22,8 +22,10 @@ typedef struct {
 void dt_ctr_eval_options(dt_ctr_options *o, const dt_net *net, dt_ctr_split split, int fail_on_bad);
 /* net over every line of the split o selects (o->training must be 0). */
 int dt_evaluate_ctr(dt_net *net, const char *path, const dt_ctr_options *o, dt_ctr_eval_result *out, dt_error *err);
-/* Writes "line,label,probability" for every line of the split o selects, a header first; *count:
- * the lines written. */
+/* The header of dt_predict_ctr's rows, which the caller writes once, however many files follow. */
+#define DT_PREDICT_CTR_HEADER "line,label,probability,file\n"
+/* Writes "line,label,probability,file" for every line of the split o selects (file: path, a CSV
+ * field quoted where it must be), no header; *count: the lines written. */
 int dt_predict_ctr(dt_net *net, const char *path, const dt_ctr_options *o, FILE *out, int64_t *count,
                    dt_ctr_eval_result *res, dt_error *err);
 

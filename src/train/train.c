@@ -75,6 +75,8 @@ void dt_train_debug_init(dt_train_debug *d) {
 
 static int check_debug(const dt_train_debug *d, dt_error *err) {
     if (d->step_delay_ms < 0) return dt_errorf(err, DT_EINVAL, "step_delay_ms must not be negative");
+    if (d->import_delay_ms < 0 || d->import_delay_ms > 600000)
+        return dt_errorf(err, DT_EINVAL, "import_delay_ms must be in 0..600000, got %d", d->import_delay_ms);
     if (d->emulate_compute_ms > 600000)
         return dt_errorf(err, DT_EINVAL, "emulate_compute_ms must be at most 600000, got %d",
                          d->emulate_compute_ms);
@@ -516,6 +518,10 @@ static int restore_tables(void *user, dt_sparse_client *sparse, dt_error *err) {
     run_state *r = user;
     char where[32];
     snprintf(where, sizeof where, "%d ps task(s)", r->cluster.n_ps);
+    if (r->dbg->import_delay_ms > 0) {
+        struct timespec ts = {r->dbg->import_delay_ms / 1000, (long)(r->dbg->import_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     const dt_table_io io = dt_table_io_remote(sparse);
     return tables_from_checkpoint(r, &io, where, err);
 }
@@ -1022,6 +1028,9 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
     return rc;
 }
 
+/* The advice after a count of skipped bad lines or images: the CLI's flag, and the library's field. */
+#define STOP_ON_BAD "to stop on them instead: --bad_images fail, or fail_on_bad_images in dt_train_options"
+
 /* report's end for a click-log model: bad lines, the chief's test AUC and logloss, the last line. */
 static int report_ctr(run_state *r, const dt_train_options *o, int evaluates, int64_t global_step, int64_t steps_here,
                       dt_train_result *res, dt_error *err) {
@@ -1029,7 +1038,7 @@ static int report_ctr(run_state *r, const dt_train_options *o, int evaluates, in
     int rc;
     res->bad_images = (int64_t)dt_ctr_bad_count(r->ctr);
     if (res->bad_images)
-        fprintf(log, "skipped %lld bad lines (first: %s; use bad_images=fail to stop on them)\n",
+        fprintf(log, "skipped %lld bad lines (first: %s; " STOP_ON_BAD ")\n",
                 (long long)res->bad_images, dt_ctr_first_bad(r->ctr));
     if (evaluates) {
         dt_ctr_options co;
@@ -1064,7 +1073,7 @@ static int report(run_state *r, const dt_train_options *o, int evaluates, int64_
     res->bad_images = (int64_t)dt_dataset_bad_count(r->data.train);
     if (r->data.validation != r->data.train) res->bad_images += (int64_t)dt_dataset_bad_count(r->data.validation);
     if (res->bad_images)
-        fprintf(log, "skipped %lld undecodable images (use bad_images=fail to stop on them)\n",
+        fprintf(log, "skipped %lld undecodable images (" STOP_ON_BAD ")\n",
                 (long long)res->bad_images);
     if (evaluates) {
         dt_eval_result test;

@@ -25,6 +25,10 @@ typedef struct dt_train_debug {
     /* A ps task stops, without answering it, at the n-th SPARSE_PULL a worker sends it (> 0; 0: off):
      * a test restarts it there, so the ps is lost in the middle of a sparse pull (docs/faults.md). */
     int64_t ps_stop_at_sparse_pull;
+    /* The chief, restoring a checkpoint onto the ps tasks, sleeps this long (ms, 0: off) between
+     * declaring the sparse tables and sending their rows: a test widens the window in which the other
+     * workers must not pull them yet (docs/sparse.md, "Checkpoints"). */
+    int import_delay_ms;
 } dt_train_debug;
 
 /* Every hook off. */

@@ -74,6 +74,10 @@ static uint8_t allowed_flags(uint8_t type) {
     case DT_MSG_PUSH: return DT_WIRE_F_SYNC | DT_WIRE_F_PULL;
     case DT_MSG_INIT: return DT_WIRE_F_STRICT | DT_WIRE_F_ELASTIC;
     case DT_MSG_SPARSE_PUSH: return DT_WIRE_F_SYNC;
+    case DT_MSG_SPARSE_INIT: return DT_WIRE_F_IMPORT;
+    case DT_MSG_WELCOME:
+    case DT_MSG_STATUS_REPLY: return DT_WIRE_F_IMPORTING;
+    case DT_MSG_SPARSE_IMPORT: return DT_WIRE_F_LAST;
     case DT_MSG_WORK_ASK: return DT_WIRE_F_JOIN;
     case DT_MSG_DONE: return DT_WIRE_F_WAITING;
     default: return 0;

@@ -53,6 +53,12 @@
                                  * toward steps from its first message, not from INIT on */
 #define DT_WIRE_F_JOIN 0x40u   /* WORK_ASK: this process has just started (what its task index held
                                 * from an earlier life goes back to the pool) */
+#define DT_WIRE_F_IMPORT 0x01u /* SPARSE_INIT: the chief restores the tables from a checkpoint: their rows
+                                * follow (SPARSE_IMPORT); the ps holds every SPARSE_PULL until LAST */
+#define DT_WIRE_F_LAST 0x01u   /* SPARSE_IMPORT: the chief's last to this ps (its rows may be none): the
+                                * tables are whole, the held SPARSE_PULLs are answered */
+#define DT_WIRE_F_IMPORTING 0x01u /* WELCOME, STATUS_REPLY: the ps waits for the chief's LAST (its tables are
+                                   * not whole): a chief starting now initialises it again */
 #define DT_WIRE_F_WAITING 0x40u /* DONE: the worker sits steps out until ps 0 has work for it (sync,
                                  * dynamic sharding): it has not ended, and stays a member */
 /* Bits 4-5 of the flags byte: the encoding (dt_encoding: 0 float32, 1 bf16, 2 fp16; 3 is refused)

@@ -65,7 +65,8 @@ int dt_wire_check_sparse(const dt_wire_header *h, dt_error *err) {
     if (dim < 1 || dim > DT_WIRE_MAX_SPARSE_DIM)
         return dt_errorf(err, DT_EFORMAT, "%s header: dim %llu, must be 1..%u (DT_WIRE_MAX_SPARSE_DIM)", tn, dim,
                          DT_WIRE_MAX_SPARSE_DIM);
-    const int none_ok = h->type == DT_MSG_SPARSE_PAGE; /* no row left */
+    /* a PAGE: no row left; the chief's LAST IMPORT to a ps may have none */
+    const int none_ok = h->type == DT_MSG_SPARSE_PAGE || (h->type == DT_MSG_SPARSE_IMPORT && (h->flags & DT_WIRE_F_LAST));
     if (ids > DT_WIRE_MAX_SPARSE_IDS || (ids == 0 && !none_ok))
         return dt_errorf(err, DT_EFORMAT, "%s header: %llu ids, must be %d..%u, the limit of ids per message "
                          "(DT_WIRE_MAX_SPARSE_IDS)", tn, ids, !none_ok, DT_WIRE_MAX_SPARSE_IDS);

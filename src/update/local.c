@@ -17,7 +17,7 @@ typedef struct {
     dt_updater base;
     dt_opt_config opt;
     dt_lazy_config table_opt; /* the tables' optimizer */
-    int slots;        /* state floats per parameter: the most of opt's and table_opt's */
+    int slots;        /* state floats per parameter: dt_state_slots, the checkpoints' count */
     float *state;     /* [slots * n], slot k of float i at state[k * n + i] (checkpoint.h's layout) */
     uint8_t *decay;   /* [n] where weight decay applies (decay_mask.h); NULL: nowhere */
     size_t *skip;     /* the untrained floats' ranges (decay_mask.h), as the ps tasks skip theirs */
@@ -135,6 +135,20 @@ static int add_table_ranges(local_updater *l, const dt_net *net, dt_error *err) 
     return DT_OK;
 }
 
+int dt_view_state_slots(const dt_param_view *pv, const dt_opt_config *opt, const dt_lazy_config *tables) {
+    if (!opt) return 0;
+    return pv->table && tables ? dt_lazy_slots(tables->kind) : dt_opt_slots(opt);
+}
+
+int dt_state_slots(const dt_net *net, const dt_opt_config *opt, const dt_lazy_config *tables) {
+    int most = 0;
+    for (int v = 0; v < dt_net_num_views(net); v++) {
+        int k = dt_view_state_slots(dt_net_view(net, v), opt, tables);
+        if (k > most) most = k;
+    }
+    return most;
+}
+
 void dt_local_updater_set_tables(dt_updater *u, dt_tables_apply_fn fn, void *user) {
     local_updater *l = (local_updater *)u;
     l->tables_apply = fn, l->tables_user = user;
@@ -149,14 +163,15 @@ int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt
     l->base = (dt_updater){local_start, local_apply, local_finish, local_free, local_restore, local_snapshot, NULL};
     l->opt = *opt;
     l->tables = dt_net_num_tables(net);
-    l->slots = dt_opt_slots(opt);
     int rc = DT_OK;
     if (l->tables && !tables) rc = dt_errorf(err, DT_EINVAL, "updater: the model has embedding tables but no table optimizer");
     if (!rc && l->tables) {
         l->table_opt = *tables;
         rc = dt_lazy_config_check(tables, err);
-        if (dt_lazy_slots(tables->kind) > l->slots) l->slots = dt_lazy_slots(tables->kind);
     }
+    /* The checkpoints' count (snapshot and restore copy [slots * n]); a model of tables only holds
+     * none of opt's. */
+    l->slots = dt_state_slots(net, opt, l->tables ? tables : NULL);
     size_t n_state = n_params * (size_t)l->slots;
     if (!rc && !(l->state = dt_alloc_floats(n_state ? n_state : 1, "optimizer state", err))) rc = DT_ENOMEM;
     if (!rc) rc = dt_decay_mask_flat(&l->decay, opt, dt_net_view(net, 0), dt_net_num_views(net), n_params, err);

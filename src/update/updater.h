@@ -48,6 +48,12 @@ struct dt_updater {
  * with the most slots of the two optimizers (a table's own slots first, the rest unused). */
 int dt_local_updater_create(dt_updater **out, const dt_opt_config *opt, const dt_lazy_config *tables,
                             const dt_net *net, dt_error *err);
+/* The flat layout's optimizer slots, in one place for the updaters and the checkpoints
+ * (supervisor/checkpoint.h): view pv's are tables' for a table (when there is a table optimizer),
+ * opt's otherwise (none without opt); a run's are the most of any of net's views. An optimizer
+ * whose variables the net lacks (adam's 2 slots for a model of tables only) adds none. */
+int dt_view_state_slots(const dt_param_view *pv, const dt_opt_config *opt, const dt_lazy_config *tables);
+int dt_state_slots(const dt_net *net, const dt_opt_config *opt, const dt_lazy_config *tables);
 /* A compact net's tables (model/net.h) live elsewhere (one process's: train/local_tables.h): after the
  * dense variables, each apply calls fn, which updates them from the net's table gradients, instead of
  * updating the blocks here. */

@@ -184,6 +184,8 @@ static int64_t request_deadline(const dt_ps_client *c) { return dt_clock_us() + 
 static void note_status(ps_conn *p, const dt_wire_header *h) {
     if (h->type != DT_MSG_PARAMS && h->type != DT_MSG_PUSH_ACK) p->st.global_step = h->global_step; /* a chunk's own */
     p->st.initialised = h->generation != 0;
+    if (h->type == DT_MSG_WELCOME || h->type == DT_MSG_STATUS_REPLY) p->st.importing = (h->flags & DT_WIRE_F_IMPORTING) != 0;
+    if (!p->st.initialised) p->st.importing = 0;
     p->st.generation = h->generation;
     if (h->chunks) p->chunks = h->chunks;
     if (h->chunks && h->generation) p->cut_known = 1;
@@ -916,7 +918,7 @@ int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err) {
         int rc = dt_ps_client_status(c, NULL, err), waiting = -1;
         if (rc) return rc;
         for (int i = 0; i < c->n_ps && waiting < 0; i++)
-            if (!c->ps[i].st.initialised) waiting = i;
+            if (!c->ps[i].st.initialised || c->ps[i].st.importing) waiting = i;
         if (waiting < 0) return DT_OK;
         int64_t left = (deadline - dt_clock_us()) / 1000;
         if (left <= 0) {

@@ -75,6 +75,8 @@ typedef struct {
 
 typedef struct {
     int initialised;
+    int importing;                /* the ps waits for the chief's import of the tables to end (its
+                                   * WELCOME or STATUS_REPLY said so): not ready, whatever initialised says */
     int generation;               /* of the INIT that set the shard (1..255; 0: not initialised) */
     int64_t global_step;          /* the shard's step (updates applied) */
     uint64_t pushes, pulls;       /* served by that ps so far */

@@ -202,17 +202,23 @@ static int init_shards(remote *r, dt_net *net, const float *state, int64_t step,
                            (const uint8_t *const *)decay, step, err);
     /* an INIT drops the sparse tables: declared again after each one, at its step (LazyAdam's bias
      * correction counts the tables' updates: a checkpoint's tables go on from its step) */
-    if (!rc && r->sparse) rc = dt_sparse_declare(r->sparse, step, err);
-    if (!rc && r->sparse && from_ckpt && r->cfg.tables) rc = r->cfg.tables(r->cfg.user, r->sparse, err);
+    const int importing = r->sparse && from_ckpt && r->cfg.tables;
+    if (!rc && r->sparse) rc = dt_sparse_declare(r->sparse, step, importing, err);
+    /* a worker's pull waits at its ps until the rows are in: no step on the tables' initial rows */
+    if (!rc && importing) rc = r->cfg.tables(r->cfg.user, r->sparse, err);
+    if (!rc && importing) rc = dt_sparse_import_end(r->sparse, err);
     if (decay) free(decay[r->n_ps]);
     free(decay);
     free_shard_buffers(pl, st);
     return rc;
 }
 
+/* Every ps initialised, none of them waiting for a chief's import of the tables to end (a chief that
+ * died during it: the one starting now initialises them again). */
 static int all_initialised(remote *r) {
     int ready = 1;
-    for (int p = 0; p < r->n_ps; p++) ready &= dt_ps_client_shard(r->client, p)->initialised;
+    for (int p = 0; p < r->n_ps; p++)
+        ready &= dt_ps_client_shard(r->client, p)->initialised && !dt_ps_client_shard(r->client, p)->importing;
     return ready;
 }
 

@@ -491,7 +491,7 @@ int dt_table_record_of(const dt_model_spec *spec, int t, const dt_lazy_config *o
     return dt_errorf(err, DT_EINVAL, "no table %d in the model", t);
 }
 
-int dt_sparse_declare(dt_sparse_client *s, int64_t step, dt_error *err) {
+int dt_sparse_declare(dt_sparse_client *s, int64_t step, int importing, dt_error *err) {
     if (s->n_tables < 1 || s->n_tables > (int)DT_WIRE_MAX_TABLES)
         return dt_errorf(err, DT_EINVAL, "sparse client: %d tables (1..%u)", s->n_tables, DT_WIRE_MAX_TABLES);
     size_t bytes = (size_t)s->n_tables * DT_WIRE_TABLE_BYTES;
@@ -505,6 +505,7 @@ int dt_sparse_declare(dt_sparse_client *s, int64_t step, dt_error *err) {
     for (int p = 0; p < s->n_ps; p++) {
         dt_sparse_msg *m = &s->msg_rows[p][0];
         m->h = dt_wire_header_make(DT_MSG_SPARSE_INIT, 0, 0, 0);
+        m->h.flags = importing ? DT_WIRE_F_IMPORT : 0;
         m->h.sparse.ids = (uint64_t)s->n_tables;
         m->h.global_step = step;
         m->payload = s->buf, m->bytes = bytes;
@@ -691,6 +692,24 @@ int dt_sparse_import(dt_sparse_client *s, int t, const uint64_t *ids, const floa
     size_t at = 0;
     for (int p = 0; p < s->n_ps; p++)
         add_import(s, &at, t, &w, p, ids, s->order + s->begin[p], s->begin[p + 1] - s->begin[p], rows, per);
+    rc = dt_ps_client_sparse(s->cfg.client, s->n_msgs, s->msg_rows, on_import_ack, s, err);
+    memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
+    return rc;
+}
+
+int dt_sparse_import_end(dt_sparse_client *s, dt_error *err) {
+    dt_wire_table w;
+    int rc = dt_sparse_table_record(s, 0, &w, err); /* names table 0, with no row */
+    if (rc) return rc;
+    for (int p = 0; p < s->n_ps; p++) {
+        dt_sparse_msg *m = &s->msg_rows[p][0];
+        m->h = dt_wire_header_make(DT_MSG_SPARSE_IMPORT, 0, 0, 0);
+        m->h.flags = DT_WIRE_F_LAST;
+        m->h.sparse.table = 0, m->h.sparse.ids = 0, m->h.sparse.dim = w.dim;
+        m->h.opt_kind = (uint8_t)w.opt.kind, m->h.opt_slots = (uint8_t)dt_lazy_slots(w.opt.kind);
+        m->payload = NULL, m->bytes = 0;
+        s->n_msgs[p] = 1;
+    }
     rc = dt_ps_client_sparse(s->cfg.client, s->n_msgs, s->msg_rows, on_import_ack, s, err);
     memset(s->n_msgs, 0, (size_t)s->n_ps * sizeof *s->n_msgs);
     return rc;

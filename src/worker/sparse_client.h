@@ -57,9 +57,11 @@ int dt_sparse_client_create(dt_sparse_client **out, const dt_sparse_config *cfg,
 void dt_sparse_client_free(dt_sparse_client *s); /* also unsets the net's fill callback */
 
 /* Chief, after INIT: SPARSE_INIT of every table to every ps, the tables at step `step` (INIT's: 0, or
- * a checkpoint's, whose tables are then imported). Refuses
- * (DT_EINVAL, naming the layer) an embedding whose initialiser the ps cannot draw. */
-int dt_sparse_declare(dt_sparse_client *s, int64_t step, dt_error *err);
+ * a checkpoint's, whose tables are then imported). importing: a checkpoint's rows follow
+ * (dt_sparse_import, then dt_sparse_import_end), and until then every ps holds every SPARSE_PULL, so
+ * no worker reads a table before it is whole. Refuses (DT_EINVAL, naming the layer) an embedding
+ * whose initialiser the ps cannot draw. */
+int dt_sparse_declare(dt_sparse_client *s, int64_t step, int importing, dt_error *err);
 /* A worker other than the chief, once the ps tasks are initialised: waits (up to timeout_ms) until
  * every ps holds the tables (the chief declares them just after its INIT). */
 int dt_sparse_wait_declared(dt_sparse_client *s, int timeout_ms, dt_error *err);
@@ -107,6 +109,9 @@ int dt_sparse_export(dt_sparse_client *s, int t, dt_sparse_page_fn put, void *us
  * ACK): ids [n], rows [n][(1 + slots) dim] (values, then each slot), n at most
  * dt_wire_rows_per_msg x DT_WIRE_MAX_CHUNKS; one exchange. */
 int dt_sparse_import(dt_sparse_client *s, int t, const uint64_t *ids, const float *rows, size_t n, dt_error *err);
+/* Chief: the import that dt_sparse_declare(importing 1) began is over (SPARSE_IMPORT with LAST and no
+ * row to every ps): the pulls the ps tasks held are answered. */
+int dt_sparse_import_end(dt_sparse_client *s, dt_error *err);
 /* The ps tasks were initialised again (the tables declared anew, at step 0). */
 void dt_sparse_reset(dt_sparse_client *s);
 const dt_sparse_stats *dt_sparse_get_stats(const dt_sparse_client *s);
