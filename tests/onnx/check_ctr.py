@@ -33,7 +33,7 @@ def fail(msg):
 
 def predictions(path):
     rows = list(csv.reader(open(path, newline="")))
-    if not rows or rows[0] != ["line", "label", "probability"]:
+    if not rows or rows[0][:3] != ["line", "label", "probability"]:  # then a file column (several files)
         fail(f"{path}: not a dtrain predict file of a click-log model")
     return np.array([float(r[2]) for r in rows[1:]], np.float64)
 
