@@ -20,7 +20,7 @@
 
 #include "core/clock.h"
 #include "commands.h"
-#include "flags.h"
+#include "core/flags.h"
 #include "transport/auth.h"
 
 #define MAX_PROCS 64

@@ -17,7 +17,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "data/dataset.h"
-#include "flags.h"
+#include "core/flags.h"
 #include "io/fsutil.h"
 #include "model/net.h"
 #include "train/evaluate_ctr.h"
