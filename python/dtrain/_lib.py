@@ -37,7 +37,7 @@ def _candidates():
     # Where `make install` put the package: _install.py names the library folder.
     try:
         from . import _install  # written by cmake --install
-        out.append(os.path.join(_install.LIBDIR, "libdtrain.so.0"))
+        out.append(os.path.join(_install.LIBDIR, "libdtrain.so"))
     except ImportError:
         pass
     found = ctypes.util.find_library("dtrain")
