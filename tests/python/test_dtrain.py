@@ -168,3 +168,19 @@ def test_cluster_sync_from_python(fashion, src, tmp_path):
     a, b = one.get_params().astype(np.float64), np.fromfile(tmp_path / "sync.bin", np.float32).astype(np.float64)
     assert a.shape == b.shape
     assert np.linalg.norm(a - b) / np.linalg.norm(a) <= 1e-6
+
+
+def test_fashion_example(fashion, src, tmp_path):
+    """examples/fashion.py (at most 40 lines) trains on a gzip IDX folder and prints its figures."""
+    import gzip
+    data = fashion[4]
+    for name in os.listdir(data):
+        with open(os.path.join(data, name), "rb") as f, gzip.open(tmp_path / (name + ".gz"), "wb") as g:
+            g.write(f.read())
+    example = os.path.join(src, "examples", "fashion.py")
+    with open(example) as f:
+        assert len(f.read().splitlines()) <= 40
+    out = subprocess.run(python_cmd() + [example, str(tmp_path), "--train_steps=4", "--threads=1"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "test accuracy" in out.stdout and "after 4 steps" in out.stdout
