@@ -81,17 +81,18 @@ def parse_args(argv=None):
     while i < len(argv):
         a = argv[i]
         name = a[2:].split("=", 1)[0] if a.startswith("--") and len(a) > 2 else None
-        known = False
+        current = None
         if name:
             try:
-                probe.get(name)
-                known = True
+                current = probe.get(name)
             except DtrainError:
                 pass
-        if not known:
+        if current is None:
             rest.append(a)
         elif "=" in a:
             flags[name] = a.split("=", 1)[1]
+        elif current in ("true", "false") and (i + 1 >= len(argv) or argv[i + 1] not in ("0", "1", "true", "false")):
+            flags[name] = "true"  # a bare boolean flag, as the CLI reads it
         elif i + 1 < len(argv):
             flags[name] = argv[i + 1]
             i += 1
@@ -153,6 +154,7 @@ class Model:
     alone, or this task's role in a cluster (the flags, or TF_CONFIG)."""
 
     def __init__(self, model, **flags):
+        self._running = None  # the Options of a fit under way (stop() reaches it)
         self.flags = dict(flags, model=model)
         self.options = Options(**self.flags)
         h = ctypes.c_void_p()
@@ -267,19 +269,21 @@ class Model:
             previous = signal.signal(signal.SIGINT, lambda *_: opts.stop())
         try:
             _lib.call(_lib.lib.dt_options_train, opts._h, None, ctypes.byref(result))
+        except Stopped:
+            if errors:  # the callback raised: its exception, not the stop it caused
+                raise errors[0]
+            raise
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
             self._running = None
-        if errors:
-            raise errors[0]
         if not np.isnan(params[0]):  # the chief or a single process: the trained model
             self.set_params(params)
         return {f: getattr(result, f) for f, _ in result._fields_}
 
     def stop(self):
         """Stops a fit running in another thread."""
-        opts = getattr(self, "_running", None)
+        opts = self._running
         if opts is not None:
             opts.stop()
 

@@ -108,6 +108,8 @@ def test_options_by_flag_name():
     assert o.get("optimizer") == "adam" and o.get("epochs") == "1"  # dtrain train's defaults
     flags, rest = dtrain.parse_args(["--ps_hosts=a:1", "--job_name", "ps", "x.csv", "--mine=3", "--task_index", "0"])
     assert flags == {"ps_hosts": "a:1", "job_name": "ps", "task_index": "0"} and rest == ["x.csv", "--mine=3"]
+    flags, rest = dtrain.parse_args(["--strict", "--issync", "1", "--lr_staircase", "0", "data"])
+    assert flags == {"strict": "true", "issync": "1", "lr_staircase": "0"} and rest == ["data"]
 
 
 def test_stop_callback_and_gil(fashion, tiny_model):
@@ -120,22 +122,28 @@ def test_stop_callback_and_gil(fashion, tiny_model):
     assert [s for s, _, _ in seen] == [5, 10, 15, 20] and all(np.isfinite(l) for _, l, _ in seen)
     with pytest.raises(dtrain.Stopped, match="callback"):
         m.fit(x, y, train_steps=50, callback=lambda s, l, a: s >= 3, every=1)
+
+    def broken(step, loss, acc):
+        raise KeyError("from the callback")
+    with pytest.raises(KeyError, match="from the callback"):
+        m.fit(x, y, train_steps=50, callback=broken, every=2)
+    # A Python thread counts while C trains, then stops the run: were the GIL held during the C
+    # call, it could not run before the 2,000,000 steps were done (ctest times out first).
     ticks = []
-    stop_at = time.time() + 0.5
 
     def beside():
         while not m._running:
             time.sleep(0.001)
-        while time.time() < stop_at:
+        t_end = time.time() + 0.3
+        while time.time() < t_end or len(ticks) < 1000:
             ticks.append(1)
-            time.sleep(0.001)
         m.stop()
     t = threading.Thread(target=beside)
     t.start()
     with pytest.raises(dtrain.Stopped):
-        m.fit(x, y, epochs=1000, test=(tx[:8], ty[:8]))
+        m.fit(x, y, train_steps=2000000, test=(tx[:8], ty[:8]))
     t.join()
-    assert len(ticks) > 50
+    assert len(ticks) >= 1000
 
 
 def test_cluster_sync_from_python(fashion, src, tmp_path):
