@@ -192,3 +192,18 @@ def test_fashion_example(fashion, src, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "test accuracy" in out.stdout and "after 4 steps" in out.stdout
+
+
+def test_memmap_trains_in_place(fashion, tiny_model, tmp_path):
+    """A read-only numpy.memmap trains as the same array in memory does, bit for bit (read in place
+    by the loader: no copy of the whole array)."""
+    x, y, _, _, _ = fashion
+    path = tmp_path / "x.u8"
+    x.tofile(path)
+    mm = np.memmap(path, np.uint8, "r", shape=x.shape)
+    runs = []
+    for arr in (x, mm):
+        m = dtrain.Model(tiny_model, batch_size=16, seed=2, train_steps=8, **QUIET)
+        m.fit(arr, y)
+        runs.append(m.get_params())
+    assert runs[0].tobytes() == runs[1].tobytes()
