@@ -233,13 +233,14 @@ int dt_model_restore(dt_model *m, const char *logdir, dt_error *err) {
     if (found <= 0) return found;
     size_t n = dt_net_param_count(m->net), slots = (size_t)dt_ckpt_state_slots(&run);
     float *params = dt_malloc(n * sizeof(float), "checkpoint parameters", err);
-    float *state = slots ? dt_malloc(slots * n * sizeof(float), "checkpoint state", err) : NULL;
-    int rc = !params || (slots && !state) ? DT_ENOMEM : 0;
+    /* Never NULL: the updater's restore copies slots * n floats from it, none for sgd. */
+    float *state = dt_malloc((slots ? slots * n : 1) * sizeof(float), "checkpoint state", err);
+    int rc = !params || !state ? DT_ENOMEM : 0;
     int64_t step = 0;
-    if (!rc) rc = dt_ckpt_load(f, path, &run, params, state, &step, err);
+    if (!rc) rc = dt_ckpt_load(f, path, &run, params, slots ? state : NULL, &step, err);
     dt_st_close(f);
     if (!rc) {
-        if (state) dt_ckpt_clear_untrained_slots(&run, state);
+        if (slots) dt_ckpt_clear_untrained_slots(&run, state);
         memcpy(dt_net_params(m->net), params, n * sizeof(float));
         rc = m->updater->restore(m->updater, m->net, state, step, &m->global_step, err);
     }
