@@ -263,20 +263,34 @@ class Model:
         _lib.lib.dt_options_set_params_out(opts._h, _ptr(params), params.size)
         result = _lib.TrainResult()
         self._running = opts
-        # Ctrl-C in the main thread stops training as the CLI does (checkpoint kept, ps told).
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGINT, lambda *_: opts.stop())
+        outcome = []
+
+        def run():
+            try:
+                _lib.call(_lib.lib.dt_options_train, opts._h, None, ctypes.byref(result))
+            except BaseException as e:
+                outcome.append(e)
         try:
-            _lib.call(_lib.lib.dt_options_train, opts._h, None, ctypes.byref(result))
-        except Stopped:
-            if errors:  # the callback raised: its exception, not the stop it caused
-                raise errors[0]
-            raise
+            if threading.current_thread() is threading.main_thread():
+                # Ctrl-C stops training as it stops the CLI: Python runs a signal handler only in the
+                # main thread between bytecodes, never inside a C call, so C trains in a thread while
+                # this one waits and turns SIGINT into dt_options_stop.
+                previous = signal.signal(signal.SIGINT, lambda *_: opts.stop())
+                try:
+                    t = threading.Thread(target=run, name="dtrain fit")
+                    t.start()
+                    while t.is_alive():
+                        t.join(0.1)
+                finally:
+                    signal.signal(signal.SIGINT, previous)
+            else:
+                run()
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
             self._running = None
+        if outcome:
+            if errors and isinstance(outcome[0], Stopped):  # the callback raised: its exception
+                raise errors[0]
+            raise outcome[0]
         if not np.isnan(params[0]):  # the chief or a single process: the trained model
             self.set_params(params)
         return {f: getattr(result, f) for f, _ in result._fields_}

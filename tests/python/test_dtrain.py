@@ -207,3 +207,26 @@ def test_memmap_trains_in_place(fashion, tiny_model, tmp_path):
         m.fit(arr, y)
         runs.append(m.get_params())
     assert runs[0].tobytes() == runs[1].tobytes()
+
+
+def test_ctrl_c_stops_fit(fashion, tiny_model, tmp_path):
+    """SIGINT while fit trains (C busy in its call) stops it as Ctrl-C stops dtrain train: Stopped,
+    the final checkpoint of one machine saved; the previous handler back afterwards."""
+    import signal
+    x, y, _, _, _ = fashion
+    m = dtrain.Model(tiny_model, batch_size=8, seed=1, threads=1, summary_dir="", steps_to_validate=1000)
+    before = signal.getsignal(signal.SIGINT)
+
+    def interrupt():
+        while not m._running:
+            time.sleep(0.001)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+    t = threading.Thread(target=interrupt)
+    t.start()
+    with pytest.raises(dtrain.Stopped, match="stopped"):
+        m.fit(x, y, test=(x[:8], y[:8]), train_steps=2000000, logdir=str(tmp_path / "ck"), save_model_secs=0)
+    t.join()
+    assert signal.getsignal(signal.SIGINT) is before
+    ck = dtrain.load_checkpoint(str(tmp_path / "ck"))
+    assert int(ck["global_step"]) > 0  # the steps trained before the stop, kept
