@@ -230,3 +230,23 @@ def test_ctrl_c_stops_fit(fashion, tiny_model, tmp_path):
     assert signal.getsignal(signal.SIGINT) is before
     ck = dtrain.load_checkpoint(str(tmp_path / "ck"))
     assert int(ck["global_step"]) > 0  # the steps trained before the stop, kept
+
+
+def test_catdog_example(src, tmp_path):
+    """examples/catdog.py (at most 40 lines) trains on a Kaggle-named folder of images (made here
+    with OpenCV) through dtrain's image loader."""
+    cv2 = pytest.importorskip("cv2")
+    folder = tmp_path / "train"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(16):
+        img = np.full((40, 48, 3), (200, 60, 60) if i % 2 else (60, 60, 200), np.uint8) + rng.integers(0, 30, (40, 48, 3), dtype=np.uint8)
+        cv2.imwrite(str(folder / ("%s.%d.png" % ("dog" if i % 2 else "cat", i))), img)
+    example = os.path.join(src, "examples", "catdog.py")
+    with open(example) as f:
+        assert len(f.read().splitlines()) <= 40
+    out = subprocess.run(python_cmd() + [example, str(folder), "--train_steps=2", "--batch_size=4", "--threads=1",
+                                         "--logdir=", "--summary_dir="],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "after 2 steps" in out.stdout
