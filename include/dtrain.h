@@ -269,6 +269,77 @@ void dt_train_options_init(dt_train_options *o);
 /* Trains on this machine, logging to `log` (NULL: stdout); returns DT_EINTR if *stop was set. */
 int dt_train(const dt_train_options *o, FILE *log, dt_train_result *result, dt_error *err);
 
+/* ---- Options by flag name, arrays in memory, a model step by step (bindings: docs/python.md) ----
+ * A binding (python/dtrain) mirrors no struct: it sets `dtrain train`'s flags by name, hands its
+ * arrays over as pointers and calls these functions; every struct it reads is opaque. */
+
+/* `dtrain train`'s flags, the same table (names without dashes, values as on the command line,
+ * ranges checked, unknown names refused with the nearest one), starting at dtrain's defaults. */
+typedef struct dt_options dt_options;
+int dt_options_new(dt_options **out, dt_error *err);
+void dt_options_free(dt_options *o);
+/* Sets flag to value (copied); setting a flag again replaces its value. DT_EINVAL naming the flag. */
+int dt_options_set(dt_options *o, const char *flag, const char *value, dt_error *err);
+/* A flag's current value as text (an unset text flag: ""). */
+int dt_options_get(const dt_options *o, const char *flag, char *out, size_t cap, dt_error *err);
+
+/* Example arrays in the caller's memory, not copied: they must stay alive and unchanged while they
+ * are in use (dt_options_train: until it returns). x [n, h, w, c] row-major (NHWC), float32 as is
+ * or uint8 scaled by 1/255 as dtrain scales IDX and image pixels; labels [n] in 0..classes-1 (NULL:
+ * unlabelled). */
+enum { DT_FLOAT32 = 0, DT_UINT8 = 1 };
+/* The training data instead of --data (split 0), or the test split (1: validation and test; none:
+ * the training arrays again). n 0 removes the split. */
+int dt_options_set_arrays(dt_options *o, int split, const void *x, int dtype, const int32_t *labels, int64_t n,
+                          int h, int w, int c, dt_error *err);
+/* fn(user, global_step, batch loss, batch accuracy) every `every` steps of this process during
+ * dt_options_train (on its thread); a non-zero return stops training (DT_EINTR). fn NULL: none. */
+typedef int (*dt_step_callback)(void *user, int64_t step, double loss, double accuracy);
+void dt_options_set_callback(dt_options *o, dt_step_callback fn, void *user, int64_t every);
+/* The chief's (or the single process's) final parameters [n] are copied to out at the end of
+ * dt_options_train (n must be the model's parameter count: else DT_ESHAPE then); NULL: not wanted. */
+void dt_options_set_params_out(dt_options *o, float *out, size_t n);
+/* Asks a dt_options_train call running on o (a worker, a ps or one process) (in another thread, or a signal
+ * handler) to stop at its next step: it returns DT_EINTR, checkpoint saved as on Ctrl-C. Cleared by
+ * the next dt_options_train. */
+void dt_options_stop(dt_options *o);
+/* dt_train with these options: alone, or this task's role in the cluster the flags, TF_CONFIG or a
+ * cluster manager give (a ps serves until the chief ends training). */
+int dt_options_train(dt_options *o, FILE *log, dt_train_result *result, dt_error *err);
+
+/* A model trained step by step on one machine, from the options' --model, --optimizer and its
+ * schedule, --seed, --threads, --clip_gradient_norm and --batch_size (the most examples per call):
+ * initialised from the seed as `dtrain train` does, or restored by dt_model_restore. An image model
+ * only (a click-log model is refused, DT_EINVAL). */
+typedef struct dt_model dt_model;
+int dt_model_new(dt_model **out, const dt_options *o, dt_error *err);
+void dt_model_free(dt_model *m);
+void dt_model_input_shape(const dt_model *m, int *h, int *w, int *c);
+int dt_model_num_classes(const dt_model *m);
+int dt_model_max_batch(const dt_model *m);
+int64_t dt_model_global_step(const dt_model *m);
+size_t dt_model_param_count(const dt_model *m);
+/* The flat parameters [dt_model_param_count] (docs/checkpoint-format.md's order of variables). */
+int dt_model_get_params(const dt_model *m, float *out, size_t n, dt_error *err);
+int dt_model_set_params(dt_model *m, const float *params, size_t n, dt_error *err);
+/* One step, as one of `dtrain train`'s: forward with dropout from the seed and the step, softmax
+ * cross-entropy, backward, clipping, the optimizer; n in 1..max batch. *loss: the batch's mean loss,
+ * *correct: examples whose argmax is the label. A loss that is not finite is refused (DT_EINVAL),
+ * the parameters unchanged. */
+int dt_model_train_step(dt_model *m, const void *x, int dtype, const int32_t *labels, int n, float *loss,
+                        int *correct, dt_error *err);
+/* Logits [n, classes] of evaluation forwards (batch norm's moving statistics, no dropout), in batches
+ * of max batch, into the caller's buffer. */
+int dt_model_predict(dt_model *m, const void *x, int dtype, int64_t n, float *logits, dt_error *err);
+/* Mean loss and accuracy over n labelled examples. */
+int dt_model_evaluate(dt_model *m, const void *x, int dtype, const int32_t *labels, int64_t n, double *loss,
+                      double *accuracy, dt_error *err);
+/* A checkpoint of the parameters, the optimizer's state and the global step in logdir, as `dtrain
+ * train` saves them (model.ckpt-<step>.safetensors and the index; max_to_keep <= 0 keeps all);
+ * restore: the newest good one of logdir (0: none there, nothing changed; 1: restored). */
+int dt_model_save(dt_model *m, const char *logdir, int max_to_keep, dt_error *err);
+int dt_model_restore(dt_model *m, const char *logdir, dt_error *err);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

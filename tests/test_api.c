@@ -361,12 +361,108 @@ out:
     dt_net_free(net);
 }
 
+/* The binding's calls (docs/python.md): options by flag name with the table's messages, arrays in
+ * memory (uint8 and float32 train alike; bad labels refused), the step API, its checkpoints. */
+static int opt_set(dt_options *o, const char *flag, const char *value, dt_error *E) {
+    return dt_options_set(o, flag, value, E);
+}
+
+static void test_options_and_model(void) {
+    char model[600];
+    snprintf(model, sizeof model, "%s", tpath("tiny.model")); /* test_single_process wrote it */
+    dt_options *o = NULL;
+    dt_error e = {0};
+    CHECK(dt_options_new(&o, &e) == 0);
+    SAME_CODE(DT_EINVAL, opt_set(o, "learning_rat", "0.1", E));
+    CHECK(opt_set(o, "learning_rat", "1", &e) == DT_EINVAL);
+    CHECK_MSG(strstr(e.msg, "did you mean --learning_rate"), "%s", e.msg);
+    SAME_CODE(DT_EINVAL, opt_set(o, "batch_size", "0", E));
+    SAME_CODE(DT_EINVAL, opt_set(o, "batch_size", "abc", E));
+    const char *flags[][2] = {{"model", model}, {"batch_size", "8"}, {"train_steps", "6"}, {"seed", "4"},
+                              {"threads", "1"}, {"logdir", ""}, {"summary_dir", ""}, {"optimizer", "sgd"},
+                              {"learning_rate", "0.05"}};
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) CHECK(opt_set(o, flags[k][0], flags[k][1], &e) == 0);
+    CHECK(opt_set(o, "batch_size", "4", &e) == 0); /* set again: replaced */
+    char v[64];
+    CHECK(dt_options_get(o, "batch_size", v, sizeof v, &e) == 0 && !strcmp(v, "4"));
+    CHECK(dt_options_get(o, "optimizer", v, sizeof v, &e) == 0 && !strcmp(v, "sgd"));
+    enum { N = 16 };
+    uint8_t x8[N * 16];
+    float xf[N * 16];
+    int32_t y[N];
+    for (int i = 0; i < N; i++) {
+        y[i] = i % 2;
+        for (int j = 0; j < 16; j++) x8[i * 16 + j] = (uint8_t)((i % 2) * 200 + i + j), xf[i * 16 + j] = x8[i * 16 + j] / 255.0f;
+    }
+    dt_model *m = NULL;
+    CHECK_MSG(dt_model_new(&m, o, &e) == 0, "%s", e.msg);
+    if (!m) goto out;
+    size_t n = dt_model_param_count(m);
+    float *a = calloc(n, sizeof(float)), *b = calloc(n, sizeof(float));
+    /* fit on uint8 and on the same pixels as float32: the same parameters, bit for bit */
+    for (int k = 0; k < 2; k++) {
+        CHECK(dt_options_set_arrays(o, 0, k ? (const void *)xf : x8, k ? DT_FLOAT32 : DT_UINT8, y, N, 4, 4, 1, &e) == 0);
+        dt_options_set_params_out(o, k ? b : a, n);
+        dt_train_result r;
+        FILE *devnull = fopen("/dev/null", "w");
+        int rc = dt_options_train(o, devnull, &r, &e);
+        fclose(devnull);
+        CHECK_MSG(rc == 0 && r.steps == 6, "%d: %s", rc, e.msg);
+    }
+    CHECK(memcmp(a, b, n * sizeof(float)) == 0);
+    /* a label past the model's classes: the run refuses it, naming the arrays */
+    int32_t bad[N];
+    memcpy(bad, y, sizeof bad);
+    bad[5] = 7;
+    dt_options_set_params_out(o, NULL, 0);
+    CHECK(dt_options_set_arrays(o, 0, x8, DT_UINT8, bad, N, 4, 4, 1, &e) == 0);
+    CHECK(dt_options_train(o, NULL, NULL, &e) == DT_ESHAPE && strstr(e.msg, "arrays has 8 classes"));
+    SAME_CODE(DT_EINVAL, dt_options_set_arrays(o, 2, x8, DT_UINT8, y, N, 4, 4, 1, E));
+    SAME_CODE(DT_EINVAL, dt_options_set_arrays(o, 0, x8, 5, y, N, 4, 4, 1, E));
+    /* the step API: shapes, counts, labels refused before anything changes */
+    int h, w, c;
+    dt_model_input_shape(m, &h, &w, &c);
+    CHECK(h == 4 && w == 4 && c == 1 && dt_model_num_classes(m) == 2 && dt_model_max_batch(m) == 4);
+    float loss = 0;
+    int correct = 0;
+    SAME_CODE(DT_EINVAL, dt_model_train_step(m, x8, DT_UINT8, y, 5, &loss, &correct, E));
+    SAME_CODE(DT_EINVAL, dt_model_train_step(m, x8, DT_UINT8, bad + 4, 2, &loss, &correct, E));
+    SAME_CODE(DT_EINVAL, dt_model_train_step(m, NULL, DT_UINT8, y, 2, &loss, &correct, E));
+    SAME_CODE(DT_ESHAPE, dt_model_get_params(m, a, n - 1, E));
+    CHECK(dt_model_global_step(m) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK_MSG(dt_model_train_step(m, x8 + i * 64, DT_UINT8, y + i * 4, 4, &loss, &correct, &e) == 0, "%s", e.msg);
+    CHECK(dt_model_global_step(m) == 4 && isfinite(loss));
+    float logits[N * 2];
+    double el = 0, acc = 0;
+    CHECK(dt_model_predict(m, xf, DT_FLOAT32, N, logits, &e) == 0);
+    CHECK(dt_model_evaluate(m, x8, DT_UINT8, y, N, &el, &acc, &e) == 0 && acc >= 0 && acc <= 1);
+    /* a checkpoint restored into a fresh model: the same parameters and step */
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s", tpath("model_ckpt"));
+    CHECK_MSG(dt_model_save(m, ck, 0, &e) == 0, "%s", e.msg);
+    dt_model *r = NULL;
+    CHECK(dt_model_new(&r, o, &e) == 0);
+    CHECK_MSG(r && dt_model_restore(r, ck, &e) == 1, "%s", e.msg);
+    CHECK(r && dt_model_global_step(r) == 4);
+    if (r) dt_model_get_params(r, b, n, &e);
+    dt_model_get_params(m, a, n, &e);
+    CHECK(memcmp(a, b, n * sizeof(float)) == 0);
+    CHECK(r && dt_model_restore(r, tpath("no_such_dir"), &e) == 0);
+    dt_model_free(r);
+    free(a), free(b);
+out:
+    dt_model_free(m);
+    dt_options_free(o);
+}
+
 int main(void) {
     tmp_make("api");
     RUN(test_wrap);
     RUN(test_single_process);
     RUN(test_distributed_end);
     RUN(test_log_and_idle_timeout);
+    RUN(test_options_and_model);
     tmp_remove();
     return test_summary();
 }

@@ -64,4 +64,21 @@ if cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -DCMAKE_PREFIX_PATH="$prefi
 else
   bad "find_package(dtrain): $(grep -iE 'error|warning' "$tmp/cmake.log" | head -5)"
 fi
+
+# The Python package (docs/python.md): installed beside the library, found by Debian's python3 in that
+# prefix's dist-packages, loading the installed libdtrain (not the build tree's) from another folder.
+pydir=$(find "$prefix" -type d -path '*dist-packages/dtrain' | head -1)
+if [ -z "$pydir" ]; then
+  bad "installs the Python package (lib/python3.X/dist-packages/dtrain)"
+elif [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  ok "installs the Python package in $pydir"
+  pre=
+  [ -n "$extra" ] && pre=$("$cc" -print-file-name=libclang_rt.asan-x86_64.so) # the instrumented library's runtime
+  out=$(cd "$tmp" && env -u DTRAIN_LIBRARY LD_PRELOAD="$pre" ASAN_OPTIONS=detect_leaks=0 PYTHONPATH="$(dirname "$pydir")" \
+        /usr/bin/python3 -c 'import dtrain, dtrain._lib as l; print(dtrain.version(), l.path)' 2>&1)
+  check "python3 -c 'import dtrain' loads the installed library ($out)" \
+    sh -c "echo '$out' | grep -q '^$version $libdir/libdtrain.so'"
+else
+  echo "skip: no /usr/bin/python3 with numpy, the installed package is not imported"
+fi
 summary

@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "data/dataset.h"
-#include "flags.h"
+#include "core/flags.h"
 #include "model/net.h"
 #include "train/evaluate.h"
 #include "train/evaluate_ctr.h"

@@ -10,7 +10,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "export/export.h"
-#include "flags.h"
+#include "core/flags.h"
 
 int cmd_export(int argc, char **argv) {
     const char *format = "onnx", *model = NULL;

@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "data/clickgen.h"
-#include "flags.h"
+#include "core/flags.h"
 
 /* --vocab: one count for every field, or 26 comma-separated counts (C1..C26); each an integer
  * 1..2^32, written plainly or as 1e6. */

@@ -2,7 +2,7 @@
 #include <stdio.h>
 
 #include "commands.h"
-#include "flags.h"
+#include "core/flags.h"
 #include "transport/auth.h"
 
 int cmd_keygen(int argc, char **argv) {

@@ -20,7 +20,7 @@
 
 #include "core/clock.h"
 #include "commands.h"
-#include "flags.h"
+#include "core/flags.h"
 #include "transport/auth.h"
 
 #define MAX_PROCS 64
@@ -224,13 +224,16 @@ static void remove_keys(const char *dir) {
 }
 
 static void launch_help(void) {
-    printf("usage: dtrain launch [--ps N] [--workers M] [--metrics_port P] [train flags]\n\n"
+    printf("usage: dtrain launch [--ps N] [--workers M] [--metrics_port P] [train flags] [-- PROGRAM ARGS]\n\n"
            "Starts a cluster on 127.0.0.1: N parameter servers (default 1) and M workers\n"
            "(default 2), each running `dtrain train` with the given flags and the cluster\n"
            "flags (--ps_hosts, --worker_hosts, --job_name, --task_index) on free ports.\n"
            "Unless --threads is given, each worker gets cores/M compute threads, a ps one.\n"
            "Output lines are prefixed with [ps0], [worker1], ... The exit status is the\n"
            "first failure's, after the others are stopped; Ctrl-C stops everything.\n"
+           "After a lone --, each process runs PROGRAM ARGS (e.g. python3 script.py) instead of\n"
+           "`dtrain train`, with the train flags and the cluster flags after ARGS and its role in\n"
+           "DTRAIN_JOB_NAME and DTRAIN_TASK_INDEX (docs/python.md).\n"
            "With --metrics_port P, process i (the ps tasks first, then the workers) serves\n"
            "its metrics on port P + i, and the chief's status page (http://127.0.0.1:P+N/,\n"
            "N ps tasks) shows the whole cluster (docs/metrics.md). When stderr is a\n"
@@ -266,6 +269,7 @@ typedef struct {
     const char *metrics_host;       /* where the chief reaches the others' metrics */
     char ps_hosts[32 * 24], worker_hosts[32 * 24], all_workers[MAX_PROCS * 24];
     char self[4096];                /* this executable */
+    char **cmd;                     /* after a lone "--": the user's program per task (NULL: dtrain train) */
 } launch_plan;
 
 static void plan_free(launch_plan *p) {
@@ -293,6 +297,10 @@ static int plan_flags(launch_plan *p, int argc, char **argv) {
         return 1;
     }
     for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--") && i + 1 < argc) { /* `-- python3 script.py ARGS`: run that instead */
+            p->cmd = argv + i + 1;
+            break;
+        }
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             launch_help();
             free(own);
@@ -378,9 +386,20 @@ static void exec_process(const launch_plan *p, int i, char bufs[][MAX_PROCS * 80
     const int is_ps = i < p->n_ps, idx = is_ps ? i : i - p->n_ps, chief = !is_ps && idx == 0;
     char **args = calloc((size_t)p->n_pass + 12, sizeof *args);
     if (!args) _exit(127);
-    int k = 0;
-    args[k++] = (char *)p->self;
-    args[k++] = "train";
+    int k = 0, n_cmd = 0;
+    while (p->cmd && p->cmd[n_cmd]) n_cmd++;
+    if (n_cmd) { /* the user's program: its arguments, then train's flags; its role also in the environment */
+        free(args);
+        if (!(args = calloc((size_t)(n_cmd + p->n_pass) + 12, sizeof *args))) _exit(127);
+        for (int j = 0; j < n_cmd; j++) args[k++] = p->cmd[j];
+        setenv("DTRAIN_JOB_NAME", is_ps ? "ps" : "worker", 1);
+        char index[16];
+        snprintf(index, sizeof index, "%d", idx);
+        setenv("DTRAIN_TASK_INDEX", index, 1);
+    } else {
+        args[k++] = (char *)p->self;
+        args[k++] = "train";
+    }
     for (int j = 0; j < p->n_pass; j++) args[k++] = p->pass[j];
     snprintf(bufs[0], sizeof bufs[0], "--ps_hosts=%s", p->ps_hosts);
     if (i < p->n) {
@@ -410,8 +429,9 @@ static void exec_process(const launch_plan *p, int i, char bufs[][MAX_PROCS * 80
     }
     if (p->relay && chief) args[k++] = "--progress=relay";
     args[k] = NULL;
-    execv(p->self, args);
-    fprintf(stderr, "exec %s: %s\n", p->self, strerror(errno));
+    if (n_cmd) execvp(args[0], args);
+    else execv(p->self, args);
+    fprintf(stderr, "exec %s: %s\n", args[0], strerror(errno));
     _exit(127);
 }
 

@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "flags.h"
+#include "core/flags.h"
 #include "plot/curves.h"
 #include "plot/svg.h"
 #include "io/fsutil.h"

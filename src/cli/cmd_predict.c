@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "data/dataset.h"
-#include "flags.h"
+#include "core/flags.h"
 #include "io/fsutil.h"
 #include "model/net.h"
 #include "train/evaluate_ctr.h"

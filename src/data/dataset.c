@@ -41,6 +41,19 @@ void dt_ds_free_strings(char **v, size_t n) {
     free(v);
 }
 
+char **dt_ds_numeric_names(int k, dt_error *err) {
+    char **names = dt_calloc((size_t)k, sizeof(char *), "class names", err);
+    for (int i = 0; names && i < k; i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", i);
+        if (!(names[i] = dt_ds_str_dup(num, err))) {
+            dt_ds_free_strings(names, (size_t)k);
+            names = NULL;
+        }
+    }
+    return names;
+}
+
 dt_dataset *dt_ds_new(int kind, dt_error *err) {
     dt_dataset *ds = dt_calloc(1, sizeof *ds, "data set", err);
     if (!ds) return NULL;
@@ -125,6 +138,17 @@ int dt_dataset_get(const dt_dataset *ds, size_t i, float *x, int32_t *label, dt_
         const uint8_t *p = ds->pixels + i * d;
         for (size_t j = 0; j < d; j++) x[j] = (float)p[j] / 255.0f;
         *label = ds->labels8 ? ds->labels8[i] : -1;
+        return 0;
+    }
+    if (ds->kind == DS_MEMORY) {
+        size_t d = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c;
+        if (ds->mem_u8) { /* scaled as IDX pixels are, so the same bytes train the same */
+            const uint8_t *p = (const uint8_t *)ds->mem_x + i * d;
+            for (size_t j = 0; j < d; j++) x[j] = (float)p[j] / 255.0f;
+        } else {
+            memcpy(x, (const float *)ds->mem_x + i * d, d * sizeof(float));
+        }
+        *label = ds->mem_labels ? ds->mem_labels[i] : -1;
         return 0;
     }
     const char *path = ds->paths[i];

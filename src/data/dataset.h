@@ -46,6 +46,13 @@ int dt_dataset_from_idx_bytes(dt_dataset **out, const uint8_t *images, size_t im
                               const uint8_t *labels, size_t labels_len, const char *source,
                               dt_error *err);
 void dt_dataset_free(dt_dataset *ds);
+/* Examples in the caller's memory (a binding's arrays; docs/python.md), not copied: the caller keeps
+ * them alive and unchanged while the data set lives. x [n, h, w, c]: float32 delivered as is, or
+ * uint8 (x_u8) delivered / 255 as IDX pixels are. labels [n] in 0..DT_DS_MAX_CLASSES-1, their
+ * largest + 1 the classes (as IDX); NULL: unlabelled (prediction). source names it in messages. */
+#define DT_DS_MAX_CLASSES 65536
+int dt_dataset_from_memory(dt_dataset **out, const void *x, int x_u8, const int32_t *labels, size_t n, int h, int w,
+                           int c, const char *source, dt_error *err);
 
 /* Unlabelled data sets, for prediction (labels are -1, there are no classes):
  * dt_dataset_from_paths: the image files paths[0..n) (copied), decoded on demand exactly as an image

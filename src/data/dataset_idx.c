@@ -195,19 +195,6 @@ static int idx_parse(idx_part *p, const uint8_t *bytes, size_t len, int ndims, c
 }
 
 /* Class names "0".."k-1" of IDX labels. */
-static char **numeric_names(int k, dt_error *err) {
-    char **names = dt_calloc((size_t)k, sizeof(char *), "class names", err);
-    for (int i = 0; names && i < k; i++) {
-        char num[16];
-        snprintf(num, sizeof num, "%d", i);
-        if (!(names[i] = dt_ds_str_dup(num, err))) {
-            dt_ds_free_strings(names, (size_t)k);
-            names = NULL;
-        }
-    }
-    return names;
-}
-
 /* Builds a data set from a parsed pair. Storage: a part's decompressed buffer is adopted; a plain
  * part is adopted from *file_buf when the caller hands its file buffer over, else copied. */
 static int idx_make(dt_dataset **out, idx_part *img, uint8_t **img_file, idx_part *lab,
@@ -257,7 +244,7 @@ static int idx_make(dt_dataset **out, idx_part *img, uint8_t **img_file, idx_par
     int maxl = 0;
     for (size_t i = 0; i < ds->n; i++)
         if (ds->labels8[i] > maxl) maxl = ds->labels8[i];
-    if (!(ds->class_names = numeric_names(maxl + 1, err))) {
+    if (!(ds->class_names = dt_ds_numeric_names(maxl + 1, err))) {
         dt_dataset_free(ds);
         return DT_ENOMEM;
     }
@@ -395,7 +382,7 @@ int dt_ds_open_idx_folder(dt_data_splits *out, const char *dir, const dt_data_op
         /* One class count for both: a test file without the highest label must not shrink it. */
         dt_dataset *small = train->num_classes < test->num_classes ? train : test;
         int k = train->num_classes > test->num_classes ? train->num_classes : test->num_classes;
-        char **names = numeric_names(k, err);
+        char **names = dt_ds_numeric_names(k, err);
         if (!names) {
             rc = DT_ENOMEM;
         } else {

@@ -36,6 +36,7 @@
 #include "train/table_ckpt.h"
 #include "train/table_optim.h"
 #include "train/train_debug.h"
+#include "train/train_ex.h"
 #include "train/work_loop.h"
 #include "update/updater.h"
 #include "transport/auth.h"
@@ -180,6 +181,10 @@ static int opt_from_options(const dt_train_options *o, int64_t total, dt_opt_con
     return DT_OK;
 }
 
+int dt_train_opt_config(const dt_train_options *o, int64_t total, dt_opt_config *c, dt_error *err) {
+    return opt_from_options(o, total, c, err);
+}
+
 /* --debug_dump_params, --debug_dump_grads: the final parameters or the first gradient as raw
  * little-endian float32, for tests that compare runs. */
 static int dump_floats(const char *flag, const char *path, const float *x, size_t n, dt_error *err) {
@@ -222,6 +227,7 @@ typedef struct {
     dt_progress prog;             /* the live progress line (a terminal) */
     FILE *log, *log_out;          /* training's log: log_out, through the progress line's stream */
     const dt_train_debug *dbg;    /* the test hooks (train_debug.h) */
+    const dt_train_ex_args *ex;   /* a binding's arrays and callback (train_ex.h); NULL: none */
     run_plan plan;
     /* --metrics_port: the registry, the status page's figures, its server, the chief's peer poll */
     dt_metrics *metrics;
@@ -369,6 +375,11 @@ int dt_train(const dt_train_options *o, FILE *log, dt_train_result *res, dt_erro
 
 int dt_train_hooked(const dt_train_options *o, const dt_train_debug *dbg, FILE *log, dt_train_result *res,
                     dt_error *err) {
+    return dt_train_ex(o, dbg, NULL, log, res, err);
+}
+
+int dt_train_ex(const dt_train_options *o, const dt_train_debug *dbg, const dt_train_ex_args *ex, FILE *log,
+                dt_train_result *res, dt_error *err) {
     dt_train_result local_res;
     if (!res) res = &local_res;
     memset(res, 0, sizeof *res);
@@ -383,7 +394,7 @@ int dt_train_hooked(const dt_train_options *o, const dt_train_debug *dbg, FILE *
     int rc = check_up_front(o, dbg, &strategy, err);
     if (rc) return rc;
 
-    run_state r = {.dbg = dbg};
+    run_state r = {.dbg = dbg, .ex = ex && ex->train.n ? ex : NULL};
     dt_cluster_single(&r.cluster);
     if ((rc = resolve_cluster(&r.cluster, o, log, err))) goto out;
     if (r.cluster.distributed && r.cluster.n_ps < 1) {
@@ -578,13 +589,45 @@ static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err)
     return plan_steps(r, o, err);
 }
 
+/* A binding's arrays as the splits: train, and test as validation and test (none: the training
+ * arrays again, a second data set over the same memory). */
+static int open_arrays(dt_data_splits *d, const dt_train_ex_args *ex, const dt_model_spec *spec, dt_error *err) {
+    const dt_train_array *a[2] = {&ex->train, ex->test.n ? &ex->test : &ex->train};
+    const char *names[2] = {"x", ex->test.n ? "test x" : "x"};
+    dt_dataset *ds[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        if (a[k]->h != spec->in_h || a[k]->w != spec->in_w || a[k]->c != spec->in_c) {
+            dt_dataset_free(ds[0]);
+            return dt_errorf(err, DT_ESHAPE, "%s: examples of %d x %d x %d but the model takes %d x %d x %d", names[k],
+                             a[k]->h, a[k]->w, a[k]->c, spec->in_h, spec->in_w, spec->in_c);
+        }
+        int rc = dt_dataset_from_memory(&ds[k], a[k]->x, a[k]->x_u8, a[k]->labels, a[k]->n, a[k]->h, a[k]->w,
+                                        a[k]->c, names[k], err);
+        if (rc) {
+            dt_dataset_free(ds[0]);
+            return rc;
+        }
+    }
+    d->train = ds[0], d->validation = d->test = ds[1];
+    return DT_OK;
+}
+
 /* Opens the data, and works out from it and the cluster how the run is cut into steps (r->plan). */
 static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     const dt_cluster *c = &r->cluster;
     run_plan *p = &r->plan;
+    const dt_model_spec *spec = dt_net_spec(r->net);
+    if (r->ex && dt_net_is_ctr(r->net))
+        return dt_errorf(err, DT_EINVAL, "%s is a click-log model: arrays train image models only (a click log "
+                         "needs a data path)", o->model_path);
+    const char *data_name = r->ex ? "arrays" : o->data_path;
+    int rc;
+    if (r->ex) {
+        if ((rc = open_arrays(&r->data, r->ex, spec, err))) return rc;
+        goto opened;
+    }
     if (!o->data_path || !*o->data_path) return dt_errorf(err, DT_EINVAL, "data_path: no data path given");
     if (dt_net_is_ctr(r->net)) return open_ctr_data(r, o, err);
-    const dt_model_spec *spec = dt_net_spec(r->net);
     struct stat st;
     if (stat(o->data_path, &st) == 0 && S_ISREG(st.st_mode))
         return dt_errorf(err, DT_EINVAL, "data_path %s is a file (a click log?), but %s is an image model (input %d %d %d) "
@@ -594,12 +637,15 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     dt_data_options dopt = {.h = spec->in_h, .w = spec->in_w, .c = spec->in_c,
                             .validation_fraction = o->validation_fraction, .seed = o->seed,
                             .bad_images = o->fail_on_bad_images ? DT_BAD_IMAGES_FAIL : DT_BAD_IMAGES_SKIP};
-    int rc = dt_data_open(&r->data, o->data_path, &dopt, err);
+    rc = dt_data_open(&r->data, o->data_path, &dopt, err);
     if (rc) return rc;
+opened:;
     int classes = dt_net_num_classes(r->net), data_classes = dt_dataset_num_classes(r->data.train);
+    if (r->data.test != r->data.train && dt_dataset_num_classes(r->data.test) > data_classes)
+        data_classes = dt_dataset_num_classes(r->data.test);
     if (data_classes > classes)
         return dt_errorf(err, DT_ESHAPE, "%s has %d classes but model %s ends in a dense layer of %d units",
-                         o->data_path, data_classes, o->model_path, classes);
+                         data_name, data_classes, o->model_path, classes);
 
     /* Worker i of n trains on shard i of every epoch's permutation (docs/data.md); dynamic
      * sharding: any batch of the whole epoch, as ps 0 grants them. */
@@ -613,7 +659,7 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     p->per_epoch = dt_loader_batches_per_epoch(r->loader);
     if (p->per_epoch < 1)
         return dt_errorf(err, DT_EINVAL, "%s: %zu training examples, fewer than one batch of %d for each of %d workers",
-                         o->data_path, dt_dataset_size(r->data.train), o->batch_size, p->n_workers);
+                         data_name, dt_dataset_size(r->data.train), o->batch_size, p->n_workers);
     return plan_steps(r, o, err);
 }
 
@@ -1013,6 +1059,13 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
             dt_status_step(r->status, *global_step, loss, correct, b.n);
         }
         if ((rc = supervised(r, dt_supervisor_step, *global_step, err))) break;
+        if (r->ex && r->ex->on_step && !emulate &&
+            *local_step % (r->ex->every > 0 ? r->ex->every : 1) == 0 &&
+            r->ex->on_step(r->ex->user, *global_step, loss, b.n ? (double)correct / b.n : 0)) {
+            rc = dt_errorf(err, DT_EINTR, "training stopped by the step callback at global step %lld",
+                           (long long)*global_step);
+            break;
+        }
         dt_progress_update(&r->prog, *global_step < p->total ? *global_step : p->total,
                            (double)*global_step / (double)p->global_per_epoch,
                            emulate || !iv.seen ? NAN : iv.loss_sum / (double)iv.seen);
@@ -1081,6 +1134,12 @@ static int report(run_state *r, const dt_train_options *o, int evaluates, int64_
         res->test_accuracy = test.accuracy;
         res->test_loss = test.loss;
         res->test_examples = test.examples;
+        if (r->ex && r->ex->params_out) {
+            if (r->ex->params_n != dt_net_param_count(r->net))
+                return dt_errorf(err, DT_ESHAPE, "params out: the model has %zu parameters, the buffer %zu",
+                                 dt_net_param_count(r->net), r->ex->params_n);
+            memcpy(r->ex->params_out, dt_net_params(r->net), r->ex->params_n * sizeof(float));
+        }
         if (r->dbg->dump_params && *r->dbg->dump_params &&
             (rc = dump_floats("debug_dump_params", r->dbg->dump_params, dt_net_params(r->net),
                               dt_net_param_count(r->net), err)))

@@ -1,4 +1,4 @@
-#include "flags.h"
+#include "core/flags.h"
 
 #include <errno.h>
 #include <math.h>
@@ -95,6 +95,56 @@ static int check_table(const flag_def *defs, int n_defs, dt_error *err) {
     return 0;
 }
 
+/* The index of flag name[0..len) in defs, or DT_EINVAL naming it with the nearest flag's name. */
+static int find_flag(const flag_def *defs, int n_defs, const char *name, size_t len, dt_error *err) {
+    for (int j = 0; j < n_defs; j++)
+        if (strlen(defs[j].name) == len && !strncmp(defs[j].name, name, len)) return j;
+    char given[64];
+    snprintf(given, sizeof given, "%.*s", (int)(len < 63 ? len : 63), name);
+    const char *best = NULL;
+    int best_d = 3;
+    for (int j = 0; j < n_defs; j++) {
+        int d = dt_edit_distance(given, defs[j].name);
+        if (d < best_d) best_d = d, best = defs[j].name;
+    }
+    if (best) return dt_errorf(err, DT_EINVAL, "unknown flag --%s (did you mean --%s?)", given, best);
+    return dt_errorf(err, DT_EINVAL, "unknown flag --%s (see --help)", given);
+}
+
+int flags_set(const flag_def *defs, int n_defs, const char *name, const char *value, dt_error *err) {
+    int rc = check_table(defs, n_defs, err);
+    if (rc) return rc;
+    if (!name || !value) return dt_errorf(err, DT_EINVAL, "flags_set: a flag name and a value are needed");
+    int k = find_flag(defs, n_defs, name, strlen(name), err);
+    return k < 0 ? k : set_value(&defs[k], value, err);
+}
+
+/* The value as help prints the default: "" for an unset string. */
+static void format_value(char *out, size_t cap, const flag_def *f) {
+    out[0] = 0;
+    switch (f->type) {
+    case FLAG_STRING: {
+        const char *s = *(const char **)f->value;
+        if (s) snprintf(out, cap, "%s", s);
+        break;
+    }
+    case FLAG_BOOL: snprintf(out, cap, "%s", *(int *)f->value ? "true" : "false"); break;
+    case FLAG_INT: snprintf(out, cap, "%d", *(int *)f->value); break;
+    case FLAG_INT64: snprintf(out, cap, "%lld", (long long)*(int64_t *)f->value); break;
+    case FLAG_UINT64: snprintf(out, cap, "%llu", (unsigned long long)*(uint64_t *)f->value); break;
+    case FLAG_FLOAT: snprintf(out, cap, "%.9g", (double)*(float *)f->value); break;
+    case FLAG_DOUBLE: snprintf(out, cap, "%.17g", *(double *)f->value); break;
+    }
+}
+
+int flags_get(const flag_def *defs, int n_defs, const char *name, char *out, size_t cap, dt_error *err) {
+    if (!name || !out || cap < 2) return dt_errorf(err, DT_EINVAL, "flags_get: a flag name and room for its value are needed");
+    int k = find_flag(defs, n_defs, name, strlen(name), err);
+    if (k < 0) return k;
+    format_value(out, cap, &defs[k]);
+    return DT_OK;
+}
+
 int flags_parse(const flag_def *defs, int n_defs, int argc, char **argv, int *help, dt_error *err) {
     return flags_parse_args(defs, n_defs, argc, argv, help, NULL, NULL, err);
 }
@@ -127,20 +177,9 @@ int flags_parse_args(const flag_def *defs, int n_defs, int argc, char **argv, in
         }
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        int k = -1;
-        for (int j = 0; j < n_defs; j++)
-            if (strlen(defs[j].name) == len && !strncmp(defs[j].name, name, len)) k = j;
+        int k = find_flag(defs, n_defs, name, len, err);
         if (k < 0) {
-            char given[64];
-            snprintf(given, sizeof given, "%.*s", (int)(len < 63 ? len : 63), name);
-            const char *best = NULL;
-            int best_d = 3;
-            for (int j = 0; j < n_defs; j++) {
-                int d = dt_edit_distance(given, defs[j].name);
-                if (d < best_d) best_d = d, best = defs[j].name;
-            }
-            if (best) rc = dt_errorf(err, DT_EINVAL, "unknown flag --%s (did you mean --%s?)", given, best);
-            else rc = dt_errorf(err, DT_EINVAL, "unknown flag --%s (see --help)", given);
+            rc = k;
             break;
         }
         const flag_def *f = &defs[k];

@@ -1,8 +1,9 @@
 /* Table-driven command-line flags: `--name=value` or `--name value`, help text from the table,
  * unknown flags refused with a suggestion, a flag given twice refused, and every numeric flag
- * checked against its range. Used by every dtrain subcommand. */
-#ifndef DT_CLI_FLAGS_H
-#define DT_CLI_FLAGS_H
+ * checked against its range. Used by every dtrain subcommand, and by the library's options object
+ * (dt_options_set: the same table as dtrain train's). */
+#ifndef DT_CORE_FLAGS_H
+#define DT_CORE_FLAGS_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -50,6 +51,11 @@ int flags_parse(const flag_def *defs, int n_defs, int argc, char **argv, int *he
  * counting them; everything after a lone "--" is an argument. */
 int flags_parse_args(const flag_def *defs, int n_defs, int argc, char **argv, int *help, char **args, int *n_args,
                      dt_error *err);
+/* One flag by name (without dashes), value as on the command line; setting it again replaces it
+ * (a binding's setter). Strings are not copied: value must outlive the table's target. */
+int flags_set(const flag_def *defs, int n_defs, const char *name, const char *value, dt_error *err);
+/* A flag's current value as text into out (a string flag never set: ""). */
+int flags_get(const flag_def *defs, int n_defs, const char *name, char *out, size_t cap, dt_error *err);
 void flags_print_help(FILE *f, const flag_def *defs, int n_defs);
 
 #endif

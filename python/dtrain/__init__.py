@@ -1,0 +1,309 @@
+"""dtrain from Python: `dtrain train`'s options, numpy arrays in and out (docs/python.md).
+
+    import dtrain
+    m = dtrain.Model("models/fashion.model", batch_size=64, seed=1)
+    loss, acc = m.train_step(x, y)           # one step on a numpy batch
+    run = m.fit(x, y, test=(xt, yt), epochs=1) # `dtrain train` on arrays (alone or a cluster task)
+    logits = m.predict(xt)
+
+Options are `dtrain train`'s flags by name (dtrain.flags() lists them), checked by its own table.
+Arrays are float32 NHWC (used as they are) or uint8 (scaled by 1/255 as dtrain scales pixels);
+labels integers. Bad arrays raise ValueError naming the argument before any C call; a C error
+raises DtrainError with dtrain's message. The GIL is released while C works.
+"""
+import ctypes
+import os
+import signal
+import sys
+import threading
+
+import numpy as np
+
+from . import _lib
+from ._lib import DtrainError, Stopped
+from .checkpoint import load_checkpoint, read_safetensors
+
+__all__ = ["Model", "Options", "DtrainError", "Stopped", "load_checkpoint", "read_safetensors", "parse_args",
+           "version", "train"]
+
+
+def version():
+    return _lib.lib.dt_version().decode()
+
+
+def _text(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+class Options:
+    """`dtrain train`'s flags (names without dashes, underscores), starting at its defaults."""
+
+    def __init__(self, **flags):
+        h = ctypes.c_void_p()
+        _lib.call(_lib.lib.dt_options_new, ctypes.byref(h))
+        self._h = h
+        self._keep = []  # arrays and the callback the C side points to while it runs
+        self.set(**flags)
+
+    def set(self, **flags):
+        for name, value in flags.items():
+            if value is None:
+                continue
+            _lib.call(_lib.lib.dt_options_set, self._h, name.encode(), _text(value).encode())
+        return self
+
+    def get(self, name):
+        buf = ctypes.create_string_buffer(4096)
+        _lib.call(_lib.lib.dt_options_get, self._h, name.encode(), buf, len(buf))
+        return buf.value.decode()
+
+    def stop(self):
+        """Stops a fit running on these options (from another thread or a signal handler)."""
+        _lib.lib.dt_options_stop(self._h)
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            _lib.lib.dt_options_free(h)
+            self._h = None
+
+
+def parse_args(argv=None):
+    """Takes `dtrain train`'s flags (--name=value or --name value; the cluster's --ps_hosts,
+    --worker_hosts, --job_name, --task_index, --issync... as `dtrain launch` passes them) out of argv
+    (default sys.argv[1:]); returns (flags dict, the other arguments in order)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    probe, flags, rest, i = Options(), {}, [], 0
+    while i < len(argv):
+        a = argv[i]
+        name = a[2:].split("=", 1)[0] if a.startswith("--") and len(a) > 2 else None
+        current = None
+        if name:
+            try:
+                current = probe.get(name)
+            except DtrainError:
+                pass
+        if current is None:
+            rest.append(a)
+        elif "=" in a:
+            flags[name] = a.split("=", 1)[1]
+        elif current in ("true", "false") and (i + 1 >= len(argv) or argv[i + 1] not in ("0", "1", "true", "false")):
+            flags[name] = "true"  # a bare boolean flag, as the CLI reads it
+        elif i + 1 < len(argv):
+            flags[name] = argv[i + 1]
+            i += 1
+        else:
+            raise ValueError("--%s needs a value" % name)
+        i += 1
+    return flags, rest
+
+
+def _check_images(x, name, shape):
+    """x as the C side takes it: a C-contiguous float32 or uint8 array [n, h, w, c] ([n, h, w] when
+    c is 1), finite. Returns (array, dtype code, n). Never copies."""
+    if not isinstance(x, np.ndarray):
+        raise ValueError("%s must be a numpy array, got %s" % (name, type(x).__name__))
+    if x.dtype == np.float32:
+        code = 0
+    elif x.dtype == np.uint8:
+        code = 1
+    else:
+        raise ValueError("%s must be float32 (NHWC, used as is) or uint8 (scaled by 1/255), got %s" % (name, x.dtype))
+    h, w, c = shape
+    if not (x.shape[1:] == (h, w, c) or (c == 1 and x.shape[1:] == (h, w))) or x.ndim < 3:
+        raise ValueError("%s must have shape (n, %d, %d, %d), got %s" % (name, h, w, c, x.shape))
+    if x.shape[0] < 1:
+        raise ValueError("%s holds no examples" % name)
+    if not x.flags["C_CONTIGUOUS"]:
+        raise ValueError("%s must be C-contiguous (np.ascontiguousarray(%s) makes a copy that is)" % (name, name))
+    if code == 0:  # NaN or infinity: chunked, so a memmap larger than memory is scanned, not loaded
+        flat = x.reshape(-1)
+        step = 1 << 24
+        for i in range(0, flat.size, step):
+            if not np.isfinite(flat[i:i + step]).all():
+                bad = i + int(np.flatnonzero(~np.isfinite(flat[i:i + step]))[0])
+                raise ValueError("%s holds %r at flat index %d" % (name, float(flat[bad]), bad))
+    return x, code, x.shape[0]
+
+
+def _check_labels(y, name, n, classes):
+    if not isinstance(y, np.ndarray):
+        y = np.asarray(y)
+    if y.dtype.kind not in "iu":
+        raise ValueError("%s must be integers, got %s" % (name, y.dtype))
+    if y.ndim != 1 or y.shape[0] != n:
+        raise ValueError("%s must have shape (%d,) to match x, got %s" % (name, n, y.shape))
+    if n and (y.min() < 0 or y.max() >= classes):
+        bad = int(np.flatnonzero((y < 0) | (y >= classes))[0])
+        raise ValueError("%s[%d] is %d, out of range 0..%d (the model's classes)" % (name, bad, int(y[bad]), classes - 1))
+    # int32 as C reads them; a copy only when the caller's are another integer type
+    return np.ascontiguousarray(y, dtype=np.int32)
+
+
+def _ptr(a):
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+class Model:
+    """A model file with `dtrain train`'s options: trained step by step on this machine
+    (train_step, evaluate, predict, save, restore), or by fit, which is `dtrain train` on arrays:
+    alone, or this task's role in a cluster (the flags, or TF_CONFIG)."""
+
+    def __init__(self, model, **flags):
+        self._running = None  # the Options of a fit under way (stop() reaches it)
+        self.flags = dict(flags, model=model)
+        self.options = Options(**self.flags)
+        h = ctypes.c_void_p()
+        _lib.call(_lib.lib.dt_model_new, ctypes.byref(h), self.options._h)
+        self._h = h
+        a, b, c = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        _lib.lib.dt_model_input_shape(h, ctypes.byref(a), ctypes.byref(b), ctypes.byref(c))
+        self.input_shape = (a.value, b.value, c.value)
+        self.num_classes = _lib.lib.dt_model_num_classes(h)
+        self.max_batch = _lib.lib.dt_model_max_batch(h)
+        self.param_count = _lib.lib.dt_model_param_count(h)
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            _lib.lib.dt_model_free(h)
+            self._h = None
+
+    @property
+    def global_step(self):
+        return _lib.lib.dt_model_global_step(self._h)
+
+    def get_params(self):
+        """The flat parameters (float32 [param_count]), a copy."""
+        out = np.empty(self.param_count, np.float32)
+        _lib.call(_lib.lib.dt_model_get_params, self._h, _ptr(out), out.size)
+        return out
+
+    def set_params(self, params):
+        p = np.asarray(params)
+        if p.dtype != np.float32 or p.ndim != 1 or p.size != self.param_count or not p.flags["C_CONTIGUOUS"]:
+            raise ValueError("params must be a contiguous float32 vector of %d, got %s %s" % (self.param_count, p.dtype, p.shape))
+        if not np.isfinite(p).all():
+            raise ValueError("params holds NaN or infinity")
+        _lib.call(_lib.lib.dt_model_set_params, self._h, _ptr(p), p.size)
+
+    def train_step(self, x, y):
+        """One step of `dtrain train` on this batch (n <= batch_size); returns (loss, accuracy)."""
+        x, code, n = _check_images(x, "x", self.input_shape)
+        if n > self.max_batch:
+            raise ValueError("x holds %d examples, more than batch_size %d (the model's max batch)" % (n, self.max_batch))
+        y = _check_labels(y, "y", n, self.num_classes)
+        loss, correct = ctypes.c_float(), ctypes.c_int()
+        _lib.call(_lib.lib.dt_model_train_step, self._h, _ptr(x), code, _ptr(y), n, ctypes.byref(loss),
+                  ctypes.byref(correct))
+        return float(loss.value), correct.value / n
+
+    def predict(self, x, probabilities=False):
+        """Logits [n, classes] (softmax probabilities if asked), evaluation mode."""
+        x, code, n = _check_images(x, "x", self.input_shape)
+        out = np.empty((n, self.num_classes), np.float32)
+        _lib.call(_lib.lib.dt_model_predict, self._h, _ptr(x), code, n, _ptr(out))
+        if probabilities:
+            out = np.exp(out - out.max(axis=1, keepdims=True))
+            out /= out.sum(axis=1, keepdims=True)
+        return out
+
+    def evaluate(self, x, y):
+        """(mean loss, accuracy) over labelled examples, evaluation mode."""
+        x, code, n = _check_images(x, "x", self.input_shape)
+        y = _check_labels(y, "y", n, self.num_classes)
+        loss, acc = ctypes.c_double(), ctypes.c_double()
+        _lib.call(_lib.lib.dt_model_evaluate, self._h, _ptr(x), code, _ptr(y), n, ctypes.byref(loss), ctypes.byref(acc))
+        return loss.value, acc.value
+
+    def save(self, logdir, max_to_keep=5):
+        """A checkpoint in logdir as `dtrain train` saves one (dtrain eval/predict/export read it)."""
+        _lib.call(_lib.lib.dt_model_save, self._h, os.fsencode(logdir), max_to_keep)
+
+    def restore(self, logdir):
+        """The newest good checkpoint of logdir; False when there is none."""
+        return _lib.call(_lib.lib.dt_model_restore, self._h, os.fsencode(logdir)) == 1
+
+    def fit(self, x=None, y=None, test=None, callback=None, every=100, **flags):
+        """`dtrain train` with this model's flags and these (data=PATH, or the arrays x, y; test=(x, y)
+        for validation and test, else the training arrays). This process's role follows the cluster
+        flags or TF_CONFIG: a ps serves until the chief ends training. callback(step, loss, accuracy)
+        every `every` steps (return True to stop). Starts as `dtrain train` does: from --logdir's newest
+        checkpoint, else from the seed. Returns a dict of the run's figures; on the chief (or alone)
+        the model then holds the trained parameters."""
+        opts = Options(**dict(self.flags, **flags))
+        keep = []
+        if x is not None:
+            x, code, n = _check_images(x, "x", self.input_shape)
+            y = _check_labels(y, "y", n, self.num_classes)
+            keep += [x, y]
+            h, w, c = self.input_shape
+            _lib.call(_lib.lib.dt_options_set_arrays, opts._h, 0, _ptr(x), code, _ptr(y), n, h, w, c)
+            if test is not None:
+                tx, tcode, tn = _check_images(test[0], "test x", self.input_shape)
+                ty = _check_labels(test[1], "test y", tn, self.num_classes)
+                keep += [tx, ty]
+                _lib.call(_lib.lib.dt_options_set_arrays, opts._h, 1, _ptr(tx), tcode, _ptr(ty), tn, h, w, c)
+        errors = []
+        if callback is not None:
+            def trampoline(_user, step, loss, acc):
+                try:
+                    return 1 if callback(int(step), float(loss), float(acc)) else 0
+                except BaseException as e:  # raised again after the C call: it cannot cross C
+                    errors.append(e)
+                    return 1
+            cb = _lib.STEP_CALLBACK(trampoline)
+            keep.append(cb)
+            _lib.lib.dt_options_set_callback(opts._h, cb, None, int(every))
+        params = np.full(self.param_count, np.nan, np.float32)
+        _lib.lib.dt_options_set_params_out(opts._h, _ptr(params), params.size)
+        result = _lib.TrainResult()
+        self._running = opts
+        outcome = []
+
+        def run():
+            try:
+                _lib.call(_lib.lib.dt_options_train, opts._h, None, ctypes.byref(result))
+            except BaseException as e:
+                outcome.append(e)
+        try:
+            if threading.current_thread() is threading.main_thread():
+                # Ctrl-C stops training as it stops the CLI: Python runs a signal handler only in the
+                # main thread between bytecodes, never inside a C call, so C trains in a thread while
+                # this one waits and turns SIGINT into dt_options_stop.
+                previous = signal.signal(signal.SIGINT, lambda *_: opts.stop())
+                try:
+                    t = threading.Thread(target=run, name="dtrain fit")
+                    t.start()
+                    while t.is_alive():
+                        t.join(0.1)
+                finally:
+                    signal.signal(signal.SIGINT, previous)
+            else:
+                run()
+        finally:
+            self._running = None
+        if outcome:
+            if errors and isinstance(outcome[0], Stopped):  # the callback raised: its exception
+                raise errors[0]
+            raise outcome[0]
+        if not np.isnan(params[0]):  # the chief or a single process: the trained model
+            self.set_params(params)
+        return {f: getattr(result, f) for f, _ in result._fields_}
+
+    def stop(self):
+        """Stops a fit running in another thread."""
+        opts = self._running
+        if opts is not None:
+            opts.stop()
+
+
+def train(model, x=None, y=None, **flags):
+    """`dtrain train` as a function: Model(model, **flags).fit(x, y, ...)."""
+    fit_keys = ("test", "callback", "every")
+    fit_args = {k: flags.pop(k) for k in fit_keys if k in flags}
+    return Model(model, **flags).fit(x, y, **fit_args)

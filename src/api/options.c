@@ -1,0 +1,106 @@
+/* The options object of include/dtrain.h: `dtrain train`'s flag table (train/train_args.c) set by
+ * name, a binding's arrays and step callback, and dt_train over them (train/train_ex.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_impl.h"
+#include "core/error.h"
+#include "train/train_args.h"
+#include "train/train_ex.h"
+
+struct dt_options {
+    train_args a;
+    char **strings;              /* the values given to text flags, owned (the table keeps pointers) */
+    size_t n_strings, cap_strings;
+    dt_train_ex_args ex;
+    volatile int stop;           /* dt_options_stop sets it, dt_train polls it (as a signal handler's) */
+};
+
+int dt_options_new(dt_options **out, dt_error *err) {
+    *out = NULL;
+    dt_options *o = dt_calloc(1, sizeof *o, "options", err);
+    if (!o) return DT_ENOMEM;
+    train_args_init(&o->a);
+    *out = o;
+    return DT_OK;
+}
+
+void dt_options_free(dt_options *o) {
+    if (!o) return;
+    for (size_t i = 0; i < o->n_strings; i++) free(o->strings[i]);
+    free(o->strings);
+    free(o);
+}
+
+int dt_options_set(dt_options *o, const char *flag, const char *value, dt_error *err) {
+    if (!o || !flag || !value) return dt_errorf(err, DT_EINVAL, "dt_options_set: options, flag and value are needed");
+    if (o->n_strings == o->cap_strings) {
+        size_t cap = o->cap_strings ? 2 * o->cap_strings : 16;
+        char **s = realloc(o->strings, cap * sizeof *s);
+        if (!s) return dt_errorf(err, DT_ENOMEM, "--%s: out of memory", flag);
+        o->strings = s, o->cap_strings = cap;
+    }
+    char *copy = strdup(value);
+    if (!copy) return dt_errorf(err, DT_ENOMEM, "--%s: out of memory", flag);
+    flag_def defs[TRAIN_MAX_FLAGS];
+    int n = train_args_flags(&o->a, defs);
+    int rc = flags_set(defs, n, flag, copy, err);
+    /* Kept even when unused by a numeric flag: a text flag's table entry points to it. */
+    o->strings[o->n_strings++] = copy;
+    return rc;
+}
+
+int dt_options_get(const dt_options *o, const char *flag, char *out, size_t cap, dt_error *err) {
+    if (!o) return dt_errorf(err, DT_EINVAL, "dt_options_get: no options");
+    flag_def defs[TRAIN_MAX_FLAGS];
+    int n = train_args_flags((train_args *)&o->a, defs); /* the table only reads through get */
+    return flags_get(defs, n, flag, out, cap, err);
+}
+
+int dt_options_set_arrays(dt_options *o, int split, const void *x, int dtype, const int32_t *labels, int64_t n,
+                          int h, int w, int c, dt_error *err) {
+    if (!o) return dt_errorf(err, DT_EINVAL, "dt_options_set_arrays: no options");
+    if (split != 0 && split != 1) return dt_errorf(err, DT_EINVAL, "dt_options_set_arrays: split must be 0 or 1, got %d", split);
+    const char *name = split ? "test x" : "x";
+    if (dtype != DT_FLOAT32 && dtype != DT_UINT8)
+        return dt_errorf(err, DT_EINVAL, "%s: dtype must be DT_FLOAT32 or DT_UINT8, got %d", name, dtype);
+    if (n < 0) return dt_errorf(err, DT_EINVAL, "%s: %lld examples", name, (long long)n);
+    if (n > 0 && (!x || !labels)) return dt_errorf(err, DT_EINVAL, "%s: examples and labels are needed", name);
+    if (n > 0 && (h < 1 || w < 1 || c < 1))
+        return dt_errorf(err, DT_ESHAPE, "%s: example shape %d x %d x %d", name, h, w, c);
+    dt_train_array *a = split ? &o->ex.test : &o->ex.train;
+    *a = (dt_train_array){.x = x, .x_u8 = dtype == DT_UINT8, .labels = labels, .n = (size_t)n, .h = h, .w = w, .c = c};
+    return DT_OK;
+}
+
+void dt_options_set_callback(dt_options *o, dt_step_callback fn, void *user, int64_t every) {
+    if (!o) return;
+    o->ex.on_step = fn, o->ex.user = user, o->ex.every = every;
+}
+
+void dt_options_set_params_out(dt_options *o, float *out, size_t n) {
+    if (!o) return;
+    o->ex.params_out = out, o->ex.params_n = n;
+}
+
+void dt_options_stop(dt_options *o) {
+    if (!o) return;
+    o->stop = 1;
+}
+
+int dt_options_train(dt_options *o, FILE *log, dt_train_result *result, dt_error *err) {
+    if (!o) return dt_errorf(err, DT_EINVAL, "dt_options_train: no options");
+    train_args a = o->a;
+    int rc = train_args_finish(&a, err);
+    if (rc) return rc;
+    o->stop = 0;
+    a.o.stop = &o->stop;
+    return dt_train_ex(&a.o, &a.dbg, &o->ex, log, result, err);
+}
+
+int dt_options_resolve(const dt_options *o, dt_train_options *out, dt_error *err) {
+    train_args a = o->a;
+    int rc = train_args_finish(&a, err);
+    if (!rc) *out = a.o;
+    return rc;
+}

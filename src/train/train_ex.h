@@ -1,0 +1,47 @@
+/* dt_train with what a binding adds (api/options.c, docs/python.md): the data as arrays in the
+ * caller's memory instead of a data path, and a callback every N steps. Not public: the options
+ * object of dtrain.h (dt_options) carries them. */
+#ifndef DT_TRAIN_TRAIN_EX_H
+#define DT_TRAIN_TRAIN_EX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "compute/optim.h"
+#include "dtrain.h"
+#include "train/train_debug.h"
+
+/* Examples [n, h, w, c] in the caller's memory (data/dataset.h, dt_dataset_from_memory). */
+typedef struct {
+    const void *x;
+    int x_u8;                     /* 1: uint8, scaled by 1/255 as IDX pixels; 0: float32 as is */
+    const int32_t *labels;        /* [n] */
+    size_t n;
+    int h, w, c;
+} dt_train_array;
+
+/* The callback: step (the global step after the update), this step's batch loss and accuracy;
+ * a non-zero return stops training (DT_EINTR, as a stop flag does). */
+typedef int (*dt_train_step_fn)(void *user, int64_t step, double loss, double accuracy);
+
+typedef struct {
+    /* train.n > 0: the training data instead of data_path, test (n > 0) its validation and test
+     * split (n 0: none, nothing is validated or tested). An image model only. */
+    dt_train_array train, test;
+    dt_train_step_fn on_step;     /* NULL: none */
+    void *user;
+    int64_t every;                /* on_step every this many global steps (<= 0: 1) */
+    float *params_out;            /* the chief's final parameters [params_n] (NULL: not wanted) */
+    size_t params_n;
+} dt_train_ex_args;
+
+/* dt_train_hooked with ex (NULL: none, as dt_train_hooked). */
+int dt_train_ex(const dt_train_options *o, const dt_train_debug *d, const dt_train_ex_args *ex, FILE *log,
+                dt_train_result *result, dt_error *err);
+
+/* The optimizer of o as dt_train makes it (kind, rate, schedule over total global steps, weight
+ * decay), for a binding's own step loop (api/model.c). */
+int dt_train_opt_config(const dt_train_options *o, int64_t total, dt_opt_config *c, dt_error *err);
+
+#endif
