@@ -14,6 +14,7 @@
 
 #define ASK_AGAIN_MS 20  /* WAIT: every unit of the epoch is granted; ask again this much later */
 #define MAX_HELD 2       /* units one worker may hold: the one it trains and the next, asked for ahead */
+#define LOG_REFUSED 3    /* refused claims logged one by one; later ones counted (the end's line) */
 
 /* The request on the work client whose answer is still due (one at a time). */
 enum { PENDING_NONE, PENDING_CLAIM, PENDING_ASK };
@@ -36,6 +37,7 @@ struct dt_work_loop {
     int pending;              /* PENDING_*: the work client's request whose answer is due */
     int64_t claim_tag;        /* the step the claim in flight names */
     uint64_t units, ahead;    /* units granted; of them, granted ahead (no round trip at the boundary) */
+    uint64_t refused;         /* claims refused (their gradients dropped) */
     uint64_t batch;           /* the batch of the claim in flight */
     int64_t next_index;       /* the loader's next batch (a seek only when another one is wanted) */
     int64_t last_epoch;       /* of the latest counted batch; -1: none yet */
@@ -369,8 +371,9 @@ int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *
     if (why == DT_WIRE_E_BAD_VALUE || why == DT_WIRE_E_NOT_READY) {
         /* Not this worker's any more (it was lost meanwhile, its units handed on), or ps 0 lost the
          * plan (it restarted; the chief installs it again): ask anew. */
-        fprintf(w->cfg.log, "worker %d: claim refused: %s: dropping the gradient and unit %" PRIu64 "\n", w->cfg.task,
-                e.msg, w->cur.unit);
+        if (++w->refused <= LOG_REFUSED)
+            fprintf(w->cfg.log, "worker %d: claim refused: %s: dropping the gradient and unit %" PRIu64 "%s\n",
+                    w->cfg.task, e.msg, w->cur.unit, w->refused == LOG_REFUSED ? "; further ones are counted" : "");
         drop_all(w);
         return DT_OK;
     }
@@ -404,7 +407,8 @@ void dt_work_loop_end(dt_work_loop *w) {
     drain(w, NULL);
     if (w->units)
         fprintf(w->cfg.log, "worker %d: %" PRIu64 " unit(s) granted, %" PRIu64 " of them asked for ahead (no round "
-                "trip at the unit's start)\n", w->cfg.task, w->units, w->ahead);
+                "trip at the unit's start); claims refused: %" PRIu64 "\n", w->cfg.task, w->units, w->ahead,
+                w->refused);
 }
 
 int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted) {
