@@ -6,14 +6,17 @@
 # in time (none frozen), every joiner trains (its "trained N local steps" has N > 0) and every
 # epoch is counted once. Before, a worker that joined mid-step was waited for by the chunks behind,
 # for a gradient of a step chunk 0 had applied already: its claims were stale over and over and the
-# job froze (or the joiner trained nothing).
+# job froze (or the joiner trained nothing). The epoch figures follow ps 0's grants (docs/elastic.md):
+# every start line says the 30 epochs of 32 batches, no step line says more than 30 epochs, and the
+# chief's last says at least 29 (before, the step over a step count fixed at each worker's start:
+# the chief's said about 12, a joiner's up to 38).
 . "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-5} JOINS=${JOINS:-5}
 fashion_subset "$tmp/data" 1000 100 || { bad "fashion subset"; summary; exit; }
 printf 'model tiny\ninput 28 28 1\nconv2d filters=4 kernel=3 stride=2\nrelu\nflatten\ndense units=10\n' >"$tmp/tiny.model"
 launch=
 trap '[ -n "$launch" ] && kill -KILL $launch 2>/dev/null; lib_cleanup' EXIT
-frozen=0 idle=0 joined=0
+frozen=0 idle=0 joined=0 figures=0
 for run in $(seq 1 "$RUNS"); do
   out="$tmp/out$run"
   : >"$out"
@@ -48,10 +51,20 @@ for run in $(seq 1 "$RUNS"); do
     n=$(sed -n "s/^\[worker$w\] trained \([0-9]*\) local steps.*/\1/p" "$out")
     [ "${n:-0}" -gt 0 ] || { idle=$((idle + 1)); bad "run $run: joiner $w trains (${n:-no} local steps; $(grep -c "^\[worker$w\]" "$out") lines)"; }
   done
+  starts=$(grep -c "^\[worker[0-9]*\] dtrain .*, 30.00 epochs of 32 batches granted by ps 0," "$out")
+  epochs=$(sed -n 's/^\[worker[0-9]*\] step [0-9]*  epoch \([0-9.]*\) .*/\1/p' "$out" | sort -g | tail -1)
+  chief=$(sed -n 's/^\[worker0\] step [0-9]*  epoch \([0-9.]*\) .*/\1/p' "$out" | tail -1)
+  if [ "$starts" -ne "$(grep -c "^\[worker[0-9]*\] dtrain " "$out")" ] ||
+     ! awk -v m="${epochs:-99}" -v c="${chief:-0}" 'BEGIN { exit !(m <= 30.0 && c >= 29.0) }'; then
+    figures=$((figures + 1))
+    bad "run $run: epoch figures follow ps 0's grants ($starts start lines of 30.00 epochs, the largest step line's" \
+      "epoch ${epochs:-none}, the chief's last ${chief:-none})"
+  fi
   [ $st -eq 0 ] && grep -q "ps 0: epoch 29 done: .* each counted once; training finished" "$out" \
     || bad "run $run: launch exits 0 with every epoch counted (status $st: $(tail -2 "$out"))"
 done
 echo "$joined joins in $RUNS runs: $frozen run(s) frozen, $idle joiner(s) trained nothing"
 check "at least $((RUNS * JOINS * 4 / 5)) joins happened ($joined)" test "$joined" -ge $((RUNS * JOINS * 4 / 5))
 check "no run frozen, every joiner trained" test $((frozen + idle)) -eq 0
+check "the epoch figures follow ps 0's grants in every run" test $figures -eq 0
 summary

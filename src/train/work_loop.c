@@ -41,6 +41,8 @@ struct dt_work_loop {
     uint64_t batch;           /* the batch of the claim in flight */
     int64_t next_index;       /* the loader's next batch (a seek only when another one is wanted) */
     int64_t last_epoch;       /* of the latest counted batch; -1: none yet */
+    uint64_t reached;         /* batches of the run before the furthest one counted (epoch * nb + batch + 1),
+                               * or before the first unit granted while none is */
     uint8_t *saved;           /* the coordinator state fetched for a checkpoint */
     size_t saved_len, saved_cap;
 };
@@ -205,6 +207,7 @@ static int take_grant(dt_work_loop *w, const dt_work_grant *g, held_unit *u, dt_
         return dt_errorf(err, DT_EPROTO, "ps 0 granted unit %" PRIu64 " (mask %#" PRIx64 ") beyond the epoch's %" PRIu64
                          " batches (the same --batch_size and --unit_batches everywhere?)", g->unit, g->mask, w->nb);
     *u = (held_unit){.held = 1, .epoch = g->epoch, .unit = g->unit, .mask = g->mask};
+    if (w->last_epoch < 0 && g->epoch * w->nb + first > w->reached) w->reached = g->epoch * w->nb + first;
     w->units++;
     return DT_OK;
 }
@@ -426,5 +429,8 @@ int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted) {
     }
     int began = w->last_epoch >= 0 && (int64_t)w->cur.epoch > w->last_epoch;
     w->last_epoch = (int64_t)w->cur.epoch;
+    if (w->cur.epoch * w->nb + w->batch + 1 > w->reached) w->reached = w->cur.epoch * w->nb + w->batch + 1;
     return began;
 }
+
+double dt_work_loop_epochs(const dt_work_loop *w) { return w->nb ? (double)w->reached / (double)w->nb : 0.0; }
