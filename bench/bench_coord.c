@@ -43,12 +43,12 @@ int main(int argc, char **argv) {
                 if (!h[w].todo) {
                     dt_coord_grant g;
                     calls++;
-                    if (dt_coord_ask(c, w, 0, (int64_t)step, &g, why, sizeof why) != DT_WIRE_OK) continue;
+                    if (dt_coord_ask(c, w, 0, 0, (int64_t)step, &g, why, sizeof why) != DT_WIRE_OK) continue;
                     h[w] = (held){.unit = g.unit, .todo = g.mask, .epoch = g.epoch};
                 }
                 uint64_t b = (uint64_t)h[w].unit * (uint64_t)U + (uint64_t)__builtin_ctzll(h[w].todo);
                 calls++;
-                if (dt_coord_claim(c, w, h[w].epoch, b, (int64_t)step, (int64_t)step, why, sizeof why) != DT_WIRE_OK)
+                if (dt_coord_claim(c, w, 0, h[w].epoch, b, (int64_t)step, (int64_t)step, why, sizeof why) != DT_WIRE_OK)
                     return fprintf(stderr, "claim refused: %s\n", why), 1;
                 h[w].todo &= h[w].todo - 1;
                 in[n++] = (uint16_t)w;

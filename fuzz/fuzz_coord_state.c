@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dt_coord_stats st;
     dt_coord_get_stats(c, &st);
     uint32_t before = st.done;
-    if (dt_coord_ask(c, 0, 1, 0, &g, why, sizeof why) == DT_WIRE_OK) {
+    if (dt_coord_ask(c, 0, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK) {
         if (g.unit >= st.units || !g.mask || g.epoch != st.epoch) __builtin_trap();
         uint64_t first;
         uint32_t count;
@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int64_t step = 0;
         for (uint32_t k = 0; k < count; k++) {
             if (!(g.mask >> k & 1)) continue;
-            if (dt_coord_claim(c, 0, g.epoch, first + k, step, 0, why, sizeof why) != DT_WIRE_OK) __builtin_trap();
+            if (dt_coord_claim(c, 0, 0, g.epoch, first + k, step, 0, why, sizeof why) != DT_WIRE_OK) __builtin_trap();
             uint16_t w = 0;
             dt_coord_applied(c, step++, &w, 1);
         }
@@ -45,14 +45,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (st.epoch == g.epoch && st.done != before + 1) __builtin_trap();
         /* A step applied without worker 1's gradient: its claim is voided and its unit taken back,
          * not granted to it again while worker 0 is a member. */
-        if (st.epoch == g.epoch && dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK) {
+        if (st.epoch == g.epoch && dt_coord_ask(c, 1, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK) {
             dt_coord_unit_batches(c, g.unit, &first, &count);
             uint64_t b = first + (uint64_t)__builtin_ctzll(g.mask);
-            if (dt_coord_claim(c, 1, g.epoch, b, step, 0, why, sizeof why) != DT_WIRE_OK) __builtin_trap();
+            if (dt_coord_claim(c, 1, 0, g.epoch, b, step, 0, why, sizeof why) != DT_WIRE_OK) __builtin_trap();
             dt_coord_applied(c, step, NULL, 0);
             dt_coord_get_stats(c, &st);
             dt_coord_grant h;
-            if (st.dropped != 1 || (dt_coord_ask(c, 1, 0, 0, &h, why, sizeof why) == DT_WIRE_OK && h.unit == g.unit))
+            if (st.dropped != 1 || (dt_coord_ask(c, 1, 0, 0, 0, &h, why, sizeof why) == DT_WIRE_OK && h.unit == g.unit))
                 __builtin_trap();
         }
     }

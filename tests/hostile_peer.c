@@ -15,6 +15,9 @@
  *   ipc=PATH   endless messages over the ps's same-host socket PATH
  *   announce=N N connections each announce a frame of FRAME_BYTES (libzmq allocates it whole at
  *              once) and send a byte of it every 5 s, never finishing
+ *   claims     forged WORK_DONE claims as workers 0 and 1 (dynamic sharding, docs/elastic.md), for
+ *              every batch of epochs 0..3 and the steps from the ps's current one to 3 after, as fast
+ *              as the replies come; prints how many ps 0 accepted
  *   first      the first round's attacks too
  *
  * FRAME_BYTES: the endless messages' frame size (below the ps's frame limit, or libzmq itself
@@ -43,7 +46,7 @@ static int port;
 static size_t frame_bytes;
 static int64_t deadline_ms;
 static atomic_long endless_cuts, endless_bytes, unread_asks, refused_far, refused_done, idle_open;
-static atomic_long resets, pulls_sent, tiny_bytes, ipc_bytes, ps_step, announced;
+static atomic_long resets, pulls_sent, tiny_bytes, ipc_bytes, ps_step, announced, claims_sent, claims_accepted;
 static int n_pulls = 20, n_unread = 100, n_announce = 200;
 static const char *ipc_path;
 
@@ -275,6 +278,34 @@ static void *step_watch(void *ctx) {
     return NULL;
 }
 
+/* Forged claims: WORK_DONE as worker 0 or 1 for epoch e, batch b, step ps_step + k (step_watch
+ * keeps ps_step), a window of 64 in flight; ACKs with status OK counted as accepted. */
+static void *forge_claims(void *ctx) {
+    void *s = zsock(ctx, 1000);
+    uint32_t id = 1;
+    long in_flight = 0;
+    while (s && now_ms() < deadline_ms) {
+        for (; in_flight < 64; in_flight++, id++) {
+            dt_wire_header h = dt_wire_header_make(DT_MSG_WORK_DONE, DT_ROLE_WORKER, (uint16_t)(id & 1), id);
+            h.work_done.epoch = (id >> 1) % 4;
+            h.work_done.batch = (id >> 3) % 64;
+            h.local_step = atomic_load(&ps_step) + (int64_t)((id >> 9) % 4);
+            if (dt_wire_send(s, NULL, &h, NULL, ZMQ_DONTWAIT, NULL) != DT_OK) break;
+            atomic_fetch_add(&claims_sent, 1);
+        }
+        zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+        for (int wait = 50; zmq_poll(&it, 1, wait) == 1; wait = 0) {
+            dt_wire_in in;
+            if (dt_wire_recv(s, 0, &in, NULL) != DT_OK) break;
+            in_flight--;
+            if (in.hdr.type == DT_MSG_ACK && in.hdr.status == DT_WIRE_OK) atomic_fetch_add(&claims_accepted, 1);
+            dt_wire_in_close(&in);
+        }
+    }
+    if (s) zmq_close(s);
+    return NULL;
+}
+
 /* 14 connections, each one unfinished message of 0-byte frames (2 bytes on the wire, a 64-byte
  * msg_t in libzmq): 5 MiB each, then held open. */
 static void *tiny(void *arg) {
@@ -443,6 +474,10 @@ int main(int argc, char **argv) {
         if (v) n_announce = atoi(v);
         pthread_create(&th[n++], NULL, announce, NULL);
     }
+    if (has(list, "claims", NULL)) {
+        pthread_create(&th[n++], NULL, step_watch, ctx);
+        pthread_create(&th[n++], NULL, forge_claims, ctx);
+    }
     if (has(list, "ipc", &v) && v) {
         ipc_path = v;
         pthread_create(&th[n++], NULL, ipc_endless, NULL);
@@ -454,6 +489,9 @@ int main(int argc, char **argv) {
                "DONE from outside refused: %ld\nidle connections open at the end: %ld\n",
                atomic_load(&endless_cuts), atomic_load(&endless_bytes) >> 20, atomic_load(&unread_asks),
                atomic_load(&refused_far), atomic_load(&refused_done), atomic_load(&idle_open));
+    if (has(list, "claims", NULL))
+        printf("forged claims sent: %ld\nforged claims accepted: %ld\n", atomic_load(&claims_sent),
+               atomic_load(&claims_accepted));
     printf("connections reset: %ld\ndeferred PULLs sent: %ld\ntiny-frame MiB sent: %ld\nunread requests: %ld\n"
            "ipc MiB sent: %ld\nframes announced: %ld\n", atomic_load(&resets), atomic_load(&pulls_sent), atomic_load(&tiny_bytes) >> 20,
            atomic_load(&unread_asks), atomic_load(&ipc_bytes) >> 20, atomic_load(&announced));

@@ -59,11 +59,11 @@ static void test_sync_epoch(void) {
     dt_coord *c = coord_of(plan_of(512, 64, 4, 1)); /* 8 batches, 2 units */
     char why[256] = "";
     dt_coord_grant g;
-    CHECK(dt_coord_ask(c, 1, 1, 0, &g, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_ask(c, 1, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK);
     CHECK(g.epoch == 0 && g.unit == 0 && g.mask == 0xf);
     int64_t step = 0;
     for (int b = 0; b < 4; b++, step++) {
-        CHECK(dt_coord_claim(c, 1, 0, (uint64_t)b, step, 0, why, sizeof why) == DT_WIRE_OK);
+        CHECK(dt_coord_claim(c, 1, 0, 0, (uint64_t)b, step, 0, why, sizeof why) == DT_WIRE_OK);
         uint16_t w = 1;
         dt_coord_applied(c, step, &w, 1);
     }
@@ -71,34 +71,34 @@ static void test_sync_epoch(void) {
     dt_coord_get_stats(c, &st);
     CHECK(st.done == 1 && st.held == 0 && st.committed == 4);
     /* Unit 0 is done: claiming one of its batches again is refused, naming it. */
-    CHECK(dt_coord_claim(c, 1, 0, 2, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 2, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "batch 2 of epoch 0 is already counted (unit 0)");
-    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1);
+    CHECK(dt_coord_ask(c, 1, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1);
     /* A stale gradient: the claim for step t is voided when t is applied without it, and the unit
      * taken back; alone, the worker is granted it again (nobody else would take it). */
-    CHECK(dt_coord_claim(c, 1, 0, 4, step, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 4, step, 0, why, sizeof why) == DT_WIRE_OK);
     dt_coord_applied(c, step++, NULL, 0);
     dt_coord_get_stats(c, &st);
     CHECK(st.voided == 1 && st.committed == 4 && st.dropped == 1 && st.pool == 1 && st.held == 0);
-    CHECK(dt_coord_claim(c, 1, 0, 5, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 5, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "does not hold unit 1 of epoch 0 (held by nobody: it is in the pool)");
-    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1 && g.mask == 0xf);
+    CHECK(dt_coord_ask(c, 1, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1 && g.mask == 0xf);
     /* A claim for a step applied already is STALE: the unit goes back again. */
-    CHECK(dt_coord_claim(c, 1, 0, 4, step - 1, 0, why, sizeof why) == DT_WIRE_STALE);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 4, step - 1, 0, why, sizeof why) == DT_WIRE_STALE);
     CHECK_CONTAINS(why, "the unit goes back");
     dt_coord_get_stats(c, &st);
     CHECK(st.dropped == 2 && st.pool == 1);
-    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1);
+    CHECK(dt_coord_ask(c, 1, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1);
     for (int b = 4; b < 8; b++, step++) {
-        CHECK(dt_coord_claim(c, 1, 0, (uint64_t)b, step, 0, why, sizeof why) == DT_WIRE_OK);
+        CHECK(dt_coord_claim(c, 1, 0, 0, (uint64_t)b, step, 0, why, sizeof why) == DT_WIRE_OK);
         uint16_t w = 1;
         dt_coord_applied(c, step, &w, 1);
     }
     dt_coord_get_stats(c, &st);
     CHECK(st.epoch == 1 && st.epochs_done == 1 && st.done == 0 && st.committed == 8);
-    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.epoch == 1 && g.unit == 0);
+    CHECK(dt_coord_ask(c, 1, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.epoch == 1 && g.unit == 0);
     /* A late claim for the old epoch. */
-    CHECK(dt_coord_claim(c, 1, 0, 0, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 0, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "claim for epoch 0, the coordinator is in epoch 1");
     dt_coord_free(c);
 }
@@ -109,36 +109,66 @@ static void test_refusals(void) {
     dt_coord *c = coord_of(p);
     char why[256] = "";
     dt_coord_grant g;
-    CHECK(dt_coord_ask(c, 4, 0, 0, &g, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_ask(c, 4, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "worker 4 cannot join: max_workers 4 allows task indices 0..3");
-    CHECK(dt_coord_claim(c, 2, 0, 0, 0, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_claim(c, 2, 0, 0, 0, 0, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "worker 2 is not a member");
-    CHECK(dt_coord_ask(c, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 0);
-    CHECK(dt_coord_ask(c, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1);
-    CHECK(dt_coord_ask(c, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_E_BUSY);
+    CHECK(dt_coord_ask(c, 0, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 0);
+    CHECK(dt_coord_ask(c, 0, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1);
+    CHECK(dt_coord_ask(c, 0, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_E_BUSY);
     CHECK_CONTAINS(why, "already holds 2 unit(s), the most one worker may hold (max_held 2)");
-    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 2);
-    CHECK(dt_coord_claim(c, 1, 0, 0, 0, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_ask(c, 1, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 2);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 0, 0, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "worker 1 does not hold unit 0 of epoch 0 (held by worker 0)");
-    CHECK(dt_coord_claim(c, 1, 0, 39, 0, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 39, 0, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "does not hold unit 9 of epoch 0 (held by nobody: not granted yet)");
-    CHECK(dt_coord_claim(c, 1, 0, 40, 0, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 40, 0, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "batch 40 is out of range: epoch 0 has 40 batch(es) (0..39)");
-    CHECK(dt_coord_claim(c, 0, 0, 0, 0, 0, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_claim(c, 0, 0, 0, 1, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_claim(c, 0, 0, 0, 0, 0, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 0, 0, 0, 0, 1, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "batch 0 is claimed already");
-    CHECK(dt_coord_claim(c, 0, 0, 1, 0, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
-    CHECK_CONTAINS(why, "claimed batch 0 for step 0 already");
-    for (int k = 1; k < 8; k++) CHECK(dt_coord_claim(c, 0, 0, (uint64_t)k, k, 0, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_claim(c, 0, 0, 8, 8, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE); /* unit 2: worker 1's */
+    /* The same claim again stands; another batch for the same step replaces it (batch 0 is free). */
+    CHECK(dt_coord_claim(c, 0, 0, 0, 0, 0, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 0, 0, 0, 1, 0, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 0, 0, 0, 0, 1, 0, why, sizeof why) == DT_WIRE_OK);
+    for (int k = 2; k < 8; k++) CHECK(dt_coord_claim(c, 0, 0, 0, (uint64_t)k, k, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 0, 0, 0, 8, 8, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE); /* unit 2: worker 1's */
     dt_coord_stats st;
     dt_coord_get_stats(c, &st);
-    CHECK(st.refused > 8);
+    CHECK(st.refused > 7);
     CHECK(dt_coord_check_plan(c, 3, 2560, 64, 8, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "seed 8, the work plan with 7");
     CHECK(dt_coord_check_plan(c, 3, 2559, 64, 7, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(why, "2559 training examples, the work plan 2560");
     CHECK(dt_coord_check_plan(c, 3, 2560, 64, 7, why, sizeof why) == DT_WIRE_OK);
+    dt_coord_free(c);
+}
+
+/* Forged claims (docs/elastic.md, "Claims"): a claim counts only from the connection the unit was
+ * granted on. Before, a stranger's claim as worker 0 for the step after the current one stood, and
+ * worker 0's own claim for that step was refused ("one batch per gradient"); it dropped the
+ * gradient and claimed again, refused again, and the sync job waited for it forever. A claim its
+ * worker makes again for a step it claimed (after a gradient it dropped) replaces that claim. */
+static void test_claims_bound_to_connection(void) {
+    dt_coord *c = coord_of(plan_of(512, 64, 4, 1)); /* sync: 8 batches, 2 units */
+    char why[256] = "";
+    dt_coord_grant g;
+    CHECK(dt_coord_ask(c, 0, 1, 7, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 0);
+    for (int64_t step = 1; step < 3; step++)
+        for (uint64_t b = 0; b < 4; b++) {
+            CHECK(dt_coord_claim(c, 0, 99, 0, b, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+            CHECK_CONTAINS(why, "worker 0's unit 0 was granted on another connection");
+        }
+    CHECK(dt_coord_claim(c, 0, 7, 0, 0, 1, 0, why, sizeof why) == DT_WIRE_OK);
+    /* its gradient for step 1 dropped, worker 0 claims step 1 again with its next batch */
+    CHECK(dt_coord_claim(c, 0, 7, 0, 1, 1, 0, why, sizeof why) == DT_WIRE_OK);
+    uint16_t w = 0;
+    dt_coord_applied(c, 1, &w, 1);
+    dt_coord_stats st;
+    dt_coord_get_stats(c, &st);
+    CHECK_MSG(st.committed == 1 && st.replaced == 1 && st.voided == 1, "committed %llu replaced %llu voided %llu",
+              (unsigned long long)st.committed, (unsigned long long)st.replaced, (unsigned long long)st.voided);
+    CHECK(dt_coord_claim(c, 0, 7, 0, 0, 2, 0, why, sizeof why) == DT_WIRE_OK); /* batch 0 is free again */
     dt_coord_free(c);
 }
 
@@ -148,17 +178,17 @@ static void test_claims_bound(void) {
     dt_coord *c = coord_of(p);
     char why[256] = "";
     dt_coord_grant g;
-    CHECK(dt_coord_ask(c, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.mask == UINT64_MAX);
-    for (int k = 0; k < 16; k++) CHECK(dt_coord_claim(c, 0, 0, (uint64_t)k, k, 0, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_claim(c, 0, 0, 16, 16, 0, why, sizeof why) == DT_WIRE_E_BUSY);
+    CHECK(dt_coord_ask(c, 0, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.mask == UINT64_MAX);
+    for (int k = 0; k < 16; k++) CHECK(dt_coord_claim(c, 0, 0, 0, (uint64_t)k, k, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 0, 0, 0, 16, 16, 0, why, sizeof why) == DT_WIRE_E_BUSY);
     CHECK_CONTAINS(why, "has 16 claims not yet settled, the most one worker may have");
     /* A push of step 3 commits its claim and voids the claims of steps 0..2 (their pushes never came). */
     dt_coord_pushed(c, 0, 3);
     dt_coord_stats st;
     dt_coord_get_stats(c, &st);
     CHECK(st.committed == 1 && st.voided == 3);
-    CHECK(dt_coord_claim(c, 0, 0, 0, 16, 0, why, sizeof why) == DT_WIRE_OK); /* batch 0 is free again */
-    CHECK(dt_coord_claim(c, 0, 0, 3, 17, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_claim(c, 0, 0, 0, 0, 16, 0, why, sizeof why) == DT_WIRE_OK); /* batch 0 is free again */
+    CHECK(dt_coord_claim(c, 0, 0, 0, 3, 17, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     dt_coord_free(c);
 }
 
@@ -167,41 +197,41 @@ static void test_members(void) {
     dt_coord *c = coord_of(plan_of(64 * 16, 64, 4, 1)); /* 4 units */
     char why[256] = "";
     dt_coord_grant g;
-    CHECK(dt_coord_ask(c, 0, 1, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 0);
-    CHECK(dt_coord_ask(c, 1, 1, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1);
+    CHECK(dt_coord_ask(c, 0, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 0);
+    CHECK(dt_coord_ask(c, 1, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1);
     /* Worker 1 trains batch 4 (committed) and claims batch 5 for step 1, then dies at the barrier. */
     uint16_t both[2] = {0, 1};
-    CHECK(dt_coord_claim(c, 1, 0, 4, 0, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 4, 0, 0, why, sizeof why) == DT_WIRE_OK);
     dt_coord_applied(c, 0, &both[1], 1);
-    CHECK(dt_coord_claim(c, 1, 0, 5, 1, 10 * MS, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 5, 1, 10 * MS, why, sizeof why) == DT_WIRE_OK);
     dt_coord_seen(c, 0, 150 * MS);
     CHECK(dt_coord_cron(c, 150 * MS) == 1); /* worker 1 silent 140 ms > 100 */
     dt_coord_stats st;
     dt_coord_get_stats(c, &st);
     CHECK(st.live == 1 && st.losses == 1 && st.orphaned == 1 && st.pool == 0 && st.returned == 1);
     /* Its unit waits for the claim: the next grant is a fresh unit. */
-    CHECK(dt_coord_ask(c, 0, 0, 150 * MS, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 2);
+    CHECK(dt_coord_ask(c, 0, 0, 0, 150 * MS, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 2);
     /* Step 1 is applied with its gradient (held before it died): batch 5 counts, unit 1 goes back. */
     dt_coord_applied(c, 1, both, 2);
     dt_coord_get_stats(c, &st);
     CHECK(st.orphaned == 0 && st.pool == 1 && st.committed == 2);
-    CHECK(dt_coord_ask(c, 2, 0, 150 * MS, &g, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_ask(c, 2, 0, 0, 150 * MS, &g, why, sizeof why) == DT_WIRE_OK);
     CHECK(g.unit == 1 && g.mask == 0xc); /* batches 6 and 7 are left */
     /* Worker 0 restarts (JOIN): units 0 and 2 go back. Then worker 2 leaves cleanly. */
-    CHECK(dt_coord_ask(c, 0, 1, 160 * MS, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 0 && g.mask == 0xf);
+    CHECK(dt_coord_ask(c, 0, 1, 0, 160 * MS, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 0 && g.mask == 0xf);
     dt_coord_get_stats(c, &st);
     CHECK(st.pool == 1 && st.returned == 3 && st.joins == 4);
     dt_coord_leave(c, 2);
     dt_coord_get_stats(c, &st);
     CHECK(st.live == 1 && st.leaves == 1 && st.pool == 2);
-    CHECK(dt_coord_claim(c, 2, 0, 6, 2, 170 * MS, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+    CHECK(dt_coord_claim(c, 2, 0, 0, 6, 2, 170 * MS, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
     dt_coord_free(c);
 }
 
 /* A claim refused as a confused or hostile peer's, naming why. */
 static void claim_refused(dt_coord *c, int w, uint64_t batch, int64_t step, const char *says) {
     char why[256] = "";
-    CHECK_MSG(dt_coord_claim(c, w, 0, batch, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE, "%s", says);
+    CHECK_MSG(dt_coord_claim(c, w, 0, 0, batch, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE, "%s", says);
     CHECK_CONTAINS(why, says);
 }
 
@@ -214,42 +244,42 @@ static void test_dropped_gradient(void) {
     char why[256] = "";
     dt_coord_grant g;
     for (int w = 0; w < 3; w++)
-        CHECK(dt_coord_ask(c, w, 1, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == (uint32_t)w);
+        CHECK(dt_coord_ask(c, w, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == (uint32_t)w);
     uint16_t w01[2] = {0, 1}, w02[2] = {0, 2}, w0 = 0, w2 = 2;
-    CHECK(dt_coord_claim(c, 0, 0, 0, 0, 0, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_claim(c, 1, 0, 4, 0, 0, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_claim(c, 2, 0, 8, 0, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 0, 0, 0, 0, 0, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 4, 0, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 2, 0, 0, 8, 0, 0, why, sizeof why) == DT_WIRE_OK);
     dt_coord_applied(c, 0, w01, 2); /* k = 2 of 3: worker 2's gradient is the backup's, dropped */
     dt_coord_stats st;
     dt_coord_get_stats(c, &st);
     CHECK(st.committed == 2 && st.voided == 1 && st.dropped == 1 && st.pool == 1 && st.held == 2);
     claim_refused(c, 2, 9, 1, "worker 2 does not hold unit 2 of epoch 0 (held by nobody: it is in the pool)");
-    CHECK(dt_coord_ask(c, 2, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 3); /* not its own unit 2 */
+    CHECK(dt_coord_ask(c, 2, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 3); /* not its own unit 2 */
     /* Step 1: worker 1's gradient is dropped; unit 2 goes to worker 1 whole (batch 8 free again). */
-    CHECK(dt_coord_claim(c, 0, 0, 1, 1, 0, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_claim(c, 1, 0, 5, 1, 0, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_claim(c, 2, 0, 12, 1, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 0, 0, 0, 1, 1, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 5, 1, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 2, 0, 0, 12, 1, 0, why, sizeof why) == DT_WIRE_OK);
     dt_coord_applied(c, 1, w02, 2);
-    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 2 && g.mask == 0xf);
+    CHECK(dt_coord_ask(c, 1, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 2 && g.mask == 0xf);
     /* Only unit 1, its own, is left to grant: worker 1 waits, worker 2 takes it (batch 4 counted). */
-    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_WORK_WAIT);
-    CHECK(dt_coord_ask(c, 2, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1 && g.mask == 0xe);
+    CHECK(dt_coord_ask(c, 1, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_WORK_WAIT);
+    CHECK(dt_coord_ask(c, 2, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1 && g.mask == 0xe);
     /* Hostile claims: a batch counted already, a unit another worker holds, a non-member. */
     claim_refused(c, 0, 0, 2, "batch 0 of epoch 0 is already counted");
     claim_refused(c, 1, 13, 2, "worker 1 does not hold unit 3 of epoch 0 (held by worker 2)");
     claim_refused(c, 3, 13, 2, "worker 3 is not a member");
     /* Staleness: worker 2 claims batches 13 and 14 for steps 2 and 3; step 2 goes without it, so
      * unit 3 is taken but waits for the claim of step 3, which counts when step 3 is applied. */
-    CHECK(dt_coord_claim(c, 2, 0, 13, 2, 0, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_claim(c, 2, 0, 14, 3, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 2, 0, 0, 13, 2, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 2, 0, 0, 14, 3, 0, why, sizeof why) == DT_WIRE_OK);
     dt_coord_applied(c, 2, &w0, 1);
     dt_coord_get_stats(c, &st);
     CHECK(st.dropped == 3 && st.orphaned == 1);
     dt_coord_applied(c, 3, &w2, 1);
     dt_coord_get_stats(c, &st);
     CHECK(st.orphaned == 0 && st.pool == 1 && st.committed == 5);
-    CHECK(dt_coord_ask(c, 2, 0, 0, &g, why, sizeof why) == DT_WIRE_WORK_WAIT); /* unit 3 was taken from it */
-    CHECK(dt_coord_ask(c, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 3 && g.mask == 0xa);
+    CHECK(dt_coord_ask(c, 2, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_WORK_WAIT); /* unit 3 was taken from it */
+    CHECK(dt_coord_ask(c, 0, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 3 && g.mask == 0xa);
     dt_coord_free(c);
 }
 
@@ -266,18 +296,18 @@ static void test_fractional_epochs(void) {
     int64_t step = 0;
     uint32_t counted[3] = {0};
     int32_t r;
-    while ((r = dt_coord_ask(c, 0, 0, 0, &g, why, sizeof why)) == DT_WIRE_OK) {
+    while ((r = dt_coord_ask(c, 0, 0, 0, 0, &g, why, sizeof why)) == DT_WIRE_OK) {
         dt_coord_stats st;
         dt_coord_get_stats(c, &st);
         if (g.epoch == 2) CHECK(st.units == 2 && st.batches == 5 && (g.unit == 0 ? g.mask == 0xf : g.mask == 0x1));
         for (uint64_t m = g.mask; m; m &= m - 1) {
             uint64_t b = g.unit * 4u + (uint64_t)__builtin_ctzll(m);
-            CHECK(dt_coord_claim(c, 0, g.epoch, b, step, 0, why, sizeof why) == DT_WIRE_OK);
+            CHECK(dt_coord_claim(c, 0, 0, g.epoch, b, step, 0, why, sizeof why) == DT_WIRE_OK);
             dt_coord_applied(c, step++, &w0, 1);
             if (g.epoch < 3) counted[g.epoch]++;
         }
         if (g.epoch == 2 && g.unit == 0) { /* the short epoch's state, saved and loaded */
-            CHECK(dt_coord_claim(c, 0, 2, 5, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
+            CHECK(dt_coord_claim(c, 0, 0, 2, 5, step, 0, why, sizeof why) == DT_WIRE_E_BAD_VALUE);
             CHECK_CONTAINS(why, "batch 5 is out of range: epoch 2 has 5 batch(es) (0..4)");
             size_t n = dt_coord_state_size(c);
             uint8_t *a = malloc(n);
@@ -309,14 +339,14 @@ static void test_finished_and_wait(void) {
     dt_coord *c = coord_of(p);
     char why[256];
     dt_coord_grant g;
-    CHECK(dt_coord_ask(c, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_ask(c, 1, 0, 0, &g, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_ask(c, 2, 0, 0, &g, why, sizeof why) == DT_WIRE_WORK_WAIT);
-    CHECK(dt_coord_claim(c, 0, 0, 0, 5, 0, why, sizeof why) == DT_WIRE_OK);
-    CHECK(dt_coord_claim(c, 1, 0, 1, 9, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_ask(c, 0, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_ask(c, 1, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_ask(c, 2, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_WORK_WAIT);
+    CHECK(dt_coord_claim(c, 0, 0, 0, 0, 5, 0, why, sizeof why) == DT_WIRE_OK);
+    CHECK(dt_coord_claim(c, 1, 0, 0, 1, 9, 0, why, sizeof why) == DT_WIRE_OK);
     dt_coord_pushed(c, 0, 5);
     dt_coord_pushed(c, 1, 9);
-    CHECK(dt_coord_ask(c, 2, 0, 0, &g, why, sizeof why) == DT_WIRE_WORK_FINISHED);
+    CHECK(dt_coord_ask(c, 2, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_WORK_FINISHED);
     dt_coord_stats st;
     dt_coord_get_stats(c, &st);
     CHECK(st.epoch == 1 && st.epochs_done == 1);
@@ -365,7 +395,7 @@ static int sim_pick(sim *s, int i, uint64_t *epoch, uint64_t *batch) {
     if (!w->n) {
         char why[256];
         dt_coord_grant g;
-        int32_t r = dt_coord_ask(s->c, i, 0, s->now, &g, why, sizeof why);
+        int32_t r = dt_coord_ask(s->c, i, 0, 0, s->now, &g, why, sizeof why);
         if (r != DT_WIRE_OK) return 0;
         w->unit[0] = g.unit, w->todo[0] = g.mask, w->epoch[0] = g.epoch, w->n = 1;
     }
@@ -399,7 +429,7 @@ static void sim_events(sim *s) {
         *w = (sim_worker){.alive = 1};
         char why[256];
         dt_coord_grant g;
-        if (dt_coord_ask(s->c, i, 1, s->now, &g, why, sizeof why) == DT_WIRE_OK)
+        if (dt_coord_ask(s->c, i, 1, 0, s->now, &g, why, sizeof why) == DT_WIRE_OK)
             w->unit[0] = g.unit, w->todo[0] = g.mask, w->epoch[0] = g.epoch, w->n = 1;
     } else if (w->paused && r < 40) {
         w->paused = 0;
@@ -417,7 +447,7 @@ static void sim_sync_gather(sim *s) {
         uint64_t e, b;
         if (!w->alive || w->paused || !sim_pick(s, i, &e, &b)) continue;
         char why[256];
-        int32_t r = dt_coord_claim(s->c, i, e, b, s->step, s->now, why, sizeof why);
+        int32_t r = dt_coord_claim(s->c, i, 0, e, b, s->step, s->now, why, sizeof why);
         if (r == DT_WIRE_E_BAD_VALUE) sim_forget(s, i);
         if (r != DT_WIRE_OK) continue;
         uint64_t fate = sim_rand(s, 100);
@@ -455,7 +485,7 @@ static void sim_async_push(sim *s) {
     if (!w->alive || !sim_pick(s, i, &e, &b)) return;
     char why[256];
     int64_t t = w->local++;
-    int32_t r = dt_coord_claim(s->c, i, e, b, t, s->now, why, sizeof why);
+    int32_t r = dt_coord_claim(s->c, i, 0, e, b, t, s->now, why, sizeof why);
     if (r == DT_WIRE_E_BAD_VALUE) sim_forget(s, i);
     if (r != DT_WIRE_OK) return;
     if (sim_rand(s, 100) < 3) {
@@ -601,10 +631,10 @@ static void test_state_round_trip(void) {
     char why[256];
     dt_coord_grant g;
     uint16_t w0 = 0;
-    for (int k = 0; k < 3; k++) dt_coord_ask(c, k % 2, 0, 0, &g, why, sizeof why); /* units 0, 1, 2 */
+    for (int k = 0; k < 3; k++) dt_coord_ask(c, k % 2, 0, 0, 0, &g, why, sizeof why); /* units 0, 1, 2 */
     for (int b = 0; b < 6; b++) { /* worker 0: unit 0 (done), half of unit 2 */
         uint64_t batch = b < 4 ? (uint64_t)b : (uint64_t)(8 + b - 4);
-        CHECK(dt_coord_claim(c, 0, 0, batch, b, 0, why, sizeof why) == DT_WIRE_OK);
+        CHECK(dt_coord_claim(c, 0, 0, 0, batch, b, 0, why, sizeof why) == DT_WIRE_OK);
         dt_coord_applied(c, b, &w0, 1);
     }
     size_t size;
@@ -617,8 +647,8 @@ static void test_state_round_trip(void) {
     uint8_t *b = saved(d, &size2);
     CHECK(size2 == size && memcmp(a, b, size) == 0);
     /* The partial unit is granted first, with the batches left. */
-    CHECK(dt_coord_ask(d, 3, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 2 && g.mask == 0xc);
-    CHECK(dt_coord_ask(d, 3, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1 && g.mask == 0xf);
+    CHECK(dt_coord_ask(d, 3, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 2 && g.mask == 0xc);
+    CHECK(dt_coord_ask(d, 3, 0, 0, 0, &g, why, sizeof why) == DT_WIRE_OK && g.unit == 1 && g.mask == 0xf);
     dt_coord_free(c), dt_coord_free(d), free(a), free(b);
 }
 
@@ -630,8 +660,8 @@ static void test_state_refusals(void) {
     char why[256];
     dt_coord_grant g;
     uint16_t w0 = 0;
-    dt_coord_ask(c, 0, 0, 0, &g, why, sizeof why);
-    dt_coord_claim(c, 0, 0, 1, 0, 0, why, sizeof why);
+    dt_coord_ask(c, 0, 0, 0, 0, &g, why, sizeof why);
+    dt_coord_claim(c, 0, 0, 0, 1, 0, 0, why, sizeof why);
     dt_coord_applied(c, 0, &w0, 1);
     size_t size;
     uint8_t *a = saved(c, &size); /* 72 + 1 + 12: unit 0 partial (batch 1) */
@@ -689,6 +719,7 @@ int main(void) {
     RUN(test_units);
     RUN(test_sync_epoch);
     RUN(test_refusals);
+    RUN(test_claims_bound_to_connection);
     RUN(test_claims_bound);
     RUN(test_members);
     RUN(test_dropped_gradient);

@@ -257,9 +257,9 @@ static void test_shutdown_fails_pending(void) {
 
 /* ---- The work coordinator on ps 0 (docs/elastic.md) ------------------------------------------- */
 
-/* A plan of 8 batches of 2 (16 examples) in units of 4, for 2 workers, from the chief. */
-static void work_plan(ps_shard *s, int sync, int64_t now) {
-    dt_coord_plan p = {.examples = 16, .seed = 5, .batch_size = 2, .unit_batches = 4, .max_workers = 2,
+/* A plan of 8 batches of 2 (16 examples) in units of 4, for `workers` workers, from the chief. */
+static void work_plan_for(ps_shard *s, int sync, uint32_t workers, int64_t now) {
+    dt_coord_plan p = {.examples = 16, .seed = 5, .batch_size = 2, .unit_batches = 4, .max_workers = workers,
                        .max_held = 2, .liveness_ms = 1000, .sync = sync};
     dt_coord *c = NULL;
     CHECK(dt_coord_new(&c, &p, NULL, NULL) == DT_OK);
@@ -273,6 +273,8 @@ static void work_plan(ps_shard *s, int sync, int64_t now) {
     ps_shard_request(s, &o, &h, &b, now, &io);
     dt_coord_free(c);
 }
+
+static void work_plan(ps_shard *s, int sync, int64_t now) { work_plan_for(s, sync, 2, now); }
 
 static void work_ask(ps_shard *s, int conn, uint16_t task, int join, int64_t now) {
     dt_wire_header h = hdr(DT_MSG_WORK_ASK, task ? DT_ROLE_WORKER : DT_ROLE_CHIEF, task);
@@ -483,6 +485,65 @@ static void test_elastic_backup(void) {
     shard_done(s);
 }
 
+/* A worker that joins while a step is part applied (chunks apply one by one as the gradients come:
+ * chunk 0 is past step 0, chunk 1 not) counts from the next step: chunk 1 applies step 0 with the
+ * workers it waited for, and the joiner's gradient for step 0 is stale everywhere. Before, chunk 1
+ * waited for worker 2's gradient for step 0, which worker 2 could not send (its claim for step 0
+ * is stale: chunk 0 applied it): the sync job froze at a join. The ps's log says "joined" at a
+ * first message, "is back" after a loss, and a loss's figures are what steps waited for. */
+static void test_join_mid_step(void) {
+    FILE *log = tmpfile();
+    CHECK(log != NULL);
+    if (!log) return;
+    memset(&rec, 0, sizeof rec);
+    ps_shard *s = NULL;
+    ps_shard_config cfg = {.ps_index = 0, .shard_floats = N, .log = log};
+    CHECK(ps_shard_new(&s, &cfg, NULL) == DT_OK);
+    init(s, 2, 3, 3, 0, 1000, 2, 0); /* elastic: 3 declared, none heard from yet */
+    work_plan_for(s, 1, 3, 0);
+    work_ask(s, 1, 0, 1, 0); /* unit 0; worker 1 pushes without a unit (the plan has 2) */
+    pull(s, 2, 1, 0, 2, 0, 0);
+    push(s, 1, 0, 0, 2, 0, 1.0f, 0, 1, 0);
+    push(s, 2, 1, 0, 2, 0, 1.0f, 0, 1, 0); /* chunk 0 applies step 0: 2 live workers */
+    push(s, 1, 0, 1, 2, 0, 1.0f, 0, 1, 0); /* chunk 1 waits for worker 1's */
+    work_ask(s, 3, 2, 1, 0);               /* worker 2 joins now */
+    CHECK(last()->h.type == DT_MSG_WORK_GRANT && last()->h.status == DT_WIRE_OK);
+    const uint64_t batch = last()->h.work_grant.unit * 4 + 0;
+    work_claim(s, 3, 2, batch, 0, 0);
+    CHECK(last()->h.status == DT_WIRE_STALE); /* step 0 is applied on chunk 0: no gradient of its counts */
+    push(s, 2, 1, 1, 2, 0, 1.0f, 0, 1, 0);
+    CHECK_MSG(step_of(s) == 1, "chunk 1 still waits at step %lld for the joiner", (long long)step_of(s));
+    push(s, 3, 2, 1, 2, 0, 1.0f, 0, 1, 0);
+    CHECK(last()->h.status == DT_WIRE_STALE);
+    /* From step 1 on worker 2 counts on every chunk. */
+    for (int c = 0; c < 2; c++) {
+        push(s, 1, 0, c, 2, 1, 1.0f, 0, 1, 0);
+        push(s, 2, 1, c, 2, 1, 1.0f, 0, 1, 0);
+    }
+    CHECK(step_of(s) == 1);
+    for (int c = 0; c < 2; c++) push(s, 3, 2, c, 2, 1, 1.0f, 0, 1, 0);
+    CHECK(step_of(s) == 2);
+    /* Worker 1 sits steps out, worker 2 is lost: steps waited for 2, now for 1 of 1 live worker. */
+    dt_wire_header h = hdr(DT_MSG_DONE, DT_ROLE_WORKER, 1);
+    h.flags = DT_WIRE_F_WAITING;
+    ps_origin o = from(2);
+    ps_shard_request(s, &o, &h, NULL, 0, &io);
+    push(s, 1, 0, 0, 2, 2, 1.0f, 0, 1, 1500000); /* the chief speaks; worker 2 is silent */
+    CHECK(ps_shard_cron(s, 1500000, &io, NULL) == DT_OK);
+    pull(s, 3, 2, 0, 2, 0, 1600000);            /* and back */
+    char text[8192] = "";
+    rewind(log);
+    size_t got = fread(text, 1, sizeof text - 1, log);
+    text[got] = '\0';
+    CHECK_CONTAINS(text, "worker 2 joined: steps wait for 3 gradient(s)");
+    CHECK_CONTAINS(text, "worker 2 lost (no message for 1000 ms): steps now wait for 1 gradient(s) from the 1 live "
+                   "worker(s) instead of 2");
+    CHECK_CONTAINS(text, "worker 2 is back: steps wait for 2 gradient(s) again");
+    CHECK(strstr(text, "worker 0 is back") == NULL && strstr(text, "worker 2 is back: steps wait for 3") == NULL);
+    shard_done(s);
+    fclose(log);
+}
+
 /* The chief's end of a job (docs/elastic.md, "The end of a job"): STATUS says how many members of
  * the work plan besides the asker still train, and counts a DONE or a loss as an end. */
 static dt_wire_header status_of(ps_shard *s, int64_t now) {
@@ -657,6 +718,7 @@ int main(void) {
     RUN(test_sit_out_and_back);
     RUN(test_elastic_init);
     RUN(test_elastic_backup);
+    RUN(test_join_mid_step);
     RUN(test_async_chunks_out_of_order);
     RUN(test_sync_replica_twice_and_stale);
     RUN(test_sync_later_step_full);

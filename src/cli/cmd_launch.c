@@ -2,7 +2,8 @@
  * `dtrain train` with the cluster flags filled in, prefixes each output line with the process's
  * role and index, and exits with the first failure's status after stopping the others. Ctrl-C
  * (SIGINT) or SIGTERM stops everything. With --sharding dynamic, SIGUSR1 starts one more worker
- * (up to --max_workers) and SIGUSR2 stops the newest one it started (SIGTERM: it leaves). */
+ * (up to --max_workers) and SIGUSR2 stops the newest one it started (SIGTERM: it leaves), and a
+ * worker other than the chief that fails is lost to the job, which goes on without it. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +34,7 @@ typedef struct {
     size_t len[2];
     int status, exited;
     int removed;        /* stopped by SIGUSR2: its exit status is no failure */
+    int lost;           /* --sharding dynamic, a worker but the chief that failed: the job goes on */
 } child;
 
 /* SIGUSR1 and SIGUSR2 (--sharding dynamic): a worker more, one less; counted by the handler. */
@@ -244,6 +246,10 @@ static void launch_help(void) {
            "With --sharding dynamic --max_workers K (K > M), SIGUSR1 to launch starts one more\n"
            "worker, up to K, which joins the running job, and SIGUSR2 stops the newest one\n"
            "launch started (SIGTERM: it leaves, its units go back; docs/elastic.md).\n"
+           "With --sharding dynamic, a worker other than the chief that fails (killed, or\n"
+           "exiting non-zero) is lost to the job, which goes on without it: ps 0 gives its\n"
+           "units to the others after --heartbeat_timeout / 2; it is not restarted (SIGUSR1\n"
+           "starts a new one). Any other process failing stops the job.\n"
            "See 'dtrain train --help' for the training flags.\n");
 }
 
@@ -266,6 +272,7 @@ typedef struct {
     char keys_dir[4096], keys_arg[4200]; /* --auth=curve without --keys: the throwaway key set */
     int threads_given, relay, worker_threads;
     int max_workers;                /* --sharding dynamic: ports for this many workers (joiners) */
+    int dynamic;                    /* --sharding dynamic: a failed worker but the chief is lost, not fatal */
     const char *metrics_host;       /* where the chief reaches the others' metrics */
     char ps_hosts[32 * 24], worker_hosts[32 * 24], all_workers[MAX_PROCS * 24];
     char self[4096];                /* this executable */
@@ -359,6 +366,7 @@ static int plan_cluster(launch_plan *p) {
     /* Dynamic sharding: ports for every worker that may join, named only in a joiner's own list. */
     int dynamic = p->ta.o.sharding && !strcmp(p->ta.o.sharding, "dynamic");
     p->max_workers = dynamic && p->ta.o.max_workers > p->n_workers ? p->ta.o.max_workers : p->n_workers;
+    p->dynamic = dynamic;
     int ports[MAX_PROCS], all = p->n_ps + p->max_workers;
     if (all > MAX_PROCS || free_ports(ports, all) != 0) {
         fprintf(stderr, "dtrain launch: could not find %d free ports on 127.0.0.1 (at most %d processes): %s\n", all,
@@ -500,7 +508,14 @@ static int supervise(const launch_plan *p, child *cs, int *n) {
         reap(cs, started);
         int alive = 0;
         for (int i = 0; i < started; i++) {
-            if (cs[i].exited && cs[i].status != 0 && !cs[i].removed && rc == 0) {
+            /* Dynamic sharding: ps 0 takes a lost worker's units back (docs/elastic.md), so the job
+             * goes on, as under Horovod's elastic mode; the chief checkpoints and ends the job. */
+            if (p->dynamic && i > p->n_ps && cs[i].exited && cs[i].status != 0 && !cs[i].removed && !cs[i].lost) {
+                cs[i].lost = 1;
+                fprintf(stderr, "dtrain launch: %s exited with status %d; the job goes on without it (--sharding "
+                        "dynamic: ps 0 gives its units to the others)\n", cs[i].label, cs[i].status);
+            }
+            if (cs[i].exited && cs[i].status != 0 && !cs[i].removed && !cs[i].lost && rc == 0) {
                 fprintf(stderr, "dtrain launch: %s exited with status %d; stopping the others\n", cs[i].label,
                         cs[i].status);
                 rc = cs[i].status;

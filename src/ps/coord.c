@@ -118,6 +118,7 @@ int dt_coord_new(dt_coord **out, const dt_coord_plan *plan, FILE *log, dt_error 
     c->done_mask = dt_calloc(units, sizeof *c->done_mask, "work units", err);
     c->claimed = dt_calloc(units, sizeof *c->claimed, "work units", err);
     c->holder = dt_calloc(units, sizeof *c->holder, "work units", err);
+    c->conn = dt_calloc(units, sizeof *c->conn, "work units", err);
     c->avoid = dt_calloc(units, sizeof *c->avoid, "work units", err);
     c->state = dt_calloc(units, 1, "work units", err);
     c->claims = dt_calloc(units, 1, "work units", err);
@@ -125,8 +126,8 @@ int dt_coord_new(dt_coord **out, const dt_coord_plan *plan, FILE *log, dt_error 
     c->m = dt_calloc(plan->max_workers, sizeof *c->m, "work members", err);
     c->active = dt_calloc(plan->max_workers, sizeof *c->active, "work members", err);
     c->ended = dt_calloc((plan->max_workers + 7) / 8, 1, "work members", err);
-    if (!c->done_mask || !c->claimed || !c->holder || !c->avoid || !c->state || !c->claims || !c->pool || !c->m ||
-        !c->active || !c->ended) {
+    if (!c->done_mask || !c->claimed || !c->holder || !c->conn || !c->avoid || !c->state || !c->claims || !c->pool ||
+        !c->m || !c->active || !c->ended) {
         dt_coord_free(c);
         return DT_ENOMEM;
     }
@@ -138,7 +139,8 @@ int dt_coord_new(dt_coord **out, const dt_coord_plan *plan, FILE *log, dt_error 
 void dt_coord_free(dt_coord *c) {
     if (!c) return;
     for (int i = 0; c->m && i < c->n_active; i++) free(c->m[c->active[i]]);
-    free(c->done_mask), free(c->claimed), free(c->holder), free(c->avoid), free(c->state), free(c->claims);
+    free(c->done_mask), free(c->claimed), free(c->holder), free(c->conn), free(c->avoid), free(c->state);
+    free(c->claims);
     free(c->pool);
     free(c->m), free(c->active), free(c->ended);
     free(c);
@@ -337,7 +339,8 @@ int dt_coord_cron(dt_coord *c, int64_t now) {
 
 /* ---- Grants ----------------------------------------------------------------------------------- */
 
-int32_t dt_coord_ask(dt_coord *c, int w, int join, int64_t now, dt_coord_grant *g, char *why, size_t len) {
+int32_t dt_coord_ask(dt_coord *c, int w, int join, uint64_t conn, int64_t now, dt_coord_grant *g, char *why,
+                     size_t len) {
     memset(g, 0, sizeof *g);
     if (w < 0 || (uint32_t)w >= c->plan.max_workers)
         return refuse(c, DT_WIRE_E_BAD_VALUE, why, len, "worker %d cannot join: max_workers %u allows task indices "
@@ -363,6 +366,7 @@ int32_t dt_coord_ask(dt_coord *c, int w, int join, int64_t now, dt_coord_grant *
     if (u == COORD_NONE) return DT_WIRE_WORK_WAIT;
     c->state[u] = UNIT_HELD;
     c->holder[u] = (uint32_t)w;
+    c->conn[u] = conn;
     c->n_held++;
     m->held[m->n_held++] = u;
     c->totals.grants++;
@@ -373,7 +377,7 @@ int32_t dt_coord_ask(dt_coord *c, int w, int join, int64_t now, dt_coord_grant *
 /* ---- Claims ----------------------------------------------------------------------------------- */
 
 /* Why a member may not claim batch b of unit u: DT_WIRE_OK when it may. */
-static int32_t claim_check(dt_coord *c, int w, uint64_t epoch, uint64_t b, char *why, size_t len) {
+static int32_t claim_check(dt_coord *c, int w, uint64_t conn, uint64_t epoch, uint64_t b, char *why, size_t len) {
     if (epoch != c->epoch)
         return refuse(c, DT_WIRE_E_BAD_VALUE, why, len, "claim for epoch %" PRIu64 ", the coordinator is %s %" PRIu64,
                       epoch, finished(c) ? "finished after epoch" : "in epoch", finished(c) ? c->epoch - 1 : c->epoch);
@@ -393,20 +397,35 @@ static int32_t claim_check(dt_coord *c, int w, uint64_t epoch, uint64_t b, char 
         return refuse(c, DT_WIRE_E_BAD_VALUE, why, len, "worker %d does not hold unit %u of epoch %" PRIu64 " (held by "
                       "%s)", w, u, epoch, by);
     }
+    /* Bound to the connection it was granted on: under --auth=none anyone may say it is worker w,
+     * and a forged claim that stood would block w's own for that step. */
+    if (c->conn[u] != conn)
+        return refuse(c, DT_WIRE_E_BAD_VALUE, why, len, "worker %d's unit %u was granted on another connection: a "
+                      "claim counts only from the connection that asked for the unit", w, u);
     if (c->claimed[u] & bit)
         return refuse(c, DT_WIRE_E_BAD_VALUE, why, len, "batch %" PRIu64 " is claimed already, its gradient not yet "
                       "settled", b);
     return DT_WIRE_OK;
 }
 
-int32_t dt_coord_claim(dt_coord *c, int w, uint64_t epoch, uint64_t b, int64_t step, int64_t now, char *why,
-                       size_t len) {
+int32_t dt_coord_claim(dt_coord *c, int w, uint64_t conn, uint64_t epoch, uint64_t b, int64_t step, int64_t now,
+                       char *why, size_t len) {
     member_t *m = w >= 0 && (uint32_t)w < c->plan.max_workers ? c->m[w] : NULL;
     if (!m || !m->joined)
         return refuse(c, DT_WIRE_E_BAD_VALUE, why, len, "worker %d is not a member (it never asked for work, or it "
                       "left or was lost): ask for work again", w);
     m->seen = now;
-    int32_t rc = claim_check(c, w, epoch, b, why, len);
+    /* The same claim again (a resend) stands; another batch for a step w claimed before replaces
+     * that claim once it is checked, as the ps replaces a worker's gradient for a step with its
+     * newer one: the earlier gradient was dropped (or w restarted), and refusing would wedge w,
+     * which would drop this gradient and claim that step again, forever. */
+    int same = -1;
+    for (int i = 0; i < m->n_claims; i++)
+        if (m->claims[i].step == step) same = i;
+    if (same >= 0 && m->claims[same].batch == b && epoch == c->epoch && b < c->batches &&
+        c->holder[b / c->plan.unit_batches] == (uint32_t)w && c->conn[b / c->plan.unit_batches] == conn)
+        return DT_WIRE_OK;
+    int32_t rc = claim_check(c, w, conn, epoch, b, why, len);
     if (rc != DT_WIRE_OK) return rc;
     if (c->plan.sync && step < c->next_step) {
         snprintf(why, len, "claim for step %" PRId64 ", ps 0 has applied it already (now at step %" PRId64 "): the "
@@ -414,10 +433,10 @@ int32_t dt_coord_claim(dt_coord *c, int w, uint64_t epoch, uint64_t b, int64_t s
         unit_take(c, w, b, step);
         return DT_WIRE_STALE;
     }
-    for (int i = 0; i < m->n_claims; i++)
-        if (m->claims[i].step == step)
-            return refuse(c, DT_WIRE_E_BAD_VALUE, why, len, "worker %d claimed batch %" PRIu64 " for step %" PRId64
-                          " already: one batch per gradient", w, m->claims[i].batch, step);
+    if (same >= 0) {
+        settle(c, w, same, 0);
+        c->totals.replaced++;
+    }
     if (m->n_claims >= DT_COORD_MAX_CLAIMS)
         return refuse(c, DT_WIRE_E_BUSY, why, len, "worker %d has %d claims not yet settled, the most one worker may "
                       "have: push first", w, m->n_claims);

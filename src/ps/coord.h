@@ -67,6 +67,7 @@ typedef struct {
     uint32_t done, held, pool, orphaned; /* units this epoch: done, held by members, returned and
                                           * waiting in the pool, waiting for a departed holder's claims */
     uint64_t joins, leaves, losses, returned, grants, committed, voided, epochs_done, refused;
+    uint64_t replaced;        /* claims replaced by a later one of their worker for the same step */
     uint64_t dropped;         /* units taken back from a sync worker whose gradient was dropped as
                                * stale (also counted in returned) */
 } dt_coord_stats;
@@ -91,15 +92,19 @@ void dt_coord_unit_batches(const dt_coord *c, uint32_t unit, uint64_t *first, ui
 int32_t dt_coord_check_plan(dt_coord *c, int worker, uint64_t examples, uint64_t batch_size, uint64_t seed,
                             char *why, size_t len);
 
-/* A worker asks for a unit (join: this process has just started, so anything the coordinator
+/* A worker asks for a unit on connection conn (the ps's serial of it; claims of the unit count
+ * only from there) (join: this process has just started, so anything the coordinator
  * thinks it holds goes back to the pool first). A non-member joins. OK with *g filled, WAIT (every
  * unit of the epoch is granted), FINISHED, or a refusal. */
-int32_t dt_coord_ask(dt_coord *c, int worker, int join, int64_t now, dt_coord_grant *g, char *why, size_t len);
+int32_t dt_coord_ask(dt_coord *c, int worker, int join, uint64_t conn, int64_t now, dt_coord_grant *g, char *why,
+                     size_t len);
 
-/* A worker claims batch `batch` of `epoch` for its gradient of `step`. OK (recorded), STALE (sync:
- * that step is applied already: the unit is taken back, as below), or a refusal. */
-int32_t dt_coord_claim(dt_coord *c, int worker, uint64_t epoch, uint64_t batch, int64_t step, int64_t now,
-                       char *why, size_t len);
+/* A worker claims batch `batch` of `epoch` for its gradient of `step`, on connection conn (that of
+ * the unit's grant, else refused). OK (recorded; a claim for a step it claimed before replaces
+ * that one), STALE (sync: that step is applied already: the unit is taken back, as below), or a
+ * refusal. */
+int32_t dt_coord_claim(dt_coord *c, int worker, uint64_t conn, uint64_t epoch, uint64_t batch, int64_t step,
+                       int64_t now, char *why, size_t len);
 
 /* Sync: step `step` was applied with the gradients of workers[0..n): their claims for it are
  * committed, every claim for it or an earlier step voided; claims are taken from step + 1 on.

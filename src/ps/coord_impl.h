@@ -38,6 +38,7 @@ struct dt_coord {
     uint64_t *done_mask;      /* batches committed */
     uint64_t *claimed;        /* batches committed or claimed */
     uint32_t *holder;
+    uint64_t *conn;           /* the connection the holder was granted it on: only its claims count */
     uint32_t *avoid;          /* 1 + the worker it was last taken from (a dropped gradient); 0: none */
     uint8_t *state;           /* UNIT_* */
     uint8_t *claims;          /* unsettled claims on it (<= DT_COORD_MAX_CLAIMS: one holder's) */

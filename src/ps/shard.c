@@ -39,7 +39,7 @@ int64_t shard_step(const ps_shard *s) {
     return t;
 }
 
-static int64_t shard_step_max(const ps_shard *s) {
+int64_t shard_step_max(const ps_shard *s) {
     int64_t t = 0;
     for (int c = 0; c < s->n_parts; c++)
         if (s->parts[c].step > t) t = s->parts[c].step;
@@ -158,6 +158,7 @@ void ps_shard_free(ps_shard *s, const ps_io *io) {
     free(s->owner);
     shard_parts_free(s->parts, s->n_parts, s->staleness);
     free(s->scratch), free(s->sum), free(s->stale), free(s->last_seen), free(s->lost), free(s->done);
+    free(s->count_from);
     free(s->counts);
     dt_coord_free(s->coord);
     free(s);
@@ -343,6 +344,7 @@ typedef struct {
     uint64_t *stale;          /* [total]; NULL: keep the shard's counts (same number of replicas) */
     int64_t *last_seen;       /* [total] */
     uint8_t *lost;            /* [total] */
+    int64_t *count_from;      /* [total] */
     push_count *counts;       /* [total] */
     uint64_t *owner;          /* [workers] */
 } init_state;
@@ -350,6 +352,7 @@ typedef struct {
 static void init_state_free(init_state *t) {
     shard_parts_free(t->parts, t->n_parts, t->staleness);
     free(t->scratch), free(t->sum), free(t->stale), free(t->last_seen), free(t->lost), free(t->owner);
+    free(t->count_from);
     free(t->counts);
     memset(t, 0, sizeof *t);
 }
@@ -421,6 +424,7 @@ static int init_prepare(const ps_shard *s, const dt_wire_header *h, const float 
         if ((!keep_stale && !(t->stale = dt_calloc((size_t)t->total, sizeof *t->stale, "ps stale counts", NULL))) ||
             !(t->last_seen = dt_calloc((size_t)t->total, sizeof *t->last_seen, "ps worker liveness", NULL)) ||
             !(t->lost = dt_calloc((size_t)t->total, sizeof *t->lost, "ps worker liveness", NULL)) ||
+            !(t->count_from = dt_calloc((size_t)t->total, sizeof *t->count_from, "ps worker liveness", NULL)) ||
             !(t->counts = dt_calloc((size_t)t->total, sizeof *t->counts, "ps gradient examples", NULL)) ||
             !(t->sum = dt_alloc_floats(largest, "ps gradient mean", NULL)))
             goto oom;
@@ -438,14 +442,14 @@ oom:
 static void init_commit(ps_shard *s, init_state *t) {
     init_state old = {.parts = s->parts, .n_parts = s->n_parts, .staleness = s->staleness, .scratch = s->scratch,
                       .sum = s->sum, .stale = s->stale, .last_seen = s->last_seen, .lost = s->lost,
-                      .counts = s->counts, .owner = s->owner};
+                      .count_from = s->count_from, .counts = s->counts, .owner = s->owner};
     if (t->aggregate && !t->stale) t->stale = s->stale, old.stale = NULL;
     init_state_free(&old);
     s->parts = t->parts, s->n_parts = t->n_parts, s->owner = t->owner;
     s->aggregate = t->aggregate, s->total = t->aggregate ? t->total : 0, s->staleness = t->staleness;
     s->scratch = t->scratch, s->sum = t->sum, s->stale = t->stale, s->last_seen = t->last_seen, s->lost = t->lost;
-    s->counts = t->counts;
-    s->n_lost = 0;
+    s->counts = t->counts, s->count_from = t->count_from;
+    s->n_lost = s->n_late = 0;
     memset(t, 0, sizeof *t);
 }
 
@@ -561,7 +565,7 @@ void shard_on_init(const shard_req *r) {
      * declared worker that never starts is not waited for the liveness timeout). */
     s->elastic = (h->flags & DT_WIRE_F_ELASTIC) && s->aggregate;
     if (s->elastic) {
-        memset(s->lost, 1, (size_t)s->total);
+        memset(s->lost, SHARD_NEVER_HEARD, (size_t)s->total);
         s->n_lost = s->total;
     }
     s->failed[0] = '\0';
@@ -679,7 +683,7 @@ int shard_apply_complete_steps(ps_shard *s, part_t *p) {
     int any = 0;
     for (;;) {
         accum *a = &p->acc[p->step % (s->staleness + 1)];
-        if (a->count == 0 || a->step != p->step || a->count < shard_needed(s)) return any;
+        if (a->count == 0 || a->step != p->step || a->count < shard_needed_at(s, p->step)) return any;
         if (!apply_sync_step(s, p)) return any;
         any = 1;
     }
@@ -745,7 +749,7 @@ static void on_sync_push(const shard_req *r) {
     const dt_wire_header *h = r->h;
     part_t *p = &s->parts[h->chunk];
     const int64_t t = h->local_step;
-    if (t < p->step) {
+    if (t < p->step || shard_too_early(s, h->task, t)) {
         on_stale_push(r, p, 0);
         return;
     }

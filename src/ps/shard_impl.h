@@ -20,6 +20,7 @@
 #define SHARD_LOG_STALE 3      /* stale gradients logged one by one per worker; later ones counted */
 #define SHARD_LOG_DONE 20      /* DONE lines from tasks not (yet) declared: one by one, then counted */
 #define SHARD_LOG_WEIGHTED 3   /* sync steps weighted by examples logged one by one; later ones counted */
+#define SHARD_NEVER_HEARD 2     /* lost[w] of an elastic worker not heard from yet (1: lost) */
 
 /* Sparse tables (shard_sparse.c, shard_sparse_sync.c; docs/sparse.md). */
 #define SHARD_SPARSE_PENDING 1024        /* deferred SPARSE_PULLs held in all */
@@ -131,8 +132,14 @@ struct ps_shard {
     int64_t liveness_us;      /* 0: workers are never lost */
     int strict;
     int64_t *last_seen;       /* [total] time of each worker's latest message */
-    uint8_t *lost;            /* [total] */
+    uint8_t *lost;            /* [total] 1: lost; SHARD_NEVER_HEARD: elastic, not heard from yet */
     int n_lost;
+    /* [total] sync: a worker that became live (back, or training again) while a step was part
+     * applied (some chunks past it) counts for steps from this one on (0: for every step); n_late
+     * such workers. The chunks behind apply their step with the workers they waited for: the one
+     * back cannot send a gradient that counts for it (chunk 0 may have applied it already). */
+    int64_t *count_from;
+    int n_late;
     /* sync: declared workers that sent DONE and have not pushed or pulled since (a worker without
      * work sits steps out: dynamic sharding's epoch end, docs/elastic.md): steps do not wait for them */
     int n_sitting;
@@ -173,6 +180,7 @@ typedef struct {
 
 void shard_log(const ps_shard *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int64_t shard_step(const ps_shard *s);
+int64_t shard_step_max(const ps_shard *s); /* the step of the chunk furthest on */
 dt_wire_header shard_reply_to(const ps_shard *s, dt_msg_type type, const dt_wire_header *req);
 /* ERROR replies: with a printf text (not counted), or refusing a request (counted, logged). */
 void shard_send_error(const ps_shard *s, const ps_io *io, const ps_origin *to, const dt_wire_header *req,
@@ -212,6 +220,11 @@ void shard_saw_worker(ps_shard *s, const dt_wire_header *h, int64_t now);
 
 /* shard_requests.c */
 int shard_needed(const ps_shard *s);
+/* The gradients a chunk's step `step` needs: shard_needed, less the workers that count only from
+ * a later step (count_from); the late workers whose step every chunk has reached are forgotten. */
+int shard_needed_at(ps_shard *s, int64_t step);
+/* Whether worker w's gradient for `step` comes before the step it counts from (dropped as stale). */
+int shard_too_early(const ps_shard *s, int w, int64_t step);
 
 /* shard_sparse.c */
 void shard_on_sparse_init(const shard_req *r);

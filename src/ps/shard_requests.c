@@ -82,11 +82,36 @@ static void on_shutdown(const shard_req *r) {
 
 static void apply_and_serve(ps_shard *s, int64_t now, const ps_io *io);
 
+/* Worker w counts for steps again. While a step is part applied (chunks apply one by one as its
+ * gradients come, so some may be past it), w counts only from the step of the chunk furthest on:
+ * the chunks behind apply theirs with the workers they waited for. Counted at once, they would wait
+ * for a gradient of w's for a step chunk 0 has applied already (w's claim is stale, its gradient
+ * dropped there): a sync job froze so when a worker joined mid-step. */
+static void count_from_now(ps_shard *s, int w) {
+    if (!s->aggregate || w >= s->total || !s->count_from) return;
+    const int64_t hi = shard_step_max(s);
+    if (hi == shard_step(s)) return;
+    if (!s->count_from[w]) s->n_late++;
+    s->count_from[w] = hi;
+}
+
+/* Worker w does not count any more (lost, or sitting steps out): nor late. */
+static void count_none(ps_shard *s, int w) {
+    if (w >= s->total || !s->count_from || !s->count_from[w]) return;
+    s->count_from[w] = 0;
+    s->n_late--;
+}
+
+int shard_too_early(const ps_shard *s, int w, int64_t step) {
+    return s->n_late && w < s->total && step < s->count_from[w];
+}
+
 /* Sync: a worker that sent DONE (finished, or without work at a dynamic epoch's end) sits steps
  * out: they wait for the others only, until it pushes or pulls again (back_in). */
 static void sit_out(const shard_req *r) {
     ps_shard *s = r->s;
     s->n_sitting++;
+    count_none(s, r->h->task);
     shard_log(s, "worker %u sits steps out (DONE): %d live worker(s), steps aggregate %d gradient(s)", r->h->task,
               s->total - s->n_lost - s->n_sitting, shard_needed(s));
     apply_and_serve(s, r->now, r->io);
@@ -100,6 +125,7 @@ static void back_in(ps_shard *s, const dt_wire_header *h) {
     s->n_done--;
     if (h->task >= s->total) return;
     s->n_sitting--;
+    count_from_now(s, h->task);
     shard_log(s, "worker %u trains again: %d live worker(s), steps aggregate %d gradient(s)", h->task,
               s->total - s->n_lost - s->n_sitting, shard_needed(s));
 }
@@ -207,9 +233,12 @@ static void note_alive(ps_shard *s, const dt_wire_header *h, int64_t now) {
     if (!s->last_seen || (h->role != DT_ROLE_WORKER && h->role != DT_ROLE_CHIEF) || h->task >= s->total) return;
     shard_saw_worker(s, h, now);
     if (!s->lost[h->task]) return;
+    const int first = s->lost[h->task] == SHARD_NEVER_HEARD;
     s->lost[h->task] = 0;
     s->n_lost--;
-    shard_log(s, "worker %u is back: steps wait for %d gradient(s) again", h->task, shard_needed(s));
+    count_from_now(s, h->task);
+    shard_log(s, first ? "worker %u joined: steps wait for %d gradient(s)" : "worker %u is back: steps wait for %d "
+              "gradient(s) again", h->task, shard_needed(s));
 }
 
 /* Checks every request needs (addressed to this shard, from a task of the cluster), then the
@@ -251,17 +280,32 @@ void ps_shard_request(ps_shard *s, const ps_origin *from, const dt_wire_header *
  * sitting steps out after DONE are not live). Elastic: the live workers but the backup workers'
  * count, total - aggregate (docs/elastic.md: k = max(1, live - b)); at most aggregate, as live is
  * at most total. */
-int shard_needed(const ps_shard *s) {
-    int live = s->total - s->n_lost - s->n_sitting;
+static int needed_of(const ps_shard *s, int live) {
     int k = s->elastic ? live - (s->total - s->aggregate) : live < s->aggregate ? live : s->aggregate;
     return k > 0 ? k : 1;
+}
+
+int shard_needed(const ps_shard *s) { return needed_of(s, s->total - s->n_lost - s->n_sitting); }
+
+int shard_needed_at(ps_shard *s, int64_t step) {
+    if (!s->n_late) return shard_needed(s);
+    const int64_t lo = shard_step(s);
+    int late = 0;
+    for (int w = 0; s->n_late && w < s->total; w++) {
+        if (!s->count_from[w]) continue;
+        if (s->count_from[w] <= lo) count_none(s, w); /* every chunk is there: it counts everywhere */
+        else late += step < s->count_from[w];
+    }
+    return needed_of(s, s->total - s->n_lost - s->n_sitting - late);
 }
 
 /* Worker w is lost: each step now waits for the live workers only, or, strict, the job stops
  * (every held and later request refused). Whether the job stopped. */
 static int lose_worker(ps_shard *s, int w, int64_t now, const ps_io *io) {
+    const int before = shard_needed(s);
     s->lost[w] = 1;
     s->n_lost++;
+    count_none(s, w);
     if (s->strict) {
         snprintf(s->failed, sizeof s->failed, "worker %d lost (no message for %lld ms, --heartbeat_timeout / 2) "
                  "and --strict is set: the job stops", w, (long long)(s->liveness_us / 1000));
@@ -270,9 +314,10 @@ static int lose_worker(ps_shard *s, int w, int64_t now, const ps_io *io) {
         shard_fail_pending(s, io, DT_WIRE_E_LOST, s->failed);
         return 1;
     }
+    /* live: not lost and not sitting steps out; before: what steps waited for until now */
     shard_log(s, "worker %d lost (no message for %lld ms): steps now wait for %d gradient(s) from the %d live "
-              "worker(s) instead of %d", w, (long long)(s->liveness_us / 1000), shard_needed(s), s->total - s->n_lost,
-              s->aggregate);
+              "worker(s) instead of %d", w, (long long)(s->liveness_us / 1000), shard_needed(s),
+              s->total - s->n_lost - s->n_sitting, before);
     return 0;
 }
 

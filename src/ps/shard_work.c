@@ -29,7 +29,8 @@ void shard_on_work_ask(const shard_req *r) {
     int32_t st = dt_coord_check_plan(c, h->task, h->work_ask.examples, h->work_ask.batch_size, h->work_ask.seed, why,
                                      sizeof why);
     dt_coord_grant g;
-    if (st == DT_WIRE_OK) st = dt_coord_ask(c, h->task, (h->flags & DT_WIRE_F_JOIN) != 0, r->now, &g, why, sizeof why);
+    if (st == DT_WIRE_OK)
+        st = dt_coord_ask(c, h->task, (h->flags & DT_WIRE_F_JOIN) != 0, r->from->serial, r->now, &g, why, sizeof why);
     if (st != DT_WIRE_OK && st != DT_WIRE_WORK_WAIT && st != DT_WIRE_WORK_FINISHED) {
         shard_refuse(r, st, "%s", why);
         return;
@@ -45,8 +46,8 @@ void shard_on_work_done(const shard_req *r) {
     if (!c) return;
     const dt_wire_header *h = r->h;
     char why[DT_WIRE_MAX_ERROR_TEXT];
-    int32_t st = dt_coord_claim(c, h->task, h->work_done.epoch, h->work_done.batch, h->local_step, r->now, why,
-                                sizeof why);
+    int32_t st = dt_coord_claim(c, h->task, r->from->serial, h->work_done.epoch, h->work_done.batch, h->local_step,
+                                r->now, why, sizeof why);
     if (st != DT_WIRE_OK && st != DT_WIRE_STALE) {
         shard_refuse(r, st, "%s", why);
         return;

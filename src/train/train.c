@@ -889,11 +889,16 @@ static void log_start(const run_state *r, const dt_train_options *o) {
     else
         snprintf(sizes, sizeof sizes, "%zu training / %zu validation / %zu test examples",
                  dt_dataset_size(r->data.train), dt_dataset_size(r->data.validation), dt_dataset_size(r->data.test));
-    fprintf(log, "dtrain %s: model %s (%zu parameters), %s, "
-                 "%s lr %g, batch %d, %lld global steps (%.2f epochs), %d threads%s\n",
-            dt_version(), dt_net_spec(r->net)->name, dt_net_param_count(r->net), sizes, dt_opt_name(r->opt.kind),
-            (double)r->opt.learning_rate, o->batch_size, (long long)p->total,
-            (double)p->total / (double)p->global_per_epoch, dt_net_threads(r->net), role);
+    char length[160];
+    if (p->dynamic && o->train_steps <= 0) /* ps 0 grants the epochs' batches; the steps follow the workers */
+        snprintf(length, sizeof length, "%.2f epochs of %lld batches granted by ps 0", o->epochs,
+                 (long long)p->per_epoch);
+    else
+        snprintf(length, sizeof length, "%lld global steps (%.2f epochs)", (long long)p->total,
+                 (double)p->total / (double)p->global_per_epoch);
+    fprintf(log, "dtrain %s: model %s (%zu parameters), %s, %s lr %g, batch %d, %s, %d threads%s\n", dt_version(),
+            dt_net_spec(r->net)->name, dt_net_param_count(r->net), sizes, dt_opt_name(r->opt.kind),
+            (double)r->opt.learning_rate, o->batch_size, length, dt_net_threads(r->net), role);
     char sched[160], clip[64] = "none";
     dt_lr_describe(&r->opt.schedule, sched, sizeof sched);
     if (o->clip_gradient_norm > 0) snprintf(clip, sizeof clip, "global norm %g", o->clip_gradient_norm);
@@ -901,6 +906,12 @@ static void log_start(const run_state *r, const dt_train_options *o) {
             (double)r->opt.weight_decay, r->opt.weight_decay && !r->opt.decay_rank1 ? " (kernels only)" : "", clip,
             o->augment && *o->augment ? o->augment : "none");
     fflush(log);
+}
+
+/* Epochs done at a global step: dynamic sharding counts them by ps 0's grants (a global step is
+ * no fixed share of an epoch while workers join and leave); else steps over steps per epoch. */
+static double epochs_at(const run_state *r, int64_t global_step) {
+    return r->work ? dt_work_loop_epochs(r->work) : (double)global_step / (double)r->plan.global_per_epoch;
 }
 
 /* Figures of the steps since the last log line. */
@@ -937,7 +948,7 @@ static int log_interval(run_state *r, const dt_train_options *o, int evaluates, 
      * must not land in the middle of it. */
     dt_progress_clear(&r->prog);
     fprintf(r->log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f", (long long)global_step,
-            (double)global_step / (double)r->plan.global_per_epoch, train_loss, train_acc);
+            epochs_at(r, global_step), train_loss, train_acc);
     if (evaluates && r->ctr) fprintf(r->log, "  val_auc %.4f  val_logloss %.4f", cval.auc, cval.logloss);
     else if (evaluates) fprintf(r->log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
     fprintf(r->log, "  %.0f examples/sec\n", ex_per_sec);
@@ -1067,7 +1078,7 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
             break;
         }
         dt_progress_update(&r->prog, *global_step < p->total ? *global_step : p->total,
-                           (double)*global_step / (double)p->global_per_epoch,
+                           epochs_at(r, *global_step),
                            emulate || !iv.seen ? NAN : iv.loss_sum / (double)iv.seen);
 
         int epoch_end = r->work ? epoch_began : !emulate && *local_step % p->per_epoch == 0; /* emulated: no epochs */

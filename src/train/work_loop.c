@@ -14,6 +14,7 @@
 
 #define ASK_AGAIN_MS 20  /* WAIT: every unit of the epoch is granted; ask again this much later */
 #define MAX_HELD 2       /* units one worker may hold: the one it trains and the next, asked for ahead */
+#define LOG_REFUSED 3    /* refused claims logged one by one; later ones counted (the end's line) */
 
 /* The request on the work client whose answer is still due (one at a time). */
 enum { PENDING_NONE, PENDING_CLAIM, PENDING_ASK };
@@ -36,9 +37,12 @@ struct dt_work_loop {
     int pending;              /* PENDING_*: the work client's request whose answer is due */
     int64_t claim_tag;        /* the step the claim in flight names */
     uint64_t units, ahead;    /* units granted; of them, granted ahead (no round trip at the boundary) */
+    uint64_t refused;         /* claims refused (their gradients dropped) */
     uint64_t batch;           /* the batch of the claim in flight */
     int64_t next_index;       /* the loader's next batch (a seek only when another one is wanted) */
     int64_t last_epoch;       /* of the latest counted batch; -1: none yet */
+    uint64_t reached;         /* batches of the run before the furthest one counted (epoch * nb + batch + 1),
+                               * or before the first unit granted while none is */
     uint8_t *saved;           /* the coordinator state fetched for a checkpoint */
     size_t saved_len, saved_cap;
 };
@@ -203,6 +207,7 @@ static int take_grant(dt_work_loop *w, const dt_work_grant *g, held_unit *u, dt_
         return dt_errorf(err, DT_EPROTO, "ps 0 granted unit %" PRIu64 " (mask %#" PRIx64 ") beyond the epoch's %" PRIu64
                          " batches (the same --batch_size and --unit_batches everywhere?)", g->unit, g->mask, w->nb);
     *u = (held_unit){.held = 1, .epoch = g->epoch, .unit = g->unit, .mask = g->mask};
+    if (w->last_epoch < 0 && g->epoch * w->nb + first > w->reached) w->reached = g->epoch * w->nb + first;
     w->units++;
     return DT_OK;
 }
@@ -369,8 +374,9 @@ int dt_work_loop_claim(dt_work_loop *w, dt_net *net, int64_t *global_step, int *
     if (why == DT_WIRE_E_BAD_VALUE || why == DT_WIRE_E_NOT_READY) {
         /* Not this worker's any more (it was lost meanwhile, its units handed on), or ps 0 lost the
          * plan (it restarted; the chief installs it again): ask anew. */
-        fprintf(w->cfg.log, "worker %d: claim refused: %s: dropping the gradient and unit %" PRIu64 "\n", w->cfg.task,
-                e.msg, w->cur.unit);
+        if (++w->refused <= LOG_REFUSED)
+            fprintf(w->cfg.log, "worker %d: claim refused: %s: dropping the gradient and unit %" PRIu64 "%s\n",
+                    w->cfg.task, e.msg, w->cur.unit, w->refused == LOG_REFUSED ? "; further ones are counted" : "");
         drop_all(w);
         return DT_OK;
     }
@@ -404,7 +410,8 @@ void dt_work_loop_end(dt_work_loop *w) {
     drain(w, NULL);
     if (w->units)
         fprintf(w->cfg.log, "worker %d: %" PRIu64 " unit(s) granted, %" PRIu64 " of them asked for ahead (no round "
-                "trip at the unit's start)\n", w->cfg.task, w->units, w->ahead);
+                "trip at the unit's start); claims refused: %" PRIu64 "\n", w->cfg.task, w->units, w->ahead,
+                w->refused);
 }
 
 int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted) {
@@ -422,5 +429,8 @@ int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted) {
     }
     int began = w->last_epoch >= 0 && (int64_t)w->cur.epoch > w->last_epoch;
     w->last_epoch = (int64_t)w->cur.epoch;
+    if (w->cur.epoch * w->nb + w->batch + 1 > w->reached) w->reached = w->cur.epoch * w->nb + w->batch + 1;
     return began;
 }
+
+double dt_work_loop_epochs(const dt_work_loop *w) { return w->nb ? (double)w->reached / (double)w->nb : 0.0; }

@@ -68,5 +68,10 @@ void dt_work_loop_end(dt_work_loop *w);
  * ps 0's again, and the next batch comes from a new grant. Returns 1 when this batch began a new
  * epoch for this worker (for the loop's log line). */
 int dt_work_loop_pushed(dt_work_loop *w, const dt_batch *b, int counted);
+/* Epochs done as this worker has seen ps 0's grants (docs/elastic.md): the furthest batch it
+ * counted (or, before its first, the start of its first unit), as epochs and a fraction of one.
+ * Step lines and the progress line give it instead of global step / steps per epoch, which
+ * follows no fixed count when workers join and leave. */
+double dt_work_loop_epochs(const dt_work_loop *w);
 
 #endif
