@@ -292,6 +292,18 @@ enum { DT_FLOAT32 = 0, DT_UINT8 = 1 };
  * the training arrays again). n 0 removes the split. */
 int dt_options_set_arrays(dt_options *o, int split, const void *x, int dtype, const int32_t *labels, int64_t n,
                           int h, int w, int c, dt_error *err);
+/* A click-log model's data instead of --data (docs/ctr-data.md, docs/python.md), in the caller's
+ * memory and not copied (alive and unchanged until dt_options_train returns): n rows, row i read as
+ * a click log's line i + 1 (so the same rows split into training, validation and test, and shard
+ * over workers, as the lines of a file do). labels [n] 0 or 1; dense [n * num_dense] (as the model
+ * takes them: a file's integers go through log(1 + x), these do not); categorical ids [nnz] with
+ * offsets [n * num_fields + 1] (the ids of row i, field f: ids[offsets[i*F + f] ..
+ * offsets[i*F + f + 1]), several for a multi-valued field, none for a missing one), or offsets NULL
+ * and ids [n * num_fields], one per field; values [nnz] each id's weight (NULL: 1). A row breaking
+ * these is a bad line (skipped and counted, or the error under --bad_images fail). n 0 removes them. */
+int dt_options_set_clicks(dt_options *o, int64_t n, const float *labels, int num_dense, const float *dense,
+                          int num_fields, const int64_t *offsets, const uint64_t *ids, const float *values, int64_t nnz,
+                          dt_error *err);
 /* fn(user, global_step, batch loss, batch accuracy) every `every` steps of this process during
  * dt_options_train (on its thread); a non-zero return stops training (DT_EINTR). fn NULL: none. */
 typedef int (*dt_step_callback)(void *user, int64_t step, double loss, double accuracy);

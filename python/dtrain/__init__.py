@@ -23,7 +23,7 @@ from . import _lib
 from ._lib import DtrainError, Stopped
 from .checkpoint import load_checkpoint, read_safetensors
 
-__all__ = ["Model", "Options", "DtrainError", "Stopped", "load_checkpoint", "read_safetensors", "parse_args",
+__all__ = ["Model", "Options", "Clicks", "DtrainError", "Stopped", "load_checkpoint", "read_safetensors", "parse_args",
            "version", "train"]
 
 
@@ -148,6 +148,118 @@ def _ptr(a):
     return a.ctypes.data_as(ctypes.c_void_p)
 
 
+_CHUNK = 1 << 22  # checks scan big arrays in chunks: a memmap larger than memory is read, not loaded
+
+
+def _chunks(a):
+    for i in range(0, a.shape[0], _CHUNK):
+        yield i, a[i:i + _CHUNK]
+
+
+def _array(a, name, dtypes, ndim):
+    if not isinstance(a, np.ndarray):
+        raise ValueError("%s must be a numpy array, got %s" % (name, type(a).__name__))
+    if a.dtype not in dtypes:
+        raise ValueError("%s must be %s, got %s" % (name, " or ".join(str(np.dtype(d)) for d in dtypes), a.dtype))
+    if a.ndim != ndim:
+        raise ValueError("%s must have %d dimension%s, got shape %s" % (name, ndim, "s"[:ndim > 1], a.shape))
+    if not a.flags["C_CONTIGUOUS"]:
+        raise ValueError("%s must be C-contiguous (np.ascontiguousarray(%s) makes a copy that is)" % (name, name))
+    return a
+
+
+def _finite(a, name):
+    flat = a.reshape(-1)
+    for i, c in _chunks(flat):
+        ok = np.isfinite(c)
+        if not ok.all():
+            bad = i + int(np.flatnonzero(~ok)[0])
+            raise ValueError("%s holds %r at flat index %d" % (name, float(flat[bad]), bad))
+
+
+class Clicks:
+    """A click log as numpy arrays, for a click-log model (input dense=N fields=M): row i is a click
+    log's line i + 1, so training, validation and test rows and the workers' shards are those of the
+    same lines in a file (docs/ctr-data.md). Arrays in memory or numpy.memmap, read in place.
+
+    labels   [n] 0/1 (integers, bool or float; handed to C as float32: a copy of n floats)
+    ids      [n, fields] one id per field, or [nnz] with offsets (unsigned or non-negative int64
+             used in place; other integer types copied to uint64)
+    offsets  [n * fields + 1] int64, non-decreasing: row i field f's ids are
+             ids[offsets[i*fields + f]:offsets[i*fields + f + 1]] (several: a multi-valued field;
+             none: missing); needs fields=
+    dense    [n, num_dense] float32, as the model takes them (no log(1 + x) here), or None
+    values   [nnz] float32 weights of the ids (None: 1)
+    """
+
+    def __init__(self, labels, ids, offsets=None, dense=None, values=None, fields=None):
+        labels = np.asarray(labels) if not isinstance(labels, np.ndarray) else labels
+        if labels.ndim != 1 or labels.dtype.kind not in "biuf":
+            raise ValueError("labels must be a vector of 0/1 numbers, got %s %s" % (labels.dtype, labels.shape))
+        n = labels.shape[0]
+        if n < 1:
+            raise ValueError("labels holds no examples")
+        for i, c in _chunks(labels):
+            bad = (c != 0) & (c != 1)
+            if bad.any():
+                k = i + int(np.flatnonzero(bad)[0])
+                raise ValueError("labels[%d] is %r, not 0 or 1" % (k, labels[k].item()))
+        self.labels = np.ascontiguousarray(labels, dtype=np.float32)
+        ids = _array(ids, "ids", (np.uint64, np.int64, np.int32, np.uint32), 1 if offsets is not None else 2)
+        if ids.dtype.kind == "i":
+            for i, c in _chunks(ids.reshape(-1)):
+                if (c < 0).any():
+                    k = i + int(np.flatnonzero(c < 0)[0])
+                    raise ValueError("ids holds %d at flat index %d: ids are unsigned" % (int(c[k - i]), k))
+        self.ids = ids.view(np.uint64) if ids.dtype == np.int64 else np.ascontiguousarray(ids, dtype=np.uint64)
+        if offsets is None:
+            if ids.shape[0] != n:
+                raise ValueError("ids must have shape (%d, fields) to match labels, got %s" % (n, ids.shape))
+            self.fields, self.offsets = ids.shape[1], None
+            if fields is not None and fields != self.fields:
+                raise ValueError("fields=%d but ids has %d columns" % (fields, self.fields))
+        else:
+            if fields is None:
+                raise ValueError("offsets need fields= (the number of fields per row)")
+            self.fields = int(fields)
+            off = _array(offsets, "offsets", (np.int64,), 1)
+            if off.shape[0] != n * self.fields + 1:
+                raise ValueError("offsets must have n * fields + 1 = %d entries, got %d" % (n * self.fields + 1, off.shape[0]))
+            if off[0] < 0 or off[-1] > ids.shape[0]:
+                raise ValueError("offsets run from %d to %d, outside the %d ids" % (off[0], off[-1], ids.shape[0]))
+            for i, c in _chunks(off[:-1]):
+                d = off[i + 1:i + 1 + c.shape[0]] - c
+                if (d < 0).any():
+                    k = i + int(np.flatnonzero(d < 0)[0])
+                    raise ValueError("offsets decrease at %d (%d then %d)" % (k, off[k], off[k + 1]))
+            self.offsets = off
+        if self.fields < 1:
+            raise ValueError("ids must hold at least one field")
+        if dense is None:
+            self.dense = None
+        else:
+            self.dense = _array(dense, "dense", (np.float32,), 2)
+            if self.dense.shape[0] != n:
+                raise ValueError("dense must have %d rows to match labels, got %d" % (n, self.dense.shape[0]))
+            _finite(self.dense, "dense")
+        if values is not None:
+            values = _array(values, "values", (np.float32,), 1)
+            if values.shape[0] != self.ids.size:
+                raise ValueError("values must have one per id (%d), got %d" % (self.ids.size, values.shape[0]))
+            _finite(values, "values")
+        self.values = values
+        self.n = n
+        self.num_dense = 0 if self.dense is None else self.dense.shape[1]
+
+    def _set(self, opts):
+        """Hands the arrays to opts (pointers: they must live while opts trains)."""
+        null = ctypes.c_void_p()
+        _lib.call(_lib.lib.dt_options_set_clicks, opts._h, self.n, _ptr(self.labels), self.num_dense,
+                  _ptr(self.dense) if self.dense is not None else null, self.fields,
+                  _ptr(self.offsets) if self.offsets is not None else null, _ptr(self.ids),
+                  _ptr(self.values) if self.values is not None else null, self.ids.size)
+
+
 class Model:
     """A model file with `dtrain train`'s options: trained step by step on this machine
     (train_step, evaluate, predict, save, restore), or by fit, which is `dtrain train` on arrays:
@@ -248,52 +360,16 @@ class Model:
                 ty = _check_labels(test[1], "test y", tn, self.num_classes)
                 keep += [tx, ty]
                 _lib.call(_lib.lib.dt_options_set_arrays, opts._h, 1, _ptr(tx), tcode, _ptr(ty), tn, h, w, c)
-        errors = []
-        if callback is not None:
-            def trampoline(_user, step, loss, acc):
-                try:
-                    return 1 if callback(int(step), float(loss), float(acc)) else 0
-                except BaseException as e:  # raised again after the C call: it cannot cross C
-                    errors.append(e)
-                    return 1
-            cb = _lib.STEP_CALLBACK(trampoline)
-            keep.append(cb)
-            _lib.lib.dt_options_set_callback(opts._h, cb, None, int(every))
         params = np.full(self.param_count, np.nan, np.float32)
         _lib.lib.dt_options_set_params_out(opts._h, _ptr(params), params.size)
-        result = _lib.TrainResult()
         self._running = opts
-        outcome = []
-
-        def run():
-            try:
-                _lib.call(_lib.lib.dt_options_train, opts._h, None, ctypes.byref(result))
-            except BaseException as e:
-                outcome.append(e)
         try:
-            if threading.current_thread() is threading.main_thread():
-                # Ctrl-C stops training as it stops the CLI: Python runs a signal handler only in the
-                # main thread between bytecodes, never inside a C call, so C trains in a thread while
-                # this one waits and turns SIGINT into dt_options_stop.
-                previous = signal.signal(signal.SIGINT, lambda *_: opts.stop())
-                try:
-                    t = threading.Thread(target=run, name="dtrain fit")
-                    t.start()
-                    while t.is_alive():
-                        t.join(0.1)
-                finally:
-                    signal.signal(signal.SIGINT, previous)
-            else:
-                run()
+            res = _run(opts, keep, callback, every)
         finally:
             self._running = None
-        if outcome:
-            if errors and isinstance(outcome[0], Stopped):  # the callback raised: its exception
-                raise errors[0]
-            raise outcome[0]
         if not np.isnan(params[0]):  # the chief or a single process: the trained model
             self.set_params(params)
-        return {f: getattr(result, f) for f, _ in result._fields_}
+        return res
 
     def stop(self):
         """Stops a fit running in another thread."""
@@ -302,8 +378,61 @@ class Model:
             opts.stop()
 
 
-def train(model, x=None, y=None, **flags):
-    """`dtrain train` as a function: Model(model, **flags).fit(x, y, ...)."""
+def _run(opts, keep, callback, every):
+    """dt_options_train on opts with the step callback; keep: what C points to meanwhile."""
+    errors = []
+    if callback is not None:
+        def trampoline(_user, step, loss, acc):
+            try:
+                return 1 if callback(int(step), float(loss), float(acc)) else 0
+            except BaseException as e:  # raised again after the C call: it cannot cross C
+                errors.append(e)
+                return 1
+        cb = _lib.STEP_CALLBACK(trampoline)
+        keep.append(cb)
+        _lib.lib.dt_options_set_callback(opts._h, cb, None, int(every))
+    result = _lib.TrainResult()
+    outcome = []
+
+    def run():
+        try:
+            _lib.call(_lib.lib.dt_options_train, opts._h, None, ctypes.byref(result))
+        except BaseException as e:
+            outcome.append(e)
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C stops training as it stops the CLI: Python runs a signal handler only in the
+        # main thread between bytecodes, never inside a C call, so C trains in a thread while
+        # this one waits and turns SIGINT into dt_options_stop.
+        previous = signal.signal(signal.SIGINT, lambda *_: opts.stop())
+        try:
+            t = threading.Thread(target=run, name="dtrain fit")
+            t.start()
+            while t.is_alive():
+                t.join(0.1)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    else:
+        run()
+    if outcome:
+        if errors and isinstance(outcome[0], Stopped):  # the callback raised: its exception
+            raise errors[0]
+        raise outcome[0]
+    return {f: getattr(result, f) for f, _ in result._fields_}
+
+
+def train(model, x=None, y=None, clicks=None, **flags):
+    """`dtrain train` as a function: Model(model, **flags).fit(x, y, ...) for an image model; for a
+    click-log model, clicks=Clicks(...) (or data=PATH of a click log). Returns fit's figures; a
+    click-log model's trained state is in --logdir's checkpoint (load_checkpoint)."""
     fit_keys = ("test", "callback", "every")
     fit_args = {k: flags.pop(k) for k in fit_keys if k in flags}
-    return Model(model, **flags).fit(x, y, **fit_args)
+    if clicks is None and x is not None:
+        return Model(model, **flags).fit(x, y, **fit_args)
+    if x is not None or "test" in fit_args:
+        raise ValueError("a click-log model takes clicks=dtrain.Clicks(...), not x, y or test")
+    if clicks is not None and not isinstance(clicks, Clicks):
+        raise ValueError("clicks must be a dtrain.Clicks, got %s" % type(clicks).__name__)
+    opts = Options(model=model, **flags)
+    if clicks is not None:
+        clicks._set(opts)
+    return _run(opts, [clicks], fit_args.get("callback"), fit_args.get("every", 100))

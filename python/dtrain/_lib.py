@@ -90,6 +90,7 @@ _SIGNATURES = {
     "dt_options_set": (I, [P, S, S, E]),
     "dt_options_get": (I, [P, S, ctypes.c_char_p, SZ, E]),
     "dt_options_set_arrays": (I, [P, I, P, I, P, I64, I, I, I, E]),
+    "dt_options_set_clicks": (I, [P, I64, P, I, P, I, P, P, P, I64, E]),
     "dt_options_set_callback": (None, [P, STEP_CALLBACK, P, I64]),
     "dt_options_set_params_out": (None, [P, P, SZ]),
     "dt_options_stop": (None, [P]),

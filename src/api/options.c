@@ -1,10 +1,12 @@
 /* The options object of include/dtrain.h: `dtrain train`'s flag table (train/train_args.c) set by
  * name, a binding's arrays and step callback, and dt_train over them (train/train_ex.h). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api_impl.h"
 #include "core/error.h"
+#include "data/ctr.h"
 #include "train/train_args.h"
 #include "train/train_ex.h"
 
@@ -70,6 +72,31 @@ int dt_options_set_arrays(dt_options *o, int split, const void *x, int dtype, co
         return dt_errorf(err, DT_ESHAPE, "%s: example shape %d x %d x %d", name, h, w, c);
     dt_train_array *a = split ? &o->ex.test : &o->ex.train;
     *a = (dt_train_array){.x = x, .x_u8 = dtype == DT_UINT8, .labels = labels, .n = (size_t)n, .h = h, .w = w, .c = c};
+    return DT_OK;
+}
+
+int dt_options_set_clicks(dt_options *o, int64_t n, const float *labels, int num_dense, const float *dense,
+                          int num_fields, const int64_t *offsets, const uint64_t *ids, const float *values, int64_t nnz,
+                          dt_error *err) {
+    if (!o) return dt_errorf(err, DT_EINVAL, "dt_options_set_clicks: no options");
+    if (n < 0 || nnz < 0) return dt_errorf(err, DT_EINVAL, "click arrays: %lld rows, %lld ids", (long long)n, (long long)nnz);
+    if (n == 0) {
+        o->ex.clicks = (dt_ctr_memory){0};
+        return DT_OK;
+    }
+    if (num_dense < 0 || num_dense > DT_CTR_MAX_FIELDS || num_fields < 1 || num_fields > DT_CTR_MAX_FIELDS)
+        return dt_errorf(err, DT_ESHAPE, "click arrays: %d dense features and %d fields, expected 0 to %d and 1 to %d",
+                         num_dense, num_fields, DT_CTR_MAX_FIELDS, DT_CTR_MAX_FIELDS);
+    if (!labels || !ids || (num_dense && !dense))
+        return dt_errorf(err, DT_EINVAL, "click arrays: labels, ids%s are needed", num_dense ? " and dense" : "");
+    /* row * fields (+ 1) and row * dense must not overflow anywhere the reader indexes */
+    if (n > (INT64_MAX - 1) / num_fields || (num_dense && n > INT64_MAX / num_dense))
+        return dt_errorf(err, DT_ESHAPE, "click arrays: %lld rows of %d fields overflow", (long long)n, num_fields);
+    if (!offsets && nnz < n * num_fields)
+        return dt_errorf(err, DT_ESHAPE, "click ids: %lld, but one per field needs %lld (%lld rows x %d fields)",
+                         (long long)nnz, (long long)(n * num_fields), (long long)n, num_fields);
+    o->ex.clicks = (dt_ctr_memory){.n = n, .nnz = nnz, .num_dense = num_dense, .num_fields = num_fields,
+                                   .labels = labels, .dense = dense, .offsets = offsets, .ids = ids, .values = values};
     return DT_OK;
 }
 

@@ -28,7 +28,22 @@
 
 /* dt_ctr_batch, the batch (model/ctr_batch.h, as the embedding and dense layers consume it). */
 
-typedef enum { DT_CTR_AUTO = 0, DT_CTR_CRITEO = 1, DT_CTR_LIBFFM = 2 } dt_ctr_format;
+/* DT_CTR_MEMORY: rows from a caller's arrays (dt_ctr_memory), no text. */
+typedef enum { DT_CTR_AUTO = 0, DT_CTR_CRITEO = 1, DT_CTR_LIBFFM = 2, DT_CTR_MEMORY = 3 } dt_ctr_format;
+
+/* A click log as arrays in a caller's memory (a binding's, docs/python.md), not copied: row i is the
+ * file's line i + 1 for the split rule, shards and messages. labels [n] 0 or 1; dense [n * num_dense];
+ * ids [nnz] with offsets [n * num_fields + 1] in the batch's CSR form (dt_ctr_batch), or offsets
+ * NULL: ids [n * num_fields], one id per field; values [nnz] (NULL: every value 1). A row that breaks
+ * these (a label not 0/1, a value not finite, offsets decreasing or past nnz) is a bad line. */
+typedef struct {
+    int64_t n, nnz;
+    int num_dense, num_fields;
+    const float *labels, *dense;
+    const int64_t *offsets;
+    const uint64_t *ids;
+    const float *values;
+} dt_ctr_memory;
 typedef enum { DT_CTR_TRAIN = 0, DT_CTR_VALIDATION = 1, DT_CTR_TEST = 2, DT_CTR_ALL = 3 } dt_ctr_split;
 
 /* ---- line parsing: a batch builder ------------------------------------------------------------ */
@@ -40,6 +55,12 @@ typedef struct dt_ctr_builder dt_ctr_builder;
 /* format: DT_CTR_CRITEO or DT_CTR_LIBFFM; fields: libffm's number of fields (1..DT_CTR_MAX_FIELDS;
  * ignored for Criteo); capacity: rows (>= 1; capacity x fields at most DT_CTR_MAX_OFFSETS). */
 int dt_ctr_builder_create(dt_ctr_builder **out, dt_ctr_format format, int fields, int capacity, dt_error *err);
+/* A builder of rows from m (dt_ctr_builder_add_row), m's dense and field counts. */
+int dt_ctr_builder_create_memory(dt_ctr_builder **out, const dt_ctr_memory *m, int capacity, dt_error *err);
+/* Row `row` (< m->n) of m as one more row, its line number row + 1; DT_EFORMAT with why as
+ * dt_ctr_builder_add for a row that breaks dt_ctr_memory's rules. */
+int dt_ctr_builder_add_row(dt_ctr_builder *b, const dt_ctr_memory *m, int64_t row, char *why, size_t why_cap,
+                           dt_error *err);
 void dt_ctr_builder_free(dt_ctr_builder *b);
 /* Parses line[0..len) (no '\n'; a trailing '\r' is ignored; it may hold any bytes) as one more row.
  * Returns 0, DT_EFORMAT for a bad line (the batch unchanged; why[0..why_cap) says what is wrong, one
@@ -79,6 +100,8 @@ typedef struct {
     int shard_index, shard_count;
     dt_bad_image_policy bad_lines; /* skip (count) or fail, as --bad_images */
     size_t buffer_bytes;        /* the text buffer: also the longest line (0: 1 MiB; >= 4 KiB) */
+    const dt_ctr_memory *memory; /* non-NULL: rows from these arrays, path only names them (format,
+                                    fields and buffer ignored); must outlive the reader */
 } dt_ctr_options;
 
 /* Defaults: auto format, 0.1/0.1 split, train split, batch 1024, training order, one shard, skip. */

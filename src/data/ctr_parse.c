@@ -107,6 +107,8 @@ dt_ctr_split dt_ctr_line_split(int64_t line_no, double validation_fraction, doub
 
 /* ---- the builder ------------------------------------------------------------------------------ */
 
+static int create(dt_ctr_builder **out, dt_ctr_format format, int num_dense, int fields, int capacity, dt_error *err);
+
 int dt_ctr_builder_create(dt_ctr_builder **out, dt_ctr_format format, int fields, int capacity, dt_error *err) {
     *out = NULL;
     if (format != DT_CTR_CRITEO && format != DT_CTR_LIBFFM)
@@ -114,14 +116,26 @@ int dt_ctr_builder_create(dt_ctr_builder **out, dt_ctr_format format, int fields
     if (format == DT_CTR_CRITEO) fields = DT_CRITEO_FIELDS;
     if (fields < 1 || fields > DT_CTR_MAX_FIELDS)
         return dt_errorf(err, DT_EINVAL, "libffm: %d fields, expected 1 to %d", fields, DT_CTR_MAX_FIELDS);
+    return create(out, format, format == DT_CTR_CRITEO ? DT_CRITEO_DENSE : 0, fields, capacity, err);
+}
+
+int dt_ctr_builder_create_memory(dt_ctr_builder **out, const dt_ctr_memory *m, int capacity, dt_error *err) {
+    *out = NULL;
+    if (m->num_fields < 1 || m->num_fields > DT_CTR_MAX_FIELDS || m->num_dense < 0 || m->num_dense > DT_CTR_MAX_FIELDS)
+        return dt_errorf(err, DT_EINVAL, "click arrays: %d dense features and %d fields, expected 0 to %d and 1 to %d",
+                         m->num_dense, m->num_fields, DT_CTR_MAX_FIELDS, DT_CTR_MAX_FIELDS);
+    return create(out, DT_CTR_MEMORY, m->num_dense, m->num_fields, capacity, err);
+}
+
+static int create(dt_ctr_builder **out, dt_ctr_format format, int num_dense, int fields, int capacity, dt_error *err) {
     if (capacity < 1 || (int64_t)capacity * fields > DT_CTR_MAX_OFFSETS)
         return dt_errorf(err, DT_EINVAL, "click-log batch: %d rows of %d fields, expected 1 to %lld rows x fields",
                          capacity, fields, (long long)DT_CTR_MAX_OFFSETS);
     dt_ctr_builder *b = dt_calloc(1, sizeof *b, "click-log batch", err);
     if (!b) return DT_ENOMEM;
     b->format = format, b->fields = fields, b->cap = capacity;
-    b->num_dense = format == DT_CTR_CRITEO ? DT_CRITEO_DENSE : 0;
-    b->nnz_cap = format == DT_CTR_CRITEO ? (size_t)capacity * DT_CRITEO_FIELDS : (size_t)capacity * 4;
+    b->num_dense = num_dense;
+    b->nnz_cap = format == DT_CTR_LIBFFM ? (size_t)capacity * 4 : (size_t)capacity * (size_t)fields;
     int ok = (b->labels = dt_malloc((size_t)capacity * sizeof *b->labels, "click-log labels", err)) &&
              (b->dense = dt_malloc(((size_t)capacity * b->num_dense + 1) * sizeof *b->dense, "dense features", err)) &&
              (b->offsets = dt_malloc(((size_t)capacity * fields + 1) * sizeof *b->offsets, "id offsets", err)) &&
@@ -415,5 +429,41 @@ int dt_ctr_builder_add(dt_ctr_builder *b, const char *line, size_t len, int64_t 
     if (rc == DT_ENOMEM) return dt_errorf(err, DT_ENOMEM, "out of memory parsing line %lld", (long long)line_no);
     if (rc) return rc;
     b->lines[b->n++] = line_no;
+    return 0;
+}
+
+int dt_ctr_builder_add_row(dt_ctr_builder *b, const dt_ctr_memory *m, int64_t row, char *why, size_t why_cap,
+                           dt_error *err) {
+    if (why && why_cap) why[0] = '\0';
+    if (b->n >= b->cap) return dt_errorf(err, DT_EINVAL, "click-log batch: full at %d rows", b->cap);
+    if (b->format != DT_CTR_MEMORY || m->num_dense != b->num_dense || m->num_fields != b->fields || row < 0 || row >= m->n)
+        return dt_errorf(err, DT_EINVAL, "click arrays: row %lld of %lld, or arrays of another shape than the batch's",
+                         (long long)row, (long long)m->n);
+    float label = m->labels[row];
+    if (label != 0.0f && label != 1.0f) return bad(why, why_cap, "label %g is not 0 or 1", (double)label);
+    int F = b->fields, D = b->num_dense;
+    const float *dense = m->dense + (size_t)row * (size_t)D;
+    for (int j = 0; j < D; j++)
+        if (!isfinite(dense[j])) return bad(why, why_cap, "dense feature %d is %g", j, (double)dense[j]);
+    const int64_t *o = m->offsets ? m->offsets + (size_t)row * (size_t)F : NULL;
+    int64_t lo = o ? o[0] : row * F, hi = o ? o[F] : lo + F;
+    for (int f = 0; o && f < F; f++)
+        if (o[f] < 0 || o[f] > o[f + 1] || o[f + 1] > m->nnz)
+            return bad(why, why_cap, "field %d's offsets %lld..%lld are not a range of the %lld ids", f, (long long)o[f],
+                       (long long)o[f + 1], (long long)m->nnz);
+    if (reserve_ids(b, b->nnz + (size_t)(hi - lo))) return dt_errorf(err, DT_ENOMEM, "out of memory for row %lld's ids", (long long)row);
+    for (int64_t k = lo; m->values && k < hi; k++)
+        if (!isfinite(m->values[k])) return bad(why, why_cap, "value %lld is %g", (long long)k, (double)m->values[k]);
+    int64_t *off = b->offsets + (size_t)b->n * (size_t)F;
+    size_t nnz = b->nnz;
+    for (int f = 0; f < F; f++) off[f] = (int64_t)nnz + ((o ? o[f] : lo + f) - lo);
+    memcpy(b->ids + nnz, m->ids + lo, (size_t)(hi - lo) * sizeof *b->ids);
+    for (int64_t k = lo; k < hi; k++) b->values[nnz + (size_t)(k - lo)] = m->values ? m->values[k] : 1.0f;
+    if (D) memcpy(b->dense + (size_t)b->n * (size_t)D, dense, (size_t)D * sizeof *dense);
+    b->nnz = nnz + (size_t)(hi - lo);
+    b->labels[b->n] = label;
+    b->lines[b->n] = row + 1;
+    b->n++;
+    b->offsets[(size_t)b->n * (size_t)F] = (int64_t)b->nnz;
     return 0;
 }

@@ -115,6 +115,7 @@ static int read_text(dt_ctr_reader *r, char *dst, size_t cap, size_t *got, dt_er
 
 /* Back to the first byte of the file, for another pass. */
 static int rewind_source(dt_ctr_reader *r, dt_error *err) {
+    if (r->opt.memory) return r->line_no = 0, r->pos = 0, 0;
     if (lseek(r->fd, 0, SEEK_SET) != 0) return dt_errorf(err, DT_EIO, "%s: cannot seek: %s", r->path, strerror(errno));
     if (r->gz) {
         if (inflateReset(&r->zs) != Z_OK) return dt_errorf(err, DT_EFORMAT, "%s: corrupt gzip data", r->path);
@@ -152,6 +153,10 @@ static int discard_to_newline(dt_ctr_reader *r, dt_error *err) {
 /* The next line (without its '\n') in *line, *len; returns 1, or 0 at the end of the file. A line
  * longer than the buffer comes back once with *too_long set, and its bytes are skipped. */
 static int next_line(dt_ctr_reader *r, const char **line, size_t *len, int *too_long, dt_error *err) {
+    if (r->opt.memory) { /* a row: its number is line_no's next value, nothing to read */
+        *line = NULL, *len = 0, *too_long = 0;
+        return r->line_no < r->opt.memory->n;
+    }
     int rc = discard_to_newline(r, err);
     if (rc) return rc;
     *too_long = 0;
@@ -180,7 +185,7 @@ static int next_line(dt_ctr_reader *r, const char **line, size_t *len, int *too_
     }
 }
 
-static int blank(const char *s, size_t len) { return len == 0 || (len == 1 && s[0] == '\r'); }
+static int blank(const char *s, size_t len) { return s && (len == 0 || (len == 1 && s[0] == '\r')); }
 
 /* ---- opening ---------------------------------------------------------------------------------- */
 
@@ -207,6 +212,9 @@ static int check_options(const dt_ctr_options *o, const char *path, dt_error *er
     else if (o->buffer_bytes && (o->buffer_bytes < 4096 || o->buffer_bytes > ((size_t)1 << 30)))
         why = "buffer must be 4 KiB to 1 GiB";
     else if (o->fields < 0 || o->fields > DT_CTR_MAX_FIELDS) why = "libffm fields must be 1 to 1024 (0: 39)";
+    else if (o->memory && (o->memory->n < 0 || o->memory->nnz < 0 || (o->memory->n && (!o->memory->labels || !o->memory->ids ||
+                                                                          (o->memory->num_dense && !o->memory->dense)))))
+        why = "arrays missing or of a negative size";
     return why ? dt_errorf(err, DT_EINVAL, "%s: %s", path, why) : 0;
 }
 
@@ -250,14 +258,19 @@ int dt_ctr_open(dt_ctr_reader **out, const char *path, const dt_ctr_options *o, 
     r->fd = -1;
     r->opt = *o;
     r->count_epoch = -1;
-    r->cap = o->buffer_bytes ? o->buffer_bytes : DEFAULT_BUFFER;
+    r->cap = o->memory ? 1 : o->buffer_bytes ? o->buffer_bytes : DEFAULT_BUFFER;
     if (!r->opt.fields) r->opt.fields = DT_LIBFFM_DEFAULT_FIELDS;
     if (!(r->path = strdup(path)) || !(r->buf = dt_malloc(r->cap, "click-log text buffer", err))) {
         rc = r->path ? DT_ENOMEM : dt_errorf(err, DT_ENOMEM, "out of memory opening %s", path);
     }
-    if (!rc) rc = open_source(r, err);
-    if (!rc && r->opt.format == DT_CTR_AUTO) rc = detect_format(r, err);
-    if (!rc) rc = dt_ctr_builder_create(&r->b, r->opt.format, r->opt.fields, o->batch_size, err);
+    if (o->memory) {
+        r->opt.format = DT_CTR_MEMORY, r->opt.fields = o->memory->num_fields;
+        if (!rc) rc = dt_ctr_builder_create_memory(&r->b, o->memory, o->batch_size, err);
+    } else {
+        if (!rc) rc = open_source(r, err);
+        if (!rc && r->opt.format == DT_CTR_AUTO) rc = detect_format(r, err);
+        if (!rc) rc = dt_ctr_builder_create(&r->b, r->opt.format, r->opt.fields, o->batch_size, err);
+    }
     if (rc) {
         dt_ctr_close(r);
         return rc;
@@ -293,6 +306,8 @@ static int take(dt_ctr_reader *r, const char *line, size_t len, int too_long, dt
     if (too_long) {
         snprintf(why, sizeof why, "line longer than the %zu-byte buffer", r->cap);
         rc = DT_EFORMAT;
+    } else if (r->opt.memory) {
+        rc = dt_ctr_builder_add_row(r->b, r->opt.memory, r->line_no - 1, why, sizeof why, err);
     } else {
         rc = dt_ctr_builder_add(r->b, line, len, r->line_no, why, sizeof why, err);
     }

@@ -394,7 +394,7 @@ int dt_train_ex(const dt_train_options *o, const dt_train_debug *dbg, const dt_t
     int rc = check_up_front(o, dbg, &strategy, err);
     if (rc) return rc;
 
-    run_state r = {.dbg = dbg, .ex = ex && ex->train.n ? ex : NULL};
+    run_state r = {.dbg = dbg, .ex = ex && (ex->train.n || ex->clicks.n) ? ex : NULL};
     dt_cluster_single(&r.cluster);
     if ((rc = resolve_cluster(&r.cluster, o, log, err))) goto out;
     if (r.cluster.distributed && r.cluster.n_ps < 1) {
@@ -551,6 +551,16 @@ static int reload(void *user, const float **params, const float **state, int64_t
 
 static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err);
 
+/* Where a click-log model's lines come from: a binding's arrays (co->memory, named "click arrays"),
+ * else the data path. */
+static const char *ctr_source(const run_state *r, const dt_train_options *o, dt_ctr_options *co) {
+    if (r->ex && r->ex->clicks.n) {
+        co->memory = &r->ex->clicks;
+        return "click arrays";
+    }
+    return o->data_path;
+}
+
 /* A click-log model's data: the training lines of a click log (docs/ctr-data.md), counted once for
  * the steps of an epoch; validation and test read the same file (dt_evaluate_ctr). */
 static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err) {
@@ -558,7 +568,7 @@ static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err)
     const dt_model_spec *spec = dt_net_spec(r->net);
     run_plan *p = &r->plan;
     struct stat st;
-    if (stat(o->data_path, &st) == 0 && S_ISDIR(st.st_mode))
+    if (!(r->ex && r->ex->clicks.n) && stat(o->data_path, &st) == 0 && S_ISDIR(st.st_mode))
         return dt_errorf(err, DT_EINVAL, "data_path %s is a folder (image data?), but %s is a click-log model (input "
                          "dense=%d fields=%d): give it a click log, Criteo TSV or libffm, plain or gzip "
                          "(docs/ctr-data.md)", o->data_path, o->model_path, spec->num_dense, spec->num_fields);
@@ -573,19 +583,23 @@ static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err)
     co.shard_index = p->shard, co.shard_count = p->n_workers;
     co.bad_lines = o->fail_on_bad_images ? DT_BAD_IMAGES_FAIL : DT_BAD_IMAGES_SKIP;
     if (o->validation_fraction >= 0) co.validation_fraction = o->validation_fraction;
+    const char *name = ctr_source(r, o, &co);
+    if (co.memory && (co.memory->num_dense != spec->num_dense || co.memory->num_fields != spec->num_fields))
+        return dt_errorf(err, DT_ESHAPE, "click arrays: %d dense features and %d fields, but %s takes dense=%d fields=%d",
+                         co.memory->num_dense, co.memory->num_fields, o->model_path, spec->num_dense, spec->num_fields);
     double t = dt_seconds();
-    int rc = dt_ctr_open(&r->ctr, o->data_path, &co, err);
+    int rc = dt_ctr_open(&r->ctr, name, &co, err);
     if (!rc) rc = dt_ctr_count(r->ctr, &r->ctr_lines, err);
     /* a worker whose tables live on the ps tasks pulls the next batch's rows under this one's compute */
     if (!rc && o->sparse_prefetch && r->cluster.distributed && dt_net_compact_tables(r->net))
         rc = dt_ctr_ahead_create(&r->ahead, err);
     if (rc) return rc;
-    fprintf(r->log, "%s: %llu training lines (counted in %.1f s)\n", o->data_path, (unsigned long long)r->ctr_lines,
+    fprintf(r->log, "%s: %llu training lines (counted in %.1f s)\n", name, (unsigned long long)r->ctr_lines,
             dt_seconds() - t);
     p->per_epoch = (int64_t)(r->ctr_lines / ((uint64_t)o->batch_size * (uint64_t)p->n_workers));
     if (p->per_epoch < 1)
         return dt_errorf(err, DT_EINVAL, "%s: %llu training lines, fewer than one batch of %d for each of %d workers",
-                         o->data_path, (unsigned long long)r->ctr_lines, o->batch_size, p->n_workers);
+                         name, (unsigned long long)r->ctr_lines, o->batch_size, p->n_workers);
     return plan_steps(r, o, err);
 }
 
@@ -617,9 +631,11 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     const dt_cluster *c = &r->cluster;
     run_plan *p = &r->plan;
     const dt_model_spec *spec = dt_net_spec(r->net);
-    if (r->ex && dt_net_is_ctr(r->net))
-        return dt_errorf(err, DT_EINVAL, "%s is a click-log model: arrays train image models only (a click log "
-                         "needs a data path)", o->model_path);
+    if (r->ex && dt_net_is_ctr(r->net) != (r->ex->clicks.n > 0))
+        return dt_errorf(err, DT_EINVAL, r->ex->clicks.n ? "%s is an image model: click arrays (ids, dense features) "
+                         "train a click-log model (input dense=N fields=M)" : "%s is a click-log model: its arrays are "
+                         "click arrays (ids per field, dense features, 0/1 labels), not images", o->model_path);
+    if (r->ex && r->ex->clicks.n) return open_ctr_data(r, o, err);
     const char *data_name = r->ex ? "arrays" : o->data_path;
     int rc;
     if (r->ex) {
@@ -935,7 +951,7 @@ static int log_interval(run_state *r, const dt_train_options *o, int evaluates, 
         dt_ctr_options co;
         dt_ctr_eval_options(&co, r->net, DT_CTR_VALIDATION, o->fail_on_bad_images);
         if (o->validation_fraction >= 0) co.validation_fraction = o->validation_fraction;
-        int rc = dt_evaluate_ctr(r->net, o->data_path, &co, &cval, err);
+        int rc = dt_evaluate_ctr(r->net, ctr_source(r, o, &co), &co, &cval, err);
         if (rc) return rc;
         val = (dt_eval_result){.examples = cval.examples, .loss = cval.loss, .accuracy = cval.accuracy};
         res->validation_accuracy = val.accuracy;
@@ -1109,7 +1125,7 @@ static int report_ctr(run_state *r, const dt_train_options *o, int evaluates, in
         dt_ctr_eval_options(&co, r->net, DT_CTR_TEST, o->fail_on_bad_images);
         if (o->validation_fraction >= 0) co.validation_fraction = o->validation_fraction;
         dt_ctr_eval_result t;
-        if ((rc = dt_evaluate_ctr(r->net, o->data_path, &co, &t, err))) return rc;
+        if ((rc = dt_evaluate_ctr(r->net, ctr_source(r, o, &co), &co, &t, err))) return rc;
         res->test_accuracy = t.accuracy, res->test_loss = t.loss, res->test_examples = t.examples;
         res->test_auc = t.auc, res->test_logloss = t.logloss;
         if (r->dbg->dump_params && *r->dbg->dump_params &&

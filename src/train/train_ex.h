@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "compute/optim.h"
+#include "data/ctr.h"
 #include "dtrain.h"
 #include "train/train_debug.h"
 
@@ -29,6 +30,9 @@ typedef struct {
     /* train.n > 0: the training data instead of data_path, test (n > 0) its validation and test
      * split (n 0: none, nothing is validated or tested). An image model only. */
     dt_train_array train, test;
+    /* clicks.n > 0: a click-log model's data instead of data_path, split into training, validation
+     * and test rows by the click-log rule (row i as line i + 1, --validation_fraction). */
+    dt_ctr_memory clicks;
     dt_train_step_fn on_step;     /* NULL: none */
     void *user;
     int64_t every;                /* on_step every this many global steps (<= 0: 1) */

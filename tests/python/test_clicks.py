@@ -1,0 +1,153 @@
+"""Click-log models from Python (docs/python.md, "Click logs"): ids per field with offsets, dense
+features and 0/1 labels as numpy arrays train as `dtrain train` trains the same rows as a click log."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import dtrain
+from conftest import cli_env, python_cmd
+
+QUIET = dict(threads=1, logdir="", summary_dir="")
+
+
+def _libffm(n, fields, seed):
+    """n rows of 0..2 ids per field (multi-valued and missing fields), weights, 0/1 labels: as
+    arrays, and as the libffm lines that hold the same (ids in field order, as the reader groups them)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 3, size=n * fields)
+    offsets = np.zeros(n * fields + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    ids = rng.integers(0, 1000, size=offsets[-1]).astype(np.uint64)
+    values = rng.random(offsets[-1]).astype(np.float32)
+    labels = rng.integers(0, 2, size=n).astype(np.int8)
+    lines = []
+    for i in range(n):
+        toks = ["%d:%d:%.9g" % (f, ids[k], values[k]) for f in range(fields)
+                for k in range(offsets[i * fields + f], offsets[i * fields + f + 1])]
+        lines.append(" ".join([str(labels[i])] + toks))
+    return labels, ids, offsets, values, "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def ffm_model(tmp_path):
+    p = tmp_path / "ffm.model"
+    p.write_text("model ffmlr\ninput dense=0 fields=4\nembedding name=weights dim=1 buckets=64 combiner=sum "
+                 "weight_init=constant(0)\nreduce_sum name=ids\n")
+    return str(p)
+
+
+def test_clicks_equal_cli_bit_for_bit(ffm_model, bin_path, tmp_path):
+    """Multi-valued fields with offsets and weights: the same parameters as `dtrain train` on the
+    libffm lines holding those rows, the same test rows (the split rule by row = line), the same AUC."""
+    labels, ids, offsets, values, text = _libffm(600, 4, 5)
+    (tmp_path / "c.ffm").write_text(text)
+    flags = dict(batch_size=16, train_steps=20, seed=3, learning_rate=0.05, **QUIET)
+    cli = tmp_path / "cli.bin"
+    args = [bin_path, "train", "--model", ffm_model, "--data", str(tmp_path / "c.ffm"), "--debug_dump_params", str(cli)]
+    args += ["--%s=%s" % (k, v) for k, v in flags.items()]
+    out = subprocess.run(args, check=True, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=cli_env())
+    py = tmp_path / "py.bin"
+    clicks = dtrain.Clicks(labels, ids, offsets=offsets, values=values, fields=4)
+    res = dtrain.train(ffm_model, clicks=clicks, debug_dump_params=str(py), **flags)
+    a, b = np.fromfile(cli, np.float32), np.fromfile(py, np.float32)
+    assert a.size == 64 * 4 and np.abs(a).max() > 0 and a.tobytes() == b.tobytes()
+    assert res["steps"] == 20 and 0 < res["test_examples"] < 600
+    assert "test auc %.4f" % res["test_auc"] in out.stdout
+
+
+def test_clicks_dense_one_id_per_field(src, tmp_path):
+    """ids [n, fields] without offsets and float32 dense features train a Criteo-shaped model (13
+    dense, 26 fields); memmapped arrays train bit for bit as the arrays in memory."""
+    model = tmp_path / "lr.model"
+    model.write_text(open(os.path.join(src, "models", "lr.model")).read().replace("buckets=1048576", "buckets=256"))
+    rng = np.random.default_rng(2)
+    n = 512
+    dense = np.log1p(rng.integers(0, 50, size=(n, 13))).astype(np.float32)
+    ids = rng.integers(0, 2 ** 32, size=(n, 26), dtype=np.uint64)
+    labels = (dense[:, 0] + rng.normal(0, 0.5, n) > 2).astype(np.int64)  # learnable from dense
+    flags = dict(batch_size=32, train_steps=40, seed=1, learning_rate=0.05, **QUIET)
+    py = [tmp_path / "mem.bin", tmp_path / "map.bin"]
+    res = dtrain.train(str(model), clicks=dtrain.Clicks(labels, ids, dense=dense), debug_dump_params=str(py[0]), **flags)
+    assert res["test_auc"] > 0.75, res
+    maps = []
+    for name, a in (("d", dense), ("i", ids)):
+        m = np.memmap(tmp_path / name, dtype=a.dtype, mode="w+", shape=a.shape)
+        m[:] = a
+        m.flush()
+        maps.append(np.memmap(tmp_path / name, dtype=a.dtype, mode="r", shape=a.shape))
+    dtrain.train(str(model), clicks=dtrain.Clicks(labels, maps[1], dense=maps[0]), debug_dump_params=str(py[1]), **flags)
+    assert py[0].read_bytes() == py[1].read_bytes()
+    # the model's shape is checked against the arrays' in C
+    with pytest.raises(dtrain.DtrainError, match="1 dense features and 26 fields"):
+        dtrain.train(str(model), clicks=dtrain.Clicks(labels, ids, dense=dense[:, :1].copy()), **flags)
+
+
+def test_clicks_bad_arrays():
+    """Each bad click array raises ValueError naming it, before any C call."""
+    ids = np.zeros((4, 2), np.uint64)
+    y = np.array([0, 1, 1, 0])
+    cases = [
+        (lambda: dtrain.Clicks([0, 2, 1, 0], ids), "labels\\[1\\] is 2"),
+        (lambda: dtrain.Clicks(y, ids.astype(np.float32)), "ids must be"),
+        (lambda: dtrain.Clicks(y, np.array([[0, -1]] * 4, np.int64)), "ids holds -1"),
+        (lambda: dtrain.Clicks(y, ids[:3]), "ids must have shape \\(4, fields\\)"),
+        (lambda: dtrain.Clicks(y, np.zeros((8, 2), np.uint64)[::2]), "ids must be C-contiguous"),
+        (lambda: dtrain.Clicks(y, ids.reshape(-1), offsets=np.arange(9, dtype=np.int64)), "offsets need fields="),
+        (lambda: dtrain.Clicks(y, ids.reshape(-1), offsets=np.arange(8, dtype=np.int64), fields=2), "n \\* fields \\+ 1 = 9"),
+        (lambda: dtrain.Clicks(y, ids.reshape(-1), offsets=np.array([0, 2, 1, 3, 4, 5, 6, 7, 8], np.int64), fields=2),
+         "offsets decrease at 1"),
+        (lambda: dtrain.Clicks(y, ids.reshape(-1), offsets=np.arange(0, 18, 2, dtype=np.int64), fields=2), "outside the 8 ids"),
+        (lambda: dtrain.Clicks(y, ids, dense=np.array([[np.nan]] * 4, np.float32)), "dense holds nan"),
+        (lambda: dtrain.Clicks(y, ids, dense=np.zeros((3, 1), np.float32)), "dense must have 4 rows"),
+        (lambda: dtrain.Clicks(y, ids.reshape(-1), offsets=np.arange(9, dtype=np.int64), fields=2,
+                               values=np.ones(7, np.float32)), "values must have one per id"),
+    ]
+    for make, match in cases:
+        with pytest.raises(ValueError, match=match):
+            make()
+
+
+def test_clicks_bad_rows_checked_in_c(ffm_model):
+    """The library checks every row it reads (arrays changed after Clicks checked them): a bad row is
+    a bad line, skipped and counted, or the error naming its line (row + 1) under bad_images="fail"."""
+    labels, ids, offsets, values, _ = _libffm(600, 4, 5)
+    clicks = dtrain.Clicks(labels, ids, offsets=offsets, values=values, fields=4)
+    offsets[4 * 9 + 2] = offsets[-1] + 5  # row 9's field 2 past the ids (line 10)
+    values[offsets[4 * 20]:offsets[4 * 20 + 4]] = np.inf  # row 20's values (it has some: checked below)
+    assert offsets[4 * 20 + 4] > offsets[4 * 20]
+    res = dtrain.train(ffm_model, clicks=clicks, batch_size=16, train_steps=30, **QUIET)
+    assert res["bad_images"] >= 1
+    with pytest.raises(dtrain.DtrainError, match="click arrays:(10|21): "):
+        dtrain.train(ffm_model, clicks=clicks, batch_size=16, train_steps=30, bad_images="fail", **QUIET)
+
+
+def test_example_clicks_equals_cli(src, bin_path, tmp_path):
+    """examples/clicks.py on a CSV (missing cells included) trains bit for bit as `dtrain train` on
+    the same rows as Criteo TSV lines."""
+    model = tmp_path / "lr.model"
+    model.write_text(open(os.path.join(src, "models", "lr.model")).read().replace("buckets=1048576", "buckets=512"))
+    rng = np.random.default_rng(4)
+    rows = []
+    for i in range(400):
+        ints = ["" if rng.random() < 0.1 else str(rng.integers(0, 100)) for _ in range(13)]
+        cats = ["" if rng.random() < 0.1 else "%08x" % rng.integers(0, 2 ** 32) for _ in range(26)]
+        rows.append([str(int(ints[0] != "" and int(ints[0]) > 40))] + ints + cats)
+    (tmp_path / "c.csv").write_text("label," + ",".join("I%d" % i for i in range(1, 14)) + "," +
+                                    ",".join("C%d" % i for i in range(1, 27)) + "\n" +
+                                    "".join(",".join(r) + "\n" for r in rows))
+    (tmp_path / "c.tsv").write_text("".join("\t".join(r) + "\n" for r in rows))
+    flags = ["--batch_size=16", "--train_steps=30", "--seed=2", "--learning_rate=0.05", "--threads=1", "--logdir=",
+             "--summary_dir="]
+    subprocess.run([bin_path, "train", "--model", str(model), "--data", str(tmp_path / "c.tsv"), "--debug_dump_params",
+                    str(tmp_path / "cli.bin")] + flags, check=True, stdout=subprocess.DEVNULL, timeout=120, env=cli_env())
+    out = subprocess.run(python_cmd() + [os.path.join(src, "examples", "clicks.py"), str(tmp_path / "c.csv"), str(model),
+                                         "--debug_dump_params", str(tmp_path / "py.bin")] + flags,
+                         check=True, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(src, "python")))
+    assert "test auc" in out.stdout
+    with open(os.path.join(src, "examples", "clicks.py")) as f:
+        assert len(f.read().splitlines()) <= 40
+    a = (tmp_path / "cli.bin").read_bytes()
+    assert len(a) > 0 and a == (tmp_path / "py.bin").read_bytes()
