@@ -403,7 +403,12 @@ def _run(opts, keep, callback, every):
         # Ctrl-C stops training as it stops the CLI: Python runs a signal handler only in the
         # main thread between bytecodes, never inside a C call, so C trains in a thread while
         # this one waits and turns SIGINT into dt_options_stop.
-        previous = signal.signal(signal.SIGINT, lambda *_: opts.stop())
+        interrupted = []
+
+        def on_sigint(*_):
+            interrupted.append(1)
+            opts.stop()
+        previous = signal.signal(signal.SIGINT, on_sigint)
         try:
             t = threading.Thread(target=run, name="dtrain fit")
             t.start()
@@ -411,6 +416,8 @@ def _run(opts, keep, callback, every):
                 t.join(0.1)
         finally:
             signal.signal(signal.SIGINT, previous)
+        if interrupted and outcome and isinstance(outcome[0], Stopped):  # said as the CLI says it
+            print("dtrain: Ctrl-C: %s" % outcome[0], file=sys.stderr, flush=True)
     else:
         run()
     if outcome:

@@ -18,8 +18,15 @@ class DtrainError(RuntimeError):
         self.code = code
 
 
-class Stopped(DtrainError):
-    """Training stopped early (dt_options_stop, Ctrl-C or a callback): DT_EINTR."""
+class Stopped(DtrainError, SystemExit):
+    """Training stopped early (dt_options_stop, Ctrl-C or a callback): DT_EINTR. Also a SystemExit
+    whose .code is 130: uncaught, it ends the script with `dtrain train`'s exit status on Ctrl-C
+    (Python's normal exit: atexit, buffers flushed); .dt_code is DT_EINTR."""
+
+    def __init__(self, code, message):
+        super().__init__(code, message)
+        self.dt_code = code
+        self.code = 130
 
 
 DT_EINTR = -9
