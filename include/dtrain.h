@@ -304,6 +304,15 @@ int dt_options_set_arrays(dt_options *o, int split, const void *x, int dtype, co
 int dt_options_set_clicks(dt_options *o, int64_t n, const float *labels, int num_dense, const float *dense,
                           int num_fields, const int64_t *offsets, const uint64_t *ids, const float *values, int64_t nnz,
                           dt_error *err);
+/* Training batches from a caller's source (an iterator of a binding's) instead of arrays or --data:
+ * fn(user, max, &x, &dtype, &labels, &n) gives n (1..max) examples x [n, h, w, c] (DT_FLOAT32, used
+ * in place, or DT_UINT8, scaled by 1/255) and labels [n], which must stay alive and unchanged until
+ * fn's next call or dt_options_train's return; non-zero: no more (training fails, DT_EINVAL). Needs
+ * test arrays (dt_options_set_arrays split 1: validation and test), --train_steps (a source has no
+ * epochs) and fixed sharding; each worker's source is its shard; a restored run goes on from the
+ * source where it is. fn NULL: none. */
+typedef int (*dt_batch_source)(void *user, int max, const void **x, int *dtype, const int32_t **labels, int *n);
+void dt_options_set_batches(dt_options *o, dt_batch_source fn, void *user);
 /* fn(user, global_step, batch loss, batch accuracy) every `every` steps of this process during
  * dt_options_train (on its thread); a non-zero return stops training (DT_EINTR). fn NULL: none. */
 typedef int (*dt_step_callback)(void *user, int64_t step, double loss, double accuracy);

@@ -341,35 +341,70 @@ class Model:
         return _lib.call(_lib.lib.dt_model_restore, self._h, os.fsencode(logdir)) == 1
 
     def fit(self, x=None, y=None, test=None, callback=None, every=100, **flags):
-        """`dtrain train` with this model's flags and these (data=PATH, or the arrays x, y; test=(x, y)
-        for validation and test, else the training arrays). This process's role follows the cluster
+        """`dtrain train` with this model's flags and these (data=PATH, or the arrays x, y, or x an
+        iterator of (x, y) batches with train_steps; test=(x, y) for validation and test, else the
+        training arrays). This process's role follows the cluster
         flags or TF_CONFIG: a ps serves until the chief ends training. callback(step, loss, accuracy)
         every `every` steps (return True to stop). Starts as `dtrain train` does: from --logdir's newest
         checkpoint, else from the seed. Returns a dict of the run's figures; on the chief (or alone)
         the model then holds the trained parameters."""
         opts = Options(**dict(self.flags, **flags))
-        keep = []
+        keep, errors = [], []
+        if x is not None and not isinstance(x, np.ndarray) and y is None and hasattr(x, "__iter__"):
+            keep.append(self._source(opts, iter(x), errors))
+            if test is None:
+                raise ValueError("a batch iterator needs test=(x, y) for validation and test")
+            x = None
+        elif x is not None and y is None:
+            raise ValueError("x without y: give labels, or an iterator of (x, y) batches as x")
         if x is not None:
             x, code, n = _check_images(x, "x", self.input_shape)
             y = _check_labels(y, "y", n, self.num_classes)
             keep += [x, y]
             h, w, c = self.input_shape
             _lib.call(_lib.lib.dt_options_set_arrays, opts._h, 0, _ptr(x), code, _ptr(y), n, h, w, c)
-            if test is not None:
-                tx, tcode, tn = _check_images(test[0], "test x", self.input_shape)
-                ty = _check_labels(test[1], "test y", tn, self.num_classes)
-                keep += [tx, ty]
-                _lib.call(_lib.lib.dt_options_set_arrays, opts._h, 1, _ptr(tx), tcode, _ptr(ty), tn, h, w, c)
+        if test is not None:
+            tx, tcode, tn = _check_images(test[0], "test x", self.input_shape)
+            ty = _check_labels(test[1], "test y", tn, self.num_classes)
+            keep += [tx, ty]
+            h, w, c = self.input_shape
+            _lib.call(_lib.lib.dt_options_set_arrays, opts._h, 1, _ptr(tx), tcode, _ptr(ty), tn, h, w, c)
         params = np.full(self.param_count, np.nan, np.float32)
         _lib.lib.dt_options_set_params_out(opts._h, _ptr(params), params.size)
         self._running = opts
         try:
-            res = _run(opts, keep, callback, every)
+            res = _run(opts, keep, callback, every, errors)
         finally:
             self._running = None
         if not np.isnan(params[0]):  # the chief or a single process: the trained model
             self.set_params(params)
         return res
+
+    def _source(self, opts, it, errors):
+        """The C batch source over a Python iterator of (x, y) batches: each batch checked as
+        train_step checks one, float32 handed over in place (uint8 scaled by C), held until the next."""
+        held, count = [], [0]
+
+        def source(_user, most, px, pcode, plabels, pn):
+            try:
+                try:
+                    bx, by = next(it)
+                except StopIteration:
+                    raise ValueError("the batch iterator ended after %d batches, before train_steps" % count[0]) from None
+                bx, code, n = _check_images(bx, "batch x", self.input_shape)
+                if n > most:
+                    raise ValueError("batch x holds %d examples, more than batch_size %d" % (n, most))
+                by = _check_labels(by, "batch y", n, self.num_classes)
+                held[:] = [bx, by]  # alive until the next call: C reads them in the step
+                px[0], pcode[0], plabels[0], pn[0] = bx.ctypes.data, code, by.ctypes.data, n
+                count[0] += 1
+                return 0
+            except BaseException as e:  # raised again by fit: it cannot cross C
+                errors.append(e)
+                return 1
+        cb = _lib.BATCH_SOURCE(source)
+        _lib.lib.dt_options_set_batches(opts._h, cb, None)
+        return cb
 
     def stop(self):
         """Stops a fit running in another thread."""
@@ -378,9 +413,10 @@ class Model:
             opts.stop()
 
 
-def _run(opts, keep, callback, every):
-    """dt_options_train on opts with the step callback; keep: what C points to meanwhile."""
-    errors = []
+def _run(opts, keep, callback, every, errors=None):
+    """dt_options_train on opts with the step callback; keep: what C points to meanwhile; errors:
+    exceptions a batch source met (raised instead of the C error they caused)."""
+    errors = [] if errors is None else errors
     if callback is not None:
         def trampoline(_user, step, loss, acc):
             try:
@@ -421,7 +457,7 @@ def _run(opts, keep, callback, every):
     else:
         run()
     if outcome:
-        if errors and isinstance(outcome[0], Stopped):  # the callback raised: its exception
+        if errors:  # the callback or the batch source raised: its exception
             raise errors[0]
         raise outcome[0]
     return {f: getattr(result, f) for f, _ in result._fields_}

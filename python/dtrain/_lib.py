@@ -89,6 +89,8 @@ I, I64, SZ, F, D = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t, ctypes.c_float
 S = ctypes.c_char_p
 E = ctypes.POINTER(Error)
 STEP_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, P, ctypes.c_int64, ctypes.c_double, ctypes.c_double)
+BATCH_SOURCE = ctypes.CFUNCTYPE(ctypes.c_int, P, ctypes.c_int, ctypes.POINTER(P), ctypes.POINTER(I),
+                                ctypes.POINTER(P), ctypes.POINTER(I))
 
 _SIGNATURES = {
     "dt_version": (S, []),
@@ -98,6 +100,7 @@ _SIGNATURES = {
     "dt_options_get": (I, [P, S, ctypes.c_char_p, SZ, E]),
     "dt_options_set_arrays": (I, [P, I, P, I, P, I64, I, I, I, E]),
     "dt_options_set_clicks": (I, [P, I64, P, I, P, I, P, P, P, I64, E]),
+    "dt_options_set_batches": (None, [P, BATCH_SOURCE, P]),
     "dt_options_set_callback": (None, [P, STEP_CALLBACK, P, I64]),
     "dt_options_set_params_out": (None, [P, P, SZ]),
     "dt_options_stop": (None, [P]),

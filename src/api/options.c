@@ -100,6 +100,12 @@ int dt_options_set_clicks(dt_options *o, int64_t n, const float *labels, int num
     return DT_OK;
 }
 
+void dt_options_set_batches(dt_options *o, dt_batch_source fn, void *user) {
+    if (!o) return;
+    /* DT_UINT8 is 1, as the source's x_u8 flag reads it */
+    o->ex.next_batch = (dt_train_batch_fn)fn, o->ex.batch_user = user;
+}
+
 void dt_options_set_callback(dt_options *o, dt_step_callback fn, void *user, int64_t every) {
     if (!o) return;
     o->ex.on_step = fn, o->ex.user = user, o->ex.every = every;

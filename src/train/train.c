@@ -214,6 +214,7 @@ typedef struct {
     dt_net *net;
     dt_data_splits data;
     dt_loader *loader;
+    float *it_x;                  /* a batch source's uint8 batch scaled (ex->next_batch) */
     dt_ctr_reader *ctr;           /* a click-log model's training lines (the loader's place) */
     dt_ctr_ahead *ahead;          /* ... read a batch ahead for the sparse prefetch (NULL: off) */
     uint64_t ctr_lines;           /* ... and how many there are (every shard's) */
@@ -253,6 +254,7 @@ static void run_free(run_state *r) {
     dt_status_free(r->status); /* nothing updates them any more */
     dt_metrics_free(r->metrics);
     dt_loader_free(r->loader);
+    free(r->it_x);
     dt_ctr_ahead_free(r->ahead);
     dt_ctr_close(r->ctr);
     dt_data_splits_free(&r->data);
@@ -394,7 +396,7 @@ int dt_train_ex(const dt_train_options *o, const dt_train_debug *dbg, const dt_t
     int rc = check_up_front(o, dbg, &strategy, err);
     if (rc) return rc;
 
-    run_state r = {.dbg = dbg, .ex = ex && (ex->train.n || ex->clicks.n) ? ex : NULL};
+    run_state r = {.dbg = dbg, .ex = ex && (ex->train.n || ex->clicks.n || ex->next_batch) ? ex : NULL};
     dt_cluster_single(&r.cluster);
     if ((rc = resolve_cluster(&r.cluster, o, log, err))) goto out;
     if (r.cluster.distributed && r.cluster.n_ps < 1) {
@@ -606,7 +608,8 @@ static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err)
 /* A binding's arrays as the splits: train, and test as validation and test (none: the training
  * arrays again, a second data set over the same memory). */
 static int open_arrays(dt_data_splits *d, const dt_train_ex_args *ex, const dt_model_spec *spec, dt_error *err) {
-    const dt_train_array *a[2] = {&ex->train, ex->test.n ? &ex->test : &ex->train};
+    /* a batch source: the test arrays stand for the training set where one is asked about (its classes) */
+    const dt_train_array *a[2] = {ex->next_batch ? &ex->test : &ex->train, ex->test.n ? &ex->test : &ex->train};
     const char *names[2] = {"x", ex->test.n ? "test x" : "x"};
     dt_dataset *ds[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
@@ -638,6 +641,9 @@ static int open_data(run_state *r, const dt_train_options *o, dt_error *err) {
     if (r->ex && r->ex->clicks.n) return open_ctr_data(r, o, err);
     const char *data_name = r->ex ? "arrays" : o->data_path;
     int rc;
+    if (r->ex && r->ex->next_batch && (!r->ex->test.n || o->train_steps < 1 || (c->distributed && dynamic_sharding(o))))
+        return dt_errorf(err, DT_EINVAL, "a batch source needs test arrays (validation and test), train_steps (it has no "
+                         "epochs) and fixed sharding (each worker's source is its own shard)");
     if (r->ex) {
         if ((rc = open_arrays(&r->data, r->ex, spec, err))) return rc;
         goto opened;
@@ -673,6 +679,11 @@ opened:;
     if ((rc = dt_augment_parse(&lo.augment, o->augment, err))) return rc;
     if ((rc = dt_loader_create(&r->loader, r->data.train, &lo, err))) return rc;
     p->per_epoch = dt_loader_batches_per_epoch(r->loader);
+    if (r->ex && r->ex->next_batch) { /* no epochs: the log's epoch counts the run */
+        p->per_epoch = o->train_steps;
+        size_t example = (size_t)spec->in_h * (size_t)spec->in_w * (size_t)spec->in_c;
+        if (!(r->it_x = dt_alloc_floats((size_t)o->batch_size * example, "batch source buffer", err))) return DT_ENOMEM;
+    }
     if (p->per_epoch < 1)
         return dt_errorf(err, DT_EINVAL, "%s: %zu training examples, fewer than one batch of %d for each of %d workers",
                          data_name, dt_dataset_size(r->data.train), o->batch_size, p->n_workers);
@@ -880,7 +891,9 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
     /* Resuming: each worker has consumed global_step (sync) or global_step / n_workers batches of its shard (exactly so on
      * one machine, where data order and dropout then continue bit for bit). */
     *local_step = p->sync ? *global_step : *global_step / p->n_workers;
-    if (*local_step > 0) {
+    if (*local_step > 0 && r->ex && r->ex->next_batch) {
+        fprintf(r->log, "resuming at global step %lld: the batch source goes on where it is\n", (long long)*global_step);
+    } else if (*local_step > 0) {
         if ((rc = r->ctr ? dt_ctr_seek(r->ctr, *local_step, err) : dt_loader_seek(r->loader, *local_step, err)))
             return rc;
         fprintf(r->log, "resuming the data stream at batch %lld (epoch %lld, batch %lld of %lld)\n",
@@ -979,6 +992,30 @@ static int log_interval(run_state *r, const dt_train_options *o, int evaluates, 
     return DT_OK;
 }
 
+/* The next batch of a binding's source (ex->next_batch), checked: float32 used in place, uint8 scaled
+ * into r->it_x as the loader scales IDX pixels. */
+static int source_batch(run_state *r, dt_batch *b, dt_error *err) {
+    const dt_model_spec *spec = dt_net_spec(r->net);
+    int max = dt_net_max_batch(r->net), n = 0, u8 = 0, classes = dt_net_num_classes(r->net);
+    const void *x = NULL;
+    const int32_t *labels = NULL;
+    if (r->ex->next_batch(r->ex->batch_user, max, &x, &u8, &labels, &n))
+        return dt_errorf(err, DT_EINVAL, "the batch source ended or failed (its caller says why)");
+    if (n < 1 || n > max || !x || !labels)
+        return dt_errorf(err, DT_EINVAL, "the batch source gave %d examples, expected 1 to %d with labels", n, max);
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= classes)
+            return dt_errorf(err, DT_EINVAL, "the batch source's label %d is %d, out of 0..%d", i, labels[i], classes - 1);
+    size_t total = (size_t)n * (size_t)spec->in_h * (size_t)spec->in_w * (size_t)spec->in_c;
+    if (u8) {
+        const uint8_t *p = x;
+        for (size_t j = 0; j < total; j++) r->it_x[j] = (float)p[j] / 255.0f;
+        x = r->it_x;
+    }
+    *b = (dt_batch){.n = n, .x = x, .labels = labels};
+    return DT_OK;
+}
+
 /* One training batch through the net and the loss: an image batch from the loader, or a click-log
  * batch (b->n set from it). */
 static int forward_batch(run_state *r, uint64_t seed, dt_batch *b, float *loss, int *correct, dt_error *err) {
@@ -993,7 +1030,9 @@ static int forward_batch(run_state *r, uint64_t seed, dt_batch *b, float *loss, 
         if (!dt_net_forward_ctr(r->net, &cb, 1, seed, err)) return DT_EINVAL; /* err says why */
         *loss = dt_net_loss_binary(r->net, cb.labels, correct);
     } else {
-        if (!r->work && (rc = dt_loader_next(r->loader, b, err))) return rc; /* dynamic: loaded already */
+        if (r->ex && r->ex->next_batch) rc = source_batch(r, b, err);
+        else rc = r->work ? DT_OK : dt_loader_next(r->loader, b, err); /* dynamic: loaded already */
+        if (rc) return rc;
         if (!dt_net_forward(r->net, b->x, b->n, 1, seed, err)) return DT_EINVAL; /* err says why */
         *loss = dt_net_loss(r->net, b->labels, correct);
     }

@@ -26,7 +26,16 @@ typedef struct {
  * a non-zero return stops training (DT_EINTR, as a stop flag does). */
 typedef int (*dt_train_step_fn)(void *user, int64_t step, double loss, double accuracy);
 
+/* A batch source (a binding's iterator): *x [*n, h, w, c] float32 (*x_u8 0) or uint8 (1, scaled by
+ * 1/255 as IDX pixels), *labels [*n], *n in 1..max, in the caller's memory until the next call;
+ * non-zero: none (the source ended or failed). */
+typedef int (*dt_train_batch_fn)(void *user, int max, const void **x, int *x_u8, const int32_t **labels, int *n);
+
 typedef struct {
+    /* next_batch: every training batch from it (train unused; test, needed, validates and tests;
+     * --train_steps, needed, ends the run). */
+    dt_train_batch_fn next_batch;
+    void *batch_user;
     /* train.n > 0: the training data instead of data_path, test (n > 0) its validation and test
      * split (n 0: none, nothing is validated or tested). An image model only. */
     dt_train_array train, test;
