@@ -442,7 +442,7 @@ int dt_ctr_builder_add_row(dt_ctr_builder *b, const dt_ctr_memory *m, int64_t ro
     float label = m->labels[row];
     if (label != 0.0f && label != 1.0f) return bad(why, why_cap, "label %g is not 0 or 1", (double)label);
     int F = b->fields, D = b->num_dense;
-    const float *dense = m->dense + (size_t)row * (size_t)D;
+    const float *dense = D ? m->dense + (size_t)row * (size_t)D : NULL; /* none: dense may be NULL */
     for (int j = 0; j < D; j++)
         if (!isfinite(dense[j])) return bad(why, why_cap, "dense feature %d is %g", j, (double)dense[j]);
     const int64_t *o = m->offsets ? m->offsets + (size_t)row * (size_t)F : NULL;
