@@ -151,3 +151,22 @@ def test_example_clicks_equals_cli(src, bin_path, tmp_path):
         assert len(f.read().splitlines()) <= 40
     a = (tmp_path / "cli.bin").read_bytes()
     assert len(a) > 0 and a == (tmp_path / "py.bin").read_bytes()
+
+
+def test_example_clicks_on_a_cluster(src, bin_path, tmp_path):
+    """examples/clicks.py as 1 ps + 2 sync workers under `dtrain launch`: each worker trains its shard
+    of the rows (the tables on the ps), the chief tests, every task exits 0."""
+    model = tmp_path / "lr.model"
+    model.write_text(open(os.path.join(src, "models", "lr.model")).read().replace("buckets=1048576", "buckets=512"))
+    rng = np.random.default_rng(6)
+    ints = rng.integers(0, 100, size=(600, 13))
+    lines = ["%d,%s,%s" % (r[0] > 40, ",".join(map(str, r)), ",".join("%08x" % v for v in rng.integers(0, 2 ** 32, 26)))
+             for r in ints]
+    (tmp_path / "c.csv").write_text("header\n" + "\n".join(lines) + "\n")
+    out = subprocess.run([bin_path, "launch", "--ps", "1", "--workers", "2", "--issync=1", "--batch_size=16",
+                          "--train_steps=20", "--logdir=", "--summary_dir=", "--threads=1", "--learning_rate=0.05", "--"] +
+                         python_cmd() + [os.path.join(src, "examples", "clicks.py"), str(tmp_path / "c.csv"), str(model)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env=dict(cli_env(), PYTHONPATH=os.path.join(src, "python")))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "[worker0] test auc" in out.stdout and "[ps0] ps 0: training over at global step 20" in out.stdout, out.stdout[-2000:]
