@@ -8,6 +8,7 @@
 #include "compute/cpu.h"
 #include "compute/kernels.h"
 
+static uint64_t g_regions;     /* parallel regions entered (dt_cpu_regions) */
 static int g_cores;           /* the cap, and what scratch is sized for */
 static int g_default;         /* OpenMP's default thread count, capped */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -33,4 +34,14 @@ int dt_cpu_default_threads(void) {
 void dt_cpu_init(dt_cpu *cpu, int threads) {
     int cores = dt_cpu_cores(); /* also pins OpenBLAS to one thread, before any kernel runs */
     cpu->threads = threads <= 0 || threads > cores ? cores : threads;
+    cpu->par_always = 0;
 }
+
+int dt_cpu_par(const dt_cpu *cpu, double work, double min_work, int max_threads) {
+    int nt = cpu->threads < max_threads ? cpu->threads : max_threads;
+    if (nt <= 1 || omp_in_parallel() || (!cpu->par_always && work < min_work)) return 1;
+    __atomic_add_fetch(&g_regions, 1, __ATOMIC_RELAXED);
+    return nt;
+}
+
+uint64_t dt_cpu_regions(void) { return __atomic_load_n(&g_regions, __ATOMIC_RELAXED); }
