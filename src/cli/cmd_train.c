@@ -139,6 +139,8 @@ static int train_flags(train_args *a, flag_def *out) {
                  "testing: a ps stops at the N-th SPARSE_PULL a worker sends it, unanswered, as if killed there (exit "
                  "status 130); 0: off",
                  0, MAX_STEPS, 0),
+        FLAG_NUM("debug_log_data_bytes", FLAG_INT, &dbg->log_data_bytes,
+                 "testing, click logs: 1 logs the bytes of text the first step read", 0, 1, 0),
         FLAG_TEXT("placement", &o->placement, "variables over ps tasks: greedy or round_robin"),
         FLAG_TEXT("bind", &o->bind,
                   "ps: address to bind instead of its own in --ps_hosts (0.0.0.0: every IPv4 interface, [::]: every "

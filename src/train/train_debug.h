@@ -25,6 +25,9 @@ typedef struct dt_train_debug {
     /* A ps task stops, without answering it, at the n-th SPARSE_PULL a worker sends it (> 0; 0: off):
      * a test restarts it there, so the ps is lost in the middle of a sparse pull (docs/faults.md). */
     int64_t ps_stop_at_sparse_pull;
+    /* A click log: after the first step, log the bytes of text the training reader has read
+     * (dt_ctr_bytes): tests check training starts without a pass over the whole file. */
+    int log_data_bytes;
 } dt_train_debug;
 
 /* Every hook off. */
