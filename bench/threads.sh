@@ -19,20 +19,21 @@ tmp=$(mktemp -d)
 busy=
 cleanup() { [ -n "$busy" ] && kill "$busy" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-"$B/dtrain" gen-clicks --out "$tmp/clicks.tsv" --lines 200000 --vocab 100000 >/dev/null
+"$B/dtrain" gen-clicks --out "$tmp/clicks.tsv" --lines 50000 --vocab 100000 >/dev/null
 out=$tmp/rows
 : >"$out"
 one() { # build condition model threads -> a line "build condition model threads rate"
   local B=$1 cond=$2 model=$3 t=$4 rate
   case $model in
     lr|fm|deepfm)
-      local steps=300
-      [ "$model" = deepfm ] && steps=60
+      local steps=200
+      [ "$model" = fm ] && steps=100
+      [ "$model" = deepfm ] && steps=40
       rate=$("$B/dtrain" train --model "models/$model.model" --data "$tmp/clicks.tsv" --batch_size 256 \
                --train_steps $steps --threads "$t" --logdir= --summary_dir= --progress never 2>&1 |
              sed -n 's/^trained .*(\([0-9.]*\) examples\/sec).*/\1/p') ;;
     *)
-      rate=$("$B/bench_train" "models/$model.model" 64 "$t" 2 | sed -n 's/.*"images_per_sec": *\([0-9.]*\).*/\1/p') ;;
+      rate=$("$B/bench_train" "models/$model.model" 64 "$t" 1 | sed -n 's/.*"images_per_sec": *\([0-9.]*\).*/\1/p') ;;
   esac
   echo "$B $cond $model $t ${rate:-nan}" >>"$out"
 }

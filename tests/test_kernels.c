@@ -1,6 +1,9 @@
 /* Kernels against naive double-precision references written here (obvious loops), and every
  * backward against central finite differences of its own forward. */
 #include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <stdint.h>
 
 #include "compute/kernels.h"
@@ -145,6 +148,37 @@ static void test_small_loops_stay_on_one_thread(void) {
     }
     free(table), free(emb), free(demb), free(grad), free(x), free(w), free(h), free(dh), free(dx), free(dw), free(o);
     free(dout), free(offsets), free(rows), free(uniq), free(scratch);
+}
+
+/* A loop above its threshold splits only over the cores the machine's other runnable tasks leave
+ * (/proc/loadavg's R of R/T, this thread included): with every core busy a second thread only
+ * waits for one. A file stands in for /proc/loadavg. */
+static void test_busy_machine_stays_on_one_thread(void) {
+    if (dt_cpu_cores() < 2) return;
+    char path[] = "/tmp/dtrain_loadavgXXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    size_t n = (size_t)8 << 20; /* 8M floats: above PAR_MIN_STREAM */
+    float *x = dt_alloc_floats(n, "t", NULL);
+    for (size_t i = 0; i < n; i++) x[i] = (float)i - 1e6f;
+    dt_cpu two;
+    dt_cpu_init(&two, 2);
+    for (int busy = 0; busy < 2; busy++) {
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (!f) break;
+        fprintf(f, "3.10 2.90 2.50 %d/812 4242\n", busy ? dt_cpu_cores() + 1 : 1); /* busy: every core */
+        fclose(f);
+        dt_cpu_set_loadavg_path(path);
+        uint64_t before = dt_cpu_regions();
+        dt_relu_forward(&two, x, x, n);
+        CHECK(dt_cpu_regions() - before == (busy ? 0u : 1u));
+    }
+    dt_cpu_set_loadavg_path(NULL);
+    unlink(path);
+    free(x);
 }
 
 /* ---- GEMM ---------------------------------------------------------------------------------- */
@@ -958,6 +992,7 @@ int main(void) {
     RUN(test_window_valid_and_errors);
     RUN(test_threads);
     RUN(test_small_loops_stay_on_one_thread);
+    RUN(test_busy_machine_stays_on_one_thread);
     RUN(test_gemm);
     RUN(test_conv_small_geometries);
     RUN(test_conv_chunked);

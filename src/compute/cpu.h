@@ -27,7 +27,9 @@
 
 /* The threads for a loop of `work` units whose kind pays for a second thread from `min_work` on:
  * 1 below it (or inside a parallel region, or with one thread), else the context's threads, at
- * most max_threads (the loop's pieces). Counts each region it lets through (dt_cpu_regions). */
+ * most max_threads (the loop's pieces) and at most the cores the machine's other runnable tasks
+ * leave free (cpu.c: with every core busy, a second thread only waits). par_always: the context's
+ * threads whatever the work and the load. Counts each region it lets through (dt_cpu_regions). */
 int dt_cpu_par(const dt_cpu *cpu, double work, double min_work, int max_threads);
 #define DT_PAR_ANY 0x7fffffff
 

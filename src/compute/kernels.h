@@ -51,6 +51,8 @@ int dt_cpu_default_threads(void);
 /* Parallel regions the kernels have entered in this process so far (a count for tests: a step of
  * a small model enters none, cpu.h). */
 uint64_t dt_cpu_regions(void);
+/* Tests: read the machine's runnable tasks from this file instead of /proc/loadavg (NULL: back). */
+void dt_cpu_set_loadavg_path(const char *path);
 
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major (cblas_sgemm). */
 void dt_gemm(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
