@@ -87,7 +87,9 @@ static int train_flags(train_args *a, flag_def *out) {
                  (double)UINT64_MAX, 0),
         FLAG_TEXT("device", &o->device,
                   "where this process computes: cpu, cuda or cuda:N (a CUDA build; docs/gpu.md)"),
-        FLAG_NUM("threads", FLAG_INT, &o->threads, "compute threads (at most the cores there are); 0: all cores",
+        FLAG_NUM("threads", FLAG_INT, &o->threads,
+                 "compute threads (at most the cores there are; a loop uses them only when its work pays for it and "
+                 "other work leaves the cores free: docs/memory-layout.md); 0: all cores",
                  0, 1024, 0),
         FLAG_NUM("validation_fraction", FLAG_DOUBLE, &o->validation_fraction,
                  "held-out share of an image folder; -1: 0.2 (IDX uses its test file)", -1, 1, FLAG_HI_OPEN),
