@@ -964,8 +964,10 @@ static void log_start(const run_state *r, const dt_train_options *o) {
 
 /* Epochs done at a global step: dynamic sharding counts them by ps 0's grants (a global step is
  * no fixed share of an epoch while workers join and leave); else steps over steps per epoch. */
+/* NAN while a click log's lines are still being counted: its epochs are not known yet. */
 static double epochs_at(const run_state *r, int64_t global_step) {
-    return r->work ? dt_work_loop_epochs(r->work) : (double)global_step / (double)r->plan.global_per_epoch;
+    if (r->work) return dt_work_loop_epochs(r->work);
+    return r->plan.counting ? NAN : (double)global_step / (double)r->plan.global_per_epoch;
 }
 
 /* Figures of the steps since the last log line. */
@@ -1001,8 +1003,11 @@ static int log_interval(run_state *r, const dt_train_options *o, int evaluates, 
     /* The whole line first, then the summaries: a warning they print (summaries turned off)
      * must not land in the middle of it. */
     dt_progress_clear(&r->prog);
-    fprintf(r->log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f", (long long)global_step,
-            epochs_at(r, global_step), train_loss, train_acc);
+    const double epoch = epochs_at(r, global_step);
+    char ep[32] = "?"; /* still counting the click log's lines */
+    if (epoch == epoch) snprintf(ep, sizeof ep, "%.2f", epoch);
+    fprintf(r->log, "step %lld  epoch %s  loss %.4f  train_acc %.4f", (long long)global_step, ep, train_loss,
+            train_acc);
     if (evaluates && r->ctr) fprintf(r->log, "  val_auc %.4f  val_logloss %.4f", cval.auc, cval.logloss);
     else if (evaluates) fprintf(r->log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
     fprintf(r->log, "  %.0f examples/sec\n", ex_per_sec);
