@@ -1,6 +1,9 @@
 /* Kernels against naive double-precision references written here (obvious loops), and every
  * backward against central finite differences of its own forward. */
 #include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <stdint.h>
 
 #include "compute/kernels.h"
@@ -98,6 +101,84 @@ static void test_threads(void) {
     CHECK(many.threads == dt_cpu_cores()); /* capped at the cores scratch is sized for */
     CHECK(dt_cpu_default_threads() >= 1 && dt_cpu_default_threads() <= dt_cpu_cores());
     CHECK(one.threads == 1); /* the others did not change it */
+}
+
+/* A step of the shipped click-log models (models/lr, fm, deepfm at batch 1024, 2 threads) enters
+ * no parallel region: each loop is below its kind's threshold (compute/cpu.h), where a second
+ * thread cost more than it saved (16-20x slower beside other work, issue 36). The counter itself
+ * counts: the same loops with every region entered (par_always) count. */
+static void test_small_loops_stay_on_one_thread(void) {
+    enum { B = 1024, F = 26, D = 8, ROWS = 4096 };
+    dt_cpu two;
+    dt_cpu_init(&two, 2);
+    dt_rng r;
+    dt_rng_seed(&r, 5);
+    float *table = randn((size_t)ROWS * D, &r, 1), *emb = dt_alloc_floats((size_t)B * F * D, "t", NULL);
+    float *demb = randn((size_t)B * F * D, &r, 1), *grad = dt_alloc_floats((size_t)B * F * D, "t", NULL);
+    float *x = randn((size_t)B * 221, &r, 1), *w = randn(221 * 200, &r, 1), *h = dt_alloc_floats((size_t)B * 200, "t", NULL);
+    float *dh = randn((size_t)B * 200, &r, 1), *dx = dt_alloc_floats((size_t)B * 221, "t", NULL);
+    float *dw = dt_alloc_floats(221 * 200, "t", NULL), *o = dt_alloc_floats(B, "t", NULL), *dout = randn(B, &r, 1);
+    int64_t *offsets = malloc(((size_t)B * F + 1) * sizeof *offsets), *rows = malloc((size_t)B * F * sizeof *rows);
+    int64_t *uniq = malloc((size_t)B * F * sizeof *uniq);
+    uint64_t *scratch = malloc(((size_t)3 * B * F + 1) * sizeof *scratch);
+    int32_t fields[F];
+    for (int f = 0; f < F; f++) fields[f] = f;
+    for (int i = 0; i <= B * F; i++) offsets[i] = i;
+    for (int i = 0; i < B * F; i++) rows[i] = (int64_t)dt_rng_below(&r, ROWS);
+    dt_bags bags = {.offsets = offsets, .num_fields = F, .field = fields, .n_fields = F, .rows = rows, .batch = B, .dim = D};
+    for (int pass = 0; pass < 2; pass++) {
+        two.par_always = pass; /* pass 1: every region entered, to show the count counts */
+        uint64_t before = dt_cpu_regions();
+        dt_embedding_forward(&two, emb, table, &bags);
+        dt_fm_forward(&two, o, emb, B, F, D);
+        dt_reduce_sum_forward(&two, o, emb, B, F * D);
+        dt_concat_forward(&two, x, emb, B, F * D, 221, 13);
+        dt_dense_forward(&two, h, x, w, NULL, B, 221, 200);
+        dt_relu_forward(&two, h, h, (size_t)B * 200);
+        dt_relu_backward(&two, dh, dh, h, (size_t)B * 200);
+        dt_dense_backward(&two, dx, dw, NULL, dh, x, w, B, 221, 200);
+        dt_concat_backward(&two, demb, dx, B, F * D, 221, 13);
+        dt_fm_backward(&two, demb, dout, emb, B, F, D);
+        dt_reduce_sum_backward(&two, demb, dout, B, F * D);
+        dt_sigmoid_forward(&two, o, o, B);
+        dt_embedding_backward(&two, uniq, grad, demb, &bags, scratch);
+        uint64_t entered = dt_cpu_regions() - before;
+        if (pass == 0) CHECK(entered == 0);
+        else CHECK(entered >= 10);
+    }
+    free(table), free(emb), free(demb), free(grad), free(x), free(w), free(h), free(dh), free(dx), free(dw), free(o);
+    free(dout), free(offsets), free(rows), free(uniq), free(scratch);
+}
+
+/* A loop above its threshold splits only over the cores the machine's other runnable tasks leave
+ * (/proc/loadavg's R of R/T, this thread included): with every core busy a second thread only
+ * waits for one. A file stands in for /proc/loadavg. */
+static void test_busy_machine_stays_on_one_thread(void) {
+    if (dt_cpu_cores() < 2) return;
+    char path[] = "/tmp/dtrain_loadavgXXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    size_t n = (size_t)8 << 20; /* 8M floats: above PAR_MIN_STREAM */
+    float *x = dt_alloc_floats(n, "t", NULL);
+    for (size_t i = 0; i < n; i++) x[i] = (float)i - 1e6f;
+    dt_cpu two;
+    dt_cpu_init(&two, 2);
+    for (int busy = 0; busy < 2; busy++) {
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (!f) break;
+        fprintf(f, "3.10 2.90 2.50 %d/812 4242\n", busy ? dt_cpu_cores() + 1 : 1); /* busy: every core */
+        fclose(f);
+        dt_cpu_set_loadavg_path(path);
+        uint64_t before = dt_cpu_regions();
+        dt_relu_forward(&two, x, x, n);
+        CHECK(dt_cpu_regions() - before == (busy ? 0u : 1u));
+    }
+    dt_cpu_set_loadavg_path(NULL);
+    unlink(path);
+    free(x);
 }
 
 /* ---- GEMM ---------------------------------------------------------------------------------- */
@@ -304,6 +385,7 @@ static void test_conv_chunked(void) {
     };
     for (int t = 1; t <= 2; t++) {
         dt_cpu_init(&cpu, t);
+        cpu.par_always = 1; /* the split paths at these small sizes too */
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(cases[i], 0, 50 + i);
     }
     cpu = saved;
@@ -322,6 +404,7 @@ static void check_conv_threads(int N, int H, int W, int C, int OC, uint64_t seed
     for (int t = 0; t < 2; t++) {
         dt_cpu ctx;
         dt_cpu_init(&ctx, t + 1);
+        ctx.par_always = 1; /* split below the thresholds too: the bits must not depend on it */
         din[t] = dt_alloc_floats(nin, "t", NULL), dw[t] = dt_alloc_floats(nw, "t", NULL);
         db[t] = dt_alloc_floats((size_t)OC, "t", NULL), out[t] = dt_alloc_floats(nout, "t", NULL);
         dt_conv2d_forward(&ctx, out[t], in, w, b, N, &g, scratch);
@@ -353,6 +436,7 @@ static void test_thread_count_independence(void) {
     for (int t = 0; t < 2; t++) {
         dt_cpu ctx;
         dt_cpu_init(&ctx, t + 1);
+        ctx.par_always = 1;
         dx[t] = dt_alloc_floats((size_t)B * I, "t", NULL), dwd[t] = dt_alloc_floats((size_t)I * O, "t", NULL);
         y[t] = dt_alloc_floats((size_t)B * O, "t", NULL);
         dt_dense_forward(&ctx, y[t], x, wd, NULL, B, I, O);
@@ -566,6 +650,7 @@ static void test_conv_maxpool_fused(void) {
     dt_cpu saved = cpu;
     for (int t = 1; t <= 2; t++) {
         dt_cpu_init(&cpu, t);
+        cpu.par_always = 1;
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_fused(cases[i], 300 + i);
     }
     cpu = saved;
@@ -627,6 +712,7 @@ static void test_dropout(void) {
     dt_cpu_init(&cpu, 1);
     dt_dropout_forward(&cpu, y1, m1, x, n, rate, 99);
     dt_cpu_init(&cpu, 2);
+    cpu.par_always = 1;
     dt_dropout_forward(&cpu, y2, m2, x, n, rate, 99);
     cpu = saved;
     CHECK(memcmp(m1, m2, n) == 0 && memcmp(y1, y2, n * sizeof(float)) == 0);
@@ -905,6 +991,8 @@ int main(void) {
     RUN(test_window_same_padding);
     RUN(test_window_valid_and_errors);
     RUN(test_threads);
+    RUN(test_small_loops_stay_on_one_thread);
+    RUN(test_busy_machine_stays_on_one_thread);
     RUN(test_gemm);
     RUN(test_conv_small_geometries);
     RUN(test_conv_chunked);

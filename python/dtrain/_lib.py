@@ -54,6 +54,11 @@ def _candidates():
 
 
 def _load():
+    # libgomp reads its wait policy once, as it loads (with libdtrain, below): passive, as the dtrain
+    # command sets it, so its threads sleep when they wait instead of spinning against other work
+    # (docs/memory-layout.md, "Sharing cores"). A policy the user set is kept.
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
     tried = []
     for path in _candidates():
         if os.path.sep in path and not os.path.exists(path):

@@ -351,13 +351,12 @@ static int plan_cluster(launch_plan *p) {
         p->pass[p->n_pass++] = p->keys_arg;
     }
     /* Several processes share this machine's cores: unless told otherwise, each worker gets its
-     * share of them and a ps one thread, and OpenMP threads spin only briefly before sleeping
-     * (libgomp's default spin wait starves the other processes; it reads this at start). */
+     * share of them and a ps one thread (OpenMP's threads wait passively in every dtrain process
+     * unless the environment says otherwise: main.c). */
     p->threads_given = p->ta.o.threads >= 0;
     p->relay = !p->ta.progress && isatty(STDERR_FILENO);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     p->worker_threads = (int)(cores / p->n_workers) > 1 ? (int)(cores / p->n_workers) : 1;
-    setenv("GOMP_SPINCOUNT", "10000", 0);
     /* the chief reaches the others' metrics where they bind them (any address: this host's loopback) */
     p->metrics_host = p->ta.o.metrics_addr ? p->ta.o.metrics_addr : "127.0.0.1";
     if (!strcmp(p->metrics_host, "0.0.0.0")) p->metrics_host = "127.0.0.1";

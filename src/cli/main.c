@@ -1,7 +1,9 @@
 /* dtrain: command-line front end. A thin layer over libdtrain: parse flags, call, print. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "dtrain.h"
@@ -46,7 +48,22 @@ static void usage(FILE *f) {
     fprintf(f, "Run 'dtrain <command> --help' for a command's flags.\n");
 }
 
+/* libgomp reads its wait policy once, as it is loaded, before main runs: by default a thread that
+ * has done its share of a parallel region spins up to 300000 times (about 10 ms of a core,
+ * measured) waiting for the next, and on a machine whose cores are all busy those spins take the
+ * cores from the thread with the work, so 2 threads ran 16-20x slower than 1 (issue 36). Nothing
+ * set later takes effect (libgomp has no call for it; a setenv from a .preinit_array function is
+ * undone by libc's start), so unless the user chose a policy dtrain starts itself again with
+ * OMP_WAIT_POLICY=passive: a waiting thread sleeps at once. And OPENBLAS_NUM_THREADS=1: OpenBLAS
+ * runs single-threaded here anyway (compute/cpu.c), and would otherwise start a pool at load. */
+static void passive_wait(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) || setenv("OPENBLAS_NUM_THREADS", "1", 0)) return;
+    execv("/proc/self/exe", argv); /* returns only if it failed (no /proc): libgomp's default then */
+}
+
 int main(int argc, char **argv) {
+    passive_wait(argv);
     /* Logs go to files and pipes (launchers, log collectors) as much as to terminals: each line
      * as it is written, not when a 4 KiB buffer fills or the process exits. stderr is unbuffered. */
     setvbuf(stdout, NULL, _IOLBF, 0);

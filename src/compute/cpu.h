@@ -9,8 +9,36 @@
 
 #include "compute/kernels.h"
 
-/* Parallel loops over fewer elements than this run on one thread: waking a thread costs more. */
-#define PAR_MIN_ELEMS 32768
+/* The least work, per kind of loop, for which a kernel splits its work over its threads: below it
+ * a second thread costs more than it saves. Waking a thread takes microseconds on an idle machine
+ * but up to a scheduler's slice (milliseconds) when other processes hold the cores, and a step of
+ * a click-log model is dozens of small loops: 2 threads ran 16-20x slower than 1 (issue 36). So
+ * the thresholds sit where, on the 2-core machine beside other work, 2 threads overtook 1 for
+ * good in bench/bench_par.c (BENCHMARKS.md, "Threads"): about 1-2 ms of one thread's work, above
+ * any step of the shipped click-log models at batch 1024 (tests/test_kernels.c). Units:
+ *   STREAM: floats of a memory-bound loop (element-wise layers, pooling, batch norm, sums, concat);
+ *   GATHER: floats gathered or summed through an embedding's rows (ids x dim);
+ *   FM:     floats of the factorisation machine's input (batch x fields x dim);
+ *   FLOPS:  floating-point operations of a matrix product or a convolution (direct, forward). */
+#define PAR_MIN_STREAM 2097152.0
+#define PAR_MIN_GATHER 1048576.0
+#define PAR_MIN_FM 4194304.0
+#define PAR_MIN_FLOPS 2e8
+
+/* The threads for a loop of `work` units whose kind pays for a second thread from `min_work` on:
+ * 1 below it (or inside a parallel region, or with one thread), else the context's threads, at
+ * most max_threads (the loop's pieces) and at most the cores the machine's other runnable tasks
+ * leave free (cpu.c: with every core busy, a second thread only waits). par_always: the context's
+ * threads whatever the work and the load. Counts each region it lets through (dt_cpu_regions). */
+int dt_cpu_par(const dt_cpu *cpu, double work, double min_work, int max_threads);
+#define DT_PAR_ANY 0x7fffffff
+
+/* A convolution's FLOPs (direct, forward: 2 per multiply-add), the work dt_cpu_par weighs. */
+static inline double conv_flops(const dt_window *g, int batch) {
+    return 2.0 * batch * g->out_h * g->out_w * g->k_h * g->k_w * g->in_c * g->out_c;
+}
+/* max_threads for dt_cpu_par from a count of pieces. */
+static inline int par_cap(size_t pieces) { return pieces > 0x7fffffff ? 0x7fffffff : (int)pieces; }
 
 /* One single-threaded sgemm (OpenBLAS is pinned to one thread once per process, cpu.c). */
 static inline void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,

@@ -37,7 +37,9 @@ int dt_window_init(dt_window *g, int in_h, int in_w, int in_c, int out_c, int k_
  * so two nets of one process may use different counts; the kernels' results do not depend on it.
  * Every kernel that splits its work takes one, first. */
 typedef struct dt_cpu {
-    int threads; /* 1 .. dt_cpu_cores() */
+    int threads;    /* 1 .. dt_cpu_cores() */
+    int par_always; /* 1: a parallel region at any size, below the thresholds too (cpu.h, PAR_MIN_*):
+                       what bench_par measures the thresholds with, and tests of the parallel paths */
 } dt_cpu;
 
 /* threads <= 0: every core; more than the cores: the cores (scratch is sized for them). */
@@ -46,6 +48,11 @@ void dt_cpu_init(dt_cpu *cpu, int threads);
  * (OMP_NUM_THREADS, else every core): what a net starts with. Constants of the process. */
 int dt_cpu_cores(void);
 int dt_cpu_default_threads(void);
+/* Parallel regions the kernels have entered in this process so far (a count for tests: a step of
+ * a small model enters none, cpu.h). */
+uint64_t dt_cpu_regions(void);
+/* Tests: read the machine's runnable tasks from this file instead of /proc/loadavg (NULL: back). */
+void dt_cpu_set_loadavg_path(const char *path);
 
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major (cblas_sgemm). */
 void dt_gemm(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,

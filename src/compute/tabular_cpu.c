@@ -9,9 +9,6 @@
 #include "compute/cpu.h"
 #include "compute/kernels.h"
 
-/* Examples a thread takes at once: enough work to pay for waking the threads. */
-#define PAR_MIN_ROWS 64
-
 /* ---- embedding ------------------------------------------------------------------------------ */
 
 /* Examples ahead whose rows the forward asks the memory for: a table of millions of rows is far
@@ -20,8 +17,9 @@
 #define PREFETCH_AHEAD 2
 
 void dt_embedding_forward(const dt_cpu *cpu, float *out, const float *table, const dt_bags *b) {
-    const int F = b->n_fields, D = b->dim, nt = cpu->threads;
-#pragma omp parallel for num_threads(nt) schedule(static) if (b->batch >= PAR_MIN_ROWS)
+    const int F = b->n_fields, D = b->dim;
+    const int nt = dt_cpu_par(cpu, (double)b->batch * F * D, PAR_MIN_GATHER, DT_PAR_ANY);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int i = 0; i < b->batch; i++) {
         if (i + PREFETCH_AHEAD < b->batch)
             for (int s = 0; s < F; s++) {
@@ -78,7 +76,7 @@ static void radix_sort(uint64_t *keys, uint64_t *tmp, size_t n, int lo, int hi) 
 
 size_t dt_embedding_backward(const dt_cpu *cpu, int64_t *uniq, float *grad, const float *dout, const dt_bags *b,
                              uint64_t *scratch) {
-    const int F = b->n_fields, D = b->dim, nt = cpu->threads;
+    const int F = b->n_fields, D = b->dim;
     /* Pair p (in batch order: example, field, id) -> key (row << 32 | p); its output slot and
      * coefficient (the weight, over the bag's total for a mean) beside it. */
     size_t P = 0, pairs = dt_embedding_pairs(b);
@@ -112,7 +110,8 @@ size_t dt_embedding_backward(const dt_cpu *cpu, int64_t *uniq, float *grad, cons
             tmp[n++] = p;
         }
     if (n) tmp[n] = P;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 64) if (n >= 256)
+    const int nt = dt_cpu_par(cpu, (double)P * D, PAR_MIN_GATHER, DT_PAR_ANY);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 64) if (nt > 1)
     for (size_t u = 0; u < n; u++) {
         float *g = grad + u * (size_t)D;
         for (int k0 = 0; k0 < D; k0 += 64) {
@@ -135,8 +134,8 @@ size_t dt_embedding_backward(const dt_cpu *cpu, int64_t *uniq, float *grad, cons
 /* ---- factorisation machine ------------------------------------------------------------------ */
 
 void dt_fm_forward(const dt_cpu *cpu, float *out, const float *v, int batch, int F, int D) {
-    int nt = cpu->threads;
-#pragma omp parallel for num_threads(nt) schedule(static) if (batch >= PAR_MIN_ROWS)
+    int nt = dt_cpu_par(cpu, (double)batch * F * D, PAR_MIN_FM, DT_PAR_ANY);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int i = 0; i < batch; i++) {
         const float *x = v + (size_t)i * F * D;
         double y = 0;
@@ -153,8 +152,8 @@ void dt_fm_forward(const dt_cpu *cpu, float *out, const float *v, int batch, int
 }
 
 void dt_fm_backward(const dt_cpu *cpu, float *dv, const float *dout, const float *v, int batch, int F, int D) {
-    int nt = cpu->threads;
-#pragma omp parallel for num_threads(nt) schedule(static) if (batch >= PAR_MIN_ROWS)
+    int nt = dt_cpu_par(cpu, (double)batch * F * D, PAR_MIN_FM, DT_PAR_ANY);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int i = 0; i < batch; i++) {
         const float *x = v + (size_t)i * F * D;
         float *dx = dv + (size_t)i * F * D;
@@ -170,8 +169,8 @@ void dt_fm_backward(const dt_cpu *cpu, float *dv, const float *dout, const float
 /* ---- reduce_sum ------------------------------------------------------------------------------ */
 
 void dt_reduce_sum_forward(const dt_cpu *cpu, float *out, const float *in, int batch, int n) {
-    int nt = cpu->threads;
-#pragma omp parallel for num_threads(nt) schedule(static) if ((size_t)batch * n >= PAR_MIN_ELEMS)
+    int nt = dt_cpu_par(cpu, (double)batch * n, PAR_MIN_STREAM, DT_PAR_ANY);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int i = 0; i < batch; i++) {
         double s = 0;
         for (int c = 0; c < n; c++) s += in[(size_t)i * n + c];
@@ -180,8 +179,8 @@ void dt_reduce_sum_forward(const dt_cpu *cpu, float *out, const float *in, int b
 }
 
 void dt_reduce_sum_backward(const dt_cpu *cpu, float *din, const float *dout, int batch, int n) {
-    int nt = cpu->threads;
-#pragma omp parallel for num_threads(nt) schedule(static) if ((size_t)batch * n >= PAR_MIN_ELEMS)
+    int nt = dt_cpu_par(cpu, (double)batch * n, PAR_MIN_STREAM, DT_PAR_ANY);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int i = 0; i < batch; i++)
         for (int c = 0; c < n; c++) din[(size_t)i * n + c] = dout[i];
 }

@@ -278,12 +278,12 @@ static void wino_run_forward(const dt_cpu *cpu, float *out, const float *in, con
     const size_t total = (size_t)batch * ((g->oh + 1) / 2) * ((g->ow + 1) / 2);
     /* chunks sized for the cores, not the context's threads: the same bits at any thread count */
     const size_t pieces = (size_t)dt_cpu_cores() * PIECES_PER_THREAD;
-    int nt = cpu->threads;
+    int nt = 1;
     size_t per = (total + pieces - 1) / pieces;
     size_t tiles = per < s->tiles ? (per < 16 ? 16 : per) : s->tiles;
     if (tiles > s->tiles) tiles = s->tiles;
     const size_t nchunks = (total + tiles - 1) / tiles, xv = wino_xs(tiles, g->ic), xm = wino_xs(tiles, g->oc);
-    if ((size_t)nt > nchunks) nt = nchunks > 0 ? (int)nchunks : 1;
+    nt = dt_cpu_par(cpu, 2.0 * 9 * total * 4 * g->ic * g->oc, PAR_MIN_FLOPS, par_cap(nchunks)); /* direct conv's FLOPs */
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t k = 0; k < nchunks; k++) {
         float *v = scratch + s->thr_base + (size_t)omp_get_thread_num() * s->thr, *m = v + s->v;
@@ -326,8 +326,7 @@ void dt_wino_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const
     const size_t xv = wino_xs(s.tiles, C), xz = wino_xs(s.tiles, OC);
     const float *zeros = scratch + s.zeros_base;
     memset(scratch + s.zeros_base, 0, sizeof(float) * (s.thr_base - s.zeros_base));
-    int nt = cpu->threads;
-    if ((size_t)nt > npieces) nt = npieces > 0 ? (int)npieces : 1;
+    int nt = dt_cpu_par(cpu, conv_flops(g, batch), PAR_MIN_FLOPS, par_cap(npieces));
     /* dW (transform domain) and db: fixed pieces of tiles / positions, summed in piece order. */
 #pragma omp parallel num_threads(nt)
     {

@@ -123,13 +123,19 @@ int dt_ctr_next(dt_ctr_reader *r, dt_ctr_batch *b, dt_error *err);
 int dt_ctr_seek(dt_ctr_reader *r, int64_t index, dt_error *err);
 /* Counts the positions of the reader's split (its lines, blank ones left out, every shard's) in one
  * pass over the file without parsing it, then starts again from the first batch (dt_ctr_seek(r, 0)).
- * Training needs it for the batches in an epoch. */
-int dt_ctr_count(dt_ctr_reader *r, uint64_t *positions, dt_error *err);
+ * Training learns the batches in an epoch from it, on a reader of its own, beside the steps
+ * (train/ctr_count.h). progress (may be NULL) is told the count so far every 65536 lines and at
+ * the end; a nonzero answer stops the count (DT_EINTR). */
+int dt_ctr_count(dt_ctr_reader *r, uint64_t *positions, int (*progress)(void *user, uint64_t so_far), void *user,
+                 dt_error *err);
 /* The format in use (after DT_CTR_AUTO), the field counts of its batches. */
 dt_ctr_format dt_ctr_reader_format(const dt_ctr_reader *r);
 /* Bad lines skipped so far (each counted once per pass that met it), and the first one's message
  * ("path:line: why"; "" when none). */
 uint64_t dt_ctr_bad_count(const dt_ctr_reader *r);
+/* Bytes of text (decompressed) this reader has read, every pass and seek included: tests check
+ * that training reads no more of a file than its first batches need before its first step. */
+uint64_t dt_ctr_bytes(const dt_ctr_reader *r);
 const char *dt_ctr_first_bad(const dt_ctr_reader *r);
 void dt_ctr_close(dt_ctr_reader *r);
 

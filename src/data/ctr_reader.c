@@ -40,6 +40,7 @@ struct dt_ctr_reader {
     dt_ctr_builder *b;
     uint64_t bad;
     char first_bad[512];
+    uint64_t text_bytes;         /* text read so far, every pass (dt_ctr_bytes) */
 };
 
 /* ---- bytes in --------------------------------------------------------------------------------- */
@@ -110,7 +111,9 @@ static int read_gzip(dt_ctr_reader *r, void *dst, size_t cap, size_t *got, dt_er
 }
 
 static int read_text(dt_ctr_reader *r, char *dst, size_t cap, size_t *got, dt_error *err) {
-    return r->gz ? read_gzip(r, dst, cap, got, err) : read_plain(r, dst, cap, got, err);
+    int rc = r->gz ? read_gzip(r, dst, cap, got, err) : read_plain(r, dst, cap, got, err);
+    if (!rc) r->text_bytes += *got;
+    return rc;
 }
 
 /* Back to the first byte of the file, for another pass. */
@@ -292,6 +295,7 @@ void dt_ctr_close(dt_ctr_reader *r) {
 
 dt_ctr_format dt_ctr_reader_format(const dt_ctr_reader *r) { return r->opt.format; }
 uint64_t dt_ctr_bad_count(const dt_ctr_reader *r) { return r->bad; }
+uint64_t dt_ctr_bytes(const dt_ctr_reader *r) { return r->text_bytes; }
 const char *dt_ctr_first_bad(const dt_ctr_reader *r) { return r->first_bad; }
 
 /* ---- batches ---------------------------------------------------------------------------------- */
@@ -407,7 +411,8 @@ int dt_ctr_next(dt_ctr_reader *r, dt_ctr_batch *b, dt_error *err) {
     return 0;
 }
 
-int dt_ctr_count(dt_ctr_reader *r, uint64_t *positions, dt_error *err) {
+int dt_ctr_count(dt_ctr_reader *r, uint64_t *positions, int (*progress)(void *user, uint64_t so_far), void *user,
+                 dt_error *err) {
     int rc = rewind_source(r, err);
     uint64_t n = 0;
     while (!rc) {
@@ -417,12 +422,15 @@ int dt_ctr_count(dt_ctr_reader *r, uint64_t *positions, dt_error *err) {
         if ((rc = next_line(r, &line, &len, &too_long, err)) <= 0) break;
         rc = 0;
         r->line_no++;
+        if (progress && !(r->line_no & 0xffff) && progress(user, n))
+            return dt_errorf(err, DT_EINTR, "%s: counting stopped", r->path);
         if (!too_long && blank(line, len)) continue;
         n += r->opt.split == DT_CTR_ALL ||
              dt_ctr_line_split(r->line_no, r->opt.validation_fraction, r->opt.test_fraction) == r->opt.split;
     }
     if (rc < 0) return rc;
     *positions = n;
+    if (progress) progress(user, n);
     return dt_ctr_seek(r, 0, err);
 }
 

@@ -178,6 +178,14 @@ void dt_status_validation(dt_status *s, int64_t global_step, double loss, double
     if (isfinite(auc)) dt_metric_set(s->g_vauc, auc);
 }
 
+void dt_status_set_total(dt_status *s, int64_t total_steps) {
+    if (!s) return;
+    pthread_mutex_lock(&s->lock);
+    s->total = total_steps;
+    pthread_mutex_unlock(&s->lock);
+    dt_metric_set(s->g_total, (double)total_steps);
+}
+
 void dt_status_finished(dt_status *s) {
     if (!s) return;
     pthread_mutex_lock(&s->lock);

@@ -47,6 +47,8 @@ void dt_status_step(dt_status *s, int64_t global_step, double loss, int correct,
 /* After each validation (the chief): its loss and accuracy, and a binary model's AUC (NAN for others). */
 void dt_status_validation(dt_status *s, int64_t global_step, double loss, double accuracy, double auc);
 void dt_status_finished(dt_status *s);
+/* The run's steps, once known later than dt_status_start (a click log's count, train/ctr_count.h). */
+void dt_status_set_total(dt_status *s, int64_t total_steps);
 
 /* The peers' figures (status_poll.h): task index i of the list given to it answered with self
  * (NULL: did not answer). */

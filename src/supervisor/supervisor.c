@@ -243,6 +243,10 @@ void dt_supervisor_summary_binary(dt_supervisor *s, int64_t global_step, double 
 const char *dt_supervisor_last_checkpoint(const dt_supervisor *s) { return s ? s->last : ""; }
 int dt_supervisor_saves(const dt_supervisor *s) { return s ? s->saves : 0; }
 
+void dt_supervisor_set_batches_per_epoch(dt_supervisor *s, int64_t per) {
+    if (s) s->cfg.run.batches_per_epoch = per;
+}
+
 void dt_supervisor_close(dt_supervisor *s) {
     if (!s) return;
     dt_error e = {0};

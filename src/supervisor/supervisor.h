@@ -73,5 +73,8 @@ void dt_supervisor_summary_binary(dt_supervisor *s, int64_t global_step, double 
 const char *dt_supervisor_last_checkpoint(const dt_supervisor *s);
 int dt_supervisor_saves(const dt_supervisor *s);
 void dt_supervisor_close(dt_supervisor *s);
+/* The batches of an epoch for the checkpoints' data position, once known later than open (a click
+ * log's count, train/ctr_count.h; 0 until then: unknown). NULL is fine. */
+void dt_supervisor_set_batches_per_epoch(dt_supervisor *s, int64_t per);
 
 #endif

@@ -32,9 +32,11 @@ void dt_progress_update(dt_progress *p, int64_t done, double epoch, double loss)
     if (p->examples_per_step > 0) snprintf(fig, sizeof fig, "%.0f examples/s", rate * p->examples_per_step);
     else snprintf(fig, sizeof fig, "%.1f steps/s", rate);
     if (loss == loss) snprintf(los, sizeof los, "  loss %.4f", loss);
+    char ep[32] = "?"; /* NAN: not known yet (a click log's lines still being counted) */
+    if (epoch == epoch) snprintf(ep, sizeof ep, "%.2f", epoch);
     /* Relayed: one whole line per state, for dtrain launch to draw in place. */
-    fprintf(stderr, "\r  step %lld/%lld  %3.0f%%  epoch %.2f  %s%s  ETA %ld:%02ld:%02ld %s", (long long)done,
-            (long long)p->total, 100.0 * (double)done / (double)p->total, epoch, fig, los, eta / 3600, eta / 60 % 60,
+    fprintf(stderr, "\r  step %lld/%lld  %3.0f%%  epoch %s  %s%s  ETA %ld:%02ld:%02ld %s", (long long)done,
+            (long long)p->total, 100.0 * (double)done / (double)p->total, ep, fig, los, eta / 3600, eta / 60 % 60,
             eta % 60, p->enabled == DT_PROGRESS_RELAY ? "\n" : "");
     fflush(stderr);
     p->shown = p->enabled == DT_PROGRESS_TTY;

@@ -28,6 +28,7 @@
 #include "supervisor/supervisor.h"
 #include "train/serve.h"
 #include "train/ctr_ahead.h"
+#include "train/ctr_count.h"
 #include "train/emulate.h"
 #include "train/evaluate.h"
 #include "train/evaluate_ctr.h"
@@ -204,6 +205,8 @@ typedef struct {
     int64_t total;                  /* global steps of the run */
     double examples_per_step;       /* per global step, every worker's */
     int dynamic;                    /* --sharding dynamic: per_epoch is the whole epoch's batches */
+    int counting;                   /* a click log's lines are still being counted: per_epoch, and
+                                       total unless --train_steps, are lower bounds (ctr_settle) */
     int max_workers;                /* dynamic: worker task indices that may join */
 } run_plan;
 
@@ -217,7 +220,8 @@ typedef struct {
     float *it_x;                  /* a batch source's uint8 batch scaled (ex->next_batch) */
     dt_ctr_reader *ctr;           /* a click-log model's training lines (the loader's place) */
     dt_ctr_ahead *ahead;          /* ... read a batch ahead for the sparse prefetch (NULL: off) */
-    uint64_t ctr_lines;           /* ... and how many there are (every shard's) */
+    dt_ctr_counter *counter;      /* ... its lines, counted beside the steps (ctr_count.h) */
+    uint64_t ctr_lines;           /* ... how many so far (every shard's): all once plan.counting is 0 */
     dt_updater *updater;
     dt_opt_config opt;
     dt_lazy_config table_opt;     /* the embedding tables' (table_optim.h) */
@@ -256,6 +260,7 @@ static void run_free(run_state *r) {
     dt_loader_free(r->loader);
     free(r->it_x);
     dt_ctr_ahead_free(r->ahead);
+    dt_ctr_counter_free(r->counter);
     dt_ctr_close(r->ctr);
     dt_data_splits_free(&r->data);
     dt_net_free(r->net);
@@ -554,17 +559,65 @@ static int reload(void *user, const float **params, const float **state, int64_t
 static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err);
 
 /* Where a click-log model's lines come from: a binding's arrays (co->memory, named "click arrays"),
- * else the data path. */
+ * else the data path. Returns the name; co NULL: only that. */
 static const char *ctr_source(const run_state *r, const dt_train_options *o, dt_ctr_options *co) {
     if (r->ex && r->ex->clicks.n) {
-        co->memory = &r->ex->clicks;
+        if (co) co->memory = &r->ex->clicks;
         return "click arrays";
     }
     return o->data_path;
 }
 
-/* A click-log model's data: the training lines of a click log (docs/ctr-data.md), counted once for
- * the steps of an epoch; validation and test read the same file (dt_evaluate_ctr). */
+/* A click log's plan from its line count: the whole count, or while it goes on the lines counted
+ * so far, which make lower bounds of the batches in an epoch and (without --train_steps) of the
+ * run's steps. wait_beyond >= 0: first wait for more lines than that, or the end of the count. */
+static int ctr_plan(run_state *r, const dt_train_options *o, int64_t wait_beyond, dt_error *err) {
+    run_plan *p = &r->plan;
+    int rc = dt_ctr_counter_get(r->counter, wait_beyond, &r->ctr_lines, err);
+    if (rc < 0) return rc;
+    p->per_epoch = (int64_t)(r->ctr_lines / ((uint64_t)o->batch_size * (uint64_t)p->n_workers));
+    p->counting = rc == 0;
+    if (!p->counting) {
+        fprintf(r->log, "%s: %llu training lines (counted in %.1f s, beside training)\n", ctr_source(r, o, NULL),
+                (unsigned long long)r->ctr_lines, dt_ctr_counter_seconds(r->counter));
+        if (p->per_epoch < 1)
+            return dt_errorf(err, DT_EINVAL, "%s: %llu training lines, fewer than one batch of %d for each of %d workers",
+                             ctr_source(r, o, NULL), (unsigned long long)r->ctr_lines, o->batch_size, p->n_workers);
+    }
+    if ((rc = plan_steps(r, o, err))) return rc;
+    if (!p->counting) {
+        dt_supervisor_set_batches_per_epoch(r->supervisor, p->per_epoch);
+        r->prog.total = p->total > 0 ? p->total : 1;
+        dt_status_set_total(r->status, p->total);
+    }
+    return DT_OK;
+}
+
+/* While the count goes on: the plan from the lines counted so far, waiting for more only where
+ * the lower bounds cannot tell whether the run is over or (epoch_too, after a step) whether its
+ * local_step ended an epoch. Counting without parsing outruns training, so it hardly ever waits. */
+static int ctr_settle(run_state *r, const dt_train_options *o, int64_t global_step, int64_t local_step, int epoch_too,
+                      dt_error *err) {
+    run_plan *p = &r->plan;
+    for (int64_t wait = -1; p->counting; wait = (int64_t)r->ctr_lines) {
+        int rc = ctr_plan(r, o, wait, err);
+        if (rc) return rc;
+        int ends = global_step >= p->total;
+        if (!p->counting || (o->train_steps > 0 && ends)) break; /* known, or over whatever the epochs */
+        if (!ends && (!epoch_too || local_step < p->per_epoch)) break;
+    }
+    return DT_OK;
+}
+
+/* The run's steps are needed before the first: a cosine schedule without lr_decay_steps decays
+ * over them (opt_from_options). Then the count is waited for. */
+static int total_needed_first(const dt_train_options *o) {
+    return o->train_steps <= 0 && o->lr_schedule && !strcmp(o->lr_schedule, "cosine") && !o->lr_decay_steps;
+}
+
+/* A click-log model's data: the training lines of a click log (docs/ctr-data.md), counted on a
+ * thread of their own for the steps of an epoch while training starts (ctr_count.h); validation
+ * and test read the same file (dt_evaluate_ctr). */
 static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err) {
     const dt_cluster *c = &r->cluster;
     const dt_model_spec *spec = dt_net_spec(r->net);
@@ -589,20 +642,13 @@ static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err)
     if (co.memory && (co.memory->num_dense != spec->num_dense || co.memory->num_fields != spec->num_fields))
         return dt_errorf(err, DT_ESHAPE, "click arrays: %d dense features and %d fields, but %s takes dense=%d fields=%d",
                          co.memory->num_dense, co.memory->num_fields, o->model_path, spec->num_dense, spec->num_fields);
-    double t = dt_seconds();
     int rc = dt_ctr_open(&r->ctr, name, &co, err);
-    if (!rc) rc = dt_ctr_count(r->ctr, &r->ctr_lines, err);
+    if (!rc) rc = dt_ctr_counter_start(&r->counter, name, &co, err);
     /* a worker whose tables live on the ps tasks pulls the next batch's rows under this one's compute */
     if (!rc && o->sparse_prefetch && r->cluster.distributed && dt_net_compact_tables(r->net))
         rc = dt_ctr_ahead_create(&r->ahead, err);
     if (rc) return rc;
-    fprintf(r->log, "%s: %llu training lines (counted in %.1f s)\n", name, (unsigned long long)r->ctr_lines,
-            dt_seconds() - t);
-    p->per_epoch = (int64_t)(r->ctr_lines / ((uint64_t)o->batch_size * (uint64_t)p->n_workers));
-    if (p->per_epoch < 1)
-        return dt_errorf(err, DT_EINVAL, "%s: %llu training lines, fewer than one batch of %d for each of %d workers",
-                         name, (unsigned long long)r->ctr_lines, o->batch_size, p->n_workers);
-    return plan_steps(r, o, err);
+    return ctr_plan(r, o, total_needed_first(o) ? INT64_MAX : -1, err);
 }
 
 /* A binding's arrays as the splits: train, and test as validation and test (none: the training
@@ -864,7 +910,7 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
                                            .table_prepare = dt_net_compact_tables(r->net) ? prepare_tables : NULL,
                                            .table_user = r,
                                            .seed = o->seed, .batch_size = o->batch_size,
-                                           .n_workers = p->n_workers, .sync = p->sync, .batches_per_epoch = p->per_epoch,
+                                           .n_workers = p->n_workers, .sync = p->sync, .batches_per_epoch = p->counting ? 0 : p->per_epoch,
                                            .validation_fraction = o->validation_fraction,
                                            .class_names = r->ctr ? NULL : dt_dataset_class_names(r->data.train),
                                            .n_class_names = !r->ctr && dt_dataset_class_names(r->data.train)
@@ -896,9 +942,12 @@ static int restore_or_start(run_state *r, const dt_train_options *o, int64_t *gl
     } else if (*local_step > 0) {
         if ((rc = r->ctr ? dt_ctr_seek(r->ctr, *local_step, err) : dt_loader_seek(r->loader, *local_step, err)))
             return rc;
-        fprintf(r->log, "resuming the data stream at batch %lld (epoch %lld, batch %lld of %lld)\n",
-                (long long)*local_step, (long long)(*local_step / p->per_epoch),
-                (long long)(*local_step % p->per_epoch), (long long)p->per_epoch);
+        if (p->counting) /* a click log's epoch is not known yet: the reader's seek finds it */
+            fprintf(r->log, "resuming the data stream at batch %lld\n", (long long)*local_step);
+        else
+            fprintf(r->log, "resuming the data stream at batch %lld (epoch %lld, batch %lld of %lld)\n",
+                    (long long)*local_step, (long long)(*local_step / p->per_epoch),
+                    (long long)(*local_step % p->per_epoch), (long long)p->per_epoch);
     }
     return DT_OK;
 }
@@ -911,23 +960,28 @@ static void log_start(const run_state *r, const dt_train_options *o) {
     char role[64] = "";
     if (c->distributed) snprintf(role, sizeof role, ", worker %d of %d%s", c->task_index, c->n_workers,
                                  c->is_chief ? " (chief)" : "");
-    char sizes[128];
-    if (r->ctr)
+    char sizes[128], steps[160];
+    if (r->ctr && p->counting)
+        snprintf(sizes, sizeof sizes, "training lines counted beside training (validation and test by line hash)");
+    else if (r->ctr)
         snprintf(sizes, sizeof sizes, "%llu training lines (validation and test by line hash)",
                  (unsigned long long)r->ctr_lines);
     else
         snprintf(sizes, sizeof sizes, "%zu training / %zu validation / %zu test examples",
                  dt_dataset_size(r->data.train), dt_dataset_size(r->data.validation), dt_dataset_size(r->data.test));
-    char length[160];
     if (p->dynamic && o->train_steps <= 0) /* ps 0 grants the epochs' batches; the steps follow the workers */
-        snprintf(length, sizeof length, "%.2f epochs of %lld batches granted by ps 0", o->epochs,
+        snprintf(steps, sizeof steps, "%.2f epochs of %lld batches granted by ps 0", o->epochs,
                  (long long)p->per_epoch);
+    else if (p->counting && o->train_steps <= 0)
+        snprintf(steps, sizeof steps, "%.2f epochs (steps once the lines are counted)", o->epochs);
+    else if (p->counting)
+        snprintf(steps, sizeof steps, "%lld global steps", (long long)p->total);
     else
-        snprintf(length, sizeof length, "%lld global steps (%.2f epochs)", (long long)p->total,
+        snprintf(steps, sizeof steps, "%lld global steps (%.2f epochs)", (long long)p->total,
                  (double)p->total / (double)p->global_per_epoch);
     fprintf(log, "dtrain %s: model %s (%zu parameters), %s, %s lr %g, batch %d, %s, %d threads%s\n", dt_version(),
             dt_net_spec(r->net)->name, dt_net_param_count(r->net), sizes, dt_opt_name(r->opt.kind),
-            (double)r->opt.learning_rate, o->batch_size, length, dt_net_threads(r->net), role);
+            (double)r->opt.learning_rate, o->batch_size, steps, dt_net_threads(r->net), role);
     char sched[160], clip[64] = "none";
     dt_lr_describe(&r->opt.schedule, sched, sizeof sched);
     if (o->clip_gradient_norm > 0) snprintf(clip, sizeof clip, "global norm %g", o->clip_gradient_norm);
@@ -939,8 +993,10 @@ static void log_start(const run_state *r, const dt_train_options *o) {
 
 /* Epochs done at a global step: dynamic sharding counts them by ps 0's grants (a global step is
  * no fixed share of an epoch while workers join and leave); else steps over steps per epoch. */
+/* NAN while a click log's lines are still being counted: its epochs are not known yet. */
 static double epochs_at(const run_state *r, int64_t global_step) {
-    return r->work ? dt_work_loop_epochs(r->work) : (double)global_step / (double)r->plan.global_per_epoch;
+    if (r->work) return dt_work_loop_epochs(r->work);
+    return r->plan.counting ? NAN : (double)global_step / (double)r->plan.global_per_epoch;
 }
 
 /* Figures of the steps since the last log line. */
@@ -976,8 +1032,11 @@ static int log_interval(run_state *r, const dt_train_options *o, int evaluates, 
     /* The whole line first, then the summaries: a warning they print (summaries turned off)
      * must not land in the middle of it. */
     dt_progress_clear(&r->prog);
-    fprintf(r->log, "step %lld  epoch %.2f  loss %.4f  train_acc %.4f", (long long)global_step,
-            epochs_at(r, global_step), train_loss, train_acc);
+    const double epoch = epochs_at(r, global_step);
+    char ep[32] = "?"; /* still counting the click log's lines */
+    if (epoch == epoch) snprintf(ep, sizeof ep, "%.2f", epoch);
+    fprintf(r->log, "step %lld  epoch %s  loss %.4f  train_acc %.4f", (long long)global_step, ep, train_loss,
+            train_acc);
     if (evaluates && r->ctr) fprintf(r->log, "  val_auc %.4f  val_logloss %.4f", cval.auc, cval.logloss);
     else if (evaluates) fprintf(r->log, "  val_loss %.4f  val_acc %.4f", val.loss, val.accuracy);
     fprintf(r->log, "  %.0f examples/sec\n", ex_per_sec);
@@ -1068,8 +1127,11 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
     int evaluates = c->is_chief && !emulate, rc = DT_OK;
     double t_step = dt_seconds();
     interval iv = {.t_interval = t_step, .last_log = *global_step};
-    int finished = 0, push = 1; /* dynamic: every epoch done; this step's claim stands */
-    while (r->work && !o->train_steps ? !finished : *global_step < p->total) {
+    int finished = 0, push = 1, logged_bytes = 0; /* dynamic: every epoch done; this step's claim stands */
+    for (;;) {
+        /* a click log still being counted: is the run over? (ctr_count.h) */
+        if (p->counting && (rc = ctr_settle(r, o, *global_step, *local_step, 0, err))) break;
+        if (!(r->work && !o->train_steps ? !finished : *global_step < p->total)) break;
         if (o->stop && *o->stop) {
             rc = dt_errorf(err, DT_EINTR, "training stopped by a signal at global step %lld", (long long)*global_step);
             break;
@@ -1110,6 +1172,9 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
             break;
         int epoch_began = r->work && dt_work_loop_pushed(r->work, &b, stale_pushes(r) == stale);
         ++*local_step;
+        if (r->dbg->log_data_bytes && r->ctr && !logged_bytes++)
+            fprintf(r->log, "debug: the first step read %llu bytes of the click log's text\n",
+                    (unsigned long long)dt_ctr_bytes(r->ctr));
         iv.loss_sum += loss * b.n;
         iv.correct += correct;
         iv.seen += b.n;
@@ -1136,7 +1201,9 @@ static int run_steps(run_state *r, const dt_train_options *o, int emulate, int64
                            epochs_at(r, *global_step),
                            emulate || !iv.seen ? NAN : iv.loss_sum / (double)iv.seen);
 
-        int epoch_end = r->work ? epoch_began : !emulate && *local_step % p->per_epoch == 0; /* emulated: no epochs */
+        if (p->counting && (rc = ctr_settle(r, o, *global_step, *local_step, 1, err))) break;
+        /* emulated: no epochs; still counting: local_step is below the epoch's batches (ctr_settle), or the last */
+        int epoch_end = r->work ? epoch_began : !emulate && !p->counting && *local_step % p->per_epoch == 0;
         if (*global_step / o->steps_to_validate > iv.last_log / o->steps_to_validate || epoch_end ||
             (*global_step >= p->total && (!r->work || o->train_steps))) { /* dynamic: ps 0 says when it ends */
             if ((rc = log_interval(r, o, evaluates, *global_step, &iv, res, err))) break;

@@ -87,7 +87,9 @@ int train_args_flags(train_args *a, flag_def *out) {
                  (double)UINT64_MAX, 0),
         FLAG_TEXT("device", &o->device,
                   "where this process computes: cpu, cuda or cuda:N (a CUDA build; docs/gpu.md)"),
-        FLAG_NUM("threads", FLAG_INT, &o->threads, "compute threads (at most the cores there are); 0: all cores",
+        FLAG_NUM("threads", FLAG_INT, &o->threads,
+                 "compute threads (at most the cores there are; a loop uses them only when its work pays for it and "
+                 "other work leaves the cores free: docs/memory-layout.md); 0: all cores",
                  0, 1024, 0),
         FLAG_NUM("validation_fraction", FLAG_DOUBLE, &o->validation_fraction,
                  "held-out share of an image folder; -1: 0.2 (IDX uses its test file)", -1, 1, FLAG_HI_OPEN),
@@ -139,6 +141,8 @@ int train_args_flags(train_args *a, flag_def *out) {
                  "testing: a ps stops at the N-th SPARSE_PULL a worker sends it, unanswered, as if killed there (exit "
                  "status 130); 0: off",
                  0, MAX_STEPS, 0),
+        FLAG_NUM("debug_log_data_bytes", FLAG_INT, &dbg->log_data_bytes,
+                 "testing, click logs: 1 logs the bytes of text the first step read", 0, 1, 0),
         FLAG_NUM("debug_import_delay_ms", FLAG_INT, &dbg->import_delay_ms,
                  "testing: the chief restoring a checkpoint sleeps this long between declaring the sparse tables and "
                  "sending their rows to the ps tasks",

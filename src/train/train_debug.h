@@ -29,6 +29,9 @@ typedef struct dt_train_debug {
      * declaring the sparse tables and sending their rows: a test widens the window in which the other
      * workers must not pull them yet (docs/sparse.md, "Checkpoints"). */
     int import_delay_ms;
+    /* A click log: after the first step, log the bytes of text the training reader has read
+     * (dt_ctr_bytes): tests check training starts without a pass over the whole file. */
+    int log_data_bytes;
 } dt_train_debug;
 
 /* Every hook off. */
