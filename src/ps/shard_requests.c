@@ -1,6 +1,6 @@
-/* The shard's requests: one table of message kinds, each with the conditions checked before its
- * handler runs (as Redis's command table with its flags); the small requests; worker liveness and
- * the shard's deadlines (ps_shard_cron). */
+/* The shard's requests: one table of message kinds, indexed by type, each with the conditions
+ * checked before its handler runs (as Redis's command table with its flags); the small requests;
+ * worker liveness and the shard's deadlines (ps_shard_cron). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +18,6 @@ enum {
 };
 
 typedef struct {
-    dt_msg_type type;
     unsigned flags;
     void (*handle)(const shard_req *r);
 } shard_command;
@@ -162,25 +161,26 @@ static void on_token(const shard_req *r) {
     shard_refuse(r, DT_WIRE_E_UNSUPPORTED, "TOKEN (sync mode) is not served by this ps");
 }
 
-static const shard_command commands[] = {
-    {DT_MSG_HELLO, 0, on_hello},
-    {DT_MSG_INIT, NEED_CHIEF | NEED_SHARD | NEED_PAYLOAD, shard_on_init},
-    {DT_MSG_PULL, NEED_READY | NEED_CUT | STOPPED_WHEN_FAILED, shard_on_pull},
-    {DT_MSG_PUSH, NEED_READY | NEED_CUT | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_push},
-    {DT_MSG_FETCH, NEED_READY, shard_on_fetch},
-    {DT_MSG_STATUS, 0, on_status},
-    {DT_MSG_HEARTBEAT, 0, on_heartbeat},
-    {DT_MSG_SHUTDOWN, NEED_CHIEF, on_shutdown},
-    {DT_MSG_DONE, NEED_WORKER, on_done},
-    {DT_MSG_TOKEN, 0, on_token},
-    {DT_MSG_SPARSE_INIT, NEED_CHIEF | NEED_READY | NEED_PAYLOAD, shard_on_sparse_init},
-    {DT_MSG_SPARSE_PULL, NEED_READY | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_sparse_pull},
-    {DT_MSG_SPARSE_PUSH, NEED_READY | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_sparse_push},
-    {DT_MSG_SPARSE_EXPORT, NEED_READY | NEED_PAYLOAD, shard_on_sparse_export},
-    {DT_MSG_SPARSE_IMPORT, NEED_CHIEF | NEED_READY | NEED_PAYLOAD, shard_on_sparse_import},
-    {DT_MSG_WORK_ASK, NEED_WORKER, shard_on_work_ask},
-    {DT_MSG_WORK_DONE, NEED_WORKER | STOPPED_WHEN_FAILED, shard_on_work_done},
-    {DT_MSG_WORK_STATE, NEED_CHIEF | NEED_PAYLOAD, shard_on_work_state},
+/* Indexed by message type; a type without a handler (a reply) is refused. */
+static const shard_command commands[DT_MSG_TYPE_MAX + 1] = {
+    [DT_MSG_HELLO] = {0, on_hello},
+    [DT_MSG_INIT] = {NEED_CHIEF | NEED_SHARD | NEED_PAYLOAD, shard_on_init},
+    [DT_MSG_PULL] = {NEED_READY | NEED_CUT | STOPPED_WHEN_FAILED, shard_on_pull},
+    [DT_MSG_PUSH] = {NEED_READY | NEED_CUT | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_push},
+    [DT_MSG_FETCH] = {NEED_READY, shard_on_fetch},
+    [DT_MSG_STATUS] = {0, on_status},
+    [DT_MSG_HEARTBEAT] = {0, on_heartbeat},
+    [DT_MSG_SHUTDOWN] = {NEED_CHIEF, on_shutdown},
+    [DT_MSG_DONE] = {NEED_WORKER, on_done},
+    [DT_MSG_TOKEN] = {0, on_token},
+    [DT_MSG_SPARSE_INIT] = {NEED_CHIEF | NEED_READY | NEED_PAYLOAD, shard_on_sparse_init},
+    [DT_MSG_SPARSE_PULL] = {NEED_READY | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_sparse_pull},
+    [DT_MSG_SPARSE_PUSH] = {NEED_READY | NEED_PAYLOAD | STOPPED_WHEN_FAILED, shard_on_sparse_push},
+    [DT_MSG_SPARSE_EXPORT] = {NEED_READY | NEED_PAYLOAD, shard_on_sparse_export},
+    [DT_MSG_SPARSE_IMPORT] = {NEED_CHIEF | NEED_READY | NEED_PAYLOAD, shard_on_sparse_import},
+    [DT_MSG_WORK_ASK] = {NEED_WORKER, shard_on_work_ask},
+    [DT_MSG_WORK_DONE] = {NEED_WORKER | STOPPED_WHEN_FAILED, shard_on_work_done},
+    [DT_MSG_WORK_STATE] = {NEED_CHIEF | NEED_PAYLOAD, shard_on_work_state},
 };
 
 /* ---- Dispatch --------------------------------------------------------------------------------- */
@@ -258,9 +258,9 @@ static void dispatch(const shard_req *r) {
         return;
     }
     note_alive(s, h, r->now);
-    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
-        if (commands[i].type != h->type) continue;
-        if (check_conditions(r, commands[i].flags)) commands[i].handle(r);
+    const shard_command *cmd = h->type <= DT_MSG_TYPE_MAX ? &commands[h->type] : NULL;
+    if (cmd && cmd->handle) {
+        if (check_conditions(r, cmd->flags)) cmd->handle(r);
         return;
     }
     shard_refuse(r, DT_WIRE_E_MALFORMED, "%s is a reply, not a request", dt_wire_type_name(h->type));
