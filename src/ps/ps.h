@@ -30,10 +30,8 @@
 #include <stdio.h>
 
 #include "dtrain.h"
+#include "ps/shard.h" /* DT_PS_PENDING_PER_PEER */
 #include "transport/wire.h"
-
-/* Deferred PULLs one connection may hold: every chunk of a step, and a few more. */
-#define DT_PS_PENDING_PER_PEER ((int)DT_WIRE_MAX_CHUNKS + 4)
 
 typedef struct {
     int64_t global_step;    /* at return */

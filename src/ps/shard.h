@@ -26,6 +26,9 @@
 
 typedef struct ps_shard ps_shard;
 
+/* Deferred PULLs one connection may hold: every chunk of a step, and a few more. */
+#define DT_PS_PENDING_PER_PEER ((int)DT_WIRE_MAX_CHUNKS + 4)
+
 /* Who sent a request, as far as the shard cares. The caller owns it; the shard keeps a copy only
  * through ps_io.hold. */
 typedef struct {

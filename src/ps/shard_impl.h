@@ -1,5 +1,11 @@
-/* The shard's state, shared by its files (shard.c: chunks, INIT, PUSH, FETCH; shard_pull.c:
- * PARAMS replies and deferred PULLs; shard_requests.c: the dispatch table, liveness and cron).
+/* The shard's state, shared by its files, which stand in three floors and call only down (the
+ * declarations below are in that order, bottom first):
+ *   core      shard_core.c: replies, refusals, the log, the chunks (snapshots, a step applied), the
+ *             workers a step waits for, a table's rows applied;
+ *   handlers  shard_sparse_sync.c < shard_sparse.c < shard_sparse_ckpt.c, shard_pull.c (PARAMS and
+ *             deferred PULLs) < shard_update.c (INIT, PUSH, FETCH); shard_work.c (WORK messages);
+ *   top       shard_requests.c: the dispatch table, the lifecycle (shard.h), liveness and cron,
+ *             which alone sees every part at once.
  * Nothing outside src/ps/shard*.c includes this. */
 #ifndef DT_PS_SHARD_IMPL_H
 #define DT_PS_SHARD_IMPL_H
@@ -7,7 +13,6 @@
 #include "compute/optim.h"
 #include "compute/rowsum.h"
 #include "ps/coord.h"
-#include "ps/ps.h"
 #include "ps/shard.h"
 #include "ps/snapshots.h"
 #include "ps/table.h"
@@ -178,6 +183,7 @@ typedef struct {
     const ps_io *io;
 } shard_req;
 
+/* ---- The core (shard_core.c), the bottom: it calls none of the files declared after it ---- */
 void shard_log(const ps_shard *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int64_t shard_step(const ps_shard *s);
 int64_t shard_step_max(const ps_shard *s); /* the step of the chunk furthest on */
@@ -197,34 +203,40 @@ dt_snap *shard_snap_current(const ps_shard *s, part_t *p, int must_keep);
  * reply sent with it (handed over: freed when sent; the admission given back then). */
 void *shard_reply_buffer(const shard_req *r, size_t bytes);
 void shard_send_buffer(const shard_req *r, dt_wire_header *h, void *d, size_t bytes);
-
-/* shard.c */
-void shard_on_init(const shard_req *r);
-void shard_on_push(const shard_req *r);
-void shard_on_fetch(const shard_req *r);
 void shard_put_optimizer(const ps_shard *s, dt_wire_header *h);
 int shard_apply_complete_steps(ps_shard *s, part_t *p);
 void shard_parts_free(part_t *parts, int n, int staleness);
-/* What an INIT of this sync configuration allocates beyond the shard's values: the chunks'
- * accumulators and the per-worker counts (0 when asynchronous). */
-uint64_t shard_sync_bytes(uint64_t chunks, uint64_t aggregate, uint64_t total, uint64_t staleness);
-
-/* shard_pull.c */
-void shard_on_pull(const shard_req *r);
-void shard_answer_pull(const shard_req *r, int32_t status, uint64_t stale);
-void shard_serve_pending(ps_shard *s, int64_t now, const ps_io *io);
-void shard_fail_pending(ps_shard *s, const ps_io *io, int32_t status, const char *text);
-void shard_expire_pending(ps_shard *s, int64_t now, const ps_io *io);
-int shard_has_pending(const ps_shard *s, int worker);
-void shard_saw_worker(ps_shard *s, const dt_wire_header *h, int64_t now);
-
-/* shard_requests.c */
+/* The step of a chunk advanced by one update of grads; a gradient payload as float32 (copied to
+ * `into` when it must be); the release of a reply buffer that is freed when sent. */
+void shard_advance(ps_shard *s, part_t *p, const float *grads);
+const float *shard_grad_floats(float *into, const ps_bytes *m, uint8_t enc);
+void shard_release_free(void *p);
+/* The workers a step waits for: w counts again from the step of the chunk furthest on, or not at all. */
+void shard_count_from_now(ps_shard *s, int w);
+void shard_count_none(ps_shard *s, int w);
 int shard_needed(const ps_shard *s);
 /* The gradients a chunk's step `step` needs: shard_needed, less the workers that count only from
  * a later step (count_from); the late workers whose step every chunk has reached are forgotten. */
 int shard_needed_at(ps_shard *s, int64_t step);
 /* Whether worker w's gradient for `step` comes before the step it counts from (dropped as stale). */
 int shard_too_early(const ps_shard *s, int w, int64_t step);
+void shard_saw_worker(ps_shard *s, const dt_wire_header *h, int64_t now);
+/* Summed rows applied to a table as one update (divided by `divisor`, or, row_mean, by their count). */
+void shard_sparse_apply(ps_shard *s, dt_table *t, const dt_rowsum *sum, float divisor, int row_mean);
+
+/* ---- The handlers, on the core; each file calls only those listed above it ---- */
+
+/* shard_sparse_sync.c */
+/* A sync SPARSE_PUSH of n sections (s->sec), its ids (after the records) and its rows as float32:
+ * whether a step was applied. */
+int shard_sparse_sync_push(const shard_req *r, int n, const uint8_t *ids, const float *rows);
+int shard_sparse_apply_complete(ps_shard *s);
+void shard_table_free(shard_table *t, int staleness, int aggregate);
+int shard_table_accumulators(shard_table *t, int aggregate, int staleness);
+/* What shard_table_accumulators allocates for one table (0 when asynchronous). */
+uint64_t shard_table_acc_bytes(int aggregate, int staleness);
+/* Bytes the sync row sums of table t hold (the ps's own memory: their bound is the held pushes'). */
+uint64_t shard_table_sums_bytes(const shard_table *t, int staleness, int aggregate);
 
 /* shard_sparse.c */
 void shard_on_sparse_init(const shard_req *r);
@@ -250,27 +262,34 @@ void shard_sparse_drop(ps_shard *s, const ps_io *io); /* every table, held push 
 int shard_sparse_pushed(const ps_shard *s, int w, int64_t t);
 void shard_sparse_free(ps_shard *s, const ps_io *io);  /* the same, deferred pulls unanswered; the scratch */
 void shard_sparse_stats(const ps_shard *s, ps_shard_stats *o);
-void shard_sparse_apply(ps_shard *s, dt_table *t, const dt_rowsum *sum, float divisor, int row_mean);
 
 /* shard_sparse_ckpt.c: a table's rows out (pages from a cursor) and in, for checkpoints */
 void shard_on_sparse_export(const shard_req *r);
 void shard_on_sparse_import(const shard_req *r);
 
-/* shard_sparse_sync.c */
-/* A sync SPARSE_PUSH of n sections (s->sec), its ids (after the records) and its rows as float32. */
-void shard_sparse_sync_push(const shard_req *r, int n, const uint8_t *ids, const float *rows);
-int shard_sparse_apply_complete(ps_shard *s);
-void shard_table_free(shard_table *t, int staleness, int aggregate);
-int shard_table_accumulators(shard_table *t, int aggregate, int staleness);
-/* What shard_table_accumulators allocates for one table (0 when asynchronous). */
-uint64_t shard_table_acc_bytes(int aggregate, int staleness);
-/* Bytes the sync row sums of table t hold (the ps's own memory: their bound is the held pushes'). */
-uint64_t shard_table_sums_bytes(const shard_table *t, int staleness, int aggregate);
+/* shard_pull.c */
+void shard_on_pull(const shard_req *r);
+void shard_answer_pull(const shard_req *r, int32_t status, uint64_t stale);
+void shard_serve_pending(ps_shard *s, int64_t now, const ps_io *io);
+void shard_fail_pending(ps_shard *s, const ps_io *io, int32_t status, const char *text);
+void shard_expire_pending(ps_shard *s, int64_t now, const ps_io *io);
+int shard_has_pending(const ps_shard *s, int worker);
+
+/* shard_update.c: INIT, PUSH, FETCH */
+void shard_on_init(const shard_req *r);
+void shard_on_push(const shard_req *r);
+void shard_on_fetch(const shard_req *r);
+/* What an INIT of this sync configuration allocates beyond the shard's values: the chunks'
+ * accumulators and the per-worker counts (0 when asynchronous). */
+uint64_t shard_sync_bytes(uint64_t chunks, uint64_t aggregate, uint64_t total, uint64_t staleness);
+
 /* shard_work.c: the coordinator's requests, and the hooks that feed it */
 void shard_on_work_ask(const shard_req *r);
 void shard_on_work_done(const shard_req *r);
 void shard_on_work_state(const shard_req *r);
 void shard_work_seen(ps_shard *s, const dt_wire_header *h, int64_t now);
 void shard_work_cron(ps_shard *s, int64_t now);
+
+/* ---- The top (shard_requests.c): the dispatch table, the lifecycle (shard.h), liveness, cron ---- */
 
 #endif

@@ -141,13 +141,6 @@ static void pending_filter(ps_shard *s, const ps_io *io, int (*keep)(ps_shard *,
     s->n_pending = kept;
 }
 
-/* Any message from a worker proves it alive, and so does the answer to its held PULL: it waited
- * at the barrier and will speak next, which the liveness check must not take for silence. */
-void shard_saw_worker(ps_shard *s, const dt_wire_header *h, int64_t now) {
-    if (!s->last_seen || (h->role != DT_ROLE_WORKER && h->role != DT_ROLE_CHIEF) || h->task >= s->total) return;
-    s->last_seen[h->task] = now;
-}
-
 static int keep_unready(ps_shard *s, const ps_io *io, pending_pull *p, void *now) {
     if (!pull_ready(s, &p->req)) return 1;
     const int64_t t = *(const int64_t *)now;

@@ -5,7 +5,82 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "ps/shard.h"
 #include "ps/shard_impl.h"
+
+/* ---- Lifecycle and counts --------------------------------------------------------------------- */
+
+int ps_shard_new(ps_shard **out, const ps_shard_config *cfg, dt_error *err) {
+    *out = NULL;
+    if (cfg->shard_floats == 0 || cfg->shard_floats > DT_WIRE_MAX_SHARD_FLOATS)
+        return dt_errorf(err, DT_EINVAL, "ps %d: shard of %zu floats (must be 1..%llu)", cfg->ps_index,
+                         cfg->shard_floats, (unsigned long long)DT_WIRE_MAX_SHARD_FLOATS);
+    if (cfg->ps_index < 0 || cfg->ps_index > UINT16_MAX)
+        return dt_errorf(err, DT_EINVAL, "ps index %d out of range", cfg->ps_index);
+    if (cfg->n_ps < 0 || (cfg->n_ps > 0 && cfg->ps_index >= cfg->n_ps))
+        return dt_errorf(err, DT_EINVAL, "ps %d: n_ps %d does not include it", cfg->ps_index, cfg->n_ps);
+    size_t end = 0;
+    for (int r = 0; r < cfg->n_state_ranges; r++) {
+        size_t off = cfg->state_ranges[2 * r], cnt = cfg->state_ranges[2 * r + 1];
+        if (off < end || cnt > cfg->shard_floats || off > cfg->shard_floats - cnt)
+            return dt_errorf(err, DT_EINVAL, "ps %d: state range %d [%zu, +%zu) out of order or outside the shard",
+                             cfg->ps_index, r, off, cnt);
+        end = off + cnt;
+    }
+    ps_shard *s = dt_calloc(1, sizeof *s, "ps shard", err);
+    if (!s) return DT_ENOMEM;
+    s->cfg = *cfg;
+    s->n = cfg->shard_floats;
+    *out = s;
+    return DT_OK;
+}
+
+void ps_shard_free(ps_shard *s, const ps_io *io) {
+    if (!s) return;
+    for (int i = 0; i < s->n_pending; i++) io->drop(io->user, &s->pending[i].from);
+    shard_sparse_free(s, io);
+    free(s->pending);
+    free(s->owner);
+    shard_parts_free(s->parts, s->n_parts, s->staleness);
+    free(s->scratch), free(s->sum), free(s->stale), free(s->last_seen), free(s->lost), free(s->done);
+    free(s->count_from);
+    free(s->counts);
+    dt_coord_free(s->coord);
+    free(s);
+}
+
+void ps_shard_get_stats(const ps_shard *s, ps_shard_stats *o) {
+    int live = s->aggregate ? s->total - s->n_lost : s->workers - (int)s->n_done;
+    *o = (ps_shard_stats){.step = shard_step(s), .pushes = s->pushes, .updates = s->updates, .pulls = s->pulls,
+                          .refused = s->refused, .stale = s->n_stale, .weighted = s->n_weighted,
+                          .pending = s->n_pending,
+                          .pending_bytes = (uint64_t)s->n_pending * sizeof(pending_pull),
+                          .initialised = s->initialised, .shutdown = s->shutdown, .live = live > 0 ? live : 0,
+                          .workers = s->workers, .sync_bytes = s->sync_bytes};
+    shard_sparse_stats(s, o);
+}
+
+int ps_shard_is_shut(const ps_shard *s) {
+    return s->shutdown;
+}
+
+const uint64_t *ps_shard_stale_counts(const ps_shard *s, int *n) {
+    *n = s->stale ? s->total : 0;
+    return s->stale;
+}
+
+uint64_t ps_max_frame(int ps_index, size_t shard_floats) {
+    return ps_index == 0 ? dt_wire_max_frame_ps0(shard_floats) : dt_wire_max_frame(shard_floats);
+}
+
+/* Everything peers may make the ps hold together (docs/security.md): unfinished messages, large
+ * replies not yet sent, deferred PULLs. Room for every worker's pull and gradient of a step in
+ * flight at once, four of the largest messages (an INIT, STATE replies) and 64 MiB to spare. */
+uint64_t ps_shard_budget(const ps_shard *s) {
+    uint64_t shard = (uint64_t)s->n * sizeof(float);
+    return 4 * ps_max_frame(s->cfg.ps_index, s->n) + 2 * (uint64_t)(s->workers > 0 ? s->workers : 8) * shard +
+           (UINT64_C(64) << 20);
+}
 
 enum {
     NEED_CHIEF = 1 << 0,      /* only the chief may send it (ERROR 104) */
@@ -81,36 +156,12 @@ static void on_shutdown(const shard_req *r) {
 
 static void apply_and_serve(ps_shard *s, int64_t now, const ps_io *io);
 
-/* Worker w counts for steps again. While a step is part applied (chunks apply one by one as its
- * gradients come, so some may be past it), w counts only from the step of the chunk furthest on:
- * the chunks behind apply theirs with the workers they waited for. Counted at once, they would wait
- * for a gradient of w's for a step chunk 0 has applied already (w's claim is stale, its gradient
- * dropped there): a sync job froze so when a worker joined mid-step. */
-static void count_from_now(ps_shard *s, int w) {
-    if (!s->aggregate || w >= s->total || !s->count_from) return;
-    const int64_t hi = shard_step_max(s);
-    if (hi == shard_step(s)) return;
-    if (!s->count_from[w]) s->n_late++;
-    s->count_from[w] = hi;
-}
-
-/* Worker w does not count any more (lost, or sitting steps out): nor late. */
-static void count_none(ps_shard *s, int w) {
-    if (w >= s->total || !s->count_from || !s->count_from[w]) return;
-    s->count_from[w] = 0;
-    s->n_late--;
-}
-
-int shard_too_early(const ps_shard *s, int w, int64_t step) {
-    return s->n_late && w < s->total && step < s->count_from[w];
-}
-
 /* Sync: a worker that sent DONE (finished, or without work at a dynamic epoch's end) sits steps
  * out: they wait for the others only, until it pushes or pulls again (back_in). */
 static void sit_out(const shard_req *r) {
     ps_shard *s = r->s;
     s->n_sitting++;
-    count_none(s, r->h->task);
+    shard_count_none(s, r->h->task);
     shard_log(s, "worker %u sits steps out (DONE): %d live worker(s), steps aggregate %d gradient(s)", r->h->task,
               s->total - s->n_lost - s->n_sitting, shard_needed(s));
     apply_and_serve(s, r->now, r->io);
@@ -124,7 +175,7 @@ static void back_in(ps_shard *s, const dt_wire_header *h) {
     s->n_done--;
     if (h->task >= s->total) return;
     s->n_sitting--;
-    count_from_now(s, h->task);
+    shard_count_from_now(s, h->task);
     shard_log(s, "worker %u trains again: %d live worker(s), steps aggregate %d gradient(s)", h->task,
               s->total - s->n_lost - s->n_sitting, shard_needed(s));
 }
@@ -236,7 +287,7 @@ static void note_alive(ps_shard *s, const dt_wire_header *h, int64_t now) {
     const int first = s->lost[h->task] == SHARD_NEVER_HEARD;
     s->lost[h->task] = 0;
     s->n_lost--;
-    count_from_now(s, h->task);
+    shard_count_from_now(s, h->task);
     shard_log(s, first ? "worker %u joined: steps wait for %d gradient(s)" : "worker %u is back: steps wait for %d "
               "gradient(s) again", h->task, shard_needed(s));
 }
@@ -276,36 +327,13 @@ void ps_shard_request(ps_shard *s, const ps_origin *from, const dt_wire_header *
 
 /* ---- Worker liveness and deadlines ------------------------------------------------------------ */
 
-/* Gradients a step needs: replicas_to_aggregate, or the live workers if fewer are left (those
- * sitting steps out after DONE are not live). Elastic: the live workers but the backup workers'
- * count, total - aggregate (docs/elastic.md: k = max(1, live - b)); at most aggregate, as live is
- * at most total. */
-static int needed_of(const ps_shard *s, int live) {
-    int k = s->elastic ? live - (s->total - s->aggregate) : live < s->aggregate ? live : s->aggregate;
-    return k > 0 ? k : 1;
-}
-
-int shard_needed(const ps_shard *s) { return needed_of(s, s->total - s->n_lost - s->n_sitting); }
-
-int shard_needed_at(ps_shard *s, int64_t step) {
-    if (!s->n_late) return shard_needed(s);
-    const int64_t lo = shard_step(s);
-    int late = 0;
-    for (int w = 0; s->n_late && w < s->total; w++) {
-        if (!s->count_from[w]) continue;
-        if (s->count_from[w] <= lo) count_none(s, w); /* every chunk is there: it counts everywhere */
-        else late += step < s->count_from[w];
-    }
-    return needed_of(s, s->total - s->n_lost - s->n_sitting - late);
-}
-
 /* Worker w is lost: each step now waits for the live workers only, or, strict, the job stops
  * (every held and later request refused). Whether the job stopped. */
 static int lose_worker(ps_shard *s, int w, int64_t now, const ps_io *io) {
     const int before = shard_needed(s);
     s->lost[w] = 1;
     s->n_lost++;
-    count_none(s, w);
+    shard_count_none(s, w);
     if (s->strict) {
         snprintf(s->failed, sizeof s->failed, "worker %d lost (no message for %lld ms, --heartbeat_timeout / 2) "
                  "and --strict is set: the job stops", w, (long long)(s->liveness_us / 1000));

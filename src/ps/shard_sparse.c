@@ -500,18 +500,6 @@ int shard_sparse_has_pending(const ps_shard *s, int w) {
 
 /* ---- SPARSE_PUSH ------------------------------------------------------------------------------ */
 
-/* Applies summed rows to a table as one update: each row divided by `divisor`, or (row_mean) by the
- * replicas that sent it. */
-void shard_sparse_apply(ps_shard *s, dt_table *t, const dt_rowsum *sum, float divisor, int row_mean) {
-    const size_t dim = (size_t)sum->dim;
-    for (size_t i = 0; (row_mean || divisor != 1.0f) && i < sum->n; i++) {
-        const float d = row_mean ? (float)sum->count[i] : divisor;
-        for (size_t j = 0; j < dim; j++) sum->rows[i * dim + j] /= d;
-    }
-    dt_table_apply(t, sum->ids, sum->rows, sum->n);
-    s->sparse_updates++;
-}
-
 /* An asynchronous push's sections (s->sec [n], rows in s->rows): each section one update of its
  * table, its rows of an id named twice summed. */
 static void async_push(const shard_req *r, int n, const uint8_t *ids) {
@@ -551,6 +539,7 @@ void shard_on_sparse_push(const shard_req *r) {
     }
     const uint8_t *p = r->payload->data;
     dt_unpack(h->encoding, s->rows, p + dt_wire_sections_rows_at(h), h->sections.floats);
-    if (sync) shard_sparse_sync_push(r, n, p + dt_wire_sections_ids_at(h), s->rows);
-    else async_push(r, n, p + dt_wire_sections_ids_at(h));
+    if (sync) {
+        if (shard_sparse_sync_push(r, n, p + dt_wire_sections_ids_at(h), s->rows)) shard_sparse_serve(s, r->now, r->io);
+    } else async_push(r, n, p + dt_wire_sections_ids_at(h));
 }

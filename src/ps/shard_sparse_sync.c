@@ -235,20 +235,21 @@ static int sync_section(const shard_req *r, const dt_wire_section *c, const uint
 
 /* A sync SPARSE_PUSH part for step t = local_step, of n sections (s->sec, checked): each section
  * stale for its table (t below the table's step, or the step full) is dropped, the push then counted
- * stale once; the others are summed into the worker's entries; complete steps are applied. */
-void shard_sparse_sync_push(const shard_req *r, int n, const uint8_t *ids, const float *rows) {
+ * stale once; the others are summed into the worker's entries; complete steps are applied. Whether
+ * a step was (the caller serves the held pulls then). */
+int shard_sparse_sync_push(const shard_req *r, int n, const uint8_t *ids, const float *rows) {
     ps_shard *s = r->s;
     uint64_t bytes;
-    if (sync_refused(r, n, &bytes)) return;
+    if (sync_refused(r, n, &bytes)) return 0;
     int stale = -1, why = 0;
     for (int k = 0; k < n; k++) {
         const int rc = sync_section(r, &s->sec[k], ids, rows);
-        if (rc < 0) return;
+        if (rc < 0) return 0;
         if (rc && stale < 0) stale = k, why = rc;
     }
     s->sparse_pushes += stale < 0;
     int applied = shard_sparse_apply_complete(s);
     if (stale >= 0) sparse_stale(r, s->sec[stale].table, why == 2);
     else push_ack(r, DT_WIRE_OK, s->sparse_stale[r->h->task]);
-    if (applied) shard_sparse_serve(s, r->now, r->io);
+    return applied;
 }
