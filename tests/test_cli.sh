@@ -13,7 +13,7 @@ expect_error "unknown flag with suggestion" 2 "unknown flag --learnin_rate \(did
   "$bin" train --learnin_rate=0.1
 expect_error "flag value not a number" 2 "--batch_size: 'abc' is not an integer" "$bin" train --batch_size abc
 expect_error "negative seed" 2 "--seed" "$bin" train --seed=-1
-expect_error "bad_images value" 2 "--bad_images" "$bin" train --model models/fashion.model --data "$data" --bad_images=maybe
+expect_error "bad_images value: names the option" 2 "bad_images: expected skip or fail, got 'maybe'" "$bin" train --model models/fashion.model --data "$data" --bad_images=maybe
 expect_error "missing model flag: names the option" 1 "model_path: no model file given" "$bin" train --data "$data"
 expect_error "missing model file" 1 "$tmp/nope.model" "$bin" train --model "$tmp/nope.model" --data "$data"
 expect_error "batch size zero" 2 "--batch_size: 0 is out of range 1\.\.65536" "$bin" train --model models/fashion.model --data "$data" --batch_size 0

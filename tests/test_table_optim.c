@@ -60,7 +60,7 @@ static void test_config(void) {
     dt_train_options_init(&d);
     dt_train_options x = d;
     x.table_optimizer = "adagard";
-    refusal("a misspelt name", x, "--table_optimizer 'adagard'");
+    refusal("a misspelt name", x, "table_optimizer 'adagard'");
     x = d, x.table_l1 = 0.1;
     refusal("l1 for adagrad", x, "--table_l1 0.1: table_optimizer adagrad does not use it");
     x = d, x.table_optimizer = "adam", x.table_initial_accumulator = 1;

@@ -50,7 +50,7 @@ static int build_and_check(const dt_st_file *f, const char *label, void *arg, dt
         rc = dt_model_spec_load(&spec, c->model_path, err);
     } else {
         const char *text = dt_ckpt_model_text(f);
-        if (!text) return dt_errorf(err, DT_EINVAL, "%s holds no model text: pass --model", label);
+        if (!text) return dt_errorf(err, DT_EINVAL, "%s holds no model text: give model_path", label);
         char mlabel[DT_PATH_MAX + 16];
         snprintf(mlabel, sizeof mlabel, "%s (model)", label);
         rc = dt_model_spec_parse(&spec, text, strlen(text), mlabel, err);
@@ -94,7 +94,7 @@ int dt_restore_net(dt_restored *out, const char *logdir, const char *file, const
     } else {
         rc = dt_ckpt_open_latest_for(&f, out->path, sizeof out->path, logdir, build_and_check, &ctx, log, err);
         if (rc == 0)
-            rc = dt_errorf(err, DT_EINVAL, "%s: no checkpoint found (train with --logdir %s first)", logdir, logdir);
+            rc = dt_errorf(err, DT_EINVAL, "%s: no checkpoint found (train with logdir %s first)", logdir, logdir);
     }
     if (rc < 0) goto out;
     dt_ckpt_run run = {.net = out->net};

@@ -27,7 +27,7 @@ int dt_table_optim_config(const dt_train_options *o, dt_lazy_config *out, dt_err
         return rc;
     dt_error e = {0};
     if (dt_lazy_config_init(out, name, (float)lr, &e))
-        return dt_errorf(err, DT_EINVAL, "--table_optimizer '%.64s': expected sgd, adagrad, ftrl or adam", name);
+        return dt_errorf(err, DT_EINVAL, "table_optimizer '%.64s': expected sgd, adagrad, ftrl or adam", name);
     const int ftrl = out->kind == DT_LAZY_FTRL, accum = ftrl || out->kind == DT_LAZY_ADAGRAD;
     if ((rc = in_range("table_initial_accumulator", o->table_initial_accumulator, 0, !ftrl, 1e6, err)) ||
         (rc = in_range("table_l1", o->table_l1, 0, 0, 1e6, err)) ||

@@ -630,7 +630,7 @@ static int open_ctr_data(run_state *r, const dt_train_options *o, dt_error *err)
     p->n_workers = c->distributed ? c->n_workers : 1, p->shard = c->distributed ? c->task_index : 0;
     if (c->distributed && dynamic_sharding(o))
         return dt_errorf(err, DT_EINVAL, "sharding dynamic: a click log is a stream without a permutation; use "
-                         "--sharding fixed");
+                         "sharding fixed");
     dt_ctr_options co;
     dt_ctr_options_init(&co);
     co.fields = spec->num_fields;
@@ -878,7 +878,7 @@ static int open_work(run_state *r, const dt_train_options *o, int64_t *local_ste
     const run_plan *p = &r->plan;
     *local_step = 0;
     if (r->dbg->work_log && *r->dbg->work_log && !(r->work_log = fopen(r->dbg->work_log, "a")))
-        return dt_errorf(err, DT_EIO, "--debug_work_log: cannot open %s", r->dbg->work_log);
+        return dt_errorf(err, DT_EIO, "work_log: cannot open %s", r->dbg->work_log);
     dt_work_config wc = {.updater = r->updater, .loader = r->loader, .task = c->task_index, .chief = c->is_chief,
                          .sync = p->sync, .examples = dt_dataset_size(r->data.train), .seed = o->seed,
                          .epochs = o->train_steps > 0 ? 0 : (uint64_t)ceil(o->epochs),

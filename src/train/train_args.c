@@ -230,7 +230,7 @@ int train_args_finish(train_args *a, dt_error *err) {
     dt_train_options *o = &a->o;
     if (!strcmp(a->bad_images, "fail")) o->fail_on_bad_images = 1;
     else if (strcmp(a->bad_images, "skip"))
-        return dt_errorf(err, DT_EINVAL, "--bad_images: expected skip or fail, got '%s'", a->bad_images);
+        return dt_errorf(err, DT_EINVAL, "bad_images: expected skip or fail, got '%s'", a->bad_images);
     o->epochs = a->epochs;
     o->auth = a->auth;
     o->connect_timeout_ms = seconds_to_ms(a->connect_timeout);
@@ -242,7 +242,7 @@ int train_args_finish(train_args *a, dt_error *err) {
     else if (!strcmp(progress, "always")) o->progress = DT_PROGRESS_TTY;
     else if (!strcmp(progress, "never")) o->progress = DT_PROGRESS_OFF;
     else if (!strcmp(progress, "relay")) o->progress = DT_PROGRESS_RELAY;
-    else return dt_errorf(err, DT_EINVAL, "--progress: expected auto, always, never or relay, got '%s'", progress);
+    else return dt_errorf(err, DT_EINVAL, "progress: expected auto, always, never or relay, got '%s'", progress);
     return DT_OK;
 }
 

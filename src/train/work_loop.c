@@ -68,7 +68,7 @@ static int install_restored(dt_work_loop *w, const uint8_t *state, size_t len, d
         p->unit_batches != c->unit_batches || p->sync != c->sync)
         rc = dt_errorf(err, DT_EINVAL, "the checkpoint's work plan is of %" PRIu64 " examples in batches of %u, seed %"
                        PRIu64 ", units of %u batch(es), %s; this run has %" PRIu64 ", %u, %" PRIu64 ", %u, %s (the "
-                       "same --data, --batch_size, --seed, --unit_batches and --issync to resume it)", p->examples,
+                       "same data_path, batch_size, seed, unit_batches and issync to resume it)", p->examples,
                        p->batch_size, p->seed, p->unit_batches, p->sync ? "sync" : "async", c->examples, c->batch_size,
                        c->seed, c->unit_batches, c->sync ? "sync" : "async");
     dt_coord_free(coord);
@@ -205,7 +205,7 @@ static int take_grant(dt_work_loop *w, const dt_work_grant *g, held_unit *u, dt_
     uint64_t first = g->unit * w->cfg.unit_batches; /* no overflow once unit < nb (nb <= 2^24) */
     if (g->unit >= w->nb || first >= w->nb || (w->nb - first < 64 && (g->mask >> (w->nb - first)) != 0))
         return dt_errorf(err, DT_EPROTO, "ps 0 granted unit %" PRIu64 " (mask %#" PRIx64 ") beyond the epoch's %" PRIu64
-                         " batches (the same --batch_size and --unit_batches everywhere?)", g->unit, g->mask, w->nb);
+                         " batches (the same batch_size and unit_batches everywhere?)", g->unit, g->mask, w->nb);
     *u = (held_unit){.held = 1, .epoch = g->epoch, .unit = g->unit, .mask = g->mask};
     if (w->last_epoch < 0 && g->epoch * w->nb + first > w->reached) w->reached = g->epoch * w->nb + first;
     w->units++;
