@@ -33,8 +33,12 @@ read -r nh hits1 < <(figure one dtrain_ps_sparse_hits_total)
 read -r nm miss1 < <(figure one dtrain_ps_sparse_misses_total)
 echo "     first scrape: rows $rows1, admitted $adm1, evicted $ev1, hits $hits1, misses $miss1"
 check "hits and misses have a series per table ($nh, $nm)" [ "$nh" -eq 26 ] && [ "$nm" -eq 26 ]
-check "rows held = rows admitted, none evicted (capacity 65536, $rows1, $adm1, $ev1)" \
-  [ "$rows1" -eq "$adm1" ] && [ "$ev1" -eq 0 ]
+# A scrape is not one instant: the ps refreshes its series while training, and one refresh between
+# the rows series (served first) and the admitted ones adds rows to the later (CI once read 1785
+# and 2396 early in the run, when rows grow fastest; 4 runs here read them equal): so rows held
+# never exceed rows admitted, and with nothing evicted, equal them in a scrape no refresh crossed.
+check "rows held <= rows admitted, none evicted (capacity 65536, $rows1, $adm1, $ev1)" \
+  [ "$rows1" -le "$adm1" ] && [ "$rows1" -gt 0 ] && [ "$ev1" -eq 0 ]
 # every row was created by an update of an id the ps had no row for: a miss
 check "each row admitted was first a miss ($adm1 <= $miss1)" [ "$adm1" -le "$miss1" ]
 check "at most 2000 distinct ids per field ($rows1 rows)" [ "$rows1" -le $((26 * 2000)) ]
