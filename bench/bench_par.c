@@ -1,4 +1,4 @@
-/* Where a second thread pays, per kind of loop (src/compute/cpu.h, PAR_MIN_*): each kind's kernel at
+/* Where a second thread pays, per kind of loop (src/compute/cpu.c, g_par_min): each kind's kernel at
  * sizes doubling from small to large, timed with 1 thread and with 2 (every region entered, at any
  * size: dt_cpu.par_always), interleaved, the median of ROUNDS. Prints per size the work, one
  * thread's time and the ratio t(2)/t(1), and per kind the least work from which 2 threads are no

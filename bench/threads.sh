@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # More threads against one (issue 36): training throughput at --threads 1 and 2 for the click-log
 # models (lr, fm, deepfm: `dtrain train` on a generated click log, its examples/sec) and the image
-# models (fashion, resnet: bench_train on synthetic batches, its images/sec), on the machine as it
+# models (fashion, resnet: bench_train on synthetic batches, its images/sec, under libgomp's default
+# spinning wait as a C program gets it, and "-passive" under the OMP_WAIT_POLICY=passive that
+# `dtrain` and `import dtrain` set: the thresholds differ by policy, src/compute/cpu.c), on the machine as it
 # is ("idle") and beside a busy loop (`yes > /dev/null`, not pinned: "loaded"). Rounds interleave
 # every case, so a change in the machine's load hits all of them alike; it prints the median per
 # case and its ratio to 1 thread under the same condition (>= 1: 2 threads no slower), then the
@@ -32,6 +34,9 @@ one() { # build condition model threads -> a line "build condition model threads
       rate=$("$B/dtrain" train --model "models/$model.model" --data "$tmp/clicks.tsv" --batch_size 256 \
                --train_steps $steps --threads "$t" --logdir= --summary_dir= --progress never 2>&1 |
              sed -n 's/^trained .*(\([0-9.]*\) examples\/sec).*/\1/p') ;;
+    *-passive) # as `dtrain train` runs them: OMP_WAIT_POLICY=passive (src/cli/main.c)
+      rate=$(OMP_WAIT_POLICY=passive "$B/bench_train" "models/${model%-passive}.model" 64 "$t" 1 |
+             sed -n 's/.*"images_per_sec": *\([0-9.]*\).*/\1/p') ;;
     *)
       rate=$("$B/bench_train" "models/$model.model" 64 "$t" 1 | sed -n 's/.*"images_per_sec": *\([0-9.]*\).*/\1/p') ;;
   esac
@@ -40,7 +45,7 @@ one() { # build condition model threads -> a line "build condition model threads
 for r in $(seq "$ROUNDS"); do
   for cond in idle loaded; do
     if [ $cond = loaded ]; then yes >/dev/null & busy=$!; fi
-    for model in lr fm deepfm fashion resnet; do
+    for model in lr fm deepfm fashion resnet fashion-passive resnet-passive; do
       for t in 1 2; do
         one "$B" $cond $model $t
         if [ -n "$BEFORE" ]; then one "$BEFORE" $cond $model $t; fi
@@ -59,18 +64,20 @@ for line in open(sys.argv[1]):
     rows.setdefault((b, c, m, int(t)), []).append(float(v))
 for b in builds:
     print(f"build {b}")
-    print(f"{'condition':9} {'model':8} {'threads':>7} {'median/s':>10} {'vs 1 thread':>11}  rounds")
+    print(f"{'condition':9} {'model':15} {'threads':>7} {'median/s':>10} {'vs 1 thread':>11}  rounds")
     for c in ("idle", "loaded"):
-        for m in ("lr", "fm", "deepfm", "fashion", "resnet"):
+        for m in ("lr", "fm", "deepfm", "fashion", "resnet", "fashion-passive", "resnet-passive"):
             base = statistics.median(rows[(b, c, m, 1)])
             for t in (1, 2):
                 v = rows[(b, c, m, t)]
                 med = statistics.median(v)
-                print(f"{c:9} {m:8} {t:7} {med:10.0f} {med / base:11.2f}  " + " ".join(f"{x:.0f}" for x in v))
+                print(f"{c:9} {m:15} {t:7} {med:10.0f} {med / base:11.2f}  " + " ".join(f"{x:.0f}" for x in v))
 PY
 for cond in idle loaded; do
   if [ $cond = loaded ]; then yes >/dev/null & busy=$!; fi
-  echo "kernels' break-evens, $cond:"
+  echo "kernels' break-evens, $cond (spinning wait):"
   "$B/bench_par" 9 | grep break-even
+  echo "kernels' break-evens, $cond (OMP_WAIT_POLICY=passive):"
+  OMP_WAIT_POLICY=passive "$B/bench_par" 9 | grep break-even
   if [ $cond = loaded ]; then kill "$busy"; wait "$busy" 2>/dev/null || true; busy=; fi
 done

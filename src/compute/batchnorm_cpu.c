@@ -48,7 +48,7 @@ void dt_batchnorm_forward(const dt_cpu *cpu, float *out, float *mean, float *var
                           float *shift, const float *in, const float *gamma, const float *beta, size_t rows, int C,
                           float eps, int relu, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
-    int nt = dt_cpu_par(cpu, (double)(n), PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)(n), DT_PAR_STREAM, DT_PAR_ANY);
     /* One pass: sums and sums of squares per piece, in double. Each piece is shifted by its first
      * row, so the squares do not cancel even when the mean is far larger than the spread. */
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
@@ -158,7 +158,7 @@ void dt_batchnorm_backward(const dt_cpu *cpu, float *din, float *dgamma, float *
                            const float *scale, const float *shift, size_t rows, int C, double *work) {
     const size_t np = bn_pieces(rows), n = rows * (size_t)C;
     const int relu = scale != NULL;
-    int nt = dt_cpu_par(cpu, (double)(n), PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)(n), DT_PAR_STREAM, DT_PAR_ANY);
     /* dbeta = sum dout, dgamma = sum dout * xhat, xhat = (in - mean) * inv_std. The relu test is
      * outside the rows' loops, each with its own inlined copy: inside an OpenMP body it is a
      * variable, and a test in the loop would keep it from being vectorised. */
@@ -211,7 +211,7 @@ void dt_batchnorm_backward(const dt_cpu *cpu, float *din, float *dgamma, float *
 
 void dt_channel_affine_forward(const dt_cpu *cpu, float *out, const float *in, const float *scale, const float *shift,
                                size_t rows, int C, int relu) {
-    int nt = dt_cpu_par(cpu, (double)(rows * (size_t)C), PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)(rows * (size_t)C), DT_PAR_STREAM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (size_t r = 0; r < rows; r++) {
         const float *x = in + r * (size_t)C;
@@ -230,7 +230,7 @@ void dt_channel_affine_forward(const dt_cpu *cpu, float *out, const float *in, c
 
 void dt_channel_affine_add_forward(const dt_cpu *cpu, float *out, const float *in, const float *scale,
                                    const float *shift, const float *b, size_t rows, int C, int relu) {
-    int nt = dt_cpu_par(cpu, (double)(rows * (size_t)C), PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)(rows * (size_t)C), DT_PAR_STREAM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (size_t r = 0; r < rows; r++) {
         const float *x = in + r * (size_t)C, *z = b + r * (size_t)C;

@@ -44,7 +44,7 @@ void dt_gemm(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, f
     blk = (blk + 15) & ~15;
     if (blk < GEMM_PIECE_MIN) blk = GEMM_PIECE_MIN;
     const int pieces = (len + blk - 1) / blk;
-    const int nt = dt_cpu_par(cpu, flops, PAR_MIN_FLOPS, pieces); /* the pieces depend on the shape only */
+    const int nt = dt_cpu_par(cpu, flops, DT_PAR_FLOPS, pieces); /* the pieces depend on the shape only */
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int p = 0; p < pieces; p++) {
         int lo = p * blk, hi = lo + blk < len ? lo + blk : len;
@@ -246,7 +246,7 @@ static void im2col_forward(const dt_cpu *cpu, float *out, const float *in, const
     if (rows < 64) rows = 64;
     if (rows > s.rows) rows = s.rows;
     const size_t nchunks = (total + rows - 1) / rows;
-    nt = dt_cpu_par(cpu, conv_flops(g, batch), PAR_MIN_FLOPS, par_cap(nchunks));
+    nt = dt_cpu_par(cpu, conv_flops(g, batch), DT_PAR_FLOPS, par_cap(nchunks));
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t k = 0; k < nchunks; k++) {
         size_t p0 = k * rows, p1 = p0 + rows < total ? p0 + rows : total;
@@ -275,7 +275,7 @@ static void im2col_backward(const dt_cpu *cpu, float *din, float *dw, float *db,
     /* Pieces are groups of whole examples, so the scatters (col2im) of different threads never
      * touch the same din. */
     const size_t npieces = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 0) : CONV_BWD_PIECES;
-    int nt = dt_cpu_par(cpu, conv_flops(g, batch), PAR_MIN_FLOPS, par_cap(npieces));
+    int nt = dt_cpu_par(cpu, conv_flops(g, batch), DT_PAR_FLOPS, par_cap(npieces));
 #pragma omp parallel num_threads(nt)
     {
         float *col = scratch + (size_t)omp_get_thread_num() * s.col;
@@ -399,7 +399,7 @@ void dt_conv2d_maxpool_forward(const dt_cpu *cpu, float *out, int32_t *argmax, c
     const fused_scratch f = fused_layout(cg, pg, batch);
     const int pointwise = is_pointwise(cg);
     const size_t units = (size_t)batch * f.groups, prow_size = (size_t)pg->out_w * OC;
-    int nt = dt_cpu_par(cpu, conv_flops(cg, batch), PAR_MIN_FLOPS, par_cap(units));
+    int nt = dt_cpu_par(cpu, conv_flops(cg, batch), DT_PAR_FLOPS, par_cap(units));
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t u = 0; u < units; u++) {
         const int t = omp_get_thread_num();
@@ -439,7 +439,7 @@ void dt_conv2d_maxpool_backward(const dt_cpu *cpu, float *din, float *dw, float 
     const size_t img_size = (size_t)cg->in_h * cg->in_w * cg->in_c, ndw = (size_t)KKC * OC;
     const size_t prow_size = (size_t)pg->out_w * OC;
     const size_t npieces = batch < CONV_BWD_PIECES ? (size_t)(batch > 0 ? batch : 0) : CONV_BWD_PIECES;
-    int nt = dt_cpu_par(cpu, conv_flops(cg, batch), PAR_MIN_FLOPS, par_cap(npieces));
+    int nt = dt_cpu_par(cpu, conv_flops(cg, batch), DT_PAR_FLOPS, par_cap(npieces));
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num();

@@ -9,29 +9,24 @@
 
 #include "compute/kernels.h"
 
-/* The least work, per kind of loop, for which a kernel splits its work over its threads: below it
- * a second thread costs more than it saves. Waking a thread takes microseconds on an idle machine
- * but up to a scheduler's slice (milliseconds) when other processes hold the cores, and a step of
- * a click-log model is dozens of small loops: 2 threads ran 16-20x slower than 1 (issue 36). So
- * the thresholds sit where, on the 2-core machine beside other work, 2 threads overtook 1 for
- * good in bench/bench_par.c (BENCHMARKS.md, "Threads"): about 1-2 ms of one thread's work, above
- * any step of the shipped click-log models at batch 1024 (tests/test_kernels.c). Units:
+/* The kinds of loop dt_cpu_par weighs, each with its own least work from which a kernel splits over
+ * its threads (cpu.c, the thresholds): below it a second thread costs more than it saves. Units:
  *   STREAM: floats of a memory-bound loop (element-wise layers, pooling, batch norm, sums, concat);
  *   GATHER: floats gathered or summed through an embedding's rows (ids x dim);
  *   FM:     floats of the factorisation machine's input (batch x fields x dim);
  *   FLOPS:  floating-point operations of a matrix product or a convolution (direct, forward). */
-#define PAR_MIN_STREAM 2097152.0
-#define PAR_MIN_GATHER 1048576.0
-#define PAR_MIN_FM 4194304.0
-#define PAR_MIN_FLOPS 2e8
+enum { DT_PAR_STREAM, DT_PAR_GATHER, DT_PAR_FM, DT_PAR_FLOPS, DT_PAR_KINDS };
 
-/* The threads for a loop of `work` units whose kind pays for a second thread from `min_work` on:
- * 1 below it (or inside a parallel region, or with one thread), else the context's threads, at
- * most max_threads (the loop's pieces) and at most the cores the machine's other runnable tasks
- * leave free (cpu.c: with every core busy, a second thread only waits). par_always: the context's
- * threads whatever the work and the load. Counts each region it lets through (dt_cpu_regions). */
-int dt_cpu_par(const dt_cpu *cpu, double work, double min_work, int max_threads);
+/* The threads for a loop of `work` units of kind `kind` (DT_PAR_*): 1 below the kind's threshold (or
+ * inside a parallel region, or with one thread), else the context's threads, at most max_threads
+ * (the loop's pieces) and at most the cores the machine's other runnable tasks leave free (cpu.c:
+ * with every core busy, a second thread only waits). par_always: the context's threads whatever
+ * the work and the load. Counts each region it lets through (dt_cpu_regions). */
+int dt_cpu_par(const dt_cpu *cpu, double work, int kind, int max_threads);
 #define DT_PAR_ANY 0x7fffffff
+
+/* The threshold dt_cpu_par applies to a kind under this process's OpenMP wait policy (cpu.c). */
+double dt_cpu_par_min(int kind);
 
 /* A convolution's FLOPs (direct, forward: 2 per multiply-add), the work dt_cpu_par weighs. */
 static inline double conv_flops(const dt_window *g, int batch) {

@@ -38,7 +38,7 @@ int dt_window_init(dt_window *g, int in_h, int in_w, int in_c, int out_c, int k_
  * Every kernel that splits its work takes one, first. */
 typedef struct dt_cpu {
     int threads;    /* 1 .. dt_cpu_cores() */
-    int par_always; /* 1: a parallel region at any size, below the thresholds too (cpu.h, PAR_MIN_*):
+    int par_always; /* 1: a parallel region at any size, below the thresholds too (cpu.c, g_par_min):
                        what bench_par measures the thresholds with, and tests of the parallel paths */
 } dt_cpu;
 

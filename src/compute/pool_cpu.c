@@ -44,7 +44,7 @@ void dt_maxpool_forward(const dt_cpu *cpu, float *out, int32_t *argmax, const fl
     const int OH = g->out_h;
     const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c, rows = (size_t)batch * OH;
     const size_t row_size = (size_t)g->out_w * g->in_c;
-    int nt = dt_cpu_par(cpu, (double)(rows * row_size), PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)(rows * row_size), DT_PAR_STREAM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (size_t row = 0; row < rows; row++)
         dt_maxpool_row(out + row * row_size, argmax + row * row_size, in + (row / OH) * img_size, 0, g,
@@ -55,7 +55,7 @@ void dt_maxpool_backward(const dt_cpu *cpu, float *din, const float *dout, const
                          const dt_window *g) {
     const size_t img_size = (size_t)g->in_h * g->in_w * g->in_c;
     const size_t out_size = (size_t)g->out_h * g->out_w * g->in_c;
-    int nt = dt_cpu_par(cpu, (double)(batch * img_size), PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)(batch * img_size), DT_PAR_STREAM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int n = 0; n < batch; n++) {
         float *d = din + (size_t)n * img_size;
@@ -80,7 +80,7 @@ static inline void avg_window(const dt_window *g, int oh, int ow, int *h0, int *
 void dt_avgpool_forward(const dt_cpu *cpu, float *out, const float *in, int batch, const dt_window *g) {
     const int OH = g->out_h, OW = g->out_w, C = g->in_c;
     const size_t img = (size_t)g->in_h * g->in_w * C, rows = (size_t)batch * OH;
-    int nt = dt_cpu_par(cpu, (double)(rows * OW * C), PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)(rows * OW * C), DT_PAR_STREAM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (size_t row = 0; row < rows; row++) {
         const float *x = in + (row / OH) * img;
@@ -104,7 +104,7 @@ void dt_avgpool_forward(const dt_cpu *cpu, float *out, const float *in, int batc
 void dt_avgpool_backward(const dt_cpu *cpu, float *din, const float *dout, int batch, const dt_window *g) {
     const int OH = g->out_h, OW = g->out_w, C = g->in_c;
     const size_t img = (size_t)g->in_h * g->in_w * C, osz = (size_t)OH * OW * C;
-    int nt = dt_cpu_par(cpu, (double)(batch * img), PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)(batch * img), DT_PAR_STREAM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int n = 0; n < batch; n++) {
         float *d = din + (size_t)n * img;
@@ -136,7 +136,7 @@ void dt_global_avgpool_forward(const dt_cpu *cpu, float *out, const float *in, i
 }
 
 void dt_global_avgpool_backward(const dt_cpu *cpu, float *din, const float *dout, int batch, int hw, int C) {
-    int nt = dt_cpu_par(cpu, (double)((size_t)batch * hw * C), PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)((size_t)batch * hw * C), DT_PAR_STREAM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int n = 0; n < batch; n++)
         for (int p = 0; p < hw; p++) {

@@ -18,7 +18,7 @@
 
 void dt_embedding_forward(const dt_cpu *cpu, float *out, const float *table, const dt_bags *b) {
     const int F = b->n_fields, D = b->dim;
-    const int nt = dt_cpu_par(cpu, (double)b->batch * F * D, PAR_MIN_GATHER, DT_PAR_ANY);
+    const int nt = dt_cpu_par(cpu, (double)b->batch * F * D, DT_PAR_GATHER, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int i = 0; i < b->batch; i++) {
         if (i + PREFETCH_AHEAD < b->batch)
@@ -110,7 +110,7 @@ size_t dt_embedding_backward(const dt_cpu *cpu, int64_t *uniq, float *grad, cons
             tmp[n++] = p;
         }
     if (n) tmp[n] = P;
-    const int nt = dt_cpu_par(cpu, (double)P * D, PAR_MIN_GATHER, DT_PAR_ANY);
+    const int nt = dt_cpu_par(cpu, (double)P * D, DT_PAR_GATHER, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 64) if (nt > 1)
     for (size_t u = 0; u < n; u++) {
         float *g = grad + u * (size_t)D;
@@ -134,7 +134,7 @@ size_t dt_embedding_backward(const dt_cpu *cpu, int64_t *uniq, float *grad, cons
 /* ---- factorisation machine ------------------------------------------------------------------ */
 
 void dt_fm_forward(const dt_cpu *cpu, float *out, const float *v, int batch, int F, int D) {
-    int nt = dt_cpu_par(cpu, (double)batch * F * D, PAR_MIN_FM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)batch * F * D, DT_PAR_FM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int i = 0; i < batch; i++) {
         const float *x = v + (size_t)i * F * D;
@@ -152,7 +152,7 @@ void dt_fm_forward(const dt_cpu *cpu, float *out, const float *v, int batch, int
 }
 
 void dt_fm_backward(const dt_cpu *cpu, float *dv, const float *dout, const float *v, int batch, int F, int D) {
-    int nt = dt_cpu_par(cpu, (double)batch * F * D, PAR_MIN_FM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)batch * F * D, DT_PAR_FM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int i = 0; i < batch; i++) {
         const float *x = v + (size_t)i * F * D;
@@ -169,7 +169,7 @@ void dt_fm_backward(const dt_cpu *cpu, float *dv, const float *dout, const float
 /* ---- reduce_sum ------------------------------------------------------------------------------ */
 
 void dt_reduce_sum_forward(const dt_cpu *cpu, float *out, const float *in, int batch, int n) {
-    int nt = dt_cpu_par(cpu, (double)batch * n, PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)batch * n, DT_PAR_STREAM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int i = 0; i < batch; i++) {
         double s = 0;
@@ -179,7 +179,7 @@ void dt_reduce_sum_forward(const dt_cpu *cpu, float *out, const float *in, int b
 }
 
 void dt_reduce_sum_backward(const dt_cpu *cpu, float *din, const float *dout, int batch, int n) {
-    int nt = dt_cpu_par(cpu, (double)batch * n, PAR_MIN_STREAM, DT_PAR_ANY);
+    int nt = dt_cpu_par(cpu, (double)batch * n, DT_PAR_STREAM, DT_PAR_ANY);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int i = 0; i < batch; i++)
         for (int c = 0; c < n; c++) din[(size_t)i * n + c] = dout[i];

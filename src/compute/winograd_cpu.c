@@ -283,7 +283,7 @@ static void wino_run_forward(const dt_cpu *cpu, float *out, const float *in, con
     size_t tiles = per < s->tiles ? (per < 16 ? 16 : per) : s->tiles;
     if (tiles > s->tiles) tiles = s->tiles;
     const size_t nchunks = (total + tiles - 1) / tiles, xv = wino_xs(tiles, g->ic), xm = wino_xs(tiles, g->oc);
-    nt = dt_cpu_par(cpu, 2.0 * 9 * total * 4 * g->ic * g->oc, PAR_MIN_FLOPS, par_cap(nchunks)); /* direct conv's FLOPs */
+    nt = dt_cpu_par(cpu, 2.0 * 9 * total * 4 * g->ic * g->oc, DT_PAR_FLOPS, par_cap(nchunks)); /* direct conv's FLOPs */
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t k = 0; k < nchunks; k++) {
         float *v = scratch + s->thr_base + (size_t)omp_get_thread_num() * s->thr, *m = v + s->v;
@@ -326,7 +326,7 @@ void dt_wino_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const
     const size_t xv = wino_xs(s.tiles, C), xz = wino_xs(s.tiles, OC);
     const float *zeros = scratch + s.zeros_base;
     memset(scratch + s.zeros_base, 0, sizeof(float) * (s.thr_base - s.zeros_base));
-    int nt = dt_cpu_par(cpu, conv_flops(g, batch), PAR_MIN_FLOPS, par_cap(npieces));
+    int nt = dt_cpu_par(cpu, conv_flops(g, batch), DT_PAR_FLOPS, par_cap(npieces));
     /* dW (transform domain) and db: fixed pieces of tiles / positions, summed in piece order. */
 #pragma omp parallel num_threads(nt)
     {
