@@ -234,7 +234,7 @@ BF16_INLINE void ukern(const int R, const int NV, const int a_t, int kcp, const 
         for (int j = 0; j < NV; j++) {
             const __mmask16 m = j == NV - 1 ? mlast : 0xffff;
             float *cp = c + (size_t)r * ldc + 16 * j;
-            __m512 v = _mm512_mul_ps(acc[r][j], va);
+            __m512 v = alpha == 1.0f ? acc[r][j] : _mm512_mul_ps(acc[r][j], va);
             if (!first) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, cp));
             else if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cp), v);
             _mm512_mask_storeu_ps(cp, m, v);
@@ -282,8 +282,11 @@ BF16_TARGET static void gemm_serial(uint32_t *pack, int trans_a, int trans_b, in
         for (int k0 = 0; k0 < K; k0 += KC) {
             const int kc = K - k0 < KC ? K - k0 : KC, kcp = (kc + 1) / 2;
             pack_b(bp, B, ldb, trans_b, k0, kc, n0, nc);
-            for (int m0 = 0; m0 < M; m0 += MR) {
-                const int mr = M - m0 < MR ? M - m0 : MR;
+            /* Rows cut into tiles of equal size (16 rows: 8 + 8, not 14 + 2): a tile of few rows has few
+             * independent sums, and with a long K it waits on vdpbf16ps's latency. */
+            const int tiles = (M + MR - 1) / MR, rows = (M + tiles - 1) / tiles;
+            for (int m0 = 0; m0 < M; m0 += rows) {
+                const int mr = M - m0 < rows ? M - m0 : rows;
                 pack_a(ap, A, lda, trans_a, m0, mr, k0, kc);
                 for (int t0 = 0; t0 < nc; t0 += NT) {
                     const int cols = nc - t0 < NT ? nc - t0 : NT, nv = cols > 16 ? 2 : 1;
@@ -302,6 +305,8 @@ BF16_TARGET static void gemm_serial(uint32_t *pack, int trans_a, int trans_b, in
  * falls behind without stalling the rest); how it is cut does not change a bit of the result. */
 #define BF16_PIECES_PER_THREAD 4
 #define BF16_PIECE_MIN 64
+
+#define STACK_PACK_WORDS 8192 /* 32 KB */
 
 static uint32_t *alloc_pack(int K, int N) {
     size_t bytes = pack_words(K, N) * sizeof(uint32_t);
@@ -332,10 +337,13 @@ void dt_gemm_bf16(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int
     }
     /* Without memory for the packing: the emulation (element at a time if it finds none either). */
     if (nt <= 1) {
-        uint32_t *pack = alloc_pack(K, N);
+        /* Most of a step's products are small (Winograd's: 64 x 64 x 32, a microsecond or two): their
+         * packing fits on the stack, and a malloc + free would cost a tenth of them. */
+        uint32_t small[STACK_PACK_WORDS] __attribute__((aligned(64)));
+        uint32_t *pack = pack_words(K, N) <= STACK_PACK_WORDS ? small : alloc_pack(K, N);
         if (pack) gemm_serial(pack, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         else dt_gemm_bf16_emulated(cpu, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        free(pack);
+        if (pack != small) free(pack);
         return;
     }
 #pragma omp parallel num_threads(nt)
