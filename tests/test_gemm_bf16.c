@@ -233,6 +233,51 @@ static void test_threads(void) {
     }
 }
 
+/* dt_bf16_pack_b + dt_gemm_bf16_packed: the same words as the emulation's packer, and the same bits as
+ * dt_gemm_bf16 (the emulation: as dt_gemm_bf16_emulated), over shapes that cross the packed blocks
+ * (256 columns, 256 rows of K), their tails, transposes and 1 or 2 threads cutting M or N. */
+static void test_packed(void) {
+    const shape sh[] = {{0, 0, 13, 15, 3, 0, 1, 0},   {1, 0, 29, 33, 257, 0, 1, 0}, {0, 1, 20, 300, 70, 0, 1, 0},
+                        {0, 0, 9, 600, 515, 2, 0.5f, 0.25f}, {1, 1, 31, 17, 33, 1, 1, 1}, {0, 0, 300, 40, 64, 0, 1, 0},
+                        {0, 0, 40, 1100, 30, 0, 1, 0}};
+    for (size_t t = 0; t < sizeof sh / sizeof sh[0]; t++) {
+        const shape *s = &sh[t];
+        const int M = s->M, N = s->N, K = s->K;
+        const int ac = s->ta ? M : K, ar = s->ta ? K : M, bc = s->tb ? K : N, br = s->tb ? N : K;
+        const int lda = ac + s->pad, ldb = bc + s->pad, ldc = N + s->pad;
+        float *A = malloc(sizeof(float) * (size_t)ar * lda), *B = malloc(sizeof(float) * (size_t)br * ldb);
+        float *C0 = malloc(sizeof(float) * (size_t)M * ldc), *C1 = malloc(sizeof(float) * (size_t)M * ldc);
+        float *C2 = malloc(sizeof(float) * (size_t)M * ldc);
+        const size_t words = dt_bf16_packed_b_words(K, N);
+        uint32_t *p1 = malloc(sizeof(uint32_t) * words), *p2 = malloc(sizeof(uint32_t) * words);
+        dt_rng r;
+        dt_rng_seed(&r, 77 + t);
+        for (size_t i = 0; i < (size_t)ar * lda; i++) A[i] = rand_spread(&r, 3);
+        for (size_t i = 0; i < (size_t)br * ldb; i++) B[i] = rand_spread(&r, 3);
+        for (size_t i = 0; i < (size_t)M * ldc; i++) C0[i] = rand_spread(&r, 1);
+        memset(p1, 0xff, sizeof(uint32_t) * words); /* every word must be written, the padding zeros too */
+        dt_bf16_pack_b(p1, s->tb, K, N, B, ldb);
+        dt_bf16_pack_b_emulated(p2, s->tb, K, N, B, ldb);
+        CHECK_MSG(!memcmp(p1, p2, sizeof(uint32_t) * words), "shape %zu: packed words differ from the emulation's", t);
+        for (int threads = 1; threads <= 2; threads++) {
+            dt_cpu cpu;
+            dt_cpu_init(&cpu, threads);
+            cpu.par_always = threads > 1;
+            memcpy(C1, C0, sizeof(float) * (size_t)M * ldc);
+            memcpy(C2, C0, sizeof(float) * (size_t)M * ldc);
+            dt_gemm_bf16(&cpu, s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, s->beta, C1, ldc);
+            dt_gemm_bf16_packed(&cpu, s->ta, M, N, K, s->alpha, A, lda, p1, s->beta, C2, ldc);
+            CHECK_MSG(!memcmp(C1, C2, sizeof(float) * (size_t)M * ldc), "shape %zu, %d threads: packed differs", t, threads);
+            memcpy(C1, C0, sizeof(float) * (size_t)M * ldc);
+            memcpy(C2, C0, sizeof(float) * (size_t)M * ldc);
+            dt_gemm_bf16_emulated(&cpu, s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, s->beta, C1, ldc);
+            dt_gemm_bf16_packed_emulated(&cpu, s->ta, M, N, K, s->alpha, A, lda, p2, s->beta, C2, ldc);
+            CHECK_MSG(!memcmp(C1, C2, sizeof(float) * (size_t)M * ldc), "shape %zu: packed emulation differs", t);
+        }
+        free(A), free(B), free(C0), free(C1), free(C2), free(p1), free(p2);
+    }
+}
+
 /* K = 0 scales C by beta (beta 0 clears it, NaN included); M or N = 0 touches nothing. */
 static void test_empty(void) {
     dt_cpu cpu;
@@ -270,6 +315,7 @@ int main(void) {
     RUN(test_rounding);
     RUN(test_bounds);
     RUN(test_threads);
+    RUN(test_packed);
     RUN(test_empty);
     return test_summary();
 }

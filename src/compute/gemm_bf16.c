@@ -63,14 +63,88 @@ static void scale_c(int M, int N, float beta, float *C, int ldc) {
     }
 }
 
+#define MR 14       /* rows of a micro-tile */
+#define KC 256      /* K per block (elements) */
+#define KCP (KC / 2) /* ... in pairs: the row stride of a packed A micro-panel */
+#define NC 256      /* columns of op(B) per packed block */
+#define NT 32       /* columns of a B tile */
+
+/* Packed op(B) (the kernel's blocks, and dt_bf16_pack_b's whole matrix): blocks of NC columns, each
+ * holding its K blocks of KC rows in order; a block's tiles of NT columns, [pair][NT] words (a last
+ * tile of <= 16 columns: [pair][16]) at a stride of kcp * NT, every word written: past the ends, zeros. */
+static size_t kp_total(int K) { return (size_t)(K / KC) * KCP + (size_t)(K % KC + 1) / 2; }
+static size_t cols16(int n) { return (size_t)(n + 15) / 16 * 16; } /* full tiles and the last one */
+static size_t packed_block(int N, int K, int n0, int k0) {
+    const int nc = N - n0 < NC ? N - n0 : NC;
+    return (size_t)(n0 / NC) * NC * kp_total(K) + cols16(nc) * (size_t)(k0 / KC) * KCP;
+}
+size_t dt_bf16_packed_b_words(int K, int N) {
+    if (K <= 0 || N <= 0) return 0;
+    return (size_t)(N / NC) * NC * kp_total(K) + (N % NC ? cols16(N % NC) * kp_total(K) : 0);
+}
+/* The word of element (k, n) of op(B), and which half (k odd: the high one). */
+static size_t packed_index(int N, int K, int k, int n, int *high) {
+    const int n0 = n / NC * NC, k0 = k / KC * KC, nc = N - n0 < NC ? N - n0 : NC;
+    const int kc = K - k0 < KC ? K - k0 : KC, kcp = (kc + 1) / 2, t0 = (n - n0) / NT * NT;
+    const int w = nc - t0 > 16 ? NT : 16;
+    *high = (k - k0) & 1;
+    return packed_block(N, K, n0, k0) + (size_t)(t0 / NT) * kcp * NT + (size_t)((k - k0) / 2) * w + (n - n0 - t0);
+}
+
+static uint16_t bf16_bits(float x) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {dt_bf16_round(x)};
+    return (uint16_t)(v.u >> 16);
+}
+
+static float packed_value(const uint32_t *pb, int N, int K, int k, int n) {
+    int high;
+    const uint32_t w = pb[packed_index(N, K, k, n, &high)];
+    union {
+        uint32_t u;
+        float f;
+    } v = {high ? w & 0xffff0000u : w << 16};
+    return v.f;
+}
+
 static void from_f32_scalar(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        union {
-            float f;
-            uint32_t u;
-        } v = {dt_bf16_round(src[i])};
-        dst[i] = (uint16_t)(v.u >> 16);
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_bits(src[i]);
+}
+
+/* C = alpha A op(B) + beta C from a packed op(B) without AVX512_BF16: its values (bf16 already)
+ * unpacked, then the emulation. */
+void dt_gemm_bf16_packed_emulated(const dt_cpu *cpu, int trans_a, int M, int N, int K, float alpha, const float *A,
+                                  int lda, const uint32_t *pb, float beta, float *C, int ldc) {
+    float *b = malloc(sizeof(float) * (size_t)K * N);
+    if (b) {
+        for (int k = 0; k < K; k++)
+            for (int n = 0; n < N; n++) b[(size_t)k * N + n] = packed_value(pb, N, K, k, n);
+        dt_gemm_bf16_emulated(cpu, trans_a, 0, M, N, K, alpha, A, lda, b, N, beta, C, ldc);
+        free(b);
+        return;
     }
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float s = 0.0f;
+            for (int k = 0; k < K; k++)
+                s += dt_bf16_round(trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) * packed_value(pb, N, K, k, j);
+            float *c = C + (size_t)i * ldc + j;
+            *c = alpha * s + (beta == 0.0f ? 0.0f : beta * *c);
+        }
+}
+
+/* dt_bf16_pack_b without AVX512_BF16: the same words, element by element. */
+void dt_bf16_pack_b_emulated(uint32_t *packed, int trans_b, int K, int N, const float *B, int ldb) {
+    memset(packed, 0, dt_bf16_packed_b_words(K, N) * sizeof(uint32_t));
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < N; n++) {
+            int high;
+            const size_t i = packed_index(N, K, k, n, &high);
+            const uint32_t h = bf16_bits(trans_b ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n]);
+            packed[i] |= high ? h << 16 : h;
+        }
 }
 
 /* ---- the emulation: the same rounding, fp32 products and sums through dt_gemm --------------- */
@@ -110,12 +184,6 @@ void dt_gemm_bf16_emulated(const dt_cpu *cpu, int trans_a, int trans_b, int M, i
 }
 
 #ifdef BF16_X86
-
-#define MR 14                 /* rows of a micro-tile */
-#define KC 256                /* K per block (elements) */
-#define KCP (KC / 2)          /* ... in pairs: the row stride of a packed A micro-panel */
-#define NC 256                /* columns of op(B) per packed block */
-#define NT 32                 /* columns of a B tile */
 
 /* 16 bf16 pairs (k, k+1) from 16 fp32 of row k (lo) and of row k + 1 (hi), lane i = column i. */
 BF16_INLINE __m512i pair_rows(__m512 lo, __m512 hi) {
@@ -293,16 +361,26 @@ static size_t pack_words(int K, int N) {
     return kp * ((n + NT - 1) / NT * NT) + (size_t)MR * KCP;
 }
 
-/* One thread's product on the sub-matrix C[M, N] (A, B, C already offset), with pack (pack_words(K, N)
- * words, 64-byte aligned) for its packing. */
-BF16_TARGET static void gemm_serial(uint32_t *pack, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                                    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+/* Where op(B) comes from: fp32 (B, ldb, trans_b), packed on the way; or packed already (pb, the whole
+ * matrix's pb_n columns, this product's columns from pb_n0 on, a multiple of NC). */
+typedef struct {
+    const float *B;
+    int ldb, trans_b;
+    const uint32_t *pb;
+    int pb_n, pb_n0;
+} b_source;
+
+/* One thread's product on the sub-matrix C[M, N] (A, C and an fp32 B already offset), with pack
+ * (pack_words(K, N) words, or MR * KCP for a packed B; 64-byte aligned) for its packing. */
+BF16_TARGET static void gemm_serial(uint32_t *pack, int trans_a, const b_source *src, int M, int N, int K,
+                                    float alpha, const float *A, int lda, float beta, float *C, int ldc) {
     uint32_t *ap = pack, *bp = pack + (size_t)MR * KCP;
     for (int n0 = 0; n0 < N; n0 += NC) {
         const int nc = N - n0 < NC ? N - n0 : NC;
         for (int k0 = 0; k0 < K; k0 += KC) {
             const int kc = K - k0 < KC ? K - k0 : KC, kcp = (kc + 1) / 2;
-            pack_b(bp, B, ldb, trans_b, k0, kc, n0, nc);
+            if (src->pb) bp = (uint32_t *)src->pb + packed_block(src->pb_n, K, src->pb_n0 + n0, k0);
+            else pack_b(bp, src->B, src->ldb, src->trans_b, k0, kc, n0, nc);
             /* Rows cut into tiles of equal size (16 rows: 8 + 8, not 14 + 2): a tile of few rows has few
              * independent sums, and with a long K it waits on vdpbf16ps's latency. */
             const int tiles = (M + MR - 1) / MR, rows = (M + tiles - 1) / tiles;
@@ -329,9 +407,79 @@ BF16_TARGET static void gemm_serial(uint32_t *pack, int trans_a, int trans_b, in
 
 #define STACK_PACK_WORDS 8192 /* 32 KB */
 
-static uint32_t *alloc_pack(int K, int N) {
-    size_t bytes = pack_words(K, N) * sizeof(uint32_t);
-    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+static uint32_t *alloc_pack(size_t words) {
+    return aligned_alloc(64, (words * sizeof(uint32_t) + 63) & ~(size_t)63);
+}
+
+/* The product on the CPU with AVX512_BF16, its pieces shared out by the threads. */
+static void gemm_drive(const dt_cpu *cpu, int trans_a, const b_source *src, int M, int N, int K, float alpha,
+                       const float *A, int lda, float beta, float *C, int ldc) {
+    const int packed = src->pb != NULL;
+    const int split_m = M >= N, len = split_m ? M : N;
+    /* whole micro-tiles of rows; whole packed blocks (or tiles) of columns */
+    const int unit = split_m ? MR : packed ? NC : NT;
+    int nt = dt_cpu_par(cpu, 2.0 * M * N * K, PAR_MIN_FLOPS, par_cap((size_t)(len + unit - 1) / unit));
+    int pieces = 1, blk = len;
+    if (nt > 1) {
+        pieces = nt * BF16_PIECES_PER_THREAD;
+        blk = (len + pieces - 1) / pieces;
+        if (blk < BF16_PIECE_MIN) blk = BF16_PIECE_MIN;
+        blk = (blk + unit - 1) / unit * unit;
+        pieces = (len + blk - 1) / blk;
+        if (pieces < 2) nt = 1;
+    }
+    /* Without memory for the packing: the emulation (element at a time if it finds none either). */
+    if (nt <= 1) {
+        /* Most of a step's products are small (Winograd's: 64 x 64 x 32, a microsecond or two): their
+         * packing fits on the stack, and a malloc + free would cost a tenth of them. */
+        uint32_t small[STACK_PACK_WORDS] __attribute__((aligned(64)));
+        const size_t words = packed ? (size_t)MR * KCP : pack_words(K, N);
+        uint32_t *pack = words <= STACK_PACK_WORDS ? small : alloc_pack(words);
+        if (pack) gemm_serial(pack, trans_a, src, M, N, K, alpha, A, lda, beta, C, ldc);
+        else if (packed) dt_gemm_bf16_packed_emulated(cpu, trans_a, M, N, K, alpha, A, lda, src->pb, beta, C, ldc);
+        else dt_gemm_bf16_emulated(cpu, trans_a, src->trans_b, M, N, K, alpha, A, lda, src->B, src->ldb, beta, C, ldc);
+        if (pack != small) free(pack);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        uint32_t *pack = alloc_pack(packed ? (size_t)MR * KCP : pack_words(K, split_m ? N : blk));
+#pragma omp for schedule(dynamic, 1)
+        for (int p = 0; p < pieces; p++) {
+            const int lo = p * blk, n = lo + blk < len ? blk : len - lo;
+            const float *a = A;
+            float *c = C;
+            int m = M, nn = N;
+            b_source s = *src;
+            if (split_m) {
+                a = trans_a ? A + lo : A + (size_t)lo * lda;
+                c = C + (size_t)lo * ldc;
+                m = n;
+            } else {
+                if (packed) s.pb_n0 = lo;
+                else s.B = s.trans_b ? s.B + (size_t)lo * s.ldb : s.B + lo;
+                c = C + lo;
+                nn = n;
+            }
+            if (!pack) {
+                const dt_cpu one = {1, 0};
+                if (packed) { /* the emulation wants the whole packed matrix: do the piece's columns from it */
+                    for (int j = 0; j < nn; j++)
+                        for (int i = 0; i < m; i++) {
+                            float sum = 0.0f;
+                            for (int k = 0; k < K; k++)
+                                sum += dt_bf16_round(trans_a ? a[(size_t)k * lda + i] : a[(size_t)i * lda + k]) *
+                                       packed_value(s.pb, s.pb_n, K, k, s.pb_n0 + j);
+                            float *cc = c + (size_t)i * ldc + j;
+                            *cc = alpha * sum + (beta == 0.0f ? 0.0f : beta * *cc);
+                        }
+                } else
+                    dt_gemm_bf16_emulated(&one, trans_a, s.trans_b, m, nn, K, alpha, a, lda, s.B, s.ldb, beta, c, ldc);
+            } else
+                gemm_serial(pack, trans_a, &s, m, nn, K, alpha, a, lda, beta, c, ldc);
+        }
+        free(pack);
+    }
 }
 
 void dt_gemm_bf16(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
@@ -345,51 +493,35 @@ void dt_gemm_bf16(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int
         dt_gemm_bf16_emulated(cpu, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    const int split_m = M >= N, len = split_m ? M : N;
-    int nt = dt_cpu_par(cpu, 2.0 * M * N * K, PAR_MIN_FLOPS, par_cap((size_t)(len + BF16_PIECE_MIN - 1) / BF16_PIECE_MIN));
-    int pieces = 1, blk = len;
-    if (nt > 1) {
-        const int unit = split_m ? MR : NT; /* whole micro-tiles */
-        pieces = nt * BF16_PIECES_PER_THREAD;
-        blk = (len + pieces - 1) / pieces;
-        if (blk < BF16_PIECE_MIN) blk = BF16_PIECE_MIN;
-        blk = (blk + unit - 1) / unit * unit;
-        pieces = (len + blk - 1) / blk;
-    }
-    /* Without memory for the packing: the emulation (element at a time if it finds none either). */
-    if (nt <= 1) {
-        /* Most of a step's products are small (Winograd's: 64 x 64 x 32, a microsecond or two): their
-         * packing fits on the stack, and a malloc + free would cost a tenth of them. */
-        uint32_t small[STACK_PACK_WORDS] __attribute__((aligned(64)));
-        uint32_t *pack = pack_words(K, N) <= STACK_PACK_WORDS ? small : alloc_pack(K, N);
-        if (pack) gemm_serial(pack, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        else dt_gemm_bf16_emulated(cpu, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        if (pack != small) free(pack);
+    const b_source src = {B, ldb, trans_b, NULL, 0, 0};
+    gemm_drive(cpu, trans_a, &src, M, N, K, alpha, A, lda, beta, C, ldc);
+}
+
+void dt_bf16_pack_b(uint32_t *packed, int trans_b, int K, int N, const float *B, int ldb) {
+    if (K <= 0 || N <= 0) return;
+    if (!dt_cpu_has_bf16()) {
+        dt_bf16_pack_b_emulated(packed, trans_b, K, N, B, ldb);
         return;
     }
-#pragma omp parallel num_threads(nt)
-    {
-        uint32_t *pack = alloc_pack(K, split_m ? N : blk);
-#pragma omp for schedule(dynamic, 1)
-        for (int p = 0; p < pieces; p++) {
-            const int lo = p * blk, n = lo + blk < len ? blk : len - lo;
-            const float *a = A, *b = B;
-            float *c = C;
-            int m = M, nn = N;
-            if (split_m) {
-                a = trans_a ? A + lo : A + (size_t)lo * lda;
-                c = C + (size_t)lo * ldc;
-                m = n;
-            } else {
-                b = trans_b ? B + (size_t)lo * ldb : B + lo;
-                c = C + lo;
-                nn = n;
-            }
-            if (pack) gemm_serial(pack, trans_a, trans_b, m, nn, K, alpha, a, lda, b, ldb, beta, c, ldc);
-            else dt_gemm_bf16_emulated(&(dt_cpu){1, 0}, trans_a, trans_b, m, nn, K, alpha, a, lda, b, ldb, beta, c, ldc);
-        }
-        free(pack);
+    for (int n0 = 0; n0 < N; n0 += NC)
+        for (int k0 = 0; k0 < K; k0 += KC)
+            pack_b(packed + packed_block(N, K, n0, k0), B, ldb, trans_b, k0, K - k0 < KC ? K - k0 : KC, n0,
+                   N - n0 < NC ? N - n0 : NC);
+}
+
+void dt_gemm_bf16_packed(const dt_cpu *cpu, int trans_a, int M, int N, int K, float alpha, const float *A, int lda,
+                         const uint32_t *packed_b, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        scale_c(M, N, beta, C, ldc);
+        return;
     }
+    if (!dt_cpu_has_bf16()) {
+        dt_gemm_bf16_packed_emulated(cpu, trans_a, M, N, K, alpha, A, lda, packed_b, beta, C, ldc);
+        return;
+    }
+    const b_source src = {NULL, 0, 0, packed_b, N, 0};
+    gemm_drive(cpu, trans_a, &src, M, N, K, alpha, A, lda, beta, C, ldc);
 }
 
 BF16_TARGET static void from_f32_avx(uint16_t *dst, const float *src, size_t n) {
@@ -415,6 +547,17 @@ void dt_bf16_store(uint16_t *dst, const float *src, size_t n) { from_f32_scalar(
 void dt_gemm_bf16(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     dt_gemm_bf16_emulated(cpu, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void dt_bf16_pack_b(uint32_t *packed, int trans_b, int K, int N, const float *B, int ldb) {
+    if (K > 0 && N > 0) dt_bf16_pack_b_emulated(packed, trans_b, K, N, B, ldb);
+}
+
+void dt_gemm_bf16_packed(const dt_cpu *cpu, int trans_a, int M, int N, int K, float alpha, const float *A, int lda,
+                         const uint32_t *packed_b, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) scale_c(M, N, beta, C, ldc);
+    else dt_gemm_bf16_packed_emulated(cpu, trans_a, M, N, K, alpha, A, lda, packed_b, beta, C, ldc);
 }
 
 #endif

@@ -63,6 +63,13 @@ void dt_gemm(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, f
 void dt_gemm_bf16(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
 int dt_cpu_has_bf16(void); /* 1 where the CPU has AVX512_BF16 (cpuid), else 0 */
+/* An op(B) [K, N] used by many products (a layer's weights: Winograd's 16 transformed kernels, the
+ * im2col chunks' w) packed once into dt_bf16_packed_b_words(K, N) words; dt_gemm_bf16_packed then
+ * gives dt_gemm_bf16's bits without packing B on each call (trans_b is the packing's). */
+size_t dt_bf16_packed_b_words(int K, int N);
+void dt_bf16_pack_b(uint32_t *packed, int trans_b, int K, int N, const float *B, int ldb);
+void dt_gemm_bf16_packed(const dt_cpu *cpu, int trans_a, int M, int N, int K, float alpha, const float *A, int lda,
+                         const uint32_t *packed_b, float beta, float *C, int ldc);
 
 /* x rounded to the nearest bf16 (ties to even), as a float: what dt_gemm_bf16 multiplies. As
  * AVX512_BF16's conversion (vcvtne2ps2bf16): a subnormal becomes a zero of its sign, a NaN stays a
