@@ -188,7 +188,8 @@ static const shape shapes[] = {
     {0, 0, 15, 17, 17, 0, 1, 0},    {0, 0, 29, 31, 31, 0, 1, 0},     {0, 0, 28, 32, 32, 0, 1, 0},
     {0, 0, 30, 33, 33, 0, 1, 0},    {0, 0, 43, 48, 255, 0, 1, 0},    {0, 0, 17, 10, 256, 0, 1, 0},
     {0, 0, 20, 2, 257, 0, 1, 0},    {0, 0, 33, 100, 513, 0, 1, 0},   {0, 0, 9, 300, 70, 0, 1, 0},
-    {0, 0, 70, 16, 144, 0, 1, 0},   {0, 0, 64, 64, 1000, 0, 1, 0},
+    {0, 0, 70, 16, 144, 0, 1, 0},   {0, 0, 64, 64, 1000, 0, 1, 0},   {0, 0, 7, 1030, 20, 0, 1, 0},
+    {1, 1, 5, 1041, 33, 1, 1, 0.5f},
     /* transposes, alone and together */
     {1, 0, 13, 15, 3, 0, 1, 0},     {1, 0, 29, 33, 257, 0, 1, 0},    {1, 0, 144, 16, 70, 0, 1, 0},
     {0, 1, 13, 15, 3, 0, 1, 0},     {0, 1, 29, 33, 257, 0, 1, 0},    {0, 1, 70, 144, 16, 0, 1, 0},
@@ -235,7 +236,7 @@ static void test_threads(void) {
 
 /* dt_bf16_pack_b + dt_gemm_bf16_packed: the same words as the emulation's packer, and the same bits as
  * dt_gemm_bf16 (the emulation: as dt_gemm_bf16_emulated), over shapes that cross the packed blocks
- * (256 columns, 256 rows of K), their tails, transposes and 1 or 2 threads cutting M or N. */
+ * (1024 columns, 256 rows of K), their tails, transposes and 1 or 2 threads cutting M or N. */
 static void test_packed(void) {
     const shape sh[] = {{0, 0, 13, 15, 3, 0, 1, 0},   {1, 0, 29, 33, 257, 0, 1, 0}, {0, 1, 20, 300, 70, 0, 1, 0},
                         {0, 0, 9, 600, 515, 2, 0.5f, 0.25f}, {1, 1, 31, 17, 33, 1, 1, 1}, {0, 0, 300, 40, 64, 0, 1, 0},

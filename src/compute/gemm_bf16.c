@@ -10,7 +10,7 @@
  *      each row) or [k pair][row] (op(A) = A^T: a conversion of two rows of A at a time).
  * The micro-kernel keeps an MR x 32 (or MR x 16) tile of C in 28 (14) registers, broadcasting one
  * pair of A per row and loading 2 (1) vectors of B per k pair. The A micro-panel (7 KB) stays in
- * L1 across the tiles of the block, the B block (up to 128 KB) in L2.
+ * L1 across the tiles of the block, the B block (up to 512 KB) in L2.
  *
  * Each element of C is the same chain of operations whatever the tile it falls in or the thread
  * that computes it (K in KC blocks in order, each block's pairs in order), so results do not depend
@@ -66,7 +66,7 @@ static void scale_c(int M, int N, float beta, float *C, int ldc) {
 #define MR 14       /* rows of a micro-tile */
 #define KC 256      /* K per block (elements) */
 #define KCP (KC / 2) /* ... in pairs: the row stride of a packed A micro-panel */
-#define NC 256      /* columns of op(B) per packed block */
+#define NC 1024     /* columns of op(B) per packed block (512 KB of bf16 pairs: half a Zen 4 L2) */
 #define NT 32       /* columns of a B tile */
 
 /* Packed op(B) (the kernel's blocks, and dt_bf16_pack_b's whole matrix): blocks of NC columns, each
