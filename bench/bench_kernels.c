@@ -307,18 +307,20 @@ static void dnnl_mm_init(dnnl_mm *m, const gemm_shape *s, void *a16, int lda, vo
 }
 #endif
 
-/* "+cvt": the call with the conversion of both fp32 operands to what the library takes counted in
+/* "own packedB": dt_gemm_bf16_packed with B packed ahead (dt_bf16_pack_b, not timed: a layer's weights,
+ * packed once per step). "+cvt": the call with the conversion of both fp32 operands to what the library takes counted in
  * (dt_bf16_store; LIBXSMM's VNNI layout of B interleaves two rows), as dt_gemm_bf16 counts its own
  * packing; without it, the operands as if the layers had stored them in bf16 already. */
-enum { G_F32, G_OWN, G_DNNL, G_DNNL_CVT, G_XSMM, G_XSMM_CVT, G_N };
-static const char *const gemm_names[G_N] = {"fp32 sgemm", "own bf16",   "oneDNN",
-                                            "oneDNN+cvt", "LIBXSMM", "LIBXSMM+cvt"};
+enum { G_F32, G_OWN, G_OWN_PACKED, G_DNNL, G_DNNL_CVT, G_XSMM, G_XSMM_CVT, G_N };
+static const char *const gemm_names[G_N] = {"fp32 sgemm", "own bf16", "own packedB", "oneDNN",
+                                            "oneDNN+cvt", "LIBXSMM",  "LIBXSMM+cvt"};
 
 typedef struct {
     const gemm_shape *s;
     const float *a, *b;
     float *c;
     uint16_t *a16, *b16; /* the operands in bf16, as stored (oneDNN and LIBXSMM take bf16) */
+    uint32_t *bpk;       /* op(B) packed for dt_gemm_bf16_packed */
     int lda, ldb, threads;
 #ifdef DT_HAVE_DNNL
     dnnl_mm dn;
@@ -360,6 +362,9 @@ static int gemm_run(int v, gemm_case *g) {
     case G_F32: dt_gemm(&c, s->ta, s->tb, s->M, s->N, s->K, 1.0f, g->a, g->lda, g->b, g->ldb, 0.0f, g->c, s->N); return 1;
     case G_OWN:
         dt_gemm_bf16(&c, s->ta, s->tb, s->M, s->N, s->K, 1.0f, g->a, g->lda, g->b, g->ldb, 0.0f, g->c, s->N);
+        return 1;
+    case G_OWN_PACKED:
+        dt_gemm_bf16_packed(&c, s->ta, s->M, s->N, s->K, 1.0f, g->a, g->lda, g->bpk, 0.0f, g->c, s->N);
         return 1;
 #ifdef DT_HAVE_DNNL
     case G_DNNL_CVT: /* the caller's conversion of fp32 operands to bf16 counted too */
@@ -435,6 +440,8 @@ static void bench_gemm(int threads, int reps) {
         g.a16 = malloc(sizeof(uint16_t) * s->M * s->K), g.b16 = malloc(sizeof(uint16_t) * s->K * s->N);
         dt_bf16_store(g.a16, a, (size_t)s->M * s->K);
         dt_bf16_store(g.b16, b, (size_t)s->K * s->N);
+        g.bpk = malloc(sizeof(uint32_t) * dt_bf16_packed_b_words(s->K, s->N));
+        dt_bf16_pack_b(g.bpk, s->tb, s->K, s->N, b, g.ldb);
 #ifdef DT_HAVE_DNNL
         dnnl_mm_init(&g.dn, s, g.a16, g.lda, g.b16, g.ldb, g.c, threads);
 #endif
@@ -474,7 +481,7 @@ static void bench_gemm(int threads, int reps) {
         if (have[G_DNNL_CVT]) printf("  own/oneDNN+cvt %.2f", best[G_DNNL_CVT] / best[G_OWN]);
         if (have[G_XSMM_CVT]) printf("  own/LIBXSMM+cvt %.2f", best[G_XSMM_CVT] / best[G_OWN]);
         printf("\n");
-        free(a), free(b), free(g.c), free(g.a16), free(g.b16);
+        free(a), free(b), free(g.c), free(g.a16), free(g.b16), free(g.bpk);
 #ifdef DT_HAVE_DNNL
         if (g.dn.impl && strcmp(g.dn.impl, "brg:avx512_core_bf16")) printf("%-24s oneDNN ran %s\n", "", g.dn.impl);
         if (g.dn.prim) dnnl_primitive_destroy(g.dn.prim), dnnl_memory_destroy(g.dn.a), dnnl_memory_destroy(g.dn.b),
