@@ -68,6 +68,8 @@ static void scale_c(int M, int N, float beta, float *C, int ldc) {
 #define KCP (KC / 2) /* ... in pairs: the row stride of a packed A micro-panel */
 #define NC 1024     /* columns of op(B) per packed block (512 KB of bf16 pairs: half a Zen 4 L2) */
 #define NT 32       /* columns of a B tile */
+#define TG 32       /* the stride of pairs of op(A) = A^T, packed 2 tiles (2 * MR rows) at a time */
+#define A_WORDS ((size_t)TG * KCP) /* an A panel, either way (MR <= TG) */
 
 /* Packed op(B) (the kernel's blocks, and dt_bf16_pack_b's whole matrix): blocks of NC columns, each
  * holding its K blocks of KC rows in order; a block's tiles of NT columns, [pair][NT] words (a last
@@ -258,8 +260,9 @@ BF16_TARGET static void pack_b(uint32_t *bp, const float *B, int ldb, int trans_
     }
 }
 
-/* Packs rows m0 .. m0+mr of op(A), K from k0 to k0+kc, into one micro-panel: op(A) = A as
- * [row][KCP] words (each row converted in place), op(A) = A^T as [kcp][MR]. Pairs past kc are zeros. */
+/* Packs rows m0 .. m0+mr of op(A), K from k0 to k0+kc: op(A) = A as one micro-panel, [row][KCP]
+ * words (each row converted in place); op(A) = A^T as a group of mr <= 2 * MR rows, [kcp][TG], the
+ * micro-panels of its (at most 2) tiles within. Pairs past kc are zeros. */
 BF16_TARGET static void pack_a(uint32_t *ap, const float *A, int lda, int trans_a, int m0, int mr, int k0, int kc) {
     const int kcp = (kc + 1) / 2;
     if (!trans_a) {
@@ -289,19 +292,23 @@ BF16_TARGET static void pack_a(uint32_t *ap, const float *A, int lda, int trans_
             }
         }
     } else {
-        const __mmask16 m = (__mmask16)((1u << mr) - 1);
-        for (int p = 0; p < kcp; p++) {
-            const float *r0 = A + (size_t)(k0 + 2 * p) * lda + m0;
-            __m512 lo = _mm512_maskz_loadu_ps(m, r0);
-            __m512 hi = 2 * p + 1 < kc ? _mm512_maskz_loadu_ps(m, r0 + lda) : _mm512_setzero_ps();
-            _mm512_mask_storeu_epi32(ap + (size_t)p * MR, m, pair_rows(lo, hi));
+        /* A group of up to 2 * MR rows of op(A) (columns of A): 16 pairs per conversion. */
+        for (int g = 0; g < mr; g += 16) {
+            const int n = mr - g < 16 ? mr - g : 16;
+            const __mmask16 m = (__mmask16)((1u << n) - 1);
+            for (int p = 0; p < kcp; p++) {
+                const float *r0 = A + (size_t)(k0 + 2 * p) * lda + m0 + g;
+                __m512 lo = _mm512_maskz_loadu_ps(m, r0);
+                __m512 hi = 2 * p + 1 < kc ? _mm512_maskz_loadu_ps(m, r0 + lda) : _mm512_setzero_ps();
+                _mm512_storeu_si512(ap + (size_t)p * TG + g, pair_rows(lo, hi));
+            }
         }
     }
 }
 
 /* C[R rows, NV*16 columns (the last vector's columns masked by mlast)] (=, +=) alpha * A B over kcp
  * pairs. first: C = alpha * AB + beta * C (beta 0: C is not read); else C += alpha * AB. a_t: the
- * A panel is [kcp][MR] (else [R][KCP]). */
+ * A panel is [kcp][TG] (else [R][KCP]). */
 BF16_INLINE void ukern(const int R, const int NV, const int a_t, int kcp, const uint32_t *a, const uint32_t *b,
                        float *c, size_t ldc, __mmask16 mlast, float alpha, float beta, int first) {
     __m512 acc[MR][2];
@@ -312,7 +319,7 @@ BF16_INLINE void ukern(const int R, const int NV, const int a_t, int kcp, const 
         const __m512bh b1 = NV > 1 ? (__m512bh)_mm512_loadu_si512(b + (size_t)p * 32 + 16) : b0;
 #pragma GCC unroll 14
         for (int r = 0; r < R; r++) {
-            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)(a_t ? a[(size_t)p * MR + r] : a[(size_t)r * KCP + p]));
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)(a_t ? a[(size_t)p * TG + r] : a[(size_t)r * KCP + p]));
             acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
             if (NV > 1) acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
         }
@@ -358,7 +365,7 @@ static const ukern_fn ukerns[2][2][MR] = {{UK_LIST(1, 0), UK_LIST(2, 0)}, {UK_LI
 static size_t pack_words(int K, int N) {
     size_t kp = (size_t)(K + 1) / 2, n = (size_t)(N < NC ? N : NC);
     if (kp > KCP) kp = KCP;
-    return kp * ((n + NT - 1) / NT * NT) + (size_t)MR * KCP;
+    return kp * ((n + NT - 1) / NT * NT) + A_WORDS;
 }
 
 /* Where op(B) comes from: fp32 (B, ldb, trans_b), packed on the way; or packed already (pb, the whole
@@ -374,7 +381,7 @@ typedef struct {
  * (pack_words(K, N) words, or MR * KCP for a packed B; 64-byte aligned) for its packing. */
 BF16_TARGET static void gemm_serial(uint32_t *pack, int trans_a, const b_source *src, int M, int N, int K,
                                     float alpha, const float *A, int lda, float beta, float *C, int ldc) {
-    uint32_t *ap = pack, *bp = pack + (size_t)MR * KCP;
+    uint32_t *ap = pack, *bp = pack + A_WORDS;
     for (int n0 = 0; n0 < N; n0 += NC) {
         const int nc = N - n0 < NC ? N - n0 : NC;
         for (int k0 = 0; k0 < K; k0 += KC) {
@@ -382,18 +389,25 @@ BF16_TARGET static void gemm_serial(uint32_t *pack, int trans_a, const b_source 
             if (src->pb) bp = (uint32_t *)src->pb + packed_block(src->pb_n, K, src->pb_n0 + n0, k0);
             else pack_b(bp, src->B, src->ldb, src->trans_b, k0, kc, n0, nc);
             /* Rows cut into tiles of equal size (16 rows: 8 + 8, not 14 + 2): a tile of few rows has few
-             * independent sums, and with a long K it waits on vdpbf16ps's latency. */
-            const int tiles = (M + MR - 1) / MR, rows = (M + tiles - 1) / tiles;
+             * independent sums, and with a long K it waits on vdpbf16ps's latency. op(A) = A^T packs the
+             * rows of 2 tiles at once (a conversion per pair and 16 rows, not per tile) and cuts them. */
+            const int group = trans_a ? 2 * MR : MR;
+            const int tiles = (M + group - 1) / group, rows = (M + tiles - 1) / tiles;
             for (int m0 = 0; m0 < M; m0 += rows) {
-                const int mr = M - m0 < rows ? M - m0 : rows;
-                pack_a(ap, A, lda, trans_a, m0, mr, k0, kc);
-                for (int t0 = 0; t0 < nc; t0 += NT) {
-                    const int cols = nc - t0 < NT ? nc - t0 : NT, nv = cols > 16 ? 2 : 1;
-                    const int last = cols - 16 * (nv - 1);
-                    const __mmask16 mlast = last >= 16 ? 0xffff : (__mmask16)((1u << last) - 1);
-                    ukerns[trans_a ? 1 : 0][nv - 1][mr - 1](kcp, ap, bp + (size_t)(t0 / NT) * kcp * NT,
-                                                            C + (size_t)m0 * ldc + n0 + t0, (size_t)ldc, mlast,
-                                                            alpha, beta, k0 == 0);
+                const int mg = M - m0 < rows ? M - m0 : rows; /* rows packed together */
+                pack_a(ap, A, lda, trans_a, m0, mg, k0, kc);
+                const int halves = mg > MR ? 2 : 1;
+                for (int h = 0, r0 = 0; h < halves; h++) {
+                    const int mr = halves == 1 ? mg : h == 0 ? (mg + 1) / 2 : mg / 2;
+                    for (int t0 = 0; t0 < nc; t0 += NT) {
+                        const int cols = nc - t0 < NT ? nc - t0 : NT, nv = cols > 16 ? 2 : 1;
+                        const int last = cols - 16 * (nv - 1);
+                        const __mmask16 mlast = last >= 16 ? 0xffff : (__mmask16)((1u << last) - 1);
+                        ukerns[trans_a ? 1 : 0][nv - 1][mr - 1](kcp, ap + r0, bp + (size_t)(t0 / NT) * kcp * NT,
+                                                                C + (size_t)(m0 + r0) * ldc + n0 + t0, (size_t)ldc,
+                                                                mlast, alpha, beta, k0 == 0);
+                    }
+                    r0 += mr;
                 }
             }
         }
@@ -433,7 +447,7 @@ static void gemm_drive(const dt_cpu *cpu, int trans_a, const b_source *src, int 
         /* Most of a step's products are small (Winograd's: 64 x 64 x 32, a microsecond or two): their
          * packing fits on the stack, and a malloc + free would cost a tenth of them. */
         uint32_t small[STACK_PACK_WORDS] __attribute__((aligned(64)));
-        const size_t words = packed ? (size_t)MR * KCP : pack_words(K, N);
+        const size_t words = packed ? A_WORDS : pack_words(K, N);
         uint32_t *pack = words <= STACK_PACK_WORDS ? small : alloc_pack(words);
         if (pack) gemm_serial(pack, trans_a, src, M, N, K, alpha, A, lda, beta, C, ldc);
         else if (packed) dt_gemm_bf16_packed_emulated(cpu, trans_a, M, N, K, alpha, A, lda, src->pb, beta, C, ldc);
@@ -443,7 +457,7 @@ static void gemm_drive(const dt_cpu *cpu, int trans_a, const b_source *src, int 
     }
 #pragma omp parallel num_threads(nt)
     {
-        uint32_t *pack = alloc_pack(packed ? (size_t)MR * KCP : pack_words(K, split_m ? N : blk));
+        uint32_t *pack = alloc_pack(packed ? A_WORDS : pack_words(K, split_m ? N : blk));
 #pragma omp for schedule(dynamic, 1)
         for (int p = 0; p < pieces; p++) {
             const int lo = p * blk, n = lo + blk < len ? blk : len - lo;
