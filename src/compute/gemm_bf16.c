@@ -15,6 +15,7 @@
  * Each element of C is the same chain of operations whatever the tile it falls in or the thread
  * that computes it (K in KC blocks in order, each block's pairs in order), so results do not depend
  * on the thread count or on how the work is cut: as dt_gemm, bit for bit. */
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -442,13 +443,16 @@ static void gemm_drive(const dt_cpu *cpu, int trans_a, const b_source *src, int 
         pieces = (len + blk - 1) / blk;
         if (pieces < 2) nt = 1;
     }
-    /* Without memory for the packing: the emulation (element at a time if it finds none either). */
-    if (nt <= 1) {
+    /* Every thread's packing at once, before the region: without the memory, one thread does it all. */
+    const size_t words = packed ? A_WORDS : pack_words(K, split_m ? N : blk);
+    uint32_t *packs = nt > 1 ? alloc_pack(words * nt) : NULL;
+    if (!packs) {
         /* Most of a step's products are small (Winograd's: 64 x 64 x 32, a microsecond or two): their
-         * packing fits on the stack, and a malloc + free would cost a tenth of them. */
+         * packing fits on the stack, and a malloc + free would cost a tenth of them. Without memory for
+         * the packing: the emulation (element at a time if it finds none either). */
         uint32_t small[STACK_PACK_WORDS] __attribute__((aligned(64)));
-        const size_t words = packed ? A_WORDS : pack_words(K, N);
-        uint32_t *pack = words <= STACK_PACK_WORDS ? small : alloc_pack(words);
+        const size_t need = packed ? A_WORDS : pack_words(K, N);
+        uint32_t *pack = need <= STACK_PACK_WORDS ? small : alloc_pack(need);
         if (pack) gemm_serial(pack, trans_a, src, M, N, K, alpha, A, lda, beta, C, ldc);
         else if (packed) dt_gemm_bf16_packed_emulated(cpu, trans_a, M, N, K, alpha, A, lda, src->pb, beta, C, ldc);
         else dt_gemm_bf16_emulated(cpu, trans_a, src->trans_b, M, N, K, alpha, A, lda, src->B, src->ldb, beta, C, ldc);
@@ -457,7 +461,7 @@ static void gemm_drive(const dt_cpu *cpu, int trans_a, const b_source *src, int 
     }
 #pragma omp parallel num_threads(nt)
     {
-        uint32_t *pack = alloc_pack(packed ? A_WORDS : pack_words(K, split_m ? N : blk));
+        uint32_t *pack = packs + words * (size_t)omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
         for (int p = 0; p < pieces; p++) {
             const int lo = p * blk, n = lo + blk < len ? blk : len - lo;
@@ -475,25 +479,10 @@ static void gemm_drive(const dt_cpu *cpu, int trans_a, const b_source *src, int 
                 c = C + lo;
                 nn = n;
             }
-            if (!pack) {
-                const dt_cpu one = {1, 0};
-                if (packed) { /* the emulation wants the whole packed matrix: do the piece's columns from it */
-                    for (int j = 0; j < nn; j++)
-                        for (int i = 0; i < m; i++) {
-                            float sum = 0.0f;
-                            for (int k = 0; k < K; k++)
-                                sum += dt_bf16_round(trans_a ? a[(size_t)k * lda + i] : a[(size_t)i * lda + k]) *
-                                       packed_value(s.pb, s.pb_n, K, k, s.pb_n0 + j);
-                            float *cc = c + (size_t)i * ldc + j;
-                            *cc = alpha * sum + (beta == 0.0f ? 0.0f : beta * *cc);
-                        }
-                } else
-                    dt_gemm_bf16_emulated(&one, trans_a, s.trans_b, m, nn, K, alpha, a, lda, s.B, s.ldb, beta, c, ldc);
-            } else
-                gemm_serial(pack, trans_a, &s, m, nn, K, alpha, a, lda, beta, c, ldc);
+            gemm_serial(pack, trans_a, &s, m, nn, K, alpha, a, lda, beta, c, ldc);
         }
-        free(pack);
     }
+    free(packs);
 }
 
 void dt_gemm_bf16(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
