@@ -1,20 +1,8 @@
 /* dt_gemm_bf16 (compute/gemm_bf16.c): the rounding of its operands, and its products against a
- * float64 reference within bounds derived from bf16's and fp32's precision and the reduction length,
- * over odd shapes, transposes, leading dimensions and tails; the same for the emulation that runs on
- * CPUs without AVX512_BF16; the same bits at any thread count.
- *
- * The bounds (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., sec. 3.1 and 4.2):
- *   u32 = 2^-24 (fp32's unit roundoff), gamma(n) = n u32 / (1 - n u32);
- *   ub = 2^-8: bf16 keeps 8 significant bits, so round to nearest moves x by at most 2^-8 |x|.
- * A product of two bf16 values is exact in fp32 (8 + 8 significant bits <= 24), so the only fp32
- * errors are the sums'. Whatever the order (vdpbf16ps adds a pair's two products with at most two
- * roundings; the kernel's K blocks of 256 add one rounding each where they are summed into C;
- * alpha and beta one each), each of the K terms passes through at most n = K + ceil(K / 256) + 2
- * roundings, so with s_bf = sum |alpha a_bf b_bf| + |beta c0|:
- *   (1) |C - C64(a_bf, b_bf)| <= gamma(n) s_bf + n 2^-126
- * (the last term: AVX512_BF16 flushes subnormal results to zero, 2^-126 at most per operation). Against
- * the unrounded operands, |a_bf b_bf - a b| <= (2 ub + ub^2) |a b| adds, with s = sum |alpha a b|:
- *   (2) |C - C64(a, b)| <= (2 ub + ub^2) s + gamma(n) ((1 + ub)^2 s + |beta c0|) + n 2^-126. */
+ * float64 reference within the bounds of tests/bf16_bound.h (derived from bf16's and fp32's
+ * precision and the reduction length, not fitted), over odd shapes, transposes, leading dimensions
+ * and tails; the same for the emulation that runs on CPUs without AVX512_BF16; the same bits at any
+ * thread count. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +10,7 @@
 
 #include "compute/cpu.h"
 #include "compute/kernels.h"
+#include "bf16_bound.h"
 #include "core/rng.h"
 #include "test.h"
 
@@ -150,8 +139,6 @@ static void check_shape(gemm_fn f, const char *name, const shape *s, int threads
     dt_cpu_init(&cpu, threads);
     cpu.par_always = threads > 1;
     f(&cpu, s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, s->beta, C, ldc);
-    const double u32 = 0x1p-24, ub = 0x1p-8;
-    const double n = K + (K + 255) / 256 + 2, gamma = n * u32 / (1 - n * u32), tiny = n * 0x1p-126;
     int bad1 = 0, bad2 = 0, pad_moved = 0;
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < N; j++) {
@@ -165,9 +152,9 @@ static void check_shape(gemm_fn f, const char *name, const shape *s, int threads
             }
             const double c0 = s->beta == 0.0f ? 0.0 : (double)s->beta * C0[(size_t)i * ldc + j];
             const double got = C[(size_t)i * ldc + j], al = fabs((double)s->alpha);
-            const double e1 = fabs(got - (s->alpha * ref_bf + c0)), b1 = gamma * (al * s_bf + fabs(c0)) + tiny;
+            const double e1 = fabs(got - (s->alpha * ref_bf + c0)), b1 = bf16_bound_rounded(K, al * s_bf + fabs(c0));
             const double e2 = fabs(got - (s->alpha * ref + c0));
-            const double b2 = (2 * ub + ub * ub) * al * s_abs + gamma * ((1 + ub) * (1 + ub) * al * s_abs + fabs(c0)) + tiny;
+            const double b2 = bf16_bound_exact(K, al * s_abs, fabs(c0));
             if (!(e1 <= b1)) bad1++;
             if (!(e2 <= b2)) bad2++;
             if (e1 / b1 > worst[0]) worst[0] = e1 / b1;
