@@ -7,10 +7,11 @@
  * high half), converted with round to nearest even (vcvtne2ps2bf16):
  *   B: a block of KC rows of op(B) by up to NC columns, in tiles of 32 columns, [k pair][32 columns];
  *   A: one micro-panel of MR rows of op(A) by KC, [row][k pair] (op(A) = A: a plain conversion of
- *      each row) or [k pair][row] (op(A) = A^T: a conversion of two rows of A at a time).
+ *      each row), or the panels of 2 tiles, [k pair][row] (op(A) = A^T: a conversion of two rows of
+ *      A at a time).
  * The micro-kernel keeps an MR x 32 (or MR x 16) tile of C in 28 (14) registers, broadcasting one
- * pair of A per row and loading 2 (1) vectors of B per k pair. The A micro-panel (7 KB) stays in
- * L1 across the tiles of the block, the B block (up to 512 KB) in L2.
+ * pair of A per row and loading 2 (1) vectors of B per k pair. The A panel (7-16 KB) stays in L1
+ * across the tiles of the block, the B block (up to 512 KB) in L2.
  *
  * Each element of C is the same chain of operations whatever the tile it falls in or the thread
  * that computes it (K in KC blocks in order, each block's pairs in order), so results do not depend
