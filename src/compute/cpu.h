@@ -74,6 +74,17 @@ static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
  * kernel can pass a chunk of conv rows; argmax is always the index within the whole example. */
 void dt_maxpool_row(float *o, int32_t *am, const float *src, size_t src_off, const dt_window *g, int oh);
 
+/* dt_gemm_bf16's numbers without AVX512_BF16 (gemm_bf16.c): the operands rounded by dt_bf16_round,
+ * multiplied and summed in fp32 (dt_gemm); what dt_gemm_bf16 runs on a CPU without the instruction. */
+void dt_gemm_bf16_emulated(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                           const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* dt_bf16_pack_b's words and dt_gemm_bf16_packed's numbers without AVX512_BF16 (the same words;
+ * the packed values unpacked, then the emulation above). */
+void dt_bf16_pack_b_emulated(uint32_t *packed, int trans_b, int K, int N, const float *B, int ldb);
+void dt_gemm_bf16_packed_emulated(const dt_cpu *cpu, int trans_a, int M, int N, int K, float alpha, const float *A,
+                                  int lda, const uint32_t *packed_b, float beta, float *C, int ldc);
+
 /* Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with enough channels (winograd_cpu.c). */
 int dt_wino_applies(const dt_window *g);
 size_t dt_wino_scratch_floats(const dt_window *g, int batch);

@@ -58,6 +58,40 @@ void dt_cpu_set_loadavg_path(const char *path);
 void dt_gemm(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);
 
+/* C = alpha * op(A) op(B) + beta * C with A and B rounded to bf16 (round to nearest even) and the
+ * products accumulated in fp32; the same arguments as dt_gemm. */
+void dt_gemm_bf16(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc);
+int dt_cpu_has_bf16(void); /* 1 where the CPU has AVX512_BF16 (cpuid), else 0 */
+/* An op(B) [K, N] used by many products (a layer's weights: Winograd's 16 transformed kernels, the
+ * im2col chunks' w) packed once into dt_bf16_packed_b_words(K, N) words; dt_gemm_bf16_packed then
+ * gives dt_gemm_bf16's bits without packing B on each call (trans_b is the packing's). */
+size_t dt_bf16_packed_b_words(int K, int N);
+void dt_bf16_pack_b(uint32_t *packed, int trans_b, int K, int N, const float *B, int ldb);
+void dt_gemm_bf16_packed(const dt_cpu *cpu, int trans_a, int M, int N, int K, float alpha, const float *A, int lda,
+                         const uint32_t *packed_b, float beta, float *C, int ldc);
+
+/* x rounded to the nearest bf16 (ties to even), as a float: what dt_gemm_bf16 multiplies. As
+ * AVX512_BF16's conversion (vcvtne2ps2bf16): a subnormal becomes a zero of its sign, a NaN stays a
+ * (quiet) NaN, a finite value past bf16's largest becomes an infinity. */
+static inline float dt_bf16_round(float x) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {x};
+    if ((v.u & 0x7f800000u) == 0) v.u &= 0x80000000u;              /* zero or subnormal */
+    else if ((v.u & 0x7fffffffu) > 0x7f800000u) v.u |= 0x00400000u; /* NaN: quiet */
+    else v.u += 0x7fffu + ((v.u >> 16) & 1u);                        /* to nearest, ties to even */
+    v.u &= 0xffff0000u;
+    return v.f;
+}
+
+/* dst[i] = the bf16 of src[i] (the high half of dt_bf16_round's bits), n elements, by AVX512_BF16's
+ * conversion where the CPU has it: operands stored in bf16 ahead of dt_gemm_bf16 (or oneDNN's) round
+ * as it would. Not the wire's dt_pack (transport/compress.h), which keeps subnormals; widening back
+ * is exact either way (a bf16 is a float's high half: dt_unpack, or a shift by 16). */
+void dt_bf16_store(uint16_t *dst, const float *src, size_t n);
+
 /* Scratch floats dt_conv2d_forward/backward need for a batch of `batch` examples. */
 size_t dt_conv2d_scratch_floats(const dt_window *g, int batch);
 
