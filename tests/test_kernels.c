@@ -213,7 +213,7 @@ static void test_own_threads_are_not_load(void) {
     CHECK(pthread_create(&t, NULL, spin, NULL) == 0);
     while (!__atomic_load_n(&g_spinning, __ATOMIC_SEQ_CST)) {
     }
-    size_t n = (size_t)1 << 20; /* above PAR_MIN_STREAM */
+    size_t n = (size_t)4 << 20; /* above DT_PAR_STREAM's threshold under either wait policy */
     float *x = dt_alloc_floats(n, "t", NULL);
     for (size_t i = 0; i < n; i++) x[i] = (float)i - 1e5f;
     dt_cpu two;

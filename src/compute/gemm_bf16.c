@@ -434,7 +434,7 @@ static void gemm_drive(const dt_cpu *cpu, int trans_a, const b_source *src, int 
     const int split_m = M >= N, len = split_m ? M : N;
     /* whole micro-tiles of rows; whole packed blocks (or tiles) of columns */
     const int unit = split_m ? MR : packed ? NC : NT;
-    int nt = dt_cpu_par(cpu, 2.0 * M * N * K, PAR_MIN_FLOPS, par_cap((size_t)(len + unit - 1) / unit));
+    int nt = dt_cpu_par(cpu, 2.0 * M * N * K, DT_PAR_FLOPS, par_cap((size_t)(len + unit - 1) / unit));
     int pieces = 1, blk = len;
     if (nt > 1) {
         pieces = nt * BF16_PIECES_PER_THREAD;
