@@ -1,4 +1,4 @@
-#include "ps/peers.h"
+#include "transport/peers.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "core/clock.h"
 #include "core/error.h"
