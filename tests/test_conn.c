@@ -5,6 +5,8 @@
  * their message, a payload over the largest frame never handed over, connection events, and the
  * releases of a closed connection. Over TCP on 127.0.0.1 (a port the kernel picks). */
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -323,6 +325,78 @@ static void test_message_before_accept(void) {
     pair_close(&p);
 }
 
+/* With --auth=curve too, the server hears of its connections (the ZAP handler watches the same
+ * socket for failed handshakes: libzmq keeps one monitor per socket, and a second replaced the
+ * connection watch's, so a closed connection was never told gone and its descriptor's next
+ * connection inherited its peer); and a client without the key is still refused and logged. */
+static void test_gone_with_curve(void) {
+    char dir[] = "/tmp/dtrain-conn-keys-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char auth_dir[300], server_dir[300], client_dir[300];
+    dt_error e = {0};
+    snprintf(server_dir, sizeof server_dir, "%s/ps", dir);
+    snprintf(client_dir, sizeof client_dir, "%s/worker", dir);
+    snprintf(auth_dir, sizeof auth_dir, "%s/ps/authorized", dir);
+    CHECK(dt_auth_keygen(server_dir, "server", &e) == DT_OK && dt_auth_keygen(client_dir, "client", &e) == DT_OK);
+    CHECK(dt_auth_keygen(auth_dir, "stranger", &e) == DT_OK); /* a key in the list: not the client's */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp %s/client.key %s/ && cp %s/server.key %s/ && rm %s/stranger.secret", client_dir,
+             auth_dir, server_dir, client_dir, auth_dir);
+    CHECK(system(cmd) == 0);
+    dt_auth sa = {0}, ca = {0};
+    CHECK(dt_auth_load(&sa, server_dir, 1, &e) == DT_OK);
+    CHECK(dt_auth_load(&ca, client_dir, 0, &e) == DT_OK);
+    char logbuf[4096] = "";
+    FILE *log = fmemopen(logbuf, sizeof logbuf - 1, "w");
+    dt_server *srv = NULL;
+    dt_server_config sc = {.max_frame = 1 << 16, .io_threads = 1, .send_queue = 64, .handshake_ms = 5000,
+                           .auth = &sa, .log_prefix = "test: ",
+                           .peers = {.max_partial_bytes = (1 << 16) + DT_WIRE_HEADER_SIZE,
+                                     .first_message_us = 10 * INT64_C(1000000), .message_us = 10 * INT64_C(1000000),
+                                     .budget_bytes = UINT64_C(1) << 30, .max_connections = 64, .queued_messages = 4,
+                                     .log = log}};
+    char bound[128];
+    CHECK(dt_server_open(&srv, &sc, &e) == DT_OK);
+    CHECK(srv && dt_server_bind(srv, "tcp://127.0.0.1:*", bound, sizeof bound, &e) == DT_OK);
+    dt_transport *tr = NULL;
+    CHECK(dt_transport_open(&tr, &e) == DT_OK);
+    dt_conn *c = NULL;
+    dt_conn_config cc = {.max_frame = 1 << 16, .send_timeout_ms = 2000, .auth = &ca};
+    CHECK(dt_conn_open(&c, tr, bound, &cc, &e) == DT_OK);
+    dt_wire_header h = request(DT_MSG_HELLO);
+    CHECK(dt_conn_send(c, &h, NULL, dt_clock_us() + 2000000, &e) == DT_OK);
+    dt_msg m;
+    CHECK(server_next(srv, &m, 5000, &e) == DT_OK);
+    dt_peer *peer = m.peer;
+    dt_peer_ref(peer);
+    dt_msg_close(&m);
+    gone_count = 0;
+    gone_last = NULL;
+    dt_conn_close(c);
+    for (int64_t until = dt_clock_us() + 3000000; dt_clock_us() < until && !gone_count;) {
+        int readable;
+        dt_server_wait(srv, 50, on_gone, NULL, &readable, &e);
+    }
+    CHECK(gone_count == 1 && gone_last == peer && dt_peer_gone(peer));
+    dt_peer_unref(peer);
+
+    /* A client without CURVE: refused, and the refusal logged. */
+    dt_conn_config plain = {.max_frame = 1 << 16, .send_timeout_ms = 2000};
+    CHECK(dt_conn_open(&c, tr, bound, &plain, &e) == DT_OK);
+    h = request(DT_MSG_HELLO);
+    CHECK(dt_conn_send(c, &h, NULL, dt_clock_us() + 2000000, &e) == DT_OK);
+    CHECK(server_next(srv, &m, 1500, &e) == DT_ETIMEOUT);
+    dt_conn_close(c);
+    dt_transport_close(tr);
+    dt_server_close(srv);
+    fclose(log);
+    CHECK_CONTAINS(logbuf, "handshake failed");
+    dt_auth_free(&sa);
+    dt_auth_free(&ca);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* What a closed connection still queued (nobody listens) is released soon after the close: the
  * worker's gradient buffers are its own again (ps_client.h). */
 static void test_close_releases(void) {
@@ -364,6 +438,7 @@ int main(void) {
     RUN(test_oversize_refused);
     RUN(test_gone);
     RUN(test_message_before_accept);
+    RUN(test_gone_with_curve);
     RUN(test_close_releases);
     RUN(test_bad_endpoint);
     return test_summary();

@@ -148,6 +148,8 @@ static int limit_socket(void *s, int send_queue, int handshake_ms, dt_error *err
     return DT_OK;
 }
 
+static void zap_handshake_failed(void *user, const char *endpoint) { dt_auth_server_handshake_failed(user, endpoint); }
+
 /* The context with cfg->io_threads I/O threads (libzmq spreads connections over them, so the
  * workers' transfers are copied on several cores at once), the router, bounded, its connections
  * watched (before it binds: the monitor must see every one), and authentication in place. */
@@ -162,10 +164,12 @@ int dt_server_open(dt_server **out, const dt_server_config *cfg, dt_error *err) 
         rc = dt_errorf(err, DT_ENET, "zmq_ctx_set(ZMQ_IO_THREADS=%d): %s", io, zmq_strerror(errno));
     if (!rc && !(s->sock = dt_zsock_open(s->ctx, ZMQ_ROUTER, cfg->max_frame, cfg->linger_ms, -1, err))) rc = DT_ENET;
     if (!rc) rc = limit_socket(s->sock, cfg->send_queue, cfg->handshake_ms, err);
-    if (!rc) rc = dt_peers_open(&s->peers, s->ctx, s->sock, &cfg->peers, err);
     if (!rc)
         rc = dt_auth_server_start(&s->zap, s->ctx, s->sock, cfg->auth, cfg->peers.log,
                                   cfg->log_prefix ? cfg->log_prefix : "", err);
+    dt_peers_config pc = cfg->peers;
+    if (s->zap) pc.handshake_failed = zap_handshake_failed, pc.hook_user = s->zap;
+    if (!rc) rc = dt_peers_open(&s->peers, s->ctx, s->sock, &pc, err);
     if (rc) {
         dt_server_close(s);
         return rc;
@@ -188,8 +192,8 @@ int dt_server_bind(dt_server *s, const char *endpoint, char *bound, size_t n, dt
 
 void dt_server_close(dt_server *s) {
     if (!s) return;
+    dt_peers_close(s->peers); /* first: its monitor may report to the ZAP handler */
     dt_auth_server_stop(s->zap);
-    dt_peers_close(s->peers);
     if (s->sock) zmq_close(s->sock);
     /* Waits at most the socket's linger to flush the last replies; releases every reply payload
      * and every peer they reference. */

@@ -176,7 +176,11 @@ int dt_peers_open(dt_peers **out, void *ctx, void *router, const dt_peers_config
     if (p->cfg.max_connections <= 0) p->cfg.max_connections = 1024;
     char ep[64];
     snprintf(ep, sizeof ep, "inproc://dtrain-ps-peers-%p", (void *)p);
-    if (zmq_socket_monitor(router, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    /* The socket's one monitor (a second would replace it): failed handshakes too, for the ZAP
+     * handler's log (cfg->handshake_failed). */
+    int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                 (cfg->handshake_failed ? ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL : 0);
+    if (zmq_socket_monitor(router, ep, events) != 0) {
         int rc = dt_errorf(err, DT_ENET, "zmq_socket_monitor: %s", zmq_strerror(errno));
         reply_total_unref(p->total);
         free(p);
@@ -323,11 +327,18 @@ void dt_peers_events(dt_peers *p, void (*gone)(void *, dt_peer *), void *user) {
             memcpy(&value, d + 2, 4);
         }
         zmq_msg_close(&ev);
-        while (more) { /* the endpoint frame: not needed */
+        char where[64] = "";
+        while (more) { /* the endpoint frame: only for a failed handshake's log */
             zmq_msg_init(&addr);
             more = zmq_msg_recv(&addr, p->mon, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&addr);
+            size_t n = zmq_msg_size(&addr) < sizeof where - 1 ? zmq_msg_size(&addr) : sizeof where - 1;
+            memcpy(where, zmq_msg_data(&addr), n);
+            where[n] = '\0';
             zmq_msg_close(&addr);
         }
+        if ((event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) &&
+            p->cfg.handshake_failed)
+            p->cfg.handshake_failed(p->cfg.hook_user, where);
         if (event == ZMQ_EVENT_ACCEPTED) accepted(p, value, gone, user);
         else if (event == ZMQ_EVENT_DISCONNECTED) drop(p, value, gone, user);
     }

@@ -47,6 +47,10 @@ typedef struct {
     int queued_messages;        /* whole messages libzmq queues per connection (the router's ZMQ_RCVHWM) */
     FILE *log;                  /* NULL: quiet */
     int ps_index;               /* for the log lines */
+    /* The libzmq transport's: told of each failed handshake (the ZAP handler logs it: auth.h),
+     * since the socket's one monitor is this watch's. NULL: not told. */
+    void (*handshake_failed)(void *user, const char *endpoint);
+    void *hook_user;
 } dt_peers_config;
 
 /* The libzmq transport's: watches router (a ROUTER not yet bound: the monitor must see every
