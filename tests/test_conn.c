@@ -14,6 +14,13 @@
 #include "test.h"
 #include "transport/conn.h"
 
+static dt_wire_header request(dt_msg_type type) {
+    dt_wire_header h = dt_wire_header_make(type, 0, 0, 0);
+    h.role = DT_ROLE_WORKER;
+    h.request_id = 77;
+    return h;
+}
+
 static atomic_int released;
 
 static void count_release(void *hint) {
@@ -70,6 +77,20 @@ static int conn_next(dt_conn *c, dt_msg *m, int ms, dt_error *e) {
     return DT_ETIMEOUT;
 }
 
+static int hello(dt_conn *c, dt_error *e) {
+    dt_wire_header h = request(DT_MSG_HELLO);
+    return dt_conn_send(c, &h, NULL, dt_clock_us() + 2000000, e);
+}
+
+/* Waits on the server for ms, hearing its connection events (until one is told gone, if asked). */
+static void hear_events(dt_server *s, int ms, int until_gone) {
+    dt_error e = {0};
+    for (int64_t until = dt_clock_us() + ms * INT64_C(1000); dt_clock_us() < until && !(until_gone && gone_count);) {
+        int readable;
+        dt_server_wait(s, 20, on_gone, NULL, &readable, &e);
+    }
+}
+
 typedef struct {
     dt_server *srv;
     dt_transport *tr;
@@ -100,12 +121,6 @@ static void pair_close(pair_t *p) {
     dt_server_close(p->srv);
 }
 
-static dt_wire_header request(dt_msg_type type) {
-    dt_wire_header h = dt_wire_header_make(type, 0, 0, 0);
-    h.role = DT_ROLE_WORKER;
-    h.request_id = 77;
-    return h;
-}
 
 /* A zero-copy request, its payload taken by the receiver beyond its message, a reply along a held
  * route after the message is closed; each zero-copy payload released exactly once. */
@@ -245,34 +260,21 @@ static void test_gone(void) {
         return;
     }
     dt_error e = {0};
-    dt_wire_header h = request(DT_MSG_HELLO);
-    CHECK(dt_conn_send(p.conn, &h, NULL, dt_clock_us() + 2000000, &e) == DT_OK);
+    CHECK(hello(p.conn, &e) == DT_OK);
     dt_msg m;
-    CHECK(server_next(p.srv, &m, 3000, &e) == DT_OK);
-    dt_msg_close(&m);
-    /* The connection's events heard (a message may overtake its accept), then a second message:
-     * its peer is the one the server's table keeps. */
-    for (int k = 0; k < 5; k++) {
-        int readable;
-        dt_server_wait(p.srv, 20, on_gone, NULL, &readable, &e);
-    }
-    h = request(DT_MSG_HELLO);
-    CHECK(dt_conn_send(p.conn, &h, NULL, dt_clock_us() + 2000000, &e) == DT_OK);
     CHECK(server_next(p.srv, &m, 3000, &e) == DT_OK);
     dt_peer *peer = m.peer;
     dt_peer_ref(peer);
     dt_route *route = dt_route_hold(m.route);
     dt_msg_close(&m);
-    CHECK(dt_peers_count(dt_server_peers(p.srv)) == 1 && !dt_peer_gone(peer));
-
     gone_count = 0;
+    hear_events(p.srv, 100, 0);
+    CHECK(gone_count == 0 && dt_peers_count(dt_server_peers(p.srv)) == 1 && !dt_peer_gone(peer));
+
     gone_last = NULL;
     dt_conn_close(p.conn);
     p.conn = NULL;
-    for (int64_t until = dt_clock_us() + 3000000; dt_clock_us() < until && !gone_count;) {
-        int readable;
-        CHECK(dt_server_wait(p.srv, 50, on_gone, NULL, &readable, &e) == DT_OK);
-    }
+    hear_events(p.srv, 3000, 1);
     CHECK(gone_count == 1 && gone_last == peer);
     CHECK(dt_peer_gone(peer) && dt_peers_count(dt_server_peers(p.srv)) == 0);
     dt_wire_header r = dt_wire_header_make(DT_MSG_WELCOME, 0, 0, 0);
@@ -294,8 +296,7 @@ static void test_message_before_accept(void) {
         return;
     }
     dt_error e = {0};
-    dt_wire_header h = request(DT_MSG_HELLO);
-    CHECK(dt_conn_send(p.conn, &h, NULL, dt_clock_us() + 2000000, &e) == DT_OK);
+    CHECK(hello(p.conn, &e) == DT_OK);
     dt_msg m;
     int rc = DT_ETIMEOUT;
     for (int k = 0; k < 3000 && rc == DT_ETIMEOUT; k++) { /* no wait: no events heard meanwhile */
@@ -310,14 +311,10 @@ static void test_message_before_accept(void) {
     dt_peer_ref(peer);
     dt_msg_close(&m);
     gone_count = 0;
-    for (int k = 0; k < 10; k++) {
-        int readable;
-        dt_server_wait(p.srv, 20, on_gone, NULL, &readable, &e);
-    }
+    hear_events(p.srv, 200, 0);
     CHECK(gone_count == 0 && !dt_peer_gone(peer));
     CHECK(dt_peers_count(dt_server_peers(p.srv)) == 1);
-    h = request(DT_MSG_HELLO);
-    CHECK(dt_conn_send(p.conn, &h, NULL, dt_clock_us() + 2000000, &e) == DT_OK);
+    CHECK(hello(p.conn, &e) == DT_OK);
     CHECK(server_next(p.srv, &m, 3000, &e) == DT_OK);
     CHECK(m.peer == peer); /* the same connection, the same peer */
     dt_msg_close(&m);
@@ -363,8 +360,7 @@ static void test_gone_with_curve(void) {
     dt_conn *c = NULL;
     dt_conn_config cc = {.max_frame = 1 << 16, .send_timeout_ms = 2000, .auth = &ca};
     CHECK(dt_conn_open(&c, tr, bound, &cc, &e) == DT_OK);
-    dt_wire_header h = request(DT_MSG_HELLO);
-    CHECK(dt_conn_send(c, &h, NULL, dt_clock_us() + 2000000, &e) == DT_OK);
+    CHECK(hello(c, &e) == DT_OK);
     dt_msg m;
     CHECK(server_next(srv, &m, 5000, &e) == DT_OK);
     dt_peer *peer = m.peer;
@@ -373,18 +369,14 @@ static void test_gone_with_curve(void) {
     gone_count = 0;
     gone_last = NULL;
     dt_conn_close(c);
-    for (int64_t until = dt_clock_us() + 3000000; dt_clock_us() < until && !gone_count;) {
-        int readable;
-        dt_server_wait(srv, 50, on_gone, NULL, &readable, &e);
-    }
+    hear_events(srv, 3000, 1);
     CHECK(gone_count == 1 && gone_last == peer && dt_peer_gone(peer));
     dt_peer_unref(peer);
 
     /* A client without CURVE: refused, and the refusal logged. */
     dt_conn_config plain = {.max_frame = 1 << 16, .send_timeout_ms = 2000};
     CHECK(dt_conn_open(&c, tr, bound, &plain, &e) == DT_OK);
-    h = request(DT_MSG_HELLO);
-    CHECK(dt_conn_send(c, &h, NULL, dt_clock_us() + 2000000, &e) == DT_OK);
+    CHECK(hello(c, &e) == DT_OK);
     CHECK(server_next(srv, &m, 1500, &e) == DT_ETIMEOUT);
     dt_conn_close(c);
     dt_transport_close(tr);
