@@ -24,9 +24,9 @@
 
 static int replies, held;
 
-static void io_send(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes *payload, size_t admitted) {
+static void io_send(void *user, const ps_origin *to, dt_wire_header *h, dt_bytes *payload, size_t admitted) {
     replies++;
-    if (payload) ps_bytes_release(payload);
+    if (payload) dt_bytes_release(payload);
 }
 static int io_admit(void *user, const ps_origin *to, size_t bytes, char *why, size_t len) { return 0; }
 static void io_unadmit(void *user, const ps_origin *to, size_t bytes) {}
@@ -41,7 +41,7 @@ static int conn;
 
 static void request(ps_shard *s, const dt_wire_header *h, const void *payload, size_t size) {
     ps_origin o = {.conn = &conn, .serial = 1, .addr = "fuzz"};
-    ps_bytes b = {.data = payload, .size = size};
+    dt_bytes b = {.data = payload, .size = size};
     int before = replies;
     ps_shard_request(s, &o, h, &b, 0, &io);
     /* A request is answered once, or held (a deferred pull, answered later). */

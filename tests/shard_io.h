@@ -40,7 +40,7 @@ typedef struct {
  * than its first floats). */
 static void (*rec_capture)(const dt_wire_header *h, const void *payload, size_t size);
 
-static void rec_send(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes *payload, size_t admitted) {
+static void rec_send(void *user, const ps_origin *to, dt_wire_header *h, dt_bytes *payload, size_t admitted) {
     recorder *rec = user;
     if (rec_capture && payload) rec_capture(h, payload->data, payload->size);
     CHECK(rec->n < MAX_REPLIES);
@@ -57,7 +57,7 @@ static void rec_send(void *user, const ps_origin *to, dt_wire_header *h, ps_byte
         memcpy(r->first, payload->data, payload->size < sizeof r->first ? payload->size : sizeof r->first);
     rec->admitted -= (long)admitted; /* sent at once: the "kernel" has it */
     if (payload->release) rec->released++;
-    ps_bytes_release(payload);
+    dt_bytes_release(payload);
 }
 
 static int rec_admit(void *user, const ps_origin *to, size_t bytes, char *why, size_t len) {
@@ -127,7 +127,7 @@ static void shard_init_n(ps_shard *s, size_t n, int chunks, int aggregate, int t
     if (strict & 2) h.flags |= DT_WIRE_F_ELASTIC; /* strict 2: INIT's ELASTIC flag (dynamic sharding) */
     h.payload_bytes = size;
     ps_origin o = from(0);
-    ps_bytes b = {.data = payload, .size = size, .release = free, .hint = payload};
+    dt_bytes b = {.data = payload, .size = size, .release = free, .hint = payload};
     ps_shard_request(s, &o, &h, &b, now, &io);
 }
 

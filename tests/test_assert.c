@@ -68,7 +68,7 @@ static void push_into_broken_accumulator(void *unused) {
     dt_wire_header h = hdr(DT_MSG_PUSH, DT_ROLE_WORKER, 1);
     h.chunks = 1, h.local_step = 1, h.global_step = 2, h.flags = DT_WIRE_F_SYNC, h.payload_bytes = sizeof g;
     ps_origin o = from(1);
-    ps_bytes b = {.data = g, .size = sizeof g};
+    dt_bytes b = {.data = g, .size = sizeof g};
     ps_shard_request(s, &o, &h, &b, 0, &io);
     const reply *r = last();
     int refused = r && r->h.type == DT_MSG_ERROR && r->h.status == DT_WIRE_E_RESYNC &&

@@ -41,7 +41,7 @@ static void push(ps_shard *s, int conn, uint16_t task, int chunk, int chunks, in
     h.payload_bytes = len * sizeof *g;
     h.flags = (sync ? DT_WIRE_F_SYNC : 0) | (pull ? DT_WIRE_F_PULL : 0);
     ps_origin o = from(conn);
-    ps_bytes b = {.data = g, .size = len * sizeof *g, .release = free, .hint = g}; /* handed over */
+    dt_bytes b = {.data = g, .size = len * sizeof *g, .release = free, .hint = g}; /* handed over */
     ps_shard_request(s, &o, &h, &b, now, &io);
 }
 
@@ -277,7 +277,7 @@ static void work_plan_for(ps_shard *s, int sync, uint32_t workers, int64_t now) 
     dt_wire_header h = hdr(DT_MSG_WORK_STATE, DT_ROLE_CHIEF, 0);
     h.payload_bytes = dt_coord_state_size(c);
     ps_origin o = from(0);
-    ps_bytes b = {.data = state, .size = h.payload_bytes};
+    dt_bytes b = {.data = state, .size = h.payload_bytes};
     ps_shard_request(s, &o, &h, &b, now, &io);
     dt_coord_free(c);
 }
@@ -322,7 +322,7 @@ static void test_work_conditions(void) {
     uint8_t junk[80] = "DTCOORD1";
     h = hdr(DT_MSG_WORK_STATE, DT_ROLE_CHIEF, 0);
     h.payload_bytes = sizeof junk;
-    ps_bytes b = {.data = junk, .size = sizeof junk};
+    dt_bytes b = {.data = junk, .size = sizeof junk};
     ps_shard_request(s, &o, &h, &b, 0, &io);
     CHECK(last()->h.status == DT_WIRE_E_BAD_VALUE);
     CHECK_CONTAINS(last()->text, "coordinator state");
@@ -605,7 +605,7 @@ static void push_g(ps_shard *s, int conn, uint16_t task, int chunk, int chunks, 
     h.payload_bytes = len * sizeof *b;
     h.flags = DT_WIRE_F_SYNC;
     ps_origin o = from(conn);
-    ps_bytes pb = {.data = b, .size = len * sizeof *b, .release = free, .hint = b};
+    dt_bytes pb = {.data = b, .size = len * sizeof *b, .release = free, .hint = b};
     ps_shard_request(s, &o, &h, &pb, 0, &io);
 }
 

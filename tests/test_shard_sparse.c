@@ -39,7 +39,7 @@ static void sparse_init_raw(ps_shard *s, dt_wire_role role, const uint8_t *recor
     h.global_step = init_step;
     h.payload_bytes = n * DT_WIRE_TABLE_BYTES;
     ps_origin o = from(0);
-    ps_bytes b = {.data = records, .size = h.payload_bytes};
+    dt_bytes b = {.data = records, .size = h.payload_bytes};
     ps_shard_request(s, &o, &h, &b, 0, &io);
 }
 
@@ -82,7 +82,7 @@ static uint8_t *sections_payload(dt_wire_header *h, const sec_in *sec, size_t k)
 static void ssend(ps_shard *s, int conn, dt_wire_header h, const sec_in *sec, size_t k, int64_t now) {
     uint8_t *p = sections_payload(&h, sec, k);
     ps_origin o = from(conn);
-    ps_bytes b = {.data = p, .size = h.payload_bytes, .release = free, .hint = p};
+    dt_bytes b = {.data = p, .size = h.payload_bytes, .release = free, .hint = p};
     ps_shard_request(s, &o, &h, &b, now, &io);
 }
 
@@ -531,7 +531,7 @@ static void test_hostile(void) {
     dt_wire_section_encode(raw, TABLE, DIM, 1);
     h.sections.count = 1, h.sections.ids = 1, h.sections.floats = DIM, h.payload_bytes = 24;
     ps_origin o = from(1);
-    ps_bytes b = {.data = raw, .size = 16};
+    dt_bytes b = {.data = raw, .size = 16};
     ps_shard_request(s, &o, &h, &b, 0, &io);
     CHECK(last()->h.status == DT_WIRE_E_MALFORMED);
     CHECK_CONTAINS(last()->text, "expected 16");
@@ -640,7 +640,7 @@ static void simport(ps_shard *s, dt_wire_role role, const uint64_t *ids, const f
     put_ids(p, ids, n);
     for (size_t i = 0; i < n; i++) memcpy(p + 8 * n + 4 * k * i, rows + ROW * i, 4 * k);
     ps_origin o = from(0);
-    ps_bytes b = {.data = p, .size = h.payload_bytes, .release = free, .hint = p};
+    dt_bytes b = {.data = p, .size = h.payload_bytes, .release = free, .hint = p};
     ps_shard_request(s, &o, &h, &b, 0, &io);
 }
 
@@ -764,7 +764,7 @@ static void test_import_holds_pulls(void) {
     h.sparse.ids = 1;
     h.payload_bytes = DT_WIRE_TABLE_BYTES;
     ps_origin o = from(0);
-    ps_bytes b = {.data = record, .size = h.payload_bytes};
+    dt_bytes b = {.data = record, .size = h.payload_bytes};
     ps_shard_request(s, &o, &h, &b, 0, &io);
     CHECK(last()->h.type == DT_MSG_ACK && last()->h.status == DT_WIRE_OK);
     const uint64_t ids[3] = {4, 9, 700};
@@ -937,7 +937,7 @@ static void test_accumulators_counted(void) {
     const uint64_t acc = shard_table_acc_bytes(2, 1), sync = shard_sync_bytes(1, 2, 2, 1);
     const uint64_t need = dt_table_bytes_at(&c, c.capacity) + acc + sync;
     /* not a figure taken on trust: at least the row sums of 2 x 2 entries and 2 x 2 gradients held */
-    CHECK(acc >= 4 * sizeof(dt_rowsum) && sync >= 4 * sizeof(ps_bytes));
+    CHECK(acc >= 4 * sizeof(dt_rowsum) && sync >= 4 * sizeof(dt_bytes));
     for (int less = 0; less < 2; less++) {
         ps_shard *s = shard_with_memory(need - (uint64_t)less);
         if (!s) return;
@@ -974,7 +974,7 @@ static void test_accumulators_counted(void) {
     CHECK_CONTAINS(last()->text, "of it sync accumulators (1008 replicas to aggregate, staleness 64");
     ps_shard_stats st;
     ps_shard_get_stats(s, &st);
-    CHECK(st.sparse.tables == 0 && st.sync_bytes >= (uint64_t)4 * 65 * 1008 * sizeof(ps_bytes));
+    CHECK(st.sparse.tables == 0 && st.sync_bytes >= (uint64_t)4 * 65 * 1008 * sizeof(dt_bytes));
     shard_done(s);
     /* INIT's own accumulators past the table memory: refused, the ps as it was */
     s = shard_with_memory(UINT64_C(1) << 20);

@@ -142,7 +142,7 @@ int dt_addr_connect_endpoint(const dt_addr *a, char *buf, size_t n) {
 }
 
 int dt_addr_bind_endpoint(const dt_addr *a, char *buf, size_t n) {
-    /* ZeroMQ binds to interfaces and IP addresses, not to names. */
+    /* The transport binds to interfaces and IP addresses, not to names (transport/conn.h). */
     return endpoint(buf, n, strcasecmp(a->host, "localhost") == 0 ? "127.0.0.1" : a->host, a->port);
 }
 
@@ -181,8 +181,9 @@ int dt_bind_check(const char *bind, dt_error *err) {
     return bind && *bind ? parse_bind(bind, host, &port, err) : DT_OK;
 }
 
-/* host as an address ZeroMQ binds, into out (IPv6 in brackets): literals as they are, a name as
- * its first IPv4 address, else its first IPv6 one (what libzmq connects a name to: zmq_io.h). */
+/* host as an address the transport binds, into out (IPv6 in brackets): literals as they are, a name
+ * as its first IPv4 address, else its first IPv6 one (what the transport connects a name to:
+ * transport/conn.h). */
 static int resolve_host(const char *host, char *out, size_t n, const char *field, dt_error *err) {
     struct in_addr a4;
     struct in6_addr a6;
@@ -225,7 +226,7 @@ static int resolve_host(const char *host, char *out, size_t n, const char *field
 }
 
 /* Whether an address (as resolve_host writes it) is one of this host's: a socket binds it. Only
- * "not available" counts as no; anything else is left for zmq_bind to report. */
+ * "not available" counts as no; anything else is left for the transport's bind to report. */
 static int is_local(const char *addr, int *loopback) {
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);

@@ -116,9 +116,10 @@ const char *dt_text_quote(char out[80], const char *s, size_t len);
  * messages, e.g. "--ps_hosts[1]". */
 int dt_addr_parse(dt_addr *a, const char *text, size_t len, const char *field, dt_error *err);
 
-/* ZeroMQ endpoints, "tcp://host:port". Connect: the address as listed. Bind: the same, with
- * "localhost" as 127.0.0.1 (ZeroMQ binds addresses, not names); a ps resolves other names with
- * dt_addr_bind_resolve. buf should hold DT_ENDPOINT_MAX bytes; DT_EINVAL if it is too small. */
+/* The transport's endpoints (transport/conn.h), "tcp://host:port". Connect: the address as listed.
+ * Bind: the same, with "localhost" as 127.0.0.1 (the transport binds addresses, not names); a ps
+ * resolves other names with dt_addr_bind_resolve. buf should hold DT_ENDPOINT_MAX bytes; DT_EINVAL
+ * if it is too small. */
 int dt_addr_connect_endpoint(const dt_addr *a, char *buf, size_t n);
 int dt_addr_bind_endpoint(const dt_addr *a, char *buf, size_t n);
 int dt_addr_is_loopback(const dt_addr *a);
@@ -128,7 +129,7 @@ int dt_addr_is_loopback(const dt_addr *a);
  * when bind is non-empty (--bind), that instead: "*" or 0.0.0.0 (every IPv4 interface), [::]
  * (every interface), an interface address or name, each with an optional :PORT (default a's).
  * Names are resolved here (blocking) to their first IPv4 address, else their first IPv6 one:
- * where a worker connecting to the name arrives (transport/zmq_io.h). Fails naming the field or
+ * where a worker connecting to the name arrives (transport/conn.h). Fails naming the field or
  * --bind when a name does not resolve or the address is not this host's (a NAT'd address, a
  * Kubernetes service address: the message says --bind). warn (warn_n bytes) gets "" or a warning:
  * a name other than localhost that resolves to a loopback address here. */
@@ -137,8 +138,8 @@ int dt_addr_bind_resolve(const dt_addr *a, const char *field, const char *bind, 
 /* --bind's syntax alone (nothing resolved): DT_EINVAL naming --bind. NULL or "" is fine. */
 int dt_bind_check(const char *bind, dt_error *err);
 
-/* Same-host fast path: a ps on a loopback address also listens on a Unix domain socket (ZeroMQ
- * ipc), which moves large messages about 40% faster than TCP loopback here (BENCHMARKS.md), and
+/* Same-host fast path: a ps on a loopback address also listens on a Unix domain socket (the
+ * transport's ipc), which moves large messages about 40% faster than TCP loopback here (BENCHMARKS.md), and
  * workers connect there. "ipc://$TMPDIR/dtrain-<host>:<port>.sock" ($TMPDIR default /tmp): unique
  * per address as the port is, and messages naming it name the address. DT_EINVAL if a is not a
  * loopback address, the path is too long, or DTRAIN_IPC=0 (e.g. processes in separate network

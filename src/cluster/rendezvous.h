@@ -1,8 +1,8 @@
 /* The rendezvous: MPI launchers tell a rank its number but not where the other ranks run, so at
  * start every rank sends rank 0 its number and port over TCP, at --rendezvous HOST:PORT (rank 0's
  * host), and rank 0 answers every rank with the whole list, or with the one-line reason it
- * refuses. The data path stays ZeroMQ; this is only the start. Protocol in docs/protocol.md,
- * "Rendezvous"; why not MPI itself in docs/cluster.md.
+ * refuses. The data path stays the transport's (transport/conn.h); this is only the start.
+ * Protocol in docs/protocol.md, "Rendezvous"; why not MPI itself in docs/cluster.md.
  *
  * A rank's host is the address rank 0 sees its connection come from (so it is an address the
  * network routes to that rank); rank 0's is the --rendezvous address. Rank 0 refuses (and tells

@@ -1,56 +1,46 @@
-/* The ps's event loop: a ZeroMQ ROUTER read into the shard state machine (shard.h), as Redis's
- * aeProcessEvents + serverCron: poll, drain the router (each request handed to the shard), then
- * cron(now), which owns every deadline (the stop flag, strict mode's stop, the idle deadline,
- * liveness, deferred-PULL expiry, the connection checks, the metrics). The shard's replies go out
- * through ps_io (zero-copy where the shard hands over a snapshot), counted against the peers'
- * budget (peers.h). */
+/* The ps's event loop: the transport's server (transport/conn.h) read into the shard state machine
+ * (shard.h), as Redis's aeProcessEvents + serverCron: poll, drain the server (each request handed
+ * to the shard), then cron(now), which owns every deadline (the stop flag, strict mode's stop, the
+ * idle deadline, liveness, deferred-PULL expiry, the connection checks, the metrics). The shard's
+ * replies go out through ps_io (zero-copy where the shard hands over a snapshot), counted against
+ * the peers' budget (transport/peers.h). */
 #include "ps/ps.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "core/clock.h"
 #include "core/error.h"
 #include "metrics/metrics.h"
 #include "metrics/names.h"
 #include "ps/mem_limit.h"
-#include "ps/peers.h"
 #include "ps/shard.h"
-#include "transport/auth.h"
+#include "transport/conn.h"
 #include "transport/wire.h"
-#include "transport/zmq_io.h"
 
 #define SEND_HWM (2 * (int)DT_WIRE_MAX_CHUNKS + 16) /* replies queued per connection: more than a client ever awaits (a push and a pull of every chunk) */
-/* Whole requests libzmq queues per connection: no limit. A connection whose queue is full stops
- * being read, and in libzmq 4.3 a hang-up on it followed by a ZMTP PING already read behind the
- * queued requests aborts the process (stream_engine_base.cpp, !_io_error): any peer could do it.
- * The ps bounds a flood itself instead (peers.c: the heap beyond what is counted). */
-#define RECV_HWM 0
 #define QUEUED_ASSUMED 4      /* for peers.c's looser check while not drained: whole messages assumed queued */
 #define FIRST_MESSAGE_US (10 * INT64_C(1000000))  /* a new connection's first message, at the latest */
 #define MESSAGE_US (120 * INT64_C(1000000))       /* a large message, once begun, must finish */
 #define MAX_CONNECTIONS 1024
 #define PEER_SILENCE_MS 30000 /* a connection with no traffic at all for this long is cut */
-#define DRAIN_US 20000        /* reading the router at most this long before cron */
+#define DRAIN_US 20000        /* reading the server at most this long before cron */
 #define SHUTDOWN_LINGER_MS 1000
-#define MAX_IO_THREADS 4      /* ZeroMQ I/O threads of a ps: one per core up to this */
+#define MAX_IO_THREADS 4      /* the transport's I/O threads of a ps: one per core up to this */
 #define SPARSE_METRICS 3     /* the sparse messages' series (SPARSE_SERIES) */
 #define TABLE_METRICS 6      /* each sparse table's series (TABLE_SERIES), labelled table="N" */
-#define HELD_ORIGIN_BYTES 96  /* a deferred PULL's kept routing identity, as peers.c counts it */
+#define HELD_ORIGIN_BYTES 96  /* a deferred PULL's kept route, as peers.c counts it */
 
 typedef struct {
     const dt_ps_config *cfg;
     size_t n;                 /* shard floats */
-    void *ctx, *sock;
-    dt_zap *zap;              /* --auth=curve: the ZAP handler thread */
-    dt_peers *peers;          /* the connections, watched and bounded (peers.h) */
+    dt_server *srv;           /* the transport's (transport/conn.h) */
+    dt_peers *peers;          /* its connections, watched and bounded (transport/peers.h) */
     ps_shard *shard;
-    ps_io io;                 /* the shard's way out: replies through sock, admissions through peers */
+    ps_io io;                 /* the shard's way out: replies through srv, admissions through peers */
     uint64_t budget;          /* everything peers may make this ps hold (the shard's, as INIT declared) */
     int64_t peers_checked_us;
     int64_t last_message_us;  /* any client's latest message (the idle deadline) */
@@ -89,58 +79,56 @@ static void ps_log(ps_t *ps, const char *fmt, ...) {
 
 /* ---- The shard's way out (ps_io) -------------------------------------------------------------- */
 
-/* A reply payload libzmq sends zero-copy: what releases it, and its admission to give back. */
+/* A reply payload the transport sends zero-copy: what releases it, and its admission to give back. */
 typedef struct {
-    ps_bytes b;
+    dt_bytes b;
     dt_peer *peer;
     size_t admitted;
 } reply_hold;
 
-/* libzmq's I/O thread is done with a reply. */
-static void reply_release(void *data, void *hint) {
-    (void)data;
+/* The transport is done with a reply (from its own thread, maybe). */
+static void reply_release(void *hint) {
     reply_hold *h = hint;
-    ps_bytes_release(&h->b);
+    dt_bytes_release(&h->b);
     if (h->admitted) dt_peer_reply_done(h->peer, h->admitted);
     free(h);
 }
 
-/* The payload as a message: zero-copy for bytes handed over, a copy of borrowed ones. DT_ENOMEM
- * (the payload released, its admission given back) or DT_OK. */
-static int payload_msg(zmq_msg_t *m, const ps_origin *to, ps_bytes *payload, size_t admitted) {
+/* The payload as the transport takes it: handed over with the admission to give back when it is
+ * done, or borrowed (copied there). DT_ENOMEM (the payload released, its admission given back) or
+ * DT_OK. */
+static int reply_bytes(dt_bytes *out, const ps_origin *to, dt_bytes *payload, size_t admitted) {
     if (!payload->release) {
-        if (zmq_msg_init_size(m, payload->size) != 0) return DT_ENOMEM;
-        if (payload->size) memcpy(zmq_msg_data(m), payload->data, payload->size);
+        *out = *payload;
         return DT_OK;
     }
     reply_hold *h = malloc(sizeof *h);
     if (!h) {
-        ps_bytes_release(payload);
+        dt_bytes_release(payload);
         if (admitted) dt_peer_reply_done((dt_peer *)to->conn, admitted);
         return DT_ENOMEM;
     }
     *h = (reply_hold){.b = *payload, .peer = (dt_peer *)to->conn, .admitted = admitted};
-    if (zmq_msg_init_data(m, (void *)payload->data, payload->size, reply_release, h) != 0) {
-        reply_release(NULL, h);
-        return DT_ENOMEM;
-    }
+    *out = (dt_bytes){.data = payload->data, .size = payload->size, .release = reply_release, .hint = h};
     return DT_OK;
 }
 
-static void io_send(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes *payload, size_t admitted) {
+static void io_send(void *user, const ps_origin *to, dt_wire_header *h, dt_bytes *payload, size_t admitted) {
     ps_t *ps = user;
-    zmq_msg_t m;
-    if (payload && payload_msg(&m, to, payload, admitted)) {
+    dt_bytes out;
+    int rc = payload ? reply_bytes(&out, to, payload, admitted) : DT_OK;
+    size_t bytes = payload && !rc ? out.size : 0;
+    if (!rc) rc = dt_server_send(ps->srv, to->route, h, payload ? &out : NULL, NULL);
+    if (rc == DT_ENOMEM) {
         dt_wire_header e = *h;
-        dt_wire_send_error(ps->sock, to->route, e, DT_WIRE_E_NOMEM, "ps %d: out of memory for a %s reply",
-                           ps->cfg->ps_index, dt_wire_type_name(h->type));
+        dt_server_send_error(ps->srv, to->route, e, DT_WIRE_E_NOMEM, "ps %d: out of memory for a %s reply",
+                             ps->cfg->ps_index, dt_wire_type_name(h->type));
         return;
     }
     if (h->type == DT_MSG_PARAMS) {
         if (h->params.waited_us > 0) dt_metric_observe(ps->m.wait, (double)h->params.waited_us * 1e-6);
-        dt_metric_add(ps->m.tx, (double)(DT_WIRE_HEADER_SIZE + (payload ? zmq_msg_size(&m) : 0)));
+        dt_metric_add(ps->m.tx, (double)(DT_WIRE_HEADER_SIZE + bytes));
     }
-    dt_wire_send(ps->sock, to->route, h, payload ? &m : NULL, ZMQ_DONTWAIT, NULL);
 }
 
 /* What one connection may have in large replies not yet handed to the kernel: two of the largest
@@ -176,36 +164,21 @@ static void io_unadmit(void *user, const ps_origin *to, size_t bytes) {
     dt_peer_reply_done((dt_peer *)to->conn, bytes);
 }
 
-/* A deferred PULL keeps its routing identity (a copy) and a reference to its connection. */
+/* A deferred PULL keeps its route (dt_route_hold) and a reference to its connection. */
 static int io_hold(void *user, const ps_origin *from, ps_origin *kept) {
     (void)user;
-    zmq_msg_t *id = malloc(sizeof *id);
-    if (!id) return DT_ENOMEM;
-    zmq_msg_init(id);
-    zmq_msg_copy(id, from->route);
+    dt_route *r = dt_route_hold(from->route);
+    if (!r) return DT_ENOMEM;
     dt_peer_ref((dt_peer *)from->conn);
-    *kept = (ps_origin){.conn = from->conn, .serial = from->serial, .route = id, .addr = NULL};
+    *kept = (ps_origin){.conn = from->conn, .serial = from->serial, .route = r, .addr = NULL};
     return DT_OK;
 }
 
 static void io_drop(void *user, ps_origin *kept) {
     (void)user;
-    zmq_msg_close(kept->route);
-    free(kept->route);
+    dt_route_drop(kept->route);
     dt_peer_unref((dt_peer *)kept->conn);
     *kept = (ps_origin){0};
-}
-
-/* What libzmq itself bounds per connection: replies queued (a ROUTER drops replies to a peer past
- * its mark instead of queueing them) and the handshake's duration. Not requests (RECV_HWM) and not
- * silence: libzmq 4.3's heartbeat timer aborts the process when it fires on a connection that
- * reset while its queue was full, so peers.c watches silence in the kernel's counters instead. */
-static int limit_socket(void *s, int handshake_ms, dt_error *err) {
-    int snd = SEND_HWM, rcv = RECV_HWM;
-    if (zmq_setsockopt(s, ZMQ_SNDHWM, &snd, sizeof snd) != 0 || zmq_setsockopt(s, ZMQ_RCVHWM, &rcv, sizeof rcv) != 0 ||
-        zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms) != 0)
-        return dt_errorf(err, DT_ENET, "zmq_setsockopt (connection bounds): %s", zmq_strerror(errno));
-    return DT_OK;
 }
 
 /* ---- Metrics ---------------------------------------------------------------------------------- */
@@ -344,38 +317,33 @@ static void ps_publish(ps_t *ps, const ps_shard_stats *st) {
     ps->m.stale_seen = st->stale;
 }
 
-/* The context, with one ZeroMQ I/O thread per core (up to MAX_IO_THREADS): libzmq spreads
- * connections over its I/O threads, so the workers' transfers are copied on several cores at once
- * instead of queueing behind one thread (1 by default); the router, bounded. */
-static int open_router(ps_t *ps, dt_error *err) {
+/* The transport's server, with one I/O thread per core (up to MAX_IO_THREADS): the transport
+ * spreads connections over its I/O threads, so the workers' transfers are copied on several cores
+ * at once instead of queueing behind one thread (1 by default); its connections bounded (peers.h)
+ * with the ps's bounds, and authentication in place, before it binds. */
+static int open_server(ps_t *ps, dt_error *err) {
     const dt_ps_config *cfg = ps->cfg;
-    if (!(ps->ctx = zmq_ctx_new())) return dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int io = cores < 1 ? 1 : cores > MAX_IO_THREADS ? MAX_IO_THREADS : (int)cores;
-    if (zmq_ctx_set(ps->ctx, ZMQ_IO_THREADS, io) != 0)
-        return dt_errorf(err, DT_ENET, "ps %d: zmq_ctx_set(ZMQ_IO_THREADS=%d): %s", cfg->ps_index, io,
-                         zmq_strerror(errno));
-    ps->sock = dt_zsock_open(ps->ctx, ZMQ_ROUTER, ps_max_frame(cfg->ps_index, ps->n), SHUTDOWN_LINGER_MS, -1, err);
-    if (!ps->sock) return dt_error_wrap(err, DT_ENET, "ps %d: ", cfg->ps_index);
-    if (limit_socket(ps->sock, cfg->first_message_ms > 0 ? cfg->first_message_ms : (int)(FIRST_MESSAGE_US / 1000), err))
-        return dt_error_wrap(err, DT_ENET, "ps %d: ", cfg->ps_index);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "ps %d: ", cfg->ps_index);
+    const int first_ms = cfg->first_message_ms > 0 ? cfg->first_message_ms : (int)(FIRST_MESSAGE_US / 1000);
+    dt_server_config sc = {
+        .max_frame = ps_max_frame(cfg->ps_index, ps->n),
+        .io_threads = cores < 1 ? 1 : cores > MAX_IO_THREADS ? MAX_IO_THREADS : (int)cores,
+        .linger_ms = SHUTDOWN_LINGER_MS, .send_queue = SEND_HWM, .handshake_ms = first_ms,
+        .auth = cfg->auth, .log_prefix = prefix,
+        .peers = {.max_partial_bytes = ps_max_frame(cfg->ps_index, ps->n) + DT_WIRE_HEADER_SIZE,
+                  .first_message_us = first_ms * INT64_C(1000),
+                  .message_us = MESSAGE_US,
+                  .max_connections = cfg->max_connections > 0 ? cfg->max_connections : MAX_CONNECTIONS,
+                  .queued_messages = QUEUED_ASSUMED,
+                  .silence_us = PEER_SILENCE_MS * INT64_C(1000),
+                  .log = cfg->log, .ps_index = cfg->ps_index}};
+    sc.peers.budget_bytes = ps->budget = ps_shard_budget(ps->shard);
+    int rc = dt_server_open(&ps->srv, &sc, err);
+    if (rc) return dt_error_wrap(err, rc, "%s", prefix);
+    ps->peers = dt_server_peers(ps->srv);
     return DT_OK;
-}
-
-/* The connection watch (peers.h) with the ps's bounds. */
-static int open_peers(ps_t *ps, dt_error *err) {
-    const dt_ps_config *cfg = ps->cfg;
-    dt_peers_config pc = {.max_partial_bytes = ps_max_frame(cfg->ps_index, ps->n) + DT_WIRE_HEADER_SIZE,
-                          .first_message_us = cfg->first_message_ms > 0 ? cfg->first_message_ms * INT64_C(1000)
-                                                                        : FIRST_MESSAGE_US,
-                          .message_us = MESSAGE_US,
-                          .max_connections = cfg->max_connections > 0 ? cfg->max_connections : MAX_CONNECTIONS,
-                          .queued_messages = QUEUED_ASSUMED,
-                          .silence_us = PEER_SILENCE_MS * INT64_C(1000),
-                          .log = cfg->log, .ps_index = cfg->ps_index};
-    pc.budget_bytes = ps->budget = ps_shard_budget(ps->shard);
-    int rc = dt_peers_open(&ps->peers, ps->ctx, ps->sock, &pc, err);
-    return rc ? dt_error_wrap(err, rc, "ps %d: ", cfg->ps_index) : DT_OK;
 }
 
 /* Binds the endpoints (and the same-host one), after authentication is in place. */
@@ -383,21 +351,13 @@ static int bind_endpoints(ps_t *ps, dt_error *err) {
     const dt_ps_config *cfg = ps->cfg;
     char prefix[32];
     snprintf(prefix, sizeof prefix, "ps %d: ", cfg->ps_index);
-    int rc = dt_auth_server_start(&ps->zap, ps->ctx, ps->sock, cfg->auth, cfg->log, prefix, err);
-    if (rc) return dt_error_wrap(err, rc, "%s", prefix);
-    if (dt_zsock_bind(ps->sock, cfg->endpoint) != 0)
-        return dt_errorf(err, DT_ENET, "ps %d: cannot bind %s: %s", cfg->ps_index, cfg->endpoint, zmq_strerror(errno));
     char bound[256] = "";
-    size_t len = sizeof bound;
-    if (zmq_getsockopt(ps->sock, ZMQ_LAST_ENDPOINT, bound, &len) != 0) snprintf(bound, sizeof bound, "%s", cfg->endpoint);
-    if (cfg->ipc_endpoint && zmq_bind(ps->sock, cfg->ipc_endpoint) != 0)
-        return dt_errorf(err, DT_ENET, "ps %d: cannot bind %s: %s (DTRAIN_IPC=0 turns the same-host path off)",
-                         cfg->ps_index, cfg->ipc_endpoint, zmq_strerror(errno));
-    /* Owner only, whatever the umask: a peer that can connect to it runs as the ps's user, who
-     * could as well stop the ps (docs/security.md). connect(2) needs write permission. */
-    if (cfg->ipc_endpoint && !strncmp(cfg->ipc_endpoint, "ipc://", 6) && chmod(cfg->ipc_endpoint + 6, 0600) != 0)
-        return dt_errorf(err, DT_ENET, "ps %d: cannot make %s owner-only: %s", cfg->ps_index, cfg->ipc_endpoint + 6,
-                         strerror(errno));
+    int rc = dt_server_bind(ps->srv, cfg->endpoint, bound, sizeof bound, err);
+    if (rc) return dt_error_wrap(err, rc, "%s", prefix);
+    dt_error e = {0};
+    if (cfg->ipc_endpoint && (rc = dt_server_bind(ps->srv, cfg->ipc_endpoint, NULL, 0, &e)))
+        return dt_errorf(err, rc, "%s%s%s", prefix, e.msg,
+                         strncmp(e.msg, "cannot bind", 11) ? "" : " (DTRAIN_IPC=0 turns the same-host path off)");
     if (cfg->ipc_endpoint) ps_log(ps, "same-host workers connect on %s", cfg->ipc_endpoint);
     ps_metrics_open(ps);
     ps_log(ps, "serving %zu floats on %s", ps->n, bound);
@@ -416,8 +376,7 @@ static int ps_open(ps_t *ps, const dt_ps_config *cfg, dt_error *err) {
                           .state_ranges = cfg->state_ranges, .n_state_ranges = cfg->n_state_ranges, .log = cfg->log,
                           .table_memory = cfg->table_memory ? cfg->table_memory : dt_ps_table_memory_default()};
     int rc = ps_shard_new(&ps->shard, &sc, err);
-    if (!rc) rc = open_router(ps, err);
-    if (!rc) rc = open_peers(ps, err);
+    if (!rc) rc = open_server(ps, err);
     if (!rc) rc = bind_endpoints(ps, err);
     return rc;
 }
@@ -427,10 +386,7 @@ static void ps_close(ps_t *ps) {
      * terminates; peers referenced by replies in flight likewise. */
     ps_shard_free(ps->shard, &ps->io);
     free(ps->m.tables); /* the series themselves are the registry's */
-    dt_auth_server_stop(ps->zap);
-    dt_peers_close(ps->peers);
-    if (ps->sock) zmq_close(ps->sock);
-    if (ps->ctx) zmq_ctx_term(ps->ctx); /* waits at most the socket linger to flush the last replies */
+    dt_server_close(ps->srv); /* waits at most SHUTDOWN_LINGER_MS to flush the last replies */
 }
 
 /* ---- The loop --------------------------------------------------------------------------------- */
@@ -440,48 +396,28 @@ static void on_peer_gone(void *user, dt_peer *peer) {
     ps_shard_forget(ps->shard, peer, &ps->io);
 }
 
-static void release_msg(void *m) {
-    zmq_msg_close(m);
-    free(m);
-}
-
-/* A request's payload handed to the shard (a sync gradient stays where libzmq put it until its
- * step is applied); lent instead if there is no memory for its holder (the shard copies what it
- * keeps). NULL when there is none. */
-static ps_bytes *take_payload(dt_wire_in *in, ps_bytes *out) {
-    size_t size = zmq_msg_size(&in->payload);
-    if (!size) return NULL;
-    zmq_msg_t *held = malloc(sizeof *held);
-    if (!held) {
-        *out = (ps_bytes){zmq_msg_data(&in->payload), size, NULL, NULL};
-        return out;
-    }
-    zmq_msg_init(held);
-    zmq_msg_move(held, &in->payload);
-    *out = (ps_bytes){zmq_msg_data(held), size, release_msg, held};
-    return out;
-}
-
 /* One received message into the shard: a request, or a refusal of what could not be decoded.
  * A closed connection's requests are not answered (nobody would read the answer). */
-static void deliver(ps_t *ps, dt_wire_in *in, int r, const dt_error *e) {
-    dt_peer *peer = dt_peers_of(ps->peers, in->srcfd);
+static void deliver(ps_t *ps, dt_msg *in, int r, const dt_error *e) {
+    dt_peer *peer = in->peer;
     dt_peer_ref(peer); /* held while handled: the table may drop it meanwhile */
     dt_peers_delivered(ps->peers, peer, r == DT_OK && in->hdr.role != DT_ROLE_NONE);
     /* A FETCH copies the whole shard: its connection may have closed while it waited here
      * (closes are heard on the monitor). */
-    if (r == DT_OK && in->hdr.type == DT_MSG_FETCH) dt_peers_events(ps->peers, on_peer_gone, ps);
-    ps_origin from = {.conn = peer, .serial = dt_peer_serial(peer), .route = &in->identity, .addr = in->peer};
+    if (r == DT_OK && in->hdr.type == DT_MSG_FETCH) dt_server_events(ps->srv, on_peer_gone, ps);
+    ps_origin from = {.conn = peer, .serial = dt_peer_serial(peer), .route = in->route, .addr = in->addr};
     if (!dt_peer_gone(peer) && r == DT_OK) {
-        ps_bytes payload;
+        dt_bytes payload;
         const int64_t t0 = dt_clock_us(), c0 = dt_thread_cpu_us();
-        ps_shard_request(ps->shard, &from, &in->hdr, take_payload(in, &payload), t0, &ps->io);
+        /* A sync gradient stays where the transport put it until its step is applied; lent when
+         * there is no memory for its holder (the shard copies what it keeps). */
+        ps_shard_request(ps->shard, &from, &in->hdr, dt_msg_take(in, &payload), t0, &ps->io);
         if (in->hdr.type <= DT_MSG_TYPE_MAX) { /* a valid header's: always */
             ps->spent[in->hdr.type].n++;
             ps->spent[in->hdr.type].wall_us += dt_clock_us() - t0;
             ps->spent[in->hdr.type].cpu_us += dt_thread_cpu_us() - c0;
         }
-    } else if (!dt_peer_gone(peer) && in->has_identity) {
+    } else if (!dt_peer_gone(peer) && in->route) {
         ps_shard_refuse(ps->shard, &from, &in->hdr, r == DT_EPROTO ? DT_WIRE_E_VERSION : DT_WIRE_E_MALFORMED, e->msg,
                         &ps->io);
     }
@@ -496,42 +432,42 @@ uint64_t dt_ps_table_memory_default(void) {
 
 /* The test hook: whether this message is the SPARSE_PULL the ps stops at, unanswered (as if the
  * ps were killed while the pull was on its way). */
-static int debug_stop_here(ps_t *ps, const dt_wire_in *in, int r) {
+static int debug_stop_here(ps_t *ps, const dt_msg *in, int r) {
     if (ps->cfg->debug_stop_at_sparse_pull <= 0 || r != DT_OK || in->hdr.type != DT_MSG_SPARSE_PULL ||
         in->hdr.role == DT_ROLE_PS)
         return 0;
     return ++ps->sparse_pulls_in == ps->cfg->debug_stop_at_sparse_pull;
 }
 
-/* Reads the router until it is empty, for at most DRAIN_US (a flood faster than that waits for
+/* Reads the server until it is empty, for at most DRAIN_US (a flood faster than that waits for
  * the next round, so the deadlines are still kept): whether it was drained. */
 static int drain(ps_t *ps, int *rc, dt_error *err) {
     for (int64_t until = dt_clock_us() + DRAIN_US; dt_clock_us() < until;) {
         if (ps_shard_is_shut(ps->shard)) return 0;
-        dt_wire_in in;
+        dt_msg in;
         dt_error e = {0};
-        int r = dt_wire_recv(ps->sock, 1, &in, &e);
+        int r = dt_server_recv(ps->srv, &in, &e);
         if (r == DT_ETIMEOUT || r == DT_EINTR) {
-            dt_wire_in_close(&in);
+            dt_msg_close(&in);
             return 1;
         }
         if (r == DT_ENET) {
-            dt_wire_in_close(&in);
+            dt_msg_close(&in);
             *rc = dt_errorf(err, DT_ENET, "ps %d: %s", ps->cfg->ps_index, e.msg);
             return 0;
         }
         ps->last_message_us = dt_clock_us();
         if (debug_stop_here(ps, &in, r)) {
-            dt_wire_in_close(&in);
+            dt_msg_close(&in);
             ps_log(ps, "debug: stopping at SPARSE_PULL %lld, unanswered (--debug_ps_stop_at_sparse_pull)",
                    (long long)ps->sparse_pulls_in);
             *rc = dt_errorf(err, DT_EINTR, "ps %d: stopped at SPARSE_PULL %lld (--debug_ps_stop_at_sparse_pull)",
                             ps->cfg->ps_index, (long long)ps->sparse_pulls_in);
             return 0;
         }
-        dt_metric_add(ps->m.rx, (double)(DT_WIRE_HEADER_SIZE + zmq_msg_size(&in.payload)));
+        dt_metric_add(ps->m.rx, (double)(DT_WIRE_HEADER_SIZE + in.size));
         deliver(ps, &in, r, &e);
-        dt_wire_in_close(&in);
+        dt_msg_close(&in);
         uint64_t budget = ps_shard_budget(ps->shard); /* an INIT declares the workers */
         if (budget != ps->budget) dt_peers_set_budget(ps->peers, ps->budget = budget);
     }
@@ -557,9 +493,9 @@ static int cron(ps_t *ps, int64_t now, dt_error *err) {
     return DT_OK;
 }
 
-/* After a round: the metrics, and the connection checks. Their counters are read with the router
+/* After a round: the metrics, and the connection checks. Their counters are read with the server
  * drained, so a connection's unread bytes are its unfinished message, not whole ones waiting here;
- * a flood that keeps the router from draining gets the looser check (peers.h) rather than none. */
+ * a flood that keeps the server from draining gets the looser check (peers.h) rather than none. */
 static void after_round(ps_t *ps, int drained) {
     ps_shard_stats st;
     ps_shard_get_stats(ps->shard, &st);
@@ -608,21 +544,21 @@ int dt_ps_serve(const dt_ps_config *cfg, dt_error *err) {
     const int poll_ms = cfg->poll_ms > 0 ? cfg->poll_ms : 100;
     ps.last_message_us = dt_clock_us();
     while (rc == DT_OK && !(ps.shard && ps_shard_is_shut(ps.shard))) {
-        dt_peers_events(ps.peers, on_peer_gone, &ps);
+        dt_server_events(ps.srv, on_peer_gone, &ps);
         if ((rc = cron(&ps, dt_clock_us(), err))) break;
-        zmq_pollitem_t items[2] = {{.socket = ps.sock, .events = ZMQ_POLLIN},
-                                   {.socket = dt_peers_socket(ps.peers), .events = ZMQ_POLLIN}};
         int64_t check_ms = dt_peers_count(ps.peers) ? dt_peers_check_interval_us(ps.peers) / 1000 : poll_ms;
-        int n = zmq_poll(items, 2, check_ms < poll_ms ? (long)check_ms : poll_ms);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            rc = dt_errorf(err, DT_ENET, "ps %d: zmq_poll: %s", cfg->ps_index, zmq_strerror(errno));
+        int readable;
+        dt_error we = {0};
+        long wait_ms = check_ms < poll_ms ? (long)check_ms : poll_ms;
+        int w = dt_server_wait(ps.srv, wait_ms, on_peer_gone, &ps, &readable, &we);
+        if (w == DT_EINTR) continue;
+        if (w) {
+            rc = dt_errorf(err, w, "ps %d: %s", cfg->ps_index, we.msg);
             break;
         }
-        if (items[1].revents & ZMQ_POLLIN) dt_peers_events(ps.peers, on_peer_gone, &ps);
         /* Drained, as a rule: the connection checks need it, and reading is cheap next to what a
          * message costs to handle. */
-        int drained = !(items[0].revents & ZMQ_POLLIN) || drain(&ps, &rc, err);
+        int drained = !readable || drain(&ps, &rc, err);
         if (rc) break;
         after_round(&ps, drained);
     }

@@ -2,7 +2,7 @@
  * their optimizer state, applies the workers' gradients and serves the parameters back.
  *
  * Life of a ps (docs/protocol.md):
- *   1. binds cfg->endpoint (a ZeroMQ ROUTER) and answers HELLO/STATUS/HEARTBEAT right away;
+ *   1. binds cfg->endpoint (the transport's server, transport/conn.h) and answers HELLO/STATUS/HEARTBEAT right away;
  *   2. refuses PULL and PUSH (ERROR "not initialised") until the chief sends INIT with the initial
  *      parameters, optimizer state, optimizer configuration and starting global step;
  *   3. async mode (INIT's replicas_to_aggregate 0): applies each PUSH on arrival with dt_opt_apply
@@ -20,7 +20,7 @@
  * carries the shard's step, so a client can check that the shards it pulled belong together.
  *
  * No signal handler is installed here: the caller's handler sets *cfg->stop and dt_ps_serve returns
- * DT_EINTR within poll_ms. Every wait is a zmq_poll with a timeout. */
+ * DT_EINTR within poll_ms. Every wait is the transport's, with a timeout. */
 #ifndef DT_PS_PS_H
 #define DT_PS_PS_H
 
@@ -42,13 +42,13 @@ typedef struct {
                              * (the mean over the examples, not over the gradients) */
     uint64_t pulls;         /* PARAMS replies sent */
     uint64_t refused;       /* requests answered with ERROR (malformed, wrong version, not ready...) */
-    uint64_t cut;           /* connections cut off for holding too much (peers.h) */
+    uint64_t cut;           /* connections cut off for holding too much (transport/peers.h) */
     int pending;            /* deferred PULLs still held at return */
     int initialised;
 } dt_ps_stats;
 
 typedef struct {
-    const char *endpoint;   /* ZeroMQ bind endpoint "tcp://host:port" (host "*": all interfaces; port "*": a free one) */
+    const char *endpoint;   /* bind endpoint "tcp://host:port" (host "*": all interfaces; port "*": a free one) */
     const char *ipc_endpoint; /* NULL, or a second endpoint also bound ("ipc://path": same-host workers) */
     int ps_index;           /* this ps's task index (sent in every reply) */
     int n_ps;               /* ps tasks in the cluster: a SPARSE_PULL or SPARSE_PUSH naming an id whose

@@ -6,7 +6,7 @@
  * counts silent workers as lost. Every input is a call: a request (ps_shard_request), a deadline
  * check (ps_shard_cron), a connection that closed (ps_shard_forget); the time is an argument.
  * Every output goes through the caller's ps_io: replies, and the admission of large replies
- * against the caller's memory budget. The event loop (ps.c) feeds it from a ZeroMQ ROUTER; the
+ * against the caller's memory budget. The event loop (ps.c) feeds it from the transport; the
  * unit tests (tests/test_shard.c) feed it directly.
  *
  * Requests are dispatched by a table of message kinds, each with the conditions it needs (the
@@ -22,6 +22,7 @@
 #include "dtrain.h"
 #include "ps/coord.h"
 #include "ps/table.h"
+#include "transport/bytes.h"
 #include "transport/wire.h"
 
 typedef struct ps_shard ps_shard;
@@ -34,23 +35,11 @@ typedef struct ps_shard ps_shard;
 typedef struct {
     const void *conn;         /* the connection (compared by address; NULL: unknown) */
     uint64_t serial;          /* its serial number: which connection pushes as which worker task */
-    void *route;              /* the caller's: how to reach it (a routing identity) */
+    void *route;              /* the caller's: how to reach it (the transport's dt_route) */
     const char *addr;         /* its address for logs (borrowed; "?" or NULL when unknown) */
     int declared;             /* set by the shard for io.admit: the connection that latest pushed a
                                * gradient as one of the declared worker tasks (not a stranger) */
 } ps_origin;
-
-/* Bytes handed over with their release (NULL: borrowed for the call only; a receiver that keeps
- * them copies). */
-typedef struct {
-    const void *data;
-    size_t size;
-    void (*release)(void *hint);
-    void *hint;
-} ps_bytes;
-
-/* Releases b (if it has a release) and empties it. */
-void ps_bytes_release(ps_bytes *b);
 
 /* What the shard asks of its caller. */
 typedef struct {
@@ -58,7 +47,7 @@ typedef struct {
     /* A reply to `to`. payload: NULL for none; else consumed (released by the callee when done
      * with it, at once on failure). admitted: bytes of it counted by admit, to be given back when
      * it is released. h is the callee's to change (payload size). */
-    void (*send)(void *user, const ps_origin *to, dt_wire_header *h, ps_bytes *payload, size_t admitted);
+    void (*send)(void *user, const ps_origin *to, dt_wire_header *h, dt_bytes *payload, size_t admitted);
     /* Counts a large reply of `bytes` to `to` before it is built: 0 admitted, else refused (that
      * connection has too much unread, or the ps is at its memory budget: a stranger's reply, not
      * to->declared, at a smaller share of it) with why's text, which the shard sends as ERROR 106. */
@@ -110,7 +99,7 @@ void ps_shard_free(ps_shard *s, const ps_io *io);
 
 /* One request (its header decoded and checked by dt_wire_decode). The payload is consumed: kept
  * (a sync gradient, until its step is applied) or released before return. */
-void ps_shard_request(ps_shard *s, const ps_origin *from, const dt_wire_header *h, ps_bytes *payload, int64_t now,
+void ps_shard_request(ps_shard *s, const ps_origin *from, const dt_wire_header *h, dt_bytes *payload, int64_t now,
                       const ps_io *io);
 
 /* A request that could not be decoded: refused with status and text, counted with the others. */

@@ -16,11 +16,6 @@
 #include "ps/shard_impl.h"
 #include "transport/compress.h"
 
-void ps_bytes_release(ps_bytes *b) {
-    if (b && b->release) b->release(b->hint);
-    if (b) *b = (ps_bytes){0};
-}
-
 void shard_log(const ps_shard *s, const char *fmt, ...) {
     FILE *f = s->cfg.log;
     if (!f) return;
@@ -75,7 +70,7 @@ static void send_error_v(const ps_shard *s, const ps_io *io, const ps_origin *to
     size_t len = n < 0 ? 0 : (size_t)n >= sizeof text ? sizeof text - 1 : (size_t)n;
     dt_wire_header r = shard_reply_to(s, DT_MSG_ERROR, req);
     r.status = status;
-    ps_bytes b = {.data = text, .size = len};
+    dt_bytes b = {.data = text, .size = len};
     io->send(io->user, to, &r, &b, 0);
 }
 
@@ -167,7 +162,7 @@ void shard_advance(ps_shard *s, part_t *p, const float *grads) {
 }
 
 static void accum_clear(accum *a) {
-    for (int k = 0; k < a->count; k++) ps_bytes_release(&a->grad[k]);
+    for (int k = 0; k < a->count; k++) dt_bytes_release(&a->grad[k]);
     a->count = 0;
     a->step = -1;
 }
@@ -223,7 +218,7 @@ void *shard_reply_buffer(const shard_req *r, size_t bytes) {
 }
 
 void shard_send_buffer(const shard_req *r, dt_wire_header *h, void *d, size_t bytes) {
-    ps_bytes b = {.data = d, .size = bytes, .release = shard_release_free, .hint = d};
+    dt_bytes b = {.data = d, .size = bytes, .release = shard_release_free, .hint = d};
     r->io->send(r->io->user, r->from, h, &b, bytes);
 }
 
@@ -231,7 +226,7 @@ void shard_send_buffer(const shard_req *r, dt_wire_header *h, void *d, size_t by
 
 /* A gradient's payload as aligned float32 (nothing promises alignment: copied if needed; a 16-bit
  * encoding is unpacked, exactly). into: where a copy goes (the scratch buffer, or the sum). */
-const float *shard_grad_floats(float *into, const ps_bytes *m, uint8_t enc) {
+const float *shard_grad_floats(float *into, const dt_bytes *m, uint8_t enc) {
     const float *g = m->data;
     if (enc == DT_ENC_FP32 && (uintptr_t)g % alignof(float) == 0) return g;
     dt_unpack(enc, into, g, m->size / dt_enc_size(enc));
@@ -244,7 +239,7 @@ static void accum_sort(accum *a) {
         for (int j = i; j > 0 && a->worker[j - 1] > a->worker[j]; j--) {
             uint16_t w = a->worker[j];
             a->worker[j] = a->worker[j - 1], a->worker[j - 1] = w;
-            ps_bytes g = a->grad[j];
+            dt_bytes g = a->grad[j];
             a->grad[j] = a->grad[j - 1], a->grad[j - 1] = g;
             uint8_t e = a->enc[j];
             a->enc[j] = a->enc[j - 1], a->enc[j - 1] = e;

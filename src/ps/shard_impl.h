@@ -60,7 +60,7 @@ typedef struct {
 typedef struct {
     ps_origin from;           /* held through io.hold */
     dt_wire_header req;
-    ps_bytes ids;             /* its payload (section records, ids), a copy of its own */
+    dt_bytes ids;             /* its payload (section records, ids), a copy of its own */
     int64_t since_us;
 } sparse_pending;
 
@@ -81,7 +81,7 @@ typedef struct {
     int64_t step;             /* -1: empty */
     int count;
     uint16_t *worker;         /* [aggregate] */
-    ps_bytes *grad;           /* [aggregate] payloads */
+    dt_bytes *grad;           /* [aggregate] payloads */
     uint8_t *enc;             /* [aggregate] their encodings (workers may differ) */
     uint32_t *examples;       /* [aggregate] the examples each averages (PUSH's push.examples; 0: not said) */
 } accum;
@@ -178,7 +178,7 @@ typedef struct {
     ps_shard *s;
     const ps_origin *from;
     const dt_wire_header *h;
-    ps_bytes *payload;
+    dt_bytes *payload;
     int64_t now;
     const ps_io *io;
 } shard_req;
@@ -209,7 +209,7 @@ void shard_parts_free(part_t *parts, int n, int staleness);
 /* The step of a chunk advanced by one update of grads; a gradient payload as float32 (copied to
  * `into` when it must be); the release of a reply buffer that is freed when sent. */
 void shard_advance(ps_shard *s, part_t *p, const float *grads);
-const float *shard_grad_floats(float *into, const ps_bytes *m, uint8_t enc);
+const float *shard_grad_floats(float *into, const dt_bytes *m, uint8_t enc);
 void shard_release_free(void *p);
 /* The workers a step waits for: w counts again from the step of the chunk furthest on, or not at all. */
 void shard_count_from_now(ps_shard *s, int w);

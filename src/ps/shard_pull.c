@@ -18,7 +18,7 @@ static void release_free(void *p) { free(p); }
 /* A PARAMS payload in a 16-bit encoding: packed from the float32 values into a buffer of its own.
  * PARAMS_RANGE if a value does not fit fp16 (nothing is sent: a parameter has no error feedback to
  * carry the remainder, and a saturated one would be silently wrong). */
-static int params_packed(const shard_req *r, const part_t *p, const float *values, uint8_t enc, ps_bytes *out,
+static int params_packed(const shard_req *r, const part_t *p, const float *values, uint8_t enc, dt_bytes *out,
                          char *why, size_t why_len) {
     const size_t bytes = p->n * dt_enc_size(enc);
     if (shard_admit(r, bytes, why, why_len)) return PARAMS_BUSY;
@@ -28,13 +28,13 @@ static int params_packed(const shard_req *r, const part_t *p, const float *value
         free(packed);
         return packed ? PARAMS_RANGE : PARAMS_NOMEM;
     }
-    *out = (ps_bytes){.data = packed, .size = bytes, .release = release_free, .hint = packed};
+    *out = (dt_bytes){.data = packed, .size = bytes, .release = release_free, .hint = packed};
     return PARAMS_OK;
 }
 
 /* The payload of a PARAMS reply of chunk p at `step` (the current one, or a kept one) in encoding
  * enc (admitted against the caller's budget): PARAMS_OK or why not. */
-static int params_payload(const shard_req *r, part_t *p, int64_t step, uint8_t enc, ps_bytes *out, char *why,
+static int params_payload(const shard_req *r, part_t *p, int64_t step, uint8_t enc, dt_bytes *out, char *why,
                           size_t why_len) {
     const size_t bytes = p->n * sizeof(float);
     if (enc != DT_ENC_FP32) { /* packed from the current values or a kept step's: no snapshot needed */
@@ -47,7 +47,7 @@ static int params_payload(const shard_req *r, part_t *p, int64_t step, uint8_t e
     if (shard_admit(r, bytes, why, why_len)) return PARAMS_BUSY;
     if (b) {
         dt_snap_hold(b);
-        *out = (ps_bytes){.data = b->data, .size = bytes, .release = release_snap, .hint = b};
+        *out = (dt_bytes){.data = b->data, .size = bytes, .release = release_snap, .hint = b};
         return PARAMS_OK;
     }
     float *copy = malloc(bytes ? bytes : 1); /* every buffer still in flight: a copy of its own */
@@ -56,7 +56,7 @@ static int params_payload(const shard_req *r, part_t *p, int64_t step, uint8_t e
         return PARAMS_NOMEM;
     }
     memcpy(copy, p->params, bytes);
-    *out = (ps_bytes){.data = copy, .size = bytes, .release = release_free, .hint = copy};
+    *out = (dt_bytes){.data = copy, .size = bytes, .release = release_free, .hint = copy};
     return PARAMS_OK;
 }
 
@@ -87,7 +87,7 @@ static void send_params(const shard_req *r, int64_t waited_us, int32_t status, u
     const dt_wire_header *req = r->h;
     part_t *p = &s->parts[req->chunk];
     int64_t step = (req->flags & DT_WIRE_F_EXACT) ? req->global_step : p->step;
-    ps_bytes b = {0};
+    dt_bytes b = {0};
     char why[320];
     int rc = params_payload(r, p, step, req->encoding, &b, why, sizeof why);
     if (rc != PARAMS_OK) {

@@ -317,12 +317,12 @@ static void dispatch(const shard_req *r) {
     shard_refuse(r, DT_WIRE_E_MALFORMED, "%s is a reply, not a request", dt_wire_type_name(h->type));
 }
 
-void ps_shard_request(ps_shard *s, const ps_origin *from, const dt_wire_header *h, ps_bytes *payload, int64_t now,
+void ps_shard_request(ps_shard *s, const ps_origin *from, const dt_wire_header *h, dt_bytes *payload, int64_t now,
                       const ps_io *io) {
-    ps_bytes none = {0};
+    dt_bytes none = {0};
     shard_req r = {.s = s, .from = from, .h = h, .payload = payload ? payload : &none, .now = now, .io = io};
     dispatch(&r);
-    ps_bytes_release(r.payload); /* unless a handler kept it */
+    dt_bytes_release(r.payload); /* unless a handler kept it */
 }
 
 /* ---- Worker liveness and deadlines ------------------------------------------------------------ */

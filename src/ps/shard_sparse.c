@@ -352,7 +352,7 @@ static void send_rows(const shard_req *r, int n, const uint8_t *payload) {
     uint32_t table;
     a.global_step = sections_step(s, n, &table);
     s->sparse_pulls++;
-    ps_bytes b = {.data = out, .size = bytes, .release = release_free, .hint = out};
+    dt_bytes b = {.data = out, .size = bytes, .release = release_free, .hint = out};
     r->io->send(r->io->user, r->from, &a, &b, bytes);
 }
 
@@ -401,7 +401,7 @@ static void sparse_defer(const shard_req *r, int n) {
         return;
     }
     memcpy(ids, r->payload->data, r->payload->size);
-    q->ids = (ps_bytes){.data = ids, .size = r->payload->size, .release = release_free, .hint = ids};
+    q->ids = (dt_bytes){.data = ids, .size = r->payload->size, .release = release_free, .hint = ids};
     q->req = *r->h;
     q->since_us = r->now;
     s->n_sp++;
@@ -425,7 +425,7 @@ static void sparse_filter(ps_shard *s, const ps_io *io, int (*keep)(ps_shard *, 
         sparse_pending *q = &s->sp[i];
         if (!keep(s, io, q, user)) {
             io->drop(io->user, &q->from);
-            ps_bytes_release(&q->ids);
+            dt_bytes_release(&q->ids);
             continue;
         }
         if (kept != i) s->sp[kept] = *q;

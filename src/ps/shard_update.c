@@ -91,7 +91,7 @@ static int part_prepare(part_t *p, size_t n, const float *data, int slots, int d
 
 uint64_t shard_sync_bytes(uint64_t chunks, uint64_t aggregate, uint64_t total, uint64_t staleness) {
     if (!aggregate) return 0;
-    const uint64_t each = sizeof(uint16_t) + sizeof(ps_bytes) + sizeof(uint8_t) + sizeof(uint32_t); /* accum's arrays */
+    const uint64_t each = sizeof(uint16_t) + sizeof(dt_bytes) + sizeof(uint8_t) + sizeof(uint32_t); /* accum's arrays */
     const uint64_t worker = sizeof(uint64_t) + sizeof(int64_t) + sizeof(uint8_t) + sizeof(push_count) +
                             sizeof(uint64_t); /* stale, last_seen, lost, counts; the sparse stale counts */
     return chunks * (staleness + 1) * (sizeof(accum) + aggregate * each) + total * worker;
@@ -302,11 +302,11 @@ static void push_reply(const shard_req *r, int32_t status, uint64_t stale) {
 }
 
 /* A copy of borrowed bytes that owns itself: DT_OK, or DT_ENOMEM with b unchanged. */
-static int keep_copy(ps_bytes *b) {
+static int keep_copy(dt_bytes *b) {
     void *c = malloc(b->size ? b->size : 1);
     if (!c) return DT_ENOMEM;
     memcpy(c, b->data, b->size);
-    *b = (ps_bytes){.data = c, .size = b->size, .release = shard_release_free, .hint = c};
+    *b = (dt_bytes){.data = c, .size = b->size, .release = shard_release_free, .hint = c};
     return DT_OK;
 }
 
@@ -384,19 +384,19 @@ static void on_sync_push(const shard_req *r) {
         return;
     }
     if (!same_examples(r)) return;
-    ps_bytes g = *r->payload;
+    dt_bytes g = *r->payload;
     if (!g.release && keep_copy(&g)) { /* borrowed bytes: kept as a copy */
         shard_refuse(r, DT_WIRE_E_NOMEM, "out of memory for a gradient");
         return;
     }
-    *r->payload = (ps_bytes){0};
+    *r->payload = (dt_bytes){0};
     if (k < a->count) {
         /* A second gradient from one worker for one step: the worker restarted (or gave up waiting
          * and pulled again) and computed it afresh. The newer one replaces the first. */
         if (h->chunk == 0)
             shard_log(s, "worker %u sent step %lld's gradient again (restarted?): the newer one replaces it", h->task,
                       (long long)t);
-        ps_bytes_release(&a->grad[k]);
+        dt_bytes_release(&a->grad[k]);
     } else {
         a->worker[a->count++] = h->task;
     }

@@ -2,9 +2,10 @@
  *
  * An update is written out of place into a free snapshot buffer, which then holds the current
  * values (no copy per step); a buffer that messages still hold is never written. refs counts the
- * ps's own reference (while it keeps the snapshot) plus each message libzmq still holds; libzmq's
- * I/O thread drops its references, hence the atomics. A buffer with refs == 0 is reused: the pool
- * keeps the allocator (and the kernel's page faults) out of the steady state.
+ * ps's own reference (while it keeps the snapshot) plus each reply the transport still holds; the
+ * transport's I/O thread drops its references (transport/conn.h: a send's release), hence the
+ * atomics. A buffer with refs == 0 is reused: the pool keeps the allocator (and the kernel's page
+ * faults) out of the steady state.
  *
  * A pool given up while messages still hold some of its buffers (the ps re-cut its shard) hands
  * each such buffer to its last message, whose release frees it. */
@@ -49,7 +50,7 @@ dt_snap *dt_snap_find(dt_snap_pool *p, int64_t step);
  * that step until --ps_timeout (tests/test_hostile_round2_slow.sh, about 1 run in 10). */
 dt_snap *dt_snap_claim(dt_snap_pool *p, int64_t step, int must_keep);
 
-/* A message's reference: taken by the ps thread, dropped by libzmq's I/O thread. */
+/* A message's reference: taken by the ps thread, dropped by the transport's I/O thread. */
 void dt_snap_hold(dt_snap *b);
 void dt_snap_release(dt_snap *b);
 

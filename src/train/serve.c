@@ -44,7 +44,7 @@ int dt_serve_task_opts(const dt_cluster *c, const dt_placement *pl, const dt_ser
                         .debug_stop_at_sparse_pull = so->debug_stop_at_sparse_pull};
     rc = dt_ps_serve(&cfg, err);
     free(state);
-    if (has_ipc) unlink(ipc + strlen("ipc://")); /* libzmq leaves the socket file behind */
+    if (has_ipc) unlink(ipc + strlen("ipc://")); /* the transport leaves the socket file behind */
     if (rc == 0)
         fprintf(log, "ps %d: training over at global step %lld (%llu pushes, %llu pulls); exiting\n",
                 c->task_index, (long long)stats.global_step, (unsigned long long)stats.pushes,

@@ -196,8 +196,9 @@ int dt_auth_client_socket(void *sock, const dt_auth *a, dt_error *err) {
 
 struct dt_zap {
     const dt_auth *auth;
-    void *sock, *rep, *mon;  /* the CURVE server, the ZAP REP, the server's monitor (PAIR) */
+    void *sock, *rep;        /* the CURVE server, the ZAP REP */
     FILE *log;
+    pthread_mutex_t lock;    /* the refusals' log and counts: the handler's thread and the server's */
     char prefix[64];
     pthread_t thread;
     atomic_int stop;
@@ -210,11 +211,13 @@ struct dt_zap {
 /* who: "from ADDRESS" (ZAP) or "on ENDPOINT" (a failed handshake: libzmq does not say from where). */
 static void log_refusal(dt_zap *z, const char *key, const char *who, const char *why) {
     const char *addr = who;
+    pthread_mutex_lock(&z->lock);
     z->refused++;
-    if (!z->log) return;
     time_t now = time(NULL);
-    if (!strcmp(key, z->last_key) && !strcmp(addr, z->last_addr) && now - z->last_logged < REFUSAL_QUIET_S) {
-        z->quiet++;
+    if (!z->log ||
+        (!strcmp(key, z->last_key) && !strcmp(addr, z->last_addr) && now - z->last_logged < REFUSAL_QUIET_S)) {
+        if (z->log) z->quiet++;
+        pthread_mutex_unlock(&z->lock);
         return;
     }
     fprintf(z->log, "%srefused a client %s: %s", z->prefix, who, why);
@@ -226,6 +229,7 @@ static void log_refusal(dt_zap *z, const char *key, const char *who, const char 
     snprintf(z->last_addr, sizeof z->last_addr, "%s", addr);
     z->last_logged = now;
     z->quiet = 0;
+    pthread_mutex_unlock(&z->lock);
 }
 
 /* Reads all frames of one message (at most max) into f[]; returns the count, -1 on error. */
@@ -281,31 +285,22 @@ static void answer_zap(dt_zap *z) {
     for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
 }
 
-/* A socket monitor event: a client that failed the handshake before any key was checked (no
- * CURVE, or the wrong server key). Refusals by key are logged by answer_zap already. */
-static void read_event(dt_zap *z) {
-    zmq_msg_t f[2];
-    int n = recv_frames(z->mon, f, 2);
-    if (n < 0) return;
-    if (n == 2 && zmq_msg_size(&f[0]) >= 6) {
-        uint16_t ev;
-        memcpy(&ev, zmq_msg_data(&f[0]), 2);
-        char where[64], who[80];
-        copy_text(where, sizeof where, &f[1]);
-        snprintf(who, sizeof who, "on %s", where);
-        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-            log_refusal(z, "", who, "handshake failed (client without CURVE, or with another server key)");
-    }
-    for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+/* A client that failed the handshake before any key was checked (no CURVE, or the wrong server
+ * key), heard on the server socket's monitor (the connection watch's: peers.c, which calls this).
+ * Refusals by key are logged by answer_zap already. */
+void dt_auth_server_handshake_failed(dt_zap *z, const char *endpoint) {
+    if (!z) return;
+    char who[80];
+    snprintf(who, sizeof who, "on %s", endpoint);
+    log_refusal(z, "", who, "handshake failed (client without CURVE, or with another server key)");
 }
 
 static void *zap_main(void *arg) {
     dt_zap *z = arg;
     while (!atomic_load(&z->stop)) {
-        zmq_pollitem_t items[2] = {{z->rep, 0, ZMQ_POLLIN, 0}, {z->mon, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, 2, 100) < 0 && errno != EINTR) break;
+        zmq_pollitem_t items[1] = {{z->rep, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, 1, 100) < 0 && errno != EINTR) break;
         if (items[0].revents & ZMQ_POLLIN) answer_zap(z);
-        if (items[1].revents & ZMQ_POLLIN) read_event(z);
     }
     return NULL;
 }
@@ -320,18 +315,11 @@ int dt_auth_server_start(dt_zap **out, void *ctx, void *sock, const dt_auth *a, 
     z->sock = sock;
     z->log = log;
     snprintf(z->prefix, sizeof z->prefix, "%s", log_prefix ? log_prefix : "");
+    pthread_mutex_init(&z->lock, NULL);
     int rc = DT_OK, one = 1, zero = 0;
-    char mon_ep[64];
-    snprintf(mon_ep, sizeof mon_ep, "inproc://dtrain-auth-monitor-%p", (void *)z);
     if (!(z->rep = zmq_socket(ctx, ZMQ_REP)) || zmq_setsockopt(z->rep, ZMQ_LINGER, &zero, sizeof zero) ||
         zmq_bind(z->rep, ZAP_ENDPOINT) != 0) {
         rc = dt_errorf(err, DT_ENET, "ZAP handler on %s: %s", ZAP_ENDPOINT, zmq_strerror(errno));
-        goto fail;
-    }
-    if (zmq_socket_monitor(sock, mon_ep, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
-        !(z->mon = zmq_socket(ctx, ZMQ_PAIR)) || zmq_setsockopt(z->mon, ZMQ_LINGER, &zero, sizeof zero) ||
-        zmq_connect(z->mon, mon_ep) != 0) {
-        rc = dt_errorf(err, DT_ENET, "socket monitor: %s", zmq_strerror(errno));
         goto fail;
     }
     /* The handler is bound before the server socket binds: libzmq's CURVE server would accept
@@ -349,9 +337,8 @@ int dt_auth_server_start(dt_zap **out, void *ctx, void *sock, const dt_auth *a, 
     *out = z;
     return DT_OK;
 fail:
-    zmq_socket_monitor(sock, NULL, 0);
-    if (z->mon) zmq_close(z->mon);
     if (z->rep) zmq_close(z->rep);
+    pthread_mutex_destroy(&z->lock);
     free(z);
     return rc;
 }
@@ -360,12 +347,11 @@ unsigned long dt_auth_server_stop(dt_zap *z) {
     if (!z) return 0;
     atomic_store(&z->stop, 1);
     pthread_join(z->thread, NULL);
-    zmq_socket_monitor(z->sock, NULL, 0);
-    zmq_close(z->mon);
     zmq_close(z->rep);
     if (z->log && z->quiet)
         fprintf(z->log, "%s%lu more refusals of the last refused client not logged\n", z->prefix, z->quiet);
     unsigned long n = z->refused;
+    pthread_mutex_destroy(&z->lock);
     free(z);
     return n;
 }

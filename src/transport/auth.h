@@ -11,7 +11,8 @@
  * The ps side answers ZAP (the ZeroMQ authentication protocol, inproc://zeromq.zap.01) from a
  * thread: a client whose public key is not authorized is refused and the refusal logged with the
  * key and the peer's address; a client that does not speak CURVE at all fails the handshake, which
- * a socket monitor on the same thread logs too. */
+ * the server socket's monitor (the connection watch's, peers.c: libzmq keeps one monitor per
+ * socket) reports to dt_auth_server_handshake_failed, logged alike. */
 #ifndef DT_TRANSPORT_AUTH_H
 #define DT_TRANSPORT_AUTH_H
 
@@ -54,6 +55,9 @@ int dt_auth_client_socket(void *sock, const dt_auth *a, dt_error *err);
 typedef struct dt_zap dt_zap;
 int dt_auth_server_start(dt_zap **out, void *ctx, void *sock, const dt_auth *a, FILE *log,
                          const char *log_prefix, dt_error *err);
+/* A failed handshake on the server socket (a monitor event; endpoint: where), logged as a refusal.
+ * Any thread; NULL: nothing. */
+void dt_auth_server_handshake_failed(dt_zap *z, const char *endpoint);
 /* Stops the handler thread and closes its sockets (before zmq_ctx_term). Refusals counted. */
 unsigned long dt_auth_server_stop(dt_zap *z);
 

@@ -221,7 +221,7 @@ int dt_overlap_finish(dt_overlap *o, int abandon, int64_t *steps, dt_push_result
 }
 
 /* The chunk to push next, under the lock (-1: none now). fifo: the oldest ready. priority: per ps,
- * while ZeroMQ holds none of its frames, the lowest ready chunk: the next forward needs it first. */
+ * while the transport holds none of its payloads, the lowest ready chunk: the next forward needs it first. */
 static int next_chunk(dt_overlap *o) {
     if (o->cfg.mode == DT_OVERLAP_FIFO) return o->head < o->tail ? o->order[o->head++] : -1;
     for (int p = 0; p < o->n_ps; p++) {

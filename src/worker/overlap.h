@@ -8,7 +8,7 @@
  * which blocks until they have arrived). The thread pushes every chunk whose floats are all final,
  * each asking for its parameters back, and scatters each parameter chunk into the net's flat
  * buffer as it lands. Order (--overlap): fifo sends each chunk the moment it is ready (last layer
- * first, as backward makes them); priority holds ready chunks back and keeps one in ZeroMQ per ps,
+ * first, as backward makes them); priority holds ready chunks back and keeps one in the transport per ps,
  * sending the ready chunk the next forward needs first (the lowest: flat order is forward order),
  * as ByteScheduler and P3 do, so the first layers' parameters are not queued behind the last
  * layers' bulk.

@@ -1,7 +1,7 @@
 /* The ps client's call driver (worker/ps_client_impl.h): every call is one exchange of the core
  * (worker/exchange.h), begin, send, wait, end; this file sends, receives and gathers the replies,
- * owns the sockets (one ZeroMQ DEALER per ps, replaced when libzmq still holds a gradient frame on
- * one) and asks again a request refused as busy. */
+ * owns the connections (one per ps, transport/conn.h, replaced when the transport still holds a
+ * gradient payload on one) and asks again a request refused as busy. */
 #include "worker/ps_client_impl.h"
 
 /* This ps may have heard from us from `from` until `to` (a send or an answer: one moment; a wait
@@ -35,29 +35,22 @@ int64_t psc_stop_deadline(dt_ps_client *c) {
     return c->stopped_at + STOP_GRACE_MS * 1000LL;
 }
 
-static void set_send_timeout(ps_conn *p, int64_t deadline_us) {
-    int64_t left = (deadline_us - dt_clock_us()) / 1000;
-    int ms = left <= 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
-    zmq_setsockopt(p->sock, ZMQ_SNDTIMEO, &ms, sizeof ms);
-}
-
 /* Sends one request to ps i for slot `chunk` of the exchange under way (a send blocks until
  * send_by at the latest), which then awaits its reply. h: type and the type-specific fields;
  * routing fields are filled here. payload is consumed. */
-int psc_send_req(dt_ps_client *c, int i, int chunk, dt_wire_header *h, zmq_msg_t *payload, int64_t send_by,
+int psc_send_req(dt_ps_client *c, int i, int chunk, dt_wire_header *h, dt_bytes *payload, int64_t send_by,
                  dt_error *err) {
     ps_conn *p = &c->ps[i];
     h->role = (uint8_t)c->role;
     h->task = c->task;
     h->request_id = dt_ex_new_id(c->ex);
     h->shard = (uint32_t)i;
-    set_send_timeout(p, send_by);
-    size_t bytes = DT_WIRE_HEADER_SIZE + (payload ? zmq_msg_size(payload) : 0);
+    size_t bytes = DT_WIRE_HEADER_SIZE + (payload ? payload->size : 0);
     dt_metric_add(c->m_tx, (double)bytes);
     c->stats.tx_bytes += bytes;
     if (dt_wire_type_is_sparse(h->type)) c->stats.sparse_tx_bytes += bytes;
     dt_error e = {0};
-    int rc = dt_wire_send(p->sock, NULL, h, payload, 0, &e);
+    int rc = dt_conn_send(p->conn, h, payload, send_by, &e);
     if (rc) return psc_fail_ps(c, i, err, rc, "", rc == DT_ETIMEOUT ? "send timed out (too many requests queued)" : e.msg);
     int64_t now = dt_clock_us();
     heard(p, now, now);
@@ -81,7 +74,7 @@ static void note_status(ps_conn *p, const dt_wire_header *h) {
 /* A chunk reply the exchange took: the push's outcome goes to the codec's error feedback; a PARAMS
  * chunk goes into the call's dst at its offset (checked: finite values), and to the streaming
  * caller. */
-static int on_chunk(dt_ps_client *c, int i, dt_wire_in *in, const dt_ex_reply_info *r, dt_error *err) {
+static int on_chunk(dt_ps_client *c, int i, dt_msg *in, const dt_ex_reply_info *r, dt_error *err) {
     const dt_wire_header *h = &in->hdr;
     if (c->codec && r->req == DT_MSG_PUSH) dt_codec_settle(c->codec, i, h->chunk, r->accepted);
     if (h->type != DT_MSG_PARAMS) return DT_OK;
@@ -91,7 +84,7 @@ static int on_chunk(dt_ps_client *c, int i, dt_wire_in *in, const dt_ex_reply_in
     /* A non-finite value is caught here, where it enters, and named by its source; left alone it
      * would surface only later as a NaN loss. Unpacked and scanned a block at a time, so the scan
      * reads what the copy just wrote from cache instead of a whole chunk again from memory. */
-    const unsigned char *src = zmq_msg_data(&in->payload); /* libzmq promises no alignment */
+    const unsigned char *src = in->data; /* the transport promises no alignment */
     size_t esize = dt_enc_size(h->encoding), bad = (size_t)len;
     for (size_t at = 0; at < (size_t)len && bad == (size_t)len; at += SCAN_BLOCK) {
         size_t k = (size_t)len - at < SCAN_BLOCK ? (size_t)len - at : SCAN_BLOCK;
@@ -113,14 +106,14 @@ static int on_chunk(dt_ps_client *c, int i, dt_wire_in *in, const dt_ex_reply_in
 
 /* Handles one message received from ps i: 1 if it answered an awaited request, 0 if the exchange
  * ignored it (a late reply to an earlier request), < 0 on error (the exchange has failed). */
-static int on_message(dt_ps_client *c, int i, dt_wire_in *in, dt_error *err) {
+static int on_message(dt_ps_client *c, int i, dt_msg *in, dt_error *err) {
     ps_conn *p = &c->ps[i];
-    size_t bytes = DT_WIRE_HEADER_SIZE + zmq_msg_size(&in->payload);
+    size_t bytes = DT_WIRE_HEADER_SIZE + in->size;
     dt_metric_add(c->m_rx, (double)bytes);
     c->stats.rx_bytes += bytes;
     if (c->call.slots) c->stats.sparse_rx_bytes += bytes;
     dt_ex_reply_info r;
-    int rc = dt_ex_reply(c->ex, i, &in->hdr, zmq_msg_data(&in->payload), zmq_msg_size(&in->payload), &r, err);
+    int rc = dt_ex_reply(c->ex, i, &in->hdr, in->data, in->size, &r, err);
     if (rc == DT_EX_IGNORED) return 0;
     /* The ps heard from us when it answered (a PULL it held: that much after we sent it), however
      * late we read the reply (this process may have been stopped meanwhile). */
@@ -146,16 +139,16 @@ static int on_message(dt_ps_client *c, int i, dt_wire_in *in, dt_error *err) {
 /* Receives what ps i has queued while its replies are due. */
 static int drain(dt_ps_client *c, int i, dt_error *err) {
     while (dt_ex_awaiting(c->ex, i)) {
-        dt_wire_in in;
+        dt_msg in;
         dt_error e = {0};
-        int rc = dt_wire_recv(c->ps[i].sock, 0, &in, &e);
+        int rc = dt_conn_recv(c->ps[i].conn, &in, &e);
         if (rc == DT_ETIMEOUT) {
-            dt_wire_in_close(&in);
+            dt_msg_close(&in);
             return DT_OK;
         }
         if (rc == DT_OK) rc = on_message(c, i, &in, err);
         else rc = fail_call(c, psc_fail_ps(c, i, err, rc, c->call.what, e.msg));
-        dt_wire_in_close(&in);
+        dt_msg_close(&in);
         if (rc < 0) return rc;
     }
     return DT_OK;
@@ -178,12 +171,12 @@ static int timed_out(dt_ps_client *c, int first_due, int stopped, dt_error *err)
  * to become readable: DT_OK, or < 0 on error (the deadline passed with replies missing, a bad
  * reply): the exchange has then failed. */
 int psc_wait_round(dt_ps_client *c, long max_ms, int fd, dt_error *err) {
-    zmq_pollitem_t items[c->n_ps + 1];
-    int idx[c->n_ps];
+    dt_conn *conns[c->n_ps];
+    int idx[c->n_ps], ready[c->n_ps + 1];
     int n = 0;
     for (int i = 0; i < c->n_ps; i++)
         if (dt_ex_awaiting(c->ex, i)) {
-            items[n] = (zmq_pollitem_t){.socket = c->ps[i].sock, .events = ZMQ_POLLIN};
+            conns[n] = c->ps[i].conn;
             idx[n++] = i;
         }
     if (n == 0 && fd < 0) return DT_OK;
@@ -194,9 +187,8 @@ int psc_wait_round(dt_ps_client *c, long max_ms, int fd, dt_error *err) {
     if (late >= 0) return timed_out(c, late, stopped, err);
     int64_t left_ms = (dt_ex_deadline(c->ex) - before + 999) / 1000;
     long wait_ms = n && left_ms < max_ms ? (long)left_ms : max_ms;
-    int m = n;
-    if (fd >= 0) items[m++] = (zmq_pollitem_t){.socket = NULL, .fd = fd, .events = ZMQ_POLLIN};
-    int r = zmq_poll(items, m, wait_ms);
+    dt_error pe = {0};
+    int r = dt_conn_poll(conns, n, fd, wait_ms, ready, &pe);
     int64_t after = dt_clock_us();
     /* Waiting for a reply, this worker counts as alive to the ps (a sync ps holding its PULL
      * does not count it silent), unless the process was not running: a wake far later than
@@ -204,11 +196,11 @@ int psc_wait_round(dt_ps_client *c, long max_ms, int fd, dt_error *err) {
     if (after - before <= (wait_ms + LATE_WAKE_MS) * 1000LL)
         for (int k = 0; k < n; k++) heard(&c->ps[idx[k]], before, after);
     if (r < 0) {
-        if (errno == EINTR) return fail_call(c, dt_errorf(err, DT_EINTR, "%s interrupted by a signal", c->call.what));
-        return fail_call(c, dt_errorf(err, DT_ENET, "%s: zmq_poll: %s", c->call.what, zmq_strerror(errno)));
+        if (r == DT_EINTR) return fail_call(c, dt_errorf(err, DT_EINTR, "%s interrupted by a signal", c->call.what));
+        return fail_call(c, dt_errorf(err, r, "%s: %s", c->call.what, pe.msg));
     }
     for (int k = 0; k < n && r > 0; k++) {
-        int rc = items[k].revents & ZMQ_POLLIN ? drain(c, idx[k], err) : DT_OK;
+        int rc = ready[k] ? drain(c, idx[k], err) : DT_OK;
         if (rc < 0) return rc;
     }
     return DT_OK;
@@ -230,11 +222,11 @@ int psc_gather(dt_ps_client *c, dt_error *err) {
     return DT_OK;
 }
 
-/* ---- the sockets: one per ps, replaced when libzmq still holds a gradient frame on it ---- */
+/* ---- the connections: one per ps, replaced when the transport still holds a gradient on it ---- */
 
-/* libzmq's I/O thread calls this when it is done with a zero-copy gradient frame (hint: its ps). */
-static void release_inflight(void *data, void *hint) {
-    (void)data;
+/* The transport calls this (from its own thread, maybe) when it is done with a zero-copy gradient
+ * payload (hint: its ps): the send's completion. */
+static void release_inflight(void *hint) {
     ps_conn *p = hint;
     int before = atomic_fetch_sub(&p->inflight, 1);
     if (!DT_ASSERT(before > 0)) atomic_fetch_add(&p->inflight, 1); /* never below 0 */
@@ -246,7 +238,7 @@ static void release_inflight(void *data, void *hint) {
     }
 }
 
-/* Waits until libzmq has released every gradient frame (DT_OK) or the deadline passes (DT_ETIMEOUT). */
+/* Waits until the transport has released every gradient payload (DT_OK) or the deadline passes (DT_ETIMEOUT). */
 static int wait_released(dt_ps_client *c, int64_t deadline_us) {
     for (;;) {
         int held = 0;
@@ -258,59 +250,50 @@ static int wait_released(dt_ps_client *c, int64_t deadline_us) {
     }
 }
 
-/* ps i's socket, set up and connected: at open, and again when one that held gradient frames is
- * replaced (replace_socket), so both get the same options. */
-int psc_conn_socket(dt_ps_client *c, int i, dt_error *err) {
+/* ps i's connection, set up: at open, and again when one that held gradient payloads is replaced
+ * (replace_conn), so both get the same options. */
+int psc_conn_open(dt_ps_client *c, int i, dt_error *err) {
     ps_conn *p = &c->ps[i];
     dt_error e = {0};
     /* The largest reply is STATE (parameters and up to 2 optimizer slots). */
     /* ps 0 may also send the work coordinator's state (WORK_STATE). */
-    uint64_t max = i == 0 ? dt_wire_max_frame_ps0(p->n) : dt_wire_max_frame(p->n);
-    void *s = dt_zsock_open(c->ctx, ZMQ_DEALER, max, 0, c->request_timeout_ms, &e);
-    int rc = s ? DT_OK : e.code;
-    if (!rc) rc = dt_zsock_heartbeat(s, c->request_timeout_ms, &e);
-    if (!rc && c->sndbuf > 0 && zmq_setsockopt(s, ZMQ_SNDBUF, &c->sndbuf, sizeof c->sndbuf) != 0)
-        rc = dt_errorf(&e, DT_ENET, "zmq_setsockopt(ZMQ_SNDBUF): %s", zmq_strerror(errno));
-    if (!rc) rc = dt_auth_client_socket(s, c->curve ? &c->auth : NULL, &e);
-    if (!rc && dt_zsock_connect(s, p->endpoint) != 0)
-        rc = dt_errorf(&e, DT_EINVAL, "cannot connect to '%s': %s", p->endpoint, zmq_strerror(errno));
-    if (rc) {
-        if (s) zmq_close(s);
-        return dt_errorf(err, rc, "ps %d at %s: %s", i, p->endpoint, e.msg);
-    }
-    p->sock = s;
-    return DT_OK;
+    dt_conn_config cc = {.max_frame = i == 0 ? dt_wire_max_frame_ps0(p->n) : dt_wire_max_frame(p->n),
+                         .heartbeat_ms = c->request_timeout_ms, .send_timeout_ms = c->request_timeout_ms,
+                         .sndbuf = c->sndbuf, .auth = c->curve ? &c->auth : NULL};
+    int rc = dt_conn_open(&p->conn, c->tr, p->endpoint, &cc, &e);
+    return rc ? dt_errorf(err, rc, "ps %d at %s: %s", i, p->endpoint, e.msg) : DT_OK;
 }
 
-/* ps i's socket is closed with linger 0, so libzmq drops the frames it still queues for it (a ps
+/* ps i's connection is closed at once, so the transport drops what it still queues for it (a ps
  * discards a message cut short), and a fresh one connects in its place (to the same ps, or the
- * one restarted there). Replies due on the old socket never come: the exchange stops awaiting
- * them. A socket that cannot be replaced makes the client unusable. */
-static void replace_socket(dt_ps_client *c, int i) {
+ * one restarted there). Replies due on the old connection never come: the exchange stops awaiting
+ * them. A connection that cannot be replaced makes the client unusable. */
+static void replace_conn(dt_ps_client *c, int i) {
     ps_conn *p = &c->ps[i];
-    zmq_close(p->sock);
-    p->sock = NULL;
+    dt_conn_close(p->conn);
+    p->conn = NULL;
     dt_ex_drop_ps(c->ex, i);
     dt_error e = {0};
-    if (psc_conn_socket(c, i, &e) && !c->unusable[0])
-        snprintf(c->unusable, sizeof c->unusable, "could not replace a socket: %.200s", e.msg);
+    if (psc_conn_open(c, i, &e) && !c->unusable[0])
+        snprintf(c->unusable, sizeof c->unusable, "could not replace a connection: %.200s", e.msg);
 }
 
-/* The header's contract: when a call that sent gradients returns, libzmq holds none of them.
+/* The header's contract: when a call that sent gradients returns, the transport holds none of them.
  * After the replies they are almost always released already (a reply proves the ps read them).
- * A frame still held sits in the queue of a ps that is down or not reading, or is half written to
- * it, and libzmq would send it, or its rest, later from a buffer the caller has since reused: a
- * torn gradient. The socket that holds it is replaced. rc is the call's outcome so far, returned
+ * A payload still held sits in the queue of a ps that is down or not reading, or is half written
+ * to it, and the transport would send it, or its rest, later from a buffer the caller has since
+ * reused: a torn gradient. The connection that holds it is replaced. rc is the call's outcome so far, returned
  * unless the frames cannot be released. */
 static int release_gradients(dt_ps_client *c, int rc, int64_t deadline_us, dt_error *err) {
     if (!rc && wait_released(c, deadline_us) == DT_OK) return DT_OK;
     for (int i = 0; i < c->n_ps; i++)
-        if (atomic_load(&c->ps[i].inflight) && c->ps[i].sock) replace_socket(c, i);
+        if (atomic_load(&c->ps[i].inflight) && c->ps[i].conn) replace_conn(c, i);
     if (wait_released(c, dt_clock_us() + RELEASE_MS * 1000LL) != DT_OK) {
         /* Never seen; but then the caller must not touch its buffers, so nothing is sent again. */
         c->buffers_held = 1;
-        snprintf(c->unusable, sizeof c->unusable, "ZeroMQ still holds gradient buffers %d ms after their sockets "
-                 "were closed: they must stay untouched, so this client sends nothing more (close it)", RELEASE_MS);
+        snprintf(c->unusable, sizeof c->unusable, "the transport still holds gradient buffers %d ms after their "
+                 "connections were closed: they must stay untouched, so this client sends nothing more (close it)",
+                 RELEASE_MS);
         char before[512] = "";
         if (rc && err) snprintf(before, sizeof before, "%.500s; ", err->msg);
         return dt_errorf(err, DT_EIO, "%s%s", before, c->unusable);
@@ -484,8 +467,8 @@ static int send_pull(dt_ps_client *c, int i, int k, int64_t step, int exact, dt_
     return psc_send_req(c, i, k, &h, NULL, psc_request_deadline(c), err);
 }
 
-/* A PUSH of chunk k of ps i, zero-copy from the caller's buffer (release_inflight tells when libzmq
- * is done with it); when the call pulls too, the ps answers with that chunk's PARAMS at min_step or
+/* A PUSH of chunk k of ps i, zero-copy from the caller's buffer (release_inflight tells when the
+ * transport is done with it); when the call pulls too, the ps answers with that chunk's PARAMS at min_step or
  * later. */
 int psc_send_push(dt_ps_client *c, int i, int k, const float *grad, dt_error *err) {
     ps_conn *p = &c->ps[i];
@@ -496,12 +479,8 @@ int psc_send_push(dt_ps_client *c, int i, int k, const float *grad, dt_error *er
     size_t bytes = (size_t)len * sizeof(float);
     /* --compression: packed with error feedback into the codec's buffer, sent from there. */
     if (c->codec) data = dt_codec_encode(c->codec, i, chunks, (unsigned)k, grad, &bytes);
-    zmq_msg_t m;
     atomic_fetch_add(&p->inflight, 1);
-    if (zmq_msg_init_data(&m, (void *)data, bytes, release_inflight, p) != 0) {
-        atomic_fetch_sub(&p->inflight, 1);
-        return dt_errorf(err, DT_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(errno));
-    }
+    dt_bytes m = {.data = data, .size = bytes, .release = release_inflight, .hint = p};
     int pull = c->call.pull;
     dt_wire_header h = dt_wire_header_make(DT_MSG_PUSH, 0, 0, 0);
     h.local_step = c->call.local_step;

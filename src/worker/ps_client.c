@@ -8,15 +8,23 @@
 #include "worker/ps_client_impl.h"
 
 
+static void release_free(void *hint) { free(hint); }
+
+/* A bounded sleep (a signal ends it early: the caller's loop looks at its stop flag). */
+static void pause_ms(int64_t ms) {
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 /* ps i's INIT: header h and payload m (parameters, optimizer state, options, decay mask). */
 static int init_message(dt_ps_client *c, int i, const dt_opt_config *opt, const float *params, const float *state,
-                        const uint8_t *decay, dt_wire_header *h, zmq_msg_t *m, dt_error *err) {
+                        const uint8_t *decay, dt_wire_header *h, dt_bytes *m, dt_error *err) {
     int slots = dt_opt_slots(opt);
     size_t n = c->ps[i].n, pbytes = n * sizeof(float), sbytes = (size_t)slots * pbytes;
     size_t total = (size_t)dt_wire_init_bytes((unsigned)slots, n);
-    if (zmq_msg_init_size(m, total) != 0)
-        return dt_errorf(err, DT_ENOMEM, "out of memory for the INIT of ps %d (%zu bytes)", i, total);
-    uint8_t *d = zmq_msg_data(m);
+    uint8_t *d = malloc(total);
+    if (!d) return dt_errorf(err, DT_ENOMEM, "out of memory for the INIT of ps %d (%zu bytes)", i, total);
+    *m = (dt_bytes){.data = d, .size = total, .release = release_free, .hint = d};
     memcpy(d, params, pbytes);
     if (state) memcpy(d + pbytes, state, sbytes);
     else memset(d + pbytes, 0, sbytes);
@@ -64,7 +72,7 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
     if (rc) return rc;
     for (int i = 0; i < c->n_ps && !rc; i++) {
         dt_wire_header h;
-        zmq_msg_t m;
+        dt_bytes m;
         rc = init_message(c, i, opt, params[i], state ? state[i] : NULL, decay ? decay[i] : NULL, &h, &m, err);
         h.global_step = global_step;
         h.generation = (uint8_t)gen;
@@ -74,7 +82,7 @@ int dt_ps_client_init(dt_ps_client *c, const dt_opt_config *opt, const float *co
     return psc_call_end(c, rc, NULL, NULL, err);
 }
 
-static int on_status(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+static int on_status(dt_ps_client *c, int i, dt_msg *in, void *user, dt_error *err) {
     (void)user, (void)err;
     c->ps[i].st.pushes = in->hdr.status_reply.updates;
     c->ps[i].st.pulls = in->hdr.status_reply.params_replies;
@@ -107,7 +115,7 @@ int dt_ps_client_wait_ready(dt_ps_client *c, int timeout_ms, dt_error *err) {
                      timeout_ms);
             return psc_fail_ps(c, waiting, err, DT_ETIMEOUT, "", msg);
         }
-        zmq_poll(NULL, 0, left < READY_POLL_MS ? (long)left : READY_POLL_MS); /* a bounded sleep */
+        pause_ms(left < READY_POLL_MS ? left : READY_POLL_MS);
     }
 }
 
@@ -274,10 +282,9 @@ int dt_ps_client_stream_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_res
 
 /* ---- sparse tables: messages built by the caller (worker/sparse_client.h) ---- */
 
-static int on_sparse(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+static int on_sparse(dt_ps_client *c, int i, dt_msg *in, void *user, dt_error *err) {
     (void)user;
-    return c->call.sparse_fn(c->call.sparse_user, i, c->call.reply_slot, &in->hdr, zmq_msg_data(&in->payload),
-                             zmq_msg_size(&in->payload), err);
+    return c->call.sparse_fn(c->call.sparse_user, i, c->call.reply_slot, &in->hdr, in->data, in->size, err);
 }
 
 int dt_ps_client_sparse_send(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *const *msgs, dt_sparse_reply_fn fn,
@@ -308,12 +315,7 @@ int dt_ps_client_sparse_send(dt_ps_client *c, const int *n_msgs, dt_sparse_msg *
     for (int i = 0; i < c->n_ps && !rc; i++)
         for (int k = 0; k < n_msgs[i] && !rc; k++) {
             const dt_sparse_msg *m = &msgs[i][k];
-            zmq_msg_t z;
-            if (zmq_msg_init_size(&z, m->bytes) != 0) {
-                rc = dt_errorf(err, DT_ENOMEM, "out of memory for a %s of %zu bytes", call.what, m->bytes);
-                break;
-            }
-            if (m->bytes) memcpy(zmq_msg_data(&z), m->payload, m->bytes);
+            dt_bytes z = {.data = m->payload, .size = m->bytes}; /* borrowed: the transport copies it */
             dt_wire_header h = m->h;
             rc = psc_send_req(c, i, k, &h, &z, psc_request_deadline(c), err);
         }
@@ -341,7 +343,7 @@ typedef struct {
     int64_t *steps_max;
 } fetch_ctx;
 
-static int on_state(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+static int on_state(dt_ps_client *c, int i, dt_msg *in, void *user, dt_error *err) {
     fetch_ctx *f = user;
     const dt_wire_header *h = &in->hdr;
     if (h->opt_kind != (uint8_t)f->opt->kind) {
@@ -351,7 +353,7 @@ static int on_state(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error
         return psc_fail_ps(c, i, err, DT_EPROTO, "FETCH", msg);
     }
     /* The slot count matches the kind (checked by decode) and the size the slots (by the exchange). */
-    const char *d = zmq_msg_data(&in->payload);
+    const char *d = in->data;
     size_t pbytes = c->ps[i].n * sizeof(float);
     memcpy(f->params[i], d, pbytes);
     if (f->state && h->opt_slots) memcpy(f->state[i], d + pbytes, (size_t)h->opt_slots * pbytes);
@@ -404,21 +406,21 @@ int dt_ps_client_wait_done(dt_ps_client *c, int n_workers, int timeout_ms, dt_er
                      stopped ? " of this process being stopped by a signal" : "");
             return psc_fail_ps(c, behind, err, DT_ETIMEOUT, "", msg);
         }
-        zmq_poll(NULL, 0, left < READY_POLL_MS ? (long)left : READY_POLL_MS); /* a bounded sleep */
+        pause_ms(left < READY_POLL_MS ? left : READY_POLL_MS);
     }
 }
 
 /* ---- one request to one ps (the WORK messages to ps 0, worker/work_client.h) ---- */
 
-static int on_one(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+static int on_one(dt_ps_client *c, int i, dt_msg *in, void *user, dt_error *err) {
     (void)i, (void)user;
-    size_t len = zmq_msg_size(&in->payload); /* bounded by the socket's frame limit and dt_wire_check_payload */
+    size_t len = in->size; /* bounded by the connection's frame limit and dt_wire_check_payload */
     if (len > c->one_cap) {
         uint8_t *b = realloc(c->one_buf, len);
         if (!b) return dt_errorf(err, DT_ENOMEM, "ps client: out of memory for a %zu-byte reply", len);
         c->one_buf = b, c->one_cap = len;
     }
-    if (len) memcpy(c->one_buf, zmq_msg_data(&in->payload), len);
+    if (len) memcpy(c->one_buf, in->data, len);
     c->one_reply = in->hdr;
     c->one_len = len;
     return DT_OK;
@@ -430,13 +432,9 @@ int dt_ps_client_ask_one(dt_ps_client *c, int ps, dt_wire_header *h, const void 
     call_t call = {.what = what, .fn = on_one, .repull = -1, .alone = 1, .to_ps = ps};
     int rc = psc_call_begin(c, &call, want, err);
     if (rc) return rc;
-    zmq_msg_t m;
-    if (len && zmq_msg_init_size(&m, len) != 0)
-        rc = dt_errorf(err, DT_ENOMEM, "zmq_msg_init_size(%zu): %s", len, zmq_strerror(errno));
-    else if (len)
-        memcpy(zmq_msg_data(&m), payload, len);
+    dt_bytes m = {.data = payload, .size = len}; /* borrowed: the transport copies it */
     h->payload_bytes = len;
-    if (!rc) rc = psc_send_req(c, ps, 0, h, len ? &m : NULL, psc_request_deadline(c), err);
+    rc = psc_send_req(c, ps, 0, h, len ? &m : NULL, psc_request_deadline(c), err);
     if (rc) return psc_call_end(c, rc, NULL, NULL, err);
     c->one_len = 0;
     return DT_OK;

@@ -1,14 +1,14 @@
-/* The worker's side of the parameter servers: one connection (ZeroMQ DEALER) per ps task, requests
+/* The worker's side of the parameter servers: one connection (transport/conn.h) per ps task, requests
  * sent to all shards at once and their replies gathered, every wait bounded by a deadline.
  *
  * Shards: ps i holds shard_floats[i] parameters. The caller passes one buffer per shard (for a
  * placement that gives each ps one contiguous range of the flat parameter buffer, these are just
  * pointers into it, and nothing is copied twice). Gradients are sent zero-copy from the caller's
  * buffers: they must stay unchanged while a call that sends them (push_all, push_pull) runs, and
- * are the caller's again when it returns, whether it succeeded or failed: libzmq then holds none
- * of them (a failed call closes the socket of any ps whose frame is still queued or half sent, so
- * libzmq drops it, and reconnects with a fresh one). Should libzmq not let go within a bound
- * (never seen), the call fails with DT_EIO, dt_ps_client_buffers_held says so, the buffers must stay
+ * are the caller's again when it returns, whether it succeeded or failed: the transport then holds
+ * none of them (a failed call closes the connection of any ps whose gradient is still queued or
+ * half sent, so the transport drops it, and connects a fresh one). Should the transport not let go
+ * within a bound (never seen), the call fails with DT_EIO, dt_ps_client_buffers_held says so, the buffers must stay
  * untouched until dt_ps_client_close, and every later request fails. Parameters are received
  * straight into the caller's buffers.
  *
@@ -28,7 +28,7 @@ typedef struct dt_ps_client dt_ps_client;
 
 typedef struct {
     int n_ps;
-    const char *const *endpoints; /* [n_ps] ZeroMQ connect endpoints, "tcp://host:port", ps task order */
+    const char *const *endpoints; /* [n_ps] connect endpoints, "tcp://host:port", ps task order */
     const size_t *shard_floats;   /* [n_ps] floats each ps holds (> 0) */
     dt_wire_role role;            /* DT_ROLE_CHIEF (may INIT and SHUTDOWN) or DT_ROLE_WORKER */
     int task;                     /* worker task index, sent in every message (the ps logs it) */
@@ -106,7 +106,7 @@ typedef struct {
 } dt_ps_client_stats;
 
 /* Connects to every ps and checks it with HELLO (protocol version, shard size). A ps that is not
- * up yet is retried (ZeroMQ reconnects with backoff from 50 ms doubling to 1 s; HELLO is resent
+ * up yet is retried (the transport reconnects with backoff from 50 ms doubling to 1 s; HELLO is resent
  * every second) until connect_timeout_ms; then fails naming the address. Every ps is tried in
  * parallel. One that has not answered after a second is named once in cfg->log. */
 int dt_ps_client_open(dt_ps_client **out, const dt_ps_client_config *cfg, dt_error *err);
@@ -201,9 +201,9 @@ int dt_ps_client_stream_poll(dt_ps_client *c, int fd, int max_ms, dt_ps_chunk_fn
 /* Ends the exchange: rc 0 once every reply is in (steps, res as for push_pull: a shard's step is its
  * oldest chunk's; chunks a step apart are not pulled again), or an error code. */
 int dt_ps_client_stream_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_result *res, dt_error *err);
-/* Gradient frames of ps that libzmq still holds (sent, not yet all handed to the kernel). */
+/* Gradient payloads of ps that the transport still holds (sent, not yet all handed to the kernel). */
 int dt_ps_client_inflight(const dt_ps_client *c, int ps);
-/* An eventfd written whenever libzmq lets a gradient frame go (from its I/O thread); -1: none. */
+/* An eventfd written whenever the transport lets a gradient payload go (from its I/O thread); -1: none. */
 void dt_ps_client_set_wake_fd(dt_ps_client *c, int fd);
 
 /* Sparse tables (docs/protocol.md, "Sparse tables"): one exchange of n_msgs[i] messages to each ps
@@ -236,7 +236,7 @@ int dt_ps_client_sparse_end(dt_ps_client *c, int rc, dt_error *err);
  * RESYNC, GONE) from one that is not. */
 int dt_ps_client_last_refusal(const dt_ps_client *c);
 
-/* 1 after a call failed with DT_EIO leaving gradient frames with libzmq (see the top of this file):
+/* 1 after a call failed with DT_EIO leaving gradient payloads with the transport (see the top of this file):
  * the caller must not write its gradient buffers before dt_ps_client_close. */
 int dt_ps_client_buffers_held(const dt_ps_client *c);
 

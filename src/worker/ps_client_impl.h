@@ -1,7 +1,7 @@
 /* The ps client's insides (worker/ps_client.h), shared by its three files, bottom up:
- *   ps_call.c    the call driver: the sockets, sending, receiving, waiting, gathering the replies,
+ *   ps_call.c    the call driver: the connections, sending, receiving, waiting, gathering the replies,
  *                a call's begin and end, the release of gradient frames;
- *   ps_conn.c    the connections: configuration, open (sockets, HELLO to every ps), close;
+ *   ps_conn.c    the connections: configuration, open (connections, HELLO to every ps), close;
  *   ps_client.c  the calls: INIT, STATUS, wait_ready, push and pull, FETCH, DONE, SHUTDOWN, the
  *                sparse exchange and a request to one ps alone.
  * Which replies a call awaits and what each one means is the exchange core's (worker/exchange.h). */
@@ -17,7 +17,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "core/assert.h"
 #include "core/clock.h"
@@ -25,8 +24,7 @@
 #include "core/finite.h"
 #include "metrics/metrics.h"
 #include "metrics/names.h"
-#include "transport/auth.h"
-#include "transport/zmq_io.h"
+#include "transport/conn.h"
 #include "worker/codec.h"
 #include "worker/exchange.h"
 
@@ -35,29 +33,29 @@
 #define HELLO_POLL_MS 50        /* re-evaluate resends and the deadline */
 #define READY_POLL_MS 100
 #define STOP_GRACE_MS 2000      /* what a request may still wait once this process is stopped (stop_deadline) */
-#define RELEASE_MS 2000         /* how long libzmq may take to drop the frames of a closed socket */
+#define RELEASE_MS 2000         /* how long the transport may take to release the payloads of a closed connection */
 #define LATE_WAKE_MS 250        /* a poll that returns this much later than asked: the process was stopped */
 #define BUSY_PAUSE_MS 50        /* after ERROR 106 (ask again shortly): the first pause, doubling ... */
 #define BUSY_PAUSE_MAX_MS 1000  /* ... up to this */
 #define SCAN_BLOCK 8192         /* floats unpacked then checked for NaN/infinity while in cache (32 KiB) */
 
 typedef struct {
-    void *sock;
+    dt_conn *conn;            /* the transport's connection to this ps (transport/conn.h) */
     char *endpoint;
     size_t n;                 /* shard floats */
     dt_ps_shard_status st;
     int chunks;               /* how the ps cuts its shard: 1 until a reply says otherwise */
     int cut_known;            /* a reply of the initialised ps said so */
     float *recv;              /* [n] the shard as pulled, chunk by chunk (dt_ps_client_pull_views) */
-    atomic_int inflight;      /* zero-copy gradient frames to this ps that libzmq still references */
-    atomic_int wake_fd;       /* written when libzmq lets one go (dt_ps_client_set_wake_fd); -1: none */
+    atomic_int inflight;      /* zero-copy gradient payloads to this ps the transport has not released */
+    atomic_int wake_fd;       /* written when the transport releases one (dt_ps_client_set_wake_fd); -1: none */
     int64_t quiet_since;      /* since when (dt_clock_us) this ps may have heard nothing from us (silent_ms) */
     int64_t gap_us, gap_end;  /* the longest such silence that has ended, and when: until the ps answers a
                                * request sent after it, it may have declared us lost meanwhile */
 } ps_conn;
 
 /* What a per-ps request's call does with each reply (STATUS, FETCH, HELLO...). */
-typedef int (*reply_fn)(dt_ps_client *c, int ps, dt_wire_in *in, void *user, dt_error *err);
+typedef int (*reply_fn)(dt_ps_client *c, int ps, dt_msg *in, void *user, dt_error *err);
 
 /* The call under way: what its exchange (worker/exchange.h) is for and where its replies go. */
 typedef struct {
@@ -82,7 +80,7 @@ typedef struct {
 } call_t;
 
 struct dt_ps_client {
-    void *ctx;
+    dt_transport *tr;
     int n_ps;
     ps_conn *ps;
     const char **names;       /* [n_ps] the endpoints, naming each ps in the exchange's messages */
@@ -92,9 +90,9 @@ struct dt_ps_client {
     uint16_t task;
     int connect_timeout_ms, request_timeout_ms;
     int curve;                /* --auth=curve (for the connect error's hint) */
-    dt_auth auth;             /* the client's keys (a copy): a replaced socket is set up as at open */
+    dt_auth auth;             /* the client's keys (a copy): a replaced connection is set up as at open */
     char unusable[256];       /* why this client refuses every request ("" while it works) */
-    int buffers_held;         /* libzmq kept gradient frames after a failed call (see the header) */
+    int buffers_held;         /* the transport kept gradient payloads after a failed call (see the header) */
     int aggregate, total, staleness; /* sync replicas; aggregate 0: asynchronous */
     int n_workers;            /* told to every ps in INIT; 0: not told */
     uint64_t chunk_bytes;     /* the cut INIT asks for: chunks of about this size (0: one chunk) */
@@ -126,13 +124,13 @@ int psc_fail_ps(dt_ps_client *c, int ps, dt_error *err, int code, const char *wh
 int psc_stopping(const dt_ps_client *c);
 int64_t psc_stop_deadline(dt_ps_client *c);
 int64_t psc_request_deadline(const dt_ps_client *c);
-int psc_send_req(dt_ps_client *c, int i, int chunk, dt_wire_header *h, zmq_msg_t *payload, int64_t send_by,
+int psc_send_req(dt_ps_client *c, int i, int chunk, dt_wire_header *h, dt_bytes *payload, int64_t send_by,
                  dt_error *err);
 int psc_send_push(dt_ps_client *c, int i, int k, const float *grad, dt_error *err);
 int psc_send_chunk(dt_ps_client *c, int i, int k, const float *grad, dt_error *err);
 int psc_wait_round(dt_ps_client *c, long max_ms, int fd, dt_error *err);
 int psc_gather(dt_ps_client *c, dt_error *err);
-int psc_conn_socket(dt_ps_client *c, int i, dt_error *err);
+int psc_conn_open(dt_ps_client *c, int i, dt_error *err);
 int psc_ask_again(dt_ps_client *c, int rc, int64_t first_us, int *pause_ms);
 int psc_call_begin(dt_ps_client *c, const call_t *call, uint8_t want, dt_error *err);
 int psc_call_end(dt_ps_client *c, int rc, int64_t *steps, dt_push_result *res, dt_error *err);

@@ -1,5 +1,5 @@
 /* The ps client's connections (worker/ps_client_impl.h): its configuration checked and kept, a
- * socket per ps connected, HELLO to every ps until each answers, and close. */
+ * connection per ps (transport/conn.h), HELLO to every ps until each answers, and close. */
 #include "worker/ps_client_impl.h"
 
 int dt_ps_client_n_ps(const dt_ps_client *c) { return c->n_ps; }
@@ -27,13 +27,13 @@ const dt_ps_shard_status *dt_ps_client_shard(const dt_ps_client *c, int ps) {
 void dt_ps_client_close(dt_ps_client *c) {
     if (!c) return;
     for (int i = 0; i < c->n_ps && c->ps; i++) {
-        if (c->ps[i].sock) zmq_close(c->ps[i].sock);
+        dt_conn_close(c->ps[i].conn);
         free(c->ps[i].endpoint);
         free(c->ps[i].recv);
     }
-    /* Terminating the context releases every zero-copy frame still queued (linger is 0). */
-    if (c->ctx) zmq_ctx_term(c->ctx);
-    dt_codec_free(c->codec); /* after: libzmq may have held packed gradients till then */
+    /* Returns once every zero-copy payload still queued is released. */
+    dt_transport_close(c->tr);
+    dt_codec_free(c->codec); /* after: the transport may have held packed gradients till then */
     dt_ex_close(c->ex);
     free(c->s_dst), free(c->names), free(c->one_buf);
     free(c->ps);
@@ -42,7 +42,7 @@ void dt_ps_client_close(dt_ps_client *c) {
 
 /* ---- open: connect, then HELLO to every ps ---- */
 
-static int on_welcome(dt_ps_client *c, int i, dt_wire_in *in, void *user, dt_error *err) {
+static int on_welcome(dt_ps_client *c, int i, dt_msg *in, void *user, dt_error *err) {
     (void)user;
     if (in->hdr.shard_floats == c->ps[i].n) return DT_OK;
     char msg[160];
@@ -80,7 +80,7 @@ static int hello_check(dt_ps_client *c, hello_t *h, int64_t now, dt_error *err) 
     return DT_OK;
 }
 
-/* A DEALER queues messages until its connection is up (ZeroMQ reconnects with backoff), so one
+/* A connection queues messages until it is up (the transport reconnects with backoff), so one
  * HELLO per ps would do; it is sent again every HELLO_RESEND_US in case a connection dropped with
  * it. Any of a ps's HELLOs may be answered (the exchange awaits them all as one); the replies to
  * the others are ignored. */
@@ -199,12 +199,13 @@ static void take_config(dt_ps_client *c, const dt_ps_client_config *cfg) {
     c->sndbuf = cfg->sndbuf_bytes > 0 ? cfg->sndbuf_bytes : 0;
 }
 
-/* Every ps's connection, its socket connected (HELLO not sent yet), and the exchange core. */
+/* Every ps's connection, made (HELLO not sent yet), and the exchange core. */
 static int open_conns(dt_ps_client *c, const dt_ps_client_config *cfg, dt_error *err) {
     if (!(c->ps = dt_calloc((size_t)c->n_ps, sizeof *c->ps, "ps client connections", err)) ||
         !(c->names = dt_calloc((size_t)c->n_ps, sizeof *c->names, "ps client connections", err)))
         return DT_ENOMEM;
-    if (!(c->ctx = zmq_ctx_new())) return dt_errorf(err, DT_ENET, "zmq_ctx_new: %s", zmq_strerror(errno));
+    int rc = dt_transport_open(&c->tr, err);
+    if (rc) return rc;
     for (int i = 0; i < c->n_ps; i++) {
         atomic_init(&c->ps[i].inflight, 0);
         atomic_init(&c->ps[i].wake_fd, -1);
@@ -216,7 +217,7 @@ static int open_conns(dt_ps_client *c, const dt_ps_client_config *cfg, dt_error 
         if (!(p->endpoint = dt_malloc(strlen(cfg->endpoints[i]) + 1, "ps endpoint", err))) return DT_ENOMEM;
         strcpy(p->endpoint, cfg->endpoints[i]);
         c->names[i] = p->endpoint;
-        int rc = psc_conn_socket(c, i, err);
+        rc = psc_conn_open(c, i, err);
         if (rc) return rc;
     }
     return dt_ex_open(&c->ex, c->n_ps, cfg->shard_floats, c->names, err);

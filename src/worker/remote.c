@@ -104,8 +104,8 @@ static void name_shard_float(void *user, int ps, size_t index, char *out, size_t
  * client holds none of them: after every push call, unless it failed with DT_EIO (ps_client.h). */
 static int grads_writable(remote *r, dt_error *err) {
     if (!dt_ps_client_buffers_held(r->client)) return DT_OK;
-    return dt_errorf(err, DT_EIO, "worker %d: ZeroMQ still holds the gradient buffers of a failed push; they are "
-                     "not reused", r->cfg.cluster->task_index);
+    return dt_errorf(err, DT_EIO, "worker %d: the transport still holds the gradient buffers of a failed push; they "
+                     "are not reused", r->cfg.cluster->task_index);
 }
 
 /* The received shards become the net's parameters; ps 0's step is the cluster's global step. */

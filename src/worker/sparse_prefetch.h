@@ -1,7 +1,7 @@
 /* Prefetching the next batch's sparse rows (docs/sparse.md, "Prefetch"): while batch t computes,
  * the rows of batch t + 1 (its ids known: the training loop reads one batch ahead and tells the net,
  * dt_net_set_lookahead) travel on a connection of their own, a second ps client that holds at most
- * one pull under way (dt_ps_client_sparse_send/_end: its replies land in ZeroMQ's queue meanwhile,
+ * one pull under way (dt_ps_client_sparse_send/_end: its replies land in the transport's queue meanwhile,
  * no thread). When batch t + 1's forward lists its ids, the prefetched rows go into the net's blocks
  * if the ids are the same, in the same order (they are, for the batch announced); otherwise they are
  * dropped and the caller pulls as before.

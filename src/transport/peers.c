@@ -1,4 +1,4 @@
-#include "ps/peers.h"
+#include "transport/peers.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -50,6 +51,7 @@ struct dt_peer {
     atomic_llong reply_moved_us; /* while it holds some: when the latest began from none or one was released */
     reply_total *total;     /* all peers' reply bytes (a reference) */
     int fd, open, cut, tcp, valid, strikes;
+    int early;              /* met in a message before its ACCEPTED event was heard (dt_peers_of) */
     uint64_t serial;
     struct sockaddr_storage addr; /* getpeername at accept: tells a reused descriptor apart */
     socklen_t addr_len;
@@ -174,7 +176,11 @@ int dt_peers_open(dt_peers **out, void *ctx, void *router, const dt_peers_config
     if (p->cfg.max_connections <= 0) p->cfg.max_connections = 1024;
     char ep[64];
     snprintf(ep, sizeof ep, "inproc://dtrain-ps-peers-%p", (void *)p);
-    if (zmq_socket_monitor(router, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    /* The socket's one monitor (a second would replace it): failed handshakes too, for the ZAP
+     * handler's log (cfg->handshake_failed). */
+    int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                 (cfg->handshake_failed ? ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL : 0);
+    if (zmq_socket_monitor(router, ep, events) != 0) {
         int rc = dt_errorf(err, DT_ENET, "zmq_socket_monitor: %s", zmq_strerror(errno));
         reply_total_unref(p->total);
         free(p);
@@ -282,6 +288,28 @@ static int libzmq_read(const dt_peer *peer, const struct tcp_info *ti, uint64_t 
     return 0;
 }
 
+/* Whether peer's descriptor is still its connection (not one that reused the number): the same
+ * remote address as at accept. */
+static int same_connection(const dt_peer *peer) {
+    struct sockaddr_storage now;
+    socklen_t len = sizeof now;
+    return getpeername(peer->fd, (struct sockaddr *)&now, &len) == 0 && len == peer->addr_len &&
+           memcmp(&now, &peer->addr, len) == 0;
+}
+
+/* A connection accepted: new, unless its first message was read before this event (dt_peers_of
+ * met it then): the same connection, kept (dropping it would tell the ps it was gone, and the
+ * request it was reading, a FETCH that hears the events, would go unanswered). A peer met early
+ * on a descriptor since reused by another connection is dropped as before. */
+static void accepted(dt_peers *p, int fd, void (*gone)(void *, dt_peer *), void *user) {
+    dt_peer *met = fd >= 0 && fd < p->cap ? p->by_fd[fd] : NULL;
+    if (met && met->early && same_connection(met)) {
+        met->early = 0;
+        return;
+    }
+    add(p, fd, gone, user);
+}
+
 void dt_peers_events(dt_peers *p, void (*gone)(void *, dt_peer *), void *user) {
     for (;;) {
         zmq_msg_t ev, addr;
@@ -299,12 +327,19 @@ void dt_peers_events(dt_peers *p, void (*gone)(void *, dt_peer *), void *user) {
             memcpy(&value, d + 2, 4);
         }
         zmq_msg_close(&ev);
-        while (more) { /* the endpoint frame: not needed */
+        char where[64] = "";
+        while (more) { /* the endpoint frame: only for a failed handshake's log */
             zmq_msg_init(&addr);
             more = zmq_msg_recv(&addr, p->mon, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&addr);
+            size_t n = zmq_msg_size(&addr) < sizeof where - 1 ? zmq_msg_size(&addr) : sizeof where - 1;
+            memcpy(where, zmq_msg_data(&addr), n);
+            where[n] = '\0';
             zmq_msg_close(&addr);
         }
-        if (event == ZMQ_EVENT_ACCEPTED) add(p, value, gone, user);
+        if ((event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) &&
+            p->cfg.handshake_failed)
+            p->cfg.handshake_failed(p->cfg.hook_user, where);
+        if (event == ZMQ_EVENT_ACCEPTED) accepted(p, value, gone, user);
         else if (event == ZMQ_EVENT_DISCONNECTED) drop(p, value, gone, user);
     }
 }
@@ -312,7 +347,9 @@ void dt_peers_events(dt_peers *p, void (*gone)(void *, dt_peer *), void *user) {
 dt_peer *dt_peers_of(dt_peers *p, int fd) {
     if (fd < 0) return NULL;
     if (fd < p->cap && p->by_fd[fd]) return p->by_fd[fd];
-    return add(p, fd, NULL, NULL); /* its ACCEPTED event is still on the way */
+    dt_peer *peer = add(p, fd, NULL, NULL); /* its ACCEPTED event is still on the way */
+    if (peer) peer->early = 1;
+    return peer;
 }
 
 void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid) {
@@ -334,11 +371,7 @@ void dt_peers_delivered(dt_peers *p, dt_peer *peer, int valid) {
 /* Cuts a connection: shutdown(2) makes libzmq see it end and free what it holds. The descriptor
  * is libzmq's; it is checked to still be this connection (not one that reused the number). */
 static void cut(dt_peers *p, dt_peer *peer, int reason, const char *why) {
-    struct sockaddr_storage now;
-    socklen_t len = sizeof now;
-    if (peer->cut || getpeername(peer->fd, (struct sockaddr *)&now, &len) != 0 || len != peer->addr_len ||
-        memcmp(&now, &peer->addr, len) != 0)
-        return;
+    if (peer->cut || !same_connection(peer)) return;
     if (shutdown(peer->fd, SHUT_RDWR) != 0) return;
     peer->cut = 1;
     p->cuts++;

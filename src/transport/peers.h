@@ -1,4 +1,11 @@
-/* The ps's connections, watched and bounded (docs/security.md, "What a peer can make a ps hold").
+/* A ps's connections, watched and bounded (docs/security.md, "What a peer can make a ps hold"):
+ * the peer handles and the budget hooks of the transport seam's server (transport/conn.h,
+ * docs/transport.md). What the ps calls (the ps's side of the seam): references, gone, serial,
+ * delivered, the replies' admission (reply_begin/done), the budget and what is counted in it
+ * (set_budget, set_other, set_own, held), the checks and their interval, the counts. The libzmq
+ * transport (conn_zmq.c) alone calls open, close, socket, events and of: how it hears of
+ * connections. A transport of the project's own would count each byte where it allocates it
+ * instead of the estimates below.
  *
  * ZeroMQ hides a ps's connections behind one ROUTER socket and hands over a message only when all
  * of its frames are in. ZMQ_MAXMSGSIZE bounds each frame and the high-water marks count whole
@@ -19,12 +26,11 @@
  * same-host (ipc) connections' messages (no byte counters) and requests queued in libzmq.
  *
  * One thread (the ps's) calls everything here, except dt_peer_reply_done (libzmq's I/O thread). */
-#ifndef DT_PS_PEERS_H
-#define DT_PS_PEERS_H
+#ifndef DT_TRANSPORT_PEERS_H
+#define DT_TRANSPORT_PEERS_H
 
 #include <stdint.h>
 #include <stdio.h>
-#include <zmq.h>
 
 #include "dtrain.h"
 
@@ -41,9 +47,14 @@ typedef struct {
     int queued_messages;        /* whole messages libzmq queues per connection (the router's ZMQ_RCVHWM) */
     FILE *log;                  /* NULL: quiet */
     int ps_index;               /* for the log lines */
+    /* The libzmq transport's: told of each failed handshake (the ZAP handler logs it: auth.h),
+     * since the socket's one monitor is this watch's. NULL: not told. */
+    void (*handshake_failed)(void *user, const char *endpoint);
+    void *hook_user;
 } dt_peers_config;
 
-/* Watches router (a ROUTER not yet bound: the monitor must see every connection). */
+/* The libzmq transport's: watches router (a ROUTER not yet bound: the monitor must see every
+ * connection). */
 int dt_peers_open(dt_peers **out, void *ctx, void *router, const dt_peers_config *cfg, dt_error *err);
 void dt_peers_close(dt_peers *p);
 
