@@ -76,7 +76,7 @@ int dt_cluster_is_chief(const dt_cluster *c);
  * workers' updates until the chief ends training; then returns 0. It reports to log (NULL:
  * stdout). A ps that hears from nobody for idle_timeout_ms returns DT_ETIMEOUT (its chief is
  * gone; `dtrain train` waits 600000); 0: it waits for ever. stop (may be NULL): once *stop is set
- * (e.g. from a SIGINT handler) it returns DT_EINTR. */
+ * (e.g. from a SIGINT handler) it returns DT_EINTR. No auth: dt_serve_opts takes a ps's every flag. */
 int dt_serve(const dt_cluster *c, const dt_net *net, FILE *log, int idle_timeout_ms, const volatile int *stop,
              dt_error *err);
 
@@ -97,7 +97,9 @@ int dt_optimizer_new(dt_optimizer **out, const char *name, float learning_rate, 
 /* Makes opt work for the cluster (a single process: nothing changes): the variables and the
  * optimizer's state live on the ps tasks, each update is pushed there and the new parameters
  * pulled back. issync: 0 asynchronous, 1 synchronous replicas (each step applies the mean of every
- * worker's gradient: docs/protocol.md). The worker reports waits and faults to log (NULL: stdout). */
+ * worker's gradient: docs/protocol.md). The worker reports waits and faults to log (NULL: stdout).
+ * The exchange is uncompressed, uncut and between steps, without auth: dt_optimizer_distribute_opts
+ * takes a worker's every flag. */
 int dt_optimizer_distribute(dt_optimizer *opt, const dt_cluster *c, const dt_net *net, int issync, FILE *log,
                             dt_error *err);
 /* Sets net's starting parameters: initialised from seed (the chief, or a single process), or
@@ -292,18 +294,23 @@ enum { DT_FLOAT32 = 0, DT_UINT8 = 1 };
  * the training arrays again). n 0 removes the split. */
 int dt_options_set_arrays(dt_options *o, int split, const void *x, int dtype, const int32_t *labels, int64_t n,
                           int h, int w, int c, dt_error *err);
-/* A click-log model's data instead of --data (docs/ctr-data.md, docs/python.md), in the caller's
- * memory and not copied (alive and unchanged until dt_options_train returns): n rows, row i read as
- * a click log's line i + 1 (so the same rows split into training, validation and test, and shard
- * over workers, as the lines of a file do). labels [n] 0 or 1; dense [n * num_dense] (as the model
- * takes them: a file's integers go through log(1 + x), these do not); categorical ids [nnz] with
- * offsets [n * num_fields + 1] (the ids of row i, field f: ids[offsets[i*F + f] ..
+/* A click log's rows in the caller's memory, not copied (docs/ctr-data.md, docs/python.md): n rows
+ * (n >= 1), row i read as a click log's line i + 1. labels [n] 0 or 1; dense [n * num_dense] (as the
+ * model takes them: a file's integers go through log(1 + x), these do not); categorical ids [nnz]
+ * with offsets [n * num_fields + 1] (the ids of row i, field f: ids[offsets[i*F + f] ..
  * offsets[i*F + f + 1]), several for a multi-valued field, none for a missing one), or offsets NULL
- * and ids [n * num_fields], one per field; values [nnz] each id's weight (NULL: 1). A row breaking
- * these is a bad line (skipped and counted, or the error under --bad_images fail). n 0 removes them. */
-int dt_options_set_clicks(dt_options *o, int64_t n, const float *labels, int num_dense, const float *dense,
-                          int num_fields, const int64_t *offsets, const uint64_t *ids, const float *values, int64_t nnz,
-                          dt_error *err);
+ * and ids [n * num_fields], one per field; values [nnz] each id's weight (NULL: 1). The shapes are
+ * checked here; a row breaking the rest is a bad line where it is read. The arrays must stay alive
+ * and unchanged while the handle is in use; freeing the handle frees nothing of the caller's. */
+typedef struct dt_clicks dt_clicks;
+int dt_clicks_new(dt_clicks **out, int64_t n, const float *labels, int num_dense, const float *dense, int num_fields,
+                  const int64_t *offsets, const uint64_t *ids, const float *values, int64_t nnz, dt_error *err);
+void dt_clicks_free(dt_clicks *c);
+/* A click-log model's data instead of --data: c's rows split into training, validation and test,
+ * and shard over workers, as the lines of a file do (a bad row is a bad line: skipped and counted,
+ * or the error under --bad_images fail). The arrays must stay alive until dt_options_train returns;
+ * the handle may go. c NULL removes them. */
+int dt_options_set_clicks(dt_options *o, const dt_clicks *c, dt_error *err);
 /* Training batches from a caller's source (an iterator of a binding's) instead of arrays or --data:
  * fn(user, max, &x, &dtype, &labels, &n) gives n (1..max) examples x [n, h, w, c] (DT_FLOAT32, used
  * in place, or DT_UINT8, scaled by 1/255) and labels [n], which must stay alive and unchanged until
@@ -324,14 +331,32 @@ void dt_options_set_params_out(dt_options *o, float *out, size_t n);
  * handler) to stop at its next step: it returns DT_EINTR, checkpoint saved as on Ctrl-C. Cleared by
  * the next dt_options_train. */
 void dt_options_stop(dt_options *o);
+/* The log's lines (what dt_train writes to its `log`) to fn(user, line) instead, each whole line with
+ * its newline, as it ends, on the thread that wrote it (the training thread, or another of
+ * dt_options_train's; never two at once); fn NULL: the FILE dt_options_train is given. */
+typedef void (*dt_log_fn)(void *user, const char *line);
+void dt_options_set_log(dt_options *o, dt_log_fn fn, void *user);
 /* dt_train with these options: alone, or this task's role in the cluster the flags, TF_CONFIG or a
  * cluster manager give (a ps serves until the chief ends training). */
 int dt_options_train(dt_options *o, FILE *log, dt_train_result *result, dt_error *err);
 
+/* The building blocks with `dtrain train`'s flags of opts, so that a program of the building blocks
+ * runs in a cluster with `dtrain train` tasks (one placement, the same exchange):
+ * dt_serve with a ps task's (--auth and --keys, --bind, --idle_timeout, --ps_table_memory,
+ * --placement; dt_options_stop ends it, DT_EINTR); dt_optimizer_distribute with a worker's
+ * (--issync with --replicas_to_aggregate, --total_num_replicas and --staleness, --compression,
+ * --chunk_kb, --overlap, --auth and --keys, --placement, the timeouts and faults; dt_options_stop
+ * ends its waits). */
+int dt_serve_opts(const dt_cluster *c, const dt_net *net, const dt_options *opts, FILE *log, dt_error *err);
+int dt_optimizer_distribute_opts(dt_optimizer *o, const dt_cluster *c, const dt_net *net, const dt_options *opts,
+                                 FILE *log, dt_error *err);
+
 /* A model trained step by step on one machine, from the options' --model, --optimizer and its
- * schedule, --seed, --threads, --clip_gradient_norm and --batch_size (the most examples per call):
- * initialised from the seed as `dtrain train` does, or restored by dt_model_restore. An image model
- * only (a click-log model is refused, DT_EINVAL). */
+ * schedule (--table_optimizer and its flags for a click-log model's tables), --seed, --threads,
+ * --clip_gradient_norm and --batch_size (the most examples per call): initialised from the seed as
+ * `dtrain train` does, or restored by dt_model_restore. An image model steps on images
+ * (dt_model_train_step), a click-log model on click arrays (dt_model_train_step_clicks); each refuses
+ * the other's (DT_EINVAL). */
 typedef struct dt_model dt_model;
 int dt_model_new(dt_model **out, const dt_options *o, dt_error *err);
 void dt_model_free(dt_model *m);
@@ -340,6 +365,21 @@ int dt_model_num_classes(const dt_model *m);
 int dt_model_max_batch(const dt_model *m);
 int64_t dt_model_global_step(const dt_model *m);
 size_t dt_model_param_count(const dt_model *m);
+/* The step API on a cluster: this task of the cluster the options give (the cluster flags, TF_CONFIG
+ * or a cluster manager's environment, as dt_options_train reads them). A worker joins it as a
+ * `dtrain train` worker does (--issync with --replicas_to_aggregate, --total_num_replicas and
+ * --staleness; --compression, --chunk_kb, --overlap, --auth and --keys, the timeouts and faults),
+ * each dt_model_train_step then pushes its gradient to the ps tasks and takes their parameters (a
+ * sync step waits for the others), its dropout seeded as that worker's; the chief (worker 0)
+ * initialises the ps tasks from the seed. *role: 0 alone (nothing changes), 1 the chief, 3 another
+ * worker, 2 a ps task (nothing joined: it serves through dt_options_train). An image model, fixed
+ * sharding: each worker's batches are its own shard, which the caller picks. No checkpoints here
+ * (dt_model_save and _restore refuse: a lost ps comes back from the seed), nor set_params. */
+int dt_model_distribute(dt_model *m, int *role, dt_error *err);
+/* A cluster worker's end: its last exchange settled, the ps tasks told (the chief waits for the
+ * other workers' ends and shuts the ps tasks down, as dtrain train's chief does); afterwards the
+ * model holds the final parameters and trains no more. Alone: nothing. */
+int dt_model_finish(dt_model *m, dt_error *err);
 /* The flat parameters [dt_model_param_count] (docs/checkpoint-format.md's order of variables). */
 int dt_model_get_params(const dt_model *m, float *out, size_t n, dt_error *err);
 int dt_model_set_params(dt_model *m, const float *params, size_t n, dt_error *err);
@@ -358,6 +398,23 @@ int dt_model_evaluate(dt_model *m, const void *x, int dtype, const int32_t *labe
 /* A checkpoint of the parameters, the optimizer's state and the global step in logdir, as `dtrain
  * train` saves them (model.ckpt-<step>.safetensors and the index; max_to_keep <= 0 keeps all);
  * restore: the newest good one of logdir (0: none there, nothing changed; 1: restored). */
+/* A click-log model (input dense=N fields=M): 1 and its dense features and fields; 0 for an image
+ * model (both 0). */
+int dt_model_click_shape(const dt_model *m, int *num_dense, int *num_fields);
+/* One step of `dtrain train` on c's rows (1..max batch, in order, as a batch of the click log's
+ * lines): forward with dropout from the seed and the step, the mean logloss, backward, clipping, the
+ * optimizer (the tables' sparsely, as dtrain train's). *loss: the batch's mean loss, *correct: rows
+ * whose probability is on the label's side of 0.5. A bad row (dt_clicks_new) is DT_EFORMAT naming
+ * it, the model unchanged; a loss that is not finite is DT_EINVAL, the parameters unchanged. */
+int dt_model_train_step_clicks(dt_model *m, const dt_clicks *c, float *loss, int *correct, dt_error *err);
+/* Evaluation forwards over every row of c in batches of max batch, as `dtrain predict` and the
+ * validation and test of `dtrain train` run them (a bad row is DT_EFORMAT naming it): row i's logit
+ * to logits[i] and its probability to probs[i] (either NULL: not wanted). */
+int dt_model_predict_clicks(dt_model *m, const dt_clicks *c, float *logits, float *probs, dt_error *err);
+/* The same pass's figures, as dtrain train reports its test split's: the mean training loss,
+ * accuracy at 0.5, AUC and logloss (clipped at 1e-7); any pointer may be NULL. */
+int dt_model_evaluate_clicks(dt_model *m, const dt_clicks *c, double *loss, double *accuracy, double *auc,
+                             double *logloss, dt_error *err);
 int dt_model_save(dt_model *m, const char *logdir, int max_to_keep, dt_error *err);
 int dt_model_restore(dt_model *m, const char *logdir, dt_error *err);
 

@@ -19,6 +19,7 @@
 #include "ps_harness.h" /* free_port, sleep_ms */
 #include "test.h"
 #include "tmpdir.h"
+#include "transport/auth.h"
 
 static void put_be32(FILE *f, uint32_t v) {
     uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
@@ -361,6 +362,104 @@ out:
     dt_net_free(net);
 }
 
+/* ---- the building blocks with dtrain train's flags (dt_serve_opts, dt_optimizer_distribute_opts) ---- */
+
+typedef struct {
+    const dt_cluster *c;
+    const dt_net *net;
+    const dt_options *opts;
+    FILE *log;
+    int rc;
+    dt_error err;
+} serve_opts_thread;
+
+static void *serve_opts_main(void *arg) {
+    serve_opts_thread *t = arg;
+    t->rc = dt_serve_opts(t->c, t->net, t->opts, t->log, &t->err);
+    return NULL;
+}
+
+static dt_options *flags_of(const char *const *kv, dt_error *E) {
+    dt_options *o = NULL;
+    if (dt_options_new(&o, E)) return NULL;
+    for (int i = 0; kv[i]; i += 2)
+        if (dt_options_set(o, kv[i], kv[i + 1], E)) {
+            dt_options_free(o);
+            return NULL;
+        }
+    return o;
+}
+
+/* A ps of dt_serve_opts with --auth=curve refuses a worker without keys and trains with the chief of
+ * dt_optimizer_distribute_opts (curve, bf16, 1 KiB chunks, overlap, sync): the chief's end stops it. */
+static void test_building_blocks_with_flags(void) {
+    unsetenv("TF_CONFIG");
+    dt_error e = {0};
+    dt_net *net = NULL;
+    int rc = dt_net_load(&net, tpath("tiny.model"), 2, &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (rc) return;
+    char keys[600], key_from[700], key_to[700], ps_hosts[64], worker_hosts[64], ps_log[600], worker_log[600];
+    snprintf(keys, sizeof keys, "%s", tpath("keys"));
+    CHECK_MSG(dt_auth_keygen(keys, "server", &e) == 0 && dt_auth_keygen(keys, "client", &e) == 0, "%s", e.msg);
+    snprintf(key_from, sizeof key_from, "%s/client.key", keys);
+    snprintf(key_to, sizeof key_to, "%s/authorized", keys);
+    mkdir(key_to, 0755);
+    snprintf(key_to, sizeof key_to, "%s/authorized/worker0.key", keys);
+    char key[64] = "";
+    FILE *f = fopen(key_from, "r");
+    if (f && fgets(key, sizeof key, f)) write_text(key_to, key);
+    if (f) fclose(f);
+    snprintf(ps_hosts, sizeof ps_hosts, "127.0.0.1:%d", free_port());
+    snprintf(worker_hosts, sizeof worker_hosts, "127.0.0.1:%d", free_port());
+    snprintf(ps_log, sizeof ps_log, "%s", tpath("serve_opts.log"));
+    snprintf(worker_log, sizeof worker_log, "%s", tpath("worker_opts.log"));
+    dt_cluster *ps = NULL, *worker = NULL;
+    const char *ps_flags[] = {"auth", "curve", "keys", keys, "idle_timeout", "60000", NULL};
+    const char *chief_flags[] = {"auth", "curve", "keys", keys, "compression", "bf16", "chunk_kb", "1",
+                                 "overlap", "priority", "issync", "1", NULL};
+    const char *stranger_flags[] = {"connect_timeout", "2", NULL};
+    dt_options *pso = flags_of(ps_flags, &e), *wo = flags_of(chief_flags, &e), *so = flags_of(stranger_flags, &e);
+    CHECK_MSG(pso && wo && so, "%s", e.msg);
+    CHECK(cluster_of(&ps, ps_hosts, worker_hosts, "ps", &e) == 0);
+    CHECK(cluster_of(&worker, ps_hosts, worker_hosts, "worker", &e) == 0);
+    if (!ps || !worker || !pso || !wo || !so) goto out;
+    SAME_CODE(DT_EINVAL, dt_serve_opts(worker, net, pso, NULL, E)); /* not a ps */
+    serve_opts_thread t = {.c = ps, .net = net, .opts = pso, .log = fopen(ps_log, "w")};
+    pthread_t tp;
+    pthread_create(&tp, NULL, serve_opts_main, &t);
+    /* A worker without keys is refused (it gives up after its connect timeout). */
+    dt_optimizer *opt = NULL;
+    int64_t step = 0;
+    rc = dt_optimizer_new(&opt, "sgd", 0.1f, net, &e);
+    if (!rc) rc = dt_optimizer_distribute_opts(opt, worker, net, so, NULL, &e);
+    if (!rc) rc = dt_optimizer_start(opt, net, 1, &step, &e);
+    CHECK_MSG(rc != 0, "a worker without keys trained against a curve ps");
+    dt_optimizer_free(opt);
+    opt = NULL;
+    FILE *wlog = fopen(worker_log, "w");
+    rc = dt_optimizer_new(&opt, "sgd", 0.1f, net, &e);
+    if (!rc) rc = dt_optimizer_distribute_opts(opt, worker, net, wo, wlog, &e);
+    if (!rc) rc = dt_optimizer_start(opt, net, 1, &step, &e);
+    for (int i = 0; !rc && i < 3; i++) rc = dt_optimizer_apply(opt, net, &step, &e);
+    if (!rc) rc = dt_optimizer_finish(opt, &e);
+    CHECK_MSG(rc == 0 && step == 3, "rc %d step %lld: %s", rc, (long long)step, e.msg);
+    dt_optimizer_free(opt);
+    pthread_join(tp, NULL);
+    fclose(wlog);
+    fclose(t.log);
+    CHECK_MSG(t.rc == 0, "dt_serve_opts returned %d: %s", t.rc, t.err.msg);
+    CHECK_MSG(file_has(ps_log, "refused a client"), "the ps's log %s", ps_log);
+    CHECK_MSG(file_has(ps_log, "shutdown by the chief"), "the ps's log %s", ps_log);
+out:
+    dt_options_free(pso);
+    dt_options_free(wo);
+    dt_options_free(so);
+    dt_cluster_free(ps);
+    dt_cluster_free(worker);
+    dt_net_free(net);
+}
+
 /* The binding's calls (docs/python.md): options by flag name with the table's messages, arrays in
  * memory (uint8 and float32 train alike; bad labels refused), the step API, its checkpoints. */
 static int opt_set(dt_options *o, const char *flag, const char *value, dt_error *E) {
@@ -462,6 +561,7 @@ int main(void) {
     RUN(test_single_process);
     RUN(test_distributed_end);
     RUN(test_log_and_idle_timeout);
+    RUN(test_building_blocks_with_flags);
     RUN(test_options_and_model);
     tmp_remove();
     return test_summary();

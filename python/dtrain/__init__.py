@@ -11,7 +11,9 @@ Arrays are float32 NHWC (used as they are) or uint8 (scaled by 1/255 as dtrain s
 labels integers. Bad arrays raise ValueError naming the argument before any C call; a C error
 raises DtrainError with dtrain's message. The GIL is released while C works.
 """
+import atexit
 import ctypes
+import logging
 import os
 import signal
 import sys
@@ -25,6 +27,32 @@ from .checkpoint import load_checkpoint, read_safetensors
 
 __all__ = ["Model", "Options", "Clicks", "DtrainError", "Stopped", "load_checkpoint", "read_safetensors", "parse_args",
            "version", "train"]
+
+
+def _exit_stopped():
+    """The end of a script that Stopped ended: every other atexit handler, the buffers, then the CLI's
+    status. Python exits 1 after an uncaught exception whatever its hook does, so this handler, the
+    first to run (the last registered), runs the others itself and leaves with os._exit."""
+    atexit.unregister(_exit_stopped)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(Stopped.exit_status)
+
+
+def _excepthook(kind, value, tb, previous=sys.excepthook):
+    if isinstance(value, Stopped):  # one line, as `dtrain train` ends on a stop, and its status
+        if not value.reported:
+            print("dtrain: %s" % value, file=sys.stderr, flush=True)
+        atexit.register(_exit_stopped)
+        return
+    previous(kind, value, tb)
+
+
+sys.excepthook = _excepthook
 
 
 def version():
@@ -250,14 +278,52 @@ class Clicks:
         self.values = values
         self.n = n
         self.num_dense = 0 if self.dense is None else self.dense.shape[1]
+        self._handle()
 
-    def _set(self, opts):
-        """Hands the arrays to opts (pointers: they must live while opts trains)."""
+    def _handle(self):
         null = ctypes.c_void_p()
-        _lib.call(_lib.lib.dt_options_set_clicks, opts._h, self.n, _ptr(self.labels), self.num_dense,
+        h = ctypes.c_void_p()
+        _lib.call(_lib.lib.dt_clicks_new, ctypes.byref(h), self.n, _ptr(self.labels), self.num_dense,
                   _ptr(self.dense) if self.dense is not None else null, self.fields,
                   _ptr(self.offsets) if self.offsets is not None else null, _ptr(self.ids),
                   _ptr(self.values) if self.values is not None else null, self.ids.size)
+        self._h = h  # the C handle points into the arrays above, which this object keeps
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            _lib.lib.dt_clicks_free(h)
+            self._h = None
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, rows):
+        """Rows start:stop (a slice, step 1) as a Clicks over the same arrays: labels, dense and the
+        offsets (or one-per-field ids) are views of these; ids and values are shared whole (the
+        offsets index them). Row i of the slice is row start + i here."""
+        if not isinstance(rows, slice):
+            raise TypeError("Clicks takes a slice of rows (clicks[i:j]), got %s" % type(rows).__name__)
+        start, stop, step = rows.indices(self.n)
+        if step != 1:
+            raise ValueError("Clicks slices rows with step 1, got %d" % step)
+        if stop <= start:
+            raise ValueError("clicks[%d:%d] holds no rows" % (start, stop))
+        # Checked already as parts of these arrays: not scanned again (a step's slice costs no pass
+        # over a memmap's ids or values).
+        F, v = self.fields, object.__new__(Clicks)
+        v.labels, v.fields, v.values, v.n, v.num_dense = self.labels[start:stop], F, self.values, stop - start, self.num_dense
+        v.dense = None if self.dense is None else self.dense[start:stop]
+        if self.offsets is None:
+            v.ids, v.offsets = self.ids[start:stop], None
+        else:
+            v.ids, v.offsets = self.ids, self.offsets[start * F:stop * F + 1]
+        v._handle()
+        return v
+
+    def _set(self, opts):
+        """Hands the arrays to opts (pointers: they must live while opts trains)."""
+        _lib.call(_lib.lib.dt_options_set_clicks, opts._h, self._h)
 
 
 class Model:
@@ -265,16 +331,23 @@ class Model:
     (train_step, evaluate, predict, save, restore), or by fit, which is `dtrain train` on arrays:
     alone, or this task's role in a cluster (the flags, or TF_CONFIG)."""
 
-    def __init__(self, model, **flags):
+    def __init__(self, model, log=True, **flags):
         self._running = None  # the Options of a fit under way (stop() reaches it)
         self.flags = dict(flags, model=model)
         self.options = Options(**self.flags)
+        # What the model's own C calls log (a cluster worker's waits and faults): as fit's log=.
+        self._log = _log_sink(log)
+        _lib.lib.dt_options_set_log(self.options._h, self._log, None)
         h = ctypes.c_void_p()
         _lib.call(_lib.lib.dt_model_new, ctypes.byref(h), self.options._h)
         self._h = h
         a, b, c = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
         _lib.lib.dt_model_input_shape(h, ctypes.byref(a), ctypes.byref(b), ctypes.byref(c))
         self.input_shape = (a.value, b.value, c.value)
+        # A click-log model: (dense features, fields); it steps on dtrain.Clicks, and input_shape is None.
+        self.click_shape = None
+        if _lib.lib.dt_model_click_shape(h, ctypes.byref(a), ctypes.byref(b)):
+            self.click_shape, self.input_shape = (a.value, b.value), None
         self.num_classes = _lib.lib.dt_model_num_classes(h)
         self.max_batch = _lib.lib.dt_model_max_batch(h)
         self.param_count = _lib.lib.dt_model_param_count(h)
@@ -303,8 +376,37 @@ class Model:
             raise ValueError("params holds NaN or infinity")
         _lib.call(_lib.lib.dt_model_set_params, self._h, _ptr(p), p.size)
 
-    def train_step(self, x, y):
-        """One step of `dtrain train` on this batch (n <= batch_size); returns (loss, accuracy)."""
+    def _clicks(self, x, y=None):
+        """x as a click-log model takes it: a dtrain.Clicks (labels inside), of the model's shape."""
+        if not isinstance(x, Clicks):
+            raise ValueError("x must be a dtrain.Clicks for a click-log model (%d dense features, %d fields), got %s"
+                             % (self.click_shape + (type(x).__name__,)))
+        if y is not None:
+            raise ValueError("y must be None: a dtrain.Clicks holds its labels")
+        if (x.num_dense, x.fields) != self.click_shape:
+            raise ValueError("x has %d dense features and %d fields, the model takes %d and %d"
+                             % ((x.num_dense, x.fields) + self.click_shape))
+        return x
+
+    def _takes_clicks(self, x):
+        """True for a click-log model; a dtrain.Clicks given to an image model is a ValueError."""
+        if self.click_shape is None and isinstance(x, Clicks):
+            raise ValueError("x is a dtrain.Clicks, but the model is an image model")
+        return self.click_shape is not None
+
+    def train_step(self, x, y=None):
+        """One step of `dtrain train` on this batch (n <= batch_size); returns (loss, accuracy).
+        A click-log model: x a dtrain.Clicks of n rows (its labels; y None), as a batch of a click
+        log's lines."""
+        if self._takes_clicks(x):
+            x = self._clicks(x, y)
+            if x.n > self.max_batch:
+                raise ValueError("x holds %d rows, more than batch_size %d (the model's max batch)" % (x.n, self.max_batch))
+            loss, correct = ctypes.c_float(), ctypes.c_int()
+            _lib.call(_lib.lib.dt_model_train_step_clicks, self._h, x._h, ctypes.byref(loss), ctypes.byref(correct))
+            return float(loss.value), correct.value / x.n
+        if y is None:
+            raise ValueError("y: labels are needed")
         x, code, n = _check_images(x, "x", self.input_shape)
         if n > self.max_batch:
             raise ValueError("x holds %d examples, more than batch_size %d (the model's max batch)" % (n, self.max_batch))
@@ -315,7 +417,15 @@ class Model:
         return float(loss.value), correct.value / n
 
     def predict(self, x, probabilities=False):
-        """Logits [n, classes] (softmax probabilities if asked), evaluation mode."""
+        """Logits [n, classes] (softmax probabilities if asked), evaluation mode. A click-log model:
+        x a dtrain.Clicks, logits [n] (probabilities: the sigmoid's, as `dtrain predict` writes them)."""
+        if self._takes_clicks(x):
+            x = self._clicks(x)
+            out = np.empty(x.n, np.float32)
+            null = ctypes.c_void_p()
+            _lib.call(_lib.lib.dt_model_predict_clicks, self._h, x._h, null if probabilities else _ptr(out),
+                      _ptr(out) if probabilities else null)
+            return out
         x, code, n = _check_images(x, "x", self.input_shape)
         out = np.empty((n, self.num_classes), np.float32)
         _lib.call(_lib.lib.dt_model_predict, self._h, _ptr(x), code, n, _ptr(out))
@@ -324,13 +434,40 @@ class Model:
             out /= out.sum(axis=1, keepdims=True)
         return out
 
-    def evaluate(self, x, y):
-        """(mean loss, accuracy) over labelled examples, evaluation mode."""
+    def evaluate(self, x, y=None):
+        """(mean loss, accuracy) over labelled examples, evaluation mode. A click-log model: x a
+        dtrain.Clicks; a dict of loss, accuracy (at 0.5), auc and logloss, as dtrain train's test."""
+        if self._takes_clicks(x):
+            x = self._clicks(x, y)
+            f = [ctypes.c_double() for _ in range(4)]
+            _lib.call(_lib.lib.dt_model_evaluate_clicks, self._h, x._h, *[ctypes.byref(v) for v in f])
+            return dict(zip(("loss", "accuracy", "auc", "logloss"), (v.value for v in f)))
+        if y is None:
+            raise ValueError("y: labels are needed")
         x, code, n = _check_images(x, "x", self.input_shape)
         y = _check_labels(y, "y", n, self.num_classes)
         loss, acc = ctypes.c_double(), ctypes.c_double()
         _lib.call(_lib.lib.dt_model_evaluate, self._h, _ptr(x), code, _ptr(y), n, ctypes.byref(loss), ctypes.byref(acc))
         return loss.value, acc.value
+
+    def distribute(self):
+        """This task of the cluster the flags (or TF_CONFIG, or a cluster manager) give, for train_step:
+        a worker joins it as `dtrain train`'s workers do (issync, replicas_to_aggregate,
+        total_num_replicas, staleness, compression, chunk_kb, overlap, auth...) and each train_step
+        is then one of that worker's steps (its gradient to the ps tasks, their parameters back; its
+        batches are its own shard); call finish() after the last. A ps task serves here until the
+        chief finishes. Returns "alone" (no cluster: nothing changes), "chief", "worker" or "ps"."""
+        role = ctypes.c_int()
+        _lib.call(_lib.lib.dt_model_distribute, self._h, ctypes.byref(role))
+        role = ("alone", "chief", "ps", "worker")[role.value]
+        if role == "ps":
+            self.fit()  # a ps holds its share of the variables until the chief ends training
+        return role
+
+    def finish(self):
+        """A cluster worker's end (its last exchange settled, the ps tasks told; the chief waits for the
+        other workers and shuts the ps tasks down). The model then holds the final parameters."""
+        _lib.call(_lib.lib.dt_model_finish, self._h)
 
     def save(self, logdir, max_to_keep=5):
         """A checkpoint in logdir as `dtrain train` saves one (dtrain eval/predict/export read it)."""
@@ -340,14 +477,18 @@ class Model:
         """The newest good checkpoint of logdir; False when there is none."""
         return _lib.call(_lib.lib.dt_model_restore, self._h, os.fsencode(logdir)) == 1
 
-    def fit(self, x=None, y=None, test=None, callback=None, every=100, **flags):
+    def fit(self, x=None, y=None, test=None, callback=None, every=100, log=True, **flags):
         """`dtrain train` with this model's flags and these (data=PATH, or the arrays x, y, or x an
         iterator of (x, y) batches with train_steps; test=(x, y) for validation and test, else the
         training arrays). This process's role follows the cluster
         flags or TF_CONFIG: a ps serves until the chief ends training. callback(step, loss, accuracy)
-        every `every` steps (return True to stop). Starts as `dtrain train` does: from --logdir's newest
+        every `every` steps (return True to stop). log: where `dtrain train`'s log lines go (True:
+        sys.stdout as it is then, so a notebook shows them; a file-like object; a logging.Logger, at
+        INFO; a function of the line; False: nowhere). Starts as `dtrain train` does: from --logdir's newest
         checkpoint, else from the seed. Returns a dict of the run's figures; on the chief (or alone)
         the model then holds the trained parameters."""
+        if self.click_shape is not None or isinstance(x, Clicks):
+            raise ValueError("fit trains image models; a click-log model's whole run is dtrain.train(model, clicks=...)")
         opts = Options(**dict(self.flags, **flags))
         keep, errors = [], []
         if x is not None and not isinstance(x, np.ndarray) and y is None and hasattr(x, "__iter__"):
@@ -373,7 +514,7 @@ class Model:
         _lib.lib.dt_options_set_params_out(opts._h, _ptr(params), params.size)
         self._running = opts
         try:
-            res = _run(opts, keep, callback, every, errors)
+            res = _run(opts, keep, callback, every, errors, log)
         finally:
             self._running = None
         if not np.isnan(params[0]):  # the chief or a single process: the trained model
@@ -413,10 +554,44 @@ class Model:
             opts.stop()
 
 
-def _run(opts, keep, callback, every, errors=None):
-    """dt_options_train on opts with the step callback; keep: what C points to meanwhile; errors:
-    exceptions a batch source met (raised instead of the C error they caused)."""
+def _log_writer(log):
+    """fit's log= as a function of one line (its newline included)."""
+    if log is False or log is None:
+        return lambda line: None
+    if log is True:
+        def write(line):
+            sys.stdout.write(line)  # the sys.stdout of each line's time: a notebook's, a redirect's
+            sys.stdout.flush()
+        return write
+    if isinstance(log, logging.Logger):
+        return lambda line: log.info("%s", line.rstrip("\n"))
+    if hasattr(log, "write"):
+        def write_to(line):
+            log.write(line)
+            if hasattr(log, "flush"):
+                log.flush()
+        return write_to
+    if callable(log):
+        return log
+    raise ValueError("log must be True (sys.stdout), False, a file-like object, a logging.Logger or a function, got %r"
+                     % (log,))
+
+
+def _log_sink(log):
+    """The C log function over _log_writer(log); an exception in it is printed by ctypes and C goes on
+    (a log line is not worth a run)."""
+    write = _log_writer(log)
+    return _lib.LOG_LINE(lambda _user, line: write(line.decode("utf-8", "replace")))
+
+
+def _run(opts, keep, callback, every, errors=None, log=True):
+    """dt_options_train on opts with the step callback, its log lines to log (_log_writer); keep: what
+    C points to meanwhile; errors: exceptions a batch source met (raised instead of the C error they
+    caused)."""
     errors = [] if errors is None else errors
+    sink = _log_sink(log)
+    keep.append(sink)
+    _lib.lib.dt_options_set_log(opts._h, sink, None)
     if callback is not None:
         def trampoline(_user, step, loss, acc):
             try:
@@ -454,6 +629,7 @@ def _run(opts, keep, callback, every, errors=None):
             signal.signal(signal.SIGINT, previous)
         if interrupted and outcome and isinstance(outcome[0], Stopped):  # said as the CLI says it
             print("dtrain: Ctrl-C: %s" % outcome[0], file=sys.stderr, flush=True)
+            outcome[0].reported = True
     else:
         run()
     if outcome:
@@ -467,7 +643,7 @@ def train(model, x=None, y=None, clicks=None, **flags):
     """`dtrain train` as a function: Model(model, **flags).fit(x, y, ...) for an image model; for a
     click-log model, clicks=Clicks(...) (or data=PATH of a click log). Returns fit's figures; a
     click-log model's trained state is in --logdir's checkpoint (load_checkpoint)."""
-    fit_keys = ("test", "callback", "every")
+    fit_keys = ("test", "callback", "every", "log")
     fit_args = {k: flags.pop(k) for k in fit_keys if k in flags}
     if clicks is None and x is not None:
         return Model(model, **flags).fit(x, y, **fit_args)
@@ -478,4 +654,4 @@ def train(model, x=None, y=None, clicks=None, **flags):
     opts = Options(model=model, **flags)
     if clicks is not None:
         clicks._set(opts)
-    return _run(opts, [clicks], fit_args.get("callback"), fit_args.get("every", 100))
+    return _run(opts, [clicks], fit_args.get("callback"), fit_args.get("every", 100), log=fit_args.get("log", True))

@@ -18,15 +18,17 @@ class DtrainError(RuntimeError):
         self.code = code
 
 
-class Stopped(DtrainError, SystemExit):
-    """Training stopped early (dt_options_stop, Ctrl-C or a callback): DT_EINTR. Also a SystemExit
-    whose .code is 130: uncaught, it ends the script with `dtrain train`'s exit status on Ctrl-C
-    (Python's normal exit: atexit, buffers flushed); .dt_code is DT_EINTR."""
+class Stopped(DtrainError):
+    """Training stopped early (dt_options_stop, Ctrl-C or a callback): .code DT_EINTR. Uncaught in the
+    main thread, it ends the script as a stop ends `dtrain train`: one line `dtrain: <message>` on
+    stderr (none more after fit's Ctrl-C line) and exit status 130 (.exit_status), after atexit's
+    handlers and with the buffers flushed (the package's sys.excepthook)."""
+
+    exit_status = 130
 
     def __init__(self, code, message):
         super().__init__(code, message)
-        self.dt_code = code
-        self.code = 130
+        self.reported = False  # fit said it already (its Ctrl-C line)
 
 
 DT_EINTR = -9
@@ -94,6 +96,7 @@ I, I64, SZ, F, D = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t, ctypes.c_float
 S = ctypes.c_char_p
 E = ctypes.POINTER(Error)
 STEP_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, P, ctypes.c_int64, ctypes.c_double, ctypes.c_double)
+LOG_LINE = ctypes.CFUNCTYPE(None, P, ctypes.c_char_p)
 BATCH_SOURCE = ctypes.CFUNCTYPE(ctypes.c_int, P, ctypes.c_int, ctypes.POINTER(P), ctypes.POINTER(I),
                                 ctypes.POINTER(P), ctypes.POINTER(I))
 
@@ -104,11 +107,14 @@ _SIGNATURES = {
     "dt_options_set": (I, [P, S, S, E]),
     "dt_options_get": (I, [P, S, ctypes.c_char_p, SZ, E]),
     "dt_options_set_arrays": (I, [P, I, P, I, P, I64, I, I, I, E]),
-    "dt_options_set_clicks": (I, [P, I64, P, I, P, I, P, P, P, I64, E]),
+    "dt_clicks_new": (I, [ctypes.POINTER(P), I64, P, I, P, I, P, P, P, I64, E]),
+    "dt_clicks_free": (None, [P]),
+    "dt_options_set_clicks": (I, [P, P, E]),
     "dt_options_set_batches": (None, [P, BATCH_SOURCE, P]),
     "dt_options_set_callback": (None, [P, STEP_CALLBACK, P, I64]),
     "dt_options_set_params_out": (None, [P, P, SZ]),
     "dt_options_stop": (None, [P]),
+    "dt_options_set_log": (None, [P, LOG_LINE, P]),
     "dt_options_train": (I, [P, P, ctypes.POINTER(TrainResult), E]),
     "dt_model_new": (I, [ctypes.POINTER(P), P, E]),
     "dt_model_free": (None, [P]),
@@ -122,6 +128,13 @@ _SIGNATURES = {
     "dt_model_train_step": (I, [P, P, I, P, I, ctypes.POINTER(F), ctypes.POINTER(I), E]),
     "dt_model_predict": (I, [P, P, I, I64, P, E]),
     "dt_model_evaluate": (I, [P, P, I, P, I64, ctypes.POINTER(D), ctypes.POINTER(D), E]),
+    "dt_model_click_shape": (I, [P, ctypes.POINTER(I), ctypes.POINTER(I)]),
+    "dt_model_train_step_clicks": (I, [P, P, ctypes.POINTER(F), ctypes.POINTER(I), E]),
+    "dt_model_predict_clicks": (I, [P, P, P, P, E]),
+    "dt_model_evaluate_clicks": (I, [P, P, ctypes.POINTER(D), ctypes.POINTER(D), ctypes.POINTER(D),
+                                     ctypes.POINTER(D), E]),
+    "dt_model_distribute": (I, [P, ctypes.POINTER(I), E]),
+    "dt_model_finish": (I, [P, E]),
     "dt_model_save": (I, [P, S, I, E]),
     "dt_model_restore": (I, [P, S, E]),
 }

@@ -18,10 +18,18 @@ void dt_ctr_eval_options(dt_ctr_options *o, const dt_net *net, dt_ctr_split spli
     o->bad_lines = fail_on_bad ? DT_BAD_IMAGES_FAIL : DT_BAD_IMAGES_SKIP;
 }
 
-/* One pass; each batch's probabilities to e (and to out, when given, each row ending in the CSV
- * field file). */
-static int pass(dt_net *net, dt_ctr_reader *rd, dt_binary_eval *e, FILE *out, const char *file,
-                dt_ctr_eval_result *res, dt_error *err) {
+/* Where a pass writes each line's figures besides e: CSV rows to out (each ending in the CSV field
+ * file), and the logit and probability of line L at logits[L - 1], probs[L - 1] (below cap). */
+typedef struct {
+    FILE *out;
+    const char *file;
+    float *logits, *probs;
+    int64_t cap;
+} sinks;
+
+/* One pass; each batch's probabilities to e and to the sinks. */
+static int pass(dt_net *net, dt_ctr_reader *rd, dt_binary_eval *e, const sinks *to, dt_ctr_eval_result *res,
+                dt_error *err) {
     float *p = dt_alloc_floats((size_t)dt_net_max_batch(net), "probabilities", err);
     if (!p) return DT_ENOMEM;
     double loss = 0;
@@ -40,23 +48,33 @@ static int pass(dt_net *net, dt_ctr_reader *rd, dt_binary_eval *e, FILE *out, co
         if ((rc = dt_binary_eval_add(e, p, b.labels, (size_t)b.n, err))) break;
         res->accuracy += correct;
         res->examples += b.n;
-        for (int i = 0; out && i < b.n; i++)
-            fprintf(out, "%lld,%d,%.9g,%s\n", (long long)b.lines[i], b.labels[i] > 0.5f, (double)p[i], file);
+        for (int i = 0; to->out && i < b.n; i++)
+            fprintf(to->out, "%lld,%d,%.9g,%s\n", (long long)b.lines[i], b.labels[i] > 0.5f, (double)p[i], to->file);
+        for (int i = 0; (to->logits || to->probs) && i < b.n; i++) {
+            if (b.lines[i] < 1 || b.lines[i] > to->cap) {
+                rc = dt_errorf(err, DT_EINVAL, "line %lld: past the %lld rows asked for", (long long)b.lines[i],
+                               (long long)to->cap);
+                break;
+            }
+            if (to->logits) to->logits[b.lines[i] - 1] = logits[i];
+            if (to->probs) to->probs[b.lines[i] - 1] = p[i];
+        }
+        if (rc) break;
     }
     free(p);
     if (!rc && res->examples) res->loss = loss / (double)res->examples, res->accuracy /= (double)res->examples;
     return rc;
 }
 
-static int run(dt_net *net, const char *path, const dt_ctr_options *o, FILE *out, const char *file,
-               dt_ctr_eval_result *res, dt_error *err) {
+static int run(dt_net *net, const char *path, const dt_ctr_options *o, const sinks *to, dt_ctr_eval_result *res,
+               dt_error *err) {
     memset(res, 0, sizeof *res);
     res->auc = res->logloss = NAN;
     dt_ctr_reader *rd = NULL;
     dt_binary_eval *e = NULL;
     int rc = dt_ctr_open(&rd, path, o, err);
     if (!rc) rc = dt_binary_eval_create(&e, 0, err);
-    if (!rc) rc = pass(net, rd, e, out, file, res, err);
+    if (!rc) rc = pass(net, rd, e, to, res, err);
     dt_binary_result br;
     if (!rc && res->examples && !(rc = dt_binary_eval_result(e, &br, err))) {
         res->auc = br.auc, res->auc_error_bound = br.auc_error_bound;
@@ -70,7 +88,12 @@ static int run(dt_net *net, const char *path, const dt_ctr_options *o, FILE *out
 }
 
 int dt_evaluate_ctr(dt_net *net, const char *path, const dt_ctr_options *o, dt_ctr_eval_result *out, dt_error *err) {
-    return run(net, path, o, NULL, NULL, out, err);
+    return run(net, path, o, &(sinks){0}, out, err);
+}
+
+int dt_evaluate_ctr_into(dt_net *net, const char *path, const dt_ctr_options *o, float *logits, float *probs,
+                         int64_t lines, dt_ctr_eval_result *out, dt_error *err) {
+    return run(net, path, o, &(sinks){.logits = logits, .probs = probs, .cap = lines}, out, err);
 }
 
 int dt_predict_ctr(dt_net *net, const char *path, const dt_ctr_options *o, FILE *out, int64_t *count,
@@ -78,7 +101,7 @@ int dt_predict_ctr(dt_net *net, const char *path, const dt_ctr_options *o, FILE 
     *count = 0;
     char *file = dt_csv_field(path);
     if (!file) return dt_errorf(err, DT_ENOMEM, "out of memory for the file column");
-    int rc = run(net, path, o, out, file, res, err);
+    int rc = run(net, path, o, &(sinks){.out = out, .file = file}, res, err);
     free(file);
     *count = res->examples;
     return rc;

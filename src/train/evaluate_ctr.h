@@ -22,6 +22,10 @@ typedef struct {
 void dt_ctr_eval_options(dt_ctr_options *o, const dt_net *net, dt_ctr_split split, int fail_on_bad);
 /* net over every line of the split o selects (o->training must be 0). */
 int dt_evaluate_ctr(dt_net *net, const char *path, const dt_ctr_options *o, dt_ctr_eval_result *out, dt_error *err);
+/* dt_evaluate_ctr, and each line L's logit and probability to logits[L - 1] and probs[L - 1] (either
+ * NULL: not wanted; a line past `lines` is DT_EINVAL): a binding's arrays, whose row i is line i + 1. */
+int dt_evaluate_ctr_into(dt_net *net, const char *path, const dt_ctr_options *o, float *logits, float *probs,
+                         int64_t lines, dt_ctr_eval_result *out, dt_error *err);
 /* The header of dt_predict_ctr's rows, which the caller writes once, however many files follow. */
 #define DT_PREDICT_CTR_HEADER "line,label,probability,file\n"
 /* Writes "line,label,probability,file" for every line of the split o selects (file: path, a CSV

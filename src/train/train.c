@@ -85,6 +85,9 @@ static int check_debug(const dt_train_debug *d, dt_error *err) {
     return DT_OK;
 }
 
+static int check_cluster_options(const dt_train_options *o, dt_error *err);
+int dt_train_check_cluster(const dt_train_options *o, dt_error *err) { return check_cluster_options(o, err); }
+
 static int check_options(const dt_train_options *o, dt_error *err) {
     if (!o->model_path || !*o->model_path) return dt_errorf(err, DT_EINVAL, "model_path: no model file given");
     if (o->batch_size < 1 || o->batch_size > 65536)
@@ -97,6 +100,11 @@ static int check_options(const dt_train_options *o, dt_error *err) {
     if (o->validation_fraction >= 1.0)
         return dt_errorf(err, DT_EINVAL, "validation_fraction must be below 1, got %g",
                          o->validation_fraction);
+    return check_cluster_options(o, err);
+}
+
+/* The options of a task's role in a cluster (a worker's exchange, a ps's serving, sharding). */
+static int check_cluster_options(const dt_train_options *o, dt_error *err) {
     if (o->issync != 0 && o->issync != 1)
         return dt_errorf(err, DT_EINVAL, "issync must be 0 or 1, got %d", o->issync);
     if (o->replicas_to_aggregate < 0 || o->total_num_replicas < 0)
@@ -272,7 +280,7 @@ static void run_free(run_state *r) {
 
 /* --auth/--keys: a ps loads its server pair and the client keys it accepts, a worker its client
  * pair and the ps's public key (layout in transport/auth.h). Alone on a machine nothing is sent. */
-static int load_auth(dt_auth *a, const dt_train_options *o, const dt_cluster *c, dt_error *err) {
+int dt_train_load_auth(dt_auth *a, const dt_train_options *o, const dt_cluster *c, dt_error *err) {
     const char *mode = o->auth && *o->auth ? o->auth : "none";
     if (!strcmp(mode, "none")) {
         if (o->keys && *o->keys) return dt_errorf(err, DT_EINVAL, "keys needs auth=curve");
@@ -289,6 +297,17 @@ static int train_loop(run_state *r, const dt_train_options *o, FILE *log_out, dt
 
 /* The precedence (docs/cluster.md): the four cluster flags; else --num_ps, the cluster manager's
  * environment; else TF_CONFIG; else this process alone. */
+static int resolve_cluster(dt_cluster *c, const dt_train_options *o, FILE *log, dt_error *err);
+
+int dt_train_cluster(dt_cluster *c, const dt_train_options *o, FILE *log, dt_error *err) {
+    dt_cluster_single(c);
+    int rc = resolve_cluster(c, o, log, err);
+    if (!rc && c->distributed && c->n_ps < 1) rc = dt_errorf(err, DT_EINVAL, "ps_hosts: a cluster needs at least one ps task");
+    if (!rc && c->job == DT_JOB_EVALUATOR)
+        rc = dt_errorf(err, DT_EINVAL, "TF_CONFIG: task type evaluator is not supported by 'dtrain train'");
+    return rc;
+}
+
 static int resolve_cluster(dt_cluster *c, const dt_train_options *o, FILE *log, dt_error *err) {
     if (o->num_ps <= 0) {
         if (o->rendezvous && *o->rendezvous)
@@ -402,18 +421,9 @@ int dt_train_ex(const dt_train_options *o, const dt_train_debug *dbg, const dt_t
     if (rc) return rc;
 
     run_state r = {.dbg = dbg, .ex = ex && (ex->train.n || ex->clicks.n || ex->next_batch) ? ex : NULL};
-    dt_cluster_single(&r.cluster);
-    if ((rc = resolve_cluster(&r.cluster, o, log, err))) goto out;
-    if (r.cluster.distributed && r.cluster.n_ps < 1) {
-        rc = dt_errorf(err, DT_EINVAL, "ps_hosts: a cluster needs at least one ps task");
-        goto out;
-    }
-    if (r.cluster.job == DT_JOB_EVALUATOR) {
-        rc = dt_errorf(err, DT_EINVAL, "TF_CONFIG: task type evaluator is not supported by 'dtrain train'");
-        goto out;
-    }
+    if ((rc = dt_train_cluster(&r.cluster, o, log, err))) goto out;
     if (!o->dry_run && (rc = metrics_start(&r, o, log, err))) goto out;
-    if ((rc = load_auth(&r.auth, o, &r.cluster, err))) goto out;
+    if ((rc = dt_train_load_auth(&r.auth, o, &r.cluster, err))) goto out;
     /* On a cluster a click-log model's tables live on the ps tasks as sparse tables: every task
      * builds the net with per-batch blocks in their place, left out of the dense placement. */
     if ((rc = dt_net_load_opts(&r.net, o->model_path, o->batch_size, r.cluster.distributed ? 1 : DT_NET_TABLES_AUTO,
@@ -799,6 +809,47 @@ static int plan_steps(run_state *r, const dt_train_options *o, dt_error *err) {
 
 static int apply_tables(void *user, dt_error *err) { return dt_local_tables_apply(user, err); }
 
+int dt_train_remote_config(const dt_train_options *o, const dt_cluster *c, const dt_net *net, dt_remote_config *cfg,
+                           FILE *log, dt_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    int rc = check_cluster_options(o, err);
+    if (rc) return rc;
+    dt_encoding compression;
+    if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
+    dt_overlap_mode overlap;
+    if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
+    /* Clipping scales the whole gradient by its global norm, known only once backward is over: a
+     * streamed exchange would have pushed most of it unclipped by then. */
+    if (overlap != DT_OVERLAP_NONE && o->clip_gradient_norm > 0) {
+        fprintf(log, "worker %d: overlap=%s pushes each layer's gradient as backward makes it, but "
+                "clip_gradient_norm needs the whole gradient first: exchanging between steps instead\n",
+                c->task_index, dt_overlap_name(overlap));
+        overlap = DT_OVERLAP_NONE;
+    }
+    dt_lazy_config table_opt = {0};
+    if (dt_net_num_tables(net) && (rc = dt_table_optim_config(o, &table_opt, err))) return rc;
+    int aggregate = 0, replicas = 0;
+    if (o->issync && (rc = sync_replicas(o, c->n_workers, &aggregate, &replicas, err))) return rc;
+    *cfg = (dt_remote_config){.cluster = c,
+                              .table_opt = table_opt,
+                              .connect_timeout_ms = o->connect_timeout_ms,
+                              .request_timeout_ms = o->heartbeat_timeout_ms,
+                              .n_workers_to_wait = c->n_workers - 1,
+                              .replicas_to_aggregate = aggregate,
+                              .total_num_replicas = replicas,
+                              .staleness = o->staleness,
+                              .ps_timeout_ms = o->ps_timeout_ms,
+                              .chunk_bytes = (int64_t)o->chunk_kb << 10,
+                              .compression = compression,
+                              .overlap = overlap,
+                              .sparse_prefetch = o->sparse_prefetch,
+                              .strict = o->strict,
+                              .seed = o->seed,
+                              .stop = o->stop,
+                              .log = log};
+    return DT_OK;
+}
+
 /* Where updates happen: on the ps tasks (the remote updater) or here (the local one). */
 static int create_updater(run_state *r, const dt_train_options *o, dt_error *err) {
     const dt_cluster *c = &r->cluster;
@@ -814,47 +865,19 @@ static int create_updater(run_state *r, const dt_train_options *o, dt_error *err
             dt_local_updater_set_tables(r->updater, apply_tables, r->tables);
         return rc;
     }
-    dt_encoding compression; /* checked by check_options */
-    if ((rc = dt_enc_parse(o->compression, &compression, err))) return rc;
-    dt_overlap_mode overlap; /* checked by check_options */
-    if ((rc = dt_overlap_parse(o->overlap ? o->overlap : "priority", &overlap, err))) return rc;
-    /* Clipping scales the whole gradient by its global norm, known only once backward is over: a
-     * streamed exchange would have pushed most of it unclipped by then. */
-    if (overlap != DT_OVERLAP_NONE && o->clip_gradient_norm > 0) {
-        fprintf(r->log, "worker %d: overlap=%s pushes each layer's gradient as backward makes it, but "
-                "clip_gradient_norm needs the whole gradient first: exchanging between steps instead\n",
-                c->task_index, dt_overlap_name(overlap));
-        overlap = DT_OVERLAP_NONE;
-    }
-    dt_lazy_config table_opt = {0};
-    if (dt_net_num_tables(r->net) && (rc = dt_table_optim_config(o, &table_opt, err))) return rc;
-    dt_remote_config rc_cfg = {.cluster = c,
-                               .table_opt = table_opt,
-                               .placement = &r->placement,
-                               .opt = r->opt,
-                               .connect_timeout_ms = o->connect_timeout_ms,
-                               .request_timeout_ms = o->heartbeat_timeout_ms,
-                               .n_workers_to_wait = c->n_workers - 1,
-                               .max_workers = p->dynamic ? p->max_workers : 0,
-                               .replicas_to_aggregate = p->aggregate,
-                               .total_num_replicas = p->replicas,
-                               .staleness = o->staleness,
-                               .step_delay_ms = r->dbg->delay_worker < 0 || r->dbg->delay_worker == c->task_index
-                                                    ? r->dbg->step_delay_ms : 0,
-                               .ps_timeout_ms = o->ps_timeout_ms,
-                               .chunk_bytes = (int64_t)o->chunk_kb << 10,
-                               .compression = compression,
-                               .overlap = overlap,
-                               .sparse_prefetch = o->sparse_prefetch,
-                               .strict = o->strict,
-                               .seed = o->seed,
-                               .stop = o->stop,
-                               .reload = reload,
-                               .tables = restore_tables,
-                               .user = r,
-                               .log = r->log,
-                               .auth = r->auth.curve ? &r->auth : NULL,
-                               .metrics = r->metrics};
+    dt_remote_config rc_cfg;
+    if ((rc = dt_train_remote_config(o, c, r->net, &rc_cfg, r->log, err))) return rc;
+    rc_cfg.placement = &r->placement;
+    rc_cfg.opt = r->opt;
+    rc_cfg.max_workers = p->dynamic ? p->max_workers : 0;
+    rc_cfg.replicas_to_aggregate = p->aggregate; /* the plan's: dynamic sharding's differ */
+    rc_cfg.total_num_replicas = p->replicas;
+    rc_cfg.step_delay_ms = r->dbg->delay_worker < 0 || r->dbg->delay_worker == c->task_index ? r->dbg->step_delay_ms : 0;
+    rc_cfg.reload = reload;
+    rc_cfg.tables = restore_tables;
+    rc_cfg.user = r;
+    rc_cfg.auth = r->auth.curve ? &r->auth : NULL;
+    rc_cfg.metrics = r->metrics;
     return dt_remote_updater_create(&r->updater, &rc_cfg, err);
 }
 

@@ -8,10 +8,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cluster/cluster.h"
 #include "compute/optim.h"
 #include "data/ctr.h"
 #include "dtrain.h"
+#include "model/net.h"
 #include "train/train_debug.h"
+#include "transport/auth.h"
+#include "worker/remote.h"
 
 /* Examples [n, h, w, c] in the caller's memory (data/dataset.h, dt_dataset_from_memory). */
 typedef struct {
@@ -56,5 +60,21 @@ int dt_train_ex(const dt_train_options *o, const dt_train_debug *d, const dt_tra
 /* The optimizer of o as dt_train makes it (kind, rate, schedule over total global steps, weight
  * decay), for a binding's own step loop (api/model.c). */
 int dt_train_opt_config(const dt_train_options *o, int64_t total, dt_opt_config *c, dt_error *err);
+
+/* For a binding's step loop as a cluster worker (api/model.c), the pieces dt_train's workers use:
+ * the cluster o gives (the four flags, else --num_ps under a cluster manager, else TF_CONFIG, else
+ * this process alone; DT_EINVAL for a cluster without ps tasks or an evaluator task), released with
+ * dt_cluster_clear; --auth's keys (none: a zeroed a; curve: dt_auth_free); and the remote updater's
+ * configuration from o (sync replicas with backup workers and staleness, compression, chunks,
+ * overlap, timeouts, faults, the tables' optimizer of a net with tables), all but what the caller
+ * owns: placement, opt, auth, metrics, the checkpoint hooks (none: a lost ps restarts from the seed),
+ * dynamic sharding. */
+int dt_train_cluster(dt_cluster *c, const dt_train_options *o, FILE *log, dt_error *err);
+/* The options of a task's role in a cluster checked as dt_train checks them (sync replicas, the
+ * exchange, timeouts, --bind, sharding). */
+int dt_train_check_cluster(const dt_train_options *o, dt_error *err);
+int dt_train_load_auth(dt_auth *a, const dt_train_options *o, const dt_cluster *c, dt_error *err);
+int dt_train_remote_config(const dt_train_options *o, const dt_cluster *c, const dt_net *net, dt_remote_config *cfg,
+                           FILE *log, dt_error *err);
 
 #endif

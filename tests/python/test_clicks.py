@@ -170,3 +170,104 @@ def test_example_clicks_on_a_cluster(src, bin_path, tmp_path):
                          env=dict(cli_env(), PYTHONPATH=os.path.join(src, "python")))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "[worker0] test auc" in out.stdout and "[ps0] ps 0: training over at global step 20" in out.stdout, out.stdout[-2000:]
+
+
+def _line_split(n, validation_fraction=0.1, test_fraction=0.1):
+    """docs/ctr-data.md's split rule of lines 1..n: 0 train, 1 validation, 2 test."""
+    z = np.arange(1, n + 1, dtype=np.uint64) ^ np.uint64(0x43545253504c4954)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
+    u = ((z ^ (z >> np.uint64(31))) >> np.uint64(11)).astype(np.float64) / 2.0 ** 53
+    return np.where(u < test_fraction, 2, np.where(u < test_fraction + validation_fraction, 1, 0))
+
+
+def _rows(labels, ids, dense, rows):
+    return dtrain.Clicks(labels[rows], np.ascontiguousarray(ids[rows]), dense=np.ascontiguousarray(dense[rows]))
+
+
+@pytest.mark.parametrize("table", ["buckets=64", "capacity=100000"])
+def test_click_steps_equal_cli(src, bin_path, tmp_path, table):
+    """A click-log model step by step (DeepFM, 13 dense + 26 fields; bounded tables, and unbounded ids in
+    this process's tables): a train_step loop over the training rows in order is `dtrain train` on the
+    same rows as Criteo TSV lines, bit for bit (every tensor of the two checkpoints); predict's
+    probabilities are `dtrain predict`'s of that checkpoint, and evaluate on the test rows is the
+    CLI's test figures."""
+    model = tmp_path / "deepfm.model"
+    text = open(os.path.join(src, "models", "deepfm.model")).read()
+    model.write_text(text.replace("buckets=1048576", table).replace("buckets=262144", table))
+    rng = np.random.default_rng(8)
+    n, B, steps = 500, 16, 12
+    ints = rng.integers(0, 60, size=(n, 13))
+    dense = np.log1p(ints).astype(np.float32)  # the file's integers as the reader transforms them
+    ids = rng.integers(0, 2 ** 32, size=(n, 26), dtype=np.uint64)
+    labels = (ints[:, 0] + rng.integers(0, 30, n) > 45).astype(np.int64)
+    (tmp_path / "c.tsv").write_text("".join("%d\t%s\t%s\n" % (labels[i], "\t".join(map(str, ints[i])),
+                                                               "\t".join("%x" % v for v in ids[i])) for i in range(n)))
+    flags = dict(batch_size=B, train_steps=steps, seed=3, learning_rate=0.01, threads=1)
+    out = subprocess.run([bin_path, "train", "--model", str(model), "--data", str(tmp_path / "c.tsv"),
+                          "--logdir", str(tmp_path / "cli"), "--summary_dir="] +
+                         ["--%s=%s" % kv for kv in flags.items()],
+                         check=True, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=cli_env()).stdout
+    m = dtrain.Model(str(model), **flags)
+    assert m.click_shape == (13, 26) and m.input_shape is None and m.num_classes == 1
+    split = _line_split(n)
+    train = np.flatnonzero(split == 0)
+    for t in range(steps):  # global batch t: the training split's rows t*B .. (t+1)*B-1 in order
+        loss, acc = m.train_step(_rows(labels, ids, dense, train[t * B:(t + 1) * B]))
+        assert np.isfinite(loss) and 0 <= acc <= 1
+    assert m.global_step == steps
+    m.save(str(tmp_path / "steps"))
+    a, b = dtrain.load_checkpoint(str(tmp_path / "cli")), dtrain.load_checkpoint(str(tmp_path / "steps"))
+    assert sorted(a) == sorted(b) and len(a) > 3
+    for k in a:
+        assert a[k].tobytes() == b[k].tobytes(), k
+    # predict: `dtrain predict`'s probabilities of the checkpoint the steps saved, every row
+    csv = subprocess.run([bin_path, "predict", "--logdir", str(tmp_path / "steps"), "--batch_size=%d" % B,
+                          str(tmp_path / "c.tsv")], check=True, capture_output=True, text=True, timeout=120,
+                         env=cli_env()).stdout.splitlines()[1:]
+    probs = m.predict(dtrain.Clicks(labels, ids, dense=dense), probabilities=True)
+    assert probs.shape == (n,) and len(csv) == n
+    assert [line.split(",")[2] for line in csv] == ["%.9g" % p for p in probs]
+    logits = m.predict(dtrain.Clicks(labels, ids, dense=dense))
+    assert np.allclose(1 / (1 + np.exp(-logits.astype(np.float64))), probs, rtol=1e-5)
+    # evaluate: the test rows, as the CLI's run tested them
+    ev = m.evaluate(_rows(labels, ids, dense, np.flatnonzero(split == 2)))
+    assert "test auc %.4f  test logloss %.4f  test accuracy %.4f" % (ev["auc"], ev["logloss"], ev["accuracy"]) in out
+
+
+def test_click_steps_slices_and_errors(ffm_model, tmp_path):
+    """Clicks[i:j] (offsets, multi-valued fields, weights) steps as the same rows built afresh;
+    restore continues bit for bit; images and clicks each refused by the other kind of model."""
+    labels, ids, offsets, values, _ = _libffm(200, 4, 7)
+    clicks = dtrain.Clicks(labels, ids, offsets=offsets, values=values, fields=4)
+    flags = dict(batch_size=16, seed=2, learning_rate=0.05, threads=1)
+    m1, m2 = dtrain.Model(ffm_model, **flags), dtrain.Model(ffm_model, **flags)
+    for t in range(6):
+        r = slice(t * 16, (t + 1) * 16)
+        m1.train_step(clicks[r])
+        o = offsets[r.start * 4:r.stop * 4 + 1]
+        m2.train_step(dtrain.Clicks(labels[r], ids[o[0]:o[-1]].copy(), offsets=o - o[0], values=values[o[0]:o[-1]].copy(),
+                                    fields=4))
+        if t == 2:
+            m1.save(str(tmp_path / "at3"))
+    assert m1.get_params().tobytes() == m2.get_params().tobytes() and m1.global_step == 6
+    m3 = dtrain.Model(ffm_model, **flags)
+    assert m3.restore(str(tmp_path / "at3")) and m3.global_step == 3
+    for t in range(3, 6):
+        m3.train_step(clicks[t * 16:(t + 1) * 16])
+    assert m3.get_params().tobytes() == m1.get_params().tobytes()
+    with pytest.raises(ValueError, match="more than batch_size 16"):
+        m1.train_step(clicks[0:17])
+    with pytest.raises(ValueError, match="y must be None"):
+        m1.train_step(clicks[0:4], labels[:4])
+    with pytest.raises(ValueError, match="must be a dtrain.Clicks"):
+        m1.train_step(np.zeros((4, 1, 1, 0), np.float32), labels[:4])
+    with pytest.raises(ValueError, match="2 fields, the model takes 0 and 4"):
+        m1.train_step(dtrain.Clicks([0, 1], np.zeros((2, 2), np.uint64)))
+    with pytest.raises(ValueError, match="step 1"):
+        clicks[0:10:2]
+    offsets[5] = offsets[-1] + 3  # changed after Clicks checked it: the library names the row
+    with pytest.raises(dtrain.DtrainError, match="click arrays: row 1: field 0.s offsets"):
+        m1.train_step(clicks[0:4])
+    with pytest.raises(dtrain.DtrainError, match="click arrays:2: field 0.s offsets"):
+        m1.predict(clicks)

@@ -250,3 +250,81 @@ def test_catdog_example(src, tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "after 2 steps" in out.stdout
+
+
+def test_fit_log_goes_to_python(fashion, tiny_model, capfd):
+    """fit's log lines reach Python (sys.stdout as it is then, a file-like object, a logging.Logger, a
+    function), whole lines as the CLI writes them, and nothing goes to the process's own stdout."""
+    import contextlib
+    import io
+    import logging
+    x, y, tx, ty, _ = fashion
+    m = dtrain.Model(tiny_model, batch_size=8, seed=1, **QUIET)
+    lines = []
+    m.fit(x[:64], y[:64], test=(tx[:16], ty[:16]), train_steps=4, log=lines.append)
+    assert lines and all(line.endswith("\n") and "\n" not in line[:-1] for line in lines)
+    assert any("test accuracy" in line for line in lines), lines
+    import re
+
+    def steady(text):  # the same run's lines, but for its timings
+        return re.sub(r"\d+(\.\d+)? (examples/sec|s\b)", r"# \2", text)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):  # a notebook replaces sys.stdout as this does
+        m.fit(x[:64], y[:64], test=(tx[:16], ty[:16]), train_steps=4)
+    assert steady(buf.getvalue()) == steady("".join(lines))
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+    logger = logging.getLogger("dtrain.test")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(Keep())
+    dtrain.train(tiny_model, x[:64], y[:64], test=(tx[:16], ty[:16]), train_steps=4, batch_size=8, seed=1, log=logger,
+                 **QUIET)
+    assert [steady(r) for r in records] == [steady(line.rstrip("\n")) for line in lines]
+    m.fit(x[:64], y[:64], test=(tx[:16], ty[:16]), train_steps=4, log=False)
+    assert "test accuracy" not in capfd.readouterr().out  # C's stdout: nothing, all along
+    with pytest.raises(ValueError, match="log must be"):
+        m.fit(x[:64], y[:64], train_steps=1, log=3)
+
+
+def test_train_step_on_a_cluster(fashion, src, tmp_path):
+    """1 ps + 2 sync workers, each a Python process under `dtrain launch`, the workers driven by
+    train_step (distribute(), each its half of every global batch, finish()): the chief's parameters
+    equal one process's train_step loop with twice the batch (to 1e-6 relative, as the fit test)."""
+    x, y, _, _, _ = fashion
+    mlp = tmp_path / "mlp.model"
+    mlp.write_text("model mlp\ninput 28 28 1\nflatten\ndense units=64\nrelu\ndense units=10\n")
+    np.save(tmp_path / "x.npy", x), np.save(tmp_path / "y.npy", y)
+    (tmp_path / "task.py").write_text(
+        "import os, sys\nimport numpy as np\nsys.path.insert(0, %r)\nimport dtrain\n"
+        "flags, rest = dtrain.parse_args()\n"
+        "x, y = np.load('x.npy'), np.load('y.npy')\n"
+        "m = dtrain.Model('mlp.model', **flags)\n"
+        "role = m.distribute()\n"
+        "B, k = int(flags['batch_size']), int(flags['task_index'])\n"
+        "for t in range(20 if role != 'ps' else 0):\n"
+        "    s = t * 2 * B + k * B\n"
+        "    m.train_step(x[s:s + B], y[s:s + B])\n"
+        "m.finish()\n"
+        "if role == 'chief':\n"
+        "    np.save('chief.npy', m.get_params())\n"
+        "print(role, 'at', m.global_step)\n" % os.path.join(src, "python"))
+    common = dict(seed=5, optimizer="sgd", learning_rate=0.1, threads=1, logdir="", summary_dir="")
+    one = dtrain.Model(str(mlp), batch_size=32, **common)
+    for t in range(20):
+        one.train_step(x[t * 32:(t + 1) * 32], y[t * 32:(t + 1) * 32])
+    bin_path = os.environ.get("DTRAIN_BIN") or os.path.join(src, "build", "dtrain")
+    args = [bin_path, "launch", "--ps", "1", "--workers", "2", "--issync=1", "--batch_size=16"]
+    args += ["--%s=%s" % kv for kv in common.items()] + ["--"] + python_cmd() + [str(tmp_path / "task.py")]
+    out = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=cli_env())
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "chief at 20" in out.stdout and "worker at 20" in out.stdout and "ps at" in out.stdout, out.stdout[-2000:]
+    a, b = one.get_params().astype(np.float64), np.load(tmp_path / "chief.npy").astype(np.float64)
+    assert a.shape == b.shape and np.linalg.norm(a - b) / np.linalg.norm(a) <= 1e-6
+    m = dtrain.Model(str(mlp), batch_size=16, **common)
+    assert m.distribute() == "alone"
+    with pytest.raises(dtrain.DtrainError, match="ps_hosts"):
+        dtrain.Model(str(mlp), batch_size=16, job_name="worker", task_index=0, worker_hosts="127.0.0.1:1",
+                     **common).distribute()

@@ -52,6 +52,7 @@ def test_ctrl_c_exit_status_130_checkpoint_kept(fashion, src, tmp_path):
     out = log.read_text()
     assert rc == 130, out[-2000:]
     assert "fit returned" not in out and "dtrain: Ctrl-C: " in out
+    assert "Traceback" not in out and len([l for l in out.splitlines() if l.startswith("dtrain: ")]) == 1, out[-2000:]
     import dtrain  # a cluster keeps its periodic checkpoints, as the CLI's (no final save: train.c)
     assert int(dtrain.load_checkpoint(str(tmp_path / "ckpt"))["global_step"]) > 0, out[-2000:]
 
@@ -80,3 +81,22 @@ def test_ctrl_c_of_a_python_worker_tells_the_ps(fashion, src, tmp_path):
     assert ps_rc == 0 and "shutdown by the chief (worker 0)" in ps_log, ps_log[-2000:]
     import dtrain  # a cluster keeps its periodic checkpoints, as the CLI's (no final save: train.c)
     assert int(dtrain.load_checkpoint(str(tmp_path / "ckpt"))["global_step"]) > 0
+
+
+def test_uncaught_stopped_says_one_line_and_exits_130(fashion, src, tmp_path):
+    """A Stopped nobody catches (here the step callback's) ends the script as a stop ends `dtrain
+    train`: one line `dtrain: <message>` on stderr, no traceback, status 130, atexit's handlers run."""
+    x, y, _, _, _ = fashion
+    np.save(tmp_path / "x.npy", x[:64]), np.save(tmp_path / "y.npy", y[:64])
+    (tmp_path / "mlp.model").write_text("model mlp\ninput 28 28 1\nflatten\ndense units=10\n")
+    (tmp_path / "s.py").write_text(
+        "import atexit, sys\nsys.path.insert(0, %r)\nimport numpy as np\nimport dtrain\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "x, y = np.load('x.npy'), np.load('y.npy')\n"
+        "dtrain.Model('mlp.model', batch_size=8, threads=1, logdir='', summary_dir='').fit(\n"
+        "    x, y, train_steps=100, callback=lambda step, loss, acc: step >= 3, every=1)\n"
+        "print('not reached')\n" % os.path.join(src, "python"))
+    out = subprocess.run(python_cmd() + ["s.py"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert out.returncode == 130, out.stderr[-2000:]
+    assert out.stderr == "dtrain: training stopped by the step callback at global step 3\n", out.stderr
+    assert out.stdout.endswith("\natexit ran\n"), out.stdout[-2000:]
