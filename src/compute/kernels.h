@@ -40,9 +40,12 @@ typedef struct dt_cpu {
     int threads;    /* 1 .. dt_cpu_cores() */
     int par_always; /* 1: a parallel region at any size, below the thresholds too (cpu.h, PAR_MIN_*):
                        what bench_par measures the thresholds with, and tests of the parallel paths */
+    int bf16;       /* 1: the convolutions' and dense layers' products in bf16 with float32 accumulation
+                       (dt_gemm_bf16; --precision bf16, compute/precision.h); every other kernel and
+                       every buffer stays float32 */
 } dt_cpu;
 
-/* threads <= 0: every core; more than the cores: the cores (scratch is sized for them). */
+/* threads <= 0: every core; more than the cores: the cores (scratch is sized for them). float32. */
 void dt_cpu_init(dt_cpu *cpu, int threads);
 /* The cores there are (the cap, and the threads conv scratch is sized for), and OpenMP's default
  * (OMP_NUM_THREADS, else every core): what a net starts with. Constants of the process. */
@@ -57,6 +60,12 @@ void dt_cpu_set_loadavg_path(const char *path);
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major (cblas_sgemm). */
 void dt_gemm(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);
+
+/* C = alpha * op(A) op(B) + beta * C with A and B rounded to bf16 (round to nearest even) and the
+ * products accumulated in fp32; the same arguments as dt_gemm. */
+void dt_gemm_bf16(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc);
+int dt_cpu_has_bf16(void); /* 1 where the CPU has AVX512_BF16 (cpuid), else 0 */
 
 /* Scratch floats dt_conv2d_forward/backward need for a batch of `batch` examples. */
 size_t dt_conv2d_scratch_floats(const dt_window *g, int batch);
