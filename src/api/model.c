@@ -51,7 +51,8 @@ int dt_model_new(dt_model **out, const dt_options *opts, dt_error *err) {
                        "with dt_options_train and a click log as --data)", o->model_path);
     if (!rc) {
         dt_net_set_threads(m->net, o->threads);
-        if (o->device && *o->device && strcmp(o->device, "cpu")) rc = dt_net_set_device(m->net, o->device, err);
+        rc = dt_net_set_precision(m->net, o->precision, err);
+        if (!rc && o->device && *o->device && strcmp(o->device, "cpu")) rc = dt_net_set_device(m->net, o->device, err);
     }
     /* The schedule spans --train_steps (a cosine decay without --lr_decay_steps needs them). */
     if (!rc) rc = dt_train_opt_config(o, o->train_steps, &m->opt, err);
