@@ -333,7 +333,7 @@ static void im2col_backward(const dt_cpu *cpu, float *din, float *dw, float *db,
 /* Winograd where it applies, in float32 only. Its products multiply transformed tiles (sums and
  * differences of inputs, and of kernel taps) that the output transform combines again with
  * cancellation: rounded to bf16, they left the layer 1.35-1.53x the root-mean-square error of PyTorch's
- * bf16 autocast (which rounds im2col's operands and the output), and im2col's bf16 products 0.72-0.81x
+ * bf16 autocast (which rounds im2col's operands and the output), and im2col's bf16 products 0.72-0.84x
  * (tests/fixtures/gen_bf16_fixtures.py prints both per layer; docs/memory-layout.md, "Precision"). */
 static int use_wino(const dt_cpu *cpu, const dt_window *g) { return !cpu->bf16 && dt_wino_applies(g); }
 
