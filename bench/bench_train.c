@@ -1,5 +1,5 @@
 /* Training throughput of dtrain on synthetic batches (no data loading: this measures compute).
- * usage: bench_train MODEL BATCH THREADS [SECONDS] [DEVICE]
+ * usage: bench_train MODEL BATCH THREADS [SECONDS] [DEVICE] [PRECISION]   (PRECISION: float32 or bf16)
  * Prints one JSON line: images/sec, the model's training FLOPs per image, and the achieved GFLOP/s.
  * With DEVICE cuda (docs/gpu.md) the step's parts too: forward + backward with their transfers, the
  * update (Adam, on the host, as `dtrain train --device cuda` runs it), and, timed on their own, the
@@ -52,12 +52,12 @@ static double cpu_now(void) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_train MODEL BATCH THREADS [SECONDS] [DEVICE]\n");
+        fprintf(stderr, "usage: bench_train MODEL BATCH THREADS [SECONDS] [DEVICE] [PRECISION]\n");
         return 2;
     }
     int batch = atoi(argv[2]), threads = atoi(argv[3]);
     double seconds = argc > 4 ? atof(argv[4]) : 5.0;
-    const char *device = argc > 5 ? argv[5] : "cpu";
+    const char *device = argc > 5 ? argv[5] : "cpu", *precision = argc > 6 ? argv[6] : "float32";
     dt_error err = {0};
     dt_net *net;
     if (dt_net_load(&net, argv[1], batch, &err)) {
@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     dt_net_set_threads(net, threads);
-    if (dt_net_set_device(net, device, &err)) {
+    if (dt_net_set_precision(net, precision, &err) || dt_net_set_device(net, device, &err)) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         dt_net_free(net);
         return 1;
@@ -114,10 +114,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     double flops = train_flops_per_example(dt_net_spec(net));
-    printf("{\"impl\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"threads\": %d, "
+    printf("{\"impl\": \"%s\", \"precision\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"threads\": %d, "
            "\"images_per_sec\": %.1f, \"images_per_cpu_sec\": %.1f, \"train_flops_per_image\": %.0f, \"gflops\": %.1f",
-           on_gpu ? "dtrain-cuda" : "dtrain", dt_net_spec(net)->name, batch, threads, best, best_cpu, flops,
-           best * flops * 1e-9);
+           on_gpu ? "dtrain-cuda" : "dtrain", dt_net_precision(net), dt_net_spec(net)->name, batch, threads, best,
+           best_cpu, flops, best * flops * 1e-9);
     if (on_gpu) {
         /* The step's host transfers on their own, each waited for: what overlapping can hide at most. */
         const dt_backend *k = dt_net_backend(net);

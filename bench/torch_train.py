@@ -1,6 +1,9 @@
 #!/usr/bin/python3
 """PyTorch baseline for bench/run: the same models, trained on synthetic batches with Adam.
-usage: torch_train.py MODEL BATCH THREADS [SECONDS] [ALLOCATOR] -> one JSON line with images/sec.
+usage: torch_train.py MODEL BATCH THREADS [SECONDS] [ALLOCATOR] [PRECISION] -> one JSON line with images/sec.
+PRECISION: "float32" (default), or "bf16": the forward pass and the loss under torch.autocast("cpu",
+dtype=torch.bfloat16), PyTorch's own mixed precision (float32 weights and optimizer, bf16 convolutions
+and linear layers).
 The models are written out by hand to mirror models/*.model (NHWC input permuted to NCHW).
 ALLOCATOR: "glibc" (default) runs PyTorch as it comes; "retain" sets glibc's malloc to keep freed
 memory (no mmap for large blocks, no trimming), so each step's tensors reuse pages instead of
@@ -67,6 +70,9 @@ def main():
     name, batch, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 5.0
     allocator = sys.argv[5] if len(sys.argv) > 5 else "glibc"
+    precision = sys.argv[6] if len(sys.argv) > 6 else "float32"
+    if precision not in ("float32", "bf16"):
+        sys.exit(f"torch_train.py: PRECISION must be float32 or bf16, not {precision!r}")
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model, shape, classes = {"fashion": fashion, "catdog": catdog, "resnet": resnet}[name]()
@@ -76,7 +82,8 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     def step():
         opt.zero_grad()
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
     best = 0.0
@@ -89,7 +96,8 @@ def main():
         if rnd >= 0:
             best = max(best, ips)
     print(json.dumps({"impl": "pytorch", "version": torch.__version__, "model": name, "batch": batch,
-                      "threads": threads, "allocator": allocator, "images_per_sec": round(best, 1)}))
+                      "threads": threads, "allocator": allocator, "precision": precision,
+                      "images_per_sec": round(best, 1)}))
 
 if __name__ == "__main__":
     main()

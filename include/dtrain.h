@@ -243,6 +243,13 @@ typedef struct dt_train_options {
      * "cuda" or "cuda:N" in a build with CUDA. Parameters stay on the host for the updater, the ps
      * tasks and checkpoints; a ps task computes nothing and ignores it. */
     const char *device;
+    /* What a worker (or the single process) computes in (docs/memory-layout.md, "Precision"):
+     * "float32" (NULL, the default) or "bf16": the convolutions' and dense layers' products in bf16
+     * with float32 accumulation, on a CPU with AVX512_BF16 (else training fails at start, naming it).
+     * Parameters, gradients, optimizer slots, batch norm, softmax, the loss and checkpoints stay
+     * float32 (a checkpoint resumes in either precision); a ps task checks the name and keeps
+     * float32. */
+    const char *precision;
     /* A ps task (docs/sparse.md, "Memory"): the most GiB the sparse tables the chief declares may grow
      * to on it together, at their capacities (a table of buckets counts its share of the rows); a
      * declaration past it is refused, naming the figures. 0 (the default): three quarters of the

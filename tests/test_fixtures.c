@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/cpu.h"
 #include "compute/cuda.h"
+#include "compute/kernels.h"
 #include "model/net.h"
 #include "io/safetensors.h"
 #include "hash32.h"
@@ -252,15 +254,15 @@ static void run_model(const char *model, const char *model_path, const char *fix
         float *a = st_get(f, key, &na);
         snprintf(key, sizeof key, "grad/%s:dout", pv->name);
         float *d = st_get(f, key, &nb);
-        int I = pv->shape[0], O = pv->shape[1];
-        CHECK_MSG(a && d && pv->ndim == 2 && na == (size_t)batch * I && nb == (size_t)batch * O,
+        int ni = pv->shape[0], no = pv->shape[1]; /* not I: complex.h defines it (cblas.h, compute/cpu.h) */
+        CHECK_MSG(a && d && pv->ndim == 2 && na == (size_t)batch * ni && nb == (size_t)batch * no,
                   "%s: fixture lacks the gradient of %s", model, pv->name);
-        if (a && d && pv->ndim == 2 && na == (size_t)batch * I && nb == (size_t)batch * O) {
-            for (int i = 0; i < I; i++)
-                for (int o = 0; o < O; o++) {
+        if (a && d && pv->ndim == 2 && na == (size_t)batch * ni && nb == (size_t)batch * no) {
+            for (int i = 0; i < ni; i++)
+                for (int o = 0; o < no; o++) {
                     double s = 0;
-                    for (int b = 0; b < batch; b++) s += (double)a[(size_t)b * I + i] * d[(size_t)b * O + o];
-                    ref[(size_t)i * O + o] = s;
+                    for (int b = 0; b < batch; b++) s += (double)a[(size_t)b * ni + i] * d[(size_t)b * no + o];
+                    ref[(size_t)i * no + o] = s;
                 }
             check_tensor(model, pv->name, grads + pv->offset, ref, pv->count);
         }
@@ -306,6 +308,207 @@ static void test_layers(void) {
 
 static void test_resnet(void) {
     run_model("resnet", "models/resnet.model", "tests/fixtures/resnet.safetensors", 273754);
+}
+
+/* ---- bf16 (--precision bf16): single layers against float64 --------------------------------- */
+/* tests/fixtures/bf16_layers.safetensors (gen_bf16_fixtures.py) holds, per layer and output T, the
+ * float64 reference, S1 = sum_k |a_k b_k| per element, S2 = sum_k (a_k b_k)^2 over the tensor, K the
+ * terms per element, and the error of PyTorch's bf16 autocast on the same layer. A bf16 product rounds
+ * both operands to 8 significant bits (u = 2^-8, ties to even) and adds exact products in float32:
+ *   every element   |T~ - T| <= (2u + u^2 + gamma_K) S1,  gamma_K = k 2^-24 / (1 - k 2^-24), k = 2K + 16
+ *                   (float32 additions: two per term where a kernel adds pairs, and the transforms'),
+ *                   plus 4 * 2^-24 |T| (the reference stored in float32, the bias added in float32);
+ *   mean square     u^2/6 <= sum (T~ - T)^2 / S2 <= 2u^2/3 in expectation (independent roundings, each
+ *                   uniform in half an ulp: mean square relative error u^2/12 .. u^2/3 as the
+ *                   significand runs 2 .. 1): the sum is checked within [1/2, 2] of those ends;
+ *   against PyTorch its root mean square error is no larger than autocast's.
+ * A layer of Winograd's shape runs im2col in bf16 (conv_cpu.c says why): its bounds are im2col's. */
+
+#define BF16_U (1.0 / 256.0)
+#define F32_U (1.0 / 16777216.0)
+
+static double meta_num(const dt_st_file *f, const char *layer, const char *key) {
+    char k[128];
+    snprintf(k, sizeof k, "%s%s", layer, key);
+    const char *v = dt_st_meta_get(f, k);
+    CHECK_MSG(v != NULL, "bf16 fixture lacks %s", k);
+    return v ? strtod(v, NULL) : NAN;
+}
+
+/* Checks ours [n] (a layer's output T) against the fixture's reference, as above. */
+static void check_bf16(const dt_st_file *f, const char *layer, const char *key, const float *ours, size_t n) {
+    char name[128], mkey[64];
+    size_t nr = 0, ns = 0;
+    snprintf(name, sizeof name, "%s/%s", layer, key);
+    float *ref = st_get(f, name, &nr);
+    snprintf(name, sizeof name, "%s/%s:s1", layer, key);
+    float *s1 = st_get(f, name, &ns);
+    CHECK_MSG(ref && s1 && nr == n && ns == n, "%s/%s: fixture has %zu and %zu values, ours %zu", layer, key, nr, ns,
+              n);
+    snprintf(mkey, sizeof mkey, "/%s:", key);
+    char *end = mkey + strlen(mkey);
+    strcpy(end, "s2");
+    double s2 = meta_num(f, layer, mkey);
+    strcpy(end, "k");
+    double k = 2 * meta_num(f, layer, mkey) + 16;
+    strcpy(end, "torch_rms");
+    double torch_rms = meta_num(f, layer, mkey);
+    strcpy(end, "torch_max");
+    double torch_max = meta_num(f, layer, mkey);
+    if (ref && s1 && nr == n && ns == n) {
+        const double gamma = k * F32_U / (1 - k * F32_U), c1 = 2 * BF16_U + BF16_U * BF16_U + gamma;
+        double worst = 0, sq = 0, mx = 0;
+        size_t at = 0;
+        for (size_t i = 0; i < n; i++) {
+            double e = fabs((double)ours[i] - ref[i]), bound = c1 * s1[i] + 4 * F32_U * fabs(ref[i]);
+            if (e > worst * bound) worst = bound > 0 ? e / bound : INFINITY, at = i;
+            sq += e * e;
+            mx = fmax(mx, e);
+        }
+        const double ms = s2 > 0 ? sq / s2 : NAN, lo = BF16_U * BF16_U / 6, hi = 2 * BF16_U * BF16_U / 3;
+        const double rms = sqrt(sq / (double)n);
+        CHECK_MSG(worst <= 1, "bf16 %s/%s: [%zu] = %.9g, reference %.9g: %.3g of the bound", layer, key, at,
+                  (double)ours[at], (double)ref[at], worst);
+        CHECK_MSG(ms >= lo / 2 && ms <= 2 * hi,
+                  "bf16 %s/%s: sum of squared errors / S2 = %.3g u^2, expected %.3g..%.3g", layer, key,
+                  ms / (BF16_U * BF16_U), lo / (BF16_U * BF16_U), hi / (BF16_U * BF16_U));
+        CHECK_MSG(rms <= torch_rms, "bf16 %s/%s: rms error %.3g, PyTorch's autocast %.3g", layer, key, rms, torch_rms);
+        if (getenv("SHOW_ERRORS"))
+            fprintf(stderr, "  bf16 %-15s %-3s %6zu values: worst %.2f of the bound, mean square %.3f u^2 S2 "
+                    "(%.3f..%.3f), rms %.3g (autocast %.3g), max %.3g (autocast %.3g)\n", layer, key, n, worst,
+                    ms / (BF16_U * BF16_U), lo / (BF16_U * BF16_U), hi / (BF16_U * BF16_U), rms, torch_rms, mx,
+                    torch_max);
+    }
+    free(ref);
+    free(s1);
+}
+
+/* One layer of the fixture, at 1 and 2 threads (the same bits), against the reference; its bias
+ * gradient, never a bf16 product, is float32's (to float32's rounding: bf16's would be 2^-8 off). */
+static void bf16_layer(const dt_st_file *f, const char *layer, int li) {
+    char key[96];
+    snprintf(key, sizeof key, "%s:kind", layer);
+    const char *kind = dt_st_meta_get(f, key);
+    snprintf(key, sizeof key, "%s:geometry", layer);
+    const char *geo = dt_st_meta_get(f, key);
+    CHECK(kind && geo);
+    if (!kind || !geo) return;
+    const int batch = (int)meta_num(f, layer, ":batch");
+    const int dense = !strcmp(kind, "dense");
+    int v[7] = {0};
+    char pad[16] = "";
+    if (dense) CHECK(sscanf(geo, "%d,%d", &v[0], &v[1]) == 2);
+    else CHECK(sscanf(geo, "%d,%d,%d,%d,%d,%d,%15s", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], pad) == 7);
+    dt_window g = {0};
+    dt_error err = {0};
+    size_t nx, nw, nb, ny;
+    if (dense) {
+        nx = (size_t)batch * v[0], nw = (size_t)v[0] * v[1], nb = (size_t)v[1], ny = (size_t)batch * v[1];
+    } else {
+        int rc = dt_window_init(&g, v[0], v[1], v[2], v[3], v[4], v[4], v[5], v[5],
+                                strcmp(pad, "same") ? DT_PAD_VALID : DT_PAD_SAME, &err);
+        CHECK_MSG(rc == 0, "%s", err.msg);
+        if (rc) return;
+        snprintf(key, sizeof key, "%s:winograd_shape", layer); /* Winograd's in float32, im2col in bf16 */
+        CHECK_MSG(dt_wino_applies(&g) == (dt_st_meta_get(f, key) != NULL), "%s: Winograd's shape or not, as the "
+                  "fixture says", layer);
+        nx = (size_t)batch * v[0] * v[1] * v[2], nw = (size_t)v[4] * v[4] * v[2] * v[3], nb = (size_t)v[3];
+        ny = (size_t)batch * g.out_h * g.out_w * v[3];
+    }
+    float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w), *b = malloc(nb * sizeof *b);
+    float *dout = malloc(ny * sizeof *dout), *out[3], *dx[3], *dw[3], *db[3];
+    float *scratch = dense ? NULL : malloc((dt_conv2d_scratch_floats(&g, batch) + 1) * sizeof *scratch);
+    fill(x, nx, 10u * li, meta_num(f, layer, ":scale/x"), 0, 0);
+    fill(w, nw, 10u * li + 1, meta_num(f, layer, ":scale/w"), 0, 0);
+    fill(b, nb, 10u * li + 2, meta_num(f, layer, ":scale/b"), 0, 0);
+    fill(dout, ny, 10u * li + 3, 1.0, 0, 0);
+    snprintf(key, sizeof key, "%s:probe", layer);
+    const char *probe = dt_st_meta_get(f, key);
+    CHECK_MSG(probe && fabs(strtod(probe, NULL) - x[0]) <= 1e-7 * fabs(x[0]), "%s: the inputs are the fixture's",
+              layer);
+    /* runs: bf16 on 1 thread, bf16 on 2 (every loop in parallel), float32 */
+    for (int r = 0; r < 3; r++) {
+        dt_cpu cpu;
+        dt_cpu_init(&cpu, r == 1 ? 2 : 1);
+        cpu.par_always = r == 1;
+        cpu.bf16 = r < 2;
+        out[r] = malloc(ny * sizeof(float)), dx[r] = malloc(nx * sizeof(float));
+        dw[r] = malloc(nw * sizeof(float)), db[r] = malloc(nb * sizeof(float));
+        if (dense) {
+            dt_dense_forward(&cpu, out[r], x, w, b, batch, v[0], v[1]);
+            dt_dense_backward(&cpu, dx[r], dw[r], db[r], dout, x, w, batch, v[0], v[1]);
+        } else {
+            dt_conv2d_forward(&cpu, out[r], x, w, b, batch, &g, scratch);
+            dt_conv2d_backward(&cpu, dx[r], dw[r], db[r], dout, x, w, batch, &g, scratch);
+        }
+    }
+    check_bf16(f, layer, "y", out[0], ny);
+    check_bf16(f, layer, "dx", dx[0], nx);
+    check_bf16(f, layer, "dw", dw[0], nw);
+    CHECK_MSG(!memcmp(out[0], out[1], ny * sizeof(float)) && !memcmp(dx[0], dx[1], nx * sizeof(float)) &&
+              !memcmp(dw[0], dw[1], nw * sizeof(float)), "bf16 %s: 1 and 2 threads give the same bits", layer);
+    double dbd = 0, dbm = 0; /* float32 sums, in another order where float32 runs Winograd */
+    for (size_t i = 0; i < nb; i++) dbd = fmax(dbd, fabs((double)db[0][i] - db[2][i])), dbm = fmax(dbm, fabs(db[2][i]));
+    CHECK_MSG(dbd <= 1e-5 * dbm, "bf16 %s: the bias gradient is %.3g off float32's (of %.3g)", layer, dbd, dbm);
+    for (int r = 0; r < 3; r++) free(out[r]), free(dx[r]), free(dw[r]), free(db[r]);
+    free(x), free(w), free(b), free(dout), free(scratch);
+}
+
+static void test_bf16_layers(void) {
+    if (!dt_cpu_has_bf16()) {
+        fprintf(stderr, "  skipped: this CPU lacks AVX512_BF16\n");
+        return;
+    }
+    dt_st_file *f = NULL;
+    dt_error err = {0};
+    if (dt_st_open(&f, "tests/fixtures/bf16_layers.safetensors", &err) != 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    const char *layers = dt_st_meta_get(f, "layers");
+    CHECK(layers != NULL);
+    char list[512];
+    snprintf(list, sizeof list, "%s", layers ? layers : "");
+    int li = 0;
+    for (char *save = NULL, *L = strtok_r(list, ",", &save); L; L = strtok_r(NULL, ",", &save), li++)
+        bf16_layer(f, L, li);
+    CHECK(li == 7);
+    dt_st_close(f);
+}
+
+/* The fused conv + max pool in bf16 is the bf16 conv and the pool run apart (to float32 rounding:
+ * its products cover other rows at once), and not float32's. */
+static void test_bf16_fused(void) {
+    dt_window cg, pg;
+    dt_error err = {0};
+    const int batch = 2;
+    CHECK(dt_window_init(&cg, 14, 14, 1, 16, 3, 3, 1, 1, DT_PAD_SAME, &err) == 0);
+    CHECK(dt_window_init(&pg, 14, 14, 16, 16, 2, 2, 2, 2, DT_PAD_SAME, &err) == 0);
+    CHECK(dt_conv2d_maxpool_fusable(&cg, &pg));
+    size_t nx = (size_t)batch * 14 * 14, nc = (size_t)batch * 14 * 14 * 16, np = nc / 4;
+    size_t ns = dt_conv2d_maxpool_scratch_floats(&cg, &pg, batch) + dt_conv2d_scratch_floats(&cg, batch);
+    float *x = malloc(nx * sizeof *x), *w = malloc(144 * sizeof *w), *conv = malloc(nc * sizeof *conv);
+    float *sep = malloc(np * sizeof *sep), *fused = malloc(np * sizeof *fused), *f32 = malloc(np * sizeof *f32);
+    float *scratch = malloc(ns * sizeof *scratch);
+    int32_t *am = malloc(np * sizeof *am);
+    fill(x, nx, 7, 1.0, 0, 3);
+    fill(w, 144, 8, 0.8, 0, 3);
+    dt_cpu cpu;
+    dt_cpu_init(&cpu, 1);
+    cpu.bf16 = 1;
+    dt_conv2d_forward(&cpu, conv, x, w, NULL, batch, &cg, scratch);
+    dt_maxpool_forward(&cpu, sep, am, conv, batch, &pg);
+    dt_conv2d_maxpool_forward(&cpu, fused, am, x, w, NULL, batch, &cg, &pg, scratch);
+    cpu.bf16 = 0;
+    dt_conv2d_maxpool_forward(&cpu, f32, am, x, w, NULL, batch, &cg, &pg, scratch);
+    double worst = 0, apart = 0;
+    for (size_t i = 0; i < np; i++) {
+        worst = fmax(worst, fabs((double)fused[i] - sep[i]));
+        apart = fmax(apart, fabs((double)fused[i] - f32[i]));
+    }
+    CHECK_MSG(worst <= 1e-5, "bf16 fused conv + pool vs apart: %.3g", worst);
+    CHECK_MSG(apart > 1e-4, "bf16 fused conv + pool vs float32: %.3g (bf16 not in use?)", apart);
+    free(x), free(w), free(conv), free(sep), free(fused), free(f32), free(scratch), free(am);
 }
 
 /* ---- the CUDA backend ---- */
@@ -398,6 +601,8 @@ int main(int argc, char **argv) {
     RUN(test_fashion);
     RUN(test_catdog);
     RUN(test_layers);
+    RUN(test_bf16_layers);
+    RUN(test_bf16_fused);
     RUN(test_resnet);
     RUN(test_cuda_layers); /* here CPU against CPU: the model and the comparison, ready for the GPU run */
     return test_summary();

@@ -2,6 +2,7 @@
  * everything is reproducible from the seed, and the whole net's gradient matches finite
  * differences on a tiny model that has every layer kind. (tests/test_fixtures.c checks the
  * shipped models against PyTorch.) */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,12 +210,15 @@ static void test_determinism(void) {
 /* Each net has its own CPU context: two nets of one process at different thread counts, their steps
  * interleaved, keep their own counts and give the same logits, loss and gradients bit for bit
  * (every kernel's work is cut by the shape and the cores, never by the thread count). */
-static void check_two_thread_counts(const char *path, int batch) {
+static void check_two_thread_counts(const char *path, int batch, const char *precision) {
     dt_net *a = load(path, batch), *b = load(path, batch);
     if (!a || !b) {
         dt_net_free(a), dt_net_free(b);
         return;
     }
+    dt_error err = {0};
+    CHECK_MSG(dt_net_set_precision(a, precision, &err) == 0 && dt_net_set_precision(b, precision, &err) == 0, "%s",
+              err.msg);
     int cores = dt_cpu_cores(), many = cores < 2 ? cores : 2;
     dt_net_set_threads(a, 1);
     dt_net_set_threads(b, many);
@@ -246,13 +250,89 @@ static void check_two_thread_counts(const char *path, int batch) {
         for (size_t i = 0; i < n; i++) dt_net_params(b)[i] -= 0.01f * dt_net_grads(b)[i];
     }
     CHECK(dt_net_threads(a) == 1 && dt_net_threads(b) == many); /* neither changed the other's */
+    CHECK(!strcmp(dt_net_precision(a), precision) && !strcmp(dt_net_precision(b), precision));
     if (ok) test_batch_free(&tb);
     dt_net_free(a), dt_net_free(b);
 }
 
 static void test_two_thread_counts(void) {
-    check_two_thread_counts("models/fashion.model", 16);
-    check_two_thread_counts("tests/fixtures/layers.model", 6); /* batch norm, sums, pools */
+    check_two_thread_counts("models/fashion.model", 16, "float32");
+    check_two_thread_counts("tests/fixtures/layers.model", 6, "float32"); /* batch norm, sums, pools */
+    if (!dt_cpu_has_bf16()) return;
+    check_two_thread_counts("models/fashion.model", 16, "bf16");
+    check_two_thread_counts("tests/fixtures/layers.model", 6, "bf16");
+}
+
+/* --precision: a bf16 net's products round to bf16, so its logits move off float32's by about bf16's
+ * precision (a few layers of 2^-8), and its gradients move too (further: where forward's rounding
+ * decides a near tie, a max pool's winner or a ReLU's sign, a whole term of the gradient goes
+ * elsewhere; tests/test_fixtures.c checks each layer's numerics); back in float32 it computes
+ * float32's bits again. The name is checked, a CPU without AVX512_BF16 is refused naming it, the
+ * thread count keeps the precision, and a bf16 net stays off a device. */
+static void test_precision(void) {
+    const int batch = 6;
+    dt_net *a = load("tests/fixtures/layers.model", batch), *b = load("tests/fixtures/layers.model", batch);
+    if (!a || !b) {
+        dt_net_free(a), dt_net_free(b);
+        return;
+    }
+    dt_error err = {0};
+    CHECK(!strcmp(dt_net_precision(a), "float32"));
+    CHECK(dt_net_set_precision(a, "fp8", &err) == DT_EINVAL);
+    CHECK_CONTAINS(err.msg, "precision: expected float32 or bf16, got 'fp8'");
+    CHECK(dt_net_set_precision(a, NULL, &err) == 0 && !strcmp(dt_net_precision(a), "float32"));
+    setenv("DTRAIN_CPU_NO_BF16", "1", 1);
+    CHECK(dt_net_set_precision(b, "bf16", &err) == DT_EINVAL);
+    CHECK_CONTAINS(err.msg, "precision bf16: this CPU lacks AVX512_BF16");
+    unsetenv("DTRAIN_CPU_NO_BF16");
+    CHECK(!strcmp(dt_net_precision(b), "float32"));
+    if (!dt_cpu_has_bf16()) {
+        CHECK(dt_net_set_precision(b, "bf16", &err) == DT_EINVAL);
+        fprintf(stderr, "  skipped the bf16 steps: this CPU lacks AVX512_BF16\n");
+        dt_net_free(a), dt_net_free(b);
+        return;
+    }
+    CHECK_MSG(dt_net_set_precision(b, "bf16", &err) == 0, "%s", err.msg);
+    dt_net_set_threads(b, 1);
+    CHECK(!strcmp(dt_net_precision(b), "bf16"));
+    CHECK(dt_net_set_device(b, "cuda", &err) == DT_EINVAL);
+    CHECK_CONTAINS(err.msg, "precision bf16 is for the CPU only");
+    CHECK(!strcmp(dt_net_device(b), "cpu"));
+
+    size_t n = dt_net_param_count(a);
+    int classes = dt_net_num_classes(a);
+    dt_net_init_params(a, 5);
+    dt_net_init_params(b, 5);
+    test_batch tb;
+    if (!test_batch_make(&tb, a, batch, 0.0f, 4)) {
+        dt_net_free(a), dt_net_free(b);
+        return;
+    }
+    for (int round = 0; round < 2; round++) { /* b in bf16, then in float32 again */
+        const float *la = dt_net_forward(a, tb.x, batch, 1, 5, NULL), *lb = dt_net_forward(b, tb.x, batch, 1, 5, NULL);
+        CHECK(la && lb);
+        if (!la || !lb) break;
+        dt_net_loss(a, tb.y, NULL);
+        dt_net_loss(b, tb.y, NULL);
+        dt_net_backward(a, NULL);
+        dt_net_backward(b, NULL);
+        double dl = 0, ml = 0, dg = 0, mg = 0;
+        for (int i = 0; i < batch * classes; i++) dl = fmax(dl, fabs(la[i] - lb[i])), ml = fmax(ml, fabs(la[i]));
+        for (size_t i = 0; i < n; i++) {
+            dg = fmax(dg, fabs(dt_net_grads(a)[i] - dt_net_grads(b)[i]));
+            mg = fmax(mg, fabs(dt_net_grads(a)[i]));
+        }
+        if (round == 0) {
+            /* a few layers of products, each off by ~2^-8 of its terms: well within 1/16, and never 0 */
+            CHECK_MSG(dl > 0 && dl <= ml / 16 && dg > 0, "bf16 vs float32: logits %.3g of %.3g, gradients %.3g of %.3g",
+                      dl, ml, dg, mg);
+            CHECK(dt_net_set_precision(b, "float32", &err) == 0);
+        } else {
+            CHECK_MSG(dl == 0 && dg == 0, "float32 again: logits %.3g, gradients %.3g off", dl, dg);
+        }
+    }
+    test_batch_free(&tb);
+    dt_net_free(a), dt_net_free(b);
 }
 
 static void test_bad_calls(void) {
@@ -419,6 +499,7 @@ int main(void) {
     RUN(test_init_uniform);
     RUN(test_determinism);
     RUN(test_two_thread_counts);
+    RUN(test_precision);
     RUN(test_bad_calls);
     RUN(test_input_untouched);
     RUN(test_dropout_modes);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "compute/backend.h"
+#include "compute/kernels.h"
 #include "core/rng.h"
 #include "model/net.h"
 #include "net_batch.h"
@@ -186,10 +187,27 @@ static void test_refused(void) {
     dt_net_free(net);
 }
 
+/* A bf16 net (--precision bf16) stays on the CPU: a device computes in float32. */
+static void test_refused_bf16(void) {
+    if (!dt_cpu_has_bf16()) return; /* no bf16 net to refuse */
+    dt_error err = {0};
+    dt_net *net = NULL;
+    CHECK_MSG(dt_net_load(&net, "models/fashion.model", 2, &err) == 0, "%s", err.msg);
+    if (!net) return;
+    CHECK_MSG(dt_net_set_precision(net, "bf16", &err) == 0, "%s", err.msg);
+    fake_ctx f = {0};
+    dt_backend k = fake_device(&f);
+    CHECK(dt_net_set_backend(net, &k, &err) == DT_EINVAL);
+    CHECK_CONTAINS(err.msg, "--device fake: precision bf16 is for the CPU only");
+    CHECK(strcmp(dt_net_device(net), "cpu") == 0 && f.pinned == 0);
+    dt_net_free(net);
+}
+
 int main(void) {
     RUN(test_fashion);
     RUN(test_catdog);
     RUN(test_cuda_layers);
     RUN(test_refused);
+    RUN(test_refused_bf16);
     return test_summary();
 }

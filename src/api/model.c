@@ -78,7 +78,8 @@ int dt_model_new(dt_model **out, const dt_options *opts, dt_error *err) {
     if (!rc) rc = dt_net_load_opts(&m->net, o->model_path, o->batch_size, DT_NET_TABLES_AUTO, err);
     if (!rc) {
         dt_net_set_threads(m->net, o->threads);
-        if (o->device && *o->device && strcmp(o->device, "cpu")) rc = dt_net_set_device(m->net, o->device, err);
+        rc = dt_net_set_precision(m->net, o->precision, err);
+        if (!rc && o->device && *o->device && strcmp(o->device, "cpu")) rc = dt_net_set_device(m->net, o->device, err);
     }
     /* The schedule spans --train_steps (a cosine decay without --lr_decay_steps needs them). */
     if (!rc) rc = dt_train_opt_config(o, o->train_steps, &m->opt, err);

@@ -10,7 +10,10 @@
  * and multiplies it by the HWIO kernel viewed as [KH*KW*C, OC]; the result lands directly in
  * NHWC. Backward recomputes the same chunks: dW += col^T @ dout, then dcol = dout @ W^T
  * overwrites col and is scattered back (col2im). Gradients are summed in fixed pieces, so they are
- * bit-identical for any thread count. docs/memory-layout.md has the details and measurements. */
+ * bit-identical for any thread count. docs/memory-layout.md has the details and measurements.
+ * A context in bf16 (dt_cpu.bf16, --precision bf16) runs every product here through dt_gemm_bf16
+ * instead of sgemm (cpu.h, gemm1), and im2col for Winograd's layers too (use_wino below); gathers,
+ * scatters and sums stay float32. */
 #include <cblas.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -258,7 +261,7 @@ static void im2col_forward(const dt_cpu *cpu, float *out, const float *in, const
             A = col;
         }
         float *o = out + p0 * OC;
-        sgemm1(0, 0, R, OC, KKC, 1.0f, A, KKC, w, OC, 0.0f, o, OC);
+        gemm1(cpu, 0, 0, R, OC, KKC, 1.0f, A, KKC, w, OC, 0.0f, o, OC);
         if (b)
             for (int r = 0; r < R; r++)
                 for (int c = 0; c < OC; c++) o[(size_t)r * OC + c] += b[c];
@@ -295,15 +298,15 @@ static void im2col_backward(const dt_cpu *cpu, float *din, float *dw, float *db,
                         for (int c = 0; c < OC; c++) dbp[c] += dout_c[(size_t)r * OC + c];
                 if (pointwise) {
                     /* col is the input itself, dcol is din itself (no overlap to scatter). */
-                    sgemm1(1, 0, KKC, OC, R, 1.0f, in + p0 * KKC, KKC, dout_c, OC, 1.0f, dwp, OC);
+                    gemm1(cpu, 1, 0, KKC, OC, R, 1.0f, in + p0 * KKC, KKC, dout_c, OC, 1.0f, dwp, OC);
                     if (din)
-                        sgemm1(0, 1, R, KKC, OC, 1.0f, dout_c, OC, w, OC, 0.0f, din + p0 * KKC, KKC);
+                        gemm1(cpu, 0, 1, R, KKC, OC, 1.0f, dout_c, OC, w, OC, 0.0f, din + p0 * KKC, KKC);
                     continue;
                 }
                 im2col(col, in, g, p0, p1);
-                sgemm1(1, 0, KKC, OC, R, 1.0f, col, KKC, dout_c, OC, 1.0f, dwp, OC); /* dW += col^T dout */
+                gemm1(cpu, 1, 0, KKC, OC, R, 1.0f, col, KKC, dout_c, OC, 1.0f, dwp, OC); /* dW += col^T dout */
                 if (din) {
-                    sgemm1(0, 1, R, KKC, OC, 1.0f, dout_c, OC, w, OC, 0.0f, col, KKC); /* dcol = dout W^T */
+                    gemm1(cpu, 0, 1, R, KKC, OC, 1.0f, dout_c, OC, w, OC, 0.0f, col, KKC); /* dcol = dout W^T */
                     col2im(din, col, g, p0, p1);
                 }
             }
@@ -327,19 +330,28 @@ static void im2col_backward(const dt_cpu *cpu, float *din, float *dw, float *db,
 
 /* ---- convolution entry points -------------------------------------------------------------- */
 
+/* Winograd where it applies, in float32 only. Its products multiply transformed tiles (sums and
+ * differences of inputs, and of kernel taps) that the output transform combines again with
+ * cancellation: rounded to bf16, they left the layer 1.35-1.53x the root-mean-square error of PyTorch's
+ * bf16 autocast (which rounds im2col's operands and the output), and im2col's bf16 products 0.72-0.84x
+ * (tests/fixtures/gen_bf16_fixtures.py prints both per layer; docs/memory-layout.md, "Precision"). */
+static int use_wino(const dt_cpu *cpu, const dt_window *g) { return !cpu->bf16 && dt_wino_applies(g); }
+
 size_t dt_conv2d_scratch_floats(const dt_window *g, int batch) {
-    return dt_wino_applies(g) ? dt_wino_scratch_floats(g, batch) : conv_scratch_layout(g, batch).total;
+    size_t s = conv_scratch_layout(g, batch).total; /* im2col's: every layer in bf16 */
+    if (dt_wino_applies(g) && dt_wino_scratch_floats(g, batch) > s) s = dt_wino_scratch_floats(g, batch);
+    return s;
 }
 
 void dt_conv2d_forward(const dt_cpu *cpu, float *out, const float *in, const float *w, const float *b, int batch,
                        const dt_window *g, float *scratch) {
-    if (dt_wino_applies(g)) dt_wino_forward(cpu, out, in, w, b, batch, g, scratch);
+    if (use_wino(cpu, g)) dt_wino_forward(cpu, out, in, w, b, batch, g, scratch);
     else im2col_forward(cpu, out, in, w, b, batch, g, scratch);
 }
 
 void dt_conv2d_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
                         const float *w, int batch, const dt_window *g, float *scratch) {
-    if (dt_wino_applies(g)) dt_wino_backward(cpu, din, dw, db, dout, in, w, batch, g, scratch);
+    if (use_wino(cpu, g)) dt_wino_backward(cpu, din, dw, db, dout, in, w, batch, g, scratch);
     else im2col_backward(cpu, din, dw, db, dout, in, w, batch, g, scratch);
 }
 
@@ -417,7 +429,7 @@ void dt_conv2d_maxpool_forward(const dt_cpu *cpu, float *out, int32_t *argmax, c
                 A = col;
             }
             float *o = cbuf + (q0 - p0) * OC;
-            sgemm1(0, 0, (int)(q1 - q0), OC, KKC, 1.0f, A, KKC, w, OC, 0.0f, o, OC);
+            gemm1(cpu, 0, 0, (int)(q1 - q0), OC, KKC, 1.0f, A, KKC, w, OC, 0.0f, o, OC);
             if (b)
                 for (size_t r = 0; r < q1 - q0; r++)
                     for (int c = 0; c < OC; c++) o[r * OC + c] += b[c];
@@ -475,14 +487,14 @@ void dt_conv2d_maxpool_backward(const dt_cpu *cpu, float *din, float *dw, float 
                         const int R = (int)(q1 - q0);
                         const float *dc = cbuf + (q0 - p0) * OC;
                         if (pointwise) {
-                            sgemm1(1, 0, KKC, OC, R, 1.0f, in + q0 * KKC, KKC, dc, OC, 1.0f, dwp, OC);
-                            if (din) sgemm1(0, 1, R, KKC, OC, 1.0f, dc, OC, w, OC, 1.0f, din + q0 * KKC, KKC);
+                            gemm1(cpu, 1, 0, KKC, OC, R, 1.0f, in + q0 * KKC, KKC, dc, OC, 1.0f, dwp, OC);
+                            if (din) gemm1(cpu, 0, 1, R, KKC, OC, 1.0f, dc, OC, w, OC, 1.0f, din + q0 * KKC, KKC);
                             continue;
                         }
                         im2col(col, in, cg, q0, q1);
-                        sgemm1(1, 0, KKC, OC, R, 1.0f, col, KKC, dc, OC, 1.0f, dwp, OC);
+                        gemm1(cpu, 1, 0, KKC, OC, R, 1.0f, col, KKC, dc, OC, 1.0f, dwp, OC);
                         if (din) {
-                            sgemm1(0, 1, R, KKC, OC, 1.0f, dc, OC, w, OC, 0.0f, col, KKC);
+                            gemm1(cpu, 0, 1, R, KKC, OC, 1.0f, dc, OC, w, OC, 0.0f, col, KKC);
                             col2im(din, col, cg, q0, q1);
                         }
                     }

@@ -46,6 +46,7 @@ void dt_cpu_init(dt_cpu *cpu, int threads) {
     int cores = dt_cpu_cores(); /* also pins OpenBLAS to one thread, before any kernel runs */
     cpu->threads = threads <= 0 || threads > cores ? cores : threads;
     cpu->par_always = 0;
+    cpu->bf16 = 0;
 }
 
 /* The cores other work leaves free: the cores less the runnable tasks of the whole machine

@@ -43,6 +43,25 @@ static inline void sgemm1(int trans_a, int trans_b, int M, int N, int K, float a
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* A layer's product at the context's precision (kernels.h, dt_cpu.bf16): sgemm1, or dt_gemm_bf16 on
+ * one thread, for the products inside a kernel's parallel region (the convolutions' chunks). */
+static inline void gemm1(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                         const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (!cpu->bf16) {
+        sgemm1(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    const dt_cpu one = {.threads = 1, .par_always = 0, .bf16 = 1};
+    dt_gemm_bf16(&one, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* dt_gemm or dt_gemm_bf16, by the context's precision: a whole layer's product (dense layers). */
+static inline void gemm_layer(const dt_cpu *cpu, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (cpu->bf16) dt_gemm_bf16(cpu, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else dt_gemm(cpu, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* A build for any x86-64 (DTRAIN_NATIVE=OFF, no -march) still runs the loops marked DT_HOT with

@@ -1,5 +1,6 @@
-/* Dense layers and the loss on the CPU (compute/kernels.h): one product each way through dt_gemm,
- * and the fused softmax cross-entropy in double, in example order. */
+/* Dense layers and the loss on the CPU (compute/kernels.h): one product each way through dt_gemm
+ * (dt_gemm_bf16 in bf16: cpu.h, gemm_layer), and the fused softmax cross-entropy in double, in
+ * example order (float32 in either precision). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -13,18 +14,18 @@ void dt_dense_forward(const dt_cpu *cpu, float *out, const float *in, const floa
                       int in_dim, int out_dim) {
     if (b)
         for (int n = 0; n < batch; n++) memcpy(out + (size_t)n * out_dim, b, out_dim * sizeof(float));
-    dt_gemm(cpu, 0, 0, batch, out_dim, in_dim, 1.0f, in, in_dim, w, out_dim, b ? 1.0f : 0.0f, out, out_dim);
+    gemm_layer(cpu, 0, 0, batch, out_dim, in_dim, 1.0f, in, in_dim, w, out_dim, b ? 1.0f : 0.0f, out, out_dim);
 }
 
 void dt_dense_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const float *dout, const float *in,
                        const float *w, int batch, int in_dim, int out_dim) {
-    dt_gemm(cpu, 1, 0, in_dim, out_dim, batch, 1.0f, in, in_dim, dout, out_dim, 0.0f, dw, out_dim);
+    gemm_layer(cpu, 1, 0, in_dim, out_dim, batch, 1.0f, in, in_dim, dout, out_dim, 0.0f, dw, out_dim);
     if (db) {
         memset(db, 0, out_dim * sizeof(float));
         for (int n = 0; n < batch; n++)
             for (int o = 0; o < out_dim; o++) db[o] += dout[(size_t)n * out_dim + o];
     }
-    if (din) dt_gemm(cpu, 0, 1, batch, in_dim, out_dim, 1.0f, dout, out_dim, w, out_dim, 0.0f, din, in_dim);
+    if (din) gemm_layer(cpu, 0, 1, batch, in_dim, out_dim, 1.0f, dout, out_dim, w, out_dim, 0.0f, din, in_dim);
 }
 
 /* ---- loss ---------------------------------------------------------------------------------- */

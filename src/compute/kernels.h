@@ -40,9 +40,12 @@ typedef struct dt_cpu {
     int threads;    /* 1 .. dt_cpu_cores() */
     int par_always; /* 1: a parallel region at any size, below the thresholds too (cpu.c, g_par_min):
                        what bench_par measures the thresholds with, and tests of the parallel paths */
+    int bf16;       /* 1: the convolutions' and dense layers' products in bf16 with float32 accumulation
+                       (dt_gemm_bf16; --precision bf16, compute/precision.h); every other kernel and
+                       every buffer stays float32 */
 } dt_cpu;
 
-/* threads <= 0: every core; more than the cores: the cores (scratch is sized for them). */
+/* threads <= 0: every core; more than the cores: the cores (scratch is sized for them). float32. */
 void dt_cpu_init(dt_cpu *cpu, int threads);
 /* The cores there are (the cap, and the threads conv scratch is sized for), and OpenMP's default
  * (OMP_NUM_THREADS, else every core): what a net starts with. Constants of the process. */

@@ -291,8 +291,8 @@ static void wino_run_forward(const dt_cpu *cpu, float *out, const float *in, con
         size_t t0 = k * tiles, t1 = t0 + tiles < total ? t0 + tiles : total;
         wino_transform_chunk(v, NULL, xv, 0, in, NULL, g, t0, t1, rb, zeros);
         for (int x = 0; x < 16; x++)
-            sgemm1(0, 0, (int)(t1 - t0), g->oc, g->ic, 1.0f, v + x * xv, g->ic, u + (size_t)x * g->ic * g->oc,
-                   g->oc, 0.0f, m + x * xm, g->oc);
+            gemm1(cpu, 0, 0, (int)(t1 - t0), g->oc, g->ic, 1.0f, v + x * xv, g->ic,
+                  u + (size_t)x * g->ic * g->oc, g->oc, 0.0f, m + x * xm, g->oc);
         wino_output_rows(m, xm, t1 - t0, g->oc);
         for (size_t t = t0; t < t1;) {
             wino_run run = wino_run_at(g, t, t1);
@@ -341,8 +341,8 @@ void dt_wino_backward(const dt_cpu *cpu, float *din, float *dw, float *db, const
                 size_t t1 = t0 + s.tiles < e ? t0 + s.tiles : e;
                 wino_transform_chunk(v, z, xv, xz, in, dout, &wg, t0, t1, rb, zeros);
                 for (int x = 0; x < 16; x++)
-                    sgemm1(1, 0, C, OC, (int)(t1 - t0), 1.0f, v + x * xv, C, z + x * xz, OC, t0 == a ? 0.0f : 1.0f,
-                           gw + (size_t)x * C * OC, OC);
+                    gemm1(cpu, 1, 0, C, OC, (int)(t1 - t0), 1.0f, v + x * xv, C, z + x * xz, OC,
+                          t0 == a ? 0.0f : 1.0f, gw + (size_t)x * C * OC, OC);
             }
             if (db) {
                 memset(dbp, 0, OC * sizeof(float));

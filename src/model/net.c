@@ -19,6 +19,7 @@
 
 #include "compute/cuda.h"
 #include "compute/optim.h"
+#include "compute/precision.h"
 #include "core/assert.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -415,9 +416,17 @@ static int device_buffers_alloc(const dt_net *net, const dt_backend *k, device_b
 
 /* ---- device ---- */
 
+/* A bf16 net stays on the CPU: the devices' backends compute in float32. */
+static int refuse_bf16_device(const dt_net *net, const char *device, dt_error *err) {
+    if (!net->cpu.bf16) return DT_OK;
+    return dt_errorf(err, DT_EINVAL, "--device %s: precision bf16 is for the CPU only (a device computes in float32)",
+                     device);
+}
+
 int dt_net_set_backend(dt_net *net, const dt_backend *k, dt_error *err) {
     if (net->k.buf->on_device) return dt_errorf(err, DT_EINVAL, "the net is already on %s", net->k.ops->name);
     if (!k->buf->on_device) return DT_OK; /* the CPU: where every net starts */
+    if (refuse_bf16_device(net, k->ops->name, err)) return DT_EINVAL;
     const char *src = net->spec.source[0] ? net->spec.source : net->spec.name;
     int at = net->n_layers - 1;
     if (dt_net_is_binary(net) && !k->ops->supports(k->ctx, DT_OP_SIGMOID_LOGLOSS))
@@ -457,6 +466,7 @@ int dt_net_set_backend(dt_net *net, const dt_backend *k, dt_error *err) {
 int dt_net_set_device(dt_net *net, const char *device, dt_error *err) {
     int index, rc = dt_device_parse(device, &index, err);
     if (rc || index < 0) return rc; /* cpu: where every net starts */
+    if ((rc = refuse_bf16_device(net, device, err))) return rc; /* before a device opens */
     if (net->k.buf->on_device)
         return dt_errorf(err, DT_EINVAL, "--device %s: the net is already on %s", device, net->k.ops->name);
     dt_cuda *cuda = NULL;
@@ -469,7 +479,26 @@ int dt_net_set_device(dt_net *net, const char *device, dt_error *err) {
 const char *dt_net_device(const dt_net *net) { return net->k.ops->name; }
 const dt_backend *dt_net_backend(const dt_net *net) { return &net->k; }
 void dt_net_describe_device(const dt_net *net, char *buf, size_t len) { net->k.ops->describe(net->k.ctx, buf, len); }
-void dt_net_set_threads(dt_net *net, int threads) { dt_cpu_init(&net->cpu, threads); }
+void dt_net_set_threads(dt_net *net, int threads) {
+    const int bf16 = net->cpu.bf16;
+    dt_cpu_init(&net->cpu, threads);
+    net->cpu.bf16 = bf16;
+}
+
+int dt_net_set_precision(dt_net *net, const char *precision, dt_error *err) {
+    dt_precision p;
+    int rc = dt_precision_parse(precision, &p, err);
+    if (!rc && p == DT_PRECISION_BF16 && net->k.buf->on_device)
+        rc = dt_errorf(err, DT_EINVAL, "precision bf16 is for the CPU only: the net is on %s (its backend computes in "
+                       "float32)", net->k.ops->name);
+    if (!rc) rc = dt_precision_check_cpu(p, err);
+    if (!rc) net->cpu.bf16 = p == DT_PRECISION_BF16;
+    return rc;
+}
+
+const char *dt_net_precision(const dt_net *net) {
+    return dt_precision_name(net->cpu.bf16 ? DT_PRECISION_BF16 : DT_PRECISION_FLOAT32);
+}
 int dt_net_threads(const dt_net *net) { return net->cpu.threads; }
 
 int dt_net_status(const dt_net *net, dt_error *err) { return net->k.ops->status(net->k.ctx, err); }

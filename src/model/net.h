@@ -95,6 +95,14 @@ const dt_net_hooks *dt_net_get_hooks(const dt_net *net);
  * kernel there ("not supported on cuda yet: layer X"). At most once per net. */
 int dt_net_set_device(dt_net *net, const char *device, dt_error *err);
 const char *dt_net_device(const dt_net *net); /* "cpu" or "cuda" */
+/* The precision its kernels compute in (compute/precision.h; --precision): "float32" (NULL, "": the
+ * default) or "bf16", the convolutions' and dense layers' products in bf16 with float32
+ * accumulation; parameters, gradients, activations, batch norm, softmax and the loss stay float32.
+ * Fails (the net unchanged) for an unknown name, bf16 on a CPU without AVX512_BF16 (one line naming
+ * it), or bf16 on a device (the CUDA backend computes in float32; dt_net_set_device refuses a bf16
+ * net likewise). */
+int dt_net_set_precision(dt_net *net, const char *precision, dt_error *err);
+const char *dt_net_precision(const dt_net *net); /* "float32" or "bf16" */
 /* dt_net_set_device with the backend given (compute/backend.h; it is copied): a device context
  * already opened (its ops->close is called when the net is freed), or a test's. */
 int dt_net_set_backend(dt_net *net, const dt_backend *b, dt_error *err);

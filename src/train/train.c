@@ -14,6 +14,7 @@
 #include "cluster/placement.h"
 #include "compute/kernels.h"
 #include "compute/optim.h"
+#include "compute/precision.h"
 #include "transport/wire.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -56,6 +57,7 @@ void dt_train_options_init(dt_train_options *o) {
     o->validation_fraction = -1.0;
     o->placement = "greedy";
     o->compression = "none";
+    o->precision = "float32";
     o->overlap = "priority";
     o->sparse_prefetch = 1;
     o->chunk_kb = (int)(DT_WIRE_CHUNK_BYTES_DEFAULT >> 10);
@@ -392,6 +394,8 @@ static int check_up_front(const dt_train_options *o, const dt_train_debug *dbg, 
     if ((rc = dt_table_optim_config(o, &tables, err))) return rc;
     dt_augment aug;
     if ((rc = dt_augment_parse(&aug, o->augment, err))) return rc;
+    dt_precision prec; /* every task checks the name; a worker also its CPU (a ps computes in float32) */
+    if ((rc = dt_precision_parse(o->precision, &prec, err))) return rc;
     return dt_place_strategy_parse(o->placement ? o->placement : "greedy", strategy, err);
 }
 
@@ -451,6 +455,7 @@ int dt_train_ex(const dt_train_options *o, const dt_train_debug *dbg, const dt_t
         rc = dt_serve_task_opts(&r.cluster, &r.placement, &so, log, err);
         goto out;
     }
+    if ((rc = dt_net_set_precision(r.net, o->precision, err))) goto out;
     if (o->device && *o->device && strcmp(o->device, "cpu")) {
         if ((rc = dt_net_set_device(r.net, o->device, err))) goto out;
         char desc[320];
@@ -1002,9 +1007,11 @@ static void log_start(const run_state *r, const dt_train_options *o) {
     else
         snprintf(steps, sizeof steps, "%lld global steps (%.2f epochs)", (long long)p->total,
                  (double)p->total / (double)p->global_per_epoch);
-    fprintf(log, "dtrain %s: model %s (%zu parameters), %s, %s lr %g, batch %d, %s, %d threads%s\n", dt_version(),
+    const int bf16 = !strcmp(dt_net_precision(r->net), "bf16");
+    fprintf(log, "dtrain %s: model %s (%zu parameters), %s, %s lr %g, batch %d, %s, %d threads%s%s\n", dt_version(),
             dt_net_spec(r->net)->name, dt_net_param_count(r->net), sizes, dt_opt_name(r->opt.kind),
-            (double)r->opt.learning_rate, o->batch_size, steps, dt_net_threads(r->net), role);
+            (double)r->opt.learning_rate, o->batch_size, steps, dt_net_threads(r->net),
+            bf16 ? ", precision bf16 (bf16 products, float32 accumulation and parameters)" : "", role);
     char sched[160], clip[64] = "none";
     dt_lr_describe(&r->opt.schedule, sched, sizeof sched);
     if (o->clip_gradient_norm > 0) snprintf(clip, sizeof clip, "global norm %g", o->clip_gradient_norm);

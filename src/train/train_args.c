@@ -87,6 +87,10 @@ int train_args_flags(train_args *a, flag_def *out) {
                  (double)UINT64_MAX, 0),
         FLAG_TEXT("device", &o->device,
                   "where this process computes: cpu, cuda or cuda:N (a CUDA build; docs/gpu.md)"),
+        FLAG_TEXT("precision", &o->precision,
+                  "float32, or bf16: the convolutions' and dense layers' products in bf16 with float32 accumulation, "
+                  "on a CPU with AVX512_BF16; parameters, optimizer slots, batch norm, the loss and checkpoints stay "
+                  "float32, and the ps tasks keep float32 (docs/memory-layout.md, \"Precision\")"),
         FLAG_NUM("threads", FLAG_INT, &o->threads,
                  "compute threads (at most the cores there are; a loop uses them only when its work pays for it and "
                  "other work leaves the cores free: docs/memory-layout.md); 0: all cores",

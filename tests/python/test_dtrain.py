@@ -112,6 +112,30 @@ def test_options_by_flag_name():
     assert flags == {"strict": "true", "issync": "1", "lr_staircase": "0"} and rest == ["data"]
 
 
+def test_precision_bf16(fashion, tiny_model, tmp_path):
+    """precision="bf16" (--precision): train_step computes in bf16, not float32's bits but near them; the
+    parameters and checkpoint stay float32 and restore into a float32 model; a bad name raises."""
+    with open("/proc/cpuinfo") as f:
+        if "avx512_bf16" not in f.read():
+            pytest.skip("this CPU lacks AVX512_BF16")
+    x, y, _, _, _ = fashion
+    a = dtrain.Model(tiny_model, batch_size=32, seed=3, **QUIET)
+    b = dtrain.Model(tiny_model, batch_size=32, seed=3, precision="bf16", **QUIET)
+    assert a.options.get("precision") == "float32" and b.options.get("precision") == "bf16"
+    for i in range(10):
+        la, _ = a.train_step(x[32 * i:32 * i + 32], y[32 * i:32 * i + 32])
+        lb, _ = b.train_step(x[32 * i:32 * i + 32], y[32 * i:32 * i + 32])
+    pa, pb = a.get_params(), b.get_params()
+    assert pb.dtype == np.float32 and pa.tobytes() != pb.tobytes()
+    assert np.linalg.norm(pa - pb) <= 0.02 * np.linalg.norm(pa) and abs(la - lb) <= 0.05 * la
+    b.save(str(tmp_path / "ck"))
+    r = dtrain.Model(tiny_model, batch_size=32, seed=3, **QUIET)
+    assert r.restore(str(tmp_path / "ck")) and r.global_step == 10
+    assert r.get_params().tobytes() == pb.tobytes()
+    with pytest.raises(dtrain.DtrainError, match="precision: expected float32 or bf16, got 'half'"):
+        dtrain.Model(tiny_model, precision="half")
+
+
 def test_stop_callback_and_gil(fashion, tiny_model):
     """A callback every N steps; a stop from another thread ends fit with Stopped; a Python thread
     runs while C trains (the GIL is released)."""
