@@ -8,11 +8,14 @@
  * chunks), or after backward (--overlap none); at the ps a per-chunk barrier (sync) or an update per
  * push (async); a click-log model's sparse rows pulled (prefetched one batch ahead) and pushed. CPU
  * time per message and per byte, of the ps and of the worker, comes from a cost file made by
- * bench/bench_simcost (sim/costs.txt). Prints one line of key=value: the mean step time and what
- * bounds it, beside the BytePS closed form max(M/B, W M / (P B)).
+ * bench/bench_simcost (sim/costs.txt). --cores N: every host's cores for the exchange (a ps then
+ * runs N appliers on one queue, a worker's streams to the ps tasks spread over them; dtrain's ps
+ * has one loop today: N > 1 is a design the simulator prices, not the code). Prints one line of
+ * key=value: the mean step time and what bounds it, beside the BytePS closed form
+ * max(M/B, W M / (P B)).
  *
  * usage: dtrain_sim --model FILE --ps P --workers W [--gbit G] [--compute_ms C] [--sync 1|0]
- *        [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--ps_cores N]
+ *        [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--cores N]
  *        [--jitter F] [--sparse_ids N] [--encoding_bytes 4|2] [--verbose] */
 #include <math.h>
 #include <stdio.h>
@@ -60,7 +63,7 @@ typedef struct {
 
 /* The run's configuration and the model's layout. */
 static struct {
-    int P, W, steps, warm, sync, overlap, ps_cores, verbose;
+    int P, W, steps, warm, sync, overlap, cores, verbose;
     double gbit, compute_ms, chunk_bytes, jitter, enc;
     costs c;
     /* layers: forward and backward sleep (s), the chunks each needs / makes ready */
@@ -75,7 +78,7 @@ static struct {
     double sparse_ids;
     int sparse_tables;
     double sparse_floats;
-} cfg = {.steps = 6, .warm = 2, .sync = 1, .overlap = 1, .ps_cores = 1, .gbit = 1, .chunk_bytes = 65536, .enc = 4};
+} cfg = {.steps = 6, .warm = 2, .sync = 1, .overlap = 1, .cores = 1, .gbit = 1, .chunk_bytes = 65536, .enc = 4};
 
 typedef struct {
     int id;
@@ -485,14 +488,14 @@ static const char *write_platform(void) {
                "<cluster id=\"bed\" prefix=\"h\" suffix=\"\" radical=\"0-%d\" speed=\"%.0ff\" core=\"%d\" "
                "bw=\"%.0fBps\" lat=\"0us\" sharing_policy=\"SPLITDUPLEX\" bb_bw=\"%.0fBps\" bb_lat=\"0us\" "
                "bb_sharing_policy=\"FATPIPE\"/>\n</platform>\n",
-            cfg.P + cfg.W - 1, FLOPS, cfg.ps_cores, bw, bw * 1e4);
+            cfg.P + cfg.W - 1, FLOPS, cfg.cores, bw, bw * 1e4);
     fclose(f);
     return path;
 }
 
 static void usage(void) {
     fprintf(stderr, "usage: dtrain_sim --model FILE --ps P --workers W [--gbit G] [--compute_ms C] [--sync 1|0]\n"
-                    "       [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--ps_cores N]\n"
+                    "       [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--cores N]\n"
                     "       [--jitter F] [--sparse_ids N] [--encoding_bytes 4|2] [--verbose]\n");
     exit(2);
 }
@@ -514,14 +517,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--chunk_kb")) cfg.chunk_bytes = atof(v) * 1024;
         else if (!strcmp(a, "--steps")) cfg.steps = atoi(v);
         else if (!strcmp(a, "--costs")) costs_path = v;
-        else if (!strcmp(a, "--ps_cores")) cfg.ps_cores = atoi(v);
+        else if (!strcmp(a, "--cores")) cfg.cores = atoi(v);
         else if (!strcmp(a, "--jitter")) cfg.jitter = atof(v);
         else if (!strcmp(a, "--sparse_ids")) cfg.sparse_ids = atof(v);
         else if (!strcmp(a, "--encoding_bytes")) cfg.enc = atof(v);
         else usage();
     }
     if (!model || cfg.P < 1 || cfg.W < 1 || cfg.P > 4096 || cfg.W > 4096 || !(cfg.gbit > 0) ||
-        !(cfg.compute_ms >= 0) || cfg.steps < 3 || cfg.ps_cores < 1 || !(cfg.jitter >= 0 && cfg.jitter < 1) ||
+        !(cfg.compute_ms >= 0) || cfg.steps < 3 || cfg.cores < 1 || !(cfg.jitter >= 0 && cfg.jitter < 1) ||
         !(cfg.sparse_ids >= 0) || (cfg.enc != 4 && cfg.enc != 2) || !(cfg.chunk_bytes >= 0))
         usage();
     cfg.warm = cfg.steps / 3;
@@ -562,7 +565,7 @@ int main(int argc, char **argv) {
         sg_host_t h = sg_host_by_name(name);
         snprintf(arg0, sizeof arg0, "%d", p);
         pss[p].held = calloc((size_t)cfg.W * 2 + 2, sizeof(msg *));
-        for (int k = 0; k < cfg.ps_cores; k++) {
+        for (int k = 0; k < cfg.cores; k++) {
             snprintf(arg1, sizeof arg1, "%d", k);
             char *av[] = {arg0, arg1, NULL};
             sg_actor_t a = sg_actor_create("ps", h, ps_main, 2, av);
@@ -610,23 +613,28 @@ int main(int argc, char **argv) {
     double ps_link = 0, ps_cpu = 0, w_link = 0;
     for (int p = 0; p < cfg.P; p++) {
         ps_link = fmax(ps_link, pss[p].bytes_in / (B * T));
-        ps_cpu = fmax(ps_cpu, pss[p].cpu / (cfg.ps_cores * T));
+        ps_cpu = fmax(ps_cpu, pss[p].cpu / (cfg.cores * T));
     }
-    for (int j = 0; j < cfg.W; j++) w_link = fmax(w_link, workers[j].bytes_out / (B * T));
+    double w_cpu = 0;
+    for (int j = 0; j < cfg.W; j++) {
+        w_link = fmax(w_link, workers[j].bytes_out / (B * T));
+        w_cpu = fmax(w_cpu, workers[j].cpu / (cfg.cores * T));
+    }
     double compute = cfg.compute_ms * 1e-3 / step;
     const char *bound = "compute";
     double top = compute;
     if (ps_link > top) top = ps_link, bound = "ps_link";
     if (ps_cpu > top) top = ps_cpu, bound = "ps_cpu";
     if (w_link > top) top = w_link, bound = "worker_link";
+    if (w_cpu > top) top = w_cpu, bound = "worker_cpu";
     /* BytePS, non-colocated ps: no exchange is shorter than max(M/B, W M / (P B)) (wire bytes). */
     double M = cfg.sparse_ids > 0 ? cfg.sparse_ids * (cfg.sparse_tables * 8 + cfg.sparse_floats * cfg.enc)
                                   : cfg.model_bytes / 4 * cfg.enc;
     double exch = fmax(M / B, cfg.W * M / (cfg.P * B));
     printf("workers=%d ps=%d gbit=%g compute_ms=%g sync=%d step_ms=%.3f closed_exchange_ms=%.3f "
            "closed_step_ms=%.3f model_bytes=%.0f bound=%s util_ps_link=%.3f util_ps_cpu=%.3f "
-           "util_worker_link=%.3f compute_share=%.3f\n",
+           "util_worker_link=%.3f util_worker_cpu=%.3f compute_share=%.3f\n",
            cfg.W, cfg.P, cfg.gbit, cfg.compute_ms, cfg.sync, step * 1e3, exch * 1e3,
-           fmax(cfg.compute_ms * 1e-3, exch) * 1e3, M, bound, ps_link, ps_cpu, w_link, compute);
+           fmax(cfg.compute_ms * 1e-3, exch) * 1e3, M, bound, ps_link, ps_cpu, w_link, w_cpu, compute);
     return 0;
 }
