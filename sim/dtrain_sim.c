@@ -15,7 +15,7 @@
  * max(M/B, W M / (P B)).
  *
  * usage: dtrain_sim --model FILE --ps P --workers W [--gbit G] [--compute_ms C] [--sync 1|0]
- *        [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--cores N]
+ *        [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--cores N] [--streams N]
  *        [--jitter F] [--sparse_ids N] [--encoding_bytes 4|2] [--verbose] */
 #include <math.h>
 #include <stdio.h>
@@ -63,7 +63,7 @@ typedef struct {
 
 /* The run's configuration and the model's layout. */
 static struct {
-    int P, W, steps, warm, sync, overlap, cores, verbose;
+    int P, W, steps, warm, sync, overlap, cores, verbose, streams;
     double gbit, compute_ms, chunk_bytes, jitter, enc;
     costs c;
     /* layers: forward and backward sleep (s), the chunks each needs / makes ready */
@@ -78,18 +78,24 @@ static struct {
     double sparse_ids;
     int sparse_tables;
     double sparse_floats;
-} cfg = {.steps = 6, .warm = 2, .sync = 1, .overlap = 1, .cores = 1, .gbit = 1, .chunk_bytes = 65536, .enc = 4};
+} cfg = {.steps = 6, .warm = 2, .sync = 1, .overlap = 1, .cores = 1, .streams = 4096, .gbit = 1, .chunk_bytes = 65536, .enc = 4};
 
 typedef struct {
     int id;
     unsigned char **arrived; /* [P][m]: this chunk's parameters are in for the next forward */
     unsigned char **ready;   /* [P][m]: gradient final, not yet sent */
     sg_sem_t arrival;        /* released at every arrival; the forward waits on it */
-    sg_sem_t *to_send;       /* [P] ready chunks per ps */
+    sg_sem_t *to_send;       /* [streams] ready chunks per stream */
     int sparse_wait;         /* sparse replies still due */
     double *step_end, end;
     double bytes_out, cpu;
 } worker_state;
+
+struct ring {
+    msg **q; /* a ring of cap */
+    int head, n, cap;
+    sg_sem_t sem;
+};
 
 typedef struct {
     int id;
@@ -97,6 +103,7 @@ typedef struct {
     int sparse_acc;
     long sparse_applied; /* sync: sparse steps applied */
     msg **held;          /* [2 W] sync: pulls waiting for their step */
+    struct ring *out;    /* [n_streams_ps()] replies queued for each of the ps's send streams */
     int n_held;
     double bytes_in, cpu;
 } ps_state;
@@ -119,6 +126,23 @@ static void charge(double seconds, double *acc) {
     sg_actor_execute(seconds * FLOPS);
 }
 
+/* The ps's replies leave in one stream per worker (a connection), each in the order queued
+ * (--streams N: at most N, worker w's in stream w % N). */
+static int n_streams_ps(void) { return cfg.streams < cfg.W ? cfg.streams : cfg.W; }
+
+static void reply(ps_state *s, msg *m) {
+    struct ring *r = &s->out[m->worker % n_streams_ps()];
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 64;
+        msg **o = malloc(sizeof *o * (size_t)cap);
+        for (int k = 0; k < r->n; k++) o[k] = r->q[(r->head + k) % r->cap];
+        free(r->q);
+        r->q = o, r->head = 0, r->cap = cap;
+    }
+    r->q[(r->head + r->n++) % r->cap] = m;
+    sg_sem_release(r->sem);
+}
+
 static void send_async(sg_mailbox_t mb, msg *m) {
     sg_comm_t c = sg_mailbox_put_init(mb, m, wire(m->bytes)); /* detach starts it */
     sg_comm_detach(c, NULL);
@@ -131,7 +155,7 @@ static void serve_pull(ps_state *s, msg *m) {
     double out = cfg.sparse_ids / cfg.P * cfg.sparse_floats * cfg.enc;
     charge(cfg.c.ps_msg + cfg.c.ps_byte * (m->bytes + out) + cfg.c.ps_row * rows, &s->cpu);
     m->kind = MSG_SROWS, m->bytes = out;
-    send_async(worker_mb[m->worker], m);
+    reply(s, m);
 }
 
 static void ps_main(int argc, char **argv) {
@@ -149,7 +173,7 @@ static void ps_main(int argc, char **argv) {
             if (!cfg.sync) {
                 charge(cfg.c.ps_apply_msg + cfg.c.ps_apply_byte * f32, &s->cpu);
                 m->kind = MSG_PARAMS, m->bytes = f32 / 4 * cfg.enc;
-                send_async(worker_mb[m->worker], m);
+                reply(s, m);
                 continue;
             }
             int c = m->chunk;
@@ -157,10 +181,11 @@ static void ps_main(int argc, char **argv) {
             if (++s->acc[c] < cfg.W) continue;
             s->acc[c] = 0;
             charge(cfg.c.ps_apply_msg + cfg.c.ps_apply_byte * f32, &s->cpu);
-            for (int w = 0; w < cfg.W; w++) {
+            for (int k = 0; k < cfg.W; k++) {
+                int w = (k + s->id) % cfg.W; /* ps tasks start on different workers */
                 msg *r = malloc(sizeof *r);
                 *r = (msg){.kind = MSG_PARAMS, .worker = w, .ps = s->id, .chunk = c, .bytes = f32 / 4 * cfg.enc};
-                send_async(worker_mb[w], r);
+                reply(s, r);
             }
         } else if (m->kind == MSG_SPULL) {
             /* sync: held until the step before the one it asks for is applied (docs/sparse.md,
@@ -175,7 +200,8 @@ static void ps_main(int argc, char **argv) {
             charge(cfg.c.ps_msg + cfg.c.ps_byte * m->bytes + cfg.c.ps_row * rows, &s->cpu);
             int w = m->worker;
             m->kind = MSG_SACK, m->bytes = 0;
-            send_async(worker_mb[w], m);
+            reply(s, m);
+            (void)w;
             if (!cfg.sync) {
                 charge(cfg.c.ps_row * rows, &s->cpu);
                 continue;
@@ -197,22 +223,49 @@ static void ps_main(int argc, char **argv) {
     }
 }
 
+static void ps_sender_main(int argc, char **argv) {
+    (void)argc;
+    ps_state *s = &pss[atoi(argv[0])];
+    struct ring *r = &s->out[atoi(argv[1])];
+    sg_comm_t prev = NULL;
+    for (;;) {
+        sg_sem_acquire(r->sem);
+        msg *m = r->q[r->head];
+        r->head = (r->head + 1) % r->cap, r->n--;
+        if (prev) sg_comm_wait(prev);
+        prev = sg_mailbox_put_async(worker_mb[m->worker], m, wire(m->bytes));
+    }
+}
+
 /* ---- a worker ---------------------------------------------------------------------------------- */
 
-/* One per (worker, ps): the chunks of that ps in flight one at a time, the lowest ready first. */
+/* A worker's streams: one per ps, as dtrain's connections (--streams N: at most N, stream k then
+ * carrying the ps p with p % N == k, a cheaper and slower approximation), one chunk at a time, the
+ * lowest chunk ready first (priority), ties to the ps next after this worker's own offset. */
+static int n_streams(void) { return cfg.streams < cfg.P ? cfg.streams : cfg.P; }
+
 static void sender_main(int argc, char **argv) {
     (void)argc;
     worker_state *w = &workers[atoi(argv[0])];
-    int p = atoi(argv[1]);
+    int k = atoi(argv[1]), ns = n_streams(), maxm = 0;
+    for (int p = k; p < cfg.P; p += ns) maxm = cfg.m[p] > maxm ? cfg.m[p] : maxm;
     /* a connection is a FIFO stream: one chunk on the wire at a time, the next one's copies made
      * meanwhile (ZeroMQ holds one frame per ps, the kernel a small buffer: docs/protocol.md
      * "Overlap"); links carry no latency, so the stream has no gaps between its chunks */
     sg_comm_t prev = NULL;
     for (;;) {
-        sg_sem_acquire(w->to_send[p]);
-        int c = 0;
-        while (c < cfg.m[p] && !w->ready[p][c]) c++;
-        if (c == cfg.m[p]) continue;
+        sg_sem_acquire(w->to_send[k]);
+        int p = -1, c;
+        for (c = 0; c < maxm && p < 0; c++)
+            for (int i = 0; i < cfg.P; i++) {
+                int q = (w->id + i) % cfg.P;
+                if (q % ns == k && c < cfg.m[q] && w->ready[q][c]) {
+                    p = q;
+                    break;
+                }
+            }
+        if (p < 0) continue;
+        c--;
         w->ready[p][c] = 0;
         double payload = cfg.cbytes[p][c] / 4 * cfg.enc;
         charge(cfg.c.worker_msg + cfg.c.worker_byte * cfg.cbytes[p][c], &w->cpu);
@@ -243,7 +296,7 @@ static void make_ready(worker_state *w, int layer) {
         chunk_ref r = cfg.ready[k];
         w->arrived[r.ps][r.chunk] = 0;
         w->ready[r.ps][r.chunk] = 1;
-        sg_sem_release(w->to_send[r.ps]);
+        sg_sem_release(w->to_send[r.ps % n_streams()]);
     }
 }
 
@@ -482,29 +535,34 @@ static const char *write_platform(void) {
     double bw = cfg.gbit * 1e9 / 8 * TCP_EFFICIENCY; /* payload bytes/s */
     /* Each host's link: full duplex (SPLITDUPLEX: up and down apart), no latency (the bed's round
      * trip, tens of microseconds, left out: SimGrid would add it to every chunk of a stream, which
-     * TCP does not); the bridge itself never the limit. */
+     * TCP does not). No backbone: the bed's bridge is never the limit, and a backbone shared by every
+     * flow makes SimGrid solve all of them at every event (5x slower at 32 workers). */
     fprintf(f, "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
                "<platform version=\"4.1\">\n"
                "<cluster id=\"bed\" prefix=\"h\" suffix=\"\" radical=\"0-%d\" speed=\"%.0ff\" core=\"%d\" "
-               "bw=\"%.0fBps\" lat=\"0us\" sharing_policy=\"SPLITDUPLEX\" bb_bw=\"%.0fBps\" bb_lat=\"0us\" "
-               "bb_sharing_policy=\"FATPIPE\"/>\n</platform>\n",
-            cfg.P + cfg.W - 1, FLOPS, cfg.cores, bw, bw * 1e4);
+               "bw=\"%.0fBps\" lat=\"0us\" sharing_policy=\"SPLITDUPLEX\" "
+               "/>\n</platform>\n",
+            cfg.P + cfg.W - 1, FLOPS, cfg.cores, bw);
     fclose(f);
     return path;
 }
 
 static void usage(void) {
     fprintf(stderr, "usage: dtrain_sim --model FILE --ps P --workers W [--gbit G] [--compute_ms C] [--sync 1|0]\n"
-                    "       [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--cores N]\n"
+                    "       [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--cores N] [--streams N]\n"
                     "       [--jitter F] [--sparse_ids N] [--encoding_bytes 4|2] [--verbose]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     const char *model = NULL, *costs_path = "sim/costs.txt";
+    char *sargv[32] = {argv[0], "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0",
+                       "--cfg=network/TCP-gamma:1e12", "--log=root.thres:critical"};
+    int sargc = 5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--verbose")) { cfg.verbose = 1; continue; }
+        if (!strncmp(a, "--cfg=", 6) && sargc < 31) { sargv[sargc++] = argv[i]; continue; } /* SimGrid's own */
         if (!v) usage();
         i++;
         if (!strcmp(a, "--model")) model = v;
@@ -518,13 +576,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) cfg.steps = atoi(v);
         else if (!strcmp(a, "--costs")) costs_path = v;
         else if (!strcmp(a, "--cores")) cfg.cores = atoi(v);
+        else if (!strcmp(a, "--streams")) cfg.streams = atoi(v);
         else if (!strcmp(a, "--jitter")) cfg.jitter = atof(v);
         else if (!strcmp(a, "--sparse_ids")) cfg.sparse_ids = atof(v);
         else if (!strcmp(a, "--encoding_bytes")) cfg.enc = atof(v);
         else usage();
     }
     if (!model || cfg.P < 1 || cfg.W < 1 || cfg.P > 4096 || cfg.W > 4096 || !(cfg.gbit > 0) ||
-        !(cfg.compute_ms >= 0) || cfg.steps < 3 || cfg.cores < 1 || !(cfg.jitter >= 0 && cfg.jitter < 1) ||
+        !(cfg.compute_ms >= 0) || cfg.steps < 3 || cfg.cores < 1 || cfg.streams < 1 || !(cfg.jitter >= 0 && cfg.jitter < 1) ||
         !(cfg.sparse_ids >= 0) || (cfg.enc != 4 && cfg.enc != 2) || !(cfg.chunk_bytes >= 0))
         usage();
     cfg.warm = cfg.steps / 3;
@@ -542,10 +601,6 @@ int main(int argc, char **argv) {
         if (!cfg.sparse_tables) die("--sparse_ids: the model has no embedding table");
     }
 
-    char *sargv[] = {argv[0], "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0",
-                     "--cfg=network/TCP-gamma:1e12", "--cfg=network/bandwidth-factor:1", "--cfg=network/latency-factor:1",
-                     "--log=root.thres:critical", NULL};
-    int sargc = 7;
     simgrid_init(&sargc, sargv);
     const char *plat = write_platform();
     simgrid_load_platform(plat);
@@ -565,11 +620,18 @@ int main(int argc, char **argv) {
         sg_host_t h = sg_host_by_name(name);
         snprintf(arg0, sizeof arg0, "%d", p);
         pss[p].held = calloc((size_t)cfg.W * 2 + 2, sizeof(msg *));
+        pss[p].out = calloc((size_t)n_streams_ps(), sizeof *pss[p].out);
+        for (int k = 0; k < n_streams_ps(); k++) pss[p].out[k].sem = sg_sem_init(0);
         for (int k = 0; k < cfg.cores; k++) {
             snprintf(arg1, sizeof arg1, "%d", k);
             char *av[] = {arg0, arg1, NULL};
             sg_actor_t a = sg_actor_create("ps", h, ps_main, 2, av);
             sg_actor_daemonize(a);
+        }
+        for (int k = 0; k < n_streams_ps(); k++) {
+            snprintf(arg1, sizeof arg1, "%d", k);
+            char *av2[] = {arg0, arg1, NULL};
+            sg_actor_daemonize(sg_actor_create("ps_sender", h, ps_sender_main, 2, av2));
         }
     }
     for (int j = 0; j < cfg.W; j++) {
@@ -577,15 +639,15 @@ int main(int argc, char **argv) {
         w->id = j;
         w->arrived = calloc((size_t)cfg.P, sizeof *w->arrived);
         w->ready = calloc((size_t)cfg.P, sizeof *w->ready);
-        w->to_send = calloc((size_t)cfg.P, sizeof *w->to_send);
+        w->to_send = calloc((size_t)n_streams(), sizeof *w->to_send);
         w->arrival = sg_sem_init(0);
         w->step_end = calloc((size_t)cfg.steps, sizeof(double));
         for (int p = 0; p < cfg.P; p++) {
             w->arrived[p] = malloc((size_t)cfg.m[p]);
             memset(w->arrived[p], 1, (size_t)cfg.m[p]);
             w->ready[p] = calloc((size_t)cfg.m[p], 1);
-            w->to_send[p] = sg_sem_init(0);
         }
+        for (int k = 0; k < n_streams(); k++) w->to_send[k] = sg_sem_init(0);
         snprintf(name, sizeof name, "w%d", j);
         worker_mb[j] = sg_mailbox_by_name(name);
         snprintf(name, sizeof name, "h%d", cfg.P + j);
@@ -594,8 +656,8 @@ int main(int argc, char **argv) {
         char *av[] = {arg0, NULL};
         sg_actor_create("worker", h, worker_main, 1, av);
         sg_actor_daemonize(sg_actor_create("receiver", h, receiver_main, 1, av));
-        for (int p = 0; p < cfg.P; p++) {
-            snprintf(arg1, sizeof arg1, "%d", p);
+        for (int k = 0; k < n_streams(); k++) {
+            snprintf(arg1, sizeof arg1, "%d", k);
             char *av2[] = {arg0, arg1, NULL};
             sg_actor_daemonize(sg_actor_create("sender", h, sender_main, 2, av2));
         }

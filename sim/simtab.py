@@ -120,13 +120,15 @@ def main():
     ap.add_argument("bed", nargs="?")
     ap.add_argument("--sim", default=os.path.join(SRC, "build", "dtrain_sim"))
     ap.add_argument("--costs", default=os.path.join(HERE, "costs.txt"))
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=0, help="steps simulated (default: 6 validate, 3 predict: the symmetric runs are steady from the second step)")
     ap.add_argument("--models", default="catdog,fashion")
     ap.add_argument("--gbits", default="1,10,100")
     ap.add_argument("--workers", default="32,64,128,256")
     ap.add_argument("--cores", default="1,4,16", help="cores per host tried in turn (predict)")
     ap.add_argument("--target", type=float, default=0.85, help="weak scaling sought (predict)")
     args = ap.parse_args()
+    if not args.steps:
+        args.steps = 6 if args.what == "validate" else 3
     if args.what == "validate":
         if not args.bed:
             ap.error("validate needs the bed's points (bench/bed_points.tsv)")
