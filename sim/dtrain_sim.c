@@ -268,7 +268,9 @@ static void sender_main(int argc, char **argv) {
         c--;
         w->ready[p][c] = 0;
         double payload = cfg.cbytes[p][c] / 4 * cfg.enc;
-        charge(cfg.c.worker_msg + cfg.c.worker_byte * cfg.cbytes[p][c], &w->cpu);
+        /* half the worker's cost per chunk here (the gradient copied and sent), half where its
+         * parameters land (received and copied into the net), on the same core */
+        charge((cfg.c.worker_msg + cfg.c.worker_byte * cfg.cbytes[p][c]) / 2, &w->cpu);
         msg *m = malloc(sizeof *m);
         *m = (msg){.kind = MSG_PUSH, .worker = w->id, .ps = p, .chunk = c, .bytes = payload};
         w->bytes_out += wire(payload);
@@ -284,7 +286,10 @@ static void receiver_main(int argc, char **argv) {
     for (;;) {
         msg *m = sg_mailbox_get(worker_mb[w->id]);
         if (cfg.verbose) fprintf(stderr, "%.6f worker %d: reply kind %d ps %d chunk %d\n", simgrid_get_clock(), w->id, m->kind, m->ps, m->chunk);
-        if (m->kind == MSG_PARAMS) w->arrived[m->ps][m->chunk] = 1;
+        if (m->kind == MSG_PARAMS) {
+            charge((cfg.c.worker_msg + cfg.c.worker_byte * cfg.cbytes[m->ps][m->chunk]) / 2, &w->cpu);
+            w->arrived[m->ps][m->chunk] = 1;
+        }
         else w->sparse_wait--;
         free(m);
         sg_sem_release(w->arrival);
@@ -557,8 +562,11 @@ static void usage(void) {
 int main(int argc, char **argv) {
     const char *model = NULL, *costs_path = "sim/costs.txt";
     char *sargv[32] = {argv[0], "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0",
-                       "--cfg=network/TCP-gamma:1e12", "--log=root.thres:critical"};
-    int sargc = 5;
+                       "--cfg=network/TCP-gamma:1e12", "--log=root.thres:critical",
+                       /* tens of thousands of actors at 256 workers: small stacks, no guard pages (a
+                        * mapping each; Linux allows 65,536 a process) */
+                       "--cfg=contexts/stack-size:128", "--cfg=contexts/guard-size:0"};
+    int sargc = 7;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--verbose")) { cfg.verbose = 1; continue; }

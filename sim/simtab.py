@@ -51,12 +51,12 @@ def validate(args):
             rows.append(dict(zip(head, line.rstrip("\n").split("\t"))))
     print("| point | mode | workers | ps | Gbit | C ms | K | bed ms | sim ms | sim/bed | bound (sim) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    worst = 0.0
+    worst, n = 0.0, 0
     for r in rows:
         mode = r["mode"]
         sync = 0 if "async" in mode else 1
-        enc = 2 if ("bf16" in mode or "fp16" in mode) else 4
-        ids = 0
+        enc = 2 if any(e in mode or e in r["name"] for e in ("bf16", "fp16")) else 4
+        ids = args.sparse_ids if mode == "sparse" else 0
         for part in mode.replace(",", " ").split():
             if part.startswith("ids="):
                 ids = int(part[4:])
@@ -64,11 +64,13 @@ def validate(args):
                      float(r["compute_ms"]), sync=sync, enc=enc, sparse_ids=ids)
         bed = float(r["step_ms"])
         ratio = kv["step_ms"] / bed
-        worst = max(worst, abs(ratio - 1))
+        if float(r.get("K", "1")) >= args.min_k:
+            worst = max(worst, abs(ratio - 1))
+            n += 1
         print("| %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.3f | %s |" % (
             r["name"], mode, r["workers"], r["ps"], r["gbit"], r["compute_ms"], r.get("K", "1"), bed,
             kv["step_ms"], ratio, kv["bound"]))
-    print("\nworst |sim/bed - 1| = %.1f%% over %d points" % (worst * 100, len(rows)))
+    print("\nworst |sim/bed - 1| = %.1f%% over the %d points with K >= %g" % (worst * 100, n, args.min_k))
     return 0 if worst <= 0.10 else 1
 
 
@@ -123,6 +125,10 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="steps simulated (default: 6 validate, 3 predict: the symmetric runs are steady from the second step)")
     ap.add_argument("--models", default="catdog,fashion")
     ap.add_argument("--gbits", default="1,10,100")
+    ap.add_argument("--min_k", type=float, default=0, help="validate: judge only the points dilated this much or more")
+    ap.add_argument("--sparse_ids", type=int, default=7410,
+                    help="a sparse point's distinct ids per worker batch (fm, batch 512 of gen-clicks --model fm --seed 3: "
+                         "7,279-7,508 over 10 batches, mean 7,410)")
     ap.add_argument("--workers", default="32,64,128,256")
     ap.add_argument("--cores", default="1,4,16", help="cores per host tried in turn (predict)")
     ap.add_argument("--target", type=float, default=0.85, help="weak scaling sought (predict)")
