@@ -16,7 +16,7 @@
  *
  * usage: dtrain_sim --model FILE --ps P --workers W [--gbit G] [--compute_ms C] [--sync 1|0]
  *        [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--cores N] [--streams N]
- *        [--jitter F] [--sparse_ids N] [--encoding_bytes 4|2] [--verbose] */
+ *        [--jitter F] [--sparse_ids N] [--encoding_bytes 4|2] [--first_chunk_kb K] [--verbose] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +64,7 @@ typedef struct {
 /* The run's configuration and the model's layout. */
 static struct {
     int P, W, steps, warm, sync, overlap, cores, verbose, streams;
-    double gbit, compute_ms, chunk_bytes, jitter, enc;
+    double gbit, compute_ms, chunk_bytes, jitter, enc, first_chunk_bytes;
     costs c;
     /* layers: forward and backward sleep (s), the chunks each needs / makes ready */
     int n_layers;
@@ -440,11 +440,21 @@ static void build_layout(const char *model_path) {
     for (int p = 0; p < cfg.P && dense; p++) {
         uint64_t sf = pl.shard_count[p];
         unsigned m = dt_wire_chunks_for(sf, (uint64_t)cfg.chunk_bytes);
+        /* --first_chunk_kb: a design, not the protocol: chunk 0 (the first layers' floats, final
+         * last in backward and needed first by forward) cut short, the rest even */
+        uint64_t first = (uint64_t)(cfg.first_chunk_bytes / 4);
+        if (first && first < sf && m < DT_WIRE_MAX_CHUNKS) m++;
+        else first = 0;
         cfg.m[p] = (int)m;
         cfg.cbytes[p] = calloc(m, sizeof(double));
         for (unsigned c = 0; c < m; c++) {
             uint64_t off, len;
-            dt_wire_chunk(sf, m, c, &off, &len);
+            if (first) {
+                if (c == 0) off = 0, len = first;
+                else dt_wire_chunk(sf - first, m - 1, c - 1, &off, &len), off += first;
+            } else {
+                dt_wire_chunk(sf, m, c, &off, &len);
+            }
             cfg.cbytes[p][c] = (double)len * 4;
             cfg.model_bytes += (double)len * 4;
             int lowest = -1;
@@ -554,7 +564,7 @@ static const char *write_platform(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: dtrain_sim --model FILE --ps P --workers W [--gbit G] [--compute_ms C] [--sync 1|0]\n"
-                    "       [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--cores N] [--streams N]\n"
+                    "       [--overlap priority|none] [--chunk_kb K] [--steps N] [--costs FILE] [--cores N] [--streams N] [--first_chunk_kb K]\n"
                     "       [--jitter F] [--sparse_ids N] [--encoding_bytes 4|2] [--verbose]\n");
     exit(2);
 }
@@ -585,6 +595,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--costs")) costs_path = v;
         else if (!strcmp(a, "--cores")) cfg.cores = atoi(v);
         else if (!strcmp(a, "--streams")) cfg.streams = atoi(v);
+        else if (!strcmp(a, "--first_chunk_kb")) cfg.first_chunk_bytes = atof(v) * 1024;
         else if (!strcmp(a, "--jitter")) cfg.jitter = atof(v);
         else if (!strcmp(a, "--sparse_ids")) cfg.sparse_ids = atof(v);
         else if (!strcmp(a, "--encoding_bytes")) cfg.enc = atof(v);
@@ -592,7 +603,7 @@ int main(int argc, char **argv) {
     }
     if (!model || cfg.P < 1 || cfg.W < 1 || cfg.P > 4096 || cfg.W > 4096 || !(cfg.gbit > 0) ||
         !(cfg.compute_ms >= 0) || cfg.steps < 3 || cfg.cores < 1 || cfg.streams < 1 || !(cfg.jitter >= 0 && cfg.jitter < 1) ||
-        !(cfg.sparse_ids >= 0) || (cfg.enc != 4 && cfg.enc != 2) || !(cfg.chunk_bytes >= 0))
+        !(cfg.sparse_ids >= 0) || (cfg.enc != 4 && cfg.enc != 2) || !(cfg.chunk_bytes >= 0) || !(cfg.first_chunk_bytes >= 0))
         usage();
     cfg.warm = cfg.steps / 3;
     read_costs(costs_path);
@@ -691,8 +702,10 @@ int main(int argc, char **argv) {
         w_cpu = fmax(w_cpu, workers[j].cpu / (cfg.cores * T));
     }
     double compute = cfg.compute_ms * 1e-3 / step;
+    /* the bound: compute where the step is within 5% of it; else the busiest resource of the
+     * exchange (the one the step waits on most, its share of the time) */
     const char *bound = "compute";
-    double top = compute;
+    double top = compute >= 1 / 1.05 ? 2 : 0;
     if (ps_link > top) top = ps_link, bound = "ps_link";
     if (ps_cpu > top) top = ps_cpu, bound = "ps_cpu";
     if (w_link > top) top = w_link, bound = "worker_link";

@@ -6,9 +6,9 @@
                                           needs, what bounds it, the BytePS closed form beside it
 
 Options: --sim PATH (build/dtrain_sim), --costs FILE (sim/costs.txt), --steps N; predict: --models
-a,b --gbits 1,10,100 --workers 32,64,128,256 --cores 1,4,16 --target 0.85. Weak scaling = the step
-of 1 worker and 1 ps over the step of W workers (the same compute C = 3x one worker's exchange,
-M/B, as issue 41 asks); the ps count is searched from BytePS's ceil(W M / (B C)) up by 1.5x.
+a,b --gbits 1,10,100 --workers 32,64,128,256 --ps_fracs 0.5,1 --cores 1,4 --first_chunk_kb 0,4.
+Weak scaling = the step of 1 worker and 1 ps over the step of W workers (the same compute C = 3x
+one worker's exchange, M/B, as issue 41 asks); C / step the share of the ideal, compute alone.
 A bed point is a line of BED_POINTS.tsv (tab-separated, header
 `name mode workers ps gbit compute_ms model param_bytes step_ms K`): mode names sync or async,
 bf16 or fp32, and, for a click-log model, `ids=N` (the distinct ids a worker's batch pulls)."""
@@ -79,40 +79,34 @@ def model_bytes(args, model):
 
 
 def predict(args):
-    print("| model | Gbit | C ms | workers | ps | cores | step ms | 1 worker ms | weak scaling | bound | "
-          "ps link | ps CPU | worker link | worker CPU | BytePS exchange ms | BytePS step ms | BytePS scaling |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | Gbit | C ms | workers | ps | cores | first chunk KiB | step ms | 1 worker ms | weak scaling | "
+          "C / step | bound | ps link | ps CPU | worker link | worker CPU | BytePS exchange ms | BytePS step ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for model in args.models.split(","):
         M = model_bytes(args, model)
         for gbit in [float(g) for g in args.gbits.split(",")]:
             B = gbit * 1e9 / 8 * TCP
             C = 3 * M / B * 1e3  # compute = 3 x the exchange of one worker (issue 41's case)
+            ones = {}
             for W in [int(w) for w in args.workers.split(",")]:
-                # the fewest ps whose links carry W M / P within C (BytePS), then 1.5x more until the
-                # simulated step reaches 85% of one worker's, at most one ps per worker; then the same
-                # with more cores per host (a design dtrain's one-loop ps does not have yet)
-                p0 = max(1, math.ceil(W * M / B * 1e3 / C))
-                for cores in [int(c) for c in args.cores.split(",")]:
-                    one = run_sim(args, model, 1, 1, gbit, C, ps_cores=cores)["step_ms"]
-                    p, best = p0, None
-                    while True:
-                        kv = run_sim(args, model, p, W, gbit, C, ps_cores=cores)
-                        eff = one / kv["step_ms"]
-                        if best is None or eff > best[2] + 0.005:
-                            best = (p, kv, eff)
-                        if eff >= args.target or p >= W:
-                            break
-                        p = min(W, max(p + 1, int(p * 1.5)))
-                    p, kv, eff = best
-                    closed = max(M / B, W * M / (p * B)) * 1e3
-                    print("| %s | %g | %.1f | %d | %d | %d | %.1f | %.1f | %.1f%% | %s | %.2f | %.2f | %.2f | %.2f | "
-                          "%.2f | %.1f | %.1f%% |" % (model, gbit, C, W, p, cores, kv["step_ms"], one, eff * 100,
-                                                     kv["bound"], kv["util_ps_link"], kv["util_ps_cpu"],
-                                                     kv["util_worker_link"], kv["util_worker_cpu"], closed,
-                                                     max(C, closed), 100 * C / max(C, closed)))
-                    sys.stdout.flush()
-                    if eff >= args.target:
-                        break
+                for frac in [float(f) for f in args.ps_fracs.split(",")]:
+                    p = min(W, max(1, math.ceil(W * frac)))
+                    for cores in [int(c) for c in args.cores.split(",")]:
+                        for first in [float(f) for f in args.first_chunk_kb.split(",")]:
+                            extra = ("--first_chunk_kb", "%g" % first) if first else ()
+                            key = (cores, first)
+                            if key not in ones:
+                                ones[key] = run_sim(args, model, 1, 1, gbit, C, ps_cores=cores, extra=extra)["step_ms"]
+                            one = ones[key]
+                            kv = run_sim(args, model, p, W, gbit, C, ps_cores=cores, extra=extra)
+                            closed = max(M / B, W * M / (p * B)) * 1e3
+                            print("| %s | %g | %.1f | %d | %d | %d | %g | %.1f | %.1f | %.1f%% | %.1f%% | %s | %.2f | %.2f | "
+                                  "%.2f | %.2f | %.1f | %.1f |" % (
+                                      model, gbit, C, W, p, cores, first, kv["step_ms"], one,
+                                      100 * one / kv["step_ms"], 100 * C / kv["step_ms"], kv["bound"],
+                                      kv["util_ps_link"], kv["util_ps_cpu"], kv["util_worker_link"],
+                                      kv["util_worker_cpu"], closed, max(C, closed)))
+                            sys.stdout.flush()
     return 0
 
 
@@ -130,8 +124,9 @@ def main():
                     help="a sparse point's distinct ids per worker batch (fm, batch 512 of gen-clicks --model fm --seed 3: "
                          "7,279-7,508 over 10 batches, mean 7,410)")
     ap.add_argument("--workers", default="32,64,128,256")
-    ap.add_argument("--cores", default="1,4,16", help="cores per host tried in turn (predict)")
-    ap.add_argument("--target", type=float, default=0.85, help="weak scaling sought (predict)")
+    ap.add_argument("--cores", default="1,4", help="predict: cores per host (a ps's appliers)")
+    ap.add_argument("--ps_fracs", default="0.5,1", help="predict: ps tasks per worker tried (P = ceil(W f))")
+    ap.add_argument("--first_chunk_kb", default="0,4", help="predict: chunk 0 of every shard cut to this (0: dtrain's even cut)")
     args = ap.parse_args()
     if not args.steps:
         args.steps = 6 if args.what == "validate" else 3
