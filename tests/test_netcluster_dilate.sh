@@ -6,7 +6,7 @@
 # quarter of that in CPU and is throttled; the link runs at 1gbit/4; the durations among the
 # training flags and the four deadlines arrive 4 times as long (given ones rewritten, not repeated);
 # the times of the log netcluster keeps are divided by 4 and labelled "dilated 4" (CPU seconds
-# not), the wall-clock log kept beside it; the CPU table is written; every cgroup is gone at the
+# not), the wall-clock log kept beside it; the CPU table and samples are written; every cgroup is gone at the
 # end, and also when netcluster is stopped by SIGTERM while the tasks run.
 # Without root, iproute2 or a writable cgroup cpu controller: exit 77 (a skip). A few seconds.
 . "$(dirname "$0")/lib.sh"
@@ -73,6 +73,8 @@ read -r _ cpu periods throttled _ < <(grep '^worker0' out1/cpu.tsv)
 check "the busy worker used ${cpu:-?} s of CPU in 0.6 s of wall: at most 0.35" \
   awk -v c="${cpu:-9}" 'BEGIN { exit !(c > 0.02 && c <= 0.35) }'
 check "... and was throttled (${throttled:-?} of ${periods:-?} periods)" test "${throttled:-0}" -gt 0
+check "CPU samples during the run (cpu_samples.tsv: a header and rows of 3 numbers)" \
+  awk -F'\t' 'NR == 1 { ok = ($1 == "wall_ns" && NF == 3) } NR > 1 && NF == 3 && $2 ~ /^[0-9]+$/ { n++ } END { exit !(ok && n >= 1) }' out1/cpu_samples.tsv
 check "the cgroups are gone after the run" bash -c '[ -n "$1" ] && [ ! -e "$(dirname "$2")" ]' _ "$path" \
   "$(cgroup_dir "$path")"
 
