@@ -12,7 +12,8 @@
 # EXTRA: more flags for every task (EXTRA="--sparse_prefetch 0": the rows pulled when each forward
 # starts); CASES: the "workers ps" cases to run (default "1 1;2 1;4 2;8 4"); AB=PATH: another
 # build's dtrain ("a"), run beside this one ("b") in every case of every round, alternating which
-# goes first; the end prints each build's weak scaling.
+# goes first; the end prints each build's weak scaling. DILATE=K: the time-dilated bed (netcluster
+# --dilate K, docs/testbed.md: a core per task; the logs read are already divided by K).
 set -u
 C=${1:-50} R=${2:-3} B=${3:-512} RATE=${4:-1gbit} STEPS=${5:-100}
 bins=("b $(realpath "${DTRAIN_BIN:-build/dtrain}")")
@@ -24,6 +25,7 @@ trap 'rm -rf "$out"' EXIT
 "$bin" gen-clicks --out "$out/clicks.tsv" --lines $((10 * STEPS * B + 20000)) --model fm --seed 3 >/dev/null 2>&1
 IFS=';' read -r -a cases <<<"${CASES:-1 1;2 1;4 2;8 4}"
 nc=${#cases[@]}
+echo "bench/ctr_scale.sh $* (DILATE=${DILATE:-} CASES='${CASES:-}' EXTRA='${EXTRA:-}' AB=${AB:-})"
 echo "uptime: $(uptime)"
 for r in $(seq 1 "$R"); do
   for k in $(seq 0 $((nc - 1))); do
@@ -34,7 +36,7 @@ for r in $(seq 1 "$R"); do
       read -r tag exe <<<"${bins[$(((j + r + k) % nb))]}"
       d="$out/$tag-w$w-p$p-r$r"
       scripts/netcluster cluster --ps "$p" --workers "$w" --rate "$RATE" --timeout 600 --out "$d" --tail 0 \
-        --bin "$exe" -- --model models/fm.model --data "$out/clicks.tsv" --issync=1 --threads 1 --batch_size "$B" \
+        --bin "$exe" ${DILATE:+--dilate "$DILATE"} -- --model models/fm.model --data "$out/clicks.tsv" --issync=1 --threads 1 --batch_size "$B" \
         --train_steps "$STEPS" --steps_to_validate 1000000 --logdir= --summary_dir= --progress=never \
         --debug_emulate_compute_ms "$C" ${EXTRA:-} >"$d.report" 2>&1 || { echo "w$w p$p: failed"; tail -5 "$d.report"; continue; }
       cat "$d"/worker*.log | awk -v r="$r" -v w="$w" -v p="$p" -v t="$tag" '/updates \(sync replicas\): per step compute/ {
