@@ -40,7 +40,8 @@ typedef struct dt_route dt_route;
  * is left (always call it, whatever the receive returned). */
 typedef struct {
     dt_wire_header hdr;       /* valid when the receive returned DT_OK */
-    const void *data;         /* the payload (NULL when size is 0): no alignment promised */
+    const void *data;         /* the payload, never NULL once received (an empty one points at no bytes:
+                                 pointer arithmetic on it stays defined); no alignment promised */
     size_t size;
     dt_route *route;          /* dt_server's: the reply route, borrowed (dt_route_hold keeps one); else NULL */
     dt_peer *peer;            /* dt_server's: the connection's watch and budget (peers.h); NULL if unknown */

@@ -39,7 +39,8 @@ static void msg_from(dt_msg *m, dt_wire_in *in) {
     z->has_identity = in->has_identity;
     m->hdr = in->hdr;
     m->size = zmq_msg_size(&z->payload);
-    m->data = m->size ? zmq_msg_data(&z->payload) : NULL;
+    static const char no_bytes[1];
+    m->data = m->size ? zmq_msg_data(&z->payload) : no_bytes; /* as libzmq's own empty frames: not NULL */
     m->route = z->has_identity ? (dt_route *)&z->identity : NULL;
     m->peer = NULL;
     snprintf(m->addr, sizeof m->addr, "%s", in->peer);

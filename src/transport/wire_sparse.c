@@ -303,7 +303,7 @@ int dt_wire_rows_check(dt_wire_rows *out, const dt_wire_header *h, const void *p
                          len, (unsigned long long)dt_wire_sparse_bytes(h), (unsigned long long)h->sparse.ids,
                          (unsigned long long)h->sparse.dim, h->opt_slots);
     dt_wire_rows r = {.n = h->sparse.ids, .dim = h->sparse.dim, .slots = h->opt_slots, .ids = payload};
-    r.rows = r.ids + 8 * r.n;
+    r.rows = r.n ? r.ids + 8 * r.n : r.ids; /* no arithmetic on an empty payload's pointer */
     for (size_t i = 0; i < r.n; i++) {
         const uint64_t id = dt_wire_rows_id(&r, i);
         if (max_id && id >= max_id)
